@@ -1,0 +1,685 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CollectorStatus(_message.Message):
+    __slots__ = ("name", "available", "reason", "interval_seconds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    available: bool
+    reason: str
+    interval_seconds: float
+    def __init__(self, name: _Optional[str] = ..., available: _Optional[bool] = ..., reason: _Optional[str] = ..., interval_seconds: _Optional[float] = ...) -> None: ...
+
+class GpuInfo(_message.Message):
+    __slots__ = ("index", "name", "uuid", "pci_bus_id", "memory_total_bytes", "architecture", "gpm_supported")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
+    GPM_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    memory_total_bytes: int
+    architecture: str
+    gpm_supported: bool
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., architecture: _Optional[str] = ..., gpm_supported: _Optional[bool] = ...) -> None: ...
+
+class AgentInfo(_message.Message):
+    __slots__ = ("hostname", "agent_version", "python_version", "kernel_release", "cpu_count", "memory_total_bytes", "boot_time_unix_ns", "interval_seconds", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "collectors", "trace_dir")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_VERSION_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BOOT_TIME_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NVML_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CUDA_DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTORS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_DIR_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    agent_version: str
+    python_version: str
+    kernel_release: str
+    cpu_count: int
+    memory_total_bytes: int
+    boot_time_unix_ns: int
+    interval_seconds: float
+    driver_version: str
+    nvml_version: str
+    cuda_driver_version: str
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
+    collectors: _containers.RepeatedCompositeFieldContainer[CollectorStatus]
+    trace_dir: str
+    def __init__(self, hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., python_version: _Optional[str] = ..., kernel_release: _Optional[str] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., boot_time_unix_ns: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., driver_version: _Optional[str] = ..., nvml_version: _Optional[str] = ..., cuda_driver_version: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., trace_dir: _Optional[str] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("interval_ms",)
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
+
+class HostSnapshot(_message.Message):
+    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    COLLECTORS_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
+    DISKS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    PMU_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    HANG_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    timestamp_unix_ns: int
+    sequence: int
+    collectors: _containers.RepeatedCompositeFieldContainer[CollectorStatus]
+    cpu: CpuStats
+    memory: MemoryStats
+    nics: _containers.RepeatedCompositeFieldContainer[NicStats]
+    disks: _containers.RepeatedCompositeFieldContainer[DiskStats]
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuStats]
+    pmu: PmuStats
+    ranks: _containers.RepeatedCompositeFieldContainer[RankStats]
+    hang: HangStatus
+    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ...) -> None: ...
+
+class CpuCoreStats(_message.Message):
+    __slots__ = ("cpu", "user_percent", "system_percent", "idle_percent", "iowait_percent")
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    USER_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    IOWAIT_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    cpu: int
+    user_percent: float
+    system_percent: float
+    idle_percent: float
+    iowait_percent: float
+    def __init__(self, cpu: _Optional[int] = ..., user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ...) -> None: ...
+
+class CpuStats(_message.Message):
+    __slots__ = ("user_percent", "system_percent", "idle_percent", "iowait_percent", "load1", "load5", "load15", "process_count", "cores", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    USER_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    IOWAIT_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    LOAD1_FIELD_NUMBER: _ClassVar[int]
+    LOAD5_FIELD_NUMBER: _ClassVar[int]
+    LOAD15_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    user_percent: float
+    system_percent: float
+    idle_percent: float
+    iowait_percent: float
+    load1: float
+    load5: float
+    load15: float
+    process_count: int
+    cores: _containers.RepeatedCompositeFieldContainer[CpuCoreStats]
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., load15: _Optional[float] = ..., process_count: _Optional[int] = ..., cores: _Optional[_Iterable[_Union[CpuCoreStats, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class MemoryStats(_message.Message):
+    __slots__ = ("total_bytes", "used_bytes", "available_bytes", "swap_total_bytes", "swap_used_bytes", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SWAP_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SWAP_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    total_bytes: int
+    used_bytes: int
+    available_bytes: int
+    swap_total_bytes: int
+    swap_used_bytes: int
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, total_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., available_bytes: _Optional[int] = ..., swap_total_bytes: _Optional[int] = ..., swap_used_bytes: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class NicStats(_message.Message):
+    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total", "rx_errors_total", "tx_errors_total", "rx_drops_total", "tx_drops_total", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RX_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RX_DROPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_DROPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rx_bytes_per_s: float
+    tx_bytes_per_s: float
+    rx_bytes_total: int
+    tx_bytes_total: int
+    rx_errors_total: int
+    tx_errors_total: int
+    rx_drops_total: int
+    tx_drops_total: int
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_errors_total: _Optional[int] = ..., tx_errors_total: _Optional[int] = ..., rx_drops_total: _Optional[int] = ..., tx_drops_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DiskStats(_message.Message):
+    __slots__ = ("name", "read_bytes_per_s", "write_bytes_per_s", "read_iops", "write_iops", "read_bytes_total", "write_bytes_total", "busy_seconds_total", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    WRITE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    READ_IOPS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_IOPS_FIELD_NUMBER: _ClassVar[int]
+    READ_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    WRITE_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    read_iops: float
+    write_iops: float
+    read_bytes_total: int
+    write_bytes_total: int
+    busy_seconds_total: float
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., read_iops: _Optional[float] = ..., write_iops: _Optional[float] = ..., read_bytes_total: _Optional[int] = ..., write_bytes_total: _Optional[int] = ..., busy_seconds_total: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GpuProcess(_message.Message):
+    __slots__ = ("pid", "name", "used_memory_bytes")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    name: str
+    used_memory_bytes: int
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ...) -> None: ...
+
+class GpuStats(_message.Message):
+    __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
+    POWER_LIMIT_WATTS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_HZ_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CLOCK_HZ_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASONS_MASK_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    ECC_CORRECTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ECC_UNCORRECTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_RX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_TX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PCIE_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PCIE_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    SM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SM_OCCUPANCY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    DRAM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    FP16_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    FP32_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    FP64_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    GPM_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    utilization_percent: float
+    memory_utilization_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    power_watts: float
+    power_limit_watts: float
+    temperature_celsius: float
+    sm_clock_hz: float
+    memory_clock_hz: float
+    clock_event_reasons_mask: int
+    clock_event_reasons: _containers.RepeatedScalarFieldContainer[str]
+    ecc_corrected_total: int
+    ecc_uncorrected_total: int
+    nvlink_rx_bytes_per_s: float
+    nvlink_tx_bytes_per_s: float
+    nvlink_rx_bytes_total: int
+    nvlink_tx_bytes_total: int
+    pcie_rx_bytes_per_s: float
+    pcie_tx_bytes_per_s: float
+    sm_active_percent: float
+    sm_occupancy_percent: float
+    tensor_active_percent: float
+    dram_active_percent: float
+    fp16_active_percent: float
+    fp32_active_percent: float
+    fp64_active_percent: float
+    gpm_window_seconds: float
+    processes: _containers.RepeatedCompositeFieldContainer[GpuProcess]
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hz: _Optional[float] = ..., memory_clock_hz: _Optional[float] = ..., clock_event_reasons_mask: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., ecc_corrected_total: _Optional[int] = ..., ecc_uncorrected_total: _Optional[int] = ..., nvlink_rx_bytes_per_s: _Optional[float] = ..., nvlink_tx_bytes_per_s: _Optional[float] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_s: _Optional[float] = ..., pcie_tx_bytes_per_s: _Optional[float] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., fp16_active_percent: _Optional[float] = ..., fp32_active_percent: _Optional[float] = ..., fp64_active_percent: _Optional[float] = ..., gpm_window_seconds: _Optional[float] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class PmuStats(_message.Message):
+    __slots__ = ("scope", "hardware_available", "hardware_reason", "mips", "mega_cycles_per_s", "ipc", "cache_misses_per_s", "cache_miss_percent", "branch_misses_per_s", "task_clock_cpus", "context_switches_per_s", "page_faults_per_s", "cpu_migrations_per_s", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_REASON_FIELD_NUMBER: _ClassVar[int]
+    MIPS_FIELD_NUMBER: _ClassVar[int]
+    MEGA_CYCLES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    IPC_FIELD_NUMBER: _ClassVar[int]
+    CACHE_MISSES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CACHE_MISS_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_MISSES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TASK_CLOCK_CPUS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_SWITCHES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FAULTS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CPU_MIGRATIONS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    hardware_available: bool
+    hardware_reason: str
+    mips: float
+    mega_cycles_per_s: float
+    ipc: float
+    cache_misses_per_s: float
+    cache_miss_percent: float
+    branch_misses_per_s: float
+    task_clock_cpus: float
+    context_switches_per_s: float
+    page_faults_per_s: float
+    cpu_migrations_per_s: float
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, scope: _Optional[str] = ..., hardware_available: _Optional[bool] = ..., hardware_reason: _Optional[str] = ..., mips: _Optional[float] = ..., mega_cycles_per_s: _Optional[float] = ..., ipc: _Optional[float] = ..., cache_misses_per_s: _Optional[float] = ..., cache_miss_percent: _Optional[float] = ..., branch_misses_per_s: _Optional[float] = ..., task_clock_cpus: _Optional[float] = ..., context_switches_per_s: _Optional[float] = ..., page_faults_per_s: _Optional[float] = ..., cpu_migrations_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class LatencyStats(_message.Message):
+    __slots__ = ("avg_seconds", "min_seconds", "max_seconds", "p50_seconds", "p99_seconds")
+    AVG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    avg_seconds: float
+    min_seconds: float
+    max_seconds: float
+    p50_seconds: float
+    p99_seconds: float
+    def __init__(self, avg_seconds: _Optional[float] = ..., min_seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ...) -> None: ...
+
+class GemmOpStats(_message.Message):
+    __slots__ = ("op", "dtype", "shape", "count_total", "count_per_s", "tflops", "flops_total", "latency")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COUNT_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TFLOPS_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    dtype: str
+    shape: str
+    count_total: int
+    count_per_s: float
+    tflops: float
+    flops_total: float
+    latency: LatencyStats
+    def __init__(self, op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[str] = ..., count_total: _Optional[int] = ..., count_per_s: _Optional[float] = ..., tflops: _Optional[float] = ..., flops_total: _Optional[float] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ...) -> None: ...
+
+class NcclOpStats(_message.Message):
+    __slots__ = ("op", "dtype", "algorithm", "protocol", "comm_hash", "comm_size", "count_total", "count_per_s", "bytes_total", "algbw_bytes_per_s", "busbw_bytes_per_s", "latency")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    COMM_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COUNT_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ALGBW_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BUSBW_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    dtype: str
+    algorithm: str
+    protocol: str
+    comm_hash: str
+    comm_size: int
+    count_total: int
+    count_per_s: float
+    bytes_total: int
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    latency: LatencyStats
+    def __init__(self, op: _Optional[str] = ..., dtype: _Optional[str] = ..., algorithm: _Optional[str] = ..., protocol: _Optional[str] = ..., comm_hash: _Optional[str] = ..., comm_size: _Optional[int] = ..., count_total: _Optional[int] = ..., count_per_s: _Optional[float] = ..., bytes_total: _Optional[int] = ..., algbw_bytes_per_s: _Optional[float] = ..., busbw_bytes_per_s: _Optional[float] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ...) -> None: ...
+
+class InflightOp(_message.Message):
+    __slots__ = ("kind", "op", "comm_hash", "sequence", "age_seconds", "stream")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    COMM_HASH_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    op: str
+    comm_hash: str
+    sequence: int
+    age_seconds: float
+    stream: int
+    def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
+
+class RankStats(_message.Message):
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STEP_COUNT_FIELD_NUMBER: _ClassVar[int]
+    STEP_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GEMM_TFLOPS_FIELD_NUMBER: _ClassVar[int]
+    GEMM_FIELD_NUMBER: _ClassVar[int]
+    NCCL_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    GC_PAUSE_SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    DATALOADER_WAIT_SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PMU_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTION_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    rank: int
+    local_rank: int
+    world_size: int
+    job_id: str
+    state: str
+    exit_code: int
+    exit_signal: int
+    heartbeat_age_seconds: float
+    step_count: int
+    step_time_seconds: float
+    gemm_tflops: float
+    gemm: _containers.RepeatedCompositeFieldContainer[GemmOpStats]
+    nccl: _containers.RepeatedCompositeFieldContainer[NcclOpStats]
+    inflight: _containers.RepeatedCompositeFieldContainer[InflightOp]
+    gc_pause_seconds_per_s: float
+    dataloader_wait_seconds_per_s: float
+    pmu: PmuStats
+    exception: str
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RankVerdict(_message.Message):
+    __slots__ = ("pid", "rank", "level", "explanation")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    rank: int
+    level: str
+    explanation: str
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., level: _Optional[str] = ..., explanation: _Optional[str] = ...) -> None: ...
+
+class HangStatus(_message.Message):
+    __slots__ = ("level", "since_unix_ns", "explanation", "ranks")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    since_unix_ns: int
+    explanation: str
+    ranks: _containers.RepeatedCompositeFieldContainer[RankVerdict]
+    def __init__(self, level: _Optional[str] = ..., since_unix_ns: _Optional[int] = ..., explanation: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankVerdict, _Mapping]]] = ...) -> None: ...
+
+class TraceOptions(_message.Message):
+    __slots__ = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+    RECORD_SHAPES_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    WITH_STACK_FIELD_NUMBER: _ClassVar[int]
+    WITH_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    WITH_MODULES_FIELD_NUMBER: _ClassVar[int]
+    record_shapes: bool
+    profile_memory: bool
+    with_stack: bool
+    with_flops: bool
+    with_modules: bool
+    def __init__(self, record_shapes: _Optional[bool] = ..., profile_memory: _Optional[bool] = ..., with_stack: _Optional[bool] = ..., with_flops: _Optional[bool] = ..., with_modules: _Optional[bool] = ...) -> None: ...
+
+class CaptureTraceRequest(_message.Message):
+    __slots__ = ("kind", "duration_ms", "iterations", "last_events", "start_time_unix_ms", "pids", "job_id", "ranks", "options", "output_subdir")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KINETO: _ClassVar[CaptureTraceRequest.Kind]
+        TIMELINE: _ClassVar[CaptureTraceRequest.Kind]
+    KINETO: CaptureTraceRequest.Kind
+    TIMELINE: CaptureTraceRequest.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SUBDIR_FIELD_NUMBER: _ClassVar[int]
+    kind: CaptureTraceRequest.Kind
+    duration_ms: int
+    iterations: int
+    last_events: int
+    start_time_unix_ms: int
+    pids: _containers.RepeatedScalarFieldContainer[int]
+    job_id: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    options: TraceOptions
+    output_subdir: str
+    def __init__(self, kind: _Optional[_Union[CaptureTraceRequest.Kind, str]] = ..., duration_ms: _Optional[int] = ..., iterations: _Optional[int] = ..., last_events: _Optional[int] = ..., start_time_unix_ms: _Optional[int] = ..., pids: _Optional[_Iterable[int]] = ..., job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., options: _Optional[_Union[TraceOptions, _Mapping]] = ..., output_subdir: _Optional[str] = ...) -> None: ...
+
+class TraceTarget(_message.Message):
+    __slots__ = ("host", "pid", "rank", "state", "file", "reason")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    pid: int
+    rank: int
+    state: str
+    file: str
+    reason: str
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[str] = ..., file: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CaptureStatusRequest(_message.Message):
+    __slots__ = ("capture_id",)
+    CAPTURE_ID_FIELD_NUMBER: _ClassVar[int]
+    capture_id: str
+    def __init__(self, capture_id: _Optional[str] = ...) -> None: ...
+
+class CaptureTraceReply(_message.Message):
+    __slots__ = ("capture_id", "targets", "done", "message")
+    CAPTURE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    capture_id: str
+    targets: _containers.RepeatedCompositeFieldContainer[TraceTarget]
+    done: bool
+    message: str
+    def __init__(self, capture_id: _Optional[str] = ..., targets: _Optional[_Iterable[_Union[TraceTarget, _Mapping]]] = ..., done: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class FetchFileRequest(_message.Message):
+    __slots__ = ("path", "offset")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    offset: int
+    def __init__(self, path: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class FileChunk(_message.Message):
+    __slots__ = ("data", "offset", "total_size")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    offset: int
+    total_size: int
+    def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., total_size: _Optional[int] = ...) -> None: ...
+
+class Frame(_message.Message):
+    __slots__ = ("function", "file", "line", "native", "module")
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_FIELD_NUMBER: _ClassVar[int]
+    MODULE_FIELD_NUMBER: _ClassVar[int]
+    function: str
+    file: str
+    line: int
+    native: bool
+    module: str
+    def __init__(self, function: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., native: _Optional[bool] = ..., module: _Optional[str] = ...) -> None: ...
+
+class ThreadStack(_message.Message):
+    __slots__ = ("thread_id", "thread_name", "frames", "active")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    THREAD_NAME_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    thread_id: int
+    thread_name: str
+    frames: _containers.RepeatedCompositeFieldContainer[Frame]
+    active: bool
+    def __init__(self, thread_id: _Optional[int] = ..., thread_name: _Optional[str] = ..., frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., active: _Optional[bool] = ...) -> None: ...
+
+class RankStacks(_message.Message):
+    __slots__ = ("pid", "rank", "threads", "error", "dump_seconds")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DUMP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    rank: int
+    threads: _containers.RepeatedCompositeFieldContainer[ThreadStack]
+    error: str
+    dump_seconds: float
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., threads: _Optional[_Iterable[_Union[ThreadStack, _Mapping]]] = ..., error: _Optional[str] = ..., dump_seconds: _Optional[float] = ...) -> None: ...
+
+class StackNode(_message.Message):
+    __slots__ = ("frame", "ranks", "children")
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    frame: Frame
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    children: _containers.RepeatedCompositeFieldContainer[StackNode]
+    def __init__(self, frame: _Optional[_Union[Frame, _Mapping]] = ..., ranks: _Optional[_Iterable[int]] = ..., children: _Optional[_Iterable[_Union[StackNode, _Mapping]]] = ...) -> None: ...
+
+class GetStacksRequest(_message.Message):
+    __slots__ = ("take_now", "native", "pids")
+    TAKE_NOW_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    take_now: bool
+    native: bool
+    pids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, take_now: _Optional[bool] = ..., native: _Optional[bool] = ..., pids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class StacksReply(_message.Message):
+    __slots__ = ("hostname", "taken_unix_ns", "ranks", "merged", "incident")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    INCIDENT_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    taken_unix_ns: int
+    ranks: _containers.RepeatedCompositeFieldContainer[RankStacks]
+    merged: StackNode
+    incident: str
+    def __init__(self, hostname: _Optional[str] = ..., taken_unix_ns: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankStacks, _Mapping]]] = ..., merged: _Optional[_Union[StackNode, _Mapping]] = ..., incident: _Optional[str] = ...) -> None: ...
