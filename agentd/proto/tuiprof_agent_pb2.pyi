@@ -207,7 +207,7 @@ class NicStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_errors_total: _Optional[int] = ..., tx_errors_total: _Optional[int] = ..., rx_drops_total: _Optional[int] = ..., tx_drops_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DiskStats(_message.Message):
-    __slots__ = ("name", "read_bytes_per_s", "write_bytes_per_s", "read_iops", "write_iops", "read_bytes_total", "write_bytes_total", "busy_seconds_total", "unavailable")
+    __slots__ = ("name", "read_bytes_per_s", "write_bytes_per_s", "read_iops", "write_iops", "read_bytes_total", "write_bytes_total", "busy_seconds_total", "busy_percent", "reads_total", "writes_total", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +223,9 @@ class DiskStats(_message.Message):
     READ_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     WRITE_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     BUSY_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BUSY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    READS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    WRITES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     read_bytes_per_s: float
@@ -232,8 +235,11 @@ class DiskStats(_message.Message):
     read_bytes_total: int
     write_bytes_total: int
     busy_seconds_total: float
+    busy_percent: float
+    reads_total: int
+    writes_total: int
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., read_iops: _Optional[float] = ..., write_iops: _Optional[float] = ..., read_bytes_total: _Optional[int] = ..., write_bytes_total: _Optional[int] = ..., busy_seconds_total: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., read_iops: _Optional[float] = ..., write_iops: _Optional[float] = ..., read_bytes_total: _Optional[int] = ..., write_bytes_total: _Optional[int] = ..., busy_seconds_total: _Optional[float] = ..., busy_percent: _Optional[float] = ..., reads_total: _Optional[int] = ..., writes_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
     __slots__ = ("pid", "name", "used_memory_bytes")
@@ -246,7 +252,7 @@ class GpuProcess(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class GpuStats(_message.Message):
-    __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "unavailable")
+    __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "graphics_active_percent", "gpm_nvlink_rx_bytes_per_s", "gpm_nvlink_tx_bytes_per_s", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +292,9 @@ class GpuStats(_message.Message):
     FP64_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     GPM_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    GRAPHICS_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    GPM_NVLINK_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    GPM_NVLINK_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
@@ -319,8 +328,11 @@ class GpuStats(_message.Message):
     fp64_active_percent: float
     gpm_window_seconds: float
     processes: _containers.RepeatedCompositeFieldContainer[GpuProcess]
+    graphics_active_percent: float
+    gpm_nvlink_rx_bytes_per_s: float
+    gpm_nvlink_tx_bytes_per_s: float
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hz: _Optional[float] = ..., memory_clock_hz: _Optional[float] = ..., clock_event_reasons_mask: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., ecc_corrected_total: _Optional[int] = ..., ecc_uncorrected_total: _Optional[int] = ..., nvlink_rx_bytes_per_s: _Optional[float] = ..., nvlink_tx_bytes_per_s: _Optional[float] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_s: _Optional[float] = ..., pcie_tx_bytes_per_s: _Optional[float] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., fp16_active_percent: _Optional[float] = ..., fp32_active_percent: _Optional[float] = ..., fp64_active_percent: _Optional[float] = ..., gpm_window_seconds: _Optional[float] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hz: _Optional[float] = ..., memory_clock_hz: _Optional[float] = ..., clock_event_reasons_mask: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., ecc_corrected_total: _Optional[int] = ..., ecc_uncorrected_total: _Optional[int] = ..., nvlink_rx_bytes_per_s: _Optional[float] = ..., nvlink_tx_bytes_per_s: _Optional[float] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_s: _Optional[float] = ..., pcie_tx_bytes_per_s: _Optional[float] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., fp16_active_percent: _Optional[float] = ..., fp32_active_percent: _Optional[float] = ..., fp64_active_percent: _Optional[float] = ..., gpm_window_seconds: _Optional[float] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., graphics_active_percent: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_s: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PmuStats(_message.Message):
     __slots__ = ("scope", "hardware_available", "hardware_reason", "mips", "mega_cycles_per_s", "ipc", "cache_misses_per_s", "cache_miss_percent", "branch_misses_per_s", "task_clock_cpus", "context_switches_per_s", "page_faults_per_s", "cpu_migrations_per_s", "unavailable")
