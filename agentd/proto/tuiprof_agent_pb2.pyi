@@ -108,18 +108,27 @@ class HostSnapshot(_message.Message):
     def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ...) -> None: ...
 
 class CpuCoreStats(_message.Message):
-    __slots__ = ("cpu", "user_percent", "system_percent", "idle_percent", "iowait_percent")
+    __slots__ = ("cpu", "user_percent", "system_percent", "idle_percent", "iowait_percent", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CPU_FIELD_NUMBER: _ClassVar[int]
     USER_PERCENT_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PERCENT_FIELD_NUMBER: _ClassVar[int]
     IDLE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     IOWAIT_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     cpu: int
     user_percent: float
     system_percent: float
     idle_percent: float
     iowait_percent: float
-    def __init__(self, cpu: _Optional[int] = ..., user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ...) -> None: ...
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, cpu: _Optional[int] = ..., user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CpuStats(_message.Message):
     __slots__ = ("user_percent", "system_percent", "idle_percent", "iowait_percent", "load1", "load5", "load15", "process_count", "cores", "unavailable")
