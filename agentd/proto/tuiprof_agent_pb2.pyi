@@ -672,14 +672,16 @@ class RankStacks(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., threads: _Optional[_Iterable[_Union[ThreadStack, _Mapping]]] = ..., error: _Optional[str] = ..., dump_seconds: _Optional[float] = ...) -> None: ...
 
 class StackNode(_message.Message):
-    __slots__ = ("frame", "ranks", "children")
+    __slots__ = ("frame", "ranks", "children", "thread")
     FRAME_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FIELD_NUMBER: _ClassVar[int]
     frame: Frame
     ranks: _containers.RepeatedScalarFieldContainer[int]
     children: _containers.RepeatedCompositeFieldContainer[StackNode]
-    def __init__(self, frame: _Optional[_Union[Frame, _Mapping]] = ..., ranks: _Optional[_Iterable[int]] = ..., children: _Optional[_Iterable[_Union[StackNode, _Mapping]]] = ...) -> None: ...
+    thread: str
+    def __init__(self, frame: _Optional[_Union[Frame, _Mapping]] = ..., ranks: _Optional[_Iterable[int]] = ..., children: _Optional[_Iterable[_Union[StackNode, _Mapping]]] = ..., thread: _Optional[str] = ...) -> None: ...
 
 class GetStacksRequest(_message.Message):
     __slots__ = ("take_now", "native", "pids")
