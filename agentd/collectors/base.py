@@ -35,5 +35,9 @@ class Collector(abc.ABC):
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         """Copy the latest sample into ``snapshot`` (cheap; thread-safe)."""
 
+    def describe(self, info: pb.AgentInfo) -> None:
+        """Add what this collector knows about the machine to ``GetInfo`` (GPU list,
+        driver/NVML/CUDA versions). Called per GetInfo from the server's thread; cheap."""
+
     def close(self) -> None:
         """Release handles (NVML, perf fds, mapped segments)."""

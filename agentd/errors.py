@@ -1,0 +1,43 @@
+"""Errors agentd reports to the person starting it: one line, what was wrong and what to do.
+
+``agentd.cli`` prints ``agentd: <message>`` for any ``AgentdError`` and exits
+with its ``exit_code``; nothing else reaches the terminal as a traceback.
+"""
+
+from __future__ import annotations
+
+
+class AgentdError(Exception):
+    """A problem the operator can fix; ``str()`` is the whole explanation."""
+
+    exit_code = 1
+
+
+class UsageError(AgentdError):
+    """A bad command line (unknown flag, malformed value)."""
+
+    exit_code = 2
+
+
+class ConfigError(AgentdError):
+    """A config file that cannot be read or holds a bad key or value."""
+
+    exit_code = 2
+
+
+class SecurityError(AgentdError):
+    """A setting that would expose the agent, or a token that cannot be used."""
+
+    exit_code = 3
+
+
+class TlsError(AgentdError):
+    """A TLS certificate or key that cannot be loaded."""
+
+    exit_code = 3
+
+
+class BindError(AgentdError):
+    """A port that cannot be listened on (in use, no permission, bad address)."""
+
+    exit_code = 4
