@@ -1,0 +1,106 @@
+"""One async client per agent: GetInfo, then the Watch stream, reconnecting with backoff.
+
+Each client reports what happens as ``tuiprof.model.events`` through a callback;
+clients share nothing, so one slow or dead host never delays the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.backoff import Backoff
+from tuiprof.client.channel import AgentAddress, open_channel
+from tuiprof.client.errors import describe_rpc_error
+from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
+from tuiprof.model.info import AgentInfo
+from tuiprof.model.snapshot import HostSnapshot
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[HostEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How to reach the agents: shared by every host of one console."""
+
+    token: str | None = None
+    tls_ca: str | None = None
+    interval_ms: int = 0
+    """Requested Watch period; 0 = the agent's own interval."""
+    timeout: float = 5.0
+    """Seconds to wait for GetInfo, and the floor of the stall timeout on the stream."""
+
+
+class HostClient:
+    """Watches one agent until cancelled."""
+
+    def __init__(
+        self,
+        address: AgentAddress,
+        options: ConnectionOptions,
+        emit: Emit,
+        backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.address = address
+        self.host = str(address)
+        self.options = options
+        self._emit = emit
+        self._backoff = backoff or Backoff()
+        self._clock = clock
+        self._stall = self._stall_timeout()
+
+    async def run(self) -> None:
+        """Connect, stream, and on any failure report it and retry after a backoff delay."""
+        while True:
+            try:
+                await self._session()
+                error = "the agent closed the stream"
+            except grpc.aio.AioRpcError as exc:
+                error = describe_rpc_error(exc, self.options.timeout)
+            except TimeoutError:
+                error = f"no snapshot for {self._stall:g} s"
+            self._emit(HostUnreachable(self.host, self._clock(), error))
+            delay = self._backoff.next()
+            log.info("host unreachable", extra={"host": self.host, "error": error, "retry_s": delay})
+            await asyncio.sleep(delay)
+
+    def _stall_timeout(self, agent_interval: float = 1.0) -> float:
+        interval = self.options.interval_ms / 1000 or agent_interval
+        return max(self.options.timeout, 3 * interval)
+
+    async def _session(self) -> None:
+        async with open_channel(self.address, self.options.token, self.options.tls_ca) as channel:
+            stub = pb_grpc.AgentStub(channel)
+            info = await stub.GetInfo(pb.GetInfoRequest(), timeout=self.options.timeout)
+            self._emit(InfoReceived(self.host, self._clock(), AgentInfo.from_proto(info)))
+            self._backoff.reset()
+            self._stall = stall = self._stall_timeout(info.interval_seconds or 1.0)
+            stream = stub.Watch(pb.WatchRequest(interval_ms=self.options.interval_ms))
+            try:
+                while True:
+                    message = await asyncio.wait_for(stream.read(), stall)
+                    if message is grpc.aio.EOF:
+                        return
+                    snapshot = HostSnapshot.from_proto(message)
+                    self._emit(SnapshotReceived(self.host, self._clock(), snapshot))
+            finally:
+                stream.cancel()
+
+
+async def watch_all(
+    addresses: list[AgentAddress], options: ConnectionOptions, emit: Emit
+) -> None:
+    """Run one client per address until cancelled (then all are cancelled)."""
+    async with asyncio.TaskGroup() as group:
+        for address in addresses:
+            group.create_task(HostClient(address, options, emit).run(), name=f"watch {address}")

@@ -1,0 +1,123 @@
+"""The state of every watched host: reachable or not (why, since when), latest data, history."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
+from tuiprof.model.history import DEFAULT_CAPACITY, History
+from tuiprof.model.info import AgentInfo
+from tuiprof.model.snapshot import HostSnapshot
+from tuiprof.model.summary import HostSummary, summarize
+from tuiprof.model.values import Reading
+
+CONNECTING = "connecting"
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    """One host as the console sees it.
+
+    ``reachable`` is None until the first answer or failure. ``last_contact`` is the
+    time of the last answer (None if it never answered); ``error`` says why the host
+    is unreachable now.
+    """
+
+    address: str
+    reachable: bool | None = None
+    error: str = ""
+    last_contact: float | None = None
+    info: AgentInfo | None = None
+    snapshot: HostSnapshot | None = None
+    summary: HostSummary | None = None
+
+    @property
+    def name(self) -> str:
+        """The agent's hostname once known, else the address the user gave."""
+        if self.snapshot is not None and self.snapshot.hostname:
+            return self.snapshot.hostname
+        return self.address
+
+
+def history_samples(snapshot: HostSnapshot, summary: HostSummary) -> Iterator[tuple[str, Reading]]:
+    """The series kept per host: host-wide figures, then per GPU and per rank."""
+    yield "cpu", summary.cpu_percent
+    yield "memory", summary.memory_percent
+    yield "gpu_util", summary.gpu_util_mean
+    yield "sm_active", summary.sm_active_mean
+    yield "power", summary.power_watts
+    yield "busbw", summary.nccl_busbw_bytes_per_s
+    yield "step", summary.step_time_seconds
+    for gpu in snapshot.gpus:
+        yield f"gpu{gpu.index}.util", gpu.utilization_percent
+        yield f"gpu{gpu.index}.memory", gpu.memory_used_bytes
+        yield f"gpu{gpu.index}.power", gpu.power_watts
+    for rank in snapshot.ranks:
+        yield f"{rank.label}.step", rank.step_time_seconds
+
+
+class ClusterState:
+    """Hosts in the order given; ``now`` follows the newest event (or ``tick``)."""
+
+    def __init__(self, addresses: Iterable[str], history_capacity: int = DEFAULT_CAPACITY) -> None:
+        self._capacity = history_capacity
+        self._hosts: dict[str, HostState] = {}
+        self._history: dict[str, History] = {}
+        self.now = 0.0
+        self.version = 0
+        """Bumped on every change, so views can skip redrawing when nothing changed."""
+        for address in addresses:
+            self.add(address)
+
+    def add(self, address: str) -> None:
+        if address not in self._hosts:
+            self._hosts[address] = HostState(address, error=CONNECTING)
+            self._history[address] = History(self._capacity)
+            self.version += 1
+
+    def apply(self, event: HostEvent) -> HostState:
+        self.add(event.host)
+        old = self._hosts[event.host]
+        self.now = max(self.now, event.at)
+        if isinstance(event, SnapshotReceived):
+            summary = summarize(event.snapshot)
+            self._history[event.host].extend(history_samples(event.snapshot, summary))
+            new = dataclasses.replace(
+                old, reachable=True, error="", last_contact=event.at,
+                snapshot=event.snapshot, summary=summary,
+            )
+        elif isinstance(event, InfoReceived):
+            new = dataclasses.replace(
+                old, reachable=True, error="", last_contact=event.at, info=event.info
+            )
+        elif isinstance(event, HostUnreachable):
+            new = dataclasses.replace(old, reachable=False, error=event.error)
+        else:
+            raise TypeError(f"not a host event: {event!r}")
+        self._hosts[event.host] = new
+        self.version += 1
+        return new
+
+    def tick(self, now: float) -> None:
+        """Advance the clock used for "last contact N s ago"."""
+        self.now = max(self.now, now)
+
+    def host(self, address: str) -> HostState:
+        try:
+            return self._hosts[address]
+        except KeyError:
+            raise KeyError(f"unknown host {address!r}; watched: {', '.join(self._hosts)}") from None
+
+    def history(self, address: str) -> History:
+        return self._history[address]
+
+    def hosts(self) -> list[HostState]:
+        return list(self._hosts.values())
+
+    def addresses(self) -> list[str]:
+        return list(self._hosts)
+
+    def since_contact(self, state: HostState) -> float | None:
+        return None if state.last_contact is None else self.now - state.last_contact
