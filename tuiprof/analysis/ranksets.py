@@ -1,0 +1,83 @@
+"""Rank sets folded as text (``0-3,5-7``), the way STAT prints task lists.
+
+Inside the analysis layer a rank set is a Python ``int`` bit mask (bit ``r`` set
+= rank ``r`` is in the set): union is one ``|`` and a 4096-rank set is 512
+bytes, which keeps merging thousands of stacks cheap. These helpers convert
+between masks, sorted rank lists and the folded text users read and type.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class RankSetError(ValueError):
+    """A folded rank set that cannot be parsed (names the bad part)."""
+
+
+def mask_of(ranks: Iterable[int]) -> int:
+    """The bit mask of ``ranks``; ranks must be non-negative."""
+    mask = 0
+    for rank in ranks:
+        if rank < 0:
+            raise RankSetError(f"rank {rank} is negative; ranks are 0 or more")
+        mask |= 1 << rank
+    return mask
+
+
+def ranks_of(mask: int) -> list[int]:
+    """The sorted ranks whose bits are set in ``mask``."""
+    ranks = []
+    while mask:
+        low = mask & -mask
+        ranks.append(low.bit_length() - 1)
+        mask ^= low
+    return ranks
+
+
+def count(mask: int) -> int:
+    """How many ranks ``mask`` holds."""
+    return mask.bit_count()
+
+
+def fold(ranks: Iterable[int] | int) -> str:
+    """``[0, 1, 2, 3, 5]`` (or its mask) as ``"0-3,5"``; the empty set is ``""``."""
+    ordered = ranks_of(ranks) if isinstance(ranks, int) else sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = None
+    for rank in ordered:
+        if prev is not None and rank == prev + 1:
+            prev = rank
+            continue
+        if start is not None:
+            parts.append(_span(start, prev))
+        start = prev = rank
+    if start is not None:
+        parts.append(_span(start, prev))
+    return ",".join(parts)
+
+
+def _span(start: int, end: int) -> str:
+    return str(start) if start == end else f"{start}-{end}"
+
+
+def parse(text: str) -> list[int]:
+    """``"0-3,5"`` as ``[0, 1, 2, 3, 5]`` (sorted, no duplicates)."""
+    ranks: set[int] = set()
+    if not text.strip():
+        return []
+    for part in text.split(","):
+        match = _RANGE.match(part.strip())
+        if not match:
+            raise RankSetError(
+                f"bad rank range {part.strip()!r} in {text!r}: expected N or N-M, e.g. 0-3,5"
+            )
+        start = int(match.group(1))
+        end = int(match.group(2)) if match.group(2) is not None else start
+        if end < start:
+            raise RankSetError(f"bad rank range {part.strip()!r}: {end} is below {start}")
+        ranks.update(range(start, end + 1))
+    return sorted(ranks)

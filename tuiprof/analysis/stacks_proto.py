@@ -1,0 +1,64 @@
+"""Merged stack trees to and from the wire (``pb.StackNode``, ``pb.RankStacks``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.analysis import ranksets
+from tuiprof.analysis.stacks import Frame, MergedStacks, Node, ThreadSample, normalize_frames
+
+
+def samples_from_ranks(ranks: Iterable[pb.RankStacks]) -> list[ThreadSample]:
+    """Thread samples of the ranks that have a rank number and stacks."""
+    samples = []
+    for rank in ranks:
+        if not rank.HasField("rank") or rank.rank < 0:
+            continue
+        for thread in rank.threads:
+            samples.append(ThreadSample(rank.rank, thread.thread_name, normalize_frames(thread.frames)))
+    return samples
+
+
+def tree_to_proto(merged: MergedStacks) -> pb.StackNode:
+    root = pb.StackNode(ranks=ranksets.ranks_of(merged.ranks))
+    for thread, node in sorted(merged.threads.items()):
+        group = root.children.add(thread=thread)
+        _node_to_proto(node, group)
+    return root
+
+
+def _node_to_proto(node: Node, out: pb.StackNode) -> None:
+    pending = [(node, out)]
+    while pending:
+        source, target = pending.pop()
+        target.ranks.extend(ranksets.ranks_of(source.ranks))
+        if source.frame is not None:
+            f = source.frame
+            target.frame.CopyFrom(pb.Frame(function=f.function, file=f.file, line=f.line, native=f.native))
+        for child in source.children.values():
+            pending.append((child, target.children.add()))
+
+
+class TreeFormatError(ValueError):
+    """A StackNode tree that does not have the merged-tree shape."""
+
+
+def tree_from_proto(root: pb.StackNode) -> MergedStacks:
+    merged = MergedStacks(ranks=ranksets.mask_of(root.ranks))
+    for group in root.children:
+        if not group.thread:
+            raise TreeFormatError(
+                "a child of the merged root has no thread name; expected one thread group per child"
+            )
+        node = merged.root(group.thread)
+        pending = [(group, node)]
+        while pending:
+            source, target = pending.pop()
+            target.ranks |= ranksets.mask_of(source.ranks)
+            for child in source.children:
+                f = child.frame
+                frame = Frame(f.function, f.file, f.line, f.native)
+                pending.append((child, target.child(frame)))
+        merged.ranks |= node.ranks
+    return merged

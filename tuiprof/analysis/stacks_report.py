@@ -1,0 +1,120 @@
+"""What a merged stack tree says, as JSON, as an indented tree, and as folded stacks.
+
+One report shape serves ``tuiprof stacks --json``, its text output, and the
+console's export keys, so they never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuiprof.analysis import ranksets
+from tuiprof.analysis.stacks import (
+    EquivalenceClass,
+    MergedStacks,
+    Node,
+    Suspect,
+    equivalence_classes,
+    find_suspects,
+)
+
+
+@dataclass(frozen=True)
+class StacksReport:
+    merged: MergedStacks
+    thread: str | None
+    classes: list[EquivalenceClass]
+    suspects: list[Suspect]
+
+
+def build_report(
+    merged: MergedStacks, collective_findings: dict[int, str] | None = None, thread: str | None = None
+) -> StacksReport:
+    """Classes and suspects of ``thread`` (default: the main thread)."""
+    thread = thread or merged.main_thread()
+    classes = equivalence_classes(merged, thread)
+    return StacksReport(merged, thread, classes, find_suspects(classes, collective_findings))
+
+
+def report_json(report: StacksReport) -> dict:
+    """``{"ranks", "thread", "classes", "suspects", "tree"}`` (the documented schema)."""
+    return {
+        "ranks": report.merged.ranks.bit_count(),
+        "thread": report.thread,
+        "classes": [
+            {
+                "ranks": ranksets.fold(c.ranks),
+                "count": c.count,
+                "leaf": c.leaf.label() if c.leaf else None,
+                "where": c.where(),
+                "frames": [f.label() for f in c.frames],
+            }
+            for c in report.classes
+        ],
+        "suspects": [{"ranks": ranksets.fold(s.ranks), "reason": s.reason} for s in report.suspects],
+        "tree": [
+            _node_json(report.merged, node, thread)
+            for thread, node in sorted(report.merged.threads.items())
+        ],
+    }
+
+
+def _node_json(merged: MergedStacks, root: Node, thread: str) -> dict:
+    top = {"thread": thread}
+    pending = [(root, top)]
+    while pending:
+        node, out = pending.pop()
+        if node.frame is not None:
+            f = node.frame
+            out.update(function=f.function, file=f.file, line=f.line, native=f.native, label=f.label())
+        out.update(
+            ranks=ranksets.fold(node.ranks),
+            count=node.ranks.bit_count(),
+            missing=ranksets.fold(merged.missing(node)),
+        )
+        children = out["children"] = []
+        for child in node.sorted_children():
+            children.append({})
+            pending.append((child, children[-1]))
+    return top
+
+
+def render_text(report: StacksReport, max_width: int = 160) -> str:
+    """The tree of every thread group, then the classes and the suspects."""
+    lines: list[str] = []
+    total = report.merged.ranks.bit_count()
+    for thread, root in sorted(report.merged.threads.items(), key=lambda kv: kv[0] != report.thread):
+        lines.append(f"{thread}  [{ranksets.fold(root.ranks)}] {root.ranks.bit_count()}/{total} ranks")
+        pending = [(child, "", i == len(kids) - 1) for kids in [root.sorted_children()] for i, child in enumerate(kids)]
+        pending.reverse()
+        while pending:
+            node, indent, last = pending.pop()
+            missing = report.merged.missing(node)
+            text = f"{indent}{'└─ ' if last else '├─ '}{node.frame.label()}  [{ranksets.fold(node.ranks)}]"
+            if missing:
+                text += f"  not: [{ranksets.fold(missing)}]"
+            lines.append(text[:max_width])
+            kids = node.sorted_children()
+            child_indent = indent + ("   " if last else "│  ")
+            for i, child in reversed(list(enumerate(kids))):
+                pending.append((child, child_indent, i == len(kids) - 1))
+        lines.append("")
+    lines.append(f"Equivalence classes of {report.thread} (smallest first):")
+    for c in report.classes:
+        lines.append(f"  {c.count:>5}  [{ranksets.fold(c.ranks)}]  {c.where()}")
+    if report.suspects:
+        lines.append("Suspects:")
+        lines.extend(f"  {s.reason}" for s in report.suspects)
+    else:
+        lines.append("No suspect: no rank stands apart from the others.")
+    return "\n".join(lines) + "\n"
+
+
+def folded(merged: MergedStacks) -> str:
+    """Folded stacks (``thread;outer;...;inner COUNT``), one line per class, for flame-graph tools."""
+    lines = []
+    for thread in sorted(merged.threads):
+        for c in equivalence_classes(merged, thread):
+            parts = [thread, *(f.label() for f in c.frames)]
+            lines.append(";".join(p.replace(";", ":") for p in parts) + f" {c.count}")
+    return "\n".join(sorted(lines)) + ("\n" if lines else "")
