@@ -1,0 +1,255 @@
+"""Host metrics from psutil: CPU, load, memory, NICs, disks, process count.
+
+Rates (CPU percentages, bytes/s, IOPS) are deltas between two consecutive
+samples divided by the time between them. The first sample of anything (the
+first tick, or a NIC/disk that just appeared) has no previous value, so its
+rates are reported unavailable with the reason "first sample", never as 0; a
+counter that went backwards (device reset, driver reload) gives "counter reset".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from typing import Callable, NamedTuple
+
+import psutil
+
+from agentd.collectors.base import Collector
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+FIRST_SAMPLE = "first sample"
+COUNTER_RESET = "counter reset"
+
+# Devices that are not disks a user cares about: loop devices, RAM disks,
+# compressed swap, floppies. Partitions are excluded separately (only whole
+# disks listed in /sys/block are reported, so nothing is counted twice).
+_IGNORED_DISK_PREFIXES = ("loop", "ram", "zram", "fd")
+
+
+class CpuTimes(NamedTuple):
+    """The /proc/stat fields that make up one CPU's time, in seconds."""
+
+    user: float
+    nice: float
+    system: float
+    idle: float
+    iowait: float
+    irq: float
+    softirq: float
+    steal: float
+
+    @classmethod
+    def from_psutil(cls, times: object) -> CpuTimes:
+        return cls(*(float(getattr(times, field, 0.0)) for field in cls._fields))
+
+    def total(self) -> float:
+        """All time; guest time is already inside user/nice on Linux."""
+        return sum(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuShares:
+    """Percent of a CPU's time spent per mode over one interval."""
+
+    user_percent: float
+    system_percent: float
+    idle_percent: float
+    iowait_percent: float
+
+
+def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | str:
+    """Per-mode percentages between two readings, or the reason there are none."""
+    elapsed = current.total() - previous.total()
+    if elapsed < 0:
+        return COUNTER_RESET
+    if elapsed == 0:
+        return "no CPU time elapsed between samples"
+
+    def share(field: str) -> float:
+        delta = getattr(current, field) - getattr(previous, field)
+        return min(100.0, max(0.0, 100.0 * delta / elapsed))
+
+    return CpuShares(share("user"), share("system"), share("idle"), share("iowait"))
+
+
+def counter_rate(previous: int | None, current: int, seconds: float) -> float | str:
+    """Per-second rate of a monotonic counter, or the reason it has none."""
+    if previous is None:
+        return FIRST_SAMPLE
+    if current < previous:
+        return COUNTER_RESET
+    if seconds <= 0:
+        return "no time elapsed between samples"
+    return (current - previous) / seconds
+
+
+def _set_rate(message: object, field: str, rate: float | str) -> None:
+    """Set ``message.field`` to ``rate``, or record why it is unavailable."""
+    if isinstance(rate, str):
+        message.unavailable[field] = rate  # type: ignore[attr-defined]
+    else:
+        setattr(message, field, rate)
+
+
+def _counter(reading: object | None, field: str) -> int | None:
+    """A counter of the previous reading, None when there was none."""
+    return None if reading is None else getattr(reading, field)
+
+
+def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats, shares: CpuShares | str) -> None:
+    for field in ("user_percent", "system_percent", "idle_percent", "iowait_percent"):
+        _set_rate(message, field, shares if isinstance(shares, str) else getattr(shares, field))
+
+
+class _Raw(NamedTuple):
+    """One psutil reading of every monotonic counter the rates come from."""
+
+    at: float
+    cpu_total: CpuTimes
+    cpu_cores: list[CpuTimes]
+    nics: dict[str, object]
+    disks: dict[str, object]
+
+
+def whole_disks(names: list[str], sys_block: str = "/sys/block") -> list[str]:
+    """The names that are whole block devices worth reporting (no partitions, loops, RAM disks)."""
+    return [
+        name
+        for name in names
+        if os.path.exists(os.path.join(sys_block, name)) and not name.startswith(_IGNORED_DISK_PREFIXES)
+    ]
+
+
+class HostCollector(Collector):
+    """psutil sampler; one ``collect`` reads every counter once (well under 1 ms)."""
+
+    name = "host"
+
+    def __init__(self, interval_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(interval_seconds)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._previous: _Raw | None = None
+        self._cpu = pb.CpuStats()
+        self._memory = pb.MemoryStats()
+        self._nics: list[pb.NicStats] = []
+        self._disks: list[pb.DiskStats] = []
+        self._sampled = False
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
+
+    def collect(self) -> None:
+        raw = self._read()
+        previous = self._previous
+        cpu = self._cpu_stats(previous, raw)
+        memory = self._memory_stats()
+        nics = self._nic_stats(previous, raw)
+        disks = self._disk_stats(previous, raw)
+        self._previous = raw
+        with self._lock:
+            self._cpu, self._memory, self._nics, self._disks = cpu, memory, nics, disks
+            self._sampled = True
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        with self._lock:
+            if not self._sampled:
+                return
+            snapshot.cpu.CopyFrom(self._cpu)
+            snapshot.memory.CopyFrom(self._memory)
+            snapshot.nics.extend(self._nics)
+            snapshot.disks.extend(self._disks)
+
+    def _read(self) -> _Raw:
+        nics = psutil.net_io_counters(pernic=True, nowrap=True)
+        disk_counters = psutil.disk_io_counters(perdisk=True, nowrap=True) or {}
+        disks = {name: disk_counters[name] for name in whole_disks(sorted(disk_counters))}
+        return _Raw(
+            at=self._clock(),
+            cpu_total=CpuTimes.from_psutil(psutil.cpu_times()),
+            cpu_cores=[CpuTimes.from_psutil(times) for times in psutil.cpu_times(percpu=True)],
+            nics=nics,
+            disks=disks,
+        )
+
+    @staticmethod
+    def _cpu_stats(previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
+        cpu = pb.CpuStats()
+        if previous is None:
+            _fill_shares(cpu, FIRST_SAMPLE)
+        else:
+            _fill_shares(cpu, cpu_shares(previous.cpu_total, raw.cpu_total))
+        for index, times in enumerate(raw.cpu_cores):
+            core = cpu.cores.add(cpu=index)
+            if previous is None or index >= len(previous.cpu_cores):
+                _fill_shares(core, FIRST_SAMPLE)
+            else:
+                _fill_shares(core, cpu_shares(previous.cpu_cores[index], times))
+        cpu.load1, cpu.load5, cpu.load15 = psutil.getloadavg()
+        cpu.process_count = len(psutil.pids())
+        return cpu
+
+    @staticmethod
+    def _memory_stats() -> pb.MemoryStats:
+        virtual = psutil.virtual_memory()
+        swap = psutil.swap_memory()
+        return pb.MemoryStats(
+            total_bytes=virtual.total,
+            used_bytes=virtual.total - virtual.available,
+            available_bytes=virtual.available,
+            swap_total_bytes=swap.total,
+            swap_used_bytes=swap.used,
+        )
+
+    @staticmethod
+    def _nic_stats(previous: _Raw | None, raw: _Raw) -> list[pb.NicStats]:
+        seconds = raw.at - previous.at if previous else 0.0
+        nics = []
+        for name, now in sorted(raw.nics.items()):
+            before = previous.nics.get(name) if previous else None
+            nic = pb.NicStats(
+                name=name,
+                rx_bytes_total=now.bytes_recv,
+                tx_bytes_total=now.bytes_sent,
+                rx_errors_total=now.errin,
+                tx_errors_total=now.errout,
+                rx_drops_total=now.dropin,
+                tx_drops_total=now.dropout,
+            )
+            for field, counter in (("rx_bytes_per_s", "bytes_recv"), ("tx_bytes_per_s", "bytes_sent")):
+                _set_rate(nic, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
+            nics.append(nic)
+        return nics
+
+    @staticmethod
+    def _disk_stats(previous: _Raw | None, raw: _Raw) -> list[pb.DiskStats]:
+        seconds = raw.at - previous.at if previous else 0.0
+        disks = []
+        for name, now in sorted(raw.disks.items()):
+            before = previous.disks.get(name) if previous else None
+            disk = pb.DiskStats(
+                name=name,
+                read_bytes_total=now.read_bytes,
+                write_bytes_total=now.write_bytes,
+                busy_seconds_total=now.busy_time / 1000.0,
+                reads_total=now.read_count,
+                writes_total=now.write_count,
+            )
+            pairs = (
+                ("read_bytes_per_s", "read_bytes"),
+                ("write_bytes_per_s", "write_bytes"),
+                ("read_iops", "read_count"),
+                ("write_iops", "write_count"),
+            )
+            for field, counter in pairs:
+                _set_rate(disk, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
+            busy_ms_per_s = counter_rate(_counter(before, "busy_time"), now.busy_time, seconds)
+            _set_rate(disk, "busy_percent", busy_ms_per_s if isinstance(busy_ms_per_s, str) else min(100.0, busy_ms_per_s / 10.0))
+            disks.append(disk)
+        return disks
