@@ -1,0 +1,286 @@
+"""CPU performance counters (tuiprof_native.pmu) for the host and for tracked processes.
+
+Host scope: system-wide per CPU where the kernel allows it (perf_event_paranoid
+<= 0 or CAP_PERFMON); otherwise "process" scope, the sum over the tracked
+processes (agentd itself until ranks are tracked). Tracked processes (the
+ranks, added with ``track(pid)``) are also counted one by one for RankStats.
+
+Hardware events are tried once per counter set; where they fail the reason
+(errno and cause) is reported in ``hardware_reason`` and every hardware-derived
+rate is unavailable with that reason. Rates are per interval (see
+tuiprof_native.pmu: dynolog's are since-start averages).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import resource
+import threading
+from typing import Iterable
+
+from agentd.collectors.base import Collector
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+try:
+    from tuiprof_native import pmu as native
+except ImportError as error:  # the extension is built by the package's build; say so if it was not
+    native = None
+    _IMPORT_ERROR = f"tuiprof_native.pmu is not built ({error}); reinstall the package"
+else:
+    _IMPORT_ERROR = ""
+
+# System-wide the task clock counts idle time too (it is wall time per CPU),
+# so only the process scope counts it.
+_SYSTEM_SOFTWARE = ("context_switches", "page_faults", "cpu_migrations")
+_PROCESS_SOFTWARE = ("task_clock", "context_switches", "page_faults", "cpu_migrations")
+_HARDWARE_FIELDS = ("mips", "mega_cycles_per_s", "ipc", "cache_misses_per_s", "cache_miss_percent", "branch_misses_per_s")
+# The events each PmuStats field is computed from (to name the missing one).
+_FIELD_EVENTS = {
+    "mips": ("instructions",),
+    "mega_cycles_per_s": ("cycles",),
+    "ipc": ("instructions", "cycles"),
+    "cache_misses_per_s": ("cache_misses",),
+    "cache_miss_percent": ("cache_misses", "cache_references"),
+    "branch_misses_per_s": ("branch_misses",),
+    "task_clock_cpus": ("task_clock",),
+    "context_switches_per_s": ("context_switches",),
+    "page_faults_per_s": ("page_faults",),
+    "cpu_migrations_per_s": ("cpu_migrations",),
+}
+_SYSTEM_TASK_CLOCK = "system-wide task clock counts idle time; use the host CPU percentages"
+FIRST_SAMPLE = "first sample"
+
+
+def _raise_fd_limit() -> None:
+    """One fd per event per CPU (or thread): lift the soft RLIMIT_NOFILE to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+@dataclasses.dataclass
+class _Counted:
+    """A software and (maybe) a hardware counter set with their last samples."""
+
+    software: "native.CounterSet"
+    hardware: "native.CounterSet | None"
+    hardware_reason: str
+    previous: list = dataclasses.field(default_factory=list)
+
+    def sets(self) -> list:
+        return [s for s in (self.software, self.hardware) if s is not None]
+
+    def interval(self) -> "native.IntervalCounts | None":
+        """Counts since the previous call (None on the first call)."""
+        current = [counter_set.sample() for counter_set in self.sets()]
+        previous, self.previous = self.previous, current
+        if not previous:
+            return None
+        return native.IntervalCounts.combined(
+            native.interval_counts(before, after, counter_set.events)
+            for before, after, counter_set in zip(previous, current, self.sets())
+        )
+
+    def close(self) -> None:
+        for counter_set in self.sets():
+            counter_set.close()
+
+
+def _open(scope: str, pid: int = -1) -> _Counted:
+    """Open software counters (must work) and hardware counters (reason when not)."""
+    if scope == "system":
+        software = native.CounterSet.system_wide(_SYSTEM_SOFTWARE)
+    else:
+        software = native.CounterSet.for_process(pid, _PROCESS_SOFTWARE)
+    try:
+        if scope == "system":
+            hardware = native.CounterSet.system_wide(native.HARDWARE_EVENTS)
+        else:
+            hardware = native.CounterSet.for_process(pid, native.HARDWARE_EVENTS)
+    except native.PerfEventError as error:
+        return _Counted(software, None, str(error))
+    return _Counted(software, hardware, "")
+
+
+def summed(intervals: Iterable["native.IntervalCounts"]) -> "native.IntervalCounts":
+    """Add up the counts of several processes over the same interval."""
+    intervals = list(intervals)
+    counts: dict[str, float] = {}
+    missing: dict[str, str] = {}
+    for interval in intervals:
+        missing.update(interval.missing)
+        for event, count in interval.counts.items():
+            counts[event] = counts.get(event, 0.0) + count
+    for event in counts:
+        missing.pop(event, None)
+    return native.IntervalCounts(max(i.seconds for i in intervals), counts, missing)
+
+
+def pmu_stats(scope: str, interval: "native.IntervalCounts | None", hardware_reason: str) -> pb.PmuStats:
+    """PmuStats for one interval; every value that cannot be given says why."""
+    stats = pb.PmuStats(scope=scope, hardware_available=not hardware_reason, hardware_reason=hardware_reason)
+    values = _derived(interval) if interval is not None else {}
+    for field in _FIELD_EVENTS:
+        value = values.get(field)
+        if field in _HARDWARE_FIELDS and hardware_reason:
+            stats.unavailable[field] = f"hardware counters unavailable: {hardware_reason}"
+        elif field == "task_clock_cpus" and scope == "system":
+            stats.unavailable[field] = _SYSTEM_TASK_CLOCK
+        elif interval is None:
+            stats.unavailable[field] = FIRST_SAMPLE
+        elif value is None:
+            stats.unavailable[field] = _missing_reason(field, interval)
+        else:
+            setattr(stats, field, value)
+    return stats
+
+
+def _derived(interval: "native.IntervalCounts") -> dict[str, float | None]:
+    return {
+        "mips": interval.mips,
+        "mega_cycles_per_s": interval.mega_cycles_per_s,
+        "ipc": interval.ipc,
+        "cache_misses_per_s": interval.per_second("cache_misses"),
+        "cache_miss_percent": interval.cache_miss_percent,
+        "branch_misses_per_s": interval.per_second("branch_misses"),
+        "task_clock_cpus": interval.task_clock_cpus,
+        "context_switches_per_s": interval.per_second("context_switches"),
+        "page_faults_per_s": interval.per_second("page_faults"),
+        "cpu_migrations_per_s": interval.per_second("cpu_migrations"),
+    }
+
+
+def _missing_reason(field: str, interval: "native.IntervalCounts") -> str:
+    for event in _FIELD_EVENTS[field]:
+        if event in interval.missing:
+            return f"{event}: {interval.missing[event]}"
+    return "zero denominator in this interval"
+
+
+class PmuCollector(Collector):
+    """perf_event counters: host scope plus one counter set per tracked process."""
+
+    name = "pmu"
+
+    def __init__(self, interval_seconds: float) -> None:
+        super().__init__(interval_seconds)
+        self._lock = threading.Lock()
+        self._reason = ""
+        self._host: _Counted | None = None
+        self._scope = ""
+        self._tracked: dict[int, _Counted] = {}
+        self._host_stats: pb.PmuStats | None = None
+        self._process_stats: dict[int, pb.PmuStats] = {}
+        self._start()
+
+    def _start(self) -> None:
+        if native is None:
+            self._reason = _IMPORT_ERROR
+            return
+        if native.paranoid_level() is None:
+            self._reason = f"perf_event is not supported by this kernel (no {native.PARANOID_PATH})"
+            return
+        _raise_fd_limit()
+        try:
+            self._host, self._scope = _open("system"), "system"
+        except native.PerfEventError as error:
+            log.info("pmu: system-wide counting refused, counting tracked processes", extra={"reason": str(error)})
+            self._scope = "process"
+            try:
+                self.track(os.getpid())
+            except native.PerfEventError as own_error:
+                self._reason = f"system-wide: {error}; this process: {own_error}"
+
+    @property
+    def scope(self) -> str:
+        """"system" (all CPUs) or "process" (the tracked processes summed)."""
+        return self._scope
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(
+            name=self.name, available=not self._reason, reason=self._reason, interval_seconds=self.interval_seconds
+        )
+
+    def track(self, pid: int) -> None:
+        """Count ``pid`` (all its threads, present and future). Raises PerfEventError (e.g. ESRCH)."""
+        if native is None:
+            raise RuntimeError(_IMPORT_ERROR)
+        counted = _open("process", pid)
+        with self._lock:
+            old = self._tracked.pop(pid, None)
+            self._tracked[pid] = counted
+        if old is not None:
+            old.close()
+
+    def untrack(self, pid: int) -> None:
+        """Stop counting ``pid`` and close its file descriptors."""
+        with self._lock:
+            counted = self._tracked.pop(pid, None)
+            self._process_stats.pop(pid, None)
+        if counted is not None:
+            counted.close()
+
+    def tracked(self) -> list[int]:
+        with self._lock:
+            return sorted(self._tracked)
+
+    def collect(self) -> None:
+        if self._reason:
+            return
+        with self._lock:
+            tracked = dict(self._tracked)
+        gone = [pid for pid in tracked if not os.path.exists(f"/proc/{pid}")]
+        for pid in gone:
+            log.info("pmu: tracked process exited", extra={"pid": pid})
+            self.untrack(pid)
+            del tracked[pid]
+        intervals = {pid: counted.interval() for pid, counted in tracked.items()}
+        process_stats = {
+            pid: pmu_stats("process", intervals[pid], counted.hardware_reason) for pid, counted in tracked.items()
+        }
+        if self._scope == "system":
+            host = pmu_stats("system", self._host.interval(), self._host.hardware_reason)
+        else:
+            host = self._process_scope_stats(tracked, intervals)
+        with self._lock:
+            self._host_stats = host
+            self._process_stats = {pid: s for pid, s in process_stats.items() if pid in self._tracked}
+
+    @staticmethod
+    def _process_scope_stats(tracked: dict[int, _Counted], intervals: dict) -> pb.PmuStats:
+        if not tracked:
+            stats = pb.PmuStats(scope="process", hardware_available=False, hardware_reason="no tracked processes")
+            for field in _FIELD_EVENTS:
+                stats.unavailable[field] = "no tracked processes"
+            return stats
+        reason = next((c.hardware_reason for c in tracked.values() if c.hardware_reason), "")
+        present = [interval for interval in intervals.values() if interval is not None]
+        return pmu_stats("process", summed(present) if present else None, reason)
+
+    def process_stats(self, pid: int) -> pb.PmuStats | None:
+        """The latest interval's counters of one tracked process (for RankStats.pmu)."""
+        with self._lock:
+            stats = self._process_stats.get(pid)
+            if stats is None:
+                return None
+            copy = pb.PmuStats()
+            copy.CopyFrom(stats)
+            return copy
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        with self._lock:
+            if self._host_stats is not None:
+                snapshot.pmu.CopyFrom(self._host_stats)
+
+    def close(self) -> None:
+        with self._lock:
+            tracked, self._tracked = list(self._tracked.values()), {}
+        for counted in tracked:
+            counted.close()
+        if self._host is not None:
+            self._host.close()
+            self._host = None
