@@ -6,6 +6,8 @@ with its ``exit_code``; nothing else reaches the terminal as a traceback.
 
 from __future__ import annotations
 
+import errno
+
 
 class AgentdError(Exception):
     """A problem the operator can fix; ``str()`` is the whole explanation."""
@@ -41,3 +43,16 @@ class BindError(AgentdError):
     """A port that cannot be listened on (in use, no permission, bad address)."""
 
     exit_code = 4
+
+    @classmethod
+    def for_port(cls, what: str, host: str, port: int, exc: OSError, flag: str) -> "BindError":
+        """The error for a failed bind of ``what`` (gRPC, metrics) with its usual cause."""
+        if exc.errno == errno.EADDRINUSE:
+            return cls(f"{what} port {port} on {host} is already in use (another agentd?); "
+                       f"stop that process or choose another port with {flag}")
+        if exc.errno == errno.EACCES:
+            return cls(f"no permission to listen on {what} port {port}; "
+                       f"use a port above 1023 with {flag}")
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return cls(f"cannot listen on {host}: no local interface has that address; check --host")
+        return cls(f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}; check --host")

@@ -1,0 +1,132 @@
+"""The agent's state: one HostSnapshot per interval, handed to every watcher as a latest value.
+
+Collectors sample on their own threads (``agentd.runner``); this module only
+assembles what they last sampled, on the asyncio loop that also serves gRPC.
+Watchers (gRPC ``Watch`` streams, the JSON sink) each own a ``LatestSlot``:
+publishing overwrites the slot, so a watcher that falls behind skips snapshots
+and never holds more than one, however slow it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable, Sequence
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.runner import CollectorRunner
+
+log = logging.getLogger(__name__)
+
+
+class LatestSlot:
+    """Holds at most one snapshot: the newest one not yet taken."""
+
+    def __init__(self) -> None:
+        self._value: pb.HostSnapshot | None = None
+        self._ready = asyncio.Event()
+
+    def put(self, snapshot: pb.HostSnapshot) -> None:
+        self._value = snapshot
+        self._ready.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._value is not None
+
+    async def take(self) -> pb.HostSnapshot:
+        await self._ready.wait()
+        self._ready.clear()
+        value, self._value = self._value, None
+        assert value is not None
+        return value
+
+
+class Agent:
+    """Runs the collectors and publishes a snapshot every ``interval_seconds``.
+
+    Snapshots are shared between watchers: treat them as read-only.
+    """
+
+    def __init__(
+        self,
+        runners: Sequence[CollectorRunner],
+        interval_seconds: float,
+        hostname: str | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.runners = list(runners)
+        self.interval_seconds = interval_seconds
+        self.hostname = hostname or socket.gethostname()
+        self._clock_ns = clock_ns
+        self._sequence = 0
+        self._watchers: set[LatestSlot] = set()
+        self.latest: pb.HostSnapshot | None = None
+        self.latest_monotonic: float | None = None
+
+    def start_collectors(self) -> None:
+        for runner in self.runners:
+            runner.start()
+
+    def stop_collectors(self) -> None:
+        for runner in self.runners:
+            runner.stop()
+
+    def statuses(self) -> list[pb.CollectorStatus]:
+        return [runner.status() for runner in self.runners]
+
+    def describe(self, info: pb.AgentInfo) -> None:
+        """Let every collector add what it knows to ``info`` (GPUs, driver versions)."""
+        for runner in self.runners:
+            runner.describe(info)
+        del info.collectors[:]
+        info.collectors.extend(self.statuses())
+
+    def snapshot(self) -> pb.HostSnapshot:
+        """Assemble one snapshot from every collector's latest sample."""
+        self._sequence += 1
+        snapshot = pb.HostSnapshot(
+            hostname=self.hostname,
+            timestamp_unix_ns=self._clock_ns(),
+            sequence=self._sequence,
+        )
+        for runner in self.runners:
+            snapshot.collectors.append(runner.fill(snapshot, runner.status()))
+        return snapshot
+
+    def subscribe(self) -> LatestSlot:
+        """A slot that receives every published snapshot, starting with the newest one."""
+        slot = LatestSlot()
+        if self.latest is not None:
+            slot.put(self.latest)
+        self._watchers.add(slot)
+        return slot
+
+    def unsubscribe(self, slot: LatestSlot) -> None:
+        self._watchers.discard(slot)
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._watchers)
+
+    def publish(self, snapshot: pb.HostSnapshot) -> None:
+        self.latest = snapshot
+        self.latest_monotonic = time.monotonic()
+        for slot in self._watchers:
+            slot.put(snapshot)
+
+    async def run(self) -> None:
+        """Publish a snapshot every interval until cancelled, on a fixed phase."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            self.publish(self.snapshot())
+            deadline += self.interval_seconds
+            now = loop.time()
+            if deadline < now:
+                skipped = int((now - deadline) // self.interval_seconds) + 1
+                log.warning("snapshot loop fell behind", extra={"skipped_intervals": skipped})
+                deadline += skipped * self.interval_seconds
+            await asyncio.sleep(deadline - now)

@@ -1,0 +1,197 @@
+"""Putting agentd together: check the settings, bind every port, then start sampling.
+
+Everything that can fail on bad input (token, TLS files, trace dir, ports) is
+done before any collector thread starts, so a mistake ends the process at once
+with one ``AgentdError``. ``Daemon`` is used by the CLI and by the embedded agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import errno
+import logging
+import pathlib
+import socket
+import ssl
+from collections.abc import Sequence
+
+import grpc
+
+from agentd.agent import Agent
+from agentd.auth import BearerTokenInterceptor, check_exposure, load_token
+from agentd.config import AgentConfig
+from agentd.errors import BindError, ConfigError, TlsError
+from agentd.metrics_http import MetricsServer
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from agentd.registry import COLLECTORS
+from agentd.runner import CollectorRunner, load_collectors
+from agentd.server import AgentServicer, StacksService, TraceService, agent_info, static_info
+from agentd.sinks import JsonLinesSink
+from tuiprof.client.channel import AgentAddress
+
+log = logging.getLogger(__name__)
+
+# Seconds in-flight calls get to finish when agentd stops.
+STOP_GRACE_SECONDS = 1.0
+
+
+def build_services(config: AgentConfig, agent: Agent) -> tuple[TraceService | None, StacksService | None]:
+    """The trace and stacks services the gRPC servicer delegates to (None: not wired in yet)."""
+    return None, None
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoints:
+    """Where a started agent listens (ports are the bound ones, also when 0 was asked for)."""
+
+    host: str
+    grpc_port: int
+    metrics_port: int | None
+    tls: bool
+    token_required: bool
+
+    @property
+    def address(self) -> AgentAddress:
+        return AgentAddress(self.host, self.grpc_port)
+
+
+def _tls_credentials(config: AgentConfig) -> grpc.ServerCredentials | None:
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    try:
+        # ssl gives a precise message for bad PEM or a key that does not match.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(config.tls_cert, config.tls_key)
+        key, cert = config.tls_key.read_bytes(), config.tls_cert.read_bytes()
+    except (OSError, ssl.SSLError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TlsError(
+            f"cannot use TLS certificate {config.tls_cert} with key {config.tls_key}: {detail}; "
+            "give a PEM certificate and its matching PEM private key"
+        ) from None
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+def _prepare_trace_dir(path: pathlib.Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o750)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create trace directory {path}: {exc.strerror}; choose another with --trace-dir"
+        ) from None
+
+
+def _grpc_bind_error(host: str, port: int) -> BindError:
+    """Why grpc could not bind: grpc only says "failed", so ask the OS the same question."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, port))
+    except OSError as exc:
+        return BindError.for_port("gRPC", host, port, exc, "--port")
+    return BindError.for_port("gRPC", host, port, OSError(errno.EADDRINUSE, "in use"), "--port")
+
+
+class Daemon:
+    """One running agent: collectors, gRPC server, metrics endpoint, JSON sink."""
+
+    def __init__(self, config: AgentConfig, collectors: Sequence[str] = COLLECTORS) -> None:
+        self.config = config
+        self._collector_entries = collectors
+        self._tasks: list[asyncio.Task[None]] = []
+        self._server: grpc.aio.Server | None = None
+        self._metrics: MetricsServer | None = None
+        self._sink: JsonLinesSink | None = None
+        self.agent: Agent | None = None
+
+    async def start(self) -> Endpoints:
+        """Check, bind and start everything; on any failure nothing is left running."""
+        try:
+            return await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set or the snapshot loop dies (its error is raised)."""
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        failed = [t for t in self._tasks if t.done() and not t.cancelled() and t.exception()]
+        await self.stop()
+        if failed:
+            raise failed[0].exception()
+
+    async def _start(self) -> Endpoints:
+        config = self.config
+        token = load_token(config.token_file)
+        check_exposure(config.host, token)
+        credentials = _tls_credentials(config)
+        _prepare_trace_dir(config.trace_dir)
+
+        runners = [CollectorRunner(c)
+                   for c in load_collectors(self._collector_entries, config.interval_seconds)]
+        agent = self.agent = Agent(runners, config.interval_seconds)
+        static = static_info(agent, str(config.trace_dir))
+        traces, stacks = build_services(config, agent)
+
+        server = self._server = grpc.aio.server(
+            interceptors=[BearerTokenInterceptor(token)] if token else None,
+            options=[("grpc.so_reuseport", 0)],
+        )
+        pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, traces, stacks), server)
+        target = AgentAddress(config.host, config.port).target
+        try:
+            if credentials is None:
+                grpc_port = server.add_insecure_port(target)
+            else:
+                grpc_port = server.add_secure_port(target, credentials)
+        except RuntimeError:
+            raise _grpc_bind_error(config.host, config.port) from None
+        if config.metrics_port is not None:
+            self._metrics = MetricsServer(agent, lambda: agent_info(agent, static),
+                                          config.host, config.metrics_port)
+        if config.json_sink is not None:
+            self._sink = JsonLinesSink.open(config.json_sink)
+
+        agent.start_collectors()
+        await server.start()
+        self._tasks.append(asyncio.create_task(agent.run(), name="snapshots"))
+        if self._metrics is not None:
+            self._metrics.start()
+        if self._sink is not None:
+            self._tasks.append(asyncio.create_task(self._sink.run(agent), name="json-sink"))
+        endpoints = Endpoints(config.host, grpc_port,
+                              self._metrics.port if self._metrics else None,
+                              tls=credentials is not None, token_required=token is not None)
+        log.info("agentd listening", extra={
+            "grpc": f"{config.host}:{grpc_port}", "metrics_port": endpoints.metrics_port,
+            "tls": endpoints.tls, "token_required": endpoints.token_required,
+            "interval_ms": config.interval_ms,
+            "collectors": ",".join(f"{s.name}={'ok' if s.available else 'unavailable'}"
+                                   for s in agent.statuses()),
+        })
+        for status in agent.statuses():
+            if not status.available:
+                log.info("collector unavailable",
+                         extra={"collector": status.name, "reason": status.reason})
+        return endpoints
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(STOP_GRACE_SECONDS)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task  # a task's own failure was already reported by serve_until
+        self._tasks.clear()
+        if self._metrics is not None:
+            self._metrics.stop()
+            self._metrics = None
+        if self.agent is not None:
+            await asyncio.to_thread(self.agent.stop_collectors)
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None

@@ -1,0 +1,117 @@
+"""The HTTP endpoint for Prometheus: ``/metrics`` and ``/healthz``.
+
+A stdlib ``ThreadingHTTPServer`` on one daemon thread (plus one per open
+connection): no extra dependency, nothing on the asyncio loop that serves gRPC.
+The exposition text itself comes from ``agentd.prometheus.render_metrics``.
+The endpoint is read-only and, like node_exporter's, needs no token; it listens
+on the same address as the gRPC port, so it is loopback-only unless a token is
+configured.
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from agentd.agent import Agent
+from agentd.errors import BindError
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# A snapshot older than this many intervals means the snapshot loop is stuck.
+STALE_INTERVALS = 3
+
+Renderer = Callable[[pb.HostSnapshot, pb.AgentInfo], str]
+
+
+def load_renderer() -> Renderer | str:
+    """``render_metrics``, or the reason it cannot be loaded."""
+    try:
+        from agentd.prometheus import render_metrics
+    except ImportError as exc:
+        return f"metrics rendering is not available: {exc}"
+    return render_metrics
+
+
+class MetricsServer:
+    """Serves ``/metrics`` and ``/healthz`` for ``agent`` on ``host:port``."""
+
+    def __init__(self, agent: Agent, info: Callable[[], pb.AgentInfo], host: str, port: int) -> None:
+        self._agent = agent
+        self._info = info
+        self._renderer = load_renderer()
+        handler = _handler_class(self)
+        try:
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        except socket.gaierror as exc:
+            raise BindError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
+        server_class = type("_Server", (http.server.ThreadingHTTPServer,),
+                            {"address_family": family, "daemon_threads": True})
+        try:
+            self._server = server_class((host, port), handler)
+        except OSError as exc:
+            raise BindError.for_port("metrics", host, port, exc, "--metrics-port") from None
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, so only when it runs
+            self._server.shutdown()
+        self._server.server_close()
+
+    def health(self) -> tuple[int, str]:
+        """200 while snapshots are fresh, 503 with the reason otherwise."""
+        if self._agent.latest_monotonic is None:
+            return 503, "starting: no snapshot yet\n"
+        age = time.monotonic() - self._agent.latest_monotonic
+        if age > STALE_INTERVALS * self._agent.interval_seconds + 1:
+            return 503, f"stale: last snapshot {age:.1f} s ago\n"
+        return 200, "ok\n"
+
+    def metrics(self) -> tuple[int, str]:
+        if isinstance(self._renderer, str):
+            return 503, self._renderer + "\n"
+        snapshot = self._agent.latest
+        if snapshot is None:
+            return 503, "starting: no snapshot yet\n"
+        return 200, self._renderer(snapshot, self._info())
+
+
+def _handler_class(owner: MetricsServer) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 10  # seconds a connection may sit idle or half-sent
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                status, body = owner.metrics()
+            elif path == "/healthz":
+                status, body = owner.health()
+            else:
+                status, body = 404, "not found: try /metrics or /healthz\n"
+            self._reply(status, body)
+
+        def _reply(self, status: int, body: str) -> None:
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("http " + format, *args)
+
+    return Handler

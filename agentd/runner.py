@@ -1,0 +1,169 @@
+"""Running collectors: loading them from the registry and sampling each in its own thread.
+
+A collector is third-party-ish code that touches drivers; the runner keeps its
+failures contained. An exception in ``collect()`` marks the collector
+unavailable (with the exception as the reason) until a later sample succeeds,
+and its stale data is left out of snapshots rather than shown as current.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Iterable
+
+from agentd.collectors.base import Collector
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class UnloadableCollector(Collector):
+    """Stands for a registered collector whose module could not be imported."""
+
+    def __init__(self, name: str, interval_seconds: float, reason: str) -> None:
+        super().__init__(interval_seconds)
+        self.name = name
+        self._reason = reason
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(
+            name=self.name, available=False, reason=self._reason,
+            interval_seconds=self.interval_seconds,
+        )
+
+    def collect(self) -> None:
+        raise RuntimeError(f"collector {self.name} is not loaded: {self._reason}")
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        """Nothing to fill: the status says why."""
+
+
+def load_collectors(entries: Iterable[str], interval_seconds: float) -> list[Collector]:
+    """One collector per ``"module:factory"`` entry; import failures become unavailable ones."""
+    collectors: list[Collector] = []
+    for entry in entries:
+        module_name, _, factory_name = entry.partition(":")
+        name = module_name.rsplit(".", 1)[-1]
+        try:
+            factory = getattr(importlib.import_module(module_name), factory_name)
+            collectors.append(factory(interval_seconds))
+        except Exception as exc:  # an optional part missing must not stop the agent
+            reason = f"cannot load {entry}: {type(exc).__name__}: {exc}"
+            log.warning("collector unavailable", extra={"collector": name, "reason": reason})
+            collectors.append(UnloadableCollector(name, interval_seconds, reason))
+    return collectors
+
+
+class CollectorRunner:
+    """Calls one collector's ``collect()`` every ``interval_seconds`` on its own thread."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: str | None = None
+        self._collected = threading.Event()
+
+    @property
+    def name(self) -> str:
+        return self.collector.name
+
+    def start(self) -> None:
+        """Start sampling, unless the collector says it cannot work here."""
+        if not self._safe_status().available:
+            return
+        self._thread = threading.Thread(
+            target=self._loop, name=f"collector-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            self.collector.close()
+        except Exception:
+            log.exception("collector close failed", extra={"collector": self.name})
+
+    def wait_first_sample(self, timeout: float) -> bool:
+        return self._collected.wait(timeout)
+
+    def _loop(self) -> None:
+        interval = self.collector.interval_seconds
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            self._collect_once()
+            deadline += interval
+            now = time.monotonic()
+            if deadline < now:  # a sample overran: skip the missed ticks, keep the phase
+                deadline += ((now - deadline) // interval + 1) * interval
+            self._stop.wait(deadline - now)
+
+    def _collect_once(self) -> None:
+        try:
+            self.collector.collect()
+        except Exception as exc:
+            if self._error is None:
+                log.exception("collect failed", extra={"collector": self.name})
+            self._error = f"collect failed: {type(exc).__name__}: {exc}"
+        else:
+            if self._error is not None:
+                log.info("collect recovered", extra={"collector": self.name})
+            self._error = None
+            self._collected.set()
+
+    def _safe_status(self) -> pb.CollectorStatus:
+        try:
+            status = self.collector.status()
+        except Exception as exc:
+            log.exception("status failed", extra={"collector": self.name})
+            return pb.CollectorStatus(
+                name=self.name, available=False,
+                reason=f"status failed: {type(exc).__name__}: {exc}",
+                interval_seconds=self.collector.interval_seconds,
+            )
+        status.name = status.name or self.name
+        status.interval_seconds = status.interval_seconds or self.collector.interval_seconds
+        return status
+
+    def status(self) -> pb.CollectorStatus:
+        """The collector's own status, overridden when its last sample failed."""
+        status = self._safe_status()
+        if status.available and self._error is not None:
+            status.available = False
+            status.reason = self._error
+        return status
+
+    def fill(self, snapshot: pb.HostSnapshot, status: pb.CollectorStatus) -> pb.CollectorStatus:
+        """Add this collector's latest sample to ``snapshot``; returns the status to report.
+
+        The collector fills a scratch message that is merged only when ``fill``
+        succeeds, so a failing collector cannot leave half its data behind.
+        """
+        if not status.available or not self._collected.is_set():
+            return status
+        part = pb.HostSnapshot()
+        try:
+            self.collector.fill(part)
+        except Exception as exc:
+            log.exception("fill failed", extra={"collector": self.name})
+            return pb.CollectorStatus(
+                name=status.name, available=False,
+                reason=f"fill failed: {type(exc).__name__}: {exc}",
+                interval_seconds=status.interval_seconds,
+            )
+        snapshot.MergeFrom(part)
+        return status
+
+    def describe(self, info: pb.AgentInfo) -> None:
+        part = pb.AgentInfo()
+        try:
+            self.collector.describe(part)
+        except Exception:
+            log.exception("describe failed", extra={"collector": self.name})
+            return
+        info.MergeFrom(part)

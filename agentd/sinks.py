@@ -1,0 +1,167 @@
+"""The JSON-lines sink: one JSON object per snapshot, with dynolog's metric names.
+
+dynolog's JSON logger prints ``time = ... data = {...}`` with floats as strings;
+here every line is a complete JSON object with real numbers, so ``jq`` and log
+shippers read it directly. Names follow dynolog where it has one:
+
+- CPU percent 0-100: ``cpu_u``, ``cpu_s``, ``cpu_i``, ``cpu_w`` (iowait), ``cpu_util``.
+- Per NIC, deltas over ``interval_s`` like dynolog's: ``rx_bytes.<nic>``,
+  ``tx_bytes.<nic>``, ``rx_errors.<nic>``, ``tx_errors.<nic>``, ``rx_drops.<nic>``, ``tx_drops.<nic>``.
+- PMU: ``mips``, ``mega_cycles_per_second`` (per-interval rates, where dynolog's are since start).
+- Per GPU, suffix ``.<index>``, DCGM-field names as dynolog logs them:
+  ``gpu_frequency_mhz``, ``gpu_power_draw``, ``gpu_device_utilization``,
+  ``gpu_memory_utilization``, ``sm_active_ratio`` ... (ratios 0-1),
+  ``pcie_tx_bytes``/``nvlink_rx_bytes`` ... (bytes per second, as DCGM reports them).
+- Beyond dynolog: ``load1/5/15``, ``processes``, ``mem_*``/``swap_*`` bytes, per disk
+  ``read_bytes.<disk>``/``write_bytes.<disk>`` deltas and ``read_iops.<disk>``/``write_iops.<disk>``.
+
+A value that could not be read is left out (never written as 0); the
+``unavailable`` object names each collector that could not run, with why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Iterable
+from typing import IO, Any
+
+from agentd.agent import Agent
+from agentd.errors import ConfigError
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# (proto field, dynolog name, scale) for the scalars that are copied as they are.
+_CPU = (("user_percent", "cpu_u", 1.0), ("system_percent", "cpu_s", 1.0),
+        ("idle_percent", "cpu_i", 1.0), ("iowait_percent", "cpu_w", 1.0),
+        ("load1", "load1", 1.0), ("load5", "load5", 1.0), ("load15", "load15", 1.0),
+        ("process_count", "processes", 1))
+_MEMORY = (("total_bytes", "mem_total", 1), ("used_bytes", "mem_used", 1),
+           ("available_bytes", "mem_available", 1), ("swap_total_bytes", "swap_total", 1),
+           ("swap_used_bytes", "swap_used", 1))
+_PMU = (("mips", "mips", 1.0), ("mega_cycles_per_s", "mega_cycles_per_second", 1.0),
+        ("ipc", "ipc", 1.0), ("cache_misses_per_s", "cache_misses_per_s", 1.0),
+        ("branch_misses_per_s", "branch_misses_per_s", 1.0),
+        ("context_switches_per_s", "context_switches_per_s", 1.0))
+_GPU = (("utilization_percent", "gpu_device_utilization", 1.0),
+        ("memory_utilization_percent", "gpu_memory_utilization", 1.0),
+        ("sm_clock_hz", "gpu_frequency_mhz", 1e-6), ("power_watts", "gpu_power_draw", 1.0),
+        ("temperature_celsius", "gpu_temperature", 1.0),
+        ("memory_used_bytes", "gpu_memory_used", 1), ("memory_total_bytes", "gpu_memory_total", 1),
+        ("sm_active_percent", "sm_active_ratio", 0.01), ("sm_occupancy_percent", "sm_occupancy", 0.01),
+        ("tensor_active_percent", "tensorcore_active", 0.01),
+        ("dram_active_percent", "hbm_mem_bw_util", 0.01),
+        ("fp16_active_percent", "fp16_active", 0.01), ("fp32_active_percent", "fp32_active", 0.01),
+        ("fp64_active_percent", "fp64_active", 0.01),
+        ("pcie_tx_bytes_per_s", "pcie_tx_bytes", 1.0), ("pcie_rx_bytes_per_s", "pcie_rx_bytes", 1.0),
+        ("nvlink_tx_bytes_per_s", "nvlink_tx_bytes", 1.0),
+        ("nvlink_rx_bytes_per_s", "nvlink_rx_bytes", 1.0))
+_NIC_TOTALS = (("rx_bytes_total", "rx_bytes"), ("tx_bytes_total", "tx_bytes"),
+               ("rx_errors_total", "rx_errors"), ("tx_errors_total", "tx_errors"),
+               ("rx_drops_total", "rx_drops"), ("tx_drops_total", "tx_drops"))
+_DISK_TOTALS = (("read_bytes_total", "read_bytes"), ("write_bytes_total", "write_bytes"))
+_DISK_RATES = (("read_iops", "read_iops", 1.0), ("write_iops", "write_iops", 1.0))
+
+
+def _copy(record: dict[str, Any], message: Any, fields: Iterable[tuple[str, str, float]],
+          suffix: str = "") -> None:
+    for field, name, scale in fields:
+        if message.HasField(field):
+            value = getattr(message, field)
+            record[name + suffix] = value * scale if isinstance(scale, float) else value
+
+
+def _deltas(record: dict[str, Any], current: Iterable[Any], previous: Iterable[Any],
+            fields: Iterable[tuple[str, str]]) -> None:
+    """Counter increases since the previous record, for devices present in both."""
+    before = {item.name: item for item in previous}
+    for item in current:
+        old = before.get(item.name)
+        if old is None:
+            continue
+        for field, name in fields:
+            if item.HasField(field) and old.HasField(field):
+                increase = getattr(item, field) - getattr(old, field)
+                if increase >= 0:  # a counter reset gives no delta, not a negative one
+                    record[f"{name}.{item.name}"] = increase
+
+
+def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) -> dict[str, Any]:
+    """One sink line for ``snapshot``; counter deltas need the ``previous`` line's snapshot."""
+    record: dict[str, Any] = {
+        "time_unix_ns": snapshot.timestamp_unix_ns,
+        "hostname": snapshot.hostname,
+        "sequence": snapshot.sequence,
+    }
+    if snapshot.HasField("cpu"):
+        _copy(record, snapshot.cpu, _CPU)
+        if snapshot.cpu.HasField("idle_percent"):
+            record["cpu_util"] = 100.0 - snapshot.cpu.idle_percent
+    if snapshot.HasField("memory"):
+        _copy(record, snapshot.memory, _MEMORY)
+    if snapshot.HasField("pmu"):
+        _copy(record, snapshot.pmu, _PMU)
+    for disk in snapshot.disks:
+        _copy(record, disk, _DISK_RATES, f".{disk.name}")
+    if previous is not None:
+        record["interval_s"] = (snapshot.timestamp_unix_ns - previous.timestamp_unix_ns) / 1e9
+        _deltas(record, snapshot.nics, previous.nics, _NIC_TOTALS)
+        _deltas(record, snapshot.disks, previous.disks, _DISK_TOTALS)
+    for gpu in snapshot.gpus:
+        suffix = f".{gpu.index}"
+        record["gpu_name" + suffix] = gpu.name
+        record["gpu_uuid" + suffix] = gpu.uuid
+        _copy(record, gpu, _GPU, suffix)
+    unavailable = {s.name: s.reason for s in snapshot.collectors if not s.available}
+    if unavailable:
+        record["unavailable"] = unavailable
+    return record
+
+
+class JsonLinesSink:
+    """Writes one line per snapshot to a stream; a slow stream skips snapshots, never stalls."""
+
+    def __init__(self, stream: IO[str], owns_stream: bool) -> None:
+        self._stream = stream
+        self._owns_stream = owns_stream
+        self._previous: pb.HostSnapshot | None = None
+
+    @classmethod
+    def open(cls, target: str) -> JsonLinesSink:
+        """``-`` for stdout, otherwise a file opened for appending."""
+        if target == "-":
+            return cls(sys.stdout, owns_stream=False)
+        try:
+            return cls(open(target, "a", encoding="utf-8", buffering=1), owns_stream=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot open --json-sink file {target}: {exc.strerror}; "
+                "fix the path or permissions, or use - for stdout"
+            ) from None
+
+    def write(self, snapshot: pb.HostSnapshot) -> None:
+        line = json.dumps(dynolog_record(snapshot, self._previous), separators=(",", ":"))
+        self._stream.write(line + "\n")
+        self._stream.flush()
+        self._previous = snapshot
+
+    async def run(self, agent: Agent) -> None:
+        """Write every snapshot the agent publishes until cancelled (writes off the loop)."""
+        slot = agent.subscribe()
+        try:
+            while True:
+                snapshot = await slot.take()
+                try:
+                    await asyncio.to_thread(self.write, snapshot)
+                except OSError:
+                    log.exception("JSON sink write failed; sink stopped")
+                    return
+        finally:
+            agent.unsubscribe(slot)
+
+    def close(self) -> None:
+        if self._owns_stream:
+            self._stream.close()
