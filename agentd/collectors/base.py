@@ -37,7 +37,7 @@ class Collector(abc.ABC):
 
     def describe(self, info: pb.AgentInfo) -> None:
         """Add what this collector knows about the machine to ``GetInfo`` (GPU list,
-        driver/NVML/CUDA versions). Called per GetInfo from the server's thread; cheap."""
+        driver/NVML/CUDA versions). Called on every GetInfo: cheap and thread-safe."""
 
     def close(self) -> None:
         """Release handles (NVML, perf fds, mapped segments)."""

@@ -1,0 +1,142 @@
+"""Real agentd processes for tests: start one on a loopback address, wait until it serves, kill it.
+
+    with running_agent(tmp_path, host="127.0.0.2") as agent:
+        channel = open_channel(agent.address, agent.token)
+        httpx.get(f"{agent.metrics_url}/metrics")
+
+The agent runs ``python -m agentd.cli`` (the installed code, all real collectors)
+with free ports and a trace dir under ``tmp_path``; its stderr log is kept in
+``tmp_path`` and shown when it fails to start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.client
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+
+from testkit.ports import free_port
+from tuiprof.client.channel import AgentAddress
+
+START_TIMEOUT_SECONDS = 30.0
+STOP_TIMEOUT_SECONDS = 10.0
+
+
+class AgentStartError(RuntimeError):
+    """agentd exited or never became healthy; the message carries its log."""
+
+
+@dataclasses.dataclass
+class RunningAgent:
+    process: subprocess.Popen[bytes]
+    host: str
+    port: int
+    metrics_port: int
+    token: str | None
+    trace_dir: pathlib.Path
+    log_path: pathlib.Path
+
+    @property
+    def address(self) -> AgentAddress:
+        return AgentAddress(self.host, self.port)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def agentd_command(args: Sequence[str]) -> list[str]:
+    """The command line that runs agentd from this checkout with ``args``."""
+    return [sys.executable, "-m", "agentd.cli", *args]
+
+
+def healthz_status(host: str, port: int, timeout: float = 2.0) -> int | None:
+    """HTTP status of ``/healthz``, None while nothing answers."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
+def write_token(directory: pathlib.Path, token: str) -> pathlib.Path:
+    """A token file with mode 0600, as agentd requires."""
+    path = directory / "agentd-token"
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@contextlib.contextmanager
+def running_agent(
+    tmp_path: pathlib.Path,
+    host: str = "127.0.0.1",
+    extra_args: Sequence[str] = (),
+    token: str | None = None,
+    interval_ms: int = 200,
+    env: dict[str, str] | None = None,
+) -> Iterator[RunningAgent]:
+    """An agentd subprocess that answers /healthz; terminated (then killed) on exit.
+
+    ``token`` writes a 0600 token file and passes ``--token-file``. ``env``
+    replaces the environment (default: this process's, without $TUIPROF_TOKEN).
+    """
+    port = free_port(host)
+    metrics_port = free_port(host)
+    while metrics_port == port:
+        metrics_port = free_port(host)
+    directory = pathlib.Path(tmp_path) / f"agentd-{host}-{port}"
+    directory.mkdir(parents=True)
+    trace_dir = directory / "traces"
+    args = ["--host", host, "--port", str(port), "--metrics-port", str(metrics_port),
+            "--interval-ms", str(interval_ms), "--trace-dir", str(trace_dir), *extra_args]
+    if token is not None:
+        args += ["--token-file", str(write_token(directory, token))]
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
+    log_path = directory / "agentd.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(agentd_command(args), stdout=subprocess.DEVNULL,
+                                   stderr=log_file, env=env)
+    agent = RunningAgent(process, host, port, metrics_port, token, trace_dir, log_path)
+    try:
+        _wait_healthy(agent)
+        yield agent
+    finally:
+        stop_process(process)
+
+
+def _wait_healthy(agent: RunningAgent) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if agent.process.poll() is not None:
+            raise AgentStartError(
+                f"agentd exited with {agent.process.returncode} before serving:\n{agent.log()}"
+            )
+        if healthz_status(agent.host, agent.metrics_port) == 200:
+            return
+        time.sleep(0.05)
+    raise AgentStartError(f"agentd not healthy after {START_TIMEOUT_SECONDS} s:\n{agent.log()}")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> int:
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT_SECONDS; returns the exit status."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            return process.wait(STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait(STOP_TIMEOUT_SECONDS)
