@@ -65,6 +65,9 @@ class Agent:
         self._watchers: set[LatestSlot] = set()
         self.latest: pb.HostSnapshot | None = None
         self.latest_monotonic: float | None = None
+        # Called on every assembled snapshot before it is published (e.g. hang verdicts,
+        # which judge what the collectors filled in).
+        self.post_processors: list[Callable[[pb.HostSnapshot], None]] = []
 
     def start_collectors(self) -> None:
         for runner in self.runners:
@@ -94,6 +97,8 @@ class Agent:
         )
         for runner in self.runners:
             snapshot.collectors.append(runner.fill(snapshot, runner.status()))
+        for post_process in self.post_processors:
+            post_process(snapshot)
         return snapshot
 
     def subscribe(self) -> LatestSlot:

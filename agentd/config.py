@@ -45,6 +45,13 @@ class AgentConfig:
     log_format: str = "text"
     # "-" for stdout, a path for a file, None for no JSON-lines output.
     json_sink: str | None = None
+    # Hang detection (agentd.hang): no progress this long is a hang; a shorter stall is a suspect.
+    hang_timeout_s: int = 300
+    hang_suspect_s: int | None = None  # None: a fifth of hang_timeout_s
+
+    @property
+    def hang_suspect_seconds(self) -> float:
+        return self.hang_suspect_s if self.hang_suspect_s is not None else self.hang_timeout_s / 5
 
     @property
     def interval_seconds(self) -> float:
@@ -74,6 +81,13 @@ def _integer(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"an integer, got {_describe(value)}")
     return value
+
+
+def _seconds(value: Any) -> int:
+    number = _integer(value)
+    if number < 1:
+        raise ValueError(f"a whole number of seconds, 1 or more, got {number}")
+    return number
 
 
 def _text(value: Any) -> str:
@@ -124,6 +138,8 @@ FIELDS: dict[str, Field] = {
         Field("trace_dir", _path, True, "directory trace files are written under"),
         Field("log_format", _log_format, False, "text or json (one JSON object per line)"),
         Field("json_sink", _text, False, "write one JSON line per interval to FILE, or - for stdout"),
+        Field("hang_timeout_s", _seconds, False, "seconds without progress before ranks are hung (stacks are taken)"),
+        Field("hang_suspect_s", _seconds, False, "seconds without progress before ranks are suspects (default: a fifth of the timeout)"),
     )
 }
 
@@ -140,7 +156,7 @@ def parse_flag(key: str, text: str) -> Any:
     """The typed value of a command-line flag (flags are text; integer keys take digits)."""
     flag = f"--{key.replace('_', '-')}"
     value: Any = text
-    if FIELDS[key].check in (_port, _interval):
+    if FIELDS[key].check in (_port, _interval, _seconds):
         if not text.strip().isdigit():
             raise ConfigError(f"{flag} must be an integer, got {text!r}")
         value = int(text)
@@ -188,4 +204,9 @@ def build_config(file_settings: Mapping[str, Any], flag_settings: Mapping[str, A
     config = AgentConfig(**merged)
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("tls_cert and tls_key go together: give both (or neither)")
+    if config.hang_suspect_s is not None and config.hang_suspect_s > config.hang_timeout_s:
+        raise ConfigError(
+            f"hang_suspect_s ({config.hang_suspect_s}) must not exceed hang_timeout_s "
+            f"({config.hang_timeout_s}): a suspect is a shorter stall than a hang"
+        )
     return config

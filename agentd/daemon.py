@@ -23,6 +23,7 @@ from agentd.agent import Agent
 from agentd.auth import BearerTokenInterceptor, check_exposure, load_token
 from agentd.config import AgentConfig
 from agentd.errors import BindError, ConfigError, TlsError
+from agentd.hang.service import HangService
 from agentd.metrics_http import MetricsServer
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.registry import COLLECTORS
@@ -39,7 +40,7 @@ STOP_GRACE_SECONDS = 1.0
 
 def build_services(config: AgentConfig, agent: Agent) -> tuple[TraceService | None, StacksService | None]:
     """The trace and stacks services the gRPC servicer delegates to (None: not wired in yet)."""
-    return None, None
+    return None, HangService.attach(config, agent)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Hang detection and stack dumps of the local ranks (issue 6)."""

@@ -1,0 +1,201 @@
+"""Per-rank hang verdicts from what the ranks collector reports, explained in words.
+
+Signals, per rank: the oldest collective launched and not finished (from the
+hook library's in-flight table), step progress (no optimizer step for
+``STALL_FACTOR`` × the rank's recent median step time, and at least the
+configured seconds), and the process state read from /proc. CPU use is
+deliberately not a signal: a rank waiting in a CUDA sync spins, a culprit
+sleeping in Python looks idle. A rank is a *suspect* past the suspect level and
+*hung* past the hang timeout; a rank that is slow but still stepping is neither.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agentd.hang.procstate import GONE, process_state
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.analysis import ranksets
+from tuiprof.analysis.stacks_collectives import Inflight, RankCollectives, findings, short_comm
+
+OK, SUSPECT, HUNG, EXITED = "ok", "suspect", "hung", "exited"
+_SEVERITY = {OK: 0, EXITED: 1, SUSPECT: 2, HUNG: 3}
+STALL_FACTOR = 5.0        # NVRx's safety factor on observed step intervals
+STEP_HISTORY = 20
+
+
+class HangConfigError(ValueError):
+    """Hang thresholds that do not make sense together."""
+
+
+@dataclass
+class _RankTrack:
+    """What the detector remembers of one rank process between snapshots."""
+
+    step_count: int = 0
+    last_step_at: float | None = None     # monotonic time the step count last changed
+    step_intervals: deque = field(default_factory=lambda: deque(maxlen=STEP_HISTORY))
+    bad_state_since: float | None = None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    suspect_s: float
+    hang_s: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.suspect_s <= self.hang_s:
+            raise HangConfigError(
+                f"the suspect level ({self.suspect_s:g} s) must be above 0 and at most the hang "
+                f"timeout ({self.hang_s:g} s); lower --hang-suspect-s or raise --hang-timeout-s"
+            )
+
+
+class HangDetector:
+    """Turns successive RankStats lists into a HangStatus."""
+
+    def __init__(
+        self,
+        thresholds: Thresholds,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock_ns: Callable[[], int] = time.time_ns,
+        state_of: Callable[[int], str] = process_state,
+    ) -> None:
+        self.thresholds = thresholds
+        self._clock = clock
+        self._wall_ns = wall_clock_ns
+        self._state_of = state_of
+        self._tracks: dict[int, _RankTrack] = {}
+        self._since_ns = 0
+        self._level = OK
+
+    def observe(self, ranks: Sequence[pb.RankStats]) -> pb.HangStatus:
+        now = self._clock()
+        self._tracks = {r.pid: self._tracks.get(r.pid) or _RankTrack() for r in ranks}
+        collective_notes = findings(_collectives(ranks))
+        verdicts = [self._verdict(r, self._tracks[r.pid], now, collective_notes) for r in ranks]
+        level = max((v.level for v in verdicts), key=_SEVERITY.__getitem__, default=OK)
+        level = OK if level == EXITED and not any(_failed(r) for r in ranks) else level
+        if level == EXITED:
+            level = SUSPECT  # a rank died: the others will wait for it
+        if level != OK and self._level == OK:
+            self._since_ns = self._wall_ns()
+        self._level = level
+        status = pb.HangStatus(level=level, ranks=verdicts)
+        if level != OK:
+            status.since_unix_ns = self._since_ns
+            status.explanation = _summary(verdicts)
+        return status
+
+    def _verdict(
+        self, rank: pb.RankStats, track: _RankTrack, now: float, notes: dict[int, str]
+    ) -> pb.RankVerdict:
+        verdict = pb.RankVerdict(pid=rank.pid)
+        if rank.HasField("rank"):
+            verdict.rank = rank.rank
+        who = f"rank {rank.rank}" if rank.HasField("rank") else f"pid {rank.pid}"
+        state = self._state_of(rank.pid)
+        if state in (GONE, "zombie", "dead") or rank.state == "exited":
+            verdict.level, verdict.explanation = EXITED, f"{who}: {_exit_text(rank, state)}"
+            return verdict
+        self._track_steps(rank, track, now)
+        reasons: list[tuple[str, str]] = []
+        if state in ("stopped", "tracing-stop", "disk-sleep"):
+            track.bad_state_since = track.bad_state_since or now
+            held = now - track.bad_state_since
+            what = "in D state (uninterruptible I/O wait)" if state == "disk-sleep" else f"{state} (SIGSTOP or a debugger)"
+            reasons.append((self._level_for(held, immediate=True), f"{what} for {held:.0f} s"))
+        else:
+            track.bad_state_since = None
+        oldest = max(rank.inflight, key=lambda op: op.age_seconds, default=None)
+        if oldest is not None and oldest.kind == "nccl":
+            level = self._level_for(oldest.age_seconds)
+            text = (f"{oldest.op} #{oldest.sequence} on comm {short_comm(oldest.comm_hash)} launched "
+                    f"{oldest.age_seconds:.0f} s ago, not finished")
+            note = notes.get(rank.rank) if rank.HasField("rank") else None
+            if note:
+                text += f"; {note}"
+            reasons.append((level, text))
+        stall = self._stall(track, now)
+        if stall is not None:
+            seconds, slow_limit = stall
+            reasons.append((self._level_for(seconds, at_least=slow_limit),
+                            f"no optimizer step for {seconds:.0f} s (step {track.step_count}"
+                            + (f", median step {statistics.median(track.step_intervals):.2f} s)"
+                               if track.step_intervals else ")")))
+        worst = max((lvl for lvl, _ in reasons), key=_SEVERITY.__getitem__, default=OK)
+        verdict.level = worst
+        shown = [text for lvl, text in reasons if lvl != OK]
+        verdict.explanation = f"{who}: " + ("; ".join(shown) if shown else f"{state}, making progress")
+        return verdict
+
+    def _track_steps(self, rank: pb.RankStats, track: _RankTrack, now: float) -> None:
+        if rank.step_count != track.step_count:
+            if track.last_step_at is not None and rank.step_count > track.step_count:
+                per_step = (now - track.last_step_at) / (rank.step_count - track.step_count)
+                track.step_intervals.append(per_step)
+            track.step_count = rank.step_count
+            track.last_step_at = now
+
+    def _stall(self, track: _RankTrack, now: float) -> tuple[float, float] | None:
+        """Seconds since the last step, and STALL_FACTOR × the median step (for ranks that stepped)."""
+        if track.last_step_at is None or track.step_count == 0:
+            return None
+        median = statistics.median(track.step_intervals) if track.step_intervals else 0.0
+        return now - track.last_step_at, STALL_FACTOR * median
+
+    def _level_for(self, seconds: float, immediate: bool = False, at_least: float = 0.0) -> str:
+        """The level ``seconds`` of no progress reach; ``at_least`` raises both limits (slow jobs)."""
+        if seconds >= max(self.thresholds.hang_s, at_least):
+            return HUNG
+        if immediate or seconds >= max(self.thresholds.suspect_s, at_least):
+            return SUSPECT
+        return OK
+
+
+def _collectives(ranks: Sequence[pb.RankStats]) -> list[RankCollectives]:
+    out = []
+    for rank in ranks:
+        if not rank.HasField("rank"):
+            continue
+        inflight = tuple(
+            Inflight(op.op, op.comm_hash, op.sequence, op.age_seconds)
+            for op in rank.inflight if op.kind == "nccl"
+        )
+        comms = frozenset(s.comm_hash for s in rank.nccl if s.comm_hash)
+        out.append(RankCollectives(rank.rank, inflight, comms))
+    return out
+
+
+def _failed(rank: pb.RankStats) -> bool:
+    return rank.HasField("exit_signal") or (rank.HasField("exit_code") and rank.exit_code != 0) or bool(rank.exception)
+
+
+def _exit_text(rank: pb.RankStats, state: str) -> str:
+    if rank.HasField("exit_signal"):
+        text = f"killed by signal {rank.exit_signal}"
+    elif rank.HasField("exit_code"):
+        text = f"exited with code {rank.exit_code}"
+    else:
+        text = f"process {state}, exit status unknown"
+    if rank.exception:
+        last = rank.exception.strip().splitlines()[-1]
+        text += f" after an uncaught exception: {last}"
+    return text
+
+
+def _summary(verdicts: Sequence[pb.RankVerdict]) -> str:
+    """One line per level: the worst ranks first, rank sets folded."""
+    parts = []
+    for level in (HUNG, SUSPECT, EXITED):
+        chosen = [v for v in verdicts if v.level == level]
+        if not chosen:
+            continue
+        ranked = [v.rank for v in chosen if v.HasField("rank")]
+        label = f"ranks {ranksets.fold(ranked)}" if len(ranked) > 1 else ""
+        parts.append(f"{level}{' ' + label if label else ''}: " + " | ".join(v.explanation for v in chosen))
+    return "; ".join(parts)
