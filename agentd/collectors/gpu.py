@@ -1,0 +1,510 @@
+"""NVIDIA GPU metrics through NVML (nvidia-ml-py, module ``pynvml``).
+
+Every tick, per GPU: utilization, memory, power and limit, temperature,
+SM/memory clocks, clock-event (throttle) reasons, volatile ECC counts, NVLink
+bytes from NVML's 64-bit counters (rates from deltas, no sleeping), compute
+processes with their memory, and on Hopper and newer the GPM metrics: two GPM
+sample buffers are used in turn, one ``nvmlGpmSampleGet`` per tick, and the
+metrics are the averages over the window between the last two samples.
+
+Costs and caching (figures from research/metrics.md, H200): handles, static
+info and every "not supported" / "function not found" / "no permission" answer
+are cached per GPU and call, so an unsupported call is made once. The slow
+calls stay off the hot path: ``nvmlDeviceGetPcieThroughput`` (20 ms, blocking)
+runs only on GPUs without GPM and only every ``slow_interval_seconds``;
+per-process utilization (1.7 ms) is not collected.
+
+No driver or no GPU: ``status()`` is unavailable with NVML's error as the
+reason, every other method returns nothing, and the agent runs on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable
+
+import psutil
+import pynvml
+
+from agentd.collectors.base import Collector
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+KIB = 1024
+ALL_LINKS = 0xFFFFFFFF
+FIRST_SAMPLE = "first sample"
+# GPM windows shorter than this give garbage (nvml.h: internal refresh ~100 ms).
+MIN_GPM_WINDOW_SECONDS = 0.5
+
+# NVML answers that will not change while the process lives: remembered per (GPU, call).
+_PERMANENT_ERRORS = (
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_NO_PERMISSION,
+)
+
+# (GpuStats field, GPM metric id, factor to the field's unit)
+GPM_METRICS: tuple[tuple[str, int, float], ...] = (
+    ("graphics_active_percent", pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, 1.0),
+    ("sm_active_percent", pynvml.NVML_GPM_METRIC_SM_UTIL, 1.0),
+    ("sm_occupancy_percent", pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, 1.0),
+    ("tensor_active_percent", pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, 1.0),
+    ("dram_active_percent", pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, 1.0),
+    ("fp16_active_percent", pynvml.NVML_GPM_METRIC_FP16_UTIL, 1.0),
+    ("fp32_active_percent", pynvml.NVML_GPM_METRIC_FP32_UTIL, 1.0),
+    ("fp64_active_percent", pynvml.NVML_GPM_METRIC_FP64_UTIL, 1.0),
+    ("pcie_tx_bytes_per_s", pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, MIB),
+    ("pcie_rx_bytes_per_s", pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, MIB),
+    ("gpm_nvlink_tx_bytes_per_s", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, MIB),
+    ("gpm_nvlink_rx_bytes_per_s", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, MIB),
+)
+GPM_FIELDS = tuple(field for field, _, _ in GPM_METRICS) + ("gpm_window_seconds",)
+
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (pynvml.nvmlClocksEventReasonGpuIdle, "gpu_idle"),
+    (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"),
+    (pynvml.nvmlClocksEventReasonSwPowerCap, "sw_power_cap"),
+    (pynvml.nvmlClocksEventReasonHwSlowdown, "hw_slowdown"),
+    (pynvml.nvmlClocksEventReasonSyncBoost, "sync_boost"),
+    (pynvml.nvmlClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"),
+    (pynvml.nvmlClocksEventReasonHwThermalSlowdown, "hw_thermal_slowdown"),
+    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"),
+    (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting"),
+)
+
+_ARCHITECTURES = {
+    pynvml.NVML_DEVICE_ARCH_KEPLER: "Kepler",
+    pynvml.NVML_DEVICE_ARCH_MAXWELL: "Maxwell",
+    pynvml.NVML_DEVICE_ARCH_PASCAL: "Pascal",
+    pynvml.NVML_DEVICE_ARCH_VOLTA: "Volta",
+    pynvml.NVML_DEVICE_ARCH_TURING: "Turing",
+    pynvml.NVML_DEVICE_ARCH_AMPERE: "Ampere",
+    pynvml.NVML_DEVICE_ARCH_ADA: "Ada",
+    pynvml.NVML_DEVICE_ARCH_HOPPER: "Hopper",
+    pynvml.NVML_DEVICE_ARCH_BLACKWELL: "Blackwell",
+}
+
+_FIELD_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Unavailable:
+    """A reading NVML could not give, and why."""
+
+    reason: str
+
+
+def nvml_reason(error: pynvml.NVMLError) -> str:
+    return f"NVML: {error}"
+
+
+def text(value: str | bytes) -> str:
+    """NVML strings are ``str`` in current bindings and ``bytes`` in old ones."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def clock_event_reason_names(mask: int) -> list[str]:
+    """Names of the set bits of a clock-event (throttle) reason mask; unknown bits as hex."""
+    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
+    known = 0
+    for bit, _ in CLOCK_EVENT_REASONS:
+        known |= bit
+    if mask & ~known:
+        names.append(f"unknown_0x{mask & ~known:x}")
+    return names
+
+
+def cuda_version_text(version: int) -> str:
+    """NVML's CUDA driver version integer (12080) as "12.8"."""
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+def architecture_name(code: int) -> str:
+    return _ARCHITECTURES.get(code, f"unknown ({code})")
+
+
+def field_value(value: Any) -> int | float | Unavailable:
+    """The number in a ``c_nvmlFieldValue_t``, picked by its valueType."""
+    if value.nvmlReturn != pynvml.NVML_SUCCESS:
+        return Unavailable(nvml_reason(pynvml.NVMLError(value.nvmlReturn)))
+    member = _FIELD_VALUE_MEMBERS.get(value.valueType)
+    if member is None:
+        return Unavailable(f"NVML field {value.fieldId}: unknown value type {value.valueType}")
+    return getattr(value.value, member)
+
+
+def prepare_gpm_request(request: Any, older: Any, newer: Any) -> None:
+    """Set up a ``c_nvmlGpmMetricsGet_t`` for GPM_METRICS between two samples (every call: NVML may rewrite it)."""
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(GPM_METRICS)
+    request.sample1 = older
+    request.sample2 = newer
+    for index, (_, metric_id, _) in enumerate(GPM_METRICS):
+        request.metrics[index].metricId = metric_id
+
+
+def gpm_values(request: Any) -> dict[str, float | Unavailable]:
+    """Each GPM metric of a filled ``c_nvmlGpmMetricsGet_t`` in our units, or why it is missing."""
+    values: dict[str, float | Unavailable] = {}
+    for index, (field, _, factor) in enumerate(GPM_METRICS):
+        metric = request.metrics[index]
+        if metric.nvmlReturn != pynvml.NVML_SUCCESS:
+            values[field] = Unavailable(f"GPM: {pynvml.NVMLError(metric.nvmlReturn)}")
+        elif math.isnan(metric.value):
+            values[field] = Unavailable("GPM returned NaN for this window")
+        else:
+            values[field] = metric.value * factor
+    return values
+
+
+def counter_rate(previous: tuple[int, int] | None, current: tuple[int, int]) -> float | Unavailable:
+    """Per-second rate between two (value, timestamp_us) counter readings."""
+    if previous is None:
+        return Unavailable(FIRST_SAMPLE)
+    (before, before_us), (now, now_us) = previous, current
+    if now < before:
+        return Unavailable("counter reset")
+    if now_us <= before_us:
+        return Unavailable("no time elapsed between samples")
+    return (now - before) / ((now_us - before_us) / 1e6)
+
+
+def put(message: Any, field: str, value: float | int | Unavailable) -> None:
+    """Set ``message.field``, or record in ``message.unavailable`` why it cannot be."""
+    if isinstance(value, Unavailable):
+        message.unavailable[field] = value.reason
+    else:
+        setattr(message, field, value)
+
+
+class NvmlCalls:
+    """Calls NVML, turning errors into ``Unavailable`` and remembering permanent ones per (GPU, call)."""
+
+    def __init__(self) -> None:
+        self._permanent: dict[tuple[int, str], Unavailable] = {}
+
+    def __call__(self, gpu: int, name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        known = self._permanent.get((gpu, name))
+        if known is not None:
+            return known
+        try:
+            return function(*args, **kwargs)
+        except pynvml.NVMLError as error:
+            unavailable = Unavailable(nvml_reason(error))
+            if error.value in _PERMANENT_ERRORS:
+                self._permanent[(gpu, name)] = unavailable
+            return unavailable
+
+
+@dataclasses.dataclass
+class _Gpm:
+    """Two GPM sample buffers used in turn, and the reusable metrics request."""
+
+    samples: list[Any]
+    request: Any
+    newest: int = -1           # index of the buffer holding the latest sample, -1 before the first
+    newest_at: float = 0.0
+
+
+@dataclasses.dataclass
+class _Device:
+    index: int
+    handle: Any
+    info: pb.GpuInfo
+    gpm: _Gpm | None
+    nvlink: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # field -> (KiB, us)
+    pcie: dict[str, float | Unavailable] = dataclasses.field(default_factory=dict)
+    pcie_at: float = -math.inf
+
+
+class GpuCollector(Collector):
+    """NVML sampler for every GPU of the host (one thread; GPM buffers are not shared)."""
+
+    name = "gpu"
+
+    def __init__(
+        self,
+        interval_seconds: float,
+        slow_interval_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(interval_seconds)
+        self.slow_interval_seconds = slow_interval_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._call = NvmlCalls()
+        self._reason = ""
+        self._initialized = False
+        self._devices: list[_Device] = []
+        self._stats: list[pb.GpuStats] = []
+        self._process_names: dict[int, str] = {}
+        self.driver_version = self.nvml_version = self.cuda_driver_version = ""
+        self.last_collect_seconds: float | None = None
+        self._start()
+
+    # ------------------------------------------------------------ set-up
+
+    def _start(self) -> None:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as error:
+            self._reason = nvml_reason(error)
+            log.info("gpu collector unavailable", extra={"reason": self._reason})
+            return
+        self._initialized = True
+        try:
+            self.driver_version = text(pynvml.nvmlSystemGetDriverVersion())
+            self.nvml_version = text(pynvml.nvmlSystemGetNVMLVersion())
+            self.cuda_driver_version = cuda_version_text(pynvml.nvmlSystemGetCudaDriverVersion())
+            count = pynvml.nvmlDeviceGetCount()
+            self._devices = [self._open_device(index) for index in range(count)]
+        except pynvml.NVMLError as error:
+            self._reason = nvml_reason(error)
+            self.close()
+            return
+        if not self._devices:
+            self._reason = "no NVIDIA GPU found (NVML reports 0 devices)"
+
+    def _open_device(self, index: int) -> _Device:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        architecture = self._call(index, "architecture", pynvml.nvmlDeviceGetArchitecture, handle)
+        gpm = self._open_gpm(index, handle)
+        info = pb.GpuInfo(
+            index=index,
+            name=text(pynvml.nvmlDeviceGetName(handle)),
+            uuid=text(pynvml.nvmlDeviceGetUUID(handle)),
+            pci_bus_id=text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+            memory_total_bytes=memory.total,
+            architecture="" if isinstance(architecture, Unavailable) else architecture_name(architecture),
+            gpm_supported=gpm is not None,
+        )
+        return _Device(index, handle, info, gpm)
+
+    def _open_gpm(self, index: int, handle: Any) -> _Gpm | None:
+        support = self._call(index, "gpm_support", pynvml.nvmlGpmQueryDeviceSupport, handle)
+        if isinstance(support, Unavailable) or not support.isSupportedDevice:
+            return None
+        samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
+        return _Gpm(samples, pynvml.c_nvmlGpmMetricsGet_t())
+
+    # ------------------------------------------------------------ Collector
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(
+            name=self.name, available=not self._reason, reason=self._reason, interval_seconds=self.interval_seconds
+        )
+
+    def info(self) -> list[pb.GpuInfo]:
+        """Static facts per GPU for GetInfo (empty without a driver)."""
+        copies = []
+        for device in self._devices:
+            copy = pb.GpuInfo()
+            copy.CopyFrom(device.info)
+            copies.append(copy)
+        return copies
+
+    def fill_info(self, info: pb.AgentInfo) -> None:
+        """Driver/NVML/CUDA versions and the GPU list for GetInfo."""
+        info.driver_version = self.driver_version
+        info.nvml_version = self.nvml_version
+        info.cuda_driver_version = self.cuda_driver_version
+        info.gpus.extend(self.info())
+
+    def collect(self) -> None:
+        if self._reason:
+            return
+        started = time.perf_counter()
+        stats = [self._sample(device) for device in self._devices]
+        seen = {process.pid for gpu in stats for process in gpu.processes}
+        self._process_names = {pid: name for pid, name in self._process_names.items() if pid in seen}
+        with self._lock:
+            self._stats = stats
+        self.last_collect_seconds = time.perf_counter() - started
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        with self._lock:
+            snapshot.gpus.extend(self._stats)
+
+    def close(self) -> None:
+        if not self._initialized:
+            return
+        for device in self._devices:
+            if device.gpm is not None:
+                for sample in device.gpm.samples:
+                    self._call(device.index, "gpm_free", pynvml.nvmlGpmSampleFree, sample)
+        self._devices = []
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as error:
+            log.warning("nvmlShutdown failed", extra={"reason": nvml_reason(error)})
+        self._initialized = False
+
+    # ------------------------------------------------------------ per tick
+
+    def _sample(self, device: _Device) -> pb.GpuStats:
+        index, handle, call = device.index, device.handle, self._call
+        info = device.info
+        stats = pb.GpuStats(index=index, name=info.name, uuid=info.uuid, pci_bus_id=info.pci_bus_id)
+
+        rates = call(index, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
+        put(stats, "utilization_percent", rates if isinstance(rates, Unavailable) else float(rates.gpu))
+        put(stats, "memory_utilization_percent", rates if isinstance(rates, Unavailable) else float(rates.memory))
+
+        memory = call(index, "memory", pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2)
+        if isinstance(memory, Unavailable):
+            memory = call(index, "memory_v1", pynvml.nvmlDeviceGetMemoryInfo, handle)
+        put(stats, "memory_used_bytes", memory if isinstance(memory, Unavailable) else memory.used)
+        put(stats, "memory_total_bytes", memory if isinstance(memory, Unavailable) else memory.total)
+
+        put(stats, "power_watts", _scaled(call(index, "power", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3))
+        limit = call(index, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        put(stats, "power_limit_watts", _scaled(limit, 1e-3))
+        put(stats, "temperature_celsius", _scaled(self._temperature(device), 1.0))
+        sm = call(index, "sm_clock", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
+        put(stats, "sm_clock_hz", _scaled(sm, 1e6))
+        mem = call(index, "memory_clock", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+        put(stats, "memory_clock_hz", _scaled(mem, 1e6))
+
+        mask = call(index, "clock_events", pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
+        put(stats, "clock_event_reasons_mask", mask)
+        if not isinstance(mask, Unavailable):
+            stats.clock_event_reasons.extend(clock_event_reason_names(mask))
+
+        for field, kind in (
+            ("ecc_corrected_total", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ("ecc_uncorrected_total", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        ):
+            put(stats, field, call(index, field, pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, pynvml.NVML_VOLATILE_ECC))
+
+        self._nvlink(device, stats)
+        if device.gpm is not None:
+            self._gpm(device, stats)
+        else:
+            for field in GPM_FIELDS:
+                if not field.startswith("pcie_"):
+                    stats.unavailable[field] = f"GPM needs Hopper or newer ({info.architecture or 'unknown'})"
+            self._pcie_fallback(device, stats)
+        self._processes(device, stats)
+        return stats
+
+    def _temperature(self, device: _Device) -> int | Unavailable:
+        value = self._call(
+            device.index, "temperature_v", pynvml.nvmlDeviceGetTemperatureV, device.handle, pynvml.NVML_TEMPERATURE_GPU
+        )
+        if isinstance(value, Unavailable):  # drivers older than the versioned call
+            value = self._call(
+                device.index, "temperature", pynvml.nvmlDeviceGetTemperature, device.handle, pynvml.NVML_TEMPERATURE_GPU
+            )
+        return value
+
+    def _nvlink(self, device: _Device, stats: pb.GpuStats) -> None:
+        """NVLink data bytes over all links from the 64-bit KiB counters; rates from deltas."""
+        fields = (
+            ("rx", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+            ("tx", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+        )
+        values = self._call(
+            device.index, "nvlink", pynvml.nvmlDeviceGetFieldValues, device.handle, [(fid, ALL_LINKS) for _, fid in fields]
+        )
+        for position, (direction, _) in enumerate(fields):
+            total_field, rate_field = f"nvlink_{direction}_bytes_total", f"nvlink_{direction}_bytes_per_s"
+            if isinstance(values, Unavailable):
+                put(stats, total_field, values)
+                put(stats, rate_field, values)
+                continue
+            kib = field_value(values[position])
+            if isinstance(kib, Unavailable):
+                put(stats, total_field, kib)
+                put(stats, rate_field, kib)
+                continue
+            current = (int(kib), int(values[position].timestamp))
+            rate = counter_rate(device.nvlink.get(direction), current)
+            device.nvlink[direction] = current
+            put(stats, total_field, current[0] * KIB)
+            put(stats, rate_field, rate if isinstance(rate, Unavailable) else rate * KIB)
+
+    def _gpm(self, device: _Device, stats: pb.GpuStats) -> None:
+        """Take this tick's GPM sample into the other buffer; metrics over (previous, this)."""
+        gpm, now = device.gpm, self._clock()
+        if gpm.newest >= 0 and now - gpm.newest_at < MIN_GPM_WINDOW_SECONDS:
+            for field in GPM_FIELDS:
+                stats.unavailable[field] = f"GPM window under {MIN_GPM_WINDOW_SECONDS} s (interval too short)"
+            return
+        target = 1 - gpm.newest if gpm.newest >= 0 else 0
+        taken = self._call(device.index, "gpm_sample", pynvml.nvmlGpmSampleGet, device.handle, gpm.samples[target])
+        if isinstance(taken, Unavailable):
+            for field in GPM_FIELDS:
+                stats.unavailable[field] = taken.reason
+            return
+        previous, previous_at = gpm.newest, gpm.newest_at
+        gpm.newest, gpm.newest_at = target, now
+        if previous < 0:
+            for field in GPM_FIELDS:
+                stats.unavailable[field] = FIRST_SAMPLE
+            return
+        prepare_gpm_request(gpm.request, gpm.samples[previous], gpm.samples[target])
+        result = self._call(device.index, "gpm_metrics", pynvml.nvmlGpmMetricsGet, gpm.request)
+        if isinstance(result, Unavailable):
+            for field in GPM_FIELDS:
+                stats.unavailable[field] = result.reason
+            return
+        for field, value in gpm_values(result).items():
+            put(stats, field, value)
+        stats.gpm_window_seconds = now - previous_at
+
+    def _pcie_fallback(self, device: _Device, stats: pb.GpuStats) -> None:
+        """Without GPM: NVML's 20 ms PCIe point sample (it blocks), refreshed only every slow interval."""
+        now = self._clock()
+        if now - device.pcie_at >= self.slow_interval_seconds:
+            device.pcie_at = now
+            for field, counter in (
+                ("pcie_tx_bytes_per_s", pynvml.NVML_PCIE_UTIL_TX_BYTES),
+                ("pcie_rx_bytes_per_s", pynvml.NVML_PCIE_UTIL_RX_BYTES),
+            ):
+                kb_per_s = self._call(device.index, field, pynvml.nvmlDeviceGetPcieThroughput, device.handle, counter)
+                device.pcie[field] = _scaled(kb_per_s, KIB)
+        for field, value in device.pcie.items():
+            put(stats, field, value)
+
+    def _processes(self, device: _Device, stats: pb.GpuStats) -> None:
+        processes = self._call(device.index, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, device.handle)
+        if isinstance(processes, Unavailable):
+            stats.unavailable["processes"] = processes.reason
+            return
+        for process in processes:
+            entry = stats.processes.add(pid=process.pid, name=self._process_name(process.pid))
+            if process.usedGpuMemory is None:
+                stats.unavailable[f"processes[{process.pid}].used_memory_bytes"] = "NVML gives no per-process memory here"
+            else:
+                entry.used_memory_bytes = process.usedGpuMemory
+
+    def _process_name(self, pid: int) -> str:
+        """Process name by PID (cached while the PID uses a GPU); empty when not visible (other PID namespace)."""
+        name = self._process_names.get(pid)
+        if name is None:
+            try:
+                name = psutil.Process(pid).name()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                name = ""
+            self._process_names[pid] = name
+        return name
+
+
+def _scaled(value: int | float | Unavailable, factor: float) -> float | Unavailable:
+    return value if isinstance(value, Unavailable) else float(value) * factor
+
