@@ -1,0 +1,155 @@
+/* LD_PRELOAD interposers for the cuBLAS / cuBLASLt GEMM entry points PyTorch
+ * calls.  Each call: look up the caller's stream, take a pooled CUDA event
+ * pair around the real call, and hand the launch to the writer thread, which
+ * times it when the stop event completes.  FLOPs = 2*b*m*n*k. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hook_internal.h"
+
+#define CUBLAS_STATUS_SUCCESS 0
+#define CUBLAS_STATUS_NOT_INITIALIZED 1
+#define CUBLAS_OP_N 0
+
+typedef int (*get_stream_fn)(void *handle, void **stream);
+
+static _Atomic uint64_t g_gemm_launches;
+
+/* Resolve `name` once into the static pointer `slot` (benign race: every
+ * thread finds the same address). */
+#define REAL(slot, type, name)                                                          \
+    type slot = (type)atomic_load_explicit(&slot##_cache, memory_order_relaxed);       \
+    if (TP_UNLIKELY(!slot)) {                                                           \
+        slot = (type)tp_resolve(name);                                                  \
+        atomic_store_explicit(&slot##_cache, (void *)slot, memory_order_relaxed);       \
+    }
+
+const char *tp_cuda_dtype_name(int t, char *buf, size_t cap)
+{
+    switch (t) {
+    case -1: return "unknown";
+    case 0: return "fp32";
+    case 1: return "fp64";
+    case 2: return "fp16";
+    case 3: return "int8";
+    case 4: return "c64";
+    case 5: return "c128";
+    case 10: return "int32";
+    case 14: return "bf16";
+    case 28: return "fp8e4m3";
+    case 29: return "fp8e5m2";
+    default: snprintf(buf, cap, "cuda%d", t); return buf;
+    }
+}
+
+void tp_gemm_begin(tp_gemm_call *c, void *stream, const char *op, int dtype, int64_t b, int64_t m, int64_t n,
+                       int64_t k)
+{
+    c->active = tp_ensure_started();
+    if (!c->active) return;
+    char buf[TP_DTYPE_LEN];
+    tp_record *r = &c->rec;
+    memset(r, 0, sizeof(*r));
+    tp_copy_name(r->op, sizeof(r->op), op);
+    tp_copy_name(r->dtype, sizeof(r->dtype), tp_cuda_dtype_name(dtype, buf, sizeof(buf)));
+    r->b = b, r->m = m, r->n = n, r->k = k;
+    r->flops = 2ULL * (uint64_t)b * (uint64_t)m * (uint64_t)n * (uint64_t)k;
+    r->stream = (uint64_t)(uintptr_t)stream;
+    r->launched_ns = tp_now_ns();
+    c->stream = stream;
+    c->timed = tp_timer_acquire(stream, &c->timer);
+}
+
+void tp_gemm_end(tp_gemm_call *c, int status)
+{
+    if (!c->active) return;
+    if (status != CUBLAS_STATUS_SUCCESS) { /* nothing ran: not an op */
+        if (c->timed) tp_timer_abandon(c->timer);
+        return;
+    }
+    c->rec.op_seq = atomic_fetch_add_explicit(&g_gemm_launches, 1, memory_order_relaxed) + 1;
+    if (c->timed) {
+        tp_timer_stop(c->timer, c->stream);
+        c->rec.type = TP_REC_GEMM_LAUNCH;
+        c->rec.timer = c->timer;
+    } else {
+        c->rec.type = TP_REC_GEMM_UNTIMED;
+        c->rec.dur_ns = UINT64_MAX;
+    }
+    tp_submit(&c->rec);
+}
+
+static void *blas_stream(void *handle)
+{
+    static _Atomic(void *) get_stream_cache;
+    REAL(get_stream, get_stream_fn, "cublasGetStream_v2");
+    void *stream = NULL;
+    if (get_stream && get_stream(handle, &stream) != CUBLAS_STATUS_SUCCESS) stream = NULL;
+    return stream;
+}
+
+/* One interposer: resolve the real function, time the call around it. */
+#define GEMM_HOOK(NAME, PARAMS, ARGS, DTYPE, B, M, N, K)                                 \
+    typedef int (*NAME##_fn) PARAMS;                                                      \
+    static _Atomic(void *) NAME##_real_cache;                                             \
+    TP_EXPORT int NAME PARAMS                                                             \
+    {                                                                                     \
+        REAL(NAME##_real, NAME##_fn, #NAME);                                              \
+        if (TP_UNLIKELY(!NAME##_real)) return CUBLAS_STATUS_NOT_INITIALIZED;              \
+        tp_gemm_call c;                                                                   \
+        tp_gemm_begin(&c, blas_stream(handle), #NAME, DTYPE, B, M, N, K);                    \
+        int status = NAME##_real ARGS;                                                    \
+        tp_gemm_end(&c, status);                                                          \
+        return status;                                                                    \
+    }
+
+GEMM_HOOK(cublasGemmEx,
+          (void *handle, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
+           const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo),
+          (handle, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo), at, 1, m, n, k)
+
+GEMM_HOOK(cublasGemmEx_64,
+          (void *handle, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *alpha, const void *A, int at,
+           int64_t lda, const void *B, int bt, int64_t ldb, const void *beta, void *C, int ct, int64_t ldc,
+           int compute, int algo),
+          (handle, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo), at, 1, m, n, k)
+
+GEMM_HOOK(cublasGemmStridedBatchedEx,
+          (void *handle, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
+           long long sa, const void *B, int bt, int ldb, long long sb, const void *beta, void *C, int ct, int ldc,
+           long long sc, int batch, int compute, int algo),
+          (handle, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch, compute,
+           algo),
+          at, batch, m, n, k)
+
+GEMM_HOOK(cublasGemmStridedBatchedEx_64,
+          (void *handle, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *alpha, const void *A, int at,
+           int64_t lda, long long sa, const void *B, int bt, int64_t ldb, long long sb, const void *beta, void *C,
+           int ct, int64_t ldc, long long sc, int64_t batch, int compute, int algo),
+          (handle, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch, compute,
+           algo),
+          at, batch, m, n, k)
+
+GEMM_HOOK(cublasGemmBatchedEx,
+          (void *handle, int ta, int tb, int m, int n, int k, const void *alpha, const void *const A[], int at,
+           int lda, const void *const B[], int bt, int ldb, const void *beta, void *const C[], int ct, int ldc,
+           int batch, int compute, int algo),
+          (handle, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, batch, compute, algo), at,
+          batch, m, n, k)
+
+GEMM_HOOK(cublasSgemm_v2,
+          (void *handle, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
+           const float *B, int ldb, const float *beta, float *C, int ldc),
+          (handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc), 0, 1, m, n, k)
+
+GEMM_HOOK(cublasSgemm_v2_64,
+          (void *handle, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *alpha, const float *A,
+           int64_t lda, const float *B, int64_t ldb, const float *beta, float *C, int64_t ldc),
+          (handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc), 0, 1, m, n, k)
+
+GEMM_HOOK(cublasSgemmStridedBatched,
+          (void *handle, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
+           long long sa, const float *B, int ldb, long long sb, const float *beta, float *C, int ldc, long long sc,
+           int batch),
+          (handle, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch), 0, batch, m, n, k)

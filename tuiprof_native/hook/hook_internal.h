@@ -1,0 +1,118 @@
+/*
+ * Internal interfaces of libtuiprof_hook.so (not installed, not a contract).
+ *
+ * Threads: application threads (GEMM hooks, NCCL API thread, Python) and
+ * NCCL's proxy thread only *produce*: they push fixed-size records into
+ * lock-free bounded queues and never block.  One background writer thread
+ * consumes them, polls CUDA events and is the only writer of the segment.
+ */
+#ifndef TUIPROF_HOOK_INTERNAL_H
+#define TUIPROF_HOOK_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tuiprof_segment.h"
+
+#define TP_EXPORT __attribute__((visibility("default")))
+#define TP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+uint64_t tp_now_ns(void);  /* CLOCK_REALTIME */
+void tp_copy_name(char *dst, size_t cap, const char *src);
+
+/* ---- lifecycle (worker.c) ---------------------------------------------- */
+/* Lazy start: creates the segment and the writer thread on first use.
+ * Returns 1 when the hook is recording, 0 when inert (no /dev/shm, disabled,
+ * still starting in another thread). Never blocks. */
+int tp_ensure_started(void);
+int tp_is_running(void);
+void tp_set_flag(uint32_t flag);
+
+/* ---- bounded lock-free queue (queue.c) --------------------------------- */
+typedef struct tp_queue tp_queue;
+tp_queue *tp_queue_create(uint32_t capacity_pow2, uint32_t elem_size);
+void tp_queue_free(tp_queue *q);
+void tp_queue_reset(tp_queue *q);          /* fork child only: no other thread exists */
+int tp_queue_push(tp_queue *q, const void *elem);  /* 0 when full */
+int tp_queue_pop(tp_queue *q, void *elem);         /* 0 when empty */
+
+/* ---- records produced by hooks, consumed by the writer ----------------- */
+enum tp_record_type {
+    TP_REC_GEMM_LAUNCH = 1, /* timed GEMM launched: timer index, stream */
+    TP_REC_GEMM_UNTIMED,    /* GEMM counted without timing */
+    TP_REC_NCCL_START,      /* collective enqueued (in-flight) */
+    TP_REC_NCCL_DONE,       /* collective finished */
+    TP_REC_STEP,
+    TP_REC_GC,
+    TP_REC_DATALOADER,
+};
+
+typedef struct tp_record {
+    uint32_t type;
+    uint32_t timer;          /* GEMM: event-pair index */
+    char op[TP_NAME_LEN];
+    char dtype[TP_DTYPE_LEN];
+    char algo[TP_ALGO_LEN];
+    char proto[TP_PROTO_LEN];
+    int64_t b, m, n, k;
+    uint64_t stream;         /* GEMM stream / NCCL communicator hash */
+    uint64_t op_seq;
+    uint64_t bytes, flops;
+    uint64_t launched_ns;
+    uint64_t start_ns, end_ns;  /* realtime; end 0 when untimed */
+    uint64_t dur_ns;            /* UINT64_MAX when untimed */
+    uint32_t nranks;
+    int32_t rank;
+    uint32_t token;          /* NCCL op index, pairs START with DONE */
+    uint32_t pad;
+} tp_record;
+
+void tp_submit(const tp_record *r);  /* counts a drop when the queue is full */
+void tp_count_drop(void);
+
+/* ---- symbol resolution (resolve.c) ------------------------------------- */
+/* The first definition of `name` in a loaded object other than this library
+ * (RTLD_NEXT misses libraries PyTorch loads into a local scope). */
+void *tp_resolve(const char *name);
+
+/* ---- CUDA event timing (cuda_timer.c) ---------------------------------- */
+int tp_timer_acquire(void *stream, uint32_t *timer);    /* records start; 0: untimed */
+void tp_timer_stop(uint32_t timer, void *stream);       /* records stop */
+void tp_timer_abandon(uint32_t timer);
+/* writer side */
+int tp_timer_poll(uint32_t timer, uint64_t *dur_ns);     /* 1 done, 0 pending, -1 failed */
+void tp_timer_release(uint32_t timer);
+void tp_timer_fork_child(void);
+
+/* ---- GEMM calls (gemm_hooks.c) ----------------------------------------- */
+typedef struct tp_gemm_call {
+    int active, timed;
+    uint32_t timer;
+    void *stream;
+    tp_record rec;
+} tp_gemm_call;
+/* Around the real call: begin takes the event pair, end hands the launch to
+ * the writer (a failed call is not an op).  A zeroed call is inert. */
+void tp_gemm_begin(tp_gemm_call *c, void *stream, const char *op, int cuda_dtype, int64_t b, int64_t m, int64_t n,
+                   int64_t k);
+void tp_gemm_end(tp_gemm_call *c, int status);
+const char *tp_cuda_dtype_name(int t, char *buf, size_t cap);
+
+/* ---- NCCL plugin (nccl_plugin.c) --------------------------------------- */
+/* Finish collectives whose channels all stopped but fewer than announced
+ * reported (called by the writer every few ms). */
+void tp_nccl_sweep(uint64_t now_ns);
+void tp_nccl_fork_child(void);
+
+/* ---- segment writer (segment_writer.c; writer thread only) ------------- */
+int tp_segment_create(void);   /* 0 ok */
+void tp_segment_detach(void);  /* fork child: forget the parent's mapping */
+tp_segment *tp_segment_get(void);
+void tp_segment_fold(const tp_record *r, uint32_t kind);  /* slot + ring */
+void tp_segment_event(const tp_record *r, uint32_t kind); /* ring only */
+void tp_counters_begin(void);
+void tp_counters_end(void);
+void tp_segment_heartbeat(void);
+
+#endif

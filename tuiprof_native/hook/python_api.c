@@ -1,0 +1,50 @@
+/* C entry points for the Python startup hook (called through ctypes):
+ * optimizer steps, GC pauses, DataLoader waits.  Steps and DataLoader waits
+ * start the hook (they mark a training process); GC pauses are only recorded
+ * once it runs, so helper Python processes never get a segment. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "hook_internal.h"
+
+static void submit_interval(uint32_t type, const char *op, uint64_t start_ns, uint64_t end_ns)
+{
+    tp_record r = {0};
+    r.type = type;
+    tp_copy_name(r.op, sizeof(r.op), op);
+    r.start_ns = start_ns;
+    r.end_ns = end_ns;
+    r.dur_ns = end_ns - start_ns;
+    tp_submit(&r);
+}
+
+TP_EXPORT int tuiprof_record_step(void)
+{
+    if (!tp_ensure_started()) return 0;
+    uint64_t now = tp_now_ns();
+    submit_interval(TP_REC_STEP, "step", now, now);
+    return 1;
+}
+
+TP_EXPORT int tuiprof_record_gc(uint64_t start_ns, uint64_t end_ns)
+{
+    if (!tp_is_running() || end_ns < start_ns) return 0;
+    submit_interval(TP_REC_GC, "gc", start_ns, end_ns);
+    return 1;
+}
+
+TP_EXPORT int tuiprof_record_dataloader(uint64_t start_ns, uint64_t end_ns)
+{
+    if (end_ns < start_ns || !tp_ensure_started()) return 0;
+    submit_interval(TP_REC_DATALOADER, "dataloader", start_ns, end_ns);
+    return 1;
+}
+
+/* The segment path of this process once the hook runs, else "". */
+TP_EXPORT const char *tuiprof_segment_path(void)
+{
+    static __thread char path[96];
+    if (!tp_is_running()) return "";
+    snprintf(path, sizeof(path), "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d", (unsigned)getuid(), (int)getpid());
+    return path;
+}

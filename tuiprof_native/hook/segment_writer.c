@@ -1,0 +1,221 @@
+/* The writer thread's view of the segment: creation, aggregate slots, the
+ * event ring and the counters.  Only the writer thread calls these (and
+ * tp_segment_create, from the thread that starts the hook, before the writer
+ * exists). */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "hook_internal.h"
+
+#define SLOT_INDEX_SIZE 2048u /* open addressing over slot keys, > 2 * TP_MAX_SLOTS */
+
+static tp_segment *g_seg;
+static uint32_t g_slot_index[SLOT_INDEX_SIZE]; /* slot number + 1; 0 = empty */
+
+tp_segment *tp_segment_get(void) { return g_seg; }
+
+static int env_int(const char *const *names, int fallback)
+{
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (*end == '\0') return (int)x;
+        }
+    }
+    return fallback;
+}
+
+static void env_str(char *dst, size_t cap, const char *const *names)
+{
+    dst[0] = '\0';
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) {
+            tp_copy_name(dst, cap, v);
+            return;
+        }
+    }
+}
+
+static void fill_identity(tp_header *h)
+{
+    static const char *const rank_env[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", NULL};
+    static const char *const local_env[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", NULL};
+    static const char *const world_env[] = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+    static const char *const job_env[] = {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "TUIPROF_JOB_ID", NULL};
+    h->pid = (int32_t)getpid();
+    h->rank = env_int(rank_env, -1);
+    h->local_rank = env_int(local_env, -1);
+    h->world_size = env_int(world_env, -1);
+    env_str(h->job_id, sizeof(h->job_id), job_env);
+    if (gethostname(h->hostname, sizeof(h->hostname) - 1) != 0) h->hostname[0] = '\0';
+}
+
+int tp_segment_create(void)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d", (unsigned)getuid(), (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    if (ftruncate(fd, (off_t)sizeof(tp_segment)) != 0) {
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    void *p = mmap(NULL, sizeof(tp_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        unlink(path);
+        return -1;
+    }
+    tp_segment *s = p; /* fresh file: zero-filled */
+    tp_header *h = &s->header;
+    h->layout_version = TP_LAYOUT_VERSION;
+    h->header_size = sizeof(tp_header);
+    h->segment_size = sizeof(tp_segment);
+    h->slot_size = sizeof(tp_slot);
+    h->inflight_size = sizeof(tp_inflight);
+    h->event_size = sizeof(tp_event);
+    h->max_slots = TP_MAX_SLOTS;
+    h->max_inflight = TP_MAX_INFLIGHT;
+    h->ring_capacity = TP_RING_CAPACITY;
+    h->hist_buckets = TP_HIST_BUCKETS;
+    fill_identity(h);
+    h->start_ns = tp_now_ns();
+    h->heartbeat_ns = h->start_ns;
+    memset(g_slot_index, 0, sizeof(g_slot_index));
+    __atomic_store_n(&h->magic, TP_MAGIC, __ATOMIC_RELEASE);
+    g_seg = s;
+    return 0;
+}
+
+void tp_segment_detach(void)
+{
+    if (g_seg) munmap(g_seg, sizeof(tp_segment));
+    g_seg = NULL;
+}
+
+void tp_segment_heartbeat(void)
+{
+    tp_header *h = &g_seg->header;
+    __atomic_store_n(&h->heartbeat_ns, tp_now_ns(), __ATOMIC_RELEASE);
+    __atomic_store_n(&h->writer_seq, h->writer_seq + 1, __ATOMIC_RELEASE);
+}
+
+void tp_counters_begin(void) { tp_write_begin(&g_seg->header.counters.seq); }
+void tp_counters_end(void) { tp_write_end(&g_seg->header.counters.seq); }
+
+static uint64_t fnv(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int slot_matches(const tp_slot *s, const tp_record *r, uint32_t kind)
+{
+    return s->kind == kind && s->b == r->b && s->m == r->m && s->n == r->n && s->k == r->k &&
+           s->comm_hash == (kind == TP_KIND_NCCL ? r->stream : 0) && strcmp(s->op, r->op) == 0 &&
+           strcmp(s->dtype, r->dtype) == 0 && strcmp(s->algo, r->algo) == 0 && strcmp(s->proto, r->proto) == 0;
+}
+
+/* The slot for this record's key; a new one if unseen; the overflow slot
+ * (last) once all others are taken. */
+static tp_slot *slot_for(const tp_record *r, uint32_t kind)
+{
+    tp_header *h = &g_seg->header;
+    uint64_t comm = kind == TP_KIND_NCCL ? r->stream : 0;
+    uint64_t key = fnv(14695981039346656037ULL, &kind, sizeof(kind));
+    key = fnv(key, r->op, strlen(r->op));
+    key = fnv(key, r->dtype, strlen(r->dtype));
+    key = fnv(key, r->algo, strlen(r->algo));
+    key = fnv(key, r->proto, strlen(r->proto));
+    int64_t shape[4] = {r->b, r->m, r->n, r->k};
+    key = fnv(key, shape, sizeof(shape));
+    key = fnv(key, &comm, sizeof(comm));
+    for (uint32_t probe = 0; probe < SLOT_INDEX_SIZE; probe++) {
+        uint32_t i = (uint32_t)((key + probe) & (SLOT_INDEX_SIZE - 1));
+        uint32_t idx = g_slot_index[i];
+        if (idx == 0) {
+            if (h->slots_used >= TP_MAX_SLOTS - 1) break;
+            uint32_t n = h->slots_used;
+            tp_slot *s = &g_seg->slots[n];
+            tp_write_begin(&s->seq);
+            s->kind = kind;
+            s->nranks = r->nranks;
+            tp_copy_name(s->op, sizeof(s->op), r->op);
+            tp_copy_name(s->dtype, sizeof(s->dtype), r->dtype);
+            tp_copy_name(s->algo, sizeof(s->algo), r->algo);
+            tp_copy_name(s->proto, sizeof(s->proto), r->proto);
+            s->b = r->b, s->m = r->m, s->n = r->n, s->k = r->k;
+            s->comm_hash = comm;
+            s->min_ns = UINT64_MAX;
+            tp_write_end(&s->seq);
+            g_slot_index[i] = n + 1;
+            __atomic_store_n(&h->slots_used, n + 1, __ATOMIC_RELEASE);
+            return s;
+        }
+        if (slot_matches(&g_seg->slots[idx - 1], r, kind)) return &g_seg->slots[idx - 1];
+    }
+    tp_slot *o = &g_seg->slots[TP_MAX_SLOTS - 1];
+    if (o->kind == TP_KIND_NONE) {
+        tp_write_begin(&o->seq);
+        o->kind = kind;
+        tp_copy_name(o->op, sizeof(o->op), "other");
+        o->min_ns = UINT64_MAX;
+        tp_write_end(&o->seq);
+    }
+    tp_counters_begin();
+    h->counters.slot_overflow++;
+    tp_counters_end();
+    return o;
+}
+
+void tp_segment_event(const tp_record *r, uint32_t kind)
+{
+    tp_header *h = &g_seg->header;
+    uint64_t i = h->ring_head;
+    tp_event *e = &g_seg->ring[i % TP_RING_CAPACITY];
+    __atomic_store_n(&e->seq, 2 * i + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    e->kind = kind;
+    e->rank = kind == TP_KIND_NCCL ? r->rank : h->rank;
+    tp_copy_name(e->op, sizeof(e->op), r->op);
+    tp_copy_name(e->dtype, sizeof(e->dtype), r->dtype);
+    e->start_ns = r->start_ns;
+    e->end_ns = r->end_ns;
+    e->bytes = r->bytes;
+    e->flops = r->flops;
+    e->op_seq = r->op_seq;
+    e->comm_hash = kind == TP_KIND_NCCL ? r->stream : 0;
+    e->b = r->b, e->m = r->m, e->n = r->n, e->k = r->k;
+    __atomic_store_n(&e->seq, 2 * i + 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->ring_head, i + 1, __ATOMIC_RELEASE);
+}
+
+void tp_segment_fold(const tp_record *r, uint32_t kind)
+{
+    tp_slot *s = slot_for(r, kind);
+    tp_write_begin(&s->seq);
+    s->count++;
+    s->bytes += r->bytes;
+    s->flops += r->flops;
+    if (r->dur_ns != UINT64_MAX) {
+        s->timed_count++;
+        s->total_ns += r->dur_ns;
+        s->timed_bytes += r->bytes;
+        s->timed_flops += r->flops;
+        if (r->dur_ns < s->min_ns) s->min_ns = r->dur_ns;
+        if (r->dur_ns > s->max_ns) s->max_ns = r->dur_ns;
+        s->hist[tp_hist_bucket(r->dur_ns)]++;
+    }
+    tp_write_end(&s->seq);
+    tp_segment_event(r, kind);
+}

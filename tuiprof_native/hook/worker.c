@@ -1,0 +1,379 @@
+/* Lazy start, the writer thread, fork handling and exit flush.
+ *
+ * Nothing happens when the library is loaded except registering fork and
+ * exit handlers.  The first GEMM, NCCL communicator, step or DataLoader wait
+ * creates the segment and starts one background thread; from then on that
+ * thread alone writes the segment.  If anything is missing (/dev/shm,
+ * memory, TUIPROF_DISABLE=1) the hook stays inert and every interposer is a
+ * plain pass-through. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hook_internal.h"
+
+#define RECORD_QUEUE 8192u
+#define GEMM_PENDING 4096u /* = timer pool size: a pending GEMM owns a timer */
+#define MAX_STREAMS 64u
+#define NCCL_OUTSTANDING 4096u
+#define BUSY_SLEEP_NS 100000L
+#define IDLE_SLEEP_NS 1000000L
+#define SWEEP_EVERY_NS 10000000ULL
+
+enum { STOPPED = 0, STARTING = 1, RUNNING = 2, INERT = 3 };
+
+static _Atomic int g_state;
+static _Atomic uint32_t g_flags;
+static _Atomic uint64_t g_drops;
+static _Atomic int g_flush_request, g_drained, g_stop;
+static tp_queue *g_records;
+static pthread_t g_thread;
+
+/* Writer-private state. */
+typedef struct stream_fifo {
+    uint64_t stream;
+    uint32_t head, tail; /* indices into timers[], mod GEMM_PENDING */
+    uint32_t timers[GEMM_PENDING];
+} stream_fifo;
+
+static stream_fifo *g_streams; /* MAX_STREAMS, calloc'd at start */
+static uint32_t g_stream_count;
+static tp_record *g_pending;   /* by timer index */
+static tp_record *g_outstanding; /* NCCL, by token */
+static uint8_t *g_outstanding_used;
+static uint32_t g_outstanding_count;
+static int g_inflight_dirty;
+static uint32_t g_inflight_published;
+
+uint64_t tp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+void tp_copy_name(char *dst, size_t cap, const char *src)
+{
+    if (!src) src = "";
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+int tp_is_running(void) { return atomic_load_explicit(&g_state, memory_order_acquire) == RUNNING; }
+
+void tp_set_flag(uint32_t flag) { atomic_fetch_or(&g_flags, flag); }
+
+void tp_count_drop(void) { atomic_fetch_add_explicit(&g_drops, 1, memory_order_relaxed); }
+
+void tp_submit(const tp_record *r)
+{
+    if (!g_records || !tp_queue_push(g_records, r)) tp_count_drop();
+}
+
+/* ---- writer ------------------------------------------------------------ */
+
+static stream_fifo *fifo_for(uint64_t stream)
+{
+    for (uint32_t i = 0; i < g_stream_count; i++)
+        if (g_streams[i].stream == stream) return &g_streams[i];
+    if (g_stream_count == MAX_STREAMS) return NULL;
+    stream_fifo *f = &g_streams[g_stream_count++];
+    f->stream = stream;
+    f->head = f->tail = 0;
+    return f;
+}
+
+static void fold_untimed_gemm(tp_record *r)
+{
+    r->start_ns = r->launched_ns;
+    r->end_ns = 0;
+    tp_segment_fold(r, TP_KIND_GEMM);
+    tp_counters_begin();
+    tp_segment_get()->header.counters.gemm_untimed++;
+    tp_counters_end();
+}
+
+static void record_interval(const tp_record *r, uint32_t kind)
+{
+    tp_counters *c = &tp_segment_get()->header.counters;
+    tp_record e = *r;
+    tp_counters_begin();
+    if (kind == TP_KIND_STEP) {
+        if (c->last_step_ns) {
+            e.start_ns = c->last_step_ns;
+            c->last_step_time_ns = r->end_ns - c->last_step_ns;
+            c->step_time_total_ns += c->last_step_time_ns;
+        } else {
+            e.start_ns = r->end_ns;
+        }
+        c->step_count++;
+        c->last_step_ns = r->end_ns;
+        e.op_seq = c->step_count;
+    } else if (kind == TP_KIND_GC) {
+        c->gc_count++;
+        c->gc_pause_total_ns += r->end_ns - r->start_ns;
+    } else {
+        c->dataloader_count++;
+        c->dataloader_wait_total_ns += r->end_ns - r->start_ns;
+    }
+    tp_counters_end();
+    tp_segment_event(&e, kind);
+}
+
+static void handle_record(tp_record *r)
+{
+    switch (r->type) {
+    case TP_REC_GEMM_LAUNCH: {
+        stream_fifo *f = fifo_for(r->stream);
+        if (!f) { /* too many streams: count it, untimed */
+            tp_timer_release(r->timer);
+            r->dur_ns = UINT64_MAX;
+            fold_untimed_gemm(r);
+            break;
+        }
+        g_pending[r->timer] = *r;
+        f->timers[f->tail++ % GEMM_PENDING] = r->timer;
+        g_inflight_dirty = 1;
+        break;
+    }
+    case TP_REC_GEMM_UNTIMED: fold_untimed_gemm(r); break;
+    case TP_REC_NCCL_START:
+        if (!g_outstanding_used[r->token]) g_outstanding_count++;
+        g_outstanding[r->token] = *r;
+        g_outstanding_used[r->token] = 1;
+        g_inflight_dirty = 1;
+        break;
+    case TP_REC_NCCL_DONE:
+        if (g_outstanding_used[r->token]) {
+            g_outstanding_used[r->token] = 0;
+            g_outstanding_count--;
+            g_inflight_dirty = 1;
+        }
+        tp_segment_fold(r, TP_KIND_NCCL);
+        if (r->dur_ns == UINT64_MAX) {
+            tp_counters_begin();
+            tp_segment_get()->header.counters.nccl_untimed++;
+            tp_counters_end();
+        }
+        break;
+    case TP_REC_STEP: record_interval(r, TP_KIND_STEP); break;
+    case TP_REC_GC: record_interval(r, TP_KIND_GC); break;
+    case TP_REC_DATALOADER: record_interval(r, TP_KIND_DATALOADER); break;
+    default: break;
+    }
+}
+
+/* Completed GEMMs, oldest first per stream (events on one stream complete
+ * in order, so only each stream's head is queried). */
+static int poll_gemms(uint64_t now)
+{
+    int done = 0;
+    for (uint32_t s = 0; s < g_stream_count; s++) {
+        stream_fifo *f = &g_streams[s];
+        while (f->head != f->tail) {
+            uint32_t t = f->timers[f->head % GEMM_PENDING];
+            uint64_t dur = 0;
+            int st = tp_timer_poll(t, &dur);
+            if (st == 0) break;
+            tp_record *r = &g_pending[t];
+            tp_timer_release(t);
+            f->head++;
+            done++;
+            g_inflight_dirty = 1;
+            if (st < 0) {
+                r->dur_ns = UINT64_MAX;
+                fold_untimed_gemm(r);
+                continue;
+            }
+            /* The GPU end is observed now (within one poll interval). */
+            r->dur_ns = dur;
+            r->end_ns = now;
+            r->start_ns = now - dur < r->launched_ns ? r->launched_ns : now - dur;
+            tp_segment_fold(r, TP_KIND_GEMM);
+        }
+    }
+    return done;
+}
+
+static void put_inflight(uint32_t i, uint32_t kind, const tp_record *oldest, uint64_t key, uint32_t pending)
+{
+    tp_inflight *e = &tp_segment_get()->inflight[i];
+    tp_write_begin(&e->seq);
+    e->kind = kind;
+    e->pending = pending;
+    tp_copy_name(e->op, sizeof(e->op), oldest->op);
+    e->key = key;
+    e->op_seq = oldest->op_seq;
+    e->launched_ns = oldest->launched_ns;
+    tp_write_end(&e->seq);
+}
+
+static void publish_inflight(void)
+{
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < g_stream_count && n < TP_MAX_INFLIGHT; s++) {
+        stream_fifo *f = &g_streams[s];
+        if (f->head == f->tail) continue;
+        put_inflight(n++, TP_KIND_GEMM, &g_pending[f->timers[f->head % GEMM_PENDING]], f->stream, f->tail - f->head);
+    }
+    if (g_outstanding_count) {
+        /* oldest op per communicator */
+        uint64_t comms[TP_MAX_INFLIGHT];
+        uint32_t oldest[TP_MAX_INFLIGHT], pending[TP_MAX_INFLIGHT], nc = 0;
+        for (uint32_t t = 0; t < NCCL_OUTSTANDING; t++) {
+            if (!g_outstanding_used[t]) continue;
+            const tp_record *r = &g_outstanding[t];
+            uint32_t c = 0;
+            while (c < nc && comms[c] != r->stream) c++;
+            if (c == nc) {
+                if (nc == TP_MAX_INFLIGHT) continue;
+                comms[nc] = r->stream, oldest[nc] = t, pending[nc] = 0, nc++;
+            }
+            pending[c]++;
+            if (r->launched_ns < g_outstanding[oldest[c]].launched_ns) oldest[c] = t;
+        }
+        for (uint32_t c = 0; c < nc && n < TP_MAX_INFLIGHT; c++)
+            put_inflight(n++, TP_KIND_NCCL, &g_outstanding[oldest[c]], comms[c], pending[c]);
+    }
+    for (uint32_t i = n; i < g_inflight_published; i++) {
+        tp_inflight *e = &tp_segment_get()->inflight[i];
+        tp_write_begin(&e->seq);
+        e->kind = TP_KIND_NONE;
+        tp_write_end(&e->seq);
+    }
+    g_inflight_published = n;
+}
+
+static void sync_header(void)
+{
+    tp_header *h = &tp_segment_get()->header;
+    uint32_t flags = atomic_load(&g_flags);
+    if (h->flags != flags) __atomic_store_n(&h->flags, flags, __ATOMIC_RELEASE);
+    uint64_t drops = atomic_load(&g_drops);
+    if (h->counters.dropped_records != drops) {
+        tp_counters_begin();
+        h->counters.dropped_records = drops;
+        tp_counters_end();
+    }
+}
+
+static int gemms_pending(void)
+{
+    for (uint32_t s = 0; s < g_stream_count; s++)
+        if (g_streams[s].head != g_streams[s].tail) return 1;
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    (void)arg;
+    uint64_t last_sweep = 0;
+    tp_record r;
+    while (!atomic_load(&g_stop)) {
+        int flush = atomic_load(&g_flush_request);
+        int work = 0;
+        while (work < 4096 && tp_queue_pop(g_records, &r)) {
+            handle_record(&r);
+            work++;
+        }
+        uint64_t now = tp_now_ns();
+        work += poll_gemms(now);
+        if (now - last_sweep > SWEEP_EVERY_NS) {
+            tp_nccl_sweep(now);
+            last_sweep = now;
+        }
+        if (g_inflight_dirty) {
+            publish_inflight();
+            g_inflight_dirty = 0;
+        }
+        sync_header();
+        tp_segment_heartbeat();
+        if (flush && work == 0 && !gemms_pending()) atomic_store(&g_drained, flush);
+        if (work == 0) {
+            struct timespec ts = {0, gemms_pending() || g_outstanding_count ? BUSY_SLEEP_NS : IDLE_SLEEP_NS};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+static int start_writer(void)
+{
+    g_streams = calloc(MAX_STREAMS, sizeof(stream_fifo));
+    g_pending = calloc(GEMM_PENDING, sizeof(tp_record));
+    g_outstanding = calloc(NCCL_OUTSTANDING, sizeof(tp_record));
+    g_outstanding_used = calloc(NCCL_OUTSTANDING, 1);
+    if (!g_records) g_records = tp_queue_create(RECORD_QUEUE, sizeof(tp_record));
+    if (!g_streams || !g_pending || !g_outstanding || !g_outstanding_used || !g_records) return -1;
+    if (tp_segment_create() != 0) return -1;
+    /* The writer takes no application signals. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&g_thread, NULL, writer_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) return -1;
+    pthread_setname_np(g_thread, "tuiprof-writer");
+    return 0;
+}
+
+int tp_ensure_started(void)
+{
+    int s = atomic_load_explicit(&g_state, memory_order_acquire);
+    if (TP_LIKELY(s == RUNNING)) return 1;
+    if (s != STOPPED) return 0;
+    int expected = STOPPED;
+    if (!atomic_compare_exchange_strong(&g_state, &expected, STARTING)) return 0;
+    const char *off = getenv("TUIPROF_DISABLE");
+    int ok = !(off && *off && strcmp(off, "0") != 0) && start_writer() == 0;
+    atomic_store_explicit(&g_state, ok ? RUNNING : INERT, memory_order_release);
+    return ok;
+}
+
+/* Wait (bounded) until everything submitted so far is in the segment. */
+TP_EXPORT int tuiprof_flush(int timeout_ms)
+{
+    if (!tp_is_running()) return 0;
+    int token = atomic_fetch_add(&g_flush_request, 1) + 1;
+    atomic_store(&g_flush_request, token);
+    for (int waited = 0; waited < timeout_ms * 10; waited++) {
+        if (atomic_load(&g_drained) >= token) return 1;
+        struct timespec ts = {0, 100000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static void fork_child(void)
+{
+    /* Only this thread exists in the child: no writer, no CUDA.  Forget the
+     * parent's segment; the child makes its own on first use. */
+    atomic_store(&g_state, STOPPED);
+    atomic_store(&g_flush_request, 0);
+    atomic_store(&g_drained, 0);
+    atomic_store(&g_drops, 0);
+    atomic_store(&g_flags, 0);
+    tp_segment_detach();
+    free(g_streams), free(g_pending), free(g_outstanding), free(g_outstanding_used);
+    g_streams = NULL, g_pending = NULL, g_outstanding = NULL, g_outstanding_used = NULL;
+    g_stream_count = 0, g_outstanding_count = 0, g_inflight_published = 0, g_inflight_dirty = 0;
+    if (g_records) tp_queue_reset(g_records);
+    tp_timer_fork_child();
+    tp_nccl_fork_child();
+}
+
+__attribute__((constructor)) static void on_load(void) { pthread_atfork(NULL, NULL, fork_child); }
+
+__attribute__((destructor)) static void on_unload(void)
+{
+    if (!tp_is_running()) return;
+    tuiprof_flush(1000);
+    atomic_store(&g_stop, 1);
+    pthread_join(g_thread, NULL);
+}

@@ -1,0 +1,193 @@
+/*
+ * tuiprof_segment.h — THE layout of a rank's telemetry segment,
+ * /dev/shm/tuiprof-<uid>-<pid>.  The writer (libtuiprof_hook.so) and the
+ * reader (tuiprof_native.segment) both compile against this file; nothing
+ * else may describe the layout.
+ *
+ * Concurrency: exactly one thread (the hook's background writer thread)
+ * writes a segment.  Readers map it read-only and never block the writer.
+ * Every mutable record carries a sequence counter (seqlock): the writer makes
+ * it odd, writes the record, makes it even again.  A reader copies the record
+ * and accepts the copy only if the counter was even and unchanged across the
+ * copy; otherwise it retries.  The header's `magic` is written last, so a
+ * reader that sees the magic sees a fully initialised segment.
+ *
+ * Units: times are nanoseconds; absolute times are CLOCK_REALTIME ns.
+ * Fixed sizes throughout; the event ring overwrites its oldest entry.
+ * Bump TP_LAYOUT_VERSION on any change to a struct below.
+ */
+#ifndef TUIPROF_SEGMENT_H
+#define TUIPROF_SEGMENT_H
+
+#include <stdint.h>
+
+#define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
+#define TP_LAYOUT_VERSION 1u
+
+#define TP_SEGMENT_PREFIX "tuiprof-" /* /dev/shm/tuiprof-<uid>-<pid> */
+
+#define TP_MAX_SLOTS 512u      /* aggregate slots; the last one collects overflow */
+#define TP_MAX_INFLIGHT 128u   /* one entry per stream / communicator with unfinished work */
+#define TP_RING_CAPACITY 8192u /* last N events */
+#define TP_HIST_BUCKETS 40u    /* bucket i counts latencies in [2^i, 2^(i+1)) ns; 0 also holds 0 ns */
+
+#define TP_NAME_LEN 32u
+#define TP_DTYPE_LEN 16u
+#define TP_ALGO_LEN 16u
+#define TP_PROTO_LEN 8u
+#define TP_JOB_ID_LEN 64u
+#define TP_HOSTNAME_LEN 64u
+
+/* What a slot, in-flight entry or event is about. */
+enum tp_kind {
+    TP_KIND_NONE = 0,
+    TP_KIND_GEMM = 1,
+    TP_KIND_NCCL = 2,
+    TP_KIND_STEP = 3,
+    TP_KIND_GC = 4,
+    TP_KIND_DATALOADER = 5,
+};
+
+/* Header flags. */
+#define TP_FLAG_CUDA_TIMING 1u   /* CUDA events resolved: GEMMs are timed */
+#define TP_FLAG_NCCL_PLUGIN 2u   /* NCCL loaded us as its profiler plugin */
+#define TP_FLAG_NCCL_GPU_TIME 4u /* NCCL kernel-channel (GPU timer) events seen */
+
+/* Process-wide counters (steps, GC pauses, DataLoader waits, drops). */
+typedef struct tp_counters {
+    uint64_t seq;                 /* seqlock */
+    uint64_t step_count;          /* optimizer steps finished */
+    uint64_t step_time_total_ns;  /* sum of step-to-step intervals */
+    uint64_t last_step_ns;        /* CLOCK_REALTIME of the last step */
+    uint64_t last_step_time_ns;   /* the last step-to-step interval */
+    uint64_t gc_count;            /* collections observed */
+    uint64_t gc_pause_total_ns;
+    uint64_t dataloader_count;    /* DataLoader next() calls observed */
+    uint64_t dataloader_wait_total_ns;
+    uint64_t gemm_untimed;        /* GEMMs counted but not timed (no event free, no CUDA) */
+    uint64_t nccl_untimed;        /* collectives finished without GPU timestamps */
+    uint64_t dropped_records;     /* records lost because an internal queue was full */
+    uint64_t slot_overflow;       /* records folded into the overflow slot */
+    uint64_t reserved[3];
+} tp_counters;
+
+typedef struct tp_header {
+    uint64_t magic;               /* TP_MAGIC; written last */
+    uint32_t layout_version;      /* TP_LAYOUT_VERSION */
+    uint32_t header_size;         /* sizeof(tp_header) */
+    uint64_t segment_size;        /* sizeof(tp_segment) */
+    uint32_t slot_size, inflight_size, event_size, max_slots;
+    uint32_t max_inflight, ring_capacity, hist_buckets, flags;
+    int32_t pid;
+    int32_t rank;                 /* -1 when the environment does not say */
+    int32_t local_rank;
+    int32_t world_size;
+    char job_id[TP_JOB_ID_LEN];   /* SLURM_JOB_ID / TORCHELASTIC_RUN_ID / "" */
+    char hostname[TP_HOSTNAME_LEN];
+    uint64_t start_ns;            /* when the segment was created */
+    uint64_t heartbeat_ns;        /* written by the writer thread every loop */
+    uint64_t writer_seq;          /* bumped after every batch of writes */
+    uint32_t slots_used;          /* slots[0 .. slots_used) are valid */
+    uint32_t reserved0;
+    uint64_t ring_head;           /* events ever written; event i is ring[i % cap] */
+    tp_counters counters;
+    uint8_t reserved[128];
+} tp_header;
+
+/* Aggregate of one (kind, op, dtype, shape / communicator+algorithm) key. */
+typedef struct tp_slot {
+    uint64_t seq;                 /* seqlock */
+    uint32_t kind;                /* enum tp_kind */
+    uint32_t nranks;              /* NCCL communicator size */
+    char op[TP_NAME_LEN];         /* "cublasGemmEx", "AllReduce", ... */
+    char dtype[TP_DTYPE_LEN];     /* "bf16", "fp32", ... */
+    char algo[TP_ALGO_LEN];       /* NCCL algorithm ("RING"), "" for GEMMs */
+    char proto[TP_PROTO_LEN];     /* NCCL protocol ("LL", "SIMPLE") */
+    int64_t b, m, n, k;           /* GEMM shape (exact); 0 in the overflow slot */
+    uint64_t comm_hash;           /* NCCL communicator */
+    uint64_t count;               /* calls */
+    uint64_t timed_count;         /* calls with a measured duration */
+    uint64_t total_ns, min_ns, max_ns;  /* over timed calls */
+    uint64_t bytes;               /* NCCL: nccl-tests "size" summed over calls */
+    uint64_t flops;               /* GEMM: 2*b*m*n*k summed over calls */
+    uint64_t timed_bytes;         /* bytes / flops of the timed calls only */
+    uint64_t timed_flops;
+    uint64_t hist[TP_HIST_BUCKETS];
+} tp_slot;
+
+/* Oldest unfinished work on one stream (GEMM) or communicator (NCCL). */
+typedef struct tp_inflight {
+    uint64_t seq;                 /* seqlock */
+    uint32_t kind;                /* TP_KIND_NONE when the entry is free */
+    uint32_t pending;             /* unfinished ops on this stream / communicator */
+    char op[TP_NAME_LEN];
+    uint64_t key;                 /* stream pointer or communicator hash */
+    uint64_t op_seq;              /* NCCL sequence number; GEMM launch counter */
+    uint64_t launched_ns;         /* CLOCK_REALTIME when the oldest op was launched */
+} tp_inflight;
+
+/* One finished GEMM, collective, step, GC pause or DataLoader wait. */
+typedef struct tp_event {
+    uint64_t seq;                 /* 2*i+1 while writing event i, 2*i+2 when done */
+    uint32_t kind;
+    int32_t rank;                 /* NCCL: rank in its communicator; else the global rank */
+    char op[TP_NAME_LEN];
+    char dtype[TP_DTYPE_LEN];
+    uint64_t start_ns, end_ns;    /* CLOCK_REALTIME */
+    uint64_t bytes;
+    uint64_t flops;
+    uint64_t op_seq;              /* NCCL sequence number */
+    uint64_t comm_hash;
+    int64_t b, m, n, k;
+} tp_event;
+
+typedef struct tp_segment {
+    tp_header header;
+    tp_slot slots[TP_MAX_SLOTS];
+    tp_inflight inflight[TP_MAX_INFLIGHT];
+    tp_event ring[TP_RING_CAPACITY];
+} tp_segment;
+
+/* Latency histogram bucket of a duration (floor(log2(ns)), clamped). */
+static inline uint32_t tp_hist_bucket(uint64_t ns)
+{
+    if (ns < 2) return 0;
+    uint32_t b = 63u - (uint32_t)__builtin_clzll(ns);
+    return b < TP_HIST_BUCKETS ? b : TP_HIST_BUCKETS - 1;
+}
+
+/* Writer side of a seqlock (single writer). */
+static inline void tp_write_begin(uint64_t *seq)
+{
+    uint64_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
+    __atomic_store_n(seq, s + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void tp_write_end(uint64_t *seq)
+{
+    uint64_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
+    __atomic_store_n(seq, s + 1, __ATOMIC_RELEASE);
+}
+
+/* Reader side: copy `size` bytes of a record whose first field is its
+ * sequence counter.  When `expect` is nonzero the counter must equal it
+ * (ring entries).  Returns 0 on a consistent copy, -1 after `tries` torn
+ * reads (the writer is mid-update), -2 when the counter does not match
+ * `expect` (the ring entry was overwritten or not yet written). */
+static inline int tp_read_record(const void *rec, void *out, uint64_t size, uint64_t expect, int tries)
+{
+    const uint64_t *seq = (const uint64_t *)rec;
+    for (int i = 0; i < tries; i++) {
+        uint64_t s1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+        if (s1 & 1u) continue;
+        if (expect && s1 != expect) return -2;
+        __builtin_memcpy(out, rec, size);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        uint64_t s2 = __atomic_load_n(seq, __ATOMIC_RELAXED);
+        if (s1 == s2) return 0;
+    }
+    return -1;
+}
+
+#endif /* TUIPROF_SEGMENT_H */
