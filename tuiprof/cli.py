@@ -13,7 +13,7 @@ import importlib
 import sys
 
 # Module names under tuiprof.commands, in the order `tuiprof --help` lists them.
-COMMANDS: tuple[str, ...] = ()
+COMMANDS: tuple[str, ...] = ("console", "status", "record", "replay")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tuiprof",
         description="Monitor and profile distributed GPU training from the terminal.",
     )
+    importlib.import_module("tuiprof.commands.console").add_top_level_arguments(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"tuiprof.commands.{name}").add_parser(subparsers)
@@ -31,9 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
+    if func is None:  # no subcommand: the console on this host or on --slurm-job's nodes
+        func = importlib.import_module("tuiprof.commands.console").run
     return int(func(args) or 0)
 
 

@@ -78,11 +78,36 @@ class HostClient:
         interval = self.options.interval_ms / 1000 or agent_interval
         return max(self.options.timeout, 3 * interval)
 
-    async def _session(self) -> None:
+    async def once(self, until: Callable[[HostSnapshot], bool], deadline: float) -> None:
+        """One attempt, no retry: GetInfo, then snapshots until ``until`` holds.
+
+        Gives up after ``deadline`` seconds; a host that answered by then is not
+        reported unreachable (its last snapshot stands), one that did not is.
+        """
+        answered = False
+
+        def note(event: HostEvent) -> None:
+            nonlocal answered
+            answered = True
+            self._emit(event)
+
+        try:
+            async with asyncio.timeout(deadline):
+                await self._session(note, until)
+        except grpc.aio.AioRpcError as exc:
+            self._emit(HostUnreachable(self.host, self._clock(), describe_rpc_error(exc, deadline)))
+        except TimeoutError:
+            if not answered:
+                self._emit(HostUnreachable(self.host, self._clock(), f"no answer within {deadline:g} s"))
+
+    async def _session(
+        self, emit: Emit | None = None, until: Callable[[HostSnapshot], bool] | None = None
+    ) -> None:
+        emit = emit or self._emit
         async with open_channel(self.address, self.options.token, self.options.tls_ca) as channel:
             stub = pb_grpc.AgentStub(channel)
             info = await stub.GetInfo(pb.GetInfoRequest(), timeout=self.options.timeout)
-            self._emit(InfoReceived(self.host, self._clock(), AgentInfo.from_proto(info)))
+            emit(InfoReceived(self.host, self._clock(), AgentInfo.from_proto(info)))
             self._backoff.reset()
             self._stall = stall = self._stall_timeout(info.interval_seconds or 1.0)
             stream = stub.Watch(pb.WatchRequest(interval_ms=self.options.interval_ms))
@@ -92,7 +117,9 @@ class HostClient:
                     if message is grpc.aio.EOF:
                         return
                     snapshot = HostSnapshot.from_proto(message)
-                    self._emit(SnapshotReceived(self.host, self._clock(), snapshot))
+                    emit(SnapshotReceived(self.host, self._clock(), snapshot))
+                    if until is not None and until(snapshot):
+                        return
             finally:
                 stream.cancel()
 

@@ -11,7 +11,7 @@ from tuiprof.model.history import DEFAULT_CAPACITY, History
 from tuiprof.model.info import AgentInfo
 from tuiprof.model.snapshot import HostSnapshot
 from tuiprof.model.summary import HostSummary, summarize
-from tuiprof.model.values import Reading
+from tuiprof.model.values import Reading, Unavailable
 
 CONNECTING = "connecting"
 
@@ -121,3 +121,25 @@ class ClusterState:
 
     def since_contact(self, state: HostState) -> float | None:
         return None if state.last_contact is None else self.now - state.last_contact
+
+
+_HANG_RANK = {"hung": 1, "suspect": 2}
+
+
+def worst_first(state: HostState) -> tuple[int, float, float]:
+    """Sort key putting the host most in need of attention first.
+
+    Unreachable, then hung, then suspect hosts; among the rest the lowest minimum
+    GPU utilization (the idle GPU that holds the job back), then the slowest step.
+    """
+    if not state.reachable or state.summary is None:
+        return (0, 0.0, 0.0)
+    summary = state.summary
+    level = _HANG_RANK.get(summary.hang_level, 3)
+    low_util = summary.gpu_util_min
+    step = summary.step_time_seconds
+    return (
+        level,
+        float("inf") if isinstance(low_util, Unavailable) else low_util,
+        0.0 if isinstance(step, Unavailable) else -step,
+    )

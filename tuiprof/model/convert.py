@@ -4,7 +4,7 @@ A dataclass mirrors a proto message by field name; ``NESTED`` (a class variable)
 names the fields that hold other dataclasses. Optional proto scalars become a
 number or an Unavailable whose reason comes from the message's ``unavailable`` map.
 In JSON an unavailable reading is ``null`` and its reason sits in the object's
-``"unavailable"`` map, exactly as in the proto.
+``"unavailable"`` map (present only when some reading is null), as in the proto.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def to_json(obj: Any) -> dict[str, Any]:
             out[field.name] = [to_json(v) if dataclasses.is_dataclass(v) else v for v in value]
         else:
             out[field.name] = value
-    out["unavailable"] = unavailable
+    if unavailable:
+        out["unavailable"] = unavailable
     return out
 
 

@@ -1,0 +1,80 @@
+"""Where the console's host events come from: live agents, this host, or a recording."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tuiprof.client.channel import AgentAddress
+from tuiprof.client.host_client import ConnectionOptions, Emit, watch_all
+from tuiprof.model.events import HostEvent
+
+
+class EventSource(Protocol):
+    """Runs until cancelled (or until a recording ends), reporting host events."""
+
+    hosts: list[str]
+    """The hosts known before any event arrives (the cluster view shows them at once)."""
+    live: bool
+
+    async def run(self, emit: Emit) -> None: ...
+
+
+@dataclass
+class LiveSource:
+    """One client per agent."""
+
+    addresses: list[AgentAddress]
+    options: ConnectionOptions
+    live: bool = True
+
+    @property
+    def hosts(self) -> list[str]:
+        return [str(a) for a in self.addresses]
+
+    async def run(self, emit: Emit) -> None:
+        await watch_all(self.addresses, self.options, emit)
+
+
+@dataclass
+class LocalSource:
+    """This host, through an agent embedded in the console process."""
+
+    options: ConnectionOptions
+    live: bool = True
+    hosts: list[str] = field(default_factory=list)
+
+    async def run(self, emit: Emit) -> None:
+        from tuiprof.client.local import local_agent
+
+        async with local_agent(self.options.interval_ms) as address:
+            await watch_all([address], self.options, emit)
+
+
+@dataclass
+class ReplaySource:
+    """A recording, at its original pace times ``speed`` (0: everything at once)."""
+
+    events: Sequence[HostEvent]
+    speed: float = 1.0
+    sleep: Callable[[float], "asyncio.Future[None]"] = asyncio.sleep  # type: ignore[assignment]
+    live: bool = False
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(dict.fromkeys(event.host for event in self.events))
+
+    async def run(self, emit: Emit) -> None:
+        if not self.events:
+            return
+        start_wall, start_at = time.monotonic(), self.events[0].at
+        for event in self.events:
+            if self.speed > 0:
+                due = start_wall + (event.at - start_at) / self.speed
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await self.sleep(delay)
+            emit(event)

@@ -1,0 +1,62 @@
+"""Which agents to talk to and how: the host/SLURM/connection options shared by commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from tuiprof.client.channel import DEFAULT_AGENT_PORT, AgentAddress, read_token
+from tuiprof.client.host_client import ConnectionOptions
+
+
+class TargetError(ValueError):
+    """A host list that cannot be used (bad address, SLURM job that cannot be resolved)."""
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, hosts: bool = True) -> None:
+    """``HOST[:PORT] …``, ``--slurm-job``, ``--port``, ``--token-file``, ``--tls-ca``."""
+    if hosts:
+        parser.add_argument(
+            "hosts", nargs="*", metavar="HOST[:PORT]",
+            help="agents to watch (default: this host, through an embedded agent)",
+        )
+    parser.add_argument("--slurm-job", metavar="JOBID", help="watch every node of this SLURM job")
+    add_connection_arguments(parser)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_AGENT_PORT,
+        help=f"agent port for hosts given without one (default {DEFAULT_AGENT_PORT})",
+    )
+    parser.add_argument("--token-file", metavar="FILE", help="shared agent token (mode 600); default $TUIPROF_TOKEN")
+    parser.add_argument("--tls-ca", metavar="FILE", help="CA certificate to verify agents' TLS certificates")
+
+
+def addresses(args: argparse.Namespace) -> list[AgentAddress]:
+    """The agents named on the command line and by ``--slurm-job``, in order, without repeats."""
+    if not 0 < args.port < 65536:
+        raise TargetError(f"--port {args.port}: expected 1-65535")
+    names: list[str] = list(getattr(args, "hosts", None) or [])
+    if args.slurm_job:
+        from tuiprof.client import slurm  # needs SLURM tools only when asked for
+
+        try:
+            names.extend(slurm.hosts_for_job(args.slurm_job))
+        except slurm.SlurmError as exc:
+            raise TargetError(f"--slurm-job {args.slurm_job}: {exc}") from exc
+    result: list[AgentAddress] = []
+    for name in names:
+        try:
+            address = AgentAddress.parse(name, default_port=args.port)
+        except ValueError as exc:
+            raise TargetError(f"bad host {name!r}: {exc}") from None
+        if address not in result:
+            result.append(address)
+    return result
+
+
+def connection(args: argparse.Namespace, interval_ms: int = 0, timeout: float = 5.0) -> ConnectionOptions:
+    return ConnectionOptions(
+        token=read_token(args.token_file), tls_ca=args.tls_ca,
+        interval_ms=interval_ms, timeout=timeout,
+    )

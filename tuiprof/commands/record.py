@@ -1,0 +1,76 @@
+"""``tuiprof record FILE``: write every host event (snapshots, outages) to an NDJSON file.
+
+Replays with ``tuiprof replay FILE``; the line format is in ``tuiprof.model.record``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import pathlib
+import sys
+
+from tuiprof.client.channel import TokenFileError
+from tuiprof.client.local import LocalAgentError
+from tuiprof.client.targets import TargetError
+from tuiprof.commands.console import _add_interval, source_from_args
+from tuiprof.client.targets import add_target_arguments
+from tuiprof.model import record
+from tuiprof.model.events import HostEvent
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "record", help="record snapshots of hosts to an NDJSON file (replay it later)",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("file", type=pathlib.Path, metavar="FILE", help="where to write (appended)")
+    add_target_arguments(parser)
+    _add_interval(parser)
+    parser.add_argument("--duration", type=float, metavar="S",
+                        help="stop after this many seconds (default: until Ctrl-C)")
+    parser.set_defaults(func=run)
+
+
+async def _record(args: argparse.Namespace, out) -> int:
+    source, _ = source_from_args(args)
+    count = 0
+
+    def write(event: HostEvent) -> None:
+        nonlocal count
+        out.write(record.encode(event) + "\n")
+        out.flush()
+        count += 1
+
+    task = asyncio.ensure_future(source.run(write))
+    try:
+        await asyncio.wait_for(asyncio.shield(task), args.duration)
+    except TimeoutError:
+        pass
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return count
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.duration is not None and args.duration <= 0:
+        print(f"tuiprof record: --duration {args.duration}: expected a positive number", file=sys.stderr)
+        return 2
+    try:
+        out = args.file.open("a", encoding="utf-8")
+    except OSError as exc:
+        print(f"tuiprof record: cannot write {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    with out:
+        try:
+            count = asyncio.run(_record(args, out))
+        except (TargetError, TokenFileError, LocalAgentError) as exc:
+            print(f"tuiprof record: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 0
+    print(f"recorded {count} events to {args.file}", file=sys.stderr)
+    return 0

@@ -1,0 +1,38 @@
+"""``tuiprof replay FILE``: the console over a recording made by ``tuiprof record``."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+from tuiprof.client.sources import ReplaySource
+from tuiprof.model import record
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "replay", help="open the console over a recording", description=__doc__,
+    )
+    parser.add_argument("file", type=pathlib.Path, metavar="FILE", help="an NDJSON recording")
+    parser.add_argument("--speed", type=float, default=1.0, metavar="X",
+                        help="playback speed (default 1 = real time; 0 = jump to the end)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.speed < 0:
+        print(f"tuiprof replay: --speed {args.speed}: expected 0 or more", file=sys.stderr)
+        return 2
+    try:
+        events = list(record.read(args.file))
+    except record.RecordFormatError as exc:
+        print(f"tuiprof replay: {exc}", file=sys.stderr)
+        return 2
+    if not events:
+        print(f"tuiprof replay: {args.file} holds no events", file=sys.stderr)
+        return 2
+    from tuiprof.tui.app import TuiprofApp
+
+    TuiprofApp(ReplaySource(events, speed=args.speed)).run()
+    return 0

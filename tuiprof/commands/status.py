@@ -1,0 +1,130 @@
+"""``tuiprof status``: one snapshot from each agent, as a table or as JSON.
+
+Each host is asked for GetInfo, then its Watch stream is read until the first
+snapshot whose per-second rates are filled in (an agent needs two samples for
+rates, so this is at most about one interval after it starts), for at most
+``--timeout`` seconds; a host that answered without rates by then is shown with
+its rate fields unavailable. Exit status 0 when every host answered, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tuiprof.client.channel import AgentAddress, TokenFileError
+from tuiprof.client.host_client import ConnectionOptions, HostClient
+from tuiprof.client.local import LocalAgentError, local_agent
+from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
+from tuiprof.model import units
+from tuiprof.model.cluster import ClusterState
+from tuiprof.model.export import cluster_document
+from tuiprof.model.snapshot import HostSnapshot
+from tuiprof.model.summary import HostSummary
+from tuiprof.model.values import Unavailable
+from tuiprof.tui.text import pair, reading
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "status", help="print one snapshot of each host (table or --json)",
+        description=__doc__.split("\n\n")[0],
+    )
+    add_target_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, metavar="S",
+        help="seconds to wait for each host (default 5)",
+    )
+    parser.set_defaults(func=run)
+
+
+async def gather(targets: list[AgentAddress], options: ConnectionOptions, timeout: float) -> ClusterState:
+    """Ask every host at once; one slow host costs at most ``timeout``, not more."""
+    cluster = ClusterState([str(a) for a in targets])
+
+    def wanted(snapshot: HostSnapshot) -> bool:
+        return snapshot.has_rates
+
+    await asyncio.gather(
+        *(HostClient(a, options, cluster.apply).once(wanted, timeout) for a in targets)
+    )
+    return cluster
+
+
+async def _status(args: argparse.Namespace) -> ClusterState:
+    options = connection(args, timeout=args.timeout)
+    targets = addresses(args)
+    if targets:
+        return await gather(targets, options, args.timeout)
+    async with local_agent() as address:
+        return await gather([address], options, args.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        print(f"tuiprof status: --timeout {args.timeout}: expected a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        cluster = asyncio.run(_status(args))
+    except (TargetError, TokenFileError, LocalAgentError) as exc:
+        print(f"tuiprof status: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(cluster_document(cluster), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        Console().print(table(cluster))
+        for line in notes(cluster):
+            print(line)
+    return 0 if all(state.reachable for state in cluster.hosts()) else 1
+
+
+def _cells(summary: HostSummary) -> list[Text]:
+    return [
+        reading(summary.cpu_percent, units.percent),
+        reading(summary.memory_percent, units.percent),
+        reading(summary.gpu_count, units.plain),
+        pair(summary.gpu_util_mean, summary.gpu_util_min, units.percent),
+        pair(summary.sm_active_mean, summary.sm_active_min, units.percent),
+        reading(summary.power_watts, units.watts),
+        pair(summary.gpu_memory_used_bytes, summary.gpu_memory_total_bytes, units.bytes_),
+        reading(summary.nccl_busbw_bytes_per_s, units.bytes_per_s),
+        reading(summary.step_time_seconds, units.seconds),
+        Text(summary.hang_level or units.NA),
+    ]
+
+
+def table(cluster: ClusterState) -> Table:
+    result = Table(title="tuiprof status")
+    for name in ("Host", "State", "CPU", "Mem", "GPUs", "Util avg/min", "SM avg/min",
+                 "Power", "GPU mem", "NCCL busbw", "Step", "Hang"):
+        result.add_column(name, justify="left" if name in ("Host", "State") else "right")
+    for state in cluster.hosts():
+        if state.summary is None:
+            result.add_row(state.address, f"[red]unreachable: {state.error}[/]", *[""] * 10)
+        else:
+            result.add_row(state.name, "[green]ok[/]", *_cells(state.summary))
+    return result
+
+
+def notes(cluster: ClusterState) -> list[str]:
+    """Why each n/a cell is n/a, one line per host and reason."""
+    lines = []
+    for state in cluster.hosts():
+        if state.summary is None:
+            continue
+        reasons: dict[str, list[str]] = {}
+        for field in HostSummary.__dataclass_fields__:
+            value = getattr(state.summary, field)
+            if isinstance(value, Unavailable):
+                reasons.setdefault(value.reason, []).append(field)
+        for reason, fields in reasons.items():
+            lines.append(f"{state.name}: n/a {', '.join(fields)}: {reason}")
+    return lines

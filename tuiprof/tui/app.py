@@ -1,0 +1,150 @@
+"""The tuiprof console: one Textual app over a ClusterState fed by an event source.
+
+Data flow: the source (live agents or a recording) runs in one async worker and
+calls ``_receive`` for every host event; events queue in an inbox and one
+``EventsPending`` message per batch tells the app to apply them to the cluster
+state. Screens render from that state at most ``MAX_RENDER_HZ`` times a second,
+never per event.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+
+from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.sources import EventSource
+from tuiprof.model.cluster import ClusterState
+from tuiprof.model.events import HostEvent
+from tuiprof.tui.messages import EventsPending, SourceEnded
+from tuiprof.tui.palette import GoToProvider
+
+MAX_RENDER_HZ = 2.0
+
+
+class TuiprofApp(App[None]):
+    """Cluster → host → rank views over live agents or a recording."""
+
+    CSS_PATH = "tuiprof.tcss"
+    TITLE = "tuiprof"
+    COMMANDS = App.COMMANDS | {GoToProvider}
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("n", "job_ops", "NCCL/GEMM"),
+        Binding("t", "traces", "Traces"),
+        Binding("s", "stacks", "Stacks"),
+        Binding("T", "toggle_theme", "Light/dark", show=False),
+    ]
+
+    def __init__(
+        self,
+        source: EventSource,
+        connection: ConnectionOptions | None = None,
+        clock=time.time,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.connection = connection or ConnectionOptions()
+        """How screens that make their own calls (traces, stacks) reach the agents."""
+        self.cluster = ClusterState(source.hosts)
+        self._clock = clock
+        self._inbox: list[HostEvent] = []
+        self._rendered_version = -1
+        self._last_render = 0.0
+        self._render_timer = None
+        self.sub_title = "live" if source.live else "replay"
+
+    def on_mount(self) -> None:
+        from tuiprof.tui.screens.cluster import ClusterScreen
+
+        self.push_screen(ClusterScreen())
+        self._pump()
+        if self.source.live:
+            self.set_interval(1.0, self._tick)
+
+    @work(exclusive=True, group="source", exit_on_error=False)
+    async def _pump(self) -> None:
+        await self.source.run(self._receive)
+        self.post_message(SourceEnded())
+
+    def _receive(self, event: HostEvent) -> None:
+        if not self._inbox:
+            self.post_message(EventsPending())
+        self._inbox.append(event)
+
+    def on_events_pending(self, _: EventsPending) -> None:
+        events, self._inbox = self._inbox, []
+        for event in events:
+            self.cluster.apply(event)
+        self.schedule_render()
+
+    def on_source_ended(self, _: SourceEnded) -> None:
+        self.schedule_render()
+
+    def _tick(self) -> None:
+        """Live mode: advance the clock so "last contact N s ago" keeps counting."""
+        self.cluster.tick(self._clock())
+        self.render_views(force=True)
+
+    def schedule_render(self) -> None:
+        """Render now, or when the ``MAX_RENDER_HZ`` budget allows."""
+        if self._render_timer is not None:
+            return
+        wait = self._last_render + 1 / MAX_RENDER_HZ - time.monotonic()
+        if wait <= 0:
+            self.render_views()
+        else:
+            self._render_timer = self.set_timer(wait, self._timed_render)
+
+    def _timed_render(self) -> None:
+        self._render_timer = None
+        self.render_views()
+
+    def render_views(self, force: bool = False) -> None:
+        if not force and self.cluster.version == self._rendered_version:
+            return
+        self._rendered_version = self.cluster.version
+        self._last_render = time.monotonic()
+        refresh = getattr(self.screen, "refresh_data", None)
+        if refresh is not None:
+            refresh()
+
+    # ---------------------------------------------------------------- actions
+
+    def action_help(self) -> None:
+        from tuiprof.tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_job_ops(self) -> None:
+        from tuiprof.tui.screens.job_ops import JobOpsScreen
+
+        self._push_once(JobOpsScreen)
+
+    def action_traces(self) -> None:
+        from tuiprof.tui.screens.traces import TracesScreen
+
+        self._push_once(TracesScreen)
+
+    def action_stacks(self) -> None:
+        from tuiprof.tui.screens.stacks import StacksScreen
+
+        self._push_once(StacksScreen)
+
+    def _push_once(self, screen_type: type) -> None:
+        if not isinstance(self.screen, screen_type):
+            self.push_screen(screen_type())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def show_host(self, address: str, tab: str | None = None) -> None:
+        """Drill into one host (from the cluster view, the op view or the palette)."""
+        from tuiprof.tui.screens.host import HostScreen
+
+        self.push_screen(HostScreen(address, tab=tab))

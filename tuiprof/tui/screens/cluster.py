@@ -1,0 +1,272 @@
+"""Cluster view: one row per host, sortable, filterable, the worst host one key away."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from tuiprof.model import units
+from tuiprof.model.cluster import ClusterState, HostState, worst_first
+from tuiprof.model.filter import FilterError, HostFilter
+from tuiprof.model.summary import HostSummary
+from tuiprof.model.values import Unavailable
+from tuiprof.tui.text import pair, reading, reasons, sparkline
+
+TREND_WIDTH = 12
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    cell: Callable[[HostState, ClusterState], Text | str]
+    sort: Callable[[HostState], object]
+
+
+def _summary_cell(render: Callable[[HostSummary], Text]) -> Callable[[HostState, ClusterState], Text | str]:
+    return lambda state, _: render(state.summary) if state.summary else ""
+
+
+def _by(field: str) -> Callable[[HostState], tuple[int, float]]:
+    """Sort on a summary figure; hosts without it sort after all that have it."""
+    def key(state: HostState) -> tuple[int, float]:
+        value = getattr(state.summary, field) if state.summary else Unavailable("")
+        return (1, 0.0) if isinstance(value, Unavailable) else (0, float(value))
+    return key
+
+
+def _state_cell(state: HostState, cluster: ClusterState) -> Text:
+    if state.reachable is None:
+        return Text("connecting", style="dim")
+    if not state.reachable:
+        return Text("DOWN", style="bold red")
+    level = state.summary.hang_level if state.summary else ""
+    if level == "hung":
+        return Text("HUNG", style="bold red")
+    if level == "suspect":
+        return Text("suspect", style="bold yellow")
+    return Text("up", style="green")
+
+
+def _trend(state: HostState, cluster: ClusterState) -> str:
+    history = cluster.history(state.address)
+    series = "gpu_util" if history.numbers("gpu_util") else "cpu"
+    return sparkline(history.numbers(series), TREND_WIDTH, top=100.0)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("host", "Host", lambda s, _: s.name, lambda s: (0, s.name)),
+    Column("state", "State", _state_cell, worst_first),
+    Column("cpu", "CPU", _summary_cell(lambda m: reading(m.cpu_percent, units.percent)), _by("cpu_percent")),
+    Column("mem", "Mem", _summary_cell(lambda m: reading(m.memory_percent, units.percent)), _by("memory_percent")),
+    Column("gpus", "GPUs", _summary_cell(lambda m: reading(m.gpu_count, units.plain)), _by("gpu_count")),
+    Column("util", "Util avg/min", _summary_cell(lambda m: pair(m.gpu_util_mean, m.gpu_util_min, units.percent)), _by("gpu_util_mean")),
+    Column("sm", "SM avg/min", _summary_cell(lambda m: pair(m.sm_active_mean, m.sm_active_min, units.percent)), _by("sm_active_mean")),
+    Column("power", "Power", _summary_cell(lambda m: reading(m.power_watts, units.watts)), _by("power_watts")),
+    Column("gpumem", "GPU mem", _summary_cell(lambda m: pair(m.gpu_memory_used_bytes, m.gpu_memory_total_bytes, units.bytes_)), _by("gpu_memory_used_bytes")),
+    Column("busbw", "NCCL busbw", _summary_cell(lambda m: reading(m.nccl_busbw_bytes_per_s, units.bytes_per_s)), _by("nccl_busbw_bytes_per_s")),
+    Column("step", "Step", _summary_cell(lambda m: reading(m.step_time_seconds, units.seconds)), _by("step_time_seconds")),
+    Column("trend", "Util trend", _trend, _by("gpu_util_mean")),
+)
+
+
+class ClusterScreen(Screen[None]):
+    """Every watched host at a glance."""
+
+    BINDINGS = [
+        Binding("enter", "open_host", "Host"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("comma", "sort(-1)", "Sort ←", key_display=","),
+        Binding("full_stop", "sort(1)", "Sort →", key_display="."),
+        Binding("I", "invert", "Invert"),
+        Binding("w", "worst", "Worst host"),
+        Binding("j", "cursor(1)", "Down", show=False),
+        Binding("k", "cursor(-1)", "Up", show=False),
+        Binding("g", "edge(False)", "Top", show=False),
+        Binding("G", "edge(True)", "Bottom", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_column = 0
+        self.reverse = False
+        self.host_filter = HostFilter.parse("")
+        self._order: list[str] = []
+        self._cells: dict[str, list[object]] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        table: DataTable[Text | str] = DataTable(id="hosts", cursor_type="row", zebra_stripes=True)
+        table.fixed_columns = 1
+        yield table
+        yield Static(id="detail", classes="detail")
+        yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",
+                    id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#hosts", DataTable)
+        for column in COLUMNS:
+            table.add_column(column.label, key=column.key)
+        self.refresh_data()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_data()
+
+    @property
+    def cluster(self) -> ClusterState:
+        return self.app.cluster  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------- rendering
+
+    def visible_hosts(self) -> list[HostState]:
+        hosts = [h for h in self.cluster.hosts() if self.host_filter.matches(h)]
+        column = COLUMNS[self.sort_column]
+        return sorted(hosts, key=column.sort, reverse=self.reverse)
+
+    def refresh_data(self) -> None:
+        table = self.query_one("#hosts", DataTable)
+        hosts = self.visible_hosts()
+        worst = min(self.cluster.hosts(), key=worst_first, default=None)
+        rows = {h.address: self._row(h, worst) for h in hosts}
+        order = list(rows)
+        if order != self._order:
+            selected = self.selected_address()
+            table.clear()
+            for address, cells in rows.items():
+                table.add_row(*cells, key=address)
+            self._order = order
+            if selected in rows:
+                table.move_cursor(row=order.index(selected))
+        else:
+            for address, cells in rows.items():
+                old = self._cells.get(address)
+                for column, value, previous in zip(COLUMNS, cells, old or [None] * len(cells)):
+                    if value != previous:
+                        table.update_cell(address, column.key, value)
+        self._cells = rows
+        self._update_titles(len(hosts))
+        self.update_detail()
+
+    def _row(self, state: HostState, worst: HostState | None) -> list[Text | str]:
+        cells = [column.cell(state, self.cluster) for column in COLUMNS]
+        if worst is not None and state.address == worst.address and len(self.cluster.hosts()) > 1:
+            cells[0] = Text(f"{state.name} ▼", style="bold")
+        return cells
+
+    def _update_titles(self, shown: int) -> None:
+        total = len(self.cluster.hosts())
+        up = sum(1 for h in self.cluster.hosts() if h.reachable)
+        column = COLUMNS[self.sort_column]
+        arrow = "↓" if self.reverse else "↑"
+        parts = [f"{up}/{total} hosts up", f"sort {column.label} {arrow}"]
+        if self.host_filter.text:
+            parts.append(f"filter '{self.host_filter.text}': {shown} shown")
+        self.sub_title = " · ".join(parts)
+
+    def selected_address(self) -> str | None:
+        table = self.query_one("#hosts", DataTable)
+        if table.row_count == 0:
+            return None
+        key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return key.value
+
+    def update_detail(self) -> None:
+        self.query_one("#detail", Static).update(self.detail_text())
+
+    def detail_text(self) -> str:
+        address = self.selected_address()
+        if address is None:
+            return "no host matches the filter" if self.host_filter.text else "no hosts"
+        state = self.cluster.host(address)
+        since = self.cluster.since_contact(state)
+        contact = "never answered" if since is None else f"last contact {units.ago(since)}"
+        if not state.reachable:
+            what = "connecting" if state.reachable is None else f"unreachable: {state.error}"
+            return f"{state.name}: {what} · {contact} · retrying with backoff"
+        lines = [f"{state.name}: up · {contact}"]
+        if state.summary is not None:
+            named = {f: getattr(state.summary, f) for f in HostSummary.__dataclass_fields__}
+            lines.extend(reasons(named))
+        return "\n".join(lines)
+
+    def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
+        self.update_detail()
+
+    def on_data_table_row_selected(self, _: DataTable.RowSelected) -> None:
+        self.action_open_host()
+
+    # ---------------------------------------------------------------- actions
+
+    def action_open_host(self) -> None:
+        address = self.selected_address()
+        if address is not None:
+            self.app.show_host(address)  # type: ignore[attr-defined]
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.value = self.host_filter.text
+        field.add_class("shown")
+        field.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            self.host_filter = HostFilter.parse(event.value)
+        except FilterError as exc:
+            self.notify(str(exc), title="Bad filter", severity="error")
+            return
+        self._close_filter()
+        self.refresh_data()
+
+    def _close_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.remove_class("shown")
+        self.query_one("#hosts", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        if self.query_one("#filter", Input).has_class("shown"):
+            self._close_filter()
+            return
+        if self.host_filter.text:
+            self.host_filter = HostFilter.parse("")
+            self.refresh_data()
+
+    def action_sort(self, step: int) -> None:
+        self.sort_column = (self.sort_column + step) % len(COLUMNS)
+        self.refresh_data()
+
+    def action_invert(self) -> None:
+        self.reverse = not self.reverse
+        self.refresh_data()
+
+    def action_worst(self) -> None:
+        worst = min(self.cluster.hosts(), key=worst_first, default=None)
+        if worst is None:
+            return
+        if worst.address not in self._order:
+            self.host_filter = HostFilter.parse("")
+            self.refresh_data()
+        self.query_one("#hosts", DataTable).move_cursor(row=self._order.index(worst.address))
+
+    def action_cursor(self, step: int) -> None:
+        table = self.query_one("#hosts", DataTable)
+        table.action_cursor_down() if step > 0 else table.action_cursor_up()
+
+    def action_edge(self, bottom: bool) -> None:
+        table = self.query_one("#hosts", DataTable)
+        table.move_cursor(row=max(0, table.row_count - 1) if bottom else 0)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """Click a header to sort by it; click again to invert."""
+        index = next(i for i, c in enumerate(COLUMNS) if c.key == event.column_key.value)
+        if index == self.sort_column:
+            self.reverse = not self.reverse
+        self.sort_column = index
+        self.refresh_data()

@@ -1,0 +1,303 @@
+"""Host view: per GPU, per core, NICs and disks, per rank, PMU, and history graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static, TabbedContent, TabPane
+
+from tuiprof.model import units
+from tuiprof.model.cluster import ClusterState, HostState
+from tuiprof.model.snapshot import HostSnapshot, Pmu, Rank
+from tuiprof.model.values import Reading, Unavailable
+from tuiprof.tui.text import pair, reading, reasons
+
+TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
+
+Cell = Text | str
+Row = tuple[str, list[Cell], dict[str, Reading]]
+"""Row key, cells, and the readings whose unavailability the detail line explains."""
+
+
+def gpu_rows(snapshot: HostSnapshot) -> list[Row]:
+    rows = []
+    for g in snapshot.gpus:
+        throttle = ", ".join(g.clock_event_reasons) or ("none" if not isinstance(g.clock_event_reasons_mask, Unavailable) else units.NA)
+        rows.append((f"gpu{g.index}", [
+            str(g.index), g.name,
+            reading(g.utilization_percent, units.percent),
+            reading(g.sm_active_percent, units.percent),
+            reading(g.sm_occupancy_percent, units.percent),
+            reading(g.tensor_active_percent, units.percent),
+            pair(g.memory_used_bytes, g.memory_total_bytes, units.bytes_),
+            pair(g.power_watts, g.power_limit_watts, units.watts),
+            reading(g.temperature_celsius, units.celsius),
+            reading(g.sm_clock_hz, units.hertz),
+            reading(g.memory_clock_hz, units.hertz),
+            throttle,
+            pair(g.nvlink_rx_bytes_per_s, g.nvlink_tx_bytes_per_s, units.bytes_per_s),
+            pair(g.pcie_rx_bytes_per_s, g.pcie_tx_bytes_per_s, units.bytes_per_s),
+        ], _readings(g)))
+    return rows
+
+
+GPU_COLUMNS = ("GPU", "Name", "Util", "SM act", "SM occ", "Tensor", "Memory", "Power/limit",
+               "Temp", "SM clk", "Mem clk", "Throttle", "NVLink rx/tx", "PCIe rx/tx")
+
+
+def _readings(obj: object) -> dict[str, Reading]:
+    return {
+        name: getattr(obj, name) for name in obj.__dataclass_fields__  # type: ignore[attr-defined]
+        if isinstance(getattr(obj, name), (int, float, Unavailable)) and not isinstance(getattr(obj, name), bool)
+    }
+
+
+CORE_COLUMNS = ("CPU", "Busy", "User", "System", "IO wait")
+
+
+def core_rows(snapshot: HostSnapshot) -> list[Row]:
+    cpu = snapshot.cpu
+    rows: list[Row] = [("all", [
+        "all", reading(cpu.busy_percent, units.percent), reading(cpu.user_percent, units.percent),
+        reading(cpu.system_percent, units.percent), reading(cpu.iowait_percent, units.percent),
+    ], _readings(cpu))]
+    for core in cpu.cores:
+        rows.append((f"cpu{core.cpu}", [
+            str(core.cpu), reading(core.busy_percent, units.percent),
+            reading(core.user_percent, units.percent), reading(core.system_percent, units.percent),
+            reading(core.iowait_percent, units.percent),
+        ], _readings(core)))
+    return rows
+
+
+IO_COLUMNS = ("Device", "Read/Rx", "Write/Tx", "Read/Write IOPS", "Busy", "Errors rx/tx")
+
+
+def io_rows(snapshot: HostSnapshot) -> list[Row]:
+    rows: list[Row] = []
+    for nic in snapshot.nics:
+        rows.append((f"nic {nic.name}", [
+            f"nic {nic.name}", reading(nic.rx_bytes_per_s, units.bytes_per_s),
+            reading(nic.tx_bytes_per_s, units.bytes_per_s), "", "",
+            pair(nic.rx_errors_total, nic.tx_errors_total, units.plain),
+        ], _readings(nic)))
+    for disk in snapshot.disks:
+        rows.append((f"disk {disk.name}", [
+            f"disk {disk.name}", reading(disk.read_bytes_per_s, units.bytes_per_s),
+            reading(disk.write_bytes_per_s, units.bytes_per_s),
+            pair(disk.read_iops, disk.write_iops, lambda v: units.per_s(v, "")),
+            reading(disk.busy_percent, units.percent), "",
+        ], _readings(disk)))
+    return rows
+
+
+RANK_COLUMNS = ("Rank", "PID", "State", "Steps", "Step time", "GEMM", "NCCL busbw",
+                "Oldest in flight", "Heartbeat")
+
+
+def rank_rows(snapshot: HostSnapshot) -> list[Row]:
+    rows: list[Row] = []
+    for rank in snapshot.ranks:
+        busbw = [op.busbw_bytes_per_s for op in rank.nccl if not isinstance(op.busbw_bytes_per_s, Unavailable)]
+        oldest = rank.oldest_inflight
+        rows.append((rank.label, [
+            rank.label, str(rank.pid), _rank_state(rank), str(rank.step_count),
+            reading(rank.step_time_seconds, units.seconds), reading(rank.gemm_tflops, units.tflops),
+            reading(sum(busbw) / len(busbw), units.bytes_per_s) if busbw
+            else Text(units.NA, style="dim italic"),
+            f"{oldest.op} #{oldest.sequence} {units.seconds(oldest.age_seconds)}" if oldest else "none",
+            units.seconds(rank.heartbeat_age_seconds),
+        ], _readings(rank)))
+    return rows
+
+
+def _rank_state(rank: Rank) -> Text:
+    style = "green" if rank.state == "running" else "bold red"
+    return Text(rank.state or "unknown", style=style)
+
+
+PMU_FIELDS: tuple[tuple[str, Callable[[Reading], str]], ...] = (
+    ("mips", lambda v: units.plain(v, 0)), ("mega_cycles_per_s", lambda v: units.plain(v, 0)),
+    ("ipc", units.plain), ("cache_misses_per_s", units.per_s), ("cache_miss_percent", units.percent),
+    ("branch_misses_per_s", units.per_s), ("task_clock_cpus", units.plain),
+    ("context_switches_per_s", units.per_s), ("page_faults_per_s", units.per_s),
+    ("cpu_migrations_per_s", units.per_s),
+)
+
+
+def pmu_rows(pmu: Pmu) -> list[Row]:
+    rows: list[Row] = [("hardware", ["hardware counters", "yes" if pmu.hardware_available
+                                     else f"no: {pmu.hardware_reason or 'not reported'}"], {})]
+    for name, formatter in PMU_FIELDS:
+        value = getattr(pmu, name)
+        rows.append((name, [name, reading(value, formatter)], {name: value}))
+    return rows
+
+
+HISTORY_SERIES = (("cpu", "CPU busy %"), ("memory", "memory used %"), ("gpu_util", "GPU util (mean) %"),
+                  ("sm_active", "SM active (mean) %"), ("power", "GPU power W"),
+                  ("busbw", "NCCL busbw B/s"), ("step", "step time s"))
+
+
+class HostScreen(Screen[None]):
+    """Everything one agent reports, in tabs (1-6 switch, Esc goes back)."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("1", "tab('gpus')", "GPUs"),
+        Binding("2", "tab('cpu')", "CPU"),
+        Binding("3", "tab('io')", "Net/Disk"),
+        Binding("4", "tab('ranks')", "Ranks"),
+        Binding("5", "tab('pmu')", "PMU"),
+        Binding("6", "tab('history')", "History"),
+        Binding("j", "cursor(1)", "Down", show=False),
+        Binding("k", "cursor(-1)", "Up", show=False),
+        Binding("h", "next_tab(-1)", "Prev tab", show=False),
+        Binding("l", "next_tab(1)", "Next tab", show=False),
+    ]
+
+    def __init__(self, address: str, tab: str | None = None) -> None:
+        super().__init__()
+        self.address = address
+        self.initial_tab = tab or "gpus"
+        self._rows: dict[str, list[Row]] = {}
+
+    @property
+    def cluster(self) -> ClusterState:
+        return self.app.cluster  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="host-summary", classes="summary")
+        with TabbedContent(initial=self.initial_tab, id="tabs"):
+            for tab, title, columns in (
+                ("gpus", "GPUs", GPU_COLUMNS), ("cpu", "CPU", CORE_COLUMNS),
+                ("io", "Net/Disk", IO_COLUMNS), ("ranks", "Ranks", RANK_COLUMNS),
+                ("pmu", "PMU", ("Counter", "Value")),
+            ):
+                with TabPane(title, id=tab):
+                    table: DataTable[Cell] = DataTable(id=f"{tab}-table", cursor_type="row", zebra_stripes=True)
+                    table.add_columns(*columns)
+                    table.fixed_columns = 1
+                    yield table
+            with TabPane("History", id="history"):
+                yield VerticalScroll(id="history-graphs")
+        yield Static(id="host-detail", classes="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        graphs = self.query_one("#history-graphs", VerticalScroll)
+        for series, title in HISTORY_SERIES:
+            graphs.mount(Label(title, id=f"label-{series}", classes="graph-label"))
+            graphs.mount(Sparkline([], id=f"spark-{series}", classes="graph"))
+        self.refresh_data()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_data()
+
+    def refresh_data(self) -> None:
+        state = self.cluster.host(self.address)
+        self.sub_title = state.name
+        self.query_one("#host-summary", Static).update(self.summary_text(state))
+        snapshot = state.snapshot
+        if snapshot is not None:
+            self._fill("gpus", gpu_rows(snapshot), snapshot.missing("gpu"), "no GPUs")
+            self._fill("cpu", core_rows(snapshot), snapshot.missing("host"), "no CPU readings")
+            self._fill("io", io_rows(snapshot), snapshot.missing("host"), "no NICs or disks")
+            self._fill("ranks", rank_rows(snapshot), snapshot.missing("ranks"),
+                       "no training processes (start them with `tuiprof run -- CMD`)")
+            self._fill("pmu", pmu_rows(snapshot.pmu), snapshot.missing("pmu"), "no PMU readings")
+        self._fill_history()
+        self.update_detail()
+
+    def summary_text(self, state: HostState) -> str:
+        since = self.cluster.since_contact(state)
+        contact = "never answered" if since is None else f"last contact {units.ago(since)}"
+        if not state.reachable:
+            what = "connecting" if state.reachable is None else f"UNREACHABLE: {state.error}"
+            head = f"{state.name} ({state.address}) · {what} · {contact}"
+            return head + ("\nshowing the last snapshot received" if state.snapshot else "")
+        info = state.info
+        versions = ""
+        if info is not None:
+            driver = f"driver {info.driver_version}" if info.driver_version else "no NVIDIA driver"
+            versions = f" · agent {info.agent_version} · {info.cpu_count} CPUs · {driver}"
+        load = ""
+        if state.snapshot is not None:
+            cpu = state.snapshot.cpu
+            load = f"\nload {units.plain(cpu.load1)} {units.plain(cpu.load5)} {units.plain(cpu.load15)}"
+            memory = state.snapshot.memory
+            load += f" · memory {units.bytes_(memory.used_bytes)}/{units.bytes_(memory.total_bytes)}"
+            load += f" · swap {units.bytes_(memory.swap_used_bytes)}/{units.bytes_(memory.swap_total_bytes)}"
+            if state.snapshot.hang.level:
+                load += f" · hang: {state.snapshot.hang.level} {state.snapshot.hang.explanation}".rstrip()
+        return f"{state.name} ({state.address}) · up · {contact}{versions}{load}"
+
+    def _fill(self, tab: str, rows: list[Row], missing: Unavailable | None, empty: str) -> None:
+        table = self.query_one(f"#{tab}-table", DataTable)
+        if not rows:
+            note = f"unavailable: {missing.reason}" if missing else empty
+            rows = [("none", [Text(note, style="dim italic")] + [""] * (len(table.columns) - 1), {})]
+        self._rows[tab] = rows
+        keys = [key for key, _, _ in rows]
+        current = [row.value for row in table.rows]
+        if keys == current:
+            for key, cells, _ in rows:
+                for column, value in zip(table.columns, cells):
+                    table.update_cell(key, column, value)
+        else:
+            cursor = table.cursor_row
+            table.clear()
+            for key, cells, _ in rows:
+                table.add_row(*cells, key=key)
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+
+    def _fill_history(self) -> None:
+        history = self.cluster.history(self.address)
+        for series, title in HISTORY_SERIES:
+            values = history.numbers(series)
+            label = self.query_one(f"#label-{series}", Label)
+            last = f"{values[-1]:.3g}" if values else "no data yet"
+            label.update(f"{title}: {last} (last {len(values)} samples)")
+            self.query_one(f"#spark-{series}", Sparkline).data = values
+
+    def active_tab(self) -> str:
+        return self.query_one("#tabs", TabbedContent).active
+
+    def update_detail(self) -> None:
+        tab = self.active_tab()
+        text = ""
+        if tab in self._rows:
+            table = self.query_one(f"#{tab}-table", DataTable)
+            rows = self._rows[tab]
+            if rows and 0 <= table.cursor_row < len(rows):
+                key, _, readings = rows[table.cursor_row]
+                text = "\n".join(f"{key}: {line}" for line in reasons(readings)[:3])
+        self.query_one("#host-detail", Static).update(text)
+
+    def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
+        self.update_detail()
+
+    def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        self.update_detail()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+        if tab != "history":
+            self.query_one(f"#{tab}-table", DataTable).focus()
+
+    def action_next_tab(self, step: int) -> None:
+        index = (TABS.index(self.active_tab()) + step) % len(TABS)
+        self.action_tab(TABS[index])
+
+    def action_cursor(self, step: int) -> None:
+        tab = self.active_tab()
+        if tab == "history":
+            return
+        table = self.query_one(f"#{tab}-table", DataTable)
+        table.action_cursor_down() if step > 0 else table.action_cursor_up()

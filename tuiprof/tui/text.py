@@ -1,0 +1,47 @@
+"""Small text renderings shared by the screens: sparklines and styled readings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rich.text import Text
+
+from tuiprof.model import units
+from tuiprof.model.values import Reading, Unavailable
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int, top: float | None = None) -> str:
+    """The last ``width`` values as block characters, scaled to ``top`` (or their max)."""
+    recent = list(values)[-width:]
+    if not recent:
+        return ""
+    peak = top if top is not None else max(recent)
+    if peak <= 0:
+        return _BLOCKS[0] * len(recent)
+    steps = len(_BLOCKS) - 1
+    return "".join(_BLOCKS[max(0, min(steps, round(v / peak * steps)))] for v in recent)
+
+
+def reading(value: Reading, formatter: Callable[[Reading], str]) -> Text:
+    """A formatted reading; unavailable ones dimmed as ``n/a`` (the reason goes in the detail line)."""
+    if isinstance(value, Unavailable):
+        return Text(units.NA, style="dim italic")
+    return Text(formatter(value))
+
+
+def pair(first: Reading, second: Reading, formatter: Callable[[Reading], str]) -> Text:
+    """``avg/min`` style cell; n/a when the first is unavailable."""
+    if isinstance(first, Unavailable):
+        return Text(units.NA, style="dim italic")
+    return Text(f"{formatter(first)}/{formatter(second)}")
+
+
+def reasons(named: dict[str, Reading]) -> list[str]:
+    """``field: reason`` for every unavailable reading, grouped by reason."""
+    grouped: dict[str, list[str]] = {}
+    for name, value in named.items():
+        if isinstance(value, Unavailable):
+            grouped.setdefault(value.reason, []).append(name)
+    return [f"{', '.join(names)}: n/a ({reason})" for reason, names in grouped.items()]
