@@ -76,8 +76,10 @@ class HangDetector:
     def observe(self, ranks: Sequence[pb.RankStats]) -> pb.HangStatus:
         now = self._clock()
         self._tracks = {r.pid: self._tracks.get(r.pid) or _RankTrack() for r in ranks}
-        collective_notes = findings(_collectives(ranks))
-        verdicts = [self._verdict(r, self._tracks[r.pid], now, collective_notes) for r in ranks]
+        notes = findings(_collectives(ranks))
+        # How long the others have waited for a rank that never launched their collective.
+        waited = max((op.age_seconds for r in ranks for op in r.inflight if op.kind == "nccl"), default=0.0)
+        verdicts = [self._verdict(r, self._tracks[r.pid], now, notes, waited) for r in ranks]
         level = max((v.level for v in verdicts), key=_SEVERITY.__getitem__, default=OK)
         level = OK if level == EXITED and not any(_failed(r) for r in ranks) else level
         if level == EXITED:
@@ -92,7 +94,7 @@ class HangDetector:
         return status
 
     def _verdict(
-        self, rank: pb.RankStats, track: _RankTrack, now: float, notes: dict[int, str]
+        self, rank: pb.RankStats, track: _RankTrack, now: float, notes: dict[int, str], waited: float
     ) -> pb.RankVerdict:
         verdict = pb.RankVerdict(pid=rank.pid)
         if rank.HasField("rank"):
@@ -111,15 +113,14 @@ class HangDetector:
             reasons.append((self._level_for(held, immediate=True), f"{what} for {held:.0f} s"))
         else:
             track.bad_state_since = None
-        oldest = max(rank.inflight, key=lambda op: op.age_seconds, default=None)
-        if oldest is not None and oldest.kind == "nccl":
-            level = self._level_for(oldest.age_seconds)
+        note = notes.get(rank.rank) if rank.HasField("rank") else None
+        oldest = max((op for op in rank.inflight if op.kind == "nccl"), key=lambda op: op.age_seconds, default=None)
+        if oldest is not None:
             text = (f"{oldest.op} #{oldest.sequence} on comm {short_comm(oldest.comm_hash)} launched "
                     f"{oldest.age_seconds:.0f} s ago, not finished")
-            note = notes.get(rank.rank) if rank.HasField("rank") else None
-            if note:
-                text += f"; {note}"
-            reasons.append((level, text))
+            reasons.append((self._level_for(oldest.age_seconds), f"{text}; {note}" if note else text))
+        elif note:
+            reasons.append((self._level_for(waited), note))
         stall = self._stall(track, now)
         if stall is not None:
             seconds, slow_limit = stall

@@ -1,0 +1,115 @@
+"""Hang verdicts from successive RankStats, on a controlled clock."""
+
+import pytest
+
+from agentd.hang.detector import HangConfigError, HangDetector, Thresholds
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def detector(states=None, suspect=10, hang=30):
+    clock = Clock()
+    states = states if states is not None else {}
+    d = HangDetector(Thresholds(suspect, hang), clock=clock, wall_clock_ns=lambda: int(clock.now * 1e9),
+                     state_of=lambda pid: states.get(pid, "sleeping"))
+    return d, clock
+
+
+def rank(r, steps=0, **kw):
+    return pb.RankStats(pid=100 + r, rank=r, step_count=steps, state="running", **kw)
+
+
+def test_steady_training_is_ok_and_a_stall_becomes_suspect_then_hung():
+    d, clock = detector()
+    for step in range(1, 6):
+        status = d.observe([rank(0, step), rank(1, step)])
+        clock.now += 0.5
+    assert status.level == "ok" and not status.explanation
+    clock.now += 12
+    status = d.observe([rank(0, 6), rank(1, 5)])
+    assert status.level == "suspect"
+    assert [v.level for v in status.ranks] == ["ok", "suspect"]
+    assert status.ranks[1].explanation.startswith("rank 1: no optimizer step for 12 s (step 5, median step 0.50 s)")
+    since = status.since_unix_ns
+    clock.now += 20
+    status = d.observe([rank(0, 7), rank(1, 5)])
+    assert status.level == "hung" and status.since_unix_ns == since
+    assert "hung" in status.explanation and "rank 1: no optimizer step for 32 s" in status.explanation
+
+
+def test_a_slow_job_is_not_hung():
+    d, clock = detector(suspect=10, hang=30)
+    for step in range(1, 4):
+        d.observe([rank(0, step)])
+        clock.now += 20  # 20 s per step: 5 × 20 = 100 s before a stall counts
+    clock.now += 40
+    status = d.observe([rank(0, 3)])
+    assert status.level == "ok"
+    clock.now += 45
+    assert d.observe([rank(0, 3)]).level == "hung"
+
+
+def test_a_rank_that_never_stepped_is_not_judged_by_steps():
+    d, clock = detector()
+    d.observe([rank(0)])
+    clock.now += 1000
+    assert d.observe([rank(0)]).level == "ok"
+
+
+def test_an_unfinished_collective_names_the_rank_that_never_launched_it():
+    d, clock = detector()
+    nccl = [pb.NcclOpStats(op="AllReduce", comm_hash="3fa1c0ffee")]
+    waiting = [pb.InflightOp(kind="nccl", op="all_reduce", comm_hash="3fa1c0ffee", sequence=1042, age_seconds=312)]
+    status = d.observe([rank(0, nccl=nccl, inflight=waiting), rank(1, nccl=nccl, inflight=waiting),
+                        rank(2, nccl=nccl)])
+    assert status.level == "hung"
+    assert status.ranks[0].explanation == (
+        "rank 0: all_reduce #1042 on comm 3fa1… launched 312 s ago, not finished")
+    assert status.ranks[2].level == "hung"
+    assert status.ranks[2].explanation == (
+        "rank 2: never launched all_reduce #1042 on comm 3fa1… (ranks 0-1 launched it)")
+    gemm_only = d.observe([rank(0, inflight=[pb.InflightOp(kind="gemm", op="gemm", age_seconds=500)])])
+    assert gemm_only.level == "ok"
+
+
+def test_stopped_and_d_state_are_suspect_at_once_and_hung_after_the_timeout():
+    states = {100: "stopped", 101: "disk-sleep"}
+    d, clock = detector(states)
+    status = d.observe([rank(0), rank(1)])
+    assert [v.level for v in status.ranks] == ["suspect", "suspect"]
+    assert "stopped (SIGSTOP or a debugger)" in status.ranks[0].explanation
+    assert "D state" in status.ranks[1].explanation
+    clock.now += 31
+    assert d.observe([rank(0), rank(1)]).level == "hung"
+    states.clear()
+    assert d.observe([rank(0), rank(1)]).level == "ok"
+
+
+def test_a_crash_is_reported_with_signal_and_exception():
+    d, _ = detector({100: "gone", 101: "gone"})
+    status = d.observe([
+        rank(0, exit_signal=9),
+        pb.RankStats(pid=101, rank=1, state="exited", exit_code=1,
+                     exception="Traceback (most recent call last):\n  ...\nRuntimeError: boom\n"),
+    ])
+    assert status.level == "suspect"
+    assert status.ranks[0].explanation == "rank 0: killed by signal 9"
+    assert status.ranks[1].explanation == "rank 1: exited with code 1 after an uncaught exception: RuntimeError: boom"
+
+
+def test_a_clean_exit_is_not_a_problem():
+    d, _ = detector({100: "gone"})
+    status = d.observe([pb.RankStats(pid=100, rank=0, state="exited", exit_code=0)])
+    assert status.level == "ok" and status.ranks[0].level == "exited"
+
+
+def test_thresholds_must_be_ordered():
+    with pytest.raises(HangConfigError, match="at most the hang timeout"):
+        Thresholds(10, 5)
