@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import logging
 import pathlib
 import socket
@@ -83,15 +82,16 @@ def _prepare_trace_dir(path: pathlib.Path) -> None:
         ) from None
 
 
-def _grpc_bind_error(host: str, port: int) -> BindError:
-    """Why grpc could not bind: grpc only says "failed", so ask the OS the same question."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+def _probe_grpc_port(host: str, port: int) -> None:
+    """Raise the BindError grpc would hit, with its cause (grpc itself only says "failed")."""
     try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((host, port))
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind(address)
+    except socket.gaierror as exc:
+        raise BindError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
     except OSError as exc:
-        return BindError.for_port("gRPC", host, port, exc, "--port")
-    return BindError.for_port("gRPC", host, port, OSError(errno.EADDRINUSE, "in use"), "--port")
+        raise BindError.for_port("gRPC", host, port, exc, "--port") from None
 
 
 class Daemon:
@@ -117,12 +117,13 @@ class Daemon:
     async def serve_until(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set or the snapshot loop dies (its error is raised)."""
         stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        snapshots = self._tasks[0]
+        await asyncio.wait([stopper, snapshots], return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()
-        failed = [t for t in self._tasks if t.done() and not t.cancelled() and t.exception()]
+        failure = snapshots.exception() if snapshots.done() else None
         await self.stop()
-        if failed:
-            raise failed[0].exception()
+        if failure is not None:
+            raise failure
 
     async def _start(self) -> Endpoints:
         config = self.config
@@ -131,36 +132,38 @@ class Daemon:
         credentials = _tls_credentials(config)
         _prepare_trace_dir(config.trace_dir)
 
-        runners = [CollectorRunner(c)
-                   for c in load_collectors(self._collector_entries, config.interval_seconds)]
-        agent = self.agent = Agent(runners, config.interval_seconds)
-        static = static_info(agent, str(config.trace_dir))
-        traces, stacks = build_services(config, agent)
-
+        # Bind every port and open the sink before any collector starts, so that
+        # these mistakes end agentd at once with one line and nothing else logged.
         server = self._server = grpc.aio.server(
             interceptors=[BearerTokenInterceptor(token)] if token else None,
             options=[("grpc.so_reuseport", 0)],
         )
-        pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, traces, stacks), server)
+        _probe_grpc_port(config.host, config.port)
         target = AgentAddress(config.host, config.port).target
         try:
             if credentials is None:
                 grpc_port = server.add_insecure_port(target)
             else:
                 grpc_port = server.add_secure_port(target, credentials)
-        except RuntimeError:
-            raise _grpc_bind_error(config.host, config.port) from None
+        except RuntimeError:  # lost a race for the port since the probe
+            raise BindError(f"cannot listen on {target} for gRPC; check --host and --port") from None
         if config.metrics_port is not None:
-            self._metrics = MetricsServer(agent, lambda: agent_info(agent, static),
-                                          config.host, config.metrics_port)
+            self._metrics = MetricsServer(config.host, config.metrics_port)
         if config.json_sink is not None:
             self._sink = JsonLinesSink.open(config.json_sink)
+
+        runners = [CollectorRunner(c)
+                   for c in load_collectors(self._collector_entries, config.interval_seconds)]
+        agent = self.agent = Agent(runners, config.interval_seconds)
+        static = static_info(agent, str(config.trace_dir))
+        traces, stacks = build_services(config, agent)
+        pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, traces, stacks), server)
 
         agent.start_collectors()
         await server.start()
         self._tasks.append(asyncio.create_task(agent.run(), name="snapshots"))
         if self._metrics is not None:
-            self._metrics.start()
+            self._metrics.start(agent, lambda: agent_info(agent, static))
         if self._sink is not None:
             self._tasks.append(asyncio.create_task(self._sink.run(agent), name="json-sink"))
         endpoints = Endpoints(config.host, grpc_port,

@@ -40,11 +40,12 @@ def load_renderer() -> Renderer | str:
 
 
 class MetricsServer:
-    """Serves ``/metrics`` and ``/healthz`` for ``agent`` on ``host:port``."""
+    """Serves ``/metrics`` and ``/healthz`` on ``host:port`` (bound at once, served after ``start``)."""
 
-    def __init__(self, agent: Agent, info: Callable[[], pb.AgentInfo], host: str, port: int) -> None:
-        self._agent = agent
-        self._info = info
+    _agent: Agent
+    _info: Callable[[], pb.AgentInfo]
+
+    def __init__(self, host: str, port: int) -> None:
         self._renderer = load_renderer()
         handler = _handler_class(self)
         try:
@@ -62,7 +63,10 @@ class MetricsServer:
             target=self._server.serve_forever, name="metrics-http", daemon=True
         )
 
-    def start(self) -> None:
+    def start(self, agent: Agent, info: Callable[[], pb.AgentInfo]) -> None:
+        """Serve ``agent``'s snapshots; ``info`` gives GetInfo's answer for the labels."""
+        self._agent = agent
+        self._info = info
         self._thread.start()
 
     def stop(self) -> None:

@@ -143,6 +143,6 @@ class AgentServicer(pb_grpc.AgentServicer):
         if service is None:
             await context.abort(
                 grpc.StatusCode.UNIMPLEMENTED,
-                f"{feature} is not available in this agentd (no {area} service wired in)",
+                f"{feature}: not available in this agentd (no {area} service wired in yet)",
             )
         return service

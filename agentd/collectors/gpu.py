@@ -318,8 +318,8 @@ class GpuCollector(Collector):
             copies.append(copy)
         return copies
 
-    def fill_info(self, info: pb.AgentInfo) -> None:
-        """Driver/NVML/CUDA versions and the GPU list for GetInfo."""
+    def describe(self, info: pb.AgentInfo) -> None:
+        """Driver/NVML/CUDA versions and the GPU list for GetInfo (static after start-up)."""
         info.driver_version = self.driver_version
         info.nvml_version = self.nvml_version
         info.cuda_driver_version = self.cuda_driver_version
