@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from agentd.hang.procstate import GONE, process_state
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.analysis import ranksets
-from tuiprof.analysis.stacks_collectives import Inflight, RankCollectives, findings, short_comm
+from tuiprof.analysis.stacks_collectives import findings, short_comm
+from tuiprof.analysis.stacks_proto import collectives_from_ranks
 
 OK, SUSPECT, HUNG, EXITED = "ok", "suspect", "hung", "exited"
 _SEVERITY = {OK: 0, EXITED: 1, SUSPECT: 2, HUNG: 3}
@@ -76,7 +77,7 @@ class HangDetector:
     def observe(self, ranks: Sequence[pb.RankStats]) -> pb.HangStatus:
         now = self._clock()
         self._tracks = {r.pid: self._tracks.get(r.pid) or _RankTrack() for r in ranks}
-        notes = findings(_collectives(ranks))
+        notes = findings(collectives_from_ranks(ranks))
         # How long the others have waited for a rank that never launched their collective.
         waited = max((op.age_seconds for r in ranks for op in r.inflight if op.kind == "nccl"), default=0.0)
         verdicts = [self._verdict(r, self._tracks[r.pid], now, notes, waited) for r in ranks]
@@ -156,20 +157,6 @@ class HangDetector:
         if immediate or seconds >= max(self.thresholds.suspect_s, at_least):
             return SUSPECT
         return OK
-
-
-def _collectives(ranks: Sequence[pb.RankStats]) -> list[RankCollectives]:
-    out = []
-    for rank in ranks:
-        if not rank.HasField("rank"):
-            continue
-        inflight = tuple(
-            Inflight(op.op, op.comm_hash, op.sequence, op.age_seconds)
-            for op in rank.inflight if op.kind == "nccl"
-        )
-        comms = frozenset(s.comm_hash for s in rank.nccl if s.comm_hash)
-        out.append(RankCollectives(rank.rank, inflight, comms))
-    return out
 
 
 def _failed(rank: pb.RankStats) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.analysis import ranksets
 from tuiprof.analysis.stacks import Frame, MergedStacks, Node, ThreadSample, normalize_frames
+from tuiprof.analysis.stacks_collectives import Inflight, RankCollectives
 
 
 def samples_from_ranks(ranks: Iterable[pb.RankStacks]) -> list[ThreadSample]:
@@ -62,3 +63,18 @@ def tree_from_proto(root: pb.StackNode) -> MergedStacks:
                 pending.append((child, target.child(frame)))
         merged.ranks |= node.ranks
     return merged
+
+
+def collectives_from_ranks(ranks: Iterable[pb.RankStats]) -> list[RankCollectives]:
+    """The NCCL collectives each rank has in flight and the communicators it uses."""
+    out = []
+    for rank in ranks:
+        if not rank.HasField("rank") or rank.rank < 0:
+            continue
+        inflight = tuple(
+            Inflight(op.op, op.comm_hash, op.sequence, op.age_seconds)
+            for op in rank.inflight if op.kind == "nccl"
+        )
+        comms = frozenset(s.comm_hash for s in rank.nccl if s.comm_hash)
+        out.append(RankCollectives(rank.rank, inflight, comms))
+    return out

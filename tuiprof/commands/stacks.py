@@ -1,0 +1,173 @@
+"""``tuiprof stacks``: every rank's stacks, merged into one tree, and the odd ranks named.
+
+Each agent takes its local ranks' stacks (py-spy) and pre-merges them; this
+command merges the hosts' trees, lists the equivalence classes (ranks with the
+same stack) smallest first, and names the suspects, using the ranks' in-flight
+collectives where the hook library reports them. Exit status 0 when every host
+answered, 1 when some did not, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+
+import grpc
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.analysis import ranksets
+from tuiprof.analysis.stacks import merge_trees, project
+from tuiprof.analysis.stacks_collectives import findings
+from tuiprof.analysis.stacks_proto import collectives_from_ranks, tree_from_proto
+from tuiprof.analysis.stacks_report import StacksReport, build_report, folded, render_text, report_json
+from tuiprof.client.channel import AgentAddress, TokenFileError, open_channel
+from tuiprof.client.errors import describe_rpc_error
+from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.local import LocalAgentError, local_agent
+from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "stacks", help="merged stacks of every rank; names the rank that is elsewhere",
+        description=__doc__.split("\n\n")[0],
+    )
+    add_target_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
+    parser.add_argument("--lines", action="store_true",
+                        help="tell frames apart by line number too (more, smaller classes)")
+    parser.add_argument("--incident", action="store_true",
+                        help="the stacks each agent took when it detected a hang, instead of new ones")
+    parser.add_argument("--folded", action="store_true", help="print folded stacks (for flame-graph tools)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="seconds to wait for each host (default 60)")
+    parser.set_defaults(func=run)
+
+
+@dataclass
+class HostStacks:
+    """One agent's answer: its ranks' stacks and its latest snapshot, or why not."""
+
+    host: str
+    reply: pb.StacksReply | None = None
+    snapshot: pb.HostSnapshot | None = None
+    error: str | None = None
+
+
+async def fetch_host(
+    address: AgentAddress, options: ConnectionOptions, take_now: bool, native: bool, timeout: float
+) -> HostStacks:
+    result = HostStacks(str(address))
+    async with open_channel(address, options.token, options.tls_ca) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        try:
+            result.reply = await stub.GetStacks(
+                pb.GetStacksRequest(take_now=take_now, native=native), timeout=timeout)
+            result.snapshot = await _first_snapshot(stub, timeout)
+        except grpc.aio.AioRpcError as exc:
+            result.error = describe_rpc_error(exc, timeout)
+    return result
+
+
+async def _first_snapshot(stub: pb_grpc.AgentStub, timeout: float) -> pb.HostSnapshot | None:
+    """The agent's newest snapshot (for in-flight collectives and the hang verdict)."""
+    call = stub.Watch(pb.WatchRequest(), timeout=timeout)
+    try:
+        async for snapshot in call:
+            return snapshot
+    finally:
+        call.cancel()
+    return None
+
+
+async def gather_stacks(
+    targets: list[AgentAddress], options: ConnectionOptions, take_now: bool, native: bool, timeout: float
+) -> list[HostStacks]:
+    """Every host at once; a slow host costs at most ``timeout``."""
+    return list(await asyncio.gather(*(fetch_host(a, options, take_now, native, timeout) for a in targets)))
+
+
+def job_report(hosts: list[HostStacks], lines: bool, native: bool) -> StacksReport:
+    """The hosts' trees merged, projected to the wanted detail, with collective findings."""
+    trees = [tree_from_proto(h.reply.merged) for h in hosts if h.reply is not None]
+    merged = project(merge_trees(trees), lines=lines, native=native)
+    ranks = [r for h in hosts if h.snapshot is not None for r in h.snapshot.ranks]
+    return build_report(merged, findings(collectives_from_ranks(ranks)))
+
+
+def document(hosts: list[HostStacks], report: StacksReport) -> dict:
+    doc = report_json(report)
+    doc["hosts"] = [_host_json(h) for h in hosts]
+    return doc
+
+
+def _host_json(host: HostStacks) -> dict:
+    out: dict = {"host": host.host, "error": host.error}
+    if host.reply is not None:
+        reply = host.reply
+        out.update(
+            hostname=reply.hostname,
+            taken_unix_ns=reply.taken_unix_ns,
+            incident=reply.incident,
+            ranks=ranksets.fold(r.rank for r in reply.ranks if r.HasField("rank")),
+            processes=[
+                {"pid": r.pid, "rank": r.rank if r.HasField("rank") else None,
+                 "dump_seconds": round(r.dump_seconds, 4), "error": r.error or None}
+                for r in reply.ranks
+            ],
+        )
+    if host.snapshot is not None and host.snapshot.hang.level:
+        hang = host.snapshot.hang
+        out["hang"] = {"level": hang.level, "since_unix_ns": hang.since_unix_ns, "explanation": hang.explanation}
+    return out
+
+
+def _host_lines(hosts: list[HostStacks]) -> list[str]:
+    lines = []
+    for host in hosts:
+        if host.error:
+            lines.append(f"{host.host}: no stacks: {host.error}")
+            continue
+        doc = _host_json(host)
+        lines.append(f"{host.host}: ranks [{doc['ranks']}], {len(doc['processes'])} processes")
+        for proc in doc["processes"]:
+            if proc["error"]:
+                lines.append(f"  pid {proc['pid']} (rank {proc['rank']}): {proc['error']}")
+        if "hang" in doc and doc["hang"]["level"] != "ok":
+            lines.append(f"  {doc['hang']['level']}: {doc['hang']['explanation']}")
+    return lines
+
+
+async def _gather(args: argparse.Namespace) -> list[HostStacks]:
+    options = connection(args, timeout=args.timeout)
+    targets = addresses(args)
+    if targets:
+        return await gather_stacks(targets, options, not args.incident, args.native, args.timeout)
+    async with local_agent() as address:
+        return await gather_stacks([address], options, not args.incident, args.native, args.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        print(f"tuiprof stacks: --timeout {args.timeout}: expected a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        hosts = asyncio.run(_gather(args))
+    except (TargetError, TokenFileError, LocalAgentError) as exc:
+        print(f"tuiprof stacks: {exc}", file=sys.stderr)
+        return 2
+    report = job_report(hosts, lines=args.lines, native=args.native)
+    if args.json:
+        json.dump(document(hosts, report), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.folded:
+        sys.stdout.write(folded(report.merged))
+    else:
+        sys.stdout.write("\n".join(_host_lines(hosts)) + "\n\n")
+        sys.stdout.write(render_text(report))
+    return 0 if all(h.error is None for h in hosts) else 1
