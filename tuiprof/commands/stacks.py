@@ -20,6 +20,7 @@ import grpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.analysis import ranksets
+from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks import merge_trees, project
 from tuiprof.analysis.stacks_collectives import findings
 from tuiprof.analysis.stacks_proto import collectives_from_ranks, tree_from_proto
@@ -44,6 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--incident", action="store_true",
                         help="the stacks each agent took when it detected a hang, instead of new ones")
     parser.add_argument("--folded", action="store_true", help="print folded stacks (for flame-graph tools)")
+    parser.add_argument("--svg", metavar="FILE", help="also write a flame graph of the merged tree to FILE")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="seconds to wait for each host (default 60)")
     parser.set_defaults(func=run)
@@ -162,6 +164,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"tuiprof stacks: {exc}", file=sys.stderr)
         return 2
     report = job_report(hosts, lines=args.lines, native=args.native)
+    if args.svg:
+        try:
+            with open(args.svg, "w") as out:
+                out.write(flamegraph_svg(report.merged, title=f"tuiprof stacks: {', '.join(h.host for h in hosts)}"))
+        except OSError as exc:
+            print(f"tuiprof stacks: cannot write --svg {args.svg}: {exc.strerror}", file=sys.stderr)
+            return 2
     if args.json:
         json.dump(document(hosts, report), sys.stdout, indent=1)
         sys.stdout.write("\n")
