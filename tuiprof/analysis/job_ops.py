@@ -37,6 +37,12 @@ def _signature(kind: str, op: GemmOp | NcclOp) -> str:
     return " ".join(part for part in (op.op, op.dtype, f"comm {op.comm_hash}" if op.comm_hash else "") if part)
 
 
+def _natural(label: str) -> tuple[str, int]:
+    """``rank 10`` after ``rank 9``."""
+    word, _, number = label.rpartition(" ")
+    return (word, int(number)) if number.isdigit() else (label, -1)
+
+
 def job_ops(cluster: ClusterState) -> list[OpRow]:
     """Every (host, rank, op) row; stragglers first, then by host and rank."""
     raw: list[tuple[str, str, str, str, GemmOp | NcclOp]] = []
@@ -62,5 +68,5 @@ def job_ops(cluster: ClusterState) -> list[OpRow]:
             throughput=op.busbw_bytes_per_s if isinstance(op, NcclOp) else op.tflops,
             verdict=verdicts.get(id(sample)) if sample else None,
         ))
-    rows.sort(key=lambda r: (not (r.verdict and r.verdict.straggler), r.host, r.rank, r.kind, r.op))
+    rows.sort(key=lambda r: (not (r.verdict and r.verdict.straggler), r.host, _natural(r.rank), r.kind, r.op))
     return rows

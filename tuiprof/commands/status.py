@@ -105,20 +105,22 @@ def table(cluster: ClusterState) -> Table:
     result = Table(title="tuiprof status")
     for name in ("Host", "State", "CPU", "Mem", "GPUs", "Util avg/min", "SM avg/min",
                  "Power", "GPU mem", "NCCL busbw", "Step", "Hang"):
-        result.add_column(name, justify="left" if name in ("Host", "State") else "right")
+        result.add_column(name, justify="left" if name in ("Host", "State") else "right",
+                          no_wrap=name in ("Host", "State"))
     for state in cluster.hosts():
         if state.summary is None:
-            result.add_row(state.address, f"[red]unreachable: {state.error}[/]", *[""] * 10)
+            result.add_row(state.address, "[bold red]DOWN[/]", *[""] * 10)
         else:
             result.add_row(state.name, "[green]ok[/]", *_cells(state.summary))
     return result
 
 
 def notes(cluster: ClusterState) -> list[str]:
-    """Why each n/a cell is n/a, one line per host and reason."""
+    """Why each DOWN host is down and each n/a cell is n/a, one line per host and reason."""
     lines = []
     for state in cluster.hosts():
         if state.summary is None:
+            lines.append(f"{state.address}: unreachable: {state.error}")
             continue
         reasons: dict[str, list[str]] = {}
         for field in HostSummary.__dataclass_fields__:

@@ -150,13 +150,17 @@ class ClusterScreen(Screen[None]):
                 old = self._cells.get(address)
                 for column, value, previous in zip(COLUMNS, cells, old or [None] * len(cells)):
                     if value != previous:
-                        table.update_cell(address, column.key, value)
+                        table.update_cell(address, column.key, value, update_width=True)
         self._cells = rows
         self._update_titles(len(hosts))
         self.update_detail()
 
     def _row(self, state: HostState, worst: HostState | None) -> list[Text | str]:
         cells = [column.cell(state, self.cluster) for column in COLUMNS]
+        if state.reachable is False:  # last known values, dimmed: they are stale
+            cells = [Text(c.plain, style="dim") if isinstance(c, Text) else Text(c, style="dim")
+                     for c in cells]
+            cells[1] = _state_cell(state, self.cluster)
         if worst is not None and state.address == worst.address and len(self.cluster.hosts()) > 1:
             cells[0] = Text(f"{state.name} ▼", style="bold")
         return cells

@@ -144,6 +144,10 @@ HISTORY_SERIES = (("cpu", "CPU busy %"), ("memory", "memory used %"), ("gpu_util
                   ("busbw", "NCCL busbw B/s"), ("step", "step time s"))
 
 
+def _title(state: HostState) -> str:
+    return state.name if state.name == state.address else f"{state.name} ({state.address})"
+
+
 class HostScreen(Screen[None]):
     """Everything one agent reports, in tabs (1-6 switch, Esc goes back)."""
 
@@ -220,7 +224,7 @@ class HostScreen(Screen[None]):
         contact = "never answered" if since is None else f"last contact {units.ago(since)}"
         if not state.reachable:
             what = "connecting" if state.reachable is None else f"UNREACHABLE: {state.error}"
-            head = f"{state.name} ({state.address}) · {what} · {contact}"
+            head = f"{_title(state)} · {what} · {contact}"
             return head + ("\nshowing the last snapshot received" if state.snapshot else "")
         info = state.info
         versions = ""
@@ -236,7 +240,7 @@ class HostScreen(Screen[None]):
             load += f" · swap {units.bytes_(memory.swap_used_bytes)}/{units.bytes_(memory.swap_total_bytes)}"
             if state.snapshot.hang.level:
                 load += f" · hang: {state.snapshot.hang.level} {state.snapshot.hang.explanation}".rstrip()
-        return f"{state.name} ({state.address}) · up · {contact}{versions}{load}"
+        return f"{_title(state)} · up · {contact}{versions}{load}"
 
     def _fill(self, tab: str, rows: list[Row], missing: Unavailable | None, empty: str) -> None:
         table = self.query_one(f"#{tab}-table", DataTable)
@@ -249,7 +253,7 @@ class HostScreen(Screen[None]):
         if keys == current:
             for key, cells, _ in rows:
                 for column, value in zip(table.columns, cells):
-                    table.update_cell(key, column, value)
+                    table.update_cell(key, column, value, update_width=True)
         else:
             cursor = table.cursor_row
             table.clear()

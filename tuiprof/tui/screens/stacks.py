@@ -1,24 +1,210 @@
-"""Stacks screen: hang status and merged stacks across ranks (owned by the hangs area).
+"""Stacks screen: every rank's stacks merged into one tree, the odd ranks named.
 
-The app pushes this screen with the `s` key. It reads the cluster from
-``self.app.cluster`` (a ``tuiprof.model.cluster.ClusterState``) and the connection
-settings from ``self.app.connection`` (a ``tuiprof.client.host_client.ConnectionOptions``).
+Pushed with `s`. Takes stacks from every watched agent on open and on `r`
+(through the same code as ``tuiprof stacks``), merges the hosts' trees, and
+shows the tree with each frame's rank set and the ranks that did *not* reach it;
+frames reached by the same rank set share a colour. `j` jumps to the smallest
+class, `n`/`l` toggle native frames and line numbers, `f`/`g` export folded
+stacks and a flame-graph SVG into the current directory.
 """
 
 from __future__ import annotations
 
+import pathlib
+import time
+
+from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
+from textual.worker import Worker, WorkerState
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Static, Tree
+from textual.widgets.tree import TreeNode
+
+from tuiprof.analysis import ranksets
+from tuiprof.analysis.flamegraph import flamegraph_svg
+from tuiprof.analysis.stacks import Node
+from tuiprof.analysis.stacks_report import StacksReport, folded
+from tuiprof.client.channel import AgentAddress
+from tuiprof.commands.stacks import HostStacks, gather_stacks, job_report
+
+TAKE_TIMEOUT_S = 60.0
+# Class colours, smallest class first: the odd ranks get the loudest ones.
+CLASS_STYLES = ("bold red", "bold magenta", "bold yellow", "bold cyan", "bold green", "bold blue")
 
 
 class StacksScreen(Screen[None]):
-    """Placeholder until hang detection lands: says so instead of showing empty data."""
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("r", "take", "Take stacks now"),
+        Binding("j", "smallest", "Smallest class"),
+        Binding("n", "toggle_native", "Native frames"),
+        Binding("l", "toggle_lines", "Line numbers"),
+        Binding("e", "expand_all", "Expand all"),
+        Binding("c", "collapse_all", "Collapse all"),
+        Binding("f", "export_folded", "Export folded"),
+        Binding("g", "export_svg", "Export SVG"),
+    ]
+    DEFAULT_CSS = """
+    StacksScreen #stacks-status { height: auto; padding: 0 1; background: $boost; }
+    StacksScreen #stacks-tree { height: 1fr; }
+    StacksScreen #stacks-classes { height: auto; max-height: 12; padding: 0 1; background: $panel; }
+    """
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    def __init__(self, export_dir: pathlib.Path | None = None) -> None:
+        super().__init__()
+        self.native = False
+        self.lines = False
+        self.export_dir = export_dir or pathlib.Path.cwd()
+        self.hosts: list[HostStacks] = []
+        self.report: StacksReport | None = None
+        self._taken_native = False
+        self._smallest: TreeNode | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Stacks: not available yet (hang detection is a later issue).", id="stacks-body")
+        yield Static("", id="stacks-status")
+        yield Tree("stacks", id="stacks-tree")
+        yield Static("", id="stacks-classes")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(Tree).show_root = False
+        self.action_take()
+
+    # ------------------------------------------------------------ taking
+
+    def action_take(self) -> None:
+        if not self.app.source.live:
+            self._status("Stacks need live agents: this is a recording.")
+            return
+        self._status(f"Taking stacks on {len(self.app.cluster.addresses())} host(s)"
+                     f"{' with native frames' if self.native else ''}…")
+        self._take(self.native)
+
+    @work(exclusive=True, group="stacks", exit_on_error=False)
+    async def _take(self, native: bool) -> None:
+        addresses = [AgentAddress.parse(a) for a in self.app.cluster.addresses()]
+        started = time.monotonic()
+        hosts = await gather_stacks(addresses, self.app.connection, True, native, TAKE_TIMEOUT_S)
+        self.hosts, self._taken_native = hosts, native
+        self._show(f"taken in {time.monotonic() - started:.1f} s")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "stacks" and event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self._status(f"Taking stacks failed: {type(error).__name__}: {error}")
+
+    # ------------------------------------------------------------ showing
+
+    def _show(self, note: str = "") -> None:
+        report = self.report = job_report(self.hosts, lines=self.lines, native=self.native and self._taken_native)
+        failed = [f"{h.host}: {h.error}" for h in self.hosts if h.error]
+        hang = [f"{h.host}: {h.snapshot.hang.level}: {h.snapshot.hang.explanation}"
+                for h in self.hosts if h.snapshot is not None and h.snapshot.hang.level not in ("", "ok")]
+        head = (f"{report.merged.ranks.bit_count()} ranks on {len(self.hosts) - len(failed)} host(s)"
+                f" · native {'on' if self.native else 'off'} · lines {'on' if self.lines else 'off'}"
+                f"{' · ' + note if note else ''}")
+        self._status("\n".join([head, *hang, *(f"no stacks from {f}" for f in failed)]))
+        styles = {c.ranks: CLASS_STYLES[i % len(CLASS_STYLES)]
+                  for i, c in enumerate(report.classes) if i < len(report.classes) - 1}
+        self._fill_tree(report, styles)
+        self.query_one("#stacks-classes", Static).update(self._classes_text(report, styles))
+
+    def _fill_tree(self, report: StacksReport, styles: dict[int, str]) -> None:
+        tree: Tree = self.query_one(Tree)
+        tree.clear()
+        self._smallest = None
+        smallest = report.classes[0] if len(report.classes) > 1 else None
+        merged = report.merged
+        for thread, root in sorted(merged.threads.items(), key=lambda kv: kv[0] != report.thread):
+            group = tree.root.add(Text(f"{thread}  [{ranksets.fold(root.ranks)}]", style="bold"),
+                                  expand=thread == report.thread)
+            pending: list[tuple[Node, TreeNode, tuple]] = [(root, group, ())]
+            while pending:
+                node, parent, path = pending.pop()
+                for child in node.sorted_children():
+                    child_path = path + (child.frame,)
+                    label = self._label(child, merged.missing(child), styles)
+                    item = parent.add(label, expand=thread == report.thread) if child.children \
+                        else parent.add_leaf(label)
+                    if smallest is not None and thread == report.thread and child_path == smallest.frames:
+                        self._smallest = item
+                    pending.append((child, item, child_path))
+
+    @staticmethod
+    def _label(node: Node, missing: int, styles: dict[int, str]) -> Text:
+        text = Text(node.frame.label(), style=styles.get(node.ranks, ""))
+        text.append(f"  [{ranksets.fold(node.ranks)}]", style="dim" if node.ranks not in styles else "")
+        if missing:
+            text.append(f"  not: [{ranksets.fold(missing)}]", style="italic")
+        return text
+
+    @staticmethod
+    def _classes_text(report: StacksReport, styles: dict[int, str]) -> Text:
+        text = Text(f"Classes of {report.thread} (smallest first):\n")
+        for c in report.classes:
+            text.append(f"{c.count:>5}  [{ranksets.fold(c.ranks)}]  {c.where()}\n", style=styles.get(c.ranks, ""))
+        if report.suspects:
+            for suspect in report.suspects:
+                text.append(f"Suspect: {suspect.reason}\n", style="bold")
+        else:
+            text.append("No suspect: no rank stands apart.")
+        return text
+
+    def _status(self, text: str) -> None:
+        self.query_one("#stacks-status", Static).update(text)
+
+    # ------------------------------------------------------------ keys
+
+    def action_smallest(self) -> None:
+        if self._smallest is None:
+            self.notify("No smaller class to jump to: every rank is in the same place.")
+            return
+        node = self._smallest
+        parent = node.parent
+        while parent is not None:
+            parent.expand()
+            parent = parent.parent
+        tree = self.query_one(Tree)
+        tree.move_cursor(node)
+        tree.scroll_to_node(node)
+        tree.focus()
+
+    def action_toggle_native(self) -> None:
+        self.native = not self.native
+        if self.native and not self._taken_native:
+            self.action_take()  # the stacks in hand have no native frames
+        elif self.hosts:
+            self._show()
+
+    def action_toggle_lines(self) -> None:
+        self.lines = not self.lines
+        if self.hosts:
+            self._show()
+
+    def action_expand_all(self) -> None:
+        self.query_one(Tree).root.expand_all()
+
+    def action_collapse_all(self) -> None:
+        for group in self.query_one(Tree).root.children:
+            group.collapse_all()
+
+    def action_export_folded(self) -> None:
+        self._export("folded", lambda report: folded(report.merged))
+
+    def action_export_svg(self) -> None:
+        self._export("svg", lambda report: flamegraph_svg(report.merged, title="tuiprof stacks"))
+
+    def _export(self, suffix: str, render) -> None:
+        if self.report is None:
+            self.notify("No stacks yet: press r to take them.", severity="warning")
+            return
+        path = self.export_dir / f"tuiprof-stacks-{time.strftime('%Y%m%d-%H%M%S')}.{suffix}"
+        try:
+            path.write_text(render(self.report))
+        except OSError as exc:
+            self.notify(f"cannot write {path}: {exc.strerror}", severity="error")
+            return
+        self.notify(f"wrote {path}")
