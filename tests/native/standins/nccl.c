@@ -1,0 +1,194 @@
+/* Stand-in NCCL 2.28 for CI: loads the profiler plugin named by
+ * NCCL_PROFILER_PLUGIN and drives ncclProfiler_v5 the way NCCL 2.28 does:
+ * per communicator init; per op GroupApi/CollApi (offered whatever the
+ * plugin asked for), Group, Coll or P2p at enqueue, Coll stop once enqueued,
+ * then from a separate proxy thread one KernelCh event per channel with GPU
+ * timer stamps (start, KernelChStop state, stop).  Its own copy of the v5
+ * structs, written from NCCL's header, checks the plugin's ABI. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+
+enum {
+    GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2, KERNEL_CH = 1 << 6,
+    GROUP_API = 1 << 8, COLL_API = 1 << 9, P2P_API = 1 << 10, KERNEL_LAUNCH = 1 << 11,
+};
+#define KERNEL_CH_STOP 22
+
+typedef struct {
+    uint64_t type;
+    void *parentObj;
+    int rank;
+    union {
+        struct { int graphCaptured; int groupDepth; } groupApi;
+        struct { const char *func; size_t count; const char *datatype; int root; void *stream; bool graphCaptured; } collApi;
+        struct { const char *func; size_t count; const char *datatype; void *stream; bool graphCaptured; } p2pApi;
+        struct { void *stream; } kernelLaunch;
+        struct {
+            uint64_t seqNumber; const char *func; void const *sendBuff; void *recvBuff; size_t count; int root;
+            const char *datatype; uint8_t nChannels; uint8_t nWarps; const char *algo; const char *proto;
+            void *parentGroup;
+        } coll;
+        struct {
+            const char *func; void *buff; const char *datatype; size_t count; int peer; uint8_t nChannels;
+            void *parentGroup;
+        } p2p;
+        struct { pid_t pid; uint8_t channelId; int peer; int nSteps; int chunkSize; int isSend; } proxyOp;
+        struct { uint8_t channelId; uint64_t pTimer; } kernelCh;
+    };
+} descr_v5;
+
+typedef union {
+    struct { size_t transSize; } proxyStep;
+    struct { uint64_t pTimer; } kernelCh;
+} state_args_v5;
+
+typedef struct {
+    const char *name;
+    int (*init)(void **, uint64_t, int *, const char *, int, int, int, void *);
+    int (*startEvent)(void *, void **, descr_v5 *);
+    int (*stopEvent)(void *);
+    int (*recordEventState)(void *, int, state_args_v5 *);
+    int (*finalize)(void *);
+} profiler_v5;
+
+typedef struct comm {
+    void *ctx;
+    int mask, rank;
+    uint64_t seq[16];
+} comm;
+
+static profiler_v5 *plugin;
+static long unexpected_handles; /* handles returned for events the plugin did not ask for */
+
+long standin_nccl_unexpected_handles(void) { return unexpected_handles; }
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+void *standin_nccl_init(uint64_t comm_hash, int nranks, int rank)
+{
+    if (!plugin) {
+        const char *path = getenv("NCCL_PROFILER_PLUGIN");
+        void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+        plugin = lib ? dlsym(lib, "ncclProfiler_v5") : NULL;
+    }
+    comm *c = calloc(1, sizeof(comm));
+    c->rank = rank;
+    if (plugin) plugin->init(&c->ctx, comm_hash, &c->mask, "standin", 1, nranks, rank, NULL);
+    return c;
+}
+
+static void *offer(comm *c, int wanted_by, descr_v5 *d)
+{
+    void *h = NULL;
+    if (plugin && (c->mask & wanted_by)) {
+        plugin->startEvent(c->ctx, &h, d);
+        if (h && !(c->mask & (int)d->type)) unexpected_handles++;
+    }
+    return h;
+}
+
+typedef struct proxy_job {
+    void *task;
+    comm *c;
+    int channels, hang;
+    uint64_t gpu_start, gpu_dur;
+} proxy_job;
+
+static void *proxy(void *arg)
+{
+    proxy_job *j = arg;
+    void *ch[64] = {0};
+    for (int i = 0; i < j->channels; i++) {
+        descr_v5 d = {0};
+        d.type = KERNEL_CH;
+        d.parentObj = j->task;
+        d.kernelCh.channelId = (uint8_t)i;
+        d.kernelCh.pTimer = j->gpu_start + (uint64_t)i * 100; /* channels start a little apart */
+        ch[i] = offer(j->c, KERNEL_CH, &d);
+    }
+    if (j->hang) return NULL; /* the kernel never finishes */
+    for (int i = 0; i < j->channels; i++) {
+        if (!ch[i]) continue;
+        state_args_v5 a = {0};
+        a.kernelCh.pTimer = j->gpu_start + j->gpu_dur - (uint64_t)i * 100; /* channel 0 finishes last */
+        plugin->recordEventState(ch[i], KERNEL_CH_STOP, &a);
+        plugin->stopEvent(ch[i]);
+    }
+    return NULL;
+}
+
+static int func_index(const char *f)
+{
+    static const char *const names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce",
+                                        "SendRecv", "Send", "Recv", "AlltoAll", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], f)) return i;
+    return 15;
+}
+
+/* One collective (peer < 0) or p2p op, GPU time gpu_dur_ns, optionally hung. */
+int standin_nccl_op(void *handle, const char *func, size_t count, const char *dtype, int peer, int channels,
+                    const char *algo, const char *proto, uint64_t gpu_dur_ns, int hang)
+{
+    comm *c = handle;
+    int mask_any = COLL | P2P | KERNEL_CH | GROUP;
+    descr_v5 g = {0};
+    g.type = GROUP_API;
+    void *group_api = offer(c, GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH | mask_any, &g);
+    descr_v5 api = {0};
+    api.parentObj = group_api;
+    if (peer < 0) {
+        api.type = COLL_API;
+        api.collApi.func = func, api.collApi.count = count, api.collApi.datatype = dtype;
+    } else {
+        api.type = P2P_API;
+        api.p2pApi.func = func, api.p2pApi.count = count, api.p2pApi.datatype = dtype;
+    }
+    void *coll_api = offer(c, COLL_API | COLL | KERNEL_CH, &api);
+    descr_v5 grp = {0};
+    grp.type = GROUP;
+    void *group = offer(c, mask_any, &grp);
+    descr_v5 t = {0};
+    t.rank = c->rank;
+    t.parentObj = coll_api;
+    void *task;
+    if (peer < 0) {
+        t.type = COLL;
+        t.coll.seqNumber = c->seq[func_index(func)]++;
+        t.coll.func = func, t.coll.count = count, t.coll.datatype = dtype, t.coll.nChannels = (uint8_t)channels;
+        t.coll.algo = algo, t.coll.proto = proto, t.coll.parentGroup = group;
+        task = offer(c, COLL | KERNEL_CH, &t);
+    } else {
+        t.type = P2P;
+        t.p2p.func = func, t.p2p.count = count, t.p2p.datatype = dtype, t.p2p.peer = peer;
+        t.p2p.nChannels = (uint8_t)channels, t.p2p.parentGroup = group;
+        task = offer(c, P2P | KERNEL_CH, &t);
+    }
+    proxy_job job = {task, c, channels, hang, now_ns(), gpu_dur_ns};
+    pthread_t th;
+    pthread_create(&th, NULL, proxy, &job);
+    if (task) plugin->stopEvent(task); /* enqueued: races with the proxy thread, as in NCCL */
+    if (group) plugin->stopEvent(group);
+    if (coll_api) plugin->stopEvent(coll_api);
+    if (group_api) plugin->stopEvent(group_api);
+    pthread_join(th, NULL);
+    return task != NULL;
+}
+
+void standin_nccl_finalize(void *handle)
+{
+    comm *c = handle;
+    if (plugin && c->ctx) plugin->finalize(c->ctx);
+    free(c);
+}

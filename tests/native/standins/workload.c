@@ -1,0 +1,152 @@
+/* The stand-in "training job": a fixed, known mix of GEMMs and NCCL ops whose
+ * counts, shapes, FLOPs and bytes the tests know in advance.  It lives in a
+ * shared library that the driver dlopens RTLD_LOCAL (as PyTorch loads its
+ * CUDA libraries), so cuBLAS is not in the global scope. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cublasCreate_v2(void **h);
+int cublasSetStream_v2(void *h, void *stream);
+int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
+                 const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo);
+int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A,
+                               int at, int lda, long long sa, const void *B, int bt, int ldb, long long sb,
+                               const void *beta, void *C, int ct, int ldc, long long sc, int batch, int compute,
+                               int algo);
+int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
+                   const float *B, int ldb, const float *beta, float *C, int ldc);
+int cublasLtCreate(void **h);
+int cublasLtMatrixLayoutCreate(void **l, int type, uint64_t rows, uint64_t cols, int64_t ld);
+int cublasLtMatrixLayoutDestroy(void *l);
+int cublasLtMatrixLayoutSetAttribute(void *l, int attr, const void *buf, size_t size);
+int cublasLtMatmulDescCreate(void **d, int compute, int scale);
+int cublasLtMatmulDescDestroy(void *d);
+int cublasLtMatmulDescSetAttribute(void *d, int attr, const void *buf, size_t size);
+int cublasLtMatmul(void *h, void *dd, const void *alpha, const void *A, void *Ad, const void *B, void *Bd,
+                   const void *beta, const void *C, void *Cd, void *D, void *Dd, const void *algo, void *ws,
+                   size_t wss, void *stream);
+long standin_lt_getattr_calls(void);
+void *standin_stream_create(void);
+void standin_stream_stall(void *s, int on);
+long standin_events_recorded(void);
+void *standin_nccl_init(uint64_t comm_hash, int nranks, int rank);
+int standin_nccl_op(void *handle, const char *func, size_t count, const char *dtype, int peer, int channels,
+                    const char *algo, const char *proto, uint64_t gpu_dur_ns, int hang);
+long standin_nccl_unexpected_handles(void);
+
+static float *matrix(int64_t elems, float seed)
+{
+    float *p = malloc(sizeof(float) * (size_t)elems);
+    for (int64_t i = 0; i < elems; i++) p[i] = (float)((i * 7 + (int64_t)seed) % 13) - 6.0f;
+    return p;
+}
+
+/* Reference C = A*B (column-major, no transpose) computed here, not by the library. */
+static double max_error(int64_t m, int64_t n, int64_t k, const float *A, const float *B, const float *C)
+{
+    double worst = 0;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < m; i++) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; p++) acc += (double)A[i + p * m] * B[p + j * k];
+            double e = fabs(acc - C[i + j * m]);
+            if (e > worst) worst = e;
+        }
+    return worst;
+}
+
+int run_workload(FILE *out)
+{
+    const float one = 1, zero = 0;
+    void *h, *lt, *s1 = standin_stream_create(), *s2 = standin_stream_create();
+    cublasCreate_v2(&h);
+    cublasSetStream_v2(h, s1);
+    cublasLtCreate(&lt);
+    double worst = 0;
+
+    /* 5 x GemmEx bf16 64x32x16 */
+    float *A = matrix(64 * 16, 1), *B = matrix(16 * 32, 2), *C = matrix(64 * 32, 0);
+    for (int i = 0; i < 5; i++) {
+        cublasGemmEx(h, 0, 0, 64, 32, 16, &one, A, 14, 64, B, 14, 16, &zero, C, 14, 64, 68, -1);
+        double e = max_error(64, 32, 16, A, B, C);
+        if (e > worst) worst = e;
+    }
+    /* 3 x StridedBatchedEx fp16 batch 4, 8x8x8 */
+    float *BA = matrix(4 * 64, 3), *BB = matrix(4 * 64, 4), *BC = matrix(4 * 64, 0);
+    for (int i = 0; i < 3; i++) {
+        cublasGemmStridedBatchedEx(h, 0, 0, 8, 8, 8, &one, BA, 2, 8, 64, BB, 2, 8, 64, &zero, BC, 2, 8, 64, 4, 68, -1);
+        for (int b = 0; b < 4; b++) {
+            double e = max_error(8, 8, 8, BA + b * 64, BB + b * 64, BC + b * 64);
+            if (e > worst) worst = e;
+        }
+    }
+    /* 2 x Sgemm 16x16x16 */
+    float *SA = matrix(256, 5), *SB = matrix(256, 6), *SC = matrix(256, 0);
+    for (int i = 0; i < 2; i++) {
+        cublasSgemm_v2(h, 0, 0, 16, 16, 16, &one, SA, 16, SB, 16, &zero, SC, 16);
+        double e = max_error(16, 16, 16, SA, SB, SC);
+        if (e > worst) worst = e;
+    }
+    /* 4 x LtMatmul bf16 32x16x8 with the same descriptors (shape read once) */
+    void *d, *la, *lb, *lc;
+    cublasLtMatmulDescCreate(&d, 68, 0);
+    cublasLtMatrixLayoutCreate(&la, 14, 32, 8, 32);
+    cublasLtMatrixLayoutCreate(&lb, 14, 8, 16, 8);
+    cublasLtMatrixLayoutCreate(&lc, 14, 32, 16, 32);
+    float *LA = matrix(32 * 8, 7), *LB = matrix(8 * 16, 8), *LC = matrix(32 * 16, 0);
+    long getattr_before = standin_lt_getattr_calls();
+    for (int i = 0; i < 4; i++) {
+        cublasLtMatmul(lt, d, &one, LA, la, LB, lb, &zero, LC, lc, LC, lc, NULL, NULL, 0, s1);
+        double e = max_error(32, 16, 8, LA, LB, LC);
+        if (e > worst) worst = e;
+    }
+    long getattr_same = standin_lt_getattr_calls() - getattr_before;
+    /* 2 x LtMatmul with fresh descriptors at (likely) the same addresses: batch 2, A transposed, 16x8x4 */
+    cublasLtMatmulDescDestroy(d);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+    for (int i = 0; i < 2; i++) {
+        int32_t t = 1, batch = 2;
+        int64_t stride_a = 64, stride_b = 32, stride_c = 128;
+        cublasLtMatmulDescCreate(&d, 68, 0);
+        cublasLtMatmulDescSetAttribute(d, 3, &t, sizeof(t));
+        cublasLtMatrixLayoutCreate(&la, 0, 4, 16, 4);
+        cublasLtMatrixLayoutCreate(&lb, 0, 4, 8, 4);
+        cublasLtMatrixLayoutCreate(&lc, 0, 16, 8, 16);
+        cublasLtMatrixLayoutSetAttribute(la, 5, &batch, sizeof(batch));
+        cublasLtMatrixLayoutSetAttribute(lb, 5, &batch, sizeof(batch));
+        cublasLtMatrixLayoutSetAttribute(lc, 5, &batch, sizeof(batch));
+        cublasLtMatrixLayoutSetAttribute(la, 6, &stride_a, sizeof(stride_a));
+        cublasLtMatrixLayoutSetAttribute(lb, 6, &stride_b, sizeof(stride_b));
+        cublasLtMatrixLayoutSetAttribute(lc, 6, &stride_c, sizeof(stride_c));
+        float *TA = matrix(128, 9), *TB = matrix(64, 10), *TC = matrix(256, 0);
+        cublasLtMatmul(lt, d, &one, TA, la, TB, lb, &zero, TC, lc, TC, lc, NULL, NULL, 0, s1);
+        cublasLtMatmulDescDestroy(d);
+        cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+        free(TA), free(TB), free(TC);
+    }
+    long events_before_nccl = standin_events_recorded();
+
+    /* NCCL: communicator of 4 ranks, we are rank 1 */
+    void *comm = standin_nccl_init(0xabcdef12345ULL, 4, 1);
+    for (int i = 0; i < 3; i++) standin_nccl_op(comm, "AllReduce", 1024, "ncclBfloat16", -1, 2, "RING", "SIMPLE", 50000, 0);
+    for (int i = 0; i < 2; i++) standin_nccl_op(comm, "AllGather", 256, "ncclFloat32", -1, 4, "RING", "LL", 20000, 0);
+    standin_nccl_op(comm, "ReduceScatter", 512, "ncclFloat32", -1, 1, "RING", "LL128", 30000, 0);
+    for (int i = 0; i < 2; i++) standin_nccl_op(comm, "Send", 100, "ncclInt8", 2, 1, NULL, NULL, 5000, 0);
+    long nccl_events = standin_events_recorded() - events_before_nccl;
+
+    /* Work that never finishes: a GEMM on a stalled stream, a collective whose kernel never ends. */
+    cublasSetStream_v2(h, s2);
+    standin_stream_stall(s2, 1);
+    cublasGemmEx(h, 0, 0, 64, 32, 16, &one, A, 14, 64, B, 14, 16, &zero, C, 14, 64, 68, -1);
+    standin_nccl_op(comm, "AllReduce", 4096, "ncclFloat32", -1, 2, "RING", "SIMPLE", 0, 1);
+
+    fprintf(out,
+            "{\"max_error\": %g, \"lt_getattr_same_descriptors\": %ld, \"cuda_events_during_nccl\": %ld, "
+            "\"unexpected_nccl_handles\": %ld, \"stalled_stream\": %lu}\n",
+            worst, getattr_same, nccl_events, standin_nccl_unexpected_handles(), (unsigned long)(uintptr_t)s2);
+    fflush(out);
+    return 0;
+}
