@@ -18,9 +18,12 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 
+from agentd.collectors.base import Collector
+from agentd.proto import tuiprof_agent_pb2 as pb
 from testkit.ports import free_port
 from tuiprof.client.channel import AgentAddress
 
@@ -140,3 +143,73 @@ def stop_process(process: subprocess.Popen[bytes]) -> int:
         except subprocess.TimeoutExpired:
             process.kill()
     return process.wait(STOP_TIMEOUT_SECONDS)
+
+
+# ---------------------------------------------------------------- tiny collectors
+# For tests of the agent machinery itself (scheduling, failures, slow watchers),
+# where the real collectors' data would only add noise. Register them by entry:
+# ``Daemon(config, collectors=["testkit.agents:TickCollector"])``.
+
+
+class TickCollector(Collector):
+    """Counts its own samples; fills the count as ``cpu.process_count`` (a visible integer)."""
+
+    name = "tick"
+
+    def __init__(self, interval_seconds: float) -> None:
+        super().__init__(interval_seconds)
+        self.samples = 0
+        self.fail_collect: str | None = None
+        self.fail_fill = False
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(name=self.name, available=True)
+
+    def collect(self) -> None:
+        if self.fail_collect is not None:
+            raise OSError(self.fail_collect)
+        with self._lock:
+            self.samples += 1
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        snapshot.cpu.load1 = 1.0  # written before failing: must not leak into the snapshot
+        if self.fail_fill:
+            raise ValueError("fill broke")
+        with self._lock:
+            snapshot.cpu.process_count = self.samples
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FatCollector(Collector):
+    """Fills 200 NICs with long names (~20 KB a snapshot) to fill HTTP/2 windows fast."""
+
+    name = "fat"
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(name=self.name, available=True)
+
+    def collect(self) -> None:
+        """Nothing to sample: the content is fixed."""
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        for index in range(200):
+            snapshot.nics.add(name=f"fat-nic-{index:04d}-" + "x" * 64, rx_bytes_total=index)
+
+
+class AbsentCollector(Collector):
+    """A collector that cannot work here, like a GPU collector without a driver."""
+
+    name = "absent"
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(name=self.name, available=False, reason="no such device here")
+
+    def collect(self) -> None:
+        raise AssertionError("an unavailable collector must never be sampled")
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        raise AssertionError("an unavailable collector must never fill")

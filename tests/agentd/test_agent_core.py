@@ -1,0 +1,153 @@
+"""The agent core: collector loading and threads, snapshot assembly, latest-value slots."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from agentd.agent import Agent, LatestSlot
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.registry import COLLECTORS
+from agentd.runner import CollectorRunner, UnloadableCollector, load_collectors
+from testkit.agents import AbsentCollector, TickCollector
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_registry_names_the_real_collectors():
+    loaded = load_collectors(COLLECTORS, 1.0)
+    try:
+        assert [c.name for c in loaded] == ["host", "gpu", "pmu"]
+        assert not any(isinstance(c, UnloadableCollector) for c in loaded)
+    finally:
+        for collector in loaded:
+            collector.close()
+
+
+def test_an_entry_that_cannot_be_imported_is_unavailable_with_the_reason():
+    host, missing, bad_attr = load_collectors(
+        ["agentd.collectors.host:HostCollector", "agentd.collectors.nosuch:X",
+         "agentd.collectors.host:NoSuchClass"], 0.5)
+    assert host.name == "host" and host.interval_seconds == 0.5
+    assert isinstance(missing, UnloadableCollector)
+    status = missing.status()
+    assert (status.name, status.available) == ("nosuch", False)
+    assert "No module named 'agentd.collectors.nosuch'" in status.reason
+    assert "has no attribute 'NoSuchClass'" in bad_attr.status().reason
+
+
+def test_each_collector_samples_on_its_own_thread_and_interval():
+    fast, slow = TickCollector(0.02), TickCollector(0.02)
+    slow.collect = lambda: time.sleep(0.5)  # a hung driver call
+    runners = [CollectorRunner(fast), CollectorRunner(slow)]
+    for runner in runners:
+        runner.start()
+    try:
+        time.sleep(0.4)
+        assert fast.samples >= 8, "the slow collector must not hold up the fast one"
+        names = {t.name for t in threading.enumerate()}
+        assert {"collector-tick"} <= names
+    finally:
+        for runner in runners:
+            runner.stop()
+    assert fast.closed
+
+
+def test_snapshot_has_sequence_hostname_statuses_and_data():
+    tick = TickCollector(0.01)
+    runners = [CollectorRunner(tick), CollectorRunner(AbsentCollector(0.01))]
+    agent = Agent(runners, 0.1, hostname="node-7", clock_ns=lambda: 42)
+    agent.start_collectors()
+    try:
+        assert runners[0].wait_first_sample(5)
+        first, second = agent.snapshot(), agent.snapshot()
+    finally:
+        agent.stop_collectors()
+    assert (first.hostname, first.timestamp_unix_ns, first.sequence) == ("node-7", 42, 1)
+    assert second.sequence == 2
+    assert [(s.name, s.available, s.reason) for s in first.collectors] == [
+        ("tick", True, ""), ("absent", False, "no such device here")]
+    assert first.collectors[0].interval_seconds == 0.01  # filled in from the collector
+    assert first.cpu.process_count >= 1
+
+
+def test_a_failing_collect_marks_the_collector_unavailable_and_drops_its_data():
+    tick = TickCollector(0.01)
+    runner = CollectorRunner(tick)
+    agent = Agent([runner], 0.1)
+    runner.start()
+    try:
+        assert runner.wait_first_sample(5)
+        tick.fail_collect = "sensor gone"
+        assert wait_until(lambda: not runner.status().available)
+        snapshot = agent.snapshot()
+        assert snapshot.collectors[0].reason == "collect failed: OSError: sensor gone"
+        assert not snapshot.HasField("cpu"), "stale data must not be shown as current"
+        tick.fail_collect = None
+        assert wait_until(lambda: runner.status().available)
+        assert agent.snapshot().cpu.HasField("process_count")
+    finally:
+        runner.stop()
+
+
+def test_a_failing_fill_leaves_nothing_half_written():
+    tick = TickCollector(0.01)
+    tick.fail_fill = True
+    runner = CollectorRunner(tick)
+    runner.start()
+    try:
+        assert runner.wait_first_sample(5)
+        snapshot = Agent([runner], 0.1).snapshot()
+    finally:
+        runner.stop()
+    assert snapshot.collectors[0].available is False
+    assert snapshot.collectors[0].reason == "fill failed: ValueError: fill broke"
+    assert not snapshot.HasField("cpu")
+
+
+def test_unavailable_collectors_get_no_thread():
+    runner = CollectorRunner(AbsentCollector(0.01))
+    runner.start()
+    time.sleep(0.05)
+    runner.stop()  # AbsentCollector.collect would raise AssertionError in its thread
+    assert runner.status().available is False
+    assert not any(t.name == "collector-absent" for t in threading.enumerate())
+
+
+async def test_latest_slot_keeps_only_the_newest_value():
+    slot = LatestSlot()
+    for sequence in (1, 2, 3):
+        slot.put(pb.HostSnapshot(sequence=sequence))
+    assert slot.pending
+    assert (await slot.take()).sequence == 3
+    assert not slot.pending
+    waiter = asyncio.create_task(slot.take())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    slot.put(pb.HostSnapshot(sequence=4))
+    assert (await asyncio.wait_for(waiter, 1)).sequence == 4
+
+
+async def test_run_publishes_every_interval_to_every_watcher():
+    agent = Agent([], 0.05)
+    early = agent.subscribe()
+    task = asyncio.create_task(agent.run())
+    try:
+        sequences = [(await asyncio.wait_for(early.take(), 2)).sequence for _ in range(3)]
+        late = agent.subscribe()  # gets the newest snapshot at once
+        assert (await asyncio.wait_for(late.take(), 0.01)).sequence >= sequences[-1]
+        assert agent.watcher_count == 2
+        agent.unsubscribe(late)
+        assert agent.watcher_count == 1
+    finally:
+        task.cancel()
+    assert sequences == sorted(sequences) and len(set(sequences)) == 3
+    assert sequences[-1] - sequences[0] <= 3
