@@ -78,10 +78,12 @@ def read_token(token_file: str | os.PathLike[str] | None) -> str | None:
     return text
 
 
-class _BearerToken(
-    grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor
-):
-    """Adds ``authorization: Bearer <token>`` to every call."""
+class _BearerToken:
+    """Adds ``authorization: Bearer <token>`` to every call.
+
+    grpc.aio files an interceptor under the first call kind it implements only, so
+    each call kind gets its own subclass below.
+    """
 
     def __init__(self, token: str) -> None:
         self._metadata = ("authorization", f"Bearer {token}")
@@ -90,9 +92,13 @@ class _BearerToken(
         metadata = grpc.aio.Metadata(*(details.metadata or ()), self._metadata)
         return details._replace(metadata=metadata)
 
+
+class _UnaryUnaryToken(_BearerToken, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, client_call_details, request):
         return await continuation(self._with_token(client_call_details), request)
 
+
+class _UnaryStreamToken(_BearerToken, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, client_call_details, request):
         return await continuation(self._with_token(client_call_details), request)
 
@@ -101,7 +107,7 @@ def open_channel(
     address: AgentAddress, token: str | None = None, tls_ca: str | None = None
 ) -> grpc.aio.Channel:
     """An asyncio channel to one agent, carrying the token on every call."""
-    interceptors = [_BearerToken(token)] if token else None
+    interceptors = [_UnaryUnaryToken(token), _UnaryStreamToken(token)] if token else None
     options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
     if tls_ca is not None:
         credentials = grpc.ssl_channel_credentials(pathlib.Path(tls_ca).read_bytes())
