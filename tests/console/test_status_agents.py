@@ -1,0 +1,68 @@
+"""`tuiprof status` against real agentd processes on two loopback addresses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from testkit.agents import running_agent, stop_process, write_token
+
+pytestmark = pytest.mark.slow
+
+
+def status(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"} | (env or {})
+    return subprocess.run([sys.executable, "-m", "tuiprof.cli", "status", *args],
+                          capture_output=True, text=True, timeout=60, env=environment)
+
+
+def test_json_returns_both_hosts_and_exit_1_when_one_dies(tmp_path) -> None:
+    with running_agent(tmp_path, host="127.0.0.1") as one, running_agent(tmp_path, host="127.0.0.2") as two:
+        result = status(one.address.target, two.address.target, "--json")
+        assert result.returncode == 0, result.stderr
+        hosts = json.loads(result.stdout)["hosts"]
+        assert [h["host"] for h in hosts] == [one.address.target, two.address.target]
+        for host in hosts:
+            assert host["reachable"] is True and host["error"] is None
+            assert 0.0 <= host["summary"]["cpu_percent"] <= 100.0  # a rate: needs the 2nd sample
+            assert host["memory"]["total_bytes"] > 0
+            assert host["cpu"]["idle_percent"] is not None
+            assert isinstance(host["nics"], list) and isinstance(host["disks"], list)
+            gpu = next(c for c in host["collectors"] if c["name"] == "gpu")
+            if not gpu["available"]:  # no GPU here: said so, never zeros
+                assert host["gpus"] == [] and host["summary"]["gpu_count"] is None
+                assert host["summary"]["unavailable"]["gpu_count"] == gpu["reason"]
+        stop_process(two.process)
+        result = status(one.address.target, two.address.target, "--json", "--timeout", "3")
+        assert result.returncode == 1
+        up, down = json.loads(result.stdout)["hosts"]
+        assert up["reachable"] is True
+        assert down["reachable"] is False and down["error"].startswith("cannot connect")
+        assert down["cpu"] is None
+
+
+def test_table_and_token(tmp_path) -> None:
+    with running_agent(tmp_path, host="127.0.0.2", token="s3cret-token") as agent:
+        refused = status(agent.address.target)
+        assert refused.returncode == 1
+        assert "DOWN" in refused.stdout and "wrong or missing token" in refused.stdout
+        token_file = write_token(tmp_path, "s3cret-token")
+        table = status(agent.address.target, "--token-file", str(token_file))
+        assert table.returncode == 0, table.stdout + table.stderr
+        assert "tuiprof status" in table.stdout
+        assert "ok" in table.stdout
+
+
+def test_bad_input_is_one_clear_line(tmp_path) -> None:
+    loose = tmp_path / "token"
+    loose.write_text("x")
+    loose.chmod(0o644)
+    result = status("127.0.0.1", "--token-file", str(loose))
+    assert result.returncode == 2 and "readable by every user" in result.stderr
+    result = status("127.0.0.1:99999")
+    assert result.returncode == 2 and "bad host '127.0.0.1:99999'" in result.stderr
+    assert "Traceback" not in result.stderr
