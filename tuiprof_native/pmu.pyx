@@ -260,10 +260,11 @@ class CounterSample:
 class CounterSet:
     """The same events counted by several groups (per CPU, or per thread), summed when read."""
 
-    def __init__(self, groups, events, scope):
+    def __init__(self, groups, events, scope, user_space_only=False):
         self.groups = list(groups)
         self.events = tuple(events)
         self.scope = scope
+        self.user_space_only = user_space_only
 
     @classmethod
     def system_wide(cls, events, cpus=None):
@@ -279,12 +280,23 @@ class CounterSet:
         return cls(groups, events, "system")
 
     @classmethod
-    def for_process(cls, int pid, events, bint exclude_kernel=False):
+    def for_process(cls, int pid, events):
         """One inheriting group per thread of ``pid``, so present and future threads are counted.
 
-        A thread that exits while the groups are being opened is skipped; the
-        process itself being gone is an error (ESRCH).
+        Kernel-mode time is counted where allowed; at perf_event_paranoid 2
+        without CAP_PERFMON only user space is (``user_space_only``). A thread
+        that exits while the groups are being opened is skipped; the process
+        itself being gone is an error (ESRCH).
         """
+        try:
+            return cls._open_threads(pid, events, False)
+        except PerfEventError as error:
+            if error.errno not in (_errno.EACCES, _errno.EPERM):
+                raise
+        return cls._open_threads(pid, events, True)
+
+    @classmethod
+    def _open_threads(cls, int pid, events, bint exclude_kernel):
         groups = []
         try:
             groups.append(CounterGroup(events, pid=pid, inherit=True, exclude_kernel=exclude_kernel))
@@ -300,7 +312,7 @@ class CounterSet:
             for group in groups:
                 group.close()
             raise
-        return cls(groups, events, "process")
+        return cls(groups, events, "process", exclude_kernel)
 
     def sample(self):
         """Read every group now."""

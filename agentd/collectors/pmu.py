@@ -96,6 +96,8 @@ def _open(scope: str, pid: int = -1) -> _Counted:
         software = native.CounterSet.system_wide(_SYSTEM_SOFTWARE)
     else:
         software = native.CounterSet.for_process(pid, _PROCESS_SOFTWARE)
+        if software.user_space_only:
+            log.info("pmu: counting user space only (perf_event_paranoid >= 2, no CAP_PERFMON)", extra={"pid": pid})
     try:
         if scope == "system":
             hardware = native.CounterSet.system_wide(native.HARDWARE_EVENTS)

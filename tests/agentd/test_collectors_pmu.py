@@ -1,0 +1,104 @@
+"""PmuCollector on this machine: real software counters, the real hardware verdict, tracked processes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from agentd.collectors.pmu import PmuCollector
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof_native import pmu
+
+HARDWARE_FIELDS = ("mips", "mega_cycles_per_s", "ipc", "cache_misses_per_s", "cache_miss_percent", "branch_misses_per_s")
+
+
+@pytest.fixture
+def collector() -> Iterator[PmuCollector]:
+    instance = PmuCollector(1.0)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture
+def busy_child() -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"])
+    yield process
+    process.kill()
+    process.wait(timeout=10)
+
+
+def host_pmu(collector: PmuCollector) -> pb.PmuStats:
+    snapshot = pb.HostSnapshot()
+    collector.fill(snapshot)
+    return snapshot.pmu
+
+
+def hardware_verdict() -> str:
+    try:
+        pmu.CounterGroup(pmu.HARDWARE_EVENTS, pid=0).close()
+    except pmu.PerfEventError as error:
+        return str(error)
+    return ""
+
+
+def test_host_scope_counts_software_events_and_explains_hardware(collector: PmuCollector) -> None:
+    assert collector.status().available, collector.status().reason
+    expected_scope = "system" if os.geteuid() == 0 or pmu.paranoid_level() <= 0 else "process"
+    assert collector.scope == expected_scope
+    collector.collect()
+    first = host_pmu(collector)
+    assert first.unavailable["context_switches_per_s"] == "first sample"
+    time.sleep(0.3)
+    collector.collect()
+    stats = host_pmu(collector)
+    assert stats.scope == expected_scope
+    assert stats.context_switches_per_s > 0
+    assert stats.HasField("page_faults_per_s")
+    verdict = hardware_verdict()
+    assert stats.hardware_available == (verdict == "")
+    assert stats.hardware_reason == verdict
+    for field in HARDWARE_FIELDS:
+        if verdict:
+            assert not stats.HasField(field)
+            assert verdict in stats.unavailable[field]
+    if expected_scope == "system":
+        assert "idle time" in stats.unavailable["task_clock_cpus"]
+
+
+def test_tracked_process_gets_its_own_rates(collector: PmuCollector, busy_child: subprocess.Popen[bytes]) -> None:
+    collector.track(busy_child.pid)
+    assert busy_child.pid in collector.tracked()
+    collector.collect()
+    assert collector.process_stats(busy_child.pid).unavailable["task_clock_cpus"] == "first sample"
+    time.sleep(0.5)
+    collector.collect()
+    stats = collector.process_stats(busy_child.pid)
+    assert stats.scope == "process"
+    assert 0.5 <= stats.task_clock_cpus <= 1.05
+    collector.untrack(busy_child.pid)
+    assert collector.process_stats(busy_child.pid) is None
+    assert busy_child.pid not in collector.tracked()
+
+
+def test_an_exited_process_is_dropped(collector: PmuCollector, busy_child: subprocess.Popen[bytes]) -> None:
+    collector.track(busy_child.pid)
+    collector.collect()
+    busy_child.kill()
+    busy_child.wait(timeout=10)
+    collector.collect()
+    assert busy_child.pid not in collector.tracked()
+    assert collector.process_stats(busy_child.pid) is None
+
+
+def test_tracking_a_missing_process_is_an_error(collector: PmuCollector) -> None:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait(timeout=30)
+    with pytest.raises(pmu.PerfEventError) as caught:
+        collector.track(process.pid)
+    assert caught.value.errno == errno.ESRCH
