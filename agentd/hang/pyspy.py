@@ -61,6 +61,10 @@ def dump(binary: pathlib.Path, pid: int, rank: int | None, native: bool) -> pb.R
     if state in (GONE, "zombie", "dead"):
         result.error = f"process is {state}: no stacks to take"
         return result
+    if state in ("stopped", "tracing-stop"):
+        result.error = (f"process is {state} (SIGSTOP or a debugger): py-spy cannot read a stopped "
+                        f"process; resume it with kill -CONT {pid} to see its stack")
+        return result
     started = time.monotonic()
     error = _run(binary, pid, native, result)
     if error and native:
@@ -83,8 +87,10 @@ def _run(binary: pathlib.Path, pid: int, native: bool, result: pb.RankStacks) ->
     except subprocess.TimeoutExpired:
         return f"py-spy did not finish within {timeout:.0f} s"
     if out.returncode != 0:
-        message = (out.stderr or out.stdout).strip().splitlines()
-        return f"py-spy failed (exit {out.returncode}): {message[-1] if message else 'no output'}"
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        # py-spy prints "Error: <cause>" and then a Rust backtrace: the cause is the message.
+        cause = next((line for line in lines if line.startswith("Error:")), lines[0] if lines else "no output")
+        return f"py-spy failed (exit {out.returncode}): {cause.removeprefix('Error:').strip()}"
     try:
         threads = json.loads(out.stdout)
     except json.JSONDecodeError as exc:

@@ -69,3 +69,16 @@ def test_host_tree_names_the_odd_rank(pyspy_binary, parked):
     (suspect,) = find_suspects(equivalence_classes(merged))
     assert suspect.ranks == 1 << 3
     assert "stuck_in_loader" in suspect.reason and "all_reduce_wait" in suspect.reason
+
+
+def test_a_non_python_process_gets_py_spys_reason(pyspy_binary):
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.1)
+        result = pyspy.dump(pyspy_binary, proc.pid, 0, native=False)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not result.threads
+    assert result.error.startswith("py-spy failed (exit 1): ") and "Stack backtrace" not in result.error
+    assert "python" in result.error.lower()
