@@ -46,12 +46,17 @@ class RunningAgent:
     log_path: pathlib.Path
 
     @property
+    def connect_host(self) -> str:
+        """Where to connect: the bound address, or loopback for a wildcard bind."""
+        return {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+
+    @property
     def address(self) -> AgentAddress:
-        return AgentAddress(self.host, self.port)
+        return AgentAddress(self.connect_host, self.port)
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.metrics_port}"
+        return f"http://{self.connect_host}:{self.metrics_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -96,10 +101,10 @@ def running_agent(
     ``token`` writes a 0600 token file and passes ``--token-file``. ``env``
     replaces the environment (default: this process's, without $TUIPROF_TOKEN).
     """
-    port = free_port(host)
-    metrics_port = free_port(host)
+    port = free_port("0.0.0.0")  # free on the wildcard: free on every address
+    metrics_port = free_port("0.0.0.0")
     while metrics_port == port:
-        metrics_port = free_port(host)
+        metrics_port = free_port("0.0.0.0")
     directory = pathlib.Path(tmp_path) / f"agentd-{host}-{port}"
     directory.mkdir(parents=True)
     trace_dir = directory / "traces"
@@ -128,7 +133,7 @@ def _wait_healthy(agent: RunningAgent) -> None:
             raise AgentStartError(
                 f"agentd exited with {agent.process.returncode} before serving:\n{agent.log()}"
             )
-        if healthz_status(agent.host, agent.metrics_port) == 200:
+        if healthz_status(agent.connect_host, agent.metrics_port) == 200:
             return
         time.sleep(0.05)
     raise AgentStartError(f"agentd not healthy after {START_TIMEOUT_SECONDS} s:\n{agent.log()}")

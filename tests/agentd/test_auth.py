@@ -1,0 +1,117 @@
+"""The shared token: loopback rule, bearer check on every RPC, handlers never reached without it."""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+import pytest
+
+from agentd.auth import BearerTokenInterceptor, is_loopback
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from testkit.agents import running_agent
+from tuiprof.client.channel import open_channel
+
+TOKEN = "4f1c0ffee-0123456789abcdef"
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("0.0.0.0", False), ("::", False), ("192.0.2.7", False), ("no-such-host.invalid", False),
+])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+async def call_info(agent, token):
+    async with open_channel(agent.address, token) as channel:
+        return await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=10)
+
+
+async def first_snapshot(agent, token):
+    async with open_channel(agent.address, token) as channel:
+        call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=10)
+        async for snapshot in call:
+            call.cancel()
+            return snapshot
+
+
+async def test_token_agent_on_every_address_refuses_calls_without_the_token(tmp_path):
+    with running_agent(tmp_path, host="0.0.0.0", token=TOKEN) as agent:
+        assert (await call_info(agent, TOKEN)).hostname
+        assert (await first_snapshot(agent, TOKEN)).sequence >= 1
+        for wrong in (None, "wrong", TOKEN[:-1], TOKEN + "x", TOKEN.upper()):
+            for call in (call_info, first_snapshot):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call(agent, wrong)
+                assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert "missing or wrong token" in caught.value.details()
+        assert "refused call without a valid token" in agent.log()
+
+
+async def test_token_from_the_environment(tmp_path):
+    env = {**os.environ, "TUIPROF_TOKEN": TOKEN}
+    with running_agent(tmp_path, host="127.0.0.2", env=env) as agent:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call_info(agent, None)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert (await call_info(agent, TOKEN)).hostname
+
+
+class SpyServicer(pb_grpc.AgentServicer):
+    """Counts the calls that reach a handler."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def GetInfo(self, request, context):
+        self.calls += 1
+        return pb.AgentInfo(hostname="spy")
+
+    async def Watch(self, request, context):
+        self.calls += 1
+        yield pb.HostSnapshot(sequence=1)
+
+
+@pytest.fixture
+async def spy_server():
+    spy = SpyServicer()
+    server = grpc.aio.server(interceptors=[BearerTokenInterceptor(TOKEN)])
+    pb_grpc.add_AgentServicer_to_server(spy, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield spy, f"127.0.0.1:{port}"
+    await server.stop(None)
+
+
+async def test_refused_calls_never_reach_the_handler(spy_server):
+    spy, target = spy_server
+    cases = [
+        (),                                                      # no metadata
+        (("authorization", "wrong"),),
+        (("authorization", f"Basic {TOKEN}"),),
+        (("authorization", f"bearer {TOKEN}"),),                 # the scheme is exact
+        (("authorization", f"Bearer {TOKEN} "),),
+        (("authorization", f"Bearer {TOKEN}"), ("authorization", f"Bearer {TOKEN}")),  # ambiguous
+        (("x-token", TOKEN),),
+    ]
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        raw_info = channel.unary_unary("/tuiprof.v1.Agent/GetInfo")
+        for metadata in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.GetInfo(pb.GetInfoRequest(), metadata=metadata, timeout=5)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async for _ in stub.Watch(pb.WatchRequest(), metadata=metadata, timeout=5):
+                    pass
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            # Not even parsed: garbage bytes get UNAUTHENTICATED, not a parse error.
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await raw_info(b"\xff\xff\xff", metadata=metadata, timeout=5)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert spy.calls == 0
+        reply = await stub.GetInfo(pb.GetInfoRequest(),
+                                   metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=5)
+    assert reply.hostname == "spy" and spy.calls == 1
