@@ -1,11 +1,22 @@
+import asyncio
 import subprocess
 import sys
 import textwrap
 import time
 
+import grpc
 import pytest
 
+from agentd.agent import Agent
+from agentd.collectors.base import Collector
 from agentd.hang import pyspy
+from agentd.hang.detector import Thresholds
+from agentd.hang.service import HangService
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from agentd.runner import CollectorRunner
+from agentd.server import AgentServicer, static_info
+from tuiprof.client.channel import AgentAddress
 
 PARKED_PROGRAM = textwrap.dedent('''
     import threading, time
@@ -50,3 +61,49 @@ def parked(tmp_path):
     for proc in procs:
         proc.kill()
         proc.wait(timeout=10)
+
+
+class KnownRanks(Collector):
+    """Reports the given processes as ranks, as the ranks collector does for segment owners."""
+
+    name = "ranks"
+
+    def __init__(self, pids_by_rank):
+        super().__init__(0.1)
+        self.pids_by_rank = pids_by_rank
+
+    def status(self):
+        return pb.CollectorStatus(name=self.name, available=True, interval_seconds=0.1)
+
+    def collect(self):
+        pass
+
+    def fill(self, snapshot):
+        for rank, pid in self.pids_by_rank.items():
+            snapshot.ranks.add(pid=pid, rank=rank, world_size=len(self.pids_by_rank), state="running")
+
+
+@pytest.fixture
+async def agent_with_ranks(tmp_path, parked, pyspy_binary):
+    """An in-process agent (real gRPC on loopback, real HangService) whose ranks are four
+    parked processes: ranks 0-2 in ``all_reduce_wait``, rank 3 in ``stuck_in_loader``.
+    The ranks are reported by a collector in the shape the ranks collector uses (pid,
+    rank, state), so the service sees what it sees in agentd."""
+    procs = {r: parked("all_reduce_wait") for r in (0, 1, 2)}
+    procs[3] = parked("stuck_in_loader")
+    agent = Agent([CollectorRunner(KnownRanks({r: p.pid for r, p in procs.items()}))], 0.1, hostname="node-a")
+    service = HangService(Thresholds(1, 2), tmp_path / "hangs", "node-a")
+    agent.post_processors.append(service.process)
+    agent.start_collectors()
+    runner = asyncio.create_task(agent.run())
+    server = grpc.aio.server()
+    pb_grpc.add_AgentServicer_to_server(
+        AgentServicer(agent, static_info(agent, str(tmp_path)), None, service), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    while agent.latest is None or not agent.latest.ranks:
+        await asyncio.sleep(0.05)
+    yield AgentAddress("127.0.0.1", port), procs, tmp_path
+    await server.stop(0)
+    runner.cancel()
+    agent.stop_collectors()

@@ -1,9 +1,5 @@
-"""GetStacks over real gRPC on loopback, real py-spy on real processes, and `tuiprof stacks` against it.
-
-The ranks are the processes this test starts, reported by a collector in the
-shape the ranks collector uses (pid, rank, state), so the service sees exactly
-what it sees in agentd.
-"""
+"""GetStacks over real gRPC on loopback, real py-spy on real processes, and `tuiprof stacks` against it
+(the agent is the ``agent_with_ranks`` fixture in conftest.py)."""
 
 import asyncio
 import json
@@ -16,59 +12,11 @@ import xml.etree.ElementTree as ET
 import grpc
 import pytest
 
-from agentd.agent import Agent
-from agentd.collectors.base import Collector
-from agentd.hang.detector import Thresholds
-from agentd.hang.service import HangService
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from agentd.runner import CollectorRunner
-from agentd.server import AgentServicer, static_info
 from tuiprof.analysis.stacks import equivalence_classes, find_suspects
 from tuiprof.analysis.stacks_proto import tree_from_proto
-from tuiprof.client.channel import AgentAddress, open_channel
-
-
-class KnownRanks(Collector):
-    """Reports the given processes as ranks, as the ranks collector does for segment owners."""
-
-    name = "ranks"
-
-    def __init__(self, pids_by_rank):
-        super().__init__(0.1)
-        self.pids_by_rank = pids_by_rank
-
-    def status(self):
-        return pb.CollectorStatus(name=self.name, available=True, interval_seconds=0.1)
-
-    def collect(self):
-        pass
-
-    def fill(self, snapshot):
-        for rank, pid in self.pids_by_rank.items():
-            snapshot.ranks.add(pid=pid, rank=rank, world_size=len(self.pids_by_rank), state="running")
-
-
-@pytest.fixture
-async def agent_with_ranks(tmp_path, parked, pyspy_binary):
-    procs = {r: parked("all_reduce_wait") for r in (0, 1, 2)}
-    procs[3] = parked("stuck_in_loader")
-    agent = Agent([CollectorRunner(KnownRanks({r: p.pid for r, p in procs.items()}))], 0.1, hostname="node-a")
-    service = HangService(Thresholds(1, 2), tmp_path / "hangs", "node-a")
-    agent.post_processors.append(service.process)
-    agent.start_collectors()
-    runner = asyncio.create_task(agent.run())
-    server = grpc.aio.server()
-    pb_grpc.add_AgentServicer_to_server(
-        AgentServicer(agent, static_info(agent, str(tmp_path)), None, service), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    while agent.latest is None or not agent.latest.ranks:
-        await asyncio.sleep(0.05)
-    yield AgentAddress("127.0.0.1", port), procs, tmp_path
-    await server.stop(0)
-    runner.cancel()
-    agent.stop_collectors()
+from tuiprof.client.channel import open_channel
 
 
 async def test_get_stacks_merges_the_hosts_ranks(agent_with_ranks):

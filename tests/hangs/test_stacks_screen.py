@@ -1,0 +1,54 @@
+"""The Stacks screen in the real console app (Textual Pilot) over a real agent with real ranks."""
+
+import asyncio
+import xml.etree.ElementTree as ET
+
+from textual.widgets import Static, Tree
+
+from tuiprof.analysis import ranksets
+from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.sources import LiveSource
+from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.screens.stacks import StacksScreen
+
+
+async def wait_for(predicate, timeout=60.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+async def test_stacks_screen_takes_merges_jumps_toggles_and_exports(agent_with_ranks, tmp_path):
+    address, _, _ = agent_with_ranks
+    app = TuiprofApp(LiveSource([address], ConnectionOptions(timeout=10)))
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StacksScreen(export_dir=tmp_path))
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, StacksScreen)
+        await wait_for(lambda: screen.report is not None)
+        await pilot.pause()
+        report = screen.report
+        assert [ranksets.fold(s.ranks) for s in report.suspects] == ["3"]
+        classes = str(screen.query_one("#stacks-classes", Static).render())
+        assert "Suspect: rank 3" in classes and "stuck_in_loader" in classes
+
+        await pilot.press("j")
+        tree = screen.query_one(Tree)
+        assert str(tree.cursor_node.label).startswith("stuck_in_loader (stuck_in_loader.py)  [3]  not: [0-2]")
+
+        await pilot.press("l")
+        assert screen.lines and "stuck_in_loader.py:5" in str(screen.query_one("#stacks-classes", Static).render())
+
+        await pilot.press("n")  # native frames were not taken: this takes them again
+        await wait_for(lambda: screen._taken_native)
+        await pilot.pause()
+        assert any(f.native for c in screen.report.classes for f in c.frames)
+
+        await pilot.press("f", "g")
+        folded = list(tmp_path.glob("tuiprof-stacks-*.folded"))
+        svg = list(tmp_path.glob("tuiprof-stacks-*.svg"))
+        assert len(folded) == 1 and len(svg) == 1
+        assert "stuck_in_loader" in folded[0].read_text()
+        ET.parse(svg[0])
