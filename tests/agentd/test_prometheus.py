@@ -1,0 +1,154 @@
+"""render_metrics: valid exposition text (checked by promtool), base units, absent values left out."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from agentd.collectors.gpu import GpuCollector
+from agentd.collectors.host import HostCollector
+from agentd.collectors.pmu import PmuCollector
+from agentd.prometheus import render_metrics
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt package prometheus)")
+
+SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples of an exposition text as (name, labels, value)."""
+    samples = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        match = SAMPLE.match(line)
+        assert match, f"not a sample line: {line!r}"
+        labels = dict(LABEL.findall(match["labels"] or ""))
+        samples.append((match["name"], labels, float(match["value"])))
+    return samples
+
+
+def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+
+
+def live_snapshot() -> tuple[pb.HostSnapshot, pb.AgentInfo]:
+    """A snapshot from the real collectors of this machine, two samples apart."""
+    collectors = [HostCollector(1.0), PmuCollector(1.0), GpuCollector(1.0)]
+    try:
+        for collector in collectors:
+            collector.collect()
+        time.sleep(0.3)
+        snapshot = pb.HostSnapshot(hostname=socket.gethostname(), timestamp_unix_ns=time.time_ns())
+        info = pb.AgentInfo(hostname=snapshot.hostname, agent_version="test")
+        for collector in collectors:
+            collector.collect()
+            snapshot.collectors.append(collector.status())
+            collector.fill(snapshot)
+            collector.describe(info)
+    finally:
+        for collector in collectors:
+            collector.close()
+    return snapshot, info
+
+
+@needs_promtool
+def test_live_output_passes_promtool() -> None:
+    snapshot, info = live_snapshot()
+    text = render_metrics(snapshot, info)
+    result = promtool_check(text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = {name for name, _, _ in parse(text)}
+    assert {"tuiprof_cpu_usage_ratio", "tuiprof_memory_total_bytes", "tuiprof_network_receive_bytes_total",
+            "tuiprof_collector_up", "tuiprof_load1"} <= names
+
+
+def test_every_series_carries_the_hostname_and_counters_end_in_total() -> None:
+    snapshot, info = live_snapshot()
+    text = render_metrics(snapshot, info)
+    for name, labels, _ in parse(text):
+        assert labels["hostname"] == socket.gethostname(), name
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    assert all(name.endswith("_total") for name, kind in types.items() if kind == "counter")
+    assert types["tuiprof_network_receive_bytes_total"] == "counter"
+    assert types["tuiprof_memory_total_bytes"] == "gauge"
+
+
+def test_collector_status_is_a_gauge_with_the_reason() -> None:
+    snapshot = pb.HostSnapshot(hostname="h")
+    snapshot.collectors.add(name="host", available=True)
+    snapshot.collectors.add(name="gpu", available=False, reason="NVML: Driver Not Loaded")
+    samples = parse(render_metrics(snapshot, pb.AgentInfo()))
+    up = {labels["collector"]: (labels["reason"], value) for name, labels, value in samples if name == "tuiprof_collector_up"}
+    assert up == {"host": ("", 1.0), "gpu": ("NVML: Driver Not Loaded", 0.0)}
+
+
+def test_unavailable_readings_are_left_out_not_zero() -> None:
+    snapshot = pb.HostSnapshot(hostname="h")
+    snapshot.cpu.system_percent = 0.0  # a real zero stays
+    snapshot.cpu.unavailable["user_percent"] = "first sample"
+    snapshot.memory.total_bytes = 8 << 30
+    nic = snapshot.nics.add(name="eth0", rx_bytes_total=5)
+    nic.unavailable["tx_bytes_total"] = "not reported"
+    gpu = snapshot.gpus.add(index=0, uuid="GPU-1", name="Test GPU", utilization_percent=50.0)
+    gpu.unavailable["sm_active_percent"] = "GPM needs Hopper or newer (Ampere)"
+    samples = parse(render_metrics(snapshot, pb.AgentInfo()))
+    names = [name for name, _, _ in samples]
+    cpu_modes = {labels["mode"]: value for name, labels, value in samples if name == "tuiprof_cpu_usage_ratio"}
+    assert cpu_modes == {"system": 0.0}
+    assert "tuiprof_network_transmit_bytes_total" not in names
+    assert "tuiprof_network_receive_bytes_total" in names
+    assert "tuiprof_gpu_sm_active_ratio" not in names
+    assert "tuiprof_gpu_power_watts" not in names
+    assert "tuiprof_memory_used_bytes" not in names
+    assert ("tuiprof_gpu_utilization_ratio", {"hostname": "h", "gpu": "0", "uuid": "GPU-1"}, 0.5) in samples
+
+
+@needs_promtool
+def test_gpu_families_use_base_units_and_pass_promtool() -> None:
+    snapshot = pb.HostSnapshot(hostname="gpu-host")
+    gpu = snapshot.gpus.add(
+        index=1, uuid="GPU-abc", name="NVIDIA H200", pci_bus_id="00000000:19:00.0",
+        utilization_percent=99.0, memory_used_bytes=1 << 30, memory_total_bytes=141 << 30,
+        power_watts=650.5, power_limit_watts=700.0, temperature_celsius=55.0,
+        sm_clock_hz=1.98e9, memory_clock_hz=3.2e9, clock_event_reasons_mask=0x4,
+        ecc_corrected_total=0, ecc_uncorrected_total=0,
+        nvlink_rx_bytes_total=10 << 30, nvlink_tx_bytes_total=11 << 30,
+        sm_active_percent=59.8, tensor_active_percent=40.0, fp32_active_percent=1.0,
+        pcie_tx_bytes_per_s=6.8e9, gpm_window_seconds=1.0,
+    )
+    gpu.clock_event_reasons.append("sw_power_cap")
+    gpu.processes.add(pid=1213, name="python3", used_memory_bytes=1_950_000_000)
+    text = render_metrics(snapshot, pb.AgentInfo(driver_version="580.159.04"))
+    result = promtool_check(text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    values = {(name, tuple(sorted(labels.items()))): value for name, labels, value in parse(text)}
+    base = (("gpu", "1"), ("hostname", "gpu-host"), ("uuid", "GPU-abc"))
+    assert values[("tuiprof_gpu_utilization_ratio", base)] == 0.99
+    assert values[("tuiprof_gpu_sm_active_ratio", base)] == pytest.approx(0.598)
+    assert values[("tuiprof_gpu_sm_clock_hertz", base)] == 1.98e9
+    assert values[("tuiprof_gpu_pipe_active_ratio", tuple(sorted(base + (("pipe", "tensor"),))))] == 0.4
+    assert values[("tuiprof_gpu_clock_event_reason", tuple(sorted(base + (("reason", "sw_power_cap"),))))] == 1
+    assert values[("tuiprof_gpu_nvlink_bytes_total", tuple(sorted(base + (("direction", "tx"),))))] == 11 << 30
+    assert values[("tuiprof_gpu_pcie_throughput_bytes_per_second", tuple(sorted(base + (("direction", "tx"),))))] == 6.8e9
+    assert ("tuiprof_gpu_pcie_throughput_bytes_per_second", tuple(sorted(base + (("direction", "rx"),)))) not in values
+    memory_key = tuple(sorted(base + (("pid", "1213"), ("process", "python3"))))
+    assert values[("tuiprof_gpu_process_memory_used_bytes", memory_key)] == 1_950_000_000
+
+
+@needs_promtool
+def test_label_values_are_escaped() -> None:
+    snapshot = pb.HostSnapshot(hostname="h")
+    snapshot.nics.add(name='we"ird\\nic\nx', rx_bytes_total=1)
+    text = render_metrics(snapshot, pb.AgentInfo())
+    assert 'nic="we\\"ird\\\\nic\\nx"' in text
+    result = promtool_check(text)
+    assert result.returncode == 0, result.stdout + result.stderr
