@@ -1,0 +1,50 @@
+"""Serving /metrics and /healthz over HTTP (the exposition text itself is agentd.prometheus's)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+
+from agentd.agent import Agent
+from agentd.metrics_http import MetricsServer
+from agentd.proto import tuiprof_agent_pb2 as pb
+from testkit.agents import running_agent
+
+
+def test_real_agent_serves_metrics_healthz_and_404(tmp_path):
+    with running_agent(tmp_path, host="127.0.0.2", extra_args=["--log-format", "json"]) as agent:
+        with httpx.Client(base_url=agent.metrics_url, timeout=5) as http:
+            health = http.get("/healthz")
+            metrics = http.get("/metrics")
+            missing = http.get("/nope")
+        log_lines = agent.log().splitlines()
+    assert health.status_code == 200 and health.text == "ok\n"
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert f'hostname="{socket.gethostname()}"' in metrics.text
+    assert missing.status_code == 404 and "/metrics" in missing.text
+    # --log-format json: every log line is one JSON object with the event's fields.
+    entries = [json.loads(line) for line in log_lines]
+    started = next(e for e in entries if e["message"] == "agentd listening")
+    assert started["level"] == "info" and started["logger"] == "agentd.daemon"
+    assert started["grpc"] == f"127.0.0.2:{agent.port}" and started["token_required"] is False
+
+
+def test_healthz_reports_starting_and_stale_snapshots():
+    agent = Agent([], interval_seconds=0.1)
+    server = MetricsServer("127.0.0.1", 0)
+    server.start(agent, lambda: pb.AgentInfo())
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        starting = httpx.get(f"{url}/healthz", timeout=5)
+        assert starting.status_code == 503 and starting.text.startswith("starting")
+        assert httpx.get(f"{url}/metrics", timeout=5).status_code == 503
+        agent.publish(agent.snapshot())
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        agent.latest_monotonic -= 10  # the snapshot loop stopped 10 s ago
+        stale = httpx.get(f"{url}/healthz", timeout=5)
+        assert stale.status_code == 503 and stale.text.startswith("stale: last snapshot 10.")
+    finally:
+        server.stop()

@@ -1,0 +1,72 @@
+"""The JSON-lines sink: dynolog-compatible names, absent-not-zero, and a real agent writing it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psutil
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.sinks import dynolog_record
+from testkit.agents import running_agent
+
+
+def snapshot(sequence: int, at_s: float, lo_rx: int) -> pb.HostSnapshot:
+    snap = pb.HostSnapshot(hostname="node1", sequence=sequence, timestamp_unix_ns=int(at_s * 1e9))
+    snap.cpu.user_percent, snap.cpu.system_percent, snap.cpu.idle_percent = 12.5, 2.5, 80.0
+    snap.cpu.unavailable["iowait_percent"] = "not reported by this kernel"
+    snap.memory.total_bytes = 8 << 30
+    snap.nics.add(name="lo", rx_bytes_total=lo_rx, tx_bytes_total=lo_rx)
+    snap.nics.add(name=f"new{sequence}", rx_bytes_total=5)
+    gpu = snap.gpus.add(index=1, name="H200", uuid="GPU-1", sm_clock_hz=1.98e9, power_watts=350.0,
+                        sm_active_percent=50.0, nvlink_rx_bytes_per_s=1e9)
+    gpu.unavailable["tensor_active_percent"] = "GPM not supported"
+    snap.pmu.mips = 1234.0
+    snap.collectors.add(name="host", available=True)
+    snap.collectors.add(name="ranks", available=False, reason="no ranks registered")
+    return snap
+
+
+def test_record_uses_dynolog_names_and_leaves_unreadable_values_out():
+    first, second = snapshot(1, 100.0, 1000), snapshot(2, 101.0, 4000)
+    record = dynolog_record(second, first)
+    assert record["cpu_u"] == 12.5 and record["cpu_s"] == 2.5 and record["cpu_i"] == 80.0
+    assert record["cpu_util"] == 20.0
+    assert "cpu_w" not in record  # unavailable: absent, never 0
+    assert record["mem_total"] == 8 << 30
+    assert record["rx_bytes.lo"] == 3000 and record["tx_bytes.lo"] == 3000  # per-interval deltas
+    assert "rx_bytes.new2" not in record  # a device without a previous value has no delta
+    assert record["interval_s"] == 1.0
+    assert record["mips"] == 1234.0
+    assert record["gpu_name.1"] == "H200" and record["gpu_uuid.1"] == "GPU-1"
+    assert record["gpu_frequency_mhz.1"] == 1980.0 and record["gpu_power_draw.1"] == 350.0
+    assert record["sm_active_ratio.1"] == 0.5 and record["nvlink_rx_bytes.1"] == 1e9
+    assert "tensorcore_active.1" not in record
+    assert record["unavailable"] == {"ranks": "no ranks registered"}
+    assert (record["hostname"], record["sequence"]) == ("node1", 2)
+
+
+def test_first_record_and_counter_resets_have_no_deltas():
+    assert not any(key.startswith("rx_bytes") for key in dynolog_record(snapshot(1, 1.0, 10), None))
+    reset = dynolog_record(snapshot(2, 2.0, 5), snapshot(1, 1.0, 10))
+    assert "rx_bytes.lo" not in reset
+
+
+def test_agent_writes_one_json_object_per_interval(tmp_path):
+    sink = tmp_path / "metrics.jsonl"
+    with running_agent(tmp_path, extra_args=["--json-sink", str(sink)], interval_ms=200):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(sink.read_text().splitlines()) < 6:
+            time.sleep(0.1)
+    lines = sink.read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line is a complete JSON object
+    assert len(records) >= 6
+    sequences = [r["sequence"] for r in records]
+    assert sequences == list(range(sequences[0], sequences[0] + len(sequences)))
+    later = records[-1]
+    assert 0 <= later["cpu_u"] <= 100 and 0 <= later["cpu_i"] <= 100
+    assert later["mem_total"] == psutil.virtual_memory().total
+    assert 0.1 < later["interval_s"] < 0.5
+    assert "rx_bytes.lo" in later and later["rx_bytes.lo"] >= 0
+    assert "gpu" in later.get("unavailable", {}) or any(k.startswith("gpu_name.") for k in later)
