@@ -1,0 +1,95 @@
+"""`tuiprof run [--] CMD...`: run a training command with tuiprof's telemetry.
+
+Sets, for CMD and everything it starts (torchrun workers, srun tasks):
+- LD_PRELOAD: libtuiprof_hook.so first, what was there kept after it
+  (times cuBLAS / cuBLASLt GEMMs);
+- NCCL_PROFILER_PLUGIN: the same library (NCCL's profiler plugin API);
+- KINETO_USE_DAEMON=1 (unless set): PyTorch polls agentd for on-demand traces;
+- PYTHONPATH: tuiprof's startup hook first (steps, GC pauses, DataLoader waits);
+then replaces itself with CMD (exec), so signals and the exit status are CMD's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import tuiprof_native
+
+HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
+STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
+
+
+class LaunchError(Exception):
+    """`tuiprof run` cannot start the command (the message says why and what to do)."""
+
+
+def _prepend(value: str, existing: str | None, sep: str) -> str:
+    """``value`` first, then the entries of ``existing`` (minus duplicates of it).
+
+    For LD_PRELOAD, ld.so accepts spaces as separators too, so they are split on."""
+    text = existing or ""
+    if sep == ":":
+        text = text.replace(" ", ":")
+    return sep.join([value] + [p for p in text.split(sep) if p and p != value])
+
+
+def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
+                       library: Path = HOOK_LIBRARY) -> dict[str, str]:
+    """The environment CMD runs in: ``env`` plus tuiprof's variables."""
+    if not library.is_file():
+        raise LaunchError(
+            f"{library} is missing: the compiled parts of tuiprof were not built; "
+            "run `pip install -e .` (or `python setup.py build_ext --inplace`) in the tuiprof checkout")
+    out = dict(env)
+    lib = str(library)
+    out["LD_PRELOAD"] = _prepend(lib, env.get("LD_PRELOAD"), ":")
+    plugin = env.get("NCCL_PROFILER_PLUGIN")
+    if plugin and plugin != lib:
+        print(f"tuiprof run: keeping NCCL_PROFILER_PLUGIN={plugin}; NCCL collectives will not be timed",
+              file=sys.stderr)
+    else:
+        out["NCCL_PROFILER_PLUGIN"] = lib
+    if kineto_daemon:
+        out.setdefault("KINETO_USE_DAEMON", "1")  # an explicit choice of the user stands
+    out["PYTHONPATH"] = _prepend(str(STARTUP_DIR), env.get("PYTHONPATH"), os.pathsep)
+    out["TUIPROF_HOOK_LIBRARY"] = lib
+    return out
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a training command with per-rank GEMM/NCCL telemetry",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--no-kineto-daemon", dest="kineto_daemon", action="store_false",
+        help="do not set KINETO_USE_DAEMON (without an agentd on the node, PyTorch's daemon client "
+             "delays the job's exit by several seconds)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("tuiprof run: no command given; usage: tuiprof run [--] CMD [ARGS...]", file=sys.stderr)
+        return 2
+    try:
+        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon)
+    except LaunchError as exc:
+        print(f"tuiprof run: {exc}", file=sys.stderr)
+        return 1
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"tuiprof run: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+    return 0  # not reached: exec replaced this process

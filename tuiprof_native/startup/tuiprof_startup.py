@@ -1,0 +1,148 @@
+"""Training-step, GC-pause and DataLoader-wait recording for `tuiprof run`.
+
+Self-contained on purpose: the job's Python need not have tuiprof installed.
+It talks to libtuiprof_hook.so (path in ``TUIPROF_HOOK_LIBRARY``) through
+ctypes. Nothing happens until the job imports torch: then it registers
+PyTorch's global optimizer post-step hook (one step per ``optimizer.step()``),
+a ``gc.callbacks`` entry and a timing wrapper around DataLoader iteration.
+No ``sys.setprofile`` (it would collide with torch.profiler). Any failure
+leaves the job untouched (logged at debug level), because telemetry must
+never break training.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+LIBRARY_ENV = "TUIPROF_HOOK_LIBRARY"
+log = logging.getLogger("tuiprof.startup")
+
+
+def _load_library() -> ctypes.CDLL | None:
+    path = os.environ.get(LIBRARY_ENV)
+    if not path:
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        log.debug("tuiprof hook library %s not loadable: %s", path, exc)
+        return None
+    lib.tuiprof_record_step.restype = ctypes.c_int
+    lib.tuiprof_record_step.argtypes = []
+    for name in ("tuiprof_record_gc", "tuiprof_record_dataloader"):
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+    return lib
+
+
+class _GcTimer:
+    """gc.callbacks entry: one GC pause = time from 'start' to 'stop'."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._record = lib.tuiprof_record_gc
+        self._started = 0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.time_ns()
+        elif self._started:
+            self._record(self._started, time.time_ns())
+            self._started = 0
+
+
+def _wrap_dataloader(lib: ctypes.CDLL) -> None:
+    from torch.utils.data import dataloader
+
+    base = dataloader._BaseDataLoaderIter
+    original = base.__next__
+    record = lib.tuiprof_record_dataloader
+
+    def __next__(self: Any) -> Any:
+        start = time.time_ns()
+        try:
+            return original(self)
+        finally:
+            record(start, time.time_ns())
+
+    __next__.__wrapped__ = original  # type: ignore[attr-defined]
+    base.__next__ = __next__
+
+
+def _on_torch_imported(torch: ModuleType) -> None:
+    lib = _load_library()
+    if lib is None:
+        return
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    record_step = lib.tuiprof_record_step
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: record_step())
+    gc.callbacks.append(_GcTimer(lib))
+    _wrap_dataloader(lib)
+
+
+class _AfterExec(importlib.abc.Loader):
+    """Delegating loader that runs a callback once the module has executed."""
+
+    def __init__(self, loader: importlib.abc.Loader, callback) -> None:
+        self._loader = loader
+        self._callback = callback
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        try:
+            self._callback(module)
+        except Exception:  # telemetry must never break the job's import of torch
+            log.debug("tuiprof startup hook failed", exc_info=True)
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Waits for `import torch` (without importing it) and hooks in after it."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None:
+            spec.loader = _AfterExec(spec.loader, _on_torch_imported)
+        return spec
+
+
+def install() -> None:
+    """Arm the lazy torch hook (idempotent)."""
+    if "torch" in sys.modules:
+        _on_torch_imported(sys.modules["torch"])
+    elif not any(isinstance(f, _TorchWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchWatcher())
+
+
+def chain_sitecustomize(own_file: str) -> None:
+    """Run the next ``sitecustomize`` on sys.path after ours, if there is one."""
+    own_dir = os.path.dirname(os.path.abspath(own_file))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != own_dir]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_tuiprof_chained_sitecustomize"] = module
+    spec.loader.exec_module(module)
