@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -106,25 +108,66 @@ def _tuiprof(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[s
     )
 
 
-def test_status_reaches_the_agents_on_the_jobs_nodes(
-    cluster: SlurmCluster, two_node_job: str, tmp_path: pathlib.Path
-) -> None:
-    # One agent port for the whole job, as on a real cluster; each agent listens only on
-    # its node's address, so reaching both proves each name resolved to its own node.
+@pytest.fixture(scope="module")
+def agent_port(
+    cluster: SlurmCluster, two_node_job: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[int]:
+    """Real agents on the job's nodes, all on one port as on a real cluster.
+
+    Each agent listens only on its node's address, so a client that reaches both
+    resolved each node name to its own node.
+    """
     port = free_port(cluster.nodes["tpnode1"])
     same_port = ["--port", str(port)]  # overrides the free port running_agent picks
+    tmp_path = tmp_path_factory.mktemp("agents")
     with (
         running_agent(tmp_path, host=cluster.nodes["tpnode1"], extra_args=same_port),
         running_agent(tmp_path, host=cluster.nodes["tpnode3"], extra_args=same_port),
     ):
-        result = _tuiprof("status", "--slurm-job", two_node_job, "--port", str(port), "--json")
+        yield port
+
+
+def test_status_reaches_the_agents_on_the_jobs_nodes(two_node_job: str, agent_port: int) -> None:
+    result = _tuiprof("status", "--slurm-job", two_node_job, "--port", str(agent_port), "--json")
     assert result.returncode == 0, result.stderr
     hosts = json.loads(result.stdout)["hosts"]
     assert [(h["host"], h["reachable"], h["error"]) for h in hosts] == [
-        (f"tpnode1:{port}", True, None),
-        (f"tpnode3:{port}", True, None),
+        (f"tpnode1:{agent_port}", True, None),
+        (f"tpnode3:{agent_port}", True, None),
     ]
     assert all(h["cpu"] is not None for h in hosts)
+
+
+def test_console_in_a_terminal_watches_the_jobs_nodes(
+    two_node_job: str, agent_port: int, tmp_path: pathlib.Path
+) -> None:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed: apt-get install tmux")
+    tmux = ["tmux", "-S", str(tmp_path / "tmux.sock")]
+    console = [sys.executable, "-m", "tuiprof.cli", "--slurm-job", two_node_job, "--port", str(agent_port)]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", "160", "-y", "40", "-e", f"SLURM_CONF={os.environ['SLURM_CONF']}",
+         shlex.join(console)],
+        check=True, timeout=10,
+    )
+    try:
+        # Both nodes listed and connected: their agents answered through the node names.
+        _wait_for_screen(tmux, ["2/2 hosts up", f"tpnode1:{agent_port}", f"tpnode3:{agent_port}"])
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False, timeout=10)
+
+
+def _wait_for_screen(tmux: list[str], wanted: list[str], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = subprocess.run(
+            [*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout
+        if all(text in screen for text in wanted):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{wanted} not on screen after {timeout_s:g} s:\n{screen}")
 
 
 def test_status_with_a_job_that_is_not_running_says_why(cluster: SlurmCluster) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -135,7 +136,9 @@ class ClusterScreen(Screen[None]):
         table = self.query_one("#hosts", DataTable)
         hosts = self.visible_hosts()
         worst = min(self.cluster.hosts(), key=worst_first, default=None)
-        rows = {h.address: self._row(h, worst) for h in hosts}
+        counts = Counter(h.name for h in self.cluster.hosts())
+        shared = {name for name, count in counts.items() if count > 1}
+        rows = {h.address: self._row(h, worst, shared) for h in hosts}
         order = list(rows)
         if order != self._order:
             selected = self.selected_address()
@@ -155,14 +158,16 @@ class ClusterScreen(Screen[None]):
         self._update_titles(len(hosts))
         self.update_detail()
 
-    def _row(self, state: HostState, worst: HostState | None) -> list[Text | str]:
+    def _row(self, state: HostState, worst: HostState | None, shared: set[str]) -> list[Text | str]:
         cells = [column.cell(state, self.cluster) for column in COLUMNS]
+        if state.name in shared:  # several agents on one machine: tell them apart
+            cells[0] = f"{state.name}@{state.address}"
         if state.reachable is False:  # last known values, dimmed: they are stale
             cells = [Text(c.plain, style="dim") if isinstance(c, Text) else Text(c, style="dim")
                      for c in cells]
             cells[1] = _state_cell(state, self.cluster)
         if worst is not None and state.address == worst.address and len(self.cluster.hosts()) > 1:
-            cells[0] = Text(f"{state.name} ▼", style="bold")
+            cells[0] = Text(f"{cells[0]} ▼", style="bold")
         return cells
 
     def _update_titles(self, shown: int) -> None:

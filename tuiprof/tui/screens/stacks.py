@@ -119,7 +119,7 @@ class StacksScreen(Screen[None]):
         smallest = report.classes[0] if len(report.classes) > 1 else None
         merged = report.merged
         for thread, root in sorted(merged.threads.items(), key=lambda kv: kv[0] != report.thread):
-            group = tree.root.add(Text(f"{thread}  [{ranksets.fold(root.ranks)}]", style="bold"),
+            group = tree.root.add(Text(f"{thread}  [{ranksets.fold_short(root.ranks)}]", style="bold"),
                                   expand=thread == report.thread)
             pending: list[tuple[Node, TreeNode, tuple]] = [(root, group, ())]
             while pending:
@@ -136,16 +136,16 @@ class StacksScreen(Screen[None]):
     @staticmethod
     def _label(node: Node, missing: int, styles: dict[int, str]) -> Text:
         text = Text(node.frame.label(), style=styles.get(node.ranks, ""))
-        text.append(f"  [{ranksets.fold(node.ranks)}]", style="dim" if node.ranks not in styles else "")
+        text.append(f"  [{ranksets.fold_short(node.ranks)}] {node.ranks.bit_count()}", style="dim" if node.ranks not in styles else "")
         if missing:
-            text.append(f"  not: [{ranksets.fold(missing)}]", style="italic")
+            text.append(f"  not: [{ranksets.fold_short(missing)}]", style="italic")
         return text
 
     @staticmethod
     def _classes_text(report: StacksReport, styles: dict[int, str]) -> Text:
         text = Text(f"Classes of {report.thread} (smallest first):\n")
         for c in report.classes:
-            text.append(f"{c.count:>5}  [{ranksets.fold(c.ranks)}]  {c.where()}\n", style=styles.get(c.ranks, ""))
+            text.append(f"{c.count:>5}  [{ranksets.fold_short(c.ranks)}]  {c.where()}\n", style=styles.get(c.ranks, ""))
         if report.suspects:
             for suspect in report.suspects:
                 text.append(f"Suspect: {suspect.reason}\n", style="bold")

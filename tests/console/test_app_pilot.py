@@ -1,0 +1,254 @@
+"""Every binding and action of the console, driven by Textual's Pilot over a recording."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import DataTable, Input, Static, TabbedContent
+
+from console.recordings import AGENTS_RECORDING, replay_app
+from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.screens.cluster import ClusterScreen
+from tuiprof.tui.screens.help import HelpScreen
+from tuiprof.tui.screens.host import HostScreen
+from tuiprof.tui.screens.job_ops import JobOpsScreen
+from tuiprof.tui.screens.stacks import StacksScreen
+from tuiprof.tui.screens.traces import TracesScreen
+
+SIZE = (120, 40)
+
+
+async def settle(pilot, app: TuiprofApp) -> None:
+    """Wait until the recording is applied and drawn (bounded)."""
+    for _ in range(100):
+        await pilot.pause(0.02)
+        if app.cluster.version and app._rendered_version == app.cluster.version and not app._inbox:
+            return
+    raise AssertionError("the recording was not rendered within 2 s")
+
+
+def host_rows(app: TuiprofApp) -> list[str]:
+    table = app.screen.query_one("#hosts", DataTable)
+    return [row.key.value for row in table.ordered_rows]
+
+
+def cursor_host(app: TuiprofApp) -> str:
+    return app.screen.selected_address()
+
+
+def detail(app: TuiprofApp, selector: str = "#detail") -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+async def test_cluster_shows_every_host_with_its_state(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        assert isinstance(gpu_app.screen, ClusterScreen)
+        assert host_rows(gpu_app) == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]
+        table = gpu_app.screen.query_one("#hosts", DataTable)
+        states = [str(table.get_cell(h, "state")) for h in host_rows(gpu_app)]
+        assert states == ["up", "up", "HUNG", "DOWN"]
+        assert "3/4 hosts up" in gpu_app.screen.sub_title
+
+
+async def test_vim_keys_and_edges_move_the_cursor(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("j", "j")
+        assert cursor_host(gpu_app) == "gpu-node-03"
+        await pilot.press("k")
+        assert cursor_host(gpu_app) == "gpu-node-02"
+        await pilot.press("G")
+        assert cursor_host(gpu_app) == "gpu-node-04"
+        await pilot.press("g")
+        assert cursor_host(gpu_app) == "gpu-node-01"
+
+
+async def test_sort_column_and_invert(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("full_stop")  # sort by State: worst first
+        assert host_rows(gpu_app)[:2] == ["gpu-node-04", "gpu-node-03"]
+        assert "sort State ↑" in gpu_app.screen.sub_title
+        await pilot.press("I")
+        assert host_rows(gpu_app)[-2:] == ["gpu-node-03", "gpu-node-04"]
+        assert "sort State ↓" in gpu_app.screen.sub_title
+        await pilot.press("comma")  # back to Host, still inverted
+        assert host_rows(gpu_app) == ["gpu-node-04", "gpu-node-03", "gpu-node-02", "gpu-node-01"]
+
+
+async def test_filter_by_expression_and_name_then_clear(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("slash")
+        field = gpu_app.screen.query_one("#filter", Input)
+        assert field.has_focus
+        await pilot.press(*"util<10", "enter")
+        assert host_rows(gpu_app) == ["gpu-node-03"]
+        assert "filter 'util<10': 1 shown" in gpu_app.screen.sub_title
+        await pilot.press("slash", "ctrl+u", *"node-0", "enter")
+        assert len(host_rows(gpu_app)) == 4
+        await pilot.press("slash", "ctrl+u", *"02", "enter")
+        assert host_rows(gpu_app) == ["gpu-node-02"]
+        await pilot.press("escape")
+        assert len(host_rows(gpu_app)) == 4
+
+
+async def test_bad_filter_is_reported_and_keeps_the_input(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("slash", *"utl<3", "enter")
+        field = gpu_app.screen.query_one("#filter", Input)
+        assert field.has_focus and field.has_class("shown")
+        messages = [n.message for n in gpu_app._notifications]
+        assert any("unknown field 'utl'" in m for m in messages)
+        await pilot.press("escape")
+        assert not field.has_class("shown")
+        assert len(host_rows(gpu_app)) == 4
+
+
+async def test_worst_host_key_and_unreachable_detail(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("w")
+        assert cursor_host(gpu_app) == "gpu-node-04"
+        text = detail(gpu_app)
+        assert "unreachable: cannot connect" in text and "last contact" in text and "ago" in text
+
+
+async def test_enter_drills_into_host_tabs_and_escape_goes_back(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("j", "enter")
+        await pilot.pause()
+        screen = gpu_app.screen
+        assert isinstance(screen, HostScreen) and screen.address == "gpu-node-02"
+        tabs = screen.query_one("#tabs", TabbedContent)
+        assert tabs.active == "gpus"
+        assert screen.query_one("#gpus-table", DataTable).row_count == 8
+        assert "pcie_rx_bytes_per_s, pcie_tx_bytes_per_s: n/a (kept off the hot path" in detail(gpu_app, "#host-detail")
+        for key, tab in (("2", "cpu"), ("3", "io"), ("4", "ranks"), ("5", "pmu"), ("6", "history"), ("1", "gpus")):
+            await pilot.press(key)
+            assert tabs.active == tab
+        await pilot.press("l")
+        assert tabs.active == "cpu"
+        await pilot.press("h", "h")
+        assert tabs.active == "history"
+        await pilot.press("4", "j")
+        assert screen.query_one("#ranks-table", DataTable).cursor_row == 1
+        await pilot.press("k")
+        assert screen.query_one("#ranks-table", DataTable).cursor_row == 0
+        await pilot.press("escape")
+        assert isinstance(gpu_app.screen, ClusterScreen)
+
+
+async def test_host_view_of_a_cpu_only_agent_says_why_gpus_are_missing() -> None:
+    app = replay_app(AGENTS_RECORDING)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert all(name.startswith("vm@127.0.0.") for name in
+                   (str(app.screen.query_one("#hosts", DataTable).get_cell(h, "host")) for h in host_rows(app)))
+        await pilot.press("enter")
+        await pilot.pause()
+        table = app.screen.query_one("#gpus-table", DataTable)
+        assert str(table.get_cell_at((0, 0))).startswith("unavailable: NVML")
+        await pilot.press("2")
+        cores = app.screen.query_one("#cpu-table", DataTable)
+        assert cores.row_count == 1 + 2  # total + this machine's 2 cores
+
+
+async def test_job_ops_view_puts_the_straggler_first_and_enter_opens_its_host(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(gpu_app.screen, JobOpsScreen)
+        table = gpu_app.screen.query_one("#ops", DataTable)
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[:3] == ["gpu-node-02", "rank 13", "nccl"] and "STRAGGLER" in first[-1]
+        assert sum("STRAGGLER" in str(table.get_row_at(i)[-1]) for i in range(table.row_count)) == 1
+        await pilot.press("j", "k", "enter")
+        await pilot.pause()
+        assert isinstance(gpu_app.screen, HostScreen) and gpu_app.screen.address == "gpu-node-02"
+        assert gpu_app.screen.query_one("#tabs", TabbedContent).active == "ranks"
+        await pilot.press("escape", "escape")
+        assert isinstance(gpu_app.screen, ClusterScreen)
+
+
+async def test_traces_stacks_and_help_screens_open_and_close(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        for key, screen_type in (("t", TracesScreen), ("s", StacksScreen), ("question_mark", HelpScreen)):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(gpu_app.screen, screen_type)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert isinstance(gpu_app.screen, ClusterScreen)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        await pilot.press("q")  # closes help, does not quit
+        await pilot.pause()
+        assert isinstance(gpu_app.screen, ClusterScreen) and gpu_app.is_running
+
+
+async def test_theme_toggle_and_quit(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        dark = gpu_app.current_theme.dark
+        await pilot.press("T")
+        assert gpu_app.current_theme.dark is not dark
+        await pilot.press("T")
+        assert gpu_app.current_theme.dark is dark
+        await pilot.press("q")
+        await pilot.pause()
+        assert not gpu_app.is_running
+
+
+async def test_command_palette_goes_to_a_host_and_to_a_rank(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"go to rank 13 on", "enter")
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if isinstance(gpu_app.screen, HostScreen):
+                break
+        assert isinstance(gpu_app.screen, HostScreen) and gpu_app.screen.address == "gpu-node-02"
+        assert gpu_app.screen.query_one("#tabs", TabbedContent).active == "ranks"
+
+
+async def test_clicking_a_header_sorts_by_it(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        table = gpu_app.screen.query_one("#hosts", DataTable)
+        table.post_message(DataTable.HeaderSelected(table, table.ordered_columns[2].key, 2, table.ordered_columns[2].label))
+        await pilot.pause()
+        assert "sort CPU ↑" in gpu_app.screen.sub_title
+        assert host_rows(gpu_app)[0] == "gpu-node-03"  # 2% CPU, the lowest
+
+
+async def test_live_updates_reach_the_screen_at_most_twice_a_second() -> None:
+    """Events arriving faster than 2 Hz are applied at once but drawn at most every 0.5 s."""
+    app = replay_app()
+    renders: list[float] = []
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        original = app.screen.refresh_data
+
+        def counting() -> None:
+            renders.append(asyncio.get_running_loop().time())
+            original()
+
+        app.screen.refresh_data = counting
+        snapshot = app.cluster.host("gpu-node-01").snapshot
+        from tuiprof.model.events import SnapshotReceived
+
+        for index in range(20):
+            app._receive(SnapshotReceived("gpu-node-01", 2e9 + index, snapshot))
+            await pilot.pause(0.05)
+        await pilot.pause(0.6)
+    assert 2 <= len(renders) <= 4
+    gaps = [b - a for a, b in zip(renders, renders[1:])]
+    assert all(gap >= 0.45 for gap in gaps)
