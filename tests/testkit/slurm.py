@@ -13,6 +13,7 @@ Debian packages munge and slurm-wlm (tests/run.sh installs them).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import pathlib
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 HOSTS_FILE = pathlib.Path("/etc/hosts")
 HOSTS_TAG = "# tuiprof-testkit-slurm"
+HOSTS_LOCK = pathlib.Path(tempfile.gettempdir()) / "tuiprof-testkit-hosts.lock"
 STARTUP_TIMEOUT_S = 30.0
 _SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 _DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -274,18 +276,28 @@ def _kill_session(step_daemon: int) -> None:
 
 def _add_hosts_entries(cluster: SlurmCluster) -> None:
     """Map the node names to their addresses, first dropping entries left by dead test runs."""
-    lines = [line for line in HOSTS_FILE.read_text().splitlines() if not _is_stale_entry(line)]
     tag = f"{HOSTS_TAG} {os.getpid()} {cluster.root}"
-    lines += [f"{address} {name} {tag}" for name, address in cluster.nodes.items()]
-    # Rewritten in place: /etc/hosts is often a bind mount that cannot be replaced by rename.
-    HOSTS_FILE.write_text("\n".join(lines) + "\n")
+    with _hosts_file_lock():
+        lines = [line for line in HOSTS_FILE.read_text().splitlines() if not _is_stale_entry(line)]
+        lines += [f"{address} {name} {tag}" for name, address in cluster.nodes.items()]
+        # Rewritten in place: /etc/hosts is often a bind mount that cannot be replaced by rename.
+        HOSTS_FILE.write_text("\n".join(lines) + "\n")
 
 
 def _remove_hosts_entries(root: pathlib.Path) -> None:
-    lines = HOSTS_FILE.read_text().splitlines()
-    kept = [line for line in lines if not (HOSTS_TAG in line and line.endswith(f" {root}"))]
-    if len(kept) != len(lines):
-        HOSTS_FILE.write_text("\n".join(kept) + "\n")
+    with _hosts_file_lock():
+        lines = HOSTS_FILE.read_text().splitlines()
+        kept = [line for line in lines if not (HOSTS_TAG in line and line.endswith(f" {root}"))]
+        if len(kept) != len(lines):
+            HOSTS_FILE.write_text("\n".join(kept) + "\n")
+
+
+@contextlib.contextmanager
+def _hosts_file_lock() -> Iterator[None]:
+    """Serialises the edits of test runs that share this machine (each rewrites the whole file)."""
+    with open(HOSTS_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _is_stale_entry(line: str) -> bool:
