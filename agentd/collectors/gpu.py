@@ -209,6 +209,11 @@ class NvmlCalls:
                 self._permanent[(gpu, name)] = unavailable
             return unavailable
 
+    def remember(self, gpu: int, name: str, code: int) -> None:
+        """Record a permanent per-item answer (e.g. a field value's nvmlReturn) so ``name`` is not asked again."""
+        if code in _PERMANENT_ERRORS:
+            self._permanent[(gpu, name)] = Unavailable(nvml_reason(pynvml.NVMLError(code)))
+
 
 @dataclasses.dataclass
 class _Gpm:
@@ -421,6 +426,8 @@ class GpuCollector(Collector):
         values = self._call(
             device.index, "nvlink", pynvml.nvmlDeviceGetFieldValues, device.handle, [(fid, ALL_LINKS) for _, fid in fields]
         )
+        if not isinstance(values, Unavailable) and len({v.nvmlReturn for v in values}) == 1:
+            self._call.remember(device.index, "nvlink", values[0].nvmlReturn)  # e.g. no NVLink on this GPU
         for position, (direction, _) in enumerate(fields):
             total_field, rate_field = f"nvlink_{direction}_bytes_total", f"nvlink_{direction}_bytes_per_s"
             if isinstance(values, Unavailable):

@@ -160,3 +160,11 @@ def test_versions_and_architectures() -> None:
     assert gpu.architecture_name(pynvml.NVML_DEVICE_ARCH_HOPPER) == "Hopper"
     assert gpu.architecture_name(99) == "unknown (99)"
     assert gpu.text(b"NVIDIA H200") == gpu.text("NVIDIA H200") == "NVIDIA H200"
+
+
+def test_a_permanent_per_field_answer_is_remembered() -> None:
+    call = gpu.NvmlCalls()
+    call.remember(0, "nvlink", pynvml.NVML_SUCCESS)
+    assert call(0, "nvlink", lambda: "asked") == "asked"
+    call.remember(0, "nvlink", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert call(0, "nvlink", lambda: "asked") == gpu.Unavailable("NVML: Not Supported")
