@@ -130,6 +130,7 @@ KINDS = {0: "none", 1: "gemm", 2: "nccl", 3: "step", 4: "gc", 5: "dataloader"}
 FLAG_CUDA_TIMING = 1
 FLAG_NCCL_PLUGIN = 2
 FLAG_NCCL_GPU_TIME = 4
+FLAG_EXITED = 8
 _READ_TRIES = 10000
 _UNTIMED = 0xFFFFFFFFFFFFFFFF
 

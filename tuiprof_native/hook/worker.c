@@ -373,6 +373,7 @@ __attribute__((constructor)) static void on_load(void) { pthread_atfork(NULL, NU
 __attribute__((destructor)) static void on_unload(void)
 {
     if (!tp_is_running()) return;
+    tp_set_flag(TP_FLAG_EXITED);
     tuiprof_flush(1000);
     atomic_store(&g_stop, 1);
     pthread_join(g_thread, NULL);

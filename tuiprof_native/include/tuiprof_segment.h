@@ -52,6 +52,7 @@ enum tp_kind {
 #define TP_FLAG_CUDA_TIMING 1u   /* CUDA events resolved: GEMMs are timed */
 #define TP_FLAG_NCCL_PLUGIN 2u   /* NCCL loaded us as its profiler plugin */
 #define TP_FLAG_NCCL_GPU_TIME 4u /* NCCL kernel-channel (GPU timer) events seen */
+#define TP_FLAG_EXITED 8u        /* the process ran its exit handlers (exit(), return from main) */
 
 /* Process-wide counters (steps, GC pauses, DataLoader waits, drops). */
 typedef struct tp_counters {

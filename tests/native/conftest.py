@@ -1,0 +1,52 @@
+"""Fixtures for the native tests: the stand-in GPU libraries (compiled here
+with gcc from tests/native/standins/), `tuiprof run` invocations, and cleanup
+of the segments the processes started by a test leave in /dev/shm."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from native.support import HOOK, segment_path
+
+STANDINS = pathlib.Path(__file__).parent / "standins"
+
+
+def _gcc(*args: str) -> None:
+    subprocess.run(["gcc", "-O1", "-Wall", "-Wextra", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def standins(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Directory with libcudart.so, libcublas.so, libnccl.so, libworkload.so and `driver`."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the stand-in GPU libraries")
+    out = tmp_path_factory.mktemp("standins")
+    rpath = "-Wl,-rpath,$ORIGIN"
+    _gcc("-shared", "-fPIC", "-o", str(out / "libcudart.so"), str(STANDINS / "cudart.c"))
+    _gcc("-shared", "-fPIC", "-o", str(out / "libcublas.so"), str(STANDINS / "cublas.c"), f"-L{out}", "-lcudart",
+         rpath)
+    _gcc("-shared", "-fPIC", "-o", str(out / "libnccl.so"), str(STANDINS / "nccl.c"), "-ldl", "-lpthread")
+    _gcc("-shared", "-fPIC", "-o", str(out / "libworkload.so"), str(STANDINS / "workload.c"), f"-L{out}",
+         "-lcublas", "-lcudart", "-lnccl", "-lm", rpath)
+    _gcc("-o", str(out / "driver"), str(STANDINS / "driver.c"), "-ldl")
+    return out
+
+
+@pytest.fixture
+def cleanup_segments() -> Iterator[list[int]]:
+    """Pids whose segments are removed after the test."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        segment_path(pid).unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hook_built() -> None:
+    if not HOOK.is_file():
+        pytest.fail(f"{HOOK} is missing: build it with `python setup.py build_ext --inplace`")
