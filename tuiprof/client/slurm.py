@@ -26,6 +26,9 @@ DEFAULT_TIMEOUT_S = 30.0
 # 4242, an array task 4242_7, or a heterogeneous job component 4242+1.
 _JOB_ID = re.compile(r"\d+(_\d+|\+\d+)?")
 _SQUEUE_FORMAT = "%T|%r|%N"
+_CHECK_CONTROLLER = (
+    "check that slurmctld is up (`scontrol ping`) and that SLURM_CONF names this cluster's slurm.conf"
+)
 
 
 class SlurmError(Exception):
@@ -120,25 +123,20 @@ def hosts_for_job(job_id: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[str
     time when the controller is down or the configuration is missing.
     """
     job_id = check_job_id(job_id)
-    squeue = _run_tool(["squeue", "-j", job_id, "-t", "all", "-h", "-o", _SQUEUE_FORMAT], timeout_s)
+    squeue_argv = ["squeue", "-j", job_id, "-t", "all", "-h", "-o", _SQUEUE_FORMAT]
+    squeue = _run_tool(squeue_argv, timeout_s)
     if squeue.returncode != 0:
-        stderr = squeue.stderr.strip()
-        if "Invalid job id" in stderr:
-            raise _unknown_job(job_id, f"squeue: {stderr}")
-        raise SlurmCommandError(
-            f"`squeue -j {job_id}` failed (exit {squeue.returncode}): {stderr or 'no message'}; "
-            "check that slurmctld is up (`scontrol ping`) and that SLURM_CONF names this cluster's slurm.conf"
-        )
+        if "Invalid job id" in squeue.stderr:
+            raise _unknown_job(job_id, f"squeue: {squeue.stderr.strip()}")
+        raise _failed(squeue_argv, squeue, _CHECK_CONTROLLER)
     nodelists = active_nodelists(job_id, parse_squeue(squeue.stdout))
-    scontrol = _run_tool(["scontrol", "show", "hostnames", ",".join(nodelists)], timeout_s)
+    scontrol_argv = ["scontrol", "show", "hostnames", ",".join(nodelists)]
+    scontrol = _run_tool(scontrol_argv, timeout_s)
     if scontrol.returncode != 0:
-        raise SlurmCommandError(
-            f"`scontrol show hostnames {','.join(nodelists)}` failed (exit {scontrol.returncode}): "
-            f"{scontrol.stderr.strip() or 'no message'}"
-        )
+        raise _failed(scontrol_argv, scontrol, "SLURM printed a node list it cannot expand")
     hosts = parse_hostnames(scontrol.stdout)
     if not hosts:
-        raise SlurmCommandError(f"`scontrol show hostnames {','.join(nodelists)}` printed no host names")
+        raise SlurmCommandError(f"`{shlex.join(scontrol_argv)}` printed no host names")
     log.info("slurm job resolved", extra={"job_id": job_id, "hosts": hosts})
     return hosts
 
@@ -162,11 +160,17 @@ def _run_tool(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[
         raise SlurmCommandError(
             f"`{shlex.join(argv)}` did not answer within {timeout_s:g} s"
             + (f" ({stderr})" if stderr else "")
-            + "; check that slurmctld is reachable (`scontrol ping`) and that SLURM_CONF names "
-            "this cluster's slurm.conf"
+            + f"; {_CHECK_CONTROLLER}"
         ) from None
     except OSError as exc:
         raise SlurmCommandError(f"cannot run {path}: {exc.strerror}") from None
+
+
+def _failed(argv: list[str], result: subprocess.CompletedProcess[str], advice: str) -> SlurmCommandError:
+    return SlurmCommandError(
+        f"`{shlex.join(argv)}` failed (exit {result.returncode}): "
+        f"{result.stderr.strip() or 'no message'}; {advice}"
+    )
 
 
 def _unknown_job(job_id: str, detail: str) -> UnknownJobError:
