@@ -145,7 +145,7 @@ def _run_tool(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[
     path = shutil.which(argv[0])
     if path is None:
         raise SlurmNotInstalledError(
-            f"--slurm-job needs SLURM's client tools, but `{argv[0]}` is not on PATH; "
+            f"finding a job's nodes needs SLURM's client tools, but `{argv[0]}` is not on PATH; "
             "run tuiprof on a node of the cluster (a login node), install the tools "
             "(Debian/Ubuntu: `apt install slurm-client`), or name the hosts: `tuiprof connect HOST ...`"
         )
