@@ -1,0 +1,122 @@
+"""The segment reader against bad files and against a writer that is busy."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from native.support import segment_path, tuiprof_run
+from tuiprof_native import segment
+
+
+def write_copy(tmp_path, name: str, data: bytes):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def valid_bytes(tmp_path_factory) -> bytes:
+    """A real segment's bytes (a process that records one step)."""
+    script = ("import ctypes, os; lib = ctypes.CDLL(os.environ['TUIPROF_HOOK_LIBRARY']); "
+              "lib.tuiprof_record_step()")
+    proc = tuiprof_run(sys.executable, "-c", script)
+    assert proc.wait(timeout=60) == 0
+    path = segment_path(proc.pid)
+    try:
+        return path.read_bytes()
+    finally:
+        path.unlink()
+
+
+def test_valid_copy_reads(tmp_path, valid_bytes):
+    with segment.Segment(write_copy(tmp_path, "tuiprof-0-1", valid_bytes)) as seg:
+        assert seg.header().counters.step_count == 1
+
+
+def test_foreign_file_is_a_format_error_naming_the_path(tmp_path):
+    path = write_copy(tmp_path, "tuiprof-0-2", os.urandom(segment.SEGMENT_SIZE))
+    with pytest.raises(segment.SegmentFormatError, match=f"{path} is not a tuiprof segment"):
+        segment.Segment(path)
+
+
+def test_truncated_segment(tmp_path, valid_bytes):
+    short = write_copy(tmp_path, "tuiprof-0-3", valid_bytes[: len(valid_bytes) // 2])
+    with pytest.raises(segment.SegmentFormatError, match="truncated"):
+        segment.Segment(short)
+    tiny = write_copy(tmp_path, "tuiprof-0-4", valid_bytes[:100])
+    with pytest.raises(segment.SegmentFormatError, match="smaller than a tuiprof segment header"):
+        segment.Segment(tiny)
+
+
+def test_other_layout_version(tmp_path, valid_bytes):
+    data = bytearray(valid_bytes)
+    struct.pack_into("<I", data, 8, segment.LAYOUT_VERSION + 1)
+    with pytest.raises(segment.SegmentFormatError, match="layout version"):
+        segment.Segment(write_copy(tmp_path, "tuiprof-0-5", bytes(data)))
+
+
+def test_segment_still_being_created(tmp_path, valid_bytes):
+    data = bytearray(valid_bytes)
+    data[0:8] = bytes(8)
+    with pytest.raises(segment.SegmentNotReadyError, match="not finished creating"):
+        segment.Segment(write_copy(tmp_path, "tuiprof-0-6", bytes(data)))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(segment.SegmentError, match="cannot open segment"):
+        segment.Segment(tmp_path / "tuiprof-0-7")
+
+
+def test_discover_finds_only_segment_names(tmp_path, valid_bytes):
+    write_copy(tmp_path, "tuiprof-1000-42", valid_bytes)
+    write_copy(tmp_path, "tuiprof-x-1", b"")
+    write_copy(tmp_path, "other", b"")
+    assert segment.discover(str(tmp_path)) == [segment.SegmentFile(str(tmp_path / "tuiprof-1000-42"), 1000, 42)]
+
+
+BUSY = textwrap.dedent("""
+    import ctypes, os, sys, time
+    lib = ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"])
+    lib.tuiprof_record_gc.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+    lib.tuiprof_record_step()
+    print("started", flush=True)
+    t = time.time_ns()
+    for i in range(200000):
+        lib.tuiprof_record_gc(t, t + 1000)  # every GC pause is exactly 1 us
+    lib.tuiprof_flush.argtypes = [ctypes.c_int]
+    lib.tuiprof_flush(5000)
+    print("done", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def test_reads_are_consistent_while_the_writer_is_busy(cleanup_segments):
+    proc = tuiprof_run(sys.executable, "-c", BUSY, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    cleanup_segments.append(proc.pid)
+    assert proc.stdout.readline().strip() == "started"
+    seg = segment.Segment(segment_path(proc.pid))  # the first step created it before "started"
+    reads = 0
+    last = 0
+    try:
+        while proc.poll() is None and reads < 3000:
+            c = seg.header().counters
+            # counters are copied under their sequence lock: count and total always agree
+            assert c.gc_pause_total_ns == c.gc_count * 1000
+            assert c.gc_count >= last
+            last = c.gc_count
+            events = seg.events(since=max(0, seg.header().ring_head - 64))
+            assert all(e.kind == "gc" and e.end_ns - e.start_ns == 1000 for e in events if e.kind != "step")
+            assert [e.index for e in events] == sorted(e.index for e in events)
+            reads += 1
+        assert proc.stdout.readline().strip() == "done"
+        c = seg.header().counters
+        assert c.gc_count + c.dropped_records == 200000
+    finally:
+        seg.close()
+        proc.communicate("\n", timeout=10)
