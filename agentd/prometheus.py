@@ -249,10 +249,62 @@ def _pmu(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Lab
         out(name, "gauge", help).add(labels, optional(pmu, field, scale))
 
 
+_LATENCY_STATS = ("avg", "min", "max", "p50", "p99")
+
+
+def _latency(out: Families, prefix: str, what: str, labels: Labels, latency: pb.LatencyStats) -> None:
+    for stat in _LATENCY_STATS:
+        out(f"{prefix}_latency_{stat}_seconds", "gauge", f"{stat} kernel time of one {what} over the interval.").add(
+            labels, optional(latency, f"{stat}_seconds"))
+
+
+def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
+    """Per-rank families (from agentd.collectors.ranks), comparable to xpu-timer's."""
+    for rank in snapshot.ranks:
+        labels = {**host, "pid": str(rank.pid),
+                  "rank": str(rank.rank) if rank.HasField("rank") else "",
+                  "local_rank": str(rank.local_rank) if rank.HasField("local_rank") else ""}
+        out("rank_info", "gauge", "A rank's process (value 1); state: running, exited, stopped, zombie, disk-sleep.").add(
+            {**labels, "job_id": rank.job_id, "state": rank.state}, 1)
+        out("rank_heartbeat_age_seconds", "gauge", "Seconds since the rank's telemetry writer last beat.").add(
+            labels, rank.heartbeat_age_seconds)
+        out("rank_steps_total", "counter", "Optimizer steps the rank finished.").add(labels, rank.step_count)
+        out("rank_step_time_seconds", "gauge", "Median time of the rank's recent steps.").add(
+            labels, optional(rank, "step_time_seconds"))
+        out("rank_gemm_tflops", "gauge", "Achieved GEMM kernel throughput over the interval (all GEMMs).").add(
+            labels, optional(rank, "gemm_tflops"))
+        out("rank_gc_pause_seconds_per_second", "gauge", "Python GC pause time per second.").add(
+            labels, optional(rank, "gc_pause_seconds_per_s"))
+        out("rank_dataloader_wait_seconds_per_second", "gauge", "DataLoader wait time per second.").add(
+            labels, optional(rank, "dataloader_wait_seconds_per_s"))
+        for op in rank.inflight:
+            out("rank_inflight_age_seconds", "gauge", "Age of the oldest unfinished op per stream / communicator.").add(
+                {**labels, "kind": op.kind, "op": op.op, "comm": op.comm_hash, "stream": str(op.stream)},
+                op.age_seconds)
+        for gemm in rank.gemm:
+            g = {**labels, "op": gemm.op, "dtype": gemm.dtype, "shape": gemm.shape}
+            out("rank_gemm_calls_total", "counter", "GEMM calls.").add(g, gemm.count_total)
+            out("rank_gemm_calls_per_second", "gauge", "GEMM calls per second over the interval.").add(g, gemm.count_per_s)
+            out("rank_gemm_op_tflops", "gauge", "Achieved kernel throughput of these GEMMs over the interval.").add(
+                g, optional(gemm, "tflops"))
+            _latency(out, "rank_gemm", "GEMM", g, gemm.latency)
+        for coll in rank.nccl:
+            c = {**labels, "op": coll.op, "dtype": coll.dtype, "algorithm": coll.algorithm,
+                 "protocol": coll.protocol, "comm": coll.comm_hash, "comm_size": str(coll.comm_size)}
+            out("rank_nccl_calls_total", "counter", "NCCL collective / p2p calls.").add(c, coll.count_total)
+            out("rank_nccl_calls_per_second", "gauge", "NCCL calls per second over the interval.").add(c, coll.count_per_s)
+            out("rank_nccl_bytes_total", "counter", "Bytes moved (nccl-tests size).").add(c, coll.bytes_total)
+            out("rank_nccl_algbw_bytes_per_second", "gauge", "Algorithm bandwidth over the interval.").add(
+                c, optional(coll, "algbw_bytes_per_s"))
+            out("rank_nccl_busbw_bytes_per_second", "gauge", "Bus bandwidth (nccl-tests factors) over the interval.").add(
+                c, optional(coll, "busbw_bytes_per_s"))
+            _latency(out, "rank_nccl", "collective", c, coll.latency)
+
+
 Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]
 
 # One renderer per part of the snapshot; per-rank families (GEMM, NCCL) get their own.
-SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu)
+SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu, _ranks)
 
 
 def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo, sections: Iterable[Section] = SECTIONS) -> str:

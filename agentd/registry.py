@@ -12,4 +12,5 @@ COLLECTORS: tuple[str, ...] = (
     "agentd.collectors.host:HostCollector",
     "agentd.collectors.gpu:GpuCollector",
     "agentd.collectors.pmu:PmuCollector",
+    "agentd.collectors.ranks:RanksCollector",
 )

@@ -390,8 +390,9 @@ cdef class Segment:
                                     e.launched_ns, e.pending))
         return out
 
-    def events(self, since: int = 0) -> list:
-        """Ring events with index >= ``since`` still in the ring, oldest first.
+    def events(self, since: int = 0, kind: str | None = None) -> list:
+        """Ring events with index >= ``since`` still in the ring, oldest first,
+        of one ``kind`` ("gemm", "nccl", "step", ...) or all.
 
         Entries the writer overwrites while they are read are skipped (they
         are no longer among the last N)."""
@@ -401,13 +402,19 @@ cdef class Segment:
         cdef uint64_t i
         cdef tp_event e
         cdef int rc
+        cdef uint32_t want = 0
+        if kind is not None:
+            codes = {name: code for code, name in KINDS.items()}
+            if kind not in codes:
+                raise ValueError(f"unknown event kind {kind!r}; one of {sorted(codes)}")
+            want = codes[kind]
         if since > first:
             first = since
         out = []
         for i in range(first, head):
             rc = tp_read_record(&self.seg.ring[i % TP_RING_CAPACITY], &e, sizeof(tp_event), 2 * i + 2,
                                 _READ_TRIES)
-            if rc != 0:
+            if rc != 0 or (want and e.kind != want):
                 continue
             out.append(Event(i, KINDS.get(e.kind, str(e.kind)), _text(e.op, 32), _text(e.dtype, 16), e.rank,
                              e.start_ns, e.end_ns if e.end_ns else None, e.bytes, e.flops, e.op_seq,

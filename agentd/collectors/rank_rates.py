@@ -1,0 +1,129 @@
+"""Per-interval rates of one rank from two readings of its segment (pure functions).
+
+A segment holds cumulative counters per aggregate slot (count, timed count,
+total kernel ns, bytes, FLOPs, a log2 latency histogram). Everything here is
+the difference of two readings divided by the time between them, so a rank
+that did nothing in an interval shows zero rates, and a rank seen for the
+first time is compared with its segment's creation (all counters zero).
+
+Definitions (the same as xpu-timer's and nccl-tests'):
+- GEMM TFLOPS = FLOPs of the timed GEMMs / their summed kernel time: achieved
+  kernel throughput, not FLOPs per wall-clock second.
+- NCCL algbw = bytes / kernel time, with bytes the nccl-tests "size" (the whole
+  buffer for AllGather and ReduceScatter); busbw = algbw x 2(n-1)/n for
+  AllReduce, x (n-1)/n for AllGather and ReduceScatter, x 1 otherwise.
+- Latency percentiles and min/max come from the interval's histogram delta:
+  buckets are powers of two, a percentile is interpolated inside its bucket,
+  min/max are the interval's lowest/highest bucket edges clamped to the
+  segment's lifetime min/max (exact when a bucket holds one value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+NS = 1e-9
+
+
+def busbw_factor(op: str, nranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor of one collective on ``nranks`` ranks."""
+    if nranks <= 0:
+        return 1.0
+    if op == "AllReduce":
+        return 2.0 * (nranks - 1) / nranks
+    if op in ("AllGather", "ReduceScatter"):
+        return (nranks - 1) / nranks
+    return 1.0
+
+
+def _bucket_edges(i: int) -> tuple[float, float]:
+    return (0.0 if i == 0 else float(2**i)), float(2 ** (i + 1))
+
+
+def percentile_ns(hist: Sequence[int], q: float) -> float | None:
+    """The q-quantile (0..1) of a log2 histogram, interpolated within its bucket."""
+    total = sum(hist)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, n in enumerate(hist):
+        if n and seen + n >= rank:
+            low, high = _bucket_edges(i)
+            return low + (high - low) * max(0.0, rank - seen) / n
+        seen += n
+    return _bucket_edges(len(hist) - 1)[1]
+
+
+def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: int | None,
+            lifetime_max: int | None) -> pb.LatencyStats:
+    """Latency of the interval's timed ops (empty message when none were timed)."""
+    stats = pb.LatencyStats()
+    if timed <= 0 or sum(hist_delta) == 0:
+        return stats
+    used = [i for i, n in enumerate(hist_delta) if n]
+    low = _bucket_edges(used[0])[0]
+    high = _bucket_edges(used[-1])[1]
+    if lifetime_min is not None:
+        low = max(low, lifetime_min)
+    if lifetime_max is not None:
+        high = min(high, lifetime_max)
+    stats.avg_seconds = total_ns / timed * NS
+    stats.min_seconds = low * NS
+    stats.max_seconds = high * NS
+    stats.p50_seconds = min(max(percentile_ns(hist_delta, 0.50), low), high) * NS
+    stats.p99_seconds = min(max(percentile_ns(hist_delta, 0.99), low), high) * NS
+    return stats
+
+
+def slot_key(slot) -> tuple:
+    return (slot.kind, slot.op, slot.dtype, slot.algo, slot.proto, slot.b, slot.m, slot.n, slot.k, slot.comm_hash)
+
+
+class SlotDelta:
+    """What one slot did between two readings."""
+
+    def __init__(self, now, before) -> None:
+        self.slot = now
+        self.count = now.count - (before.count if before else 0)
+        self.timed = now.timed_count - (before.timed_count if before else 0)
+        self.total_ns = now.total_ns - (before.total_ns if before else 0)
+        self.bytes = now.bytes - (before.bytes if before else 0)
+        self.flops = now.flops - (before.flops if before else 0)
+        self.timed_bytes = now.timed_bytes - (before.timed_bytes if before else 0)
+        self.timed_flops = now.timed_flops - (before.timed_flops if before else 0)
+        self.hist = [a - (b if before else 0) for a, b in zip(now.hist, before.hist if before else now.hist)]
+
+    def latency(self) -> pb.LatencyStats:
+        return latency(self.hist, self.total_ns, self.timed, self.slot.min_ns, self.slot.max_ns)
+
+
+def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:
+    s = d.slot
+    out = pb.GemmOpStats(op=s.op, dtype=s.dtype, shape=f"b={s.b} m={s.m} n={s.n} k={s.k}", count_total=s.count,
+                         count_per_s=d.count / seconds, flops_total=float(s.flops))
+    if d.total_ns > 0:
+        out.tflops = d.timed_flops / (d.total_ns * NS) / 1e12
+    out.latency.CopyFrom(d.latency())
+    return out
+
+
+def nccl_stats(d: SlotDelta, seconds: float) -> pb.NcclOpStats:
+    s = d.slot
+    out = pb.NcclOpStats(op=s.op, dtype=s.dtype, algorithm=s.algo, protocol=s.proto, comm_hash=f"{s.comm_hash:x}",
+                         comm_size=s.nranks, count_total=s.count, count_per_s=d.count / seconds,
+                         bytes_total=s.bytes)
+    if d.total_ns > 0:
+        algbw = d.timed_bytes / (d.total_ns * NS)
+        out.algbw_bytes_per_s = algbw
+        out.busbw_bytes_per_s = algbw * busbw_factor(s.op, s.nranks)
+    out.latency.CopyFrom(d.latency())
+    return out
+
+
+def total_tflops(deltas: Sequence[SlotDelta]) -> float | None:
+    """All timed GEMM FLOPs of the interval over their summed kernel time."""
+    ns = sum(d.total_ns for d in deltas)
+    return sum(d.timed_flops for d in deltas) / (ns * NS) / 1e12 if ns > 0 else None
