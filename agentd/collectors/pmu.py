@@ -63,8 +63,12 @@ def _raise_fd_limit() -> None:
 
 
 @dataclasses.dataclass
-class _Counted:
-    """A software and (maybe) a hardware counter set with their last samples."""
+class Counters:
+    """A software and (maybe) a hardware counter set with their last samples.
+
+    For one process: ``process_counters(pid)``; ``stats()`` once per interval
+    gives that interval's PmuStats (a ranks collector's ``RankStats.pmu``).
+    """
 
     software: "native.CounterSet"
     hardware: "native.CounterSet | None"
@@ -85,12 +89,16 @@ class _Counted:
             for before, after, counter_set in zip(previous, current, self.sets())
         )
 
+    def stats(self, scope: str = "process") -> pb.PmuStats:
+        """PmuStats for the interval since the previous call (the first call: "first sample")."""
+        return pmu_stats(scope, self.interval(), self.hardware_reason)
+
     def close(self) -> None:
         for counter_set in self.sets():
             counter_set.close()
 
 
-def _open(scope: str, pid: int = -1) -> _Counted:
+def _open(scope: str, pid: int = -1) -> Counters:
     """Open software counters (must work) and hardware counters (reason when not)."""
     if scope == "system":
         software = native.CounterSet.system_wide(_SYSTEM_SOFTWARE)
@@ -104,8 +112,15 @@ def _open(scope: str, pid: int = -1) -> _Counted:
         else:
             hardware = native.CounterSet.for_process(pid, native.HARDWARE_EVENTS)
     except native.PerfEventError as error:
-        return _Counted(software, None, str(error))
-    return _Counted(software, hardware, "")
+        return Counters(software, None, str(error))
+    return Counters(software, hardware, "")
+
+
+def process_counters(pid: int) -> Counters:
+    """Counters for ``pid`` and all its threads, present and future. Raises PerfEventError (ESRCH, ...)."""
+    if native is None:
+        raise RuntimeError(_IMPORT_ERROR)
+    return _open("process", pid)
 
 
 def summed(intervals: Iterable["native.IntervalCounts"]) -> "native.IntervalCounts":
@@ -172,9 +187,9 @@ class PmuCollector(Collector):
         super().__init__(interval_seconds)
         self._lock = threading.Lock()
         self._reason = ""
-        self._host: _Counted | None = None
+        self._host: Counters | None = None
         self._scope = ""
-        self._tracked: dict[int, _Counted] = {}
+        self._tracked: dict[int, Counters] = {}
         self._host_stats: pb.PmuStats | None = None
         self._process_stats: dict[int, pb.PmuStats] = {}
         self._start()
@@ -209,9 +224,7 @@ class PmuCollector(Collector):
 
     def track(self, pid: int) -> None:
         """Count ``pid`` (all its threads, present and future). Raises PerfEventError (e.g. ESRCH)."""
-        if native is None:
-            raise RuntimeError(_IMPORT_ERROR)
-        counted = _open("process", pid)
+        counted = process_counters(pid)
         with self._lock:
             old = self._tracked.pop(pid, None)
             self._tracked[pid] = counted
@@ -253,7 +266,7 @@ class PmuCollector(Collector):
             self._process_stats = {pid: s for pid, s in process_stats.items() if pid in self._tracked}
 
     @staticmethod
-    def _process_scope_stats(tracked: dict[int, _Counted], intervals: dict) -> pb.PmuStats:
+    def _process_scope_stats(tracked: dict[int, Counters], intervals: dict) -> pb.PmuStats:
         if not tracked:
             stats = pb.PmuStats(scope="process", hardware_available=False, hardware_reason="no tracked processes")
             for field in _FIELD_EVENTS:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentd.collectors.pmu import PmuCollector
+from agentd.collectors.pmu import PmuCollector, process_counters
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof_native import pmu
 
@@ -102,3 +102,15 @@ def test_tracking_a_missing_process_is_an_error(collector: PmuCollector) -> None
     with pytest.raises(pmu.PerfEventError) as caught:
         collector.track(process.pid)
     assert caught.value.errno == errno.ESRCH
+
+
+def test_process_counters_give_per_interval_stats(busy_child: subprocess.Popen[bytes]) -> None:
+    counters = process_counters(busy_child.pid)
+    try:
+        assert counters.stats().unavailable["context_switches_per_s"] == "first sample"
+        time.sleep(0.5)
+        stats = counters.stats()
+    finally:
+        counters.close()
+    assert stats.scope == "process"
+    assert 0.5 <= stats.task_clock_cpus <= 1.05

@@ -1,0 +1,73 @@
+"""Types of tuiprof_native.pmu (the Cython perf_event module); see pmu.pyx for the why."""
+
+from collections.abc import Iterable, Sequence
+
+HARDWARE_EVENTS: tuple[str, ...]
+SOFTWARE_EVENTS: tuple[str, ...]
+PARANOID_PATH: str
+
+def paranoid_level() -> int | None: ...
+def explain_errno(err: int, event: str, pid: int, cpu: int) -> str: ...
+def online_cpus() -> list[int]: ...
+
+class PerfEventError(OSError):
+    event: str
+    pid: int
+    cpu: int
+    def __init__(self, err: int, event: str, pid: int, cpu: int) -> None: ...
+
+class GroupReading:
+    time_enabled_ns: int
+    time_running_ns: int
+    values: tuple[int, ...]
+    def __init__(self, time_enabled_ns: int, time_running_ns: int, values: tuple[int, ...]) -> None: ...
+
+class CounterGroup:
+    events: tuple[str, ...]
+    pid: int
+    cpu: int
+    inherit: bool
+    exclude_kernel: bool
+    def __init__(
+        self, events: Iterable[str], pid: int = -1, cpu: int = -1, inherit: bool = False, exclude_kernel: bool = False
+    ) -> None: ...
+    def read(self) -> GroupReading: ...
+    def close(self) -> None: ...
+
+class CounterSample:
+    at_ns: int
+    readings: tuple[GroupReading, ...]
+    def __init__(self, at_ns: int, readings: Iterable[GroupReading]) -> None: ...
+
+class CounterSet:
+    groups: list[CounterGroup]
+    events: tuple[str, ...]
+    scope: str
+    user_space_only: bool
+    @classmethod
+    def system_wide(cls, events: Sequence[str], cpus: Iterable[int] | None = None) -> CounterSet: ...
+    @classmethod
+    def for_process(cls, pid: int, events: Sequence[str]) -> CounterSet: ...
+    def sample(self) -> CounterSample: ...
+    def close(self) -> None: ...
+
+class IntervalCounts:
+    seconds: float
+    counts: dict[str, float]
+    missing: dict[str, str]
+    def __init__(self, seconds: float, counts: dict[str, float], missing: dict[str, str] | None = None) -> None: ...
+    @classmethod
+    def combined(cls, parts: Iterable[IntervalCounts]) -> IntervalCounts: ...
+    def per_second(self, event: str) -> float | None: ...
+    @property
+    def ipc(self) -> float | None: ...
+    @property
+    def mips(self) -> float | None: ...
+    @property
+    def mega_cycles_per_s(self) -> float | None: ...
+    @property
+    def cache_miss_percent(self) -> float | None: ...
+    @property
+    def task_clock_cpus(self) -> float | None: ...
+
+def interval_counts(previous: CounterSample, current: CounterSample, events: Sequence[str]) -> IntervalCounts: ...
