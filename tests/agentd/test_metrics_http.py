@@ -19,7 +19,7 @@ def test_real_agent_serves_metrics_healthz_and_404(tmp_path):
             health = http.get("/healthz")
             metrics = http.get("/metrics")
             missing = http.get("/nope")
-        log_lines = agent.log().splitlines()
+    log_lines = agent.log().splitlines()  # read once agentd has exited: no half-written line
     assert health.status_code == 200 and health.text == "ok\n"
     assert metrics.status_code == 200
     assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
