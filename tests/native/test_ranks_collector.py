@@ -1,0 +1,131 @@
+"""agentd's ranks collector: rate arithmetic, a real agentd reading a stand-in
+job's segment over gRPC and /metrics, and a killed rank reported as exited
+then cleaned up."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from agentd.collectors import rank_rates
+from agentd.collectors.ranks import RanksCollector
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from native.support import segment_path, tuiprof_run
+from testkit.agents import running_agent
+from tuiprof.client.channel import open_channel
+
+
+def test_busbw_factors_are_nccl_tests():
+    assert rank_rates.busbw_factor("AllReduce", 8) == pytest.approx(2 * 7 / 8)
+    assert rank_rates.busbw_factor("AllGather", 4) == pytest.approx(3 / 4)
+    assert rank_rates.busbw_factor("ReduceScatter", 2) == pytest.approx(1 / 2)
+    assert rank_rates.busbw_factor("Broadcast", 8) == 1.0
+    assert rank_rates.busbw_factor("Send", 2) == 1.0
+
+
+def test_percentiles_interpolate_within_log2_buckets():
+    hist = [0] * 40
+    hist[10] = 100  # 100 values in [1024, 2048)
+    assert rank_rates.percentile_ns(hist, 0.5) == pytest.approx(1024 + 1024 * 0.5)
+    hist[20] = 1  # one outlier in [1 Mi, 2 Mi)
+    assert rank_rates.percentile_ns(hist, 0.99) < 2048 < rank_rates.percentile_ns(hist, 1.0)
+    assert rank_rates.percentile_ns([0] * 40, 0.5) is None
+    stats = rank_rates.latency(hist, total_ns=100 * 1500 + 1_500_000, timed=101, lifetime_min=1100,
+                               lifetime_max=1_500_000)
+    assert stats.min_seconds == pytest.approx(1100e-9) and stats.max_seconds == pytest.approx(1.5e-3)
+    assert stats.avg_seconds == pytest.approx((150_000 + 1_500_000) / 101 * 1e-9)
+
+
+@pytest.fixture
+def stand_in_job(standins):
+    """The stand-in driver under `tuiprof run`, alive until the test ends."""
+    proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE)
+    assert proc.stdout.readline() and proc.stdout.readline().strip() == "READY"
+    yield proc
+    proc.communicate("\n", timeout=10)
+    segment_path(proc.pid).unlink(missing_ok=True)
+
+
+async def watch_rank(agent, pid: int, predicate, timeout: float = 20.0) -> pb.RankStats:
+    async with open_channel(agent.address) as channel:
+        call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=timeout)
+        async for snapshot in call:
+            ranks = [r for r in snapshot.ranks if r.pid == pid]
+            if ranks and predicate(ranks[0]):
+                call.cancel()
+                return ranks[0]
+    raise AssertionError(f"no matching RankStats for pid {pid}")
+
+
+async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_in_job):
+    pid = stand_in_job.pid
+    with running_agent(tmp_path) as agent:
+        rank = await watch_rank(agent, pid, lambda r: len(r.nccl) == 4)
+        assert rank.state == "running" and rank.heartbeat_age_seconds < 5
+        gemm = {(g.op, g.shape): g for g in rank.gemm}
+        assert gemm[("cublasGemmEx", "b=1 m=64 n=32 k=16")].count_total == 5
+        assert gemm[("cublasLtMatmul", "b=2 m=16 n=8 k=4")].flops_total == 2 * 2 * 2 * 16 * 8 * 4
+        allreduce = next(n for n in rank.nccl if n.op == "AllReduce")
+        assert (allreduce.count_total, allreduce.algorithm, allreduce.comm_size) == (3, "RING", 4)
+        # 2048 bytes in 50 us each; all counted since the segment's start in the first reading, after that
+        # intervals with no new collectives have no timed bytes: bandwidth is then unavailable, not 0
+        if allreduce.HasField("algbw_bytes_per_s"):
+            assert allreduce.algbw_bytes_per_s == pytest.approx(2048 / 50e-6)
+            assert allreduce.busbw_bytes_per_s == pytest.approx(2048 / 50e-6 * 1.5)
+        inflight = {op.kind: op for op in rank.inflight}
+        assert inflight["nccl"].op == "AllReduce" and inflight["nccl"].sequence == 3
+        assert inflight["gemm"].age_seconds > 0
+        with urllib.request.urlopen(f"{agent.metrics_url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        lines = [line for line in text.splitlines() if f'pid="{pid}"' in line]
+        assert any(line.startswith("tuiprof_rank_nccl_calls_total{") and 'algorithm="RING"' in line
+                   and 'op="AllReduce"' in line and line.endswith(" 3") for line in lines), lines
+        assert any(line.startswith("tuiprof_rank_gemm_calls_total{") and 'dtype="bf16"' in line for line in lines)
+
+
+SLEEPER = ("import ctypes, os, sys, time; lib = ctypes.CDLL(os.environ['TUIPROF_HOOK_LIBRARY']); "
+           "lib.tuiprof_record_step(); print('ready', flush=True); time.sleep(60)")
+
+
+async def test_agent_reports_a_killed_rank_as_exited(tmp_path, cleanup_segments):
+    proc = tuiprof_run(sys.executable, "-c", SLEEPER, stdout=subprocess.PIPE, env={"RANK": "3", "LOCAL_RANK": "1"})
+    cleanup_segments.append(proc.pid)
+    assert proc.stdout.readline().strip() == "ready"
+    with running_agent(tmp_path) as agent:
+        rank = await watch_rank(agent, proc.pid, lambda r: r.state == "running")
+        assert (rank.rank, rank.local_rank, rank.step_count) == (3, 1, 1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        rank = await watch_rank(agent, proc.pid, lambda r: r.state == "exited")
+        assert "did not run its exit handlers" in rank.unavailable["exit_signal"]
+        assert not rank.HasField("exit_signal") and not rank.HasField("exit_code")
+
+
+def test_exited_rank_segment_is_cleaned_up(cleanup_segments):
+    proc = tuiprof_run(sys.executable, "-c", SLEEPER, stdout=subprocess.PIPE)
+    cleanup_segments.append(proc.pid)
+    assert proc.stdout.readline().strip() == "ready"
+    collector = RanksCollector(0.1, exited_keep_seconds=0.3)
+    try:
+        collector.collect()
+        proc.kill()
+        proc.wait(timeout=10)
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        assert [r.state for r in snapshot.ranks if r.pid == proc.pid] == ["exited"]
+        time.sleep(0.35)
+        collector.collect()
+        assert not segment_path(proc.pid).exists()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        assert [r for r in snapshot.ranks if r.pid == proc.pid] == []
+    finally:
+        collector.close()
