@@ -34,14 +34,15 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-# (proto field, dynolog name, scale) for the scalars that are copied as they are.
+# (proto field, sink name, scale): floats are multiplied by scale; scale None copies
+# the value as it is (integers stay integers).
 _CPU = (("user_percent", "cpu_u", 1.0), ("system_percent", "cpu_s", 1.0),
         ("idle_percent", "cpu_i", 1.0), ("iowait_percent", "cpu_w", 1.0),
         ("load1", "load1", 1.0), ("load5", "load5", 1.0), ("load15", "load15", 1.0),
-        ("process_count", "processes", 1))
-_MEMORY = (("total_bytes", "mem_total", 1), ("used_bytes", "mem_used", 1),
-           ("available_bytes", "mem_available", 1), ("swap_total_bytes", "swap_total", 1),
-           ("swap_used_bytes", "swap_used", 1))
+        ("process_count", "processes", None))
+_MEMORY = (("total_bytes", "mem_total", None), ("used_bytes", "mem_used", None),
+           ("available_bytes", "mem_available", None), ("swap_total_bytes", "swap_total", None),
+           ("swap_used_bytes", "swap_used", None))
 _PMU = (("mips", "mips", 1.0), ("mega_cycles_per_s", "mega_cycles_per_second", 1.0),
         ("ipc", "ipc", 1.0), ("cache_misses_per_s", "cache_misses_per_s", 1.0),
         ("branch_misses_per_s", "branch_misses_per_s", 1.0),
@@ -50,7 +51,7 @@ _GPU = (("utilization_percent", "gpu_device_utilization", 1.0),
         ("memory_utilization_percent", "gpu_memory_utilization", 1.0),
         ("sm_clock_hz", "gpu_frequency_mhz", 1e-6), ("power_watts", "gpu_power_draw", 1.0),
         ("temperature_celsius", "gpu_temperature", 1.0),
-        ("memory_used_bytes", "gpu_memory_used", 1), ("memory_total_bytes", "gpu_memory_total", 1),
+        ("memory_used_bytes", "gpu_memory_used", None), ("memory_total_bytes", "gpu_memory_total", None),
         ("sm_active_percent", "sm_active_ratio", 0.01), ("sm_occupancy_percent", "sm_occupancy", 0.01),
         ("tensor_active_percent", "tensorcore_active", 0.01),
         ("dram_active_percent", "hbm_mem_bw_util", 0.01),
@@ -66,12 +67,13 @@ _DISK_TOTALS = (("read_bytes_total", "read_bytes"), ("write_bytes_total", "write
 _DISK_RATES = (("read_iops", "read_iops", 1.0), ("write_iops", "write_iops", 1.0))
 
 
-def _copy(record: dict[str, Any], message: Any, fields: Iterable[tuple[str, str, float]],
+def _copy(record: dict[str, Any], message: Any, fields: Iterable[tuple[str, str, float | None]],
           suffix: str = "") -> None:
+    """Copy the fields ``message`` has; unset (unavailable) fields stay out of the record."""
     for field, name, scale in fields:
         if message.HasField(field):
             value = getattr(message, field)
-            record[name + suffix] = value * scale if isinstance(scale, float) else value
+            record[name + suffix] = value if scale is None else value * scale
 
 
 def _deltas(record: dict[str, Any], current: Iterable[Any], previous: Iterable[Any],
