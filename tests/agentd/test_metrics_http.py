@@ -20,6 +20,7 @@ def test_real_agent_serves_metrics_healthz_and_404(tmp_path):
             metrics = http.get("/metrics")
             missing = http.get("/nope")
     log_lines = agent.log().splitlines()  # read once agentd has exited: no half-written line
+    assert agent.process.returncode == 0  # SIGTERM is a clean stop
     assert health.status_code == 200 and health.text == "ok\n"
     assert metrics.status_code == 200
     assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -30,6 +31,7 @@ def test_real_agent_serves_metrics_healthz_and_404(tmp_path):
     started = next(e for e in entries if e["message"] == "agentd listening")
     assert started["level"] == "info" and started["logger"] == "agentd.daemon"
     assert started["grpc"] == f"127.0.0.2:{agent.port}" and started["token_required"] is False
+    assert entries[-1]["message"] == "agentd stopped"
 
 
 def test_healthz_reports_starting_and_stale_snapshots():
