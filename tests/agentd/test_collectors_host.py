@@ -54,18 +54,19 @@ def test_first_sample_has_totals_and_says_rates_are_unavailable() -> None:
 def test_cpu_shares_follow_a_busy_child_process() -> None:
     collector = HostCollector(1.0)
     collector.collect()
+    started = time.monotonic()
     busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"])
-    _, _, usage = os.wait4(busy.pid, 0)  # this child's own CPU time
+    _, _, usage = os.wait4(busy.pid, 0)  # this child's own CPU time, from the kernel
     busy.returncode = 0
     collector.collect()
-    child_cpu_seconds = usage.ru_utime
+    elapsed = time.monotonic() - started
     cpu = snapshot_of(collector).cpu
     shares = cpu.user_percent + cpu.system_percent + cpu.idle_percent + cpu.iowait_percent
     assert shares <= 100.0 + 1e-6
-    # the child alone kept one of the CPUs busy for most of the interval
-    busy_percent = 100.0 - cpu.idle_percent
-    assert busy_percent >= 100.0 * min(child_cpu_seconds, 1.0) / psutil.cpu_count() * 0.7
-    assert max(core.user_percent for core in cpu.cores) >= 50.0
+    # the host was at least as busy as this one child kept it
+    child_share = 100.0 * (usage.ru_utime + usage.ru_stime) / (elapsed * psutil.cpu_count())
+    assert 100.0 - cpu.idle_percent >= child_share * 0.8
+    assert all(0.0 <= core.idle_percent <= 100.0 for core in cpu.cores)
 
 
 def test_loopback_traffic_shows_up_as_bytes_per_second() -> None:
@@ -84,6 +85,7 @@ def test_loopback_traffic_shows_up_as_bytes_per_second() -> None:
     reader.start()
     collector = HostCollector(1.0)
     collector.collect()
+    before = nic(snapshot_of(collector), "lo")
     started = time.monotonic()
     with socket.create_connection(server.getsockname()) as client:
         for _ in range(rounds):
@@ -95,6 +97,7 @@ def test_loopback_traffic_shows_up_as_bytes_per_second() -> None:
     elapsed = time.monotonic() - started
     loopback = nic(snapshot_of(collector), "lo")
     assert sum(received) == rounds * len(payload)
+    assert loopback.rx_bytes_total - before.rx_bytes_total >= rounds * len(payload)
     # everything sent was received on lo within the interval (plus TCP headers and other traffic)
     assert loopback.rx_bytes_per_s * elapsed >= rounds * len(payload) * 0.95
     assert loopback.tx_bytes_per_s == pytest.approx(loopback.rx_bytes_per_s, rel=0.01)

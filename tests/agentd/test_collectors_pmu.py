@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+import psutil
 import pytest
 
 from agentd.collectors.pmu import PmuCollector, process_counters
@@ -31,6 +32,11 @@ def busy_child() -> Iterator[subprocess.Popen[bytes]]:
     yield process
     process.kill()
     process.wait(timeout=10)
+
+
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def host_pmu(collector: PmuCollector) -> pb.PmuStats:
@@ -75,12 +81,15 @@ def test_tracked_process_gets_its_own_rates(collector: PmuCollector, busy_child:
     collector.track(busy_child.pid)
     assert busy_child.pid in collector.tracked()
     collector.collect()
+    started, cpu_before = time.monotonic(), cpu_seconds(busy_child.pid)
     assert collector.process_stats(busy_child.pid).unavailable["task_clock_cpus"] == "first sample"
     time.sleep(0.5)
     collector.collect()
+    elapsed, cpu_used = time.monotonic() - started, cpu_seconds(busy_child.pid) - cpu_before
     stats = collector.process_stats(busy_child.pid)
     assert stats.scope == "process"
-    assert 0.5 <= stats.task_clock_cpus <= 1.05
+    assert cpu_used > 0.03
+    assert stats.task_clock_cpus * elapsed == pytest.approx(cpu_used, rel=0.2, abs=0.04)
     collector.untrack(busy_child.pid)
     assert collector.process_stats(busy_child.pid) is None
     assert busy_child.pid not in collector.tracked()
@@ -108,9 +117,12 @@ def test_process_counters_give_per_interval_stats(busy_child: subprocess.Popen[b
     counters = process_counters(busy_child.pid)
     try:
         assert counters.stats().unavailable["context_switches_per_s"] == "first sample"
+        started, cpu_before = time.monotonic(), cpu_seconds(busy_child.pid)
         time.sleep(0.5)
         stats = counters.stats()
+        elapsed, cpu_used = time.monotonic() - started, cpu_seconds(busy_child.pid) - cpu_before
     finally:
         counters.close()
     assert stats.scope == "process"
-    assert 0.5 <= stats.task_clock_cpus <= 1.05
+    assert cpu_used > 0.03
+    assert stats.task_clock_cpus * elapsed == pytest.approx(cpu_used, rel=0.2, abs=0.04)
