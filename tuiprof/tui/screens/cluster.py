@@ -17,6 +17,7 @@ from tuiprof.model.cluster import ClusterState, HostState, worst_first
 from tuiprof.model.filter import FilterError, HostFilter
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
+from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import pair, reading, reasons, sparkline
 
 TREND_WIDTH = 12
@@ -100,7 +101,6 @@ class ClusterScreen(Screen[None]):
         self.reverse = False
         self.host_filter = HostFilter.parse("")
         self._order: list[str] = []
-        self._cells: dict[str, list[object]] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -135,26 +135,12 @@ class ClusterScreen(Screen[None]):
     def refresh_data(self) -> None:
         table = self.query_one("#hosts", DataTable)
         hosts = self.visible_hosts()
-        worst = min(self.cluster.hosts(), key=worst_first, default=None)
+        worst = self.worst_host()
         counts = Counter(h.name for h in self.cluster.hosts())
         shared = {name for name, count in counts.items() if count > 1}
         rows = {h.address: self._row(h, worst, shared) for h in hosts}
-        order = list(rows)
-        if order != self._order:
-            selected = self.selected_address()
-            table.clear()
-            for address, cells in rows.items():
-                table.add_row(*cells, key=address)
-            self._order = order
-            if selected in rows:
-                table.move_cursor(row=order.index(selected))
-        else:
-            for address, cells in rows.items():
-                old = self._cells.get(address)
-                for column, value, previous in zip(COLUMNS, cells, old or [None] * len(cells)):
-                    if value != previous:
-                        table.update_cell(address, column.key, value, update_width=True)
-        self._cells = rows
+        sync_rows(table, rows)
+        self._order = list(rows)
         self._update_titles(len(hosts))
         self.update_detail()
 
@@ -166,9 +152,16 @@ class ClusterScreen(Screen[None]):
             cells = [Text(c.plain, style="dim") if isinstance(c, Text) else Text(c, style="dim")
                      for c in cells]
             cells[1] = _state_cell(state, self.cluster)
-        if worst is not None and state.address == worst.address and len(self.cluster.hosts()) > 1:
+        if worst is not None and state.address == worst.address:
             cells[0] = Text(f"{cells[0]} ▼", style="bold")
         return cells
+
+    def worst_host(self) -> HostState | None:
+        """The host most in need of attention, or None when no host stands out."""
+        ranked = sorted(self.cluster.hosts(), key=worst_first)
+        if len(ranked) < 2 or worst_first(ranked[0]) == worst_first(ranked[-1]):
+            return None
+        return ranked[0]
 
     def _update_titles(self, shown: int) -> None:
         total = len(self.cluster.hosts())
@@ -195,12 +188,13 @@ class ClusterScreen(Screen[None]):
         if address is None:
             return "no host matches the filter" if self.host_filter.text else "no hosts"
         state = self.cluster.host(address)
+        label = state.name if state.name == address else f"{state.name} ({address})"
         since = self.cluster.since_contact(state)
         contact = "never answered" if since is None else f"last contact {units.ago(since)}"
         if not state.reachable:
             what = "connecting" if state.reachable is None else f"unreachable: {state.error}"
-            return f"{state.name}: {what} · {contact} · retrying with backoff"
-        lines = [f"{state.name}: up · {contact}"]
+            return f"{label}: {what} · {contact} · retrying with backoff"
+        lines = [f"{label}: up · {contact}"]
         if state.summary is not None:
             named = {f: getattr(state.summary, f) for f in HostSummary.__dataclass_fields__}
             lines.extend(reasons(named))
@@ -256,8 +250,9 @@ class ClusterScreen(Screen[None]):
         self.refresh_data()
 
     def action_worst(self) -> None:
-        worst = min(self.cluster.hosts(), key=worst_first, default=None)
+        worst = self.worst_host()
         if worst is None:
+            self.notify("no host stands out: all look alike")
             return
         if worst.address not in self._order:
             self.host_filter = HostFilter.parse("")

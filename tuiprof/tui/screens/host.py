@@ -15,6 +15,7 @@ from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
 from tuiprof.model.snapshot import HostSnapshot, Pmu, Rank
 from tuiprof.model.values import Reading, Unavailable
+from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import pair, reading, reasons
 
 TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
@@ -248,18 +249,7 @@ class HostScreen(Screen[None]):
             note = f"unavailable: {missing.reason}" if missing else empty
             rows = [("none", [Text(note, style="dim italic")] + [""] * (len(table.columns) - 1), {})]
         self._rows[tab] = rows
-        keys = [key for key, _, _ in rows]
-        current = [row.value for row in table.rows]
-        if keys == current:
-            for key, cells, _ in rows:
-                for column, value in zip(table.columns, cells):
-                    table.update_cell(key, column, value, update_width=True)
-        else:
-            cursor = table.cursor_row
-            table.clear()
-            for key, cells, _ in rows:
-                table.add_row(*cells, key=key)
-            table.move_cursor(row=min(cursor, len(rows) - 1))
+        sync_rows(table, {key: cells for key, cells, _ in rows})
 
     def _fill_history(self) -> None:
         history = self.cluster.history(self.address)

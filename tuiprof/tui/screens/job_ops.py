@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from tuiprof.analysis.job_ops import OpRow, job_ops
 from tuiprof.model import units
+from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import reading
 
 COLUMNS = ("Host", "Rank", "Kind", "Op", "Calls/s", "p50", "p99", "Throughput", "vs median")
@@ -62,12 +63,7 @@ class JobOpsScreen(Screen[None]):
         rows = job_ops(self.app.cluster)  # type: ignore[attr-defined]
         self._rows = rows
         table = self.query_one("#ops", DataTable)
-        cursor = table.cursor_row
-        table.clear()
-        for index, row in enumerate(rows):
-            table.add_row(*_cells(row), key=str(index))
-        if rows:
-            table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
+        sync_rows(table, {f"{r.host}/{r.rank}/{r.kind}/{r.op}": _cells(r) for r in rows})
         stragglers = sum(1 for r in rows if r.verdict and r.verdict.straggler)
         if not rows:
             text = "no GEMM or NCCL ops reported yet (ranks appear once started with `tuiprof run -- CMD`)"

@@ -1,0 +1,65 @@
+"""`tuiprof record` against a real agent, `tuiprof replay` of what it wrote, and their bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from testkit.agents import running_agent
+from tuiprof.client.sources import ReplaySource
+from tuiprof.model import record
+from tuiprof.model.events import InfoReceived, SnapshotReceived
+from tuiprof.tui.app import TuiprofApp
+
+
+def tuiprof(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
+    return subprocess.run([sys.executable, "-m", "tuiprof.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+async def test_record_a_real_agent_then_replay_it_in_the_console(tmp_path) -> None:
+    out = tmp_path / "session.ndjson"
+    with running_agent(tmp_path, host="127.0.0.2", interval_ms=200) as agent:
+        result = tuiprof("record", str(out), agent.address.target, "--duration", "1.5")
+    assert result.returncode == 0, result.stderr
+    events = list(record.read(out))
+    assert isinstance(events[0], InfoReceived) and events[0].host == agent.address.target
+    snapshots = [e for e in events if isinstance(e, SnapshotReceived)]
+    assert len(snapshots) >= 4  # 1.5 s at 200 ms, minus start-up
+    sequences = [e.snapshot.sequence for e in snapshots]
+    assert sequences == sorted(sequences)
+
+    app = TuiprofApp(ReplaySource(events, speed=0))
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.cluster.host(agent.address.target).snapshot is not None and not app._inbox:
+                break
+        state = app.cluster.host(agent.address.target)
+        assert state.snapshot == snapshots[-1].snapshot
+        assert len(app.cluster.history(agent.address.target).numbers("memory")) == len(snapshots)
+        assert app.sub_title == "replay"
+
+
+def test_replay_refuses_a_file_that_is_not_a_recording(tmp_path) -> None:
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text('{"t": 1, "host": "a", "event": "snapshot", "snapshot": {"cpu": 3}}\n')
+    result = tuiprof("replay", str(bad))
+    assert result.returncode == 2
+    assert f"{bad}:1: not a tuiprof recording line" in result.stderr and "Traceback" not in result.stderr
+    result = tuiprof("replay", str(tmp_path / "missing.ndjson"))
+    assert result.returncode == 2 and "cannot open recording" in result.stderr
+
+
+def test_record_and_console_bad_input(tmp_path) -> None:
+    result = tuiprof("record", str(tmp_path / "x.ndjson"), "127.0.0.1", "--duration", "-1")
+    assert result.returncode == 2 and "--duration -1.0: expected a positive number" in result.stderr
+    result = tuiprof("connect", "127.0.0.1", "--interval", "-2")
+    assert result.returncode == 2 and "--interval -2.0" in result.stderr
+    result = tuiprof("connect", "127.0.0.1")  # stdout is a pipe here, not a terminal
+    assert result.returncode == 2 and "stdout is not a terminal" in result.stderr
