@@ -51,6 +51,8 @@ cdef extern from "tuiprof_segment.h":
         uint64_t nccl_untimed
         uint64_t dropped_records
         uint64_t slot_overflow
+        uint64_t nccl_channel_shortfall
+        uint64_t nccl_late_channels
 
     ctypedef struct tp_header:
         uint64_t magic
@@ -161,6 +163,8 @@ class Counters:
     nccl_untimed: int
     dropped_records: int
     slot_overflow: int
+    nccl_channel_shortfall: int
+    nccl_late_channels: int
 
 
 @dataclass(frozen=True)
@@ -348,7 +352,8 @@ cdef class Segment:
             raise SegmentError(f"{self.path}: counters kept changing while read; try again")
         counters = Counters(c.step_count, c.step_time_total_ns, c.last_step_ns, c.last_step_time_ns,
                             c.gc_count, c.gc_pause_total_ns, c.dataloader_count, c.dataloader_wait_total_ns,
-                            c.gemm_untimed, c.nccl_untimed, c.dropped_records, c.slot_overflow)
+                            c.gemm_untimed, c.nccl_untimed, c.dropped_records, c.slot_overflow,
+                            c.nccl_channel_shortfall, c.nccl_late_channels)
         return Header(h.layout_version, h.pid, _opt_rank(h.rank), _opt_rank(h.local_rank),
                       _opt_rank(h.world_size), _text(h.job_id, 64), _text(h.hostname, 64), h.start_ns,
                       h.heartbeat_ns, h.writer_seq, h.flags, h.slots_used, h.ring_head, counters)

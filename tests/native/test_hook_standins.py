@@ -111,6 +111,8 @@ def test_nccl_collectives_from_profiler_plugin(hooked_run):
     assert header.flags & segment.FLAG_NCCL_PLUGIN and header.flags & segment.FLAG_NCCL_GPU_TIME
     assert result["cuda_events_during_nccl"] == 0  # nothing recorded on NCCL streams
     assert result["unexpected_nccl_handles"] == 0  # only the event types asked for got handles
+    counters = header.counters
+    assert (counters.nccl_channel_shortfall, counters.nccl_late_channels, counters.nccl_untimed) == (0, 0, 0)
     nccl = {s.op: s for s in seg.slots() if s.kind == "nccl"}
     assert sorted(nccl) == sorted(c[0] for c in COLLECTIVES)
     for op, dtype, algo, proto, count, size, gpu_ns in COLLECTIVES:

@@ -103,6 +103,8 @@ const char *tp_cuda_dtype_name(int t, char *buf, size_t cap);
 /* Finish collectives whose channels all stopped but fewer than announced
  * reported (called by the writer every few ms). */
 void tp_nccl_sweep(uint64_t now_ns);
+/* Channel-accounting anomalies so far (shortfall: finished by the sweep). */
+void tp_nccl_anomalies(uint64_t *shortfall, uint64_t *late);
 void tp_nccl_fork_child(void);
 
 /* ---- segment writer (segment_writer.c; writer thread only) ------------- */

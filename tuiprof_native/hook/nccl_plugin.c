@@ -83,6 +83,13 @@ static tp_queue *_Atomic g_free_ops;
 static _Atomic int64_t g_gpu_clock_offset; /* realtime - globaltimer, 0 when they agree */
 static _Atomic int g_offset_known;
 static _Atomic uint64_t g_p2p_seq;
+static _Atomic uint64_t g_shortfall, g_late;
+
+void tp_nccl_anomalies(uint64_t *shortfall, uint64_t *late)
+{
+    *shortfall = atomic_load(&g_shortfall);
+    *late = atomic_load(&g_late);
+}
 
 static int ops_ready(void)
 {
@@ -100,6 +107,8 @@ static int ops_ready(void)
 
 void tp_nccl_fork_child(void)
 {
+    atomic_store(&g_shortfall, 0);
+    atomic_store(&g_late, 0);
     if (!g_free_ops) return;
     tp_queue_reset(g_free_ops);
     for (uint32_t i = 0; i < OP_COUNT; i++) tp_queue_push(g_free_ops, &i);
@@ -185,7 +194,10 @@ void tp_nccl_sweep(uint64_t now_ns)
         if (!op->comm || atomic_load(&op->finished) || !atomic_load(&op->host_done)) continue;
         uint32_t started = atomic_load(&op->ch_started), stopped = atomic_load(&op->ch_stopped);
         if (stopped == 0 || started != stopped) continue;
-        if (now_ns - atomic_load(&op->last_activity_ns) > STRAGGLER_CHANNEL_NS) finish(op);
+        if (now_ns - atomic_load(&op->last_activity_ns) > STRAGGLER_CHANNEL_NS) {
+            atomic_fetch_add(&g_shortfall, 1);
+            finish(op);
+        }
     }
 }
 
@@ -285,6 +297,10 @@ static int start_event(void *context, void **handle, nccl_descr *d)
     } else if (type == PROFILE_KERNEL_CH) {
         nccl_op *op = d->parent;
         if (!op) return NCCL_SUCCESS;
+        if (atomic_load(&op->finished)) { /* more channels than announced, after the op was reported */
+            atomic_fetch_add(&g_late, 1);
+            return NCCL_SUCCESS;
+        }
         atomic_fetch_add(&op->ch_started, 1);
         uint64_t t = d->kernel_ch.ptimer, cur = atomic_load(&op->gpu_start);
         while (t < cur && !atomic_compare_exchange_weak(&op->gpu_start, &cur, t)) {

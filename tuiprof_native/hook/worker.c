@@ -255,10 +255,14 @@ static void sync_header(void)
     tp_header *h = &tp_segment_get()->header;
     uint32_t flags = atomic_load(&g_flags);
     if (h->flags != flags) __atomic_store_n(&h->flags, flags, __ATOMIC_RELEASE);
-    uint64_t drops = atomic_load(&g_drops);
-    if (h->counters.dropped_records != drops) {
+    uint64_t drops = atomic_load(&g_drops), shortfall, late;
+    tp_nccl_anomalies(&shortfall, &late);
+    tp_counters *c = &h->counters;
+    if (c->dropped_records != drops || c->nccl_channel_shortfall != shortfall || c->nccl_late_channels != late) {
         tp_counters_begin();
-        h->counters.dropped_records = drops;
+        c->dropped_records = drops;
+        c->nccl_channel_shortfall = shortfall;
+        c->nccl_late_channels = late;
         tp_counters_end();
     }
 }

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 1u
+#define TP_LAYOUT_VERSION 2u
 
 #define TP_SEGMENT_PREFIX "tuiprof-" /* /dev/shm/tuiprof-<uid>-<pid> */
 
@@ -69,7 +69,9 @@ typedef struct tp_counters {
     uint64_t nccl_untimed;        /* collectives finished without GPU timestamps */
     uint64_t dropped_records;     /* records lost because an internal queue was full */
     uint64_t slot_overflow;       /* records folded into the overflow slot */
-    uint64_t reserved[3];
+    uint64_t nccl_channel_shortfall; /* ops finished with fewer kernel channels than NCCL announced */
+    uint64_t nccl_late_channels;  /* kernel-channel events for ops already finished (ignored) */
+    uint64_t reserved[1];
 } tp_counters;
 
 typedef struct tp_header {

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU run of bench/native_gpu.py on 2 GPUs: build, accuracy under `tuiprof run`, then interleaved
+# overhead rounds (plain / tuiprof / TORCH_NCCL_ENABLE_TIMING=1). Results in $OUT (or ./bench/.work).
+set -u
+OUT=${OUT:-bench/.work}
+WORK=$(mktemp -d /tmp/tuiprof-bench.XXXX)  # per-process JSON; $OUT gets the log, report and summary
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+nvidia-smi -L; which gcc cc; python3 -c 'import torch; print(torch.__version__, torch.cuda.device_count(), torch.cuda.nccl.version())'
+python3 setup.py -q build_ext --inplace 2>&1 | tail -5
+ls -la tuiprof_native/*.so || exit 1
+RUN=(python3 -c 'import argparse, sys; from tuiprof.commands import run; sys.exit(run.run(argparse.Namespace(command=sys.argv[1:], kineto_daemon=False)))')
+TR=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
+echo "== accuracy"; "${RUN[@]}" "${TR[@]}" bench/native_gpu.py --mode accuracy --out "$WORK"
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+for round in 1 2 3; do
+  echo "== round $round plain";      "${TR[@]}" bench/native_gpu.py --mode overhead --out "$WORK" --label plain --round $round
+  echo "== round $round tuiprof";    "${RUN[@]}" "${TR[@]}" bench/native_gpu.py --mode overhead --out "$WORK" --label tuiprof --round $round
+  echo "== round $round ncclTiming"; TORCH_NCCL_ENABLE_TIMING=1 "${TR[@]}" bench/native_gpu.py --mode overhead --out "$WORK" --label nccl_timing --round $round
+done
+python3 bench/native_gpu_report.py "$WORK" "$OUT/results.json" > "$OUT/report.md"; cat "$OUT/report.md"
+ls /dev/shm
