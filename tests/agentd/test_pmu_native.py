@@ -232,24 +232,27 @@ def test_unprivileged_system_wide_counting_names_the_paranoid_level() -> None:
 
 @needs_root_at_paranoid_1
 def test_unprivileged_agent_falls_back_to_counting_itself() -> None:
-    def scope_and_rate() -> tuple[str, list[int], bool, str]:
+    def scope_and_counts() -> tuple[str, list[int], float, float, str]:
         collector = PmuCollector(1.0)
         collector.collect()
-        end = time.time() + 0.3
-        while time.time() < end:
+        started, cpu_before = time.monotonic(), time.process_time()
+        while time.monotonic() < started + 0.3:
             pass
         collector.collect()
+        elapsed, cpu_used = time.monotonic() - started, time.process_time() - cpu_before
         snapshot = pb.HostSnapshot()
         collector.fill(snapshot)
         tracked = collector.tracked()
         collector.close()
-        return collector.scope, tracked, snapshot.pmu.task_clock_cpus > 0.3, snapshot.pmu.scope
+        return collector.scope, tracked, snapshot.pmu.task_clock_cpus * elapsed, cpu_used, snapshot.pmu.scope
 
-    kind, result = run_as_nobody(scope_and_rate)
+    kind, result = run_as_nobody(scope_and_counts)
     assert kind == "ok", result
-    scope, tracked, busy_seen, reported_scope = result
+    scope, tracked, task_clock_seconds, cpu_used, reported_scope = result
     assert scope == reported_scope == "process"
-    assert len(tracked) == 1 and busy_seen
+    assert len(tracked) == 1  # itself
+    assert cpu_used > 0.02
+    assert task_clock_seconds == pytest.approx(cpu_used, rel=0.2, abs=0.03)
 
 
 def test_multiplexed_groups_are_scaled_by_enabled_over_running() -> None:
