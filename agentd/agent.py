@@ -68,6 +68,7 @@ class Agent:
         # Called on every assembled snapshot before it is published (e.g. hang verdicts,
         # which judge what the collectors filled in).
         self.post_processors: list[Callable[[pb.HostSnapshot], None]] = []
+        self._failing_post_processors: set[Callable[[pb.HostSnapshot], None]] = set()
 
     def start_collectors(self) -> None:
         for runner in self.runners:
@@ -98,7 +99,15 @@ class Agent:
         for runner in self.runners:
             snapshot.collectors.append(runner.fill(snapshot, runner.status()))
         for post_process in self.post_processors:
-            post_process(snapshot)
+            try:
+                post_process(snapshot)
+            except Exception:  # a bug in one post-processor must not stop the snapshots
+                if post_process not in self._failing_post_processors:
+                    log.exception("snapshot post-processor failed",
+                                  extra={"post_processor": repr(post_process)})
+                self._failing_post_processors.add(post_process)
+            else:
+                self._failing_post_processors.discard(post_process)
         return snapshot
 
     def subscribe(self) -> LatestSlot:

@@ -153,3 +153,21 @@ async def test_run_publishes_every_interval_to_every_watcher():
         task.cancel()
     assert sequences == sorted(sequences) and len(set(sequences)) == 3
     assert sequences[-1] - sequences[0] <= 3
+
+
+def test_a_failing_post_processor_is_logged_once_and_snapshots_go_on(caplog):
+    agent = Agent([], 0.1)
+    calls = []
+
+    def judge(snapshot: pb.HostSnapshot) -> None:
+        calls.append(snapshot.sequence)
+        if snapshot.sequence <= 2:
+            raise KeyError("rank 3")
+        snapshot.hang.level = "ok"
+
+    agent.post_processors.append(judge)
+    snapshots = [agent.snapshot() for _ in range(3)]
+    assert calls == [1, 2, 3]
+    assert snapshots[2].hang.level == "ok"
+    failures = [r for r in caplog.records if r.message == "snapshot post-processor failed"]
+    assert len(failures) == 1 and failures[0].exc_info[0] is KeyError
