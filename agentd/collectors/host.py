@@ -10,7 +10,6 @@ counter that went backwards (device reset, driver reload) gives "counter reset".
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import threading
 import time
@@ -20,8 +19,6 @@ import psutil
 
 from agentd.collectors.base import Collector
 from agentd.proto import tuiprof_agent_pb2 as pb
-
-log = logging.getLogger(__name__)
 
 FIRST_SAMPLE = "first sample"
 COUNTER_RESET = "counter reset"
