@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -307,10 +307,10 @@ Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]
 SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu, _ranks)
 
 
-def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo, sections: Iterable[Section] = SECTIONS) -> str:
+def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo) -> str:
     """The exposition text for one snapshot (``info`` supplies versions)."""
     out = Families()
     host = {"hostname": snapshot.hostname or info.hostname}
-    for section in sections:
+    for section in SECTIONS:
         section(out, snapshot, info, host)
     return out.render()
