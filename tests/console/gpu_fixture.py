@@ -146,7 +146,8 @@ def gpu_snapshot(hostname: str, host_index: int, sequence: int, *, idle: bool = 
     return snap
 
 
-def events(seconds: int = 4) -> list:
+def events(seconds: int = 4, down_at: int = 3) -> list:
+    """``seconds`` of snapshots from 4 hosts; gpu-node-04 goes unreachable at ``down_at``."""
     hosts = [f"gpu-node-{i:02d}" for i in range(1, 5)]
     out: list = []
     for index, host in enumerate(hosts):
@@ -154,8 +155,8 @@ def events(seconds: int = 4) -> list:
     for second in range(seconds):
         for index, host in enumerate(hosts):
             at = START_UNIX + second + index * 0.01
-            if host == "gpu-node-04" and second >= 3:
-                if second == 3:
+            if host == "gpu-node-04" and second >= down_at:
+                if second == down_at:
                     out.append(HostUnreachable(host, at, "cannot connect: failed to connect to all "
                                                "addresses; last error: Connection refused"))
                 continue

@@ -9,14 +9,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, Label, Static, TabbedContent, TabPane
 
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
 from tuiprof.model.snapshot import HostSnapshot, Pmu, Rank
 from tuiprof.model.values import Reading, Unavailable
 from tuiprof.tui.tables import sync_rows
-from tuiprof.tui.text import pair, reading, reasons
+from tuiprof.tui.text import pair, reading, reasons, sparkline
 
 TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
 
@@ -140,9 +140,16 @@ def pmu_rows(pmu: Pmu) -> list[Row]:
     return rows
 
 
-HISTORY_SERIES = (("cpu", "CPU busy %"), ("memory", "memory used %"), ("gpu_util", "GPU util (mean) %"),
-                  ("sm_active", "SM active (mean) %"), ("power", "GPU power W"),
-                  ("busbw", "NCCL busbw B/s"), ("step", "step time s"))
+HISTORY_SERIES: tuple[tuple[str, str, Callable[[Reading], str], float | None], ...] = (
+    ("cpu", "CPU busy", units.percent, 100.0),
+    ("memory", "memory used", units.percent, 100.0),
+    ("gpu_util", "GPU utilization (mean)", units.percent, 100.0),
+    ("sm_active", "SM active (mean)", units.percent, 100.0),
+    ("power", "GPU power (all GPUs)", units.watts, None),
+    ("busbw", "NCCL bus bandwidth (mean)", units.bytes_per_s, None),
+    ("step", "step time (median rank)", units.seconds, None),
+)
+"""Series key, title, unit formatter, and the top of the scale (None: the series' own max)."""
 
 
 def _title(state: HostState) -> str:
@@ -197,9 +204,9 @@ class HostScreen(Screen[None]):
 
     def on_mount(self) -> None:
         graphs = self.query_one("#history-graphs", VerticalScroll)
-        for series, title in HISTORY_SERIES:
-            graphs.mount(Label(title, id=f"label-{series}", classes="graph-label"))
-            graphs.mount(Sparkline([], id=f"spark-{series}", classes="graph"))
+        for series, *_ in HISTORY_SERIES:
+            graphs.mount(Label(id=f"label-{series}", classes="graph-label"))
+            graphs.mount(Static(id=f"spark-{series}", classes="graph"))
         self.refresh_data()
 
     def on_screen_resume(self) -> None:
@@ -253,12 +260,17 @@ class HostScreen(Screen[None]):
 
     def _fill_history(self) -> None:
         history = self.cluster.history(self.address)
-        for series, title in HISTORY_SERIES:
+        width = max(10, self.size.width - 4)
+        for series, title, formatter, top in HISTORY_SERIES:
             values = history.numbers(series)
             label = self.query_one(f"#label-{series}", Label)
-            last = f"{values[-1]:.3g}" if values else "no data yet"
-            label.update(f"{title}: {last} (last {len(values)} samples)")
-            self.query_one(f"#spark-{series}", Sparkline).data = values
+            if values:
+                scale = formatter(top if top is not None else max(values))
+                label.update(f"{title}: now {formatter(values[-1])} · min {formatter(min(values))} "
+                             f"· max {formatter(max(values))} · {len(values)} samples · scale 0-{scale}")
+            else:
+                label.update(f"{title}: no samples yet")
+            self.query_one(f"#spark-{series}", Static).update(sparkline(values, width, top=top))
 
     def active_tab(self) -> str:
         return self.query_one("#tabs", TabbedContent).active
