@@ -29,6 +29,7 @@ from agentd.registry import COLLECTORS
 from agentd.runner import CollectorRunner, load_collectors
 from agentd.server import AgentServicer, StacksService, TraceService, agent_info, static_info
 from agentd.sinks import JsonLinesSink
+from agentd.traces.service import CaptureService
 from tuiprof.client.channel import AgentAddress
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ STOP_GRACE_SECONDS = 1.0
 
 def build_services(config: AgentConfig, agent: Agent) -> tuple[TraceService | None, StacksService | None]:
     """The trace and stacks services the gRPC servicer delegates to (None: not wired in yet)."""
-    return None, HangService.attach(config, agent)
+    return CaptureService.attach(config, agent), HangService.attach(config, agent)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,47 @@
+"""The IPC endpoint as part of the agent's lifecycle: started with the agent, closed with it,
+reported in GetInfo / snapshots as collector ``kineto`` (unavailable, with the reason, when
+the socket cannot be bound — e.g. dynolog already holds it), and the registry's
+silent clients dropped once per interval."""
+
+from __future__ import annotations
+
+import logging
+
+from agentd.collectors.base import Collector
+from agentd.kineto.endpoint import EndpointError, KinetoEndpoint
+from agentd.kineto.registry import Registry
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class KinetoCollector(Collector):
+    name = "kineto"
+
+    def __init__(self, interval_seconds: float, registry: Registry, socket_dir: str | None) -> None:
+        super().__init__(interval_seconds)
+        self.registry = registry
+        self.endpoint: KinetoEndpoint | None = None
+        self._reason = ""
+        try:
+            self.endpoint = KinetoEndpoint(registry, socket_dir)
+            log.info("Kineto IPC endpoint listening", extra={"socket": self.endpoint.description})
+        except EndpointError as exc:
+            self._reason = str(exc)
+            log.warning("Kineto IPC endpoint unavailable", extra={"reason": self._reason})
+
+    def status(self) -> pb.CollectorStatus:
+        return pb.CollectorStatus(name=self.name, available=self.endpoint is not None,
+                                  reason=self._reason, interval_seconds=self.interval_seconds)
+
+    def collect(self) -> None:
+        for gone in self.registry.expire():
+            log.info("Kineto client stopped polling", extra={"pid": gone.host_pid, "job_id": gone.job_id})
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        """Nothing per snapshot: registered processes are served through CaptureTrace."""
+
+    def close(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None

@@ -1,0 +1,148 @@
+"""Which processes poll us, and the trace configs waiting for them.
+
+Keyed like dynolog (job id + the pid ancestry the process reports) plus the
+sender's pid as the kernel gives it (SO_PASSCRED), which keeps two containers
+whose processes both claim pid 1 apart and lets the agent match host pids.
+A config is handed out once, and only to a poll that asks for activities.
+Entries that have not polled for ``keepalive_seconds`` are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_SECONDS = 60.0
+
+
+@dataclass
+class PendingConfig:
+    """A config waiting for one process's next activities poll."""
+
+    text: str
+    delivered_at: float | None = None  # time.time() when handed out
+
+
+@dataclass
+class Registrant:
+    job_id: str
+    pids: tuple[int, ...]  # as reported: own pid first (its pid namespace), then ancestors
+    host_pid: int  # from the kernel (SO_PASSCRED), in the agent's pid namespace
+    uid: int
+    first_seen: float  # time.monotonic()
+    last_seen: float
+    polls: int = 0
+    profiler_busy: bool = False  # last poll did not ask for activities: a trace is running
+    pending: PendingConfig | None = None
+    poll_interval: float | None = None  # seconds between its last two polls
+
+    @property
+    def key(self) -> tuple[str, tuple[int, ...], int]:
+        return (self.job_id, self.pids, self.host_pid)
+
+    @property
+    def reported_pid(self) -> int:
+        return self.pids[0]
+
+
+class BusyError(Exception):
+    """The process already has a config waiting or is tracing right now."""
+
+
+class Registry:
+    """Thread-safe: the IPC thread polls, the gRPC side offers configs."""
+
+    def __init__(self, keepalive_seconds: float = KEEPALIVE_SECONDS) -> None:
+        self.keepalive_seconds = keepalive_seconds
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, tuple[int, ...], int], Registrant] = {}
+
+    def poll(
+        self, job_id: int, pids: tuple[int, ...], host_pid: int, uid: int, wants_activities: bool
+    ) -> PendingConfig | None:
+        """Record a poll and return the config to send now, if one is due."""
+        now = time.monotonic()
+        key = (str(job_id), pids, host_pid)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = Registrant(str(job_id), pids, host_pid, uid, now, now)
+                self._entries[key] = entry
+                log.info("Kineto client registered", extra={"pid": host_pid, "job_id": entry.job_id,
+                                                            "uid": uid, "ancestry": ",".join(map(str, pids))})
+            else:
+                entry.poll_interval = now - entry.last_seen
+            entry.last_seen = now
+            entry.polls += 1
+            entry.profiler_busy = not wants_activities
+            if not wants_activities or entry.pending is None:
+                return None
+            pending, entry.pending = entry.pending, None
+            pending.delivered_at = time.time()
+            return pending
+
+    def undeliver(self, job_id: int, pids: tuple[int, ...], host_pid: int, config: PendingConfig) -> None:
+        """Put back a config whose reply could not be sent, for the next poll."""
+        with self._lock:
+            entry = self._entries.get((str(job_id), pids, host_pid))
+            if entry is not None and entry.pending is None:
+                config.delivered_at = None
+                entry.pending = config
+
+    def offer(self, entry: Registrant, config: PendingConfig) -> None:
+        """Queue ``config`` for the entry's next activities poll (while its profiler is busy
+        tracing, polls do not ask for activities and the config waits); BusyError when one
+        is already waiting or the process is gone."""
+        with self._lock:
+            current = self._entries.get(entry.key)
+            if current is None:
+                raise BusyError("the process stopped polling")
+            if current.pending is not None:
+                raise BusyError("another trace config is already waiting for this process")
+            current.pending = config
+
+    def withdraw(self, entry: Registrant, config: PendingConfig) -> bool:
+        """Take back a config not yet delivered; True when it was still waiting."""
+        with self._lock:
+            current = self._entries.get(entry.key)
+            if current is not None and current.pending is config:
+                current.pending = None
+                return True
+            return False
+
+    def is_registered(self, entry: Registrant) -> bool:
+        with self._lock:
+            return entry.key in self._entries
+
+    def entries(self) -> list[Registrant]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def match(self, job_id: str, pids: set[int]) -> list[Registrant]:
+        """Processes of ``job_id`` ("" = any) whose host pid or any reported ancestor is in ``pids`` (empty = all).
+
+        Leaf processes come first (an entry whose pid is some other entry's
+        ancestor is a launcher), then by host pid.
+        """
+        with self._lock:
+            found = [
+                e
+                for e in self._entries.values()
+                if (not job_id or e.job_id == job_id)
+                and (not pids or e.host_pid in pids or not pids.isdisjoint(e.pids))
+            ]
+            ancestors = {pid for e in self._entries.values() for pid in e.pids[1:]}
+        return sorted(found, key=lambda e: (e.reported_pid in ancestors, e.host_pid))
+
+    def expire(self) -> list[Registrant]:
+        """Drop entries silent for longer than the keepalive; returns them."""
+        cutoff = time.monotonic() - self.keepalive_seconds
+        with self._lock:
+            gone = [e for e in self._entries.values() if e.last_seen < cutoff]
+            for entry in gone:
+                del self._entries[entry.key]
+        return gone

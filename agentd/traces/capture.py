@@ -1,0 +1,107 @@
+"""One capture on one host: its targets and how each one's state moves on.
+
+States (``TraceTarget.state``): ``waiting`` (config queued, the process has not
+polled for it yet), ``sent`` (handed out, the trace is being recorded),
+``written`` (the finished file exists), and the final failures ``busy``
+(the process was already tracing or had a config waiting), ``refused`` (it
+belongs to another user) and ``failed`` (with the reason).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from dataclasses import dataclass, field
+
+from agentd.kineto.registry import PendingConfig, Registrant, Registry
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.traces.procinfo import process_facts
+
+WAITING, SENT, WRITTEN, BUSY, REFUSED, FAILED = "waiting", "sent", "written", "busy", "refused", "failed"
+FINAL_STATES = frozenset({WRITTEN, BUSY, REFUSED, FAILED})
+# After the traced span ends Kineto still has to process and write the trace.
+WRITE_GRACE_SECONDS = 60.0
+# Iteration-based traces end when the loop has stepped; give slow loops this long.
+ITERATIONS_TIMEOUT_SECONDS = 600.0
+
+
+@dataclass
+class Target:
+    pid: int  # in the agent's pid namespace
+    rank: int | None
+    file: str  # relative to the trace dir
+    state: str
+    reason: str = ""
+    registrant: Registrant | None = None
+    pending: PendingConfig | None = None
+
+    def fail(self, state: str, reason: str) -> None:
+        self.state, self.reason = state, reason
+
+    def to_proto(self, host: str) -> pb.TraceTarget:
+        target = pb.TraceTarget(host=host, pid=self.pid, state=self.state, file=self.file, reason=self.reason)
+        if self.rank is not None:
+            target.rank = self.rank
+        return target
+
+
+@dataclass
+class Capture:
+    capture_id: str
+    trace_dir: pathlib.Path
+    targets: list[Target]
+    # Duration traces: the wall-clock start; a config not picked up by then is useless.
+    start_unix: float | None
+    # Wall-clock time after which a target without a file has failed.
+    deadline_unix: float
+    message: str = ""
+    created: float = field(default_factory=time.time)
+
+    @property
+    def done(self) -> bool:
+        return all(t.state in FINAL_STATES for t in self.targets)
+
+    def refresh(self, registry: Registry) -> None:
+        """Move every unfinished target on from what the registry and the trace dir show now."""
+        now = time.time()
+        for target in self.targets:
+            if target.state == WAITING:
+                self._refresh_waiting(target, registry, now)
+            if target.state == SENT:
+                self._refresh_sent(target, now)
+
+    def _refresh_waiting(self, target: Target, registry: Registry, now: float) -> None:
+        assert target.pending is not None and target.registrant is not None
+        if target.pending.delivered_at is not None:
+            target.state = SENT
+            return
+        too_late = self.start_unix is not None and now >= self.start_unix
+        if too_late or now >= self.deadline_unix:
+            if registry.withdraw(target.registrant, target.pending):
+                interval = target.registrant.poll_interval
+                why = f"; it polls every {interval:.1f} s" if interval else ""
+                if target.registrant.profiler_busy:
+                    why = "; its profiler is busy with another trace"
+                target.fail(FAILED, f"the process did not take the config before the start time{why}: "
+                                    "choose a later start time")
+            elif target.pending.delivered_at is not None:
+                target.state = SENT
+            return
+        if not registry.is_registered(target.registrant):
+            target.fail(FAILED, "the process stopped polling before it took the config")
+
+    def _refresh_sent(self, target: Target, now: float) -> None:
+        if (self.trace_dir / target.file).is_file():
+            target.state = WRITTEN
+            target.reason = ""
+        elif not process_facts(target.pid).alive:
+            target.fail(FAILED, "the process exited before writing its trace")
+        elif now >= self.deadline_unix:
+            target.fail(FAILED, "no trace written in time: the process may have refused the config "
+                                "(start time too close for its warmup) — see its stderr for a Kineto warning")
+
+    def to_proto(self, host: str) -> pb.CaptureTraceReply:
+        return pb.CaptureTraceReply(
+            capture_id=self.capture_id, targets=[t.to_proto(host) for t in self.targets],
+            done=self.done, message=self.message,
+        )

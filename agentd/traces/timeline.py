@@ -1,0 +1,163 @@
+"""Timeline captures: the hook library's event ring of each rank, read from shared memory.
+
+No cooperation from the training process is needed: the agent maps each
+rank's segment, and either dumps the ring's last N events now, or notes the
+ring position at the start time, waits the duration, and dumps what was added.
+The file is Kineto-shaped Chrome JSON (``baseTimeNanoseconds``, ``distributedInfo``,
+``traceEvents``) so the console merges and summarises it like a Kineto trace:
+GEMMs and collectives are GPU ``kernel`` events (collectives named ``nccl:<op>``),
+steps are ``ProfilerStep#<n>`` annotations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import pathlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.traces.capture import FAILED, SENT, WRITE_GRACE_SECONDS, WRITTEN, Capture, Target
+
+log = logging.getLogger(__name__)
+
+GPU_TID = {"gemm": 1, "nccl": 2}  # one lane each, so GEMMs and collectives that overlap stay readable
+
+
+@dataclass
+class TimelineCapture(Capture):
+    """Its targets move on in ``run``; status calls only report them."""
+
+    span: str = "last_events"
+    duration_ms: int = 0
+    last_events: int = 0
+    segment_paths: dict[int, str] = field(default_factory=dict)  # pid → segment file
+    hostname: str = ""
+
+    def refresh(self, registry: object) -> None:
+        """Nothing to poll: ``run`` sets each target's state when it writes or fails."""
+
+
+def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, trace_dir: pathlib.Path,
+          relative: pathlib.Path, segment_dir: str | None,
+          hostname: str) -> TimelineCapture:
+    """Match ranks by their segments and plan the dump (``run`` performs it)."""
+    now = time.time()
+    start_unix = request.start_time_unix_ms / 1000 if request.start_time_unix_ms else now
+    deadline = (max(start_unix, now) + request.duration_ms / 1000 if span == "duration_ms" else now) + WRITE_GRACE_SECONDS
+    capture = TimelineCapture(capture_id, trace_dir, [], start_unix if span == "duration_ms" else None, deadline,
+                              span=span, duration_ms=request.duration_ms, last_events=request.last_events,
+                              hostname=hostname)
+    try:
+        from tuiprof_native import segment
+    except ImportError as exc:
+        capture.message = f"timeline capture unavailable: the segment reader is not built ({exc})"
+        return capture
+    found = segment.discover(segment_dir) if segment_dir else segment.discover()
+    wanted_pids, wanted_ranks = set(request.pids), set(request.ranks)
+    for seg_file in found:
+        if wanted_pids and seg_file.pid not in wanted_pids:
+            continue
+        try:
+            with segment.Segment(seg_file.path) as seg:
+                header = seg.header()
+        except OSError as exc:
+            log.info("segment skipped", extra={"path": seg_file.path, "reason": str(exc)})
+            continue
+        if request.job_id and header.job_id != request.job_id:
+            continue
+        if wanted_ranks and header.rank not in wanted_ranks:
+            continue
+        stem = f"rank{header.rank}-pid{seg_file.pid}" if header.rank is not None else f"pid{seg_file.pid}"
+        capture.targets.append(Target(seg_file.pid, header.rank, str(relative / f"timeline-{stem}.json"), SENT))
+        capture.segment_paths[seg_file.pid] = seg_file.path
+    if not capture.targets:
+        capture.message = ("no processes matched: no tuiprof segment "
+                           f"{'for those filters ' if wanted_pids or wanted_ranks or request.job_id else ''}"
+                           "on this host; start the job under `tuiprof run`")
+    else:
+        (trace_dir / relative).mkdir(parents=True, exist_ok=True)
+    return capture
+
+
+async def run(capture: TimelineCapture) -> None:
+    """Dump every target's events, then mark it written (or failed with the reason)."""
+    from tuiprof_native import segment
+
+    window: tuple[int, int] | None = None
+    heads: dict[int, int] = {}
+    if capture.span == "duration_ms":
+        assert capture.start_unix is not None
+        await asyncio.sleep(max(0.0, capture.start_unix - time.time()))
+        begin_ns = time.time_ns()
+        for target in capture.targets:
+            try:
+                with segment.Segment(capture.segment_paths[target.pid]) as seg:
+                    heads[target.pid] = seg.header().ring_head
+            except OSError as exc:
+                target.fail(FAILED, f"cannot read the segment: {exc}")
+        await asyncio.sleep(capture.duration_ms / 1000)
+        window = (begin_ns, time.time_ns())
+    for target in capture.targets:
+        if target.state != SENT:
+            continue
+        try:
+            await asyncio.to_thread(_dump, capture, target, heads.get(target.pid, 0), window, segment)
+            target.state = WRITTEN
+        except OSError as exc:
+            target.fail(FAILED, f"cannot dump the timeline: {exc}")
+
+
+def _dump(capture: TimelineCapture, target: Target, since: int, window: tuple[int, int] | None,
+          segment: Any) -> None:
+    with segment.Segment(capture.segment_paths[target.pid]) as seg:
+        header = seg.header()
+        events = seg.events(since=since)
+    if window is None:
+        events = events[-capture.last_events:]
+    else:
+        begin, end = window
+        events = [e for e in events if e.start_ns <= end and (e.end_ns or e.start_ns) >= begin]
+    document = chrome_trace(events, header, capture.hostname)
+    path = capture.trace_dir / target.file
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(document))
+    os.replace(temporary, path)
+
+
+def chrome_trace(events: list[Any], header: Any, hostname: str) -> dict[str, Any]:
+    """Kineto-shaped Chrome JSON for one rank's ring events (times relative to a whole-second base)."""
+    base_ns = (min((e.start_ns for e in events), default=header.start_ns) // 1_000_000_000) * 1_000_000_000
+    pid = header.pid
+    trace_events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": GPU_TID["gemm"], "args": {"name": "GEMM"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": GPU_TID["nccl"], "args": {"name": "collectives"}},
+    ]
+    steps = 0
+    for event in events:
+        if event.end_ns is None:
+            continue  # still in flight when dumped
+        ts, dur = (event.start_ns - base_ns) / 1000, (event.end_ns - event.start_ns) / 1000
+        if event.kind == "gemm":
+            trace_events.append({"ph": "X", "cat": "kernel", "name": event.op, "pid": pid, "tid": GPU_TID["gemm"],
+                                 "ts": ts, "dur": dur,
+                                 "args": {"dtype": event.dtype, "b": event.b, "m": event.m, "n": event.n,
+                                          "k": event.k, "flops": event.flops}})
+        elif event.kind == "nccl":
+            trace_events.append({"ph": "X", "cat": "kernel", "name": f"nccl:{event.op}", "pid": pid,
+                                 "tid": GPU_TID["nccl"], "ts": ts, "dur": dur,
+                                 "args": {"Collective name": event.op, "dtype": event.dtype, "bytes": event.bytes,
+                                          "seq": event.op_seq, "comm": f"{event.comm_hash:x}"}})
+        elif event.kind == "step":
+            steps += 1
+            trace_events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{event.op_seq or steps}",
+                                 "pid": pid, "tid": 0, "ts": ts, "dur": dur, "args": {}})
+    document: dict[str, Any] = {"schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": trace_events,
+                                "tuiprof": {"kind": "timeline", "host": hostname, "job_id": header.job_id}}
+    if header.rank is not None:
+        document["distributedInfo"] = {"rank": header.rank, "world_size": header.world_size}
+    return document

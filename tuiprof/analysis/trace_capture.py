@@ -1,0 +1,182 @@
+"""A cluster-wide capture: one start time for every agent, progress per host, every file fetched.
+
+Shared by ``tuiprof trace`` and the console's traces screen: both call
+``capture_cluster`` with a progress callback and get the fetched files back.
+Each host is independent: one that cannot be reached, or whose ranks fail,
+does not stop the others; its error is kept for the summary and exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.channel import AgentAddress, open_channel
+from tuiprof.client.errors import describe_rpc_error
+
+KINDS = {"kineto": pb.CaptureTraceRequest.KINETO, "timeline": pb.CaptureTraceRequest.TIMELINE}
+# libkineto polls every 5 s by default and then warms up; every host gets the same
+# start time this far ahead so all of them can take it.
+DEFAULT_START_DELAY_MS = 8000
+STATUS_PERIOD_SECONDS = 0.5
+RPC_TIMEOUT_SECONDS = 10.0
+FINAL_STATES = frozenset({"written", "busy", "refused", "failed"})
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """What to capture, identical for every host."""
+
+    kind: str = "kineto"
+    duration_ms: int | None = None
+    iterations: int | None = None
+    last_events: int | None = None
+    pids: tuple[int, ...] = ()
+    ranks: tuple[int, ...] = ()
+    job_id: str = ""
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    start_delay_ms: int = DEFAULT_START_DELAY_MS
+    # Give up on files not written this long after the start (traced span included).
+    timeout_s: float = 120.0
+
+    def request(self, start_time_unix_ms: int) -> pb.CaptureTraceRequest:
+        request = pb.CaptureTraceRequest(
+            kind=KINDS[self.kind], start_time_unix_ms=start_time_unix_ms, pids=self.pids,
+            ranks=self.ranks, job_id=self.job_id,
+            options=pb.TraceOptions(record_shapes=self.record_shapes, profile_memory=self.profile_memory,
+                                    with_stack=self.with_stack, with_flops=self.with_flops,
+                                    with_modules=self.with_modules),
+        )
+        if self.iterations is not None:
+            request.iterations = self.iterations
+        elif self.last_events is not None:
+            request.last_events = self.last_events
+        else:
+            assert self.duration_ms is not None
+            request.duration_ms = self.duration_ms
+        return request
+
+
+@dataclass(frozen=True)
+class FetchedFile:
+    host: str
+    pid: int
+    rank: int | None
+    remote: str  # path relative to the agent's trace dir
+    local: pathlib.Path
+
+
+@dataclass
+class HostProgress:
+    """One host's capture as it goes: ``phase`` is starting, capturing, done or failed."""
+
+    host: str
+    phase: str = "starting"
+    capture_id: str = ""
+    targets: list[pb.TraceTarget] = field(default_factory=list)
+    files: list[FetchedFile] = field(default_factory=list)
+    message: str = ""
+    error: str = ""
+
+    @property
+    def finished_targets(self) -> int:
+        return sum(t.state in FINAL_STATES for t in self.targets)
+
+    @property
+    def delivered(self) -> bool:
+        """Every matched rank's file is here (a host that matched nothing delivered nothing)."""
+        return not self.error and bool(self.targets) and len(self.files) == len(self.targets)
+
+
+@dataclass
+class ClusterCapture:
+    start_time_unix_ms: int
+    hosts: list[HostProgress]
+
+    @property
+    def files(self) -> list[FetchedFile]:
+        return [f for h in self.hosts for f in h.files]
+
+    @property
+    def matched(self) -> int:
+        return sum(len(h.targets) for h in self.hosts)
+
+    @property
+    def all_delivered(self) -> bool:
+        return self.matched > 0 and all(h.delivered or (not h.error and not h.targets) for h in self.hosts)
+
+
+ProgressCallback = Callable[[HostProgress], None]
+
+
+async def capture_cluster(addresses: list[AgentAddress], spec: CaptureSpec, output: pathlib.Path,
+                          token: str | None = None, tls_ca: str | None = None,
+                          on_progress: ProgressCallback = lambda progress: None) -> ClusterCapture:
+    """Start the same capture on every agent, follow it, and fetch each finished file into ``output/<host>/``."""
+    start_ms = int(time.time() * 1000) + spec.start_delay_ms if spec.iterations is None else 0
+    hosts = [HostProgress(str(a)) for a in addresses]
+    await asyncio.gather(*(_capture_host(a, h, spec, start_ms, output, token, tls_ca, on_progress)
+                           for a, h in zip(addresses, hosts)))
+    return ClusterCapture(start_ms, hosts)
+
+
+async def _capture_host(address: AgentAddress, progress: HostProgress, spec: CaptureSpec, start_ms: int,
+                        output: pathlib.Path, token: str | None, tls_ca: str | None,
+                        on_progress: ProgressCallback) -> None:
+    give_up = time.monotonic() + spec.start_delay_ms / 1000 + spec.timeout_s
+    try:
+        async with open_channel(address, token, tls_ca) as channel:
+            stub = pb_grpc.AgentStub(channel)
+            reply = await stub.CaptureTrace(spec.request(start_ms), timeout=RPC_TIMEOUT_SECONDS)
+            progress.capture_id, progress.message, progress.phase = reply.capture_id, reply.message, "capturing"
+            fetched: set[str] = set()
+            while True:
+                progress.targets = list(reply.targets)
+                for target in reply.targets:
+                    if target.state == "written" and target.file not in fetched:
+                        fetched.add(target.file)
+                        progress.files.append(await _fetch(stub, progress.host, target, output))
+                on_progress(progress)
+                if reply.done:
+                    break
+                if time.monotonic() > give_up:
+                    progress.error = f"gave up after {spec.timeout_s:g} s waiting for trace files"
+                    break
+                await asyncio.sleep(STATUS_PERIOD_SECONDS)
+                reply = await stub.GetCaptureStatus(pb.CaptureStatusRequest(capture_id=progress.capture_id),
+                                                    timeout=RPC_TIMEOUT_SECONDS)
+    except grpc.aio.AioRpcError as exc:
+        progress.error = describe_rpc_error(exc, RPC_TIMEOUT_SECONDS)
+    except OSError as exc:
+        progress.error = f"cannot write fetched file: {exc}"
+    progress.phase = "failed" if progress.error else "done"
+    on_progress(progress)
+
+
+async def _fetch(stub: pb_grpc.AgentStub, host: str, target: pb.TraceTarget, output: pathlib.Path) -> FetchedFile:
+    """Stream one file to ``output/<host>/<name>`` (``.part`` until complete)."""
+    directory = output / _safe_name(host)
+    directory.mkdir(parents=True, exist_ok=True)
+    local = directory / pathlib.PurePosixPath(target.file).name
+    partial = local.with_name(local.name + ".part")
+    with open(partial, "wb") as out:
+        async for chunk in stub.FetchFile(pb.FetchFileRequest(path=target.file), timeout=RPC_TIMEOUT_SECONDS * 6):
+            out.write(chunk.data)
+    os.replace(partial, local)
+    return FetchedFile(host, target.pid, target.rank if target.HasField("rank") else None, target.file, local)
+
+
+def _safe_name(host: str) -> str:
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in host)

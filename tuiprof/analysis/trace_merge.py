@@ -1,0 +1,265 @@
+"""One Perfetto-loadable timeline from many ranks' Chrome traces, streamed rank by rank.
+
+Each input (a Kineto trace or an agent timeline dump) is decoded on its own
+(msgspec, keeping ``args`` as raw bytes), rewritten and appended to one
+gzipped Chrome JSON file, then dropped: memory holds one rank plus the small
+extracts the summary needs. Per rank:
+
+- timestamps are shifted onto one shared base: every file's
+  ``baseTimeNanoseconds`` + ``ts`` is wall-clock time, and the merged file
+  keeps ``baseTimeNanoseconds`` = the earliest base, so wall clock =
+  base + ts for every event of every rank;
+- each original process (CPU pid, GPU device, "Spans") becomes one process
+  track named ``rank R · host · <what>``, sorted by rank;
+- flow ids are made unique per rank (Kineto reuses small ids in every file).
+
+Across ranks, the n-th occurrence of the same collective is linked with one
+flow chain (``s`` → ``t`` … → ``f``) from the lowest rank to the highest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pathlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from tuiprof.analysis.trace_summary import GPU_CATEGORIES, RankExtract
+
+_BASE_PATTERN = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+_HEAD_BYTES = 64 * 1024
+_RANK_STRIDE = 1000  # merged pid = (rank index + 1) * stride + ordinal
+_FLOW_ID_SHIFT = 32
+_DROPPED_METADATA = frozenset({"process_name", "process_sort_index", "process_labels"})
+FLOW_CATEGORY = "collective"
+# CPU ops that are collectives (gloo, or c10d's dispatcher ops), linked when a rank has no GPU kernels.
+CPU_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
+
+
+class TraceFormatError(ValueError):
+    """An input that is not a Chrome trace; the message names the file."""
+
+
+class Event(msgspec.Struct, omit_defaults=True):
+    ph: str = ""
+    cat: str | msgspec.UnsetType = msgspec.UNSET
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    pid: int | str | msgspec.UnsetType = msgspec.UNSET
+    tid: int | str | msgspec.UnsetType = msgspec.UNSET
+    ts: float | msgspec.UnsetType = msgspec.UNSET
+    dur: float | msgspec.UnsetType = msgspec.UNSET
+    id: int | str | msgspec.UnsetType = msgspec.UNSET
+    bp: str | msgspec.UnsetType = msgspec.UNSET
+    s: str | msgspec.UnsetType = msgspec.UNSET
+    args: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Distributed(msgspec.Struct):
+    rank: int | None = None
+
+
+class _TraceFile(msgspec.Struct):
+    traceEvents: list[Event] = []
+    baseTimeNanoseconds: int = 0
+    distributedInfo: _Distributed | None = None
+
+
+class _CollectiveArgs(msgspec.Struct):
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    group: str | None = msgspec.field(default=None, name="Process Group Name")
+    seq: int | None = None
+    comm: str | None = None
+
+
+_decode_file = msgspec.json.Decoder(_TraceFile).decode
+_decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """One rank's file and what the capture knows about it (rank may come from the file)."""
+
+    path: pathlib.Path
+    host: str = ""
+    rank: int | None = None
+    pid: int | None = None
+
+
+@dataclass
+class _CollectiveHop:
+    rank_index: int
+    pid: int
+    tid: int | str
+    ts: float
+
+
+@dataclass
+class MergeResult:
+    output: pathlib.Path
+    base_time_ns: int
+    events: int
+    ranks: list[RankExtract] = field(default_factory=list)
+    linked_collectives: int = 0
+
+
+def _read_bytes(path: pathlib.Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def base_time_ns(path: pathlib.Path) -> int:
+    """The file's ``baseTimeNanoseconds`` from its head (Kineto writes it before the events); 0 when absent."""
+    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(path, "rb") as f:
+        head = f.read(_HEAD_BYTES)
+    match = _BASE_PATTERN.search(head)
+    return int(match.group(1)) if match else 0
+
+
+def _load(path: pathlib.Path) -> _TraceFile:
+    try:
+        return _decode_file(_read_bytes(path))
+    except (msgspec.DecodeError, OSError, EOFError) as exc:
+        raise TraceFormatError(f"{path}: not a readable Chrome trace: {exc}") from None
+
+
+def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path) -> MergeResult:
+    """Write the merged, gzipped timeline to ``output``; return per-rank extracts for the summary."""
+    sources = list(inputs)
+    bases = [base_time_ns(s.path) for s in sources]
+    origin = min(bases, default=0)
+    order = sorted(range(len(sources)), key=lambda i: (sources[i].rank is None, sources[i].rank or 0,
+                                                       sources[i].host, sources[i].pid or 0, str(sources[i].path)))
+    result = MergeResult(output, origin, 0)
+    hops: dict[tuple[str, ...], list[_CollectiveHop]] = {}
+    with gzip.open(output, "wb", compresslevel=1) as out:
+        out.write(b'{"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"traceEvents":[' % origin)
+        first = True
+        for rank_index, i in enumerate(order):
+            chunk, extract = _rewrite(sources[i], rank_index, (bases[i] - origin) / 1000.0, hops)
+            if chunk:
+                out.write(chunk if first else b"," + chunk)
+                first = False
+            result.events += extract.events
+            result.ranks.append(extract)
+        flows = _collective_flows(hops)
+        result.linked_collectives = len({f.id for f in flows})
+        if flows:
+            out.write((b"," if not first else b"") + _encode(flows)[1:-1])
+        out.write(b'],"tuiprof":' + _encode({"origin_unix_ns": origin,
+                                              "ranks": [{"rank": r.rank, "host": r.host, "pid": r.pid,
+                                                         "file": r.file} for r in result.ranks]}) + b"}")
+    return result
+
+
+def _rewrite(source: TraceInput, rank_index: int, shift_us: float,
+             hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> tuple[bytes, RankExtract]:
+    """One rank's events moved onto the shared base and its own pids, plus its summary extract."""
+    trace = _load(source.path)
+    rank = source.rank
+    if rank is None and trace.distributedInfo is not None:
+        rank = trace.distributedInfo.rank
+    extract = RankExtract(rank=rank, host=source.host, pid=source.pid, file=str(source.path))
+    unset = msgspec.UNSET
+    pids: dict[int | str, int] = {}
+    labels: dict[int | str, str] = {}
+    pid_base = (rank_index + 1) * _RANK_STRIDE
+    flow_shift = rank_index << _FLOW_ID_SHIFT
+    occurrences: dict[tuple[str, str], int] = {}
+    kept: list[Event] = []
+    cpu_collectives: list[Event] = []
+    gpu, cpu_ops, annotations, collectives = extract.gpu, extract.cpu_ops, extract.annotations, extract.collectives
+    for event in trace.traceEvents:
+        ph = event.ph
+        original_pid = event.pid
+        if ph == "M":
+            if event.name in _DROPPED_METADATA:
+                if event.name == "process_name" and event.args is not unset:
+                    labels[original_pid] = str(msgspec.json.decode(event.args).get("name", ""))
+                continue
+        if original_pid is not unset:
+            new_pid = pids.get(original_pid)
+            if new_pid is None:
+                new_pid = pids[original_pid] = pid_base + len(pids)
+            event.pid = new_pid
+        if event.ts is not unset:
+            event.ts += shift_us
+        if event.id is not unset and isinstance(event.id, int):
+            event.id += flow_shift
+        kept.append(event)
+        if ph != "X" or event.dur is unset:
+            continue
+        cat = event.cat
+        if cat in GPU_CATEGORIES:
+            gpu.append((event.ts, event.dur, event.name, cat, event.tid))
+            if "nccl" in event.name.lower():
+                key = _collective_key(event, occurrences)
+                collectives.append((key, event.ts))
+                hops.setdefault(key, []).append(_CollectiveHop(rank_index, event.pid, event.tid, event.ts))
+        elif cat == "cpu_op":
+            cpu_ops.append((event.name, event.dur))
+            if event.name.startswith(CPU_COLLECTIVE_PREFIXES):
+                cpu_collectives.append(event)
+        elif cat == "user_annotation":
+            annotations.append((event.name, event.ts, event.dur))
+    if not gpu:  # CPU-only (gloo) ranks: their collectives are the CPU ops
+        for event in cpu_collectives:
+            key = _collective_key(event, occurrences)
+            collectives.append((key, event.ts))
+            hops.setdefault(key, []).append(_CollectiveHop(rank_index, event.pid, event.tid, event.ts))
+    extract.events = len(kept)
+    for original_pid, new_pid in pids.items():
+        label = labels.get(original_pid) or _default_label(original_pid, source.pid)
+        where = f"rank {rank}" if rank is not None else f"pid {source.pid or '?'}"
+        kept.append(Event(ph="M", name="process_name", pid=new_pid, tid=0,
+                          args=msgspec.Raw(_encode({"name": f"{where} · {source.host or 'host?'} · {label}"}))))
+        kept.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
+                          args=msgspec.Raw(_encode({"sort_index": new_pid}))))
+    del trace
+    return _encode(kept)[1:-1], extract
+
+
+def _default_label(original_pid: int | str, process_pid: int | None) -> str:
+    if isinstance(original_pid, str):
+        return original_pid
+    if process_pid is not None and original_pid == process_pid or original_pid > 64:
+        return f"CPU pid {original_pid}"
+    return f"GPU {original_pid}"
+
+
+def _collective_key(event: Event, occurrences: dict[tuple[str, str], int]) -> tuple[str, ...]:
+    """(group, op, n): the n-th call of ``op`` in ``group`` on this rank; timeline dumps carry the real sequence number."""
+    name, group, seq = event.name, "", None
+    if event.args is not msgspec.UNSET:
+        try:
+            args = _decode_collective(event.args)
+        except msgspec.DecodeError:
+            args = _CollectiveArgs()
+        name = args.collective or name
+        group = args.group or args.comm or ""
+        seq = args.seq
+    if seq is None:
+        seq = occurrences.get((group, name), 0)
+        occurrences[(group, name)] = seq + 1
+    return (group, name, str(seq))
+
+
+def _collective_flows(hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> list[Event]:
+    """One flow chain per collective seen on two or more ranks, lowest rank first."""
+    flows: list[Event] = []
+    flow_id = 1
+    for key, chain in hops.items():
+        if len({hop.rank_index for hop in chain}) < 2:
+            continue
+        chain.sort(key=lambda hop: hop.rank_index)
+        name = f"{key[1]} #{key[2]}"
+        for position, hop in enumerate(chain):
+            ph = "s" if position == 0 else ("f" if position == len(chain) - 1 else "t")
+            flows.append(Event(ph=ph, cat=FLOW_CATEGORY, name=name, pid=hop.pid, tid=hop.tid, ts=hop.ts, id=flow_id,
+                               bp="e" if ph == "f" else msgspec.UNSET))
+        flow_id += 1
+    return flows

@@ -1,0 +1,242 @@
+"""Where the time went, per rank and across ranks, from the extracts ``trace_merge`` collects.
+
+Per rank (GPU kernels only, as HTA does): the union of compute, communication
+and memcpy/memset kernel intervals, idle = kernel span − union of all kernels,
+comm–compute overlap = |comm ∩ compute| ÷ |comm|, top kernels by total time,
+and the step time (median ``ProfilerStep#`` length, else the median gap
+between optimizer steps). Across ranks: for each collective seen on several
+ranks, the start skew and the last rank to start it (the one the others
+waited for), and each rank's compute time against the median. Figures that a
+trace cannot give (no GPU kernels on a CPU-only build, no steps) are None
+with the reason, never 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "gpu_memset"})
+TOP = 10
+
+Interval = tuple[float, float]
+
+
+@dataclass
+class RankExtract:
+    """What the summary needs from one rank's trace (filled while merging; timestamps in µs, shared base)."""
+
+    rank: int | None
+    host: str
+    pid: int | None
+    file: str
+    events: int = 0
+    gpu: list[tuple[float, float, str, str, Any]] = field(default_factory=list)  # ts, dur, name, cat, stream
+    cpu_ops: list[tuple[str, float]] = field(default_factory=list)  # name, dur
+    annotations: list[tuple[str, float, float]] = field(default_factory=list)  # name, ts, dur
+    collectives: list[tuple[tuple[str, ...], float]] = field(default_factory=list)  # key, start ts
+
+
+@dataclass(frozen=True)
+class TimeShare:
+    name: str
+    count: int
+    total_us: float
+
+
+@dataclass
+class RankSummary:
+    rank: int | None
+    host: str
+    pid: int | None
+    file: str
+    events: int
+    gpu_kernels: int
+    span_us: float | None = None
+    compute_us: float | None = None
+    communication_us: float | None = None
+    memory_us: float | None = None
+    idle_us: float | None = None
+    overlap_percent: float | None = None
+    compute_vs_median_percent: float | None = None
+    step_time_us: float | None = None
+    steps: int = 0
+    top_kernels: list[TimeShare] = field(default_factory=list)
+    top_cpu_ops: list[TimeShare] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectiveSkew:
+    name: str
+    group: str
+    occurrence: str
+    ranks: int
+    skew_us: float
+    last_rank: int | None
+
+
+@dataclass
+class TraceSummary:
+    ranks: list[RankSummary]
+    collectives_compared: int
+    worst_collectives: list[CollectiveSkew]
+    last_starts: dict[str, int]  # rank → how often it was the last to start a collective
+    top_kernels: list[TimeShare]
+
+
+def union(intervals: list[Interval]) -> list[Interval]:
+    """Sorted, non-overlapping cover of ``intervals``."""
+    merged: list[Interval] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def covered(cover: list[Interval]) -> float:
+    return sum(end - start for start, end in cover)
+
+
+def overlap(a: list[Interval], b: list[Interval]) -> float:
+    """Length of the intersection of two covers (each sorted and non-overlapping)."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            total += end - start
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def kernel_kind(name: str, category: str) -> str:
+    """communication (NCCL), memory (memcpy/memset) or compute — HTA's split by name."""
+    if "nccl" in name.lower():
+        return "communication"
+    if category in MEMORY_CATEGORIES or name.startswith(("Memcpy", "Memset")):
+        return "memory"
+    return "compute"
+
+
+def _top(pairs: list[tuple[str, float]]) -> list[TimeShare]:
+    totals: dict[str, float] = defaultdict(float)
+    counts: Counter[str] = Counter()
+    for name, duration in pairs:
+        totals[name] += duration
+        counts[name] += 1
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:TOP]
+    return [TimeShare(name, counts[name], round(total, 3)) for name, total in ranked]
+
+
+def _step_time(annotations: list[tuple[str, float, float]]) -> tuple[float | None, int, str]:
+    steps = [dur for name, _, dur in annotations if name.startswith("ProfilerStep#")]
+    if steps:
+        return statistics.median(steps), len(steps), ""
+    starts = sorted(ts for name, ts, _ in annotations if name.startswith("Optimizer.step#"))
+    if len(starts) >= 2:
+        return statistics.median(b - a for a, b in zip(starts, starts[1:])), len(starts), ""
+    return None, len(starts), "fewer than two steps in the trace (no ProfilerStep# or Optimizer.step# annotations)"
+
+
+def summarize_rank(extract: RankExtract) -> RankSummary:
+    summary = RankSummary(extract.rank, extract.host, extract.pid, extract.file, extract.events, len(extract.gpu))
+    summary.step_time_us, summary.steps, reason = _step_time(extract.annotations)
+    if reason:
+        summary.unavailable["step_time_us"] = reason
+    summary.top_cpu_ops = _top(extract.cpu_ops)
+    if not extract.gpu:
+        why = "no GPU kernels in the trace (CPU-only build, or no GPU work in the traced span)"
+        for key in ("span_us", "compute_us", "communication_us", "memory_us", "idle_us", "overlap_percent",
+                    "compute_vs_median_percent"):
+            summary.unavailable[key] = why
+        return summary
+    kinds: dict[str, list[Interval]] = {"compute": [], "communication": [], "memory": []}
+    first, last = float("inf"), float("-inf")
+    for ts, dur, name, category, _stream in extract.gpu:
+        kinds[kernel_kind(name, category)].append((ts, ts + dur))
+        first, last = min(first, ts), max(last, ts + dur)
+    covers = {kind: union(spans) for kind, spans in kinds.items()}
+    busy = covered(union([span for spans in kinds.values() for span in spans]))
+    summary.span_us = round(last - first, 3)
+    summary.compute_us = round(covered(covers["compute"]), 3)
+    summary.communication_us = round(covered(covers["communication"]), 3)
+    summary.memory_us = round(covered(covers["memory"]), 3)
+    summary.idle_us = round(summary.span_us - busy, 3)
+    if summary.communication_us:
+        summary.overlap_percent = round(100.0 * overlap(covers["communication"], covers["compute"])
+                                        / summary.communication_us, 2)
+    else:
+        summary.unavailable["overlap_percent"] = "no communication kernels in the trace"
+    summary.top_kernels = _top([(name, dur) for _, dur, name, _, _ in extract.gpu])
+    return summary
+
+
+def summarize(extracts: list[RankExtract]) -> TraceSummary:
+    ranks = [summarize_rank(e) for e in extracts]
+    computes = [r.compute_us for r in ranks if r.compute_us is not None]
+    if computes:
+        median = statistics.median(computes)
+        for rank in ranks:
+            if rank.compute_us is not None and median > 0:
+                rank.compute_vs_median_percent = round(100.0 * (rank.compute_us - median) / median, 2)
+    by_key: dict[tuple[str, ...], list[tuple[float, int | None]]] = defaultdict(list)
+    for extract in extracts:
+        for key, ts in extract.collectives:
+            by_key[key].append((ts, extract.rank))
+    skews: list[CollectiveSkew] = []
+    last_starts: Counter[str] = Counter()
+    for (group, name, occurrence), starts in by_key.items():
+        if len(starts) < 2:
+            continue
+        latest = max(starts)
+        skew = latest[0] - min(starts)[0]
+        skews.append(CollectiveSkew(name, group, occurrence, len(starts), round(skew, 3), latest[1]))
+        last_starts[str(latest[1])] += 1
+    skews.sort(key=lambda s: -s.skew_us)
+    all_kernels = [(name, dur) for e in extracts for _, dur, name, _, _ in e.gpu]
+    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), _top(all_kernels))
+
+
+def summary_json(summary: TraceSummary) -> dict[str, Any]:
+    return asdict(summary)
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 1000:.2f} ms"
+
+
+def render_text(summary: TraceSummary) -> str:
+    """The summary as the CLI prints it."""
+    lines = []
+    for r in summary.ranks:
+        who = f"rank {r.rank}" if r.rank is not None else f"pid {r.pid}"
+        lines.append(f"{who} on {r.host or '?'}: {r.events} events, {r.gpu_kernels} GPU kernels")
+        if r.compute_us is not None:
+            overlap_text = "n/a" if r.overlap_percent is None else f"{r.overlap_percent:.1f}%"
+            lines.append(f"  GPU span {_us(r.span_us)}: compute {_us(r.compute_us)}, communication "
+                         f"{_us(r.communication_us)}, memcpy/memset {_us(r.memory_us)}, idle {_us(r.idle_us)}; "
+                         f"comm-compute overlap {overlap_text}")
+            if r.compute_vs_median_percent is not None:
+                lines.append(f"  compute vs median rank: {r.compute_vs_median_percent:+.1f}%")
+        else:
+            lines.append(f"  GPU split: n/a ({r.unavailable.get('compute_us')})")
+        if r.step_time_us is not None:
+            lines.append(f"  step time {_us(r.step_time_us)} (median of {r.steps} steps)")
+        top = r.top_kernels or r.top_cpu_ops
+        if top:
+            label = "top kernels" if r.top_kernels else "top CPU ops (inclusive)"
+            lines.append(f"  {label}: " + ", ".join(f"{t.name} {_us(t.total_us)} ×{t.count}" for t in top[:5]))
+    if summary.worst_collectives:
+        lines.append(f"collectives compared across ranks: {summary.collectives_compared}; largest start skew:")
+        for s in summary.worst_collectives[:5]:
+            lines.append(f"  {s.name} #{s.occurrence}: {s.skew_us / 1000:.3f} ms, last to start: rank {s.last_rank}")
+    return "\n".join(lines) + "\n"
