@@ -58,12 +58,21 @@ class Endpoints:
         return AgentAddress(self.host, self.grpc_port)
 
 
-def _tls_credentials(config: AgentConfig) -> grpc.ServerCredentials | None:
+@dataclasses.dataclass(frozen=True)
+class _Tls:
+    """One certificate and key, loaded for both servers."""
+
+    grpc: grpc.ServerCredentials
+    http: ssl.SSLContext
+
+
+def _load_tls(config: AgentConfig) -> _Tls | None:
     if config.tls_cert is None or config.tls_key is None:
         return None
     try:
         # ssl gives a precise message for bad PEM or a key that does not match.
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(config.tls_cert, config.tls_key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(config.tls_cert, config.tls_key)
         key, cert = config.tls_key.read_bytes(), config.tls_cert.read_bytes()
     except (OSError, ssl.SSLError) as exc:
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -71,7 +80,7 @@ def _tls_credentials(config: AgentConfig) -> grpc.ServerCredentials | None:
             f"cannot use TLS certificate {config.tls_cert} with key {config.tls_key}: {detail}; "
             "give a PEM certificate and its matching PEM private key"
         ) from None
-    return grpc.ssl_server_credentials([(key, cert)])
+    return _Tls(grpc.ssl_server_credentials([(key, cert)]), context)
 
 
 def _prepare_trace_dir(path: pathlib.Path) -> None:
@@ -130,7 +139,7 @@ class Daemon:
         config = self.config
         token = load_token(config.token_file)
         check_exposure(config.host, token)
-        credentials = _tls_credentials(config)
+        tls = _load_tls(config)
         _prepare_trace_dir(config.trace_dir)
 
         # Bind every port and open the sink before any collector starts, so that
@@ -142,14 +151,15 @@ class Daemon:
         _probe_grpc_port(config.host, config.port)
         target = AgentAddress(config.host, config.port).target
         try:
-            if credentials is None:
+            if tls is None:
                 grpc_port = server.add_insecure_port(target)
             else:
-                grpc_port = server.add_secure_port(target, credentials)
+                grpc_port = server.add_secure_port(target, tls.grpc)
         except RuntimeError:  # lost a race for the port since the probe
             raise BindError(f"cannot listen on {target} for gRPC; check --host and --port") from None
         if config.metrics_port is not None:
-            self._metrics = MetricsServer(config.host, config.metrics_port)
+            self._metrics = MetricsServer(config.host, config.metrics_port,
+                                          tls.http if tls is not None else None)
         if config.json_sink is not None:
             self._sink = JsonLinesSink.open(config.json_sink)
 
@@ -169,7 +179,7 @@ class Daemon:
             self._tasks.append(asyncio.create_task(self._sink.run(agent), name="json-sink"))
         endpoints = Endpoints(config.host, grpc_port,
                               self._metrics.port if self._metrics else None,
-                              tls=credentials is not None, token_required=token is not None)
+                              tls=tls is not None, token_required=token is not None)
         log.info("agentd listening", extra={
             "grpc": f"{config.host}:{grpc_port}", "metrics_port": endpoints.metrics_port,
             "tls": endpoints.tls, "token_required": endpoints.token_required,

@@ -5,7 +5,7 @@ connection): no extra dependency, nothing on the asyncio loop that serves gRPC.
 The exposition text itself comes from ``agentd.prometheus.render_metrics``.
 The endpoint is read-only and, like node_exporter's, needs no token; it listens
 on the same address as the gRPC port, so it is loopback-only unless a token is
-configured.
+configured, and it speaks HTTPS with the gRPC port's certificate when TLS is on.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.server
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ class MetricsServer:
     _agent: Agent
     _info: Callable[[], pb.AgentInfo]
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         self._renderer = load_renderer()
         handler = _handler_class(self)
         try:
@@ -58,6 +59,12 @@ class MetricsServer:
             self._server = server_class((host, port), handler)
         except OSError as exc:
             raise BindError.for_port("metrics", host, port, exc, "--metrics-port") from None
+        if tls is not None:
+            # The handshake happens on the connection's own thread (first read), so a
+            # client that stalls mid-handshake cannot hold up the accept loop.
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True

@@ -99,26 +99,6 @@ async def test_many_watchers_at_once(agents):
     assert max(lasts) - min(lasts) <= 2
 
 
-@pytest.mark.parametrize("rpc, request_", [
-    ("CaptureTrace", pb.CaptureTraceRequest(duration_ms=100)),
-    ("GetCaptureStatus", pb.CaptureStatusRequest(capture_id="x")),
-])
-async def test_rpcs_of_later_areas_answer_unimplemented_with_a_reason(agents, rpc, request_):
-    async with open_channel(agents[0].address) as channel:
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await getattr(pb_grpc.AgentStub(channel), rpc)(request_, timeout=10)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not available in this agentd" in caught.value.details()
-
-
-async def test_fetch_file_answers_unimplemented(agents):
-    async with open_channel(agents[0].address) as channel:
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            async for _ in pb_grpc.AgentStub(channel).FetchFile(pb.FetchFileRequest(path="a"), timeout=10):
-                pass
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-
-
 # ---------------------------------------------------------------- fuzzing request fields
 # Synchronous clients: hypothesis drives plain functions, and each example stays short.
 

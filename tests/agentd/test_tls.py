@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import ssl
 import subprocess
 
 import grpc
+import httpx
 import pytest
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -37,8 +39,7 @@ async def get_info(channel: grpc.aio.Channel) -> pb.AgentInfo:
 async def test_tls_agent_serves_clients_that_trust_its_certificate(tmp_path):
     cert, key = self_signed(tmp_path, "agent")
     other_ca, _ = self_signed(tmp_path, "stranger")
-    with running_agent(tmp_path, host="127.0.0.2", token=TOKEN,
-                       extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]) as agent:
+    with running_agent(tmp_path, host="127.0.0.2", token=TOKEN, tls=(cert, key)) as agent:
         async with open_channel(agent.address, TOKEN, tls_ca=str(cert)) as channel:
             assert (await get_info(channel)).hostname
             call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=5)
@@ -60,6 +61,14 @@ async def test_tls_agent_serves_clients_that_trust_its_certificate(tmp_path):
                 await get_info(channel)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert "tls=True" in agent.log()
+
+        # /metrics and /healthz speak HTTPS with the same certificate.
+        with httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=5) as http:
+            assert http.get(f"{agent.metrics_url}/healthz").text == "ok\n"
+            assert agent.metrics_url.startswith("https://")
+            assert http.get(f"{agent.metrics_url}/metrics").status_code == 200
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.2:{agent.metrics_port}/healthz", timeout=5)
 
 
 def test_key_that_does_not_match_the_certificate_is_refused(tmp_path):

@@ -16,6 +16,7 @@ import dataclasses
 import http.client
 import os
 import pathlib
+import ssl
 import subprocess
 import sys
 import threading
@@ -44,6 +45,7 @@ class RunningAgent:
     token: str | None
     trace_dir: pathlib.Path
     log_path: pathlib.Path
+    tls_cert: pathlib.Path | None = None  # also the CA a client trusts (self-signed)
 
     @property
     def connect_host(self) -> str:
@@ -56,7 +58,8 @@ class RunningAgent:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.connect_host}:{self.metrics_port}"
+        scheme = "https" if self.tls_cert is not None else "http"
+        return f"{scheme}://{self.connect_host}:{self.metrics_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -67,9 +70,14 @@ def agentd_command(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "agentd.cli", *args]
 
 
-def healthz_status(host: str, port: int, timeout: float = 2.0) -> int | None:
-    """HTTP status of ``/healthz``, None while nothing answers."""
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+def healthz_status(host: str, port: int, timeout: float = 2.0,
+                   tls_ca: pathlib.Path | None = None) -> int | None:
+    """HTTP status of ``/healthz`` (HTTPS trusting ``tls_ca`` when given), None while nothing answers."""
+    if tls_ca is None:
+        connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    else:
+        context = ssl.create_default_context(cafile=str(tls_ca))
+        connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
     try:
         connection.request("GET", "/healthz")
         return connection.getresponse().status
@@ -95,11 +103,13 @@ def running_agent(
     token: str | None = None,
     interval_ms: int = 200,
     env: dict[str, str] | None = None,
+    tls: tuple[pathlib.Path, pathlib.Path] | None = None,
 ) -> Iterator[RunningAgent]:
     """An agentd subprocess that answers /healthz; terminated (then killed) on exit.
 
-    ``token`` writes a 0600 token file and passes ``--token-file``. ``env``
-    replaces the environment (default: this process's, without $TUIPROF_TOKEN).
+    ``token`` writes a 0600 token file and passes ``--token-file``. ``tls`` is a
+    (certificate, key) pair for ``--tls-cert/--tls-key``. ``env`` replaces the
+    environment (default: this process's, without $TUIPROF_TOKEN).
     """
     port = free_port("0.0.0.0")  # free on the wildcard: free on every address
     metrics_port = free_port("0.0.0.0")
@@ -112,13 +122,16 @@ def running_agent(
             "--interval-ms", str(interval_ms), "--trace-dir", str(trace_dir), *extra_args]
     if token is not None:
         args += ["--token-file", str(write_token(directory, token))]
+    if tls is not None:
+        args += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
     if env is None:
         env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
     log_path = directory / "agentd.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(agentd_command(args), stdout=subprocess.DEVNULL,
                                    stderr=log_file, env=env)
-    agent = RunningAgent(process, host, port, metrics_port, token, trace_dir, log_path)
+    agent = RunningAgent(process, host, port, metrics_port, token, trace_dir, log_path,
+                         tls[0] if tls is not None else None)
     try:
         _wait_healthy(agent)
         yield agent
@@ -133,7 +146,7 @@ def _wait_healthy(agent: RunningAgent) -> None:
             raise AgentStartError(
                 f"agentd exited with {agent.process.returncode} before serving:\n{agent.log()}"
             )
-        if healthz_status(agent.connect_host, agent.metrics_port) == 200:
+        if healthz_status(agent.connect_host, agent.metrics_port, tls_ca=agent.tls_cert) == 200:
             return
         time.sleep(0.05)
     raise AgentStartError(f"agentd not healthy after {START_TIMEOUT_SECONDS} s:\n{agent.log()}")
