@@ -51,7 +51,8 @@ security:
   Without a token agentd listens on loopback addresses only. With a token
   (--token-file, mode not world-readable, or $TUIPROF_TOKEN) it may listen on
   any address and every gRPC call must send `authorization: Bearer <token>`.
-  /metrics and /healthz are read-only and need no token.
+  /metrics and /healthz are read-only and need no token; with --tls-cert they
+  are served over HTTPS with the same certificate.
 
 exit status:
   0 stopped by SIGTERM/SIGINT, 2 bad command line or config, 3 token/TLS

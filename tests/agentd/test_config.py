@@ -46,6 +46,19 @@ def test_flags_override_the_file(tmp_path):
     assert (config.port, config.interval_ms, config.log_format) == (3001, 250, "text")
 
 
+def test_the_system_config_file_is_read_when_present_and_no_config_is_given(tmp_path, monkeypatch):
+    system_file = write(tmp_path, "interval_ms = 5000\n")
+    monkeypatch.setattr("agentd.cli.DEFAULT_CONFIG_FILE", system_file)
+    assert load_config([]).interval_ms == 5000
+    assert load_config(["--interval-ms", "200"]).interval_ms == 200
+    other = tmp_path / "other.toml"
+    other.write_text("port = 2500\n")
+    explicit = load_config(["--config", str(other)])
+    assert (explicit.port, explicit.interval_ms) == (2500, 1000)  # only the named file
+    monkeypatch.setattr("agentd.cli.DEFAULT_CONFIG_FILE", tmp_path / "absent.toml")
+    assert load_config([]) == AgentConfig()
+
+
 def test_json_sink_dash_means_stdout_in_the_file_too(tmp_path):
     assert load_config(["--config", str(write(tmp_path, 'json_sink = "-"'))]).json_sink == "-"
 
