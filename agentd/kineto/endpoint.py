@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import struct
 import threading
@@ -26,6 +27,7 @@ ABSTRACT_NAME = b"\0dynolog\0"  # the trailing NUL is part of the name
 SOCKET_DIR_ENV = "KINETO_IPC_SOCKET_DIR"
 _CREDENTIALS = struct.Struct("iII")  # struct ucred: pid, uid, gid
 _RECV_BUFFER = 64 * 1024
+_STOP_CHECK_SECONDS = 0.5
 
 
 class EndpointError(Exception):
@@ -79,7 +81,7 @@ class KinetoEndpoint:
             where = self.address if isinstance(self.address, str) else "@dynolog@ (abstract)"
             hint = " (is dynolog or another agentd running?)" if exc.errno == 98 else ""
             raise EndpointError(f"cannot bind the Kineto IPC socket {where}: {exc.strerror}{hint}") from exc
-        sock.settimeout(0.5)
+        sock.setblocking(False)  # a send to a client that does not read must fail at once, never wait
         return sock
 
     @property
@@ -93,8 +95,11 @@ class KinetoEndpoint:
         ancillary = socket.CMSG_SPACE(_CREDENTIALS.size)
         while not self._stop.is_set():
             try:
+                readable, _, _ = select.select([self._sock], [], [], _STOP_CHECK_SECONDS)
+                if not readable:
+                    continue
                 data, ancdata, flags, sender = self._sock.recvmsg(_RECV_BUFFER, ancillary)
-            except TimeoutError:
+            except (BlockingIOError, InterruptedError):
                 continue
             except OSError as exc:
                 if self._stop.is_set():
@@ -133,7 +138,7 @@ class KinetoEndpoint:
 
     def _send(self, reply: bytes, sender: bytes | str) -> bool:
         try:
-            self._sock.sendto(reply, socket.MSG_DONTWAIT, sender)
+            self._sock.sendto(reply, sender)
         except (ConnectionRefusedError, FileNotFoundError):
             self._limited.warning("client-gone", "client %r vanished before its reply", sender)
         except BlockingIOError:

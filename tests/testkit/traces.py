@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import select
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -15,6 +17,7 @@ from testkit.ports import free_port
 
 TRAINER = pathlib.Path(__file__).parent.parent / "traces" / "trainer.py"
 REGISTER_TIMEOUT_SECONDS = 60.0
+READY_TIMEOUT_SECONDS = 90.0
 
 
 def kineto_env(socket_dir: pathlib.Path, **extra: str) -> dict[str, str]:
@@ -52,13 +55,27 @@ def trainers(socket_dir: pathlib.Path, ranks: list[int | None], seconds: float =
             world = len(ranks) if all(r is not None for r in ranks) and len(ranks) > 1 else 1
             processes.append(subprocess.Popen(
                 [sys.executable, str(TRAINER), "--seconds", str(seconds), "--world", str(world)],
-                env=kineto_env(socket_dir, **extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                env=kineto_env(socket_dir, **extra), stdout=subprocess.PIPE,
+                stderr=tempfile.TemporaryFile()))  # a file: an unread pipe could fill and stall it
+        for process in processes:
+            _wait_ready(process)
         yield processes
     finally:
         for process in processes:
             stop_process(process)
-            if process.stderr is not None:
-                process.stderr.close()
+            if process.stdout is not None:
+                process.stdout.close()
+
+
+def _wait_ready(process: subprocess.Popen[bytes], timeout: float = READY_TIMEOUT_SECONDS) -> None:
+    """Until the trainer printed "ready" (its loop runs: torch imported, process group joined)."""
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], timeout)
+    line = process.stdout.readline() if readable else b""
+    if line.strip() != b"ready":
+        process.kill()
+        process.wait(10)
+        raise AssertionError(f"trainer {process.pid} not ready after {timeout} s")
 
 
 def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

@@ -76,3 +76,46 @@ def test_unregistered_pid_matches_nothing(agent, tmp_path):
     assert "no processes matched" in result.stdout
     assert "999999" in result.stdout
     assert not list(tmp_path.glob("**/*.json*"))
+
+
+def test_two_ranks_merge_into_one_timeline_with_linked_collectives(agent, socket_dir, tmp_path):
+    with trainers(socket_dir, [0, 1]) as processes:
+        for process in processes:
+            wait_registered(agent, process.pid)
+        pids = ",".join(str(p.pid) for p in processes)
+        result = run_cli("trace", agent.address.target, "--duration-ms", "800", "--pids", pids,
+                         "--output", str(tmp_path), "--start-delay-ms", START_DELAY_MS, "--json")
+    assert result.returncode == 0, result.stderr + result.stdout
+    doc = json.loads(result.stdout)
+    targets = doc["hosts"][0]["targets"]
+    assert sorted((t["rank"], t["pid"]) for t in targets) == [(0, processes[0].pid), (1, processes[1].pid)]
+    merged = load_json(pathlib.Path(doc["merged"]["path"]))  # loadable JSON
+    events = merged["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    cpu_tracks = {pid: name for pid, name in names.items() if "CPU pid" in name}
+    assert [name.rsplit(" (", 1)[0] for name in sorted(cpu_tracks.values())] == [
+        f"rank 0 · {agent.address} · CPU pid {processes[0].pid}",
+        f"rank 1 · {agent.address} · CPU pid {processes[1].pid}"]
+    # Sorted by rank: rank 0's tracks sort before rank 1's.
+    order = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    rank0 = [pid for pid, name in names.items() if name.startswith("rank 0")]
+    rank1 = [pid for pid, name in names.items() if name.startswith("rank 1")]
+    assert max(order[p] for p in rank0) < min(order[p] for p in rank1)
+    # Rebasing: each rank's ops fall inside the requested window on the wall clock.
+    start_ms = doc["start_time_unix_ms"]
+    for pid in cpu_tracks:
+        mm = [e for e in events if e.get("name") == "aten::mm" and e["pid"] == pid]
+        assert mm, f"no aten::mm on track {names[pid]}"
+        wall = [(merged["baseTimeNanoseconds"] + e["ts"] * 1000) / 1e6 for e in mm]
+        assert start_ms - 50 <= min(wall) and max(wall) <= start_ms + 800 + 50
+    # The ranks' all-reduces are linked: each flow starts on rank 0 and finishes on rank 1.
+    flows = [e for e in events if e.get("cat") == "collective"]
+    assert doc["merged"]["linked_collectives"] > 0
+    starts = {e["id"]: e for e in flows if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in flows if e["ph"] == "f"}
+    assert starts.keys() == finishes.keys()
+    assert {names[e["pid"]].split(" ·")[0] for e in starts.values()} == {"rank 0"}
+    assert {names[e["pid"]].split(" ·")[0] for e in finishes.values()} == {"rank 1"}
+    summary = doc["summary"]
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert summary["collectives_compared"] == doc["merged"]["linked_collectives"]

@@ -213,7 +213,7 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float,
             hops.setdefault(key, []).append(_CollectiveHop(rank_index, event.pid, event.tid, event.ts))
     extract.events = len(kept)
     for original_pid, new_pid in pids.items():
-        label = labels.get(original_pid) or _default_label(original_pid, source.pid)
+        label = _label(original_pid, labels.get(original_pid, ""), source.pid)
         where = f"rank {rank}" if rank is not None else f"pid {source.pid or '?'}"
         kept.append(Event(ph="M", name="process_name", pid=new_pid, tid=0,
                           args=msgspec.Raw(_encode({"name": f"{where} · {source.host or 'host?'} · {label}"}))))
@@ -223,12 +223,14 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float,
     return _encode(kept)[1:-1], extract
 
 
-def _default_label(original_pid: int | str, process_pid: int | None) -> str:
+def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
+    """What an original process track is: Kineto's string pids ("Spans") as they are, the OS
+    process as ``CPU pid N (name)``, small integers (device indices) as the GPU they are."""
     if isinstance(original_pid, str):
         return original_pid
-    if process_pid is not None and original_pid == process_pid or original_pid > 64:
-        return f"CPU pid {original_pid}"
-    return f"GPU {original_pid}"
+    if original_pid == process_pid or original_pid > 64:
+        return f"CPU pid {original_pid}" + (f" ({name})" if name else "")
+    return name or f"GPU {original_pid}"
 
 
 def _collective_key(event: Event, occurrences: dict[tuple[str, str], int]) -> tuple[str, ...]:

@@ -1,0 +1,65 @@
+"""Files stay under the trace dir: requests that try to leave it are refused with INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.channel import open_channel
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("subdir", ["../escape", "/tmp/elsewhere", "a/../../b", "link-out"])
+async def test_capture_output_subdir_outside_trace_dir_is_refused(agent, tmp_path, subdir):
+    (agent.trace_dir / "link-out").unlink(missing_ok=True)
+    (agent.trace_dir / "link-out").symlink_to(tmp_path)
+    async with open_channel(agent.address) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.CaptureTrace(pb.CaptureTraceRequest(duration_ms=500, output_subdir=subdir))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "trace dir" in raised.value.details()
+
+
+@pytest.mark.parametrize("path", ["../agentd.log", "/etc/passwd", "link-out/secret", "x.pt.trace.json.tmp"])
+async def test_fetch_outside_trace_dir_or_unfinished_is_refused(agent, tmp_path, path):
+    (tmp_path / "secret").write_text("not for clients")
+    (agent.trace_dir / "link-out").unlink(missing_ok=True)
+    (agent.trace_dir / "link-out").symlink_to(tmp_path)
+    (agent.trace_dir / "x.pt.trace.json.tmp").write_text("{")
+    async with open_channel(agent.address) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            async for _ in stub.FetchFile(pb.FetchFileRequest(path=path)):
+                pass
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_fetch_streams_a_finished_file_from_an_offset(agent):
+    payload = bytes(range(256)) * 9000  # > 2 chunks
+    (agent.trace_dir / "done.json").write_bytes(payload)
+    async with open_channel(agent.address) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        chunks = [c async for c in stub.FetchFile(pb.FetchFileRequest(path="done.json", offset=10))]
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            async for _ in stub.FetchFile(pb.FetchFileRequest(path="nope.json")):
+                pass
+    assert b"".join(c.data for c in chunks) == payload[10:]
+    assert {c.total_size for c in chunks} == {len(payload)}
+    assert chunks[0].offset == 10
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_capture_without_span_is_invalid(agent):
+    async with open_channel(agent.address) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.CaptureTrace(pb.CaptureTraceRequest())
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await stub.GetCaptureStatus(pb.CaptureStatusRequest(capture_id="nope"))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "duration_ms or iterations" in raised.value.details()
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
