@@ -38,3 +38,11 @@ def test_bad_text_is_named(bad):
 def test_negative_rank_refused():
     with pytest.raises(ranksets.RankSetError, match="negative"):
         ranksets.mask_of([-1])
+
+
+def test_fold_short_cuts_at_a_comma():
+    scattered = list(range(0, 400, 3))
+    short = ranksets.fold_short(scattered, 20)
+    assert short.endswith(",…") and len(short) <= 22
+    assert ranksets.fold(scattered).startswith(short[:-2])
+    assert ranksets.fold_short([1, 2, 3]) == "1-3"

@@ -161,6 +161,8 @@ def test_no_suspect_when_everyone_waits_in_the_same_place_or_splits_evenly():
     assert find_suspects(equivalence_classes(_job({r: ("main", "barrier") for r in range(4)}))) == []
     even = _job({0: ("main", "a"), 1: ("main", "a"), 2: ("main", "b"), 3: ("main", "b")})
     assert find_suspects(equivalence_classes(even)) == []
+    spread = _job({0: ("main", "a"), 1: ("main", "a"), 2: ("main", "b"), 3: ("main", "c"), 4: ("main", "d")})
+    assert find_suspects(equivalence_classes(spread)) == []
 
 
 def test_duplicate_thread_names_get_their_own_group():

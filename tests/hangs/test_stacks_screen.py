@@ -36,7 +36,7 @@ async def test_stacks_screen_takes_merges_jumps_toggles_and_exports(agent_with_r
 
         await pilot.press("j")
         tree = screen.query_one(Tree)
-        assert str(tree.cursor_node.label).startswith("stuck_in_loader (stuck_in_loader.py)  [3]  not: [0-2]")
+        assert str(tree.cursor_node.label).startswith("stuck_in_loader (stuck_in_loader.py)  [3] 1  not: [0-2]")
 
         await pilot.press("l")
         assert screen.lines and "stuck_in_loader.py:5" in str(screen.query_one("#stacks-classes", Static).render())

@@ -45,19 +45,25 @@ def count(mask: int) -> int:
 
 def fold(ranks: Iterable[int] | int) -> str:
     """``[0, 1, 2, 3, 5]`` (or its mask) as ``"0-3,5"``; the empty set is ``""``."""
-    ordered = ranks_of(ranks) if isinstance(ranks, int) else sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = None
-    for rank in ordered:
-        if prev is not None and rank == prev + 1:
-            prev = rank
-            continue
-        if start is not None:
-            parts.append(_span(start, prev))
-        start = prev = rank
-    if start is not None:
-        parts.append(_span(start, prev))
-    return ",".join(parts)
+    mask = ranks if isinstance(ranks, int) else mask_of(ranks)
+    return ",".join(_span(start, end) for start, end in runs(mask))
+
+
+def runs(mask: int) -> list[tuple[int, int]]:
+    """The maximal runs of set bits as (first, last) ranks, lowest first.
+
+    Walks runs, not bits: the complement of a 4096-rank set with one hole is
+    two steps, which keeps "ranks that did not reach this frame" cheap.
+    """
+    out = []
+    while mask:
+        low = mask & -mask
+        start = low.bit_length() - 1
+        carried = mask + low          # the run's bits clear; the bit after it sets
+        after = (carried & -carried).bit_length() - 1
+        out.append((start, after - 1))
+        mask &= ~((1 << after) - 1)
+    return out
 
 
 def _span(start: int, end: int) -> str:
@@ -81,3 +87,12 @@ def parse(text: str) -> list[int]:
             raise RankSetError(f"bad rank range {part.strip()!r}: {end} is below {start}")
         ranks.update(range(start, end + 1))
     return sorted(ranks)
+
+
+def fold_short(ranks: Iterable[int] | int, limit: int = 60) -> str:
+    """``fold`` cut to about ``limit`` characters at a comma, ending in ``…`` when cut (for screens)."""
+    text = fold(ranks)
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(",", 0, limit)
+    return text[: cut if cut > 0 else limit] + ",…"

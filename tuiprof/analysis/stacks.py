@@ -290,18 +290,21 @@ def find_suspects(
 ) -> list[Suspect]:
     """The ranks in classes smaller than the largest one, each with an explanation.
 
-    One class (everyone waits in the same place) or classes of equal size name
-    no suspect: nothing is odd. ``collective_findings`` (rank → sentence, from
+    Nothing is odd, so no suspect is named, when there is one class (everyone
+    waits in the same place), when the classes are of equal size, or when the
+    smaller classes together hold half the ranks or more (ranks spread over
+    many places). ``collective_findings`` (rank → sentence, from
     :mod:`tuiprof.analysis.stacks_collectives`) is prefixed to the stack evidence.
     """
     if len(classes) < 2:
         return []
     largest = max(c.count for c in classes)
     majority = [c for c in classes if c.count == largest]
-    if len(majority) == len(classes):
+    odd_ranks = sum(c.count for c in classes if c.count < largest)
+    if len(majority) == len(classes) or 2 * odd_ranks >= sum(c.count for c in classes):
         return []
     others = " and ".join(
-        f"{_ranks_word(c.ranks)} {ranksets.fold(c.ranks)} {'is' if c.count == 1 else 'are'} in `{c.where()}`"
+        f"{_ranks_word(c.ranks)} {ranksets.fold_short(c.ranks, 80)} {'is' if c.count == 1 else 'are'} in `{c.where()}`"
         for c in majority
     )
     findings = collective_findings or {}
@@ -309,7 +312,7 @@ def find_suspects(
     for cls in classes:
         if cls.count == largest:
             continue
-        label = f"{_ranks_word(cls.ranks)} {ranksets.fold(cls.ranks)}"
+        label = f"{_ranks_word(cls.ranks)} {ranksets.fold_short(cls.ranks, 80)}"
         collective = _shared_finding(cls.ranks, findings)
         verb = "it is" if cls.count == 1 else "they are"
         if collective:

@@ -84,15 +84,15 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
     lines: list[str] = []
     total = report.merged.ranks.bit_count()
     for thread, root in sorted(report.merged.threads.items(), key=lambda kv: kv[0] != report.thread):
-        lines.append(f"{thread}  [{ranksets.fold(root.ranks)}] {root.ranks.bit_count()}/{total} ranks")
+        lines.append(f"{thread}  [{ranksets.fold_short(root.ranks)}] {root.ranks.bit_count()}/{total} ranks")
         pending = [(child, "", i == len(kids) - 1) for kids in [root.sorted_children()] for i, child in enumerate(kids)]
         pending.reverse()
         while pending:
             node, indent, last = pending.pop()
             missing = report.merged.missing(node)
-            text = f"{indent}{'└─ ' if last else '├─ '}{node.frame.label()}  [{ranksets.fold(node.ranks)}]"
+            text = f"{indent}{'└─ ' if last else '├─ '}{node.frame.label()}  [{ranksets.fold_short(node.ranks)}]"
             if missing:
-                text += f"  not: [{ranksets.fold(missing)}]"
+                text += f"  not: [{ranksets.fold_short(missing)}]"
             lines.append(text[:max_width])
             kids = node.sorted_children()
             child_indent = indent + ("   " if last else "│  ")
@@ -101,12 +101,12 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
         lines.append("")
     lines.append(f"Equivalence classes of {report.thread} (smallest first):")
     for c in report.classes:
-        lines.append(f"  {c.count:>5}  [{ranksets.fold(c.ranks)}]  {c.where()}")
+        lines.append(f"  {c.count:>5}  [{ranksets.fold_short(c.ranks)}]  {c.where()}")
     if report.suspects:
         lines.append("Suspects:")
         lines.extend(f"  {s.reason}" for s in report.suspects)
     else:
-        lines.append("No suspect: no rank stands apart from the others.")
+        lines.append(f"No suspect: no rank stands apart ({len(report.classes)} distinct stacks).")
     return "\n".join(lines) + "\n"
 
 
