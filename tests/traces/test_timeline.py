@@ -1,0 +1,82 @@
+"""Timeline captures: the agent dumps a rank's hook event ring straight from shared memory.
+
+The rank is the stand-in GPU workload of the native tests (tests/native/standins) under
+`tuiprof run`, so every GEMM and collective, and its stand-in kernel time, is known:
+a GEMM takes 10 us + 2*b*m*n*k/100 ns, each collective what the stand-in NCCL reports.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+from native.conftest import standins  # noqa: F401  (the stand-in GPU libraries, built with gcc)
+from native.support import segment_path, tuiprof_run
+from testkit.traces import run_cli
+
+pytestmark = pytest.mark.slow
+
+GEMMS = {  # (op, dtype) -> (count, kernel µs)
+    ("cublasGemmEx", "bf16"): (5, 10.655),
+    ("cublasGemmStridedBatchedEx", "fp16"): (3, 10.040),
+    ("cublasSgemm_v2", "fp32"): (2, 10.081),
+    ("cublasLtMatmul", "bf16"): (4, 10.081),
+    ("cublasLtMatmul", "fp32"): (2, 10.020),
+}
+COLLECTIVES = {"AllReduce": (3, 50.0), "AllGather": (2, 20.0), "ReduceScatter": (1, 30.0), "Send": (2, 5.0)}
+
+
+@pytest.fixture
+def workload(standins):  # noqa: F811
+    """The stand-in job as rank 3, stopped at READY with its segment live."""
+    process = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, env={"RANK": "3", "WORLD_SIZE": "4"})
+    try:
+        json.loads(process.stdout.readline())
+        assert process.stdout.readline().strip() == "READY"
+        yield process
+    finally:
+        process.stdin.close()
+        process.wait(timeout=10)
+        process.stdout.close()
+        segment_path(process.pid).unlink(missing_ok=True)
+
+
+def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(agent, workload, tmp_path):
+    result = run_cli("trace", agent.address.target, "--kind", "timeline", "--last-events", "1000",
+                     "--pids", str(workload.pid), "--output", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr + result.stdout
+    doc = json.loads(result.stdout)
+    [target] = doc["hosts"][0]["targets"]
+    assert target["pid"] == workload.pid and target["rank"] == 3 and target["state"] == "written"
+    trace = json.loads(pathlib.Path(target["local"]).read_text())
+    assert trace["distributedInfo"]["rank"] == 3
+    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+    gemms = collections.defaultdict(list)
+    collectives = collections.defaultdict(list)
+    for event in kernels:
+        if event["name"].startswith("nccl:"):
+            collectives[event["args"]["Collective name"]].append(event["dur"])
+        else:
+            gemms[(event["name"], event["args"]["dtype"])].append(event["dur"])
+    assert {key: (len(durs), round(durs[0], 3)) for key, durs in gemms.items()} == GEMMS
+    assert all(len(set(durs)) == 1 for durs in gemms.values())
+    assert {op: (len(durs), durs[0]) for op, durs in collectives.items()} == COLLECTIVES
+    [rank] = doc["summary"]["ranks"]
+    expected_comm = sum(count * us for count, us in COLLECTIVES.values())
+    assert rank["rank"] == 3 and rank["gpu_kernels"] == 24
+    assert rank["communication_us"] == pytest.approx(expected_comm, abs=0.01)  # the collectives never overlap
+
+
+def test_duration_dump_holds_only_events_inside_the_window(agent, workload, tmp_path):
+    # The workload finished its ops before READY, so a window opened now sees none of them.
+    result = run_cli("trace", agent.address.target, "--kind", "timeline", "--duration-ms", "300",
+                     "--pids", str(workload.pid), "--output", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr + result.stdout
+    [target] = json.loads(result.stdout)["hosts"][0]["targets"]
+    trace = json.loads(pathlib.Path(target["local"]).read_text())
+    assert [e for e in trace["traceEvents"] if e.get("cat") == "kernel"] == []
