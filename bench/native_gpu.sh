@@ -11,9 +11,13 @@ python3 setup.py -q build_ext --inplace 2>&1 | tail -5
 ls -la tuiprof_native/*.so || exit 1
 RUN=(python3 -c 'import argparse, sys; from tuiprof.commands import run; sys.exit(run.run(argparse.Namespace(command=sys.argv[1:], kineto_daemon=False)))')
 TR=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
-echo "== accuracy"; "${RUN[@]}" "${TR[@]}" bench/native_gpu.py --mode accuracy --out "$WORK"
+PHASES=${1:-accuracy overhead}  # bench/native_gpu.sh [accuracy] [overhead]
+if [[ $PHASES == *accuracy* ]]; then
+  echo "== accuracy"; "${RUN[@]}" "${TR[@]}" bench/native_gpu.py --mode accuracy --out "$WORK"
+fi
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 for round in 1 2 3; do
+  [[ $PHASES == *overhead* ]] || break
   echo "== round $round plain";      "${TR[@]}" bench/native_gpu.py --mode overhead --out "$WORK" --label plain --round $round
   echo "== round $round tuiprof";    "${RUN[@]}" "${TR[@]}" bench/native_gpu.py --mode overhead --out "$WORK" --label tuiprof --round $round
   echo "== round $round ncclTiming"; TORCH_NCCL_ENABLE_TIMING=1 "${TR[@]}" bench/native_gpu.py --mode overhead --out "$WORK" --label nccl_timing --round $round

@@ -17,14 +17,16 @@ def main(work: str, summary_path: str) -> None:
     acc = load(os.path.join(work, "accuracy-*.json"))
     over = load(os.path.join(work, "overhead-*.json"))
     print("## GEMMs (per rank): calls recorded vs made, TFLOPS ours vs the program's own CUDA events\n")
-    print("| rank | group | cuBLAS API seen | program calls | recorded | own TFLOPS | our TFLOPS | diff % |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| rank | group | cuBLAS API seen | program calls | recorded | own TFLOPS | our TFLOPS | diff % "
+          "| our first call ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for a in acc:
         for g in a["gemm"]:
             ours = "-" if g["our_tflops"] is None else f"{g['our_tflops']:.1f}"
             diff = "-" if g["tflops_diff_percent"] is None else f"{g['tflops_diff_percent']:+.2f}"
             print(f"| {a['rank']} | {g['group']} | {', '.join(g['apis'])} | {g['program_calls']} | "
-                  f"{g['recorded_calls']} | {g['own_tflops']:.1f} | {ours} | {diff} |")
+                  f"{g['recorded_calls']} | {g['own_tflops']:.1f} | {ours} | {diff} | "
+                  f"{g['first_call_ms']:.2f} |")
     print("\n## Collectives (per rank): bus bandwidth ours (kernel-channel GPU timers) vs own (events around a loop)\n")
     print("| rank | op | MiB | recorded | own busbw GB/s | our busbw GB/s | diff % | algo/proto |")
     print("|---|---|---|---|---|---|---|---|")

@@ -21,6 +21,8 @@ typedef int (*event_elapsed_fn)(float *ms, void *start, void *stop);
 typedef int (*get_device_fn)(int *device);
 typedef int (*set_device_fn)(int device);
 typedef int (*stream_capturing_fn)(void *stream, int *status);
+typedef int (*capture_mode_fn)(int *mode);
+#define CAPTURE_MODE_RELAXED 2
 
 static struct {
     event_create_fn create;
@@ -31,6 +33,7 @@ static struct {
     get_device_fn get_device;
     set_device_fn set_device;
     stream_capturing_fn capturing; /* optional */
+    capture_mode_fn exchange_capture_mode; /* optional */
 } cuda;
 
 typedef struct timer {
@@ -65,6 +68,7 @@ static int cuda_usable(void)
     cuda.get_device = (get_device_fn)tp_resolve("cudaGetDevice");
     cuda.set_device = (set_device_fn)tp_resolve("cudaSetDevice");
     cuda.capturing = (stream_capturing_fn)tp_resolve("cudaStreamIsCapturing");
+    cuda.exchange_capture_mode = (capture_mode_fn)tp_resolve("cudaThreadExchangeStreamCaptureMode");
     int ok = cuda.create && cuda.destroy && cuda.record && cuda.query && cuda.elapsed && cuda.get_device &&
              cuda.set_device;
     if (ok && !g_free) {
@@ -119,6 +123,13 @@ int tp_timer_poll(uint32_t i, uint64_t *dur_ns)
 {
     timer *t = &g_timers[i];
     if (t->device != g_writer_device) {
+        if (g_writer_device == -1 && cuda.exchange_capture_mode) {
+            /* Relaxed capture interaction for this (writer) thread, so its
+             * event queries never invalidate a CUDA-graph capture that an
+             * application thread runs in global mode. */
+            int mode = CAPTURE_MODE_RELAXED;
+            cuda.exchange_capture_mode(&mode);
+        }
         /* Query from the right device, so the writer thread never creates a
          * context on device 0 for a rank that lives on another GPU. */
         if (cuda.set_device(t->device) != CUDA_SUCCESS) return -1;
