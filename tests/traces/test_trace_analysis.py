@@ -1,0 +1,136 @@
+"""trace_merge and trace_summary on small hand-made Kineto-shaped traces whose answers are worked out here."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+
+import pytest
+
+from tuiprof.analysis.trace_merge import TraceFormatError, TraceInput, merge_traces
+from tuiprof.analysis.trace_summary import covered, overlap, summarize, union
+
+BASE0 = 1_795_000_000_000_000_000  # ns
+BASE1 = BASE0 + 2_000_000  # rank 1's clock base is 2 ms later
+
+
+def kernel(name: str, ts: float, dur: float, stream: int = 7, cat: str = "kernel", **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur, "args": args}
+
+
+def write_trace(path: pathlib.Path, base: int, events: list[dict], rank: int | None = None, gz: bool = False) -> pathlib.Path:
+    doc = {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "M", "name": "process_name", "pid": 4242, "tid": 0, "args": {"name": "python"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242, "ts": 1.0, "dur": 3.0},
+        {"ph": "s", "cat": "ac2g", "name": "launch", "pid": 4242, "tid": 4242, "ts": 1.0, "id": 5},
+        {"ph": "f", "cat": "ac2g", "name": "launch", "pid": 0, "tid": 7, "ts": 10.0, "id": 5, "bp": "e"},
+        *events]}
+    if rank is not None:
+        doc["distributedInfo"] = {"rank": rank}
+    data = json.dumps(doc, indent=1).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+# Rank 0, stream 7 compute, stream 20 NCCL (µs):
+#   compute  [10,40) [50,70)         -> 50
+#   nccl     [30,60) [100,110)       -> 40; overlap with compute [30,40)+[50,60) = 20 -> 50 %
+#   memcpy   [70,80)                 -> 10
+#   span [10,110) = 100; busy = [10,80)+[100,110) = 80; idle = 20
+RANK0 = [
+    kernel("gemm_a", 10, 30), kernel("gemm_b", 50, 20),
+    kernel("ncclDevKernel_AllReduce_Sum_f32", 30, 30, stream=20, **{"Collective name": "allreduce",
+                                                                      "Process Group Name": "0"}),
+    kernel("ncclDevKernel_AllReduce_Sum_f32", 100, 10, stream=20, **{"Collective name": "allreduce",
+                                                                       "Process Group Name": "0"}),
+    kernel("Memcpy HtoD (Pageable -> Device)", 70, 10, cat="gpu_memcpy"),
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 4242, "tid": 4242, "ts": 0, "dur": 60},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 4242, "tid": 4242, "ts": 60, "dur": 80},
+]
+# Rank 1 (its own ts; +2000 µs on rank 0's base): compute 30, and it starts the all-reduces later.
+RANK1 = [
+    kernel("gemm_a", 10, 30),
+    kernel("ncclDevKernel_AllReduce_Sum_f32", 35, 25, stream=20, **{"Collective name": "allreduce",
+                                                                      "Process Group Name": "0"}),
+    kernel("ncclDevKernel_AllReduce_Sum_f32", 101, 9, stream=20, **{"Collective name": "allreduce",
+                                                                      "Process Group Name": "0"}),
+]
+
+
+def test_interval_algebra():
+    cover = union([(5, 7), (0, 2), (1, 3), (6, 9)])
+    assert cover == [(0, 3), (5, 9)]
+    assert covered(cover) == 7
+    assert overlap(cover, union([(2, 6), (8, 20)])) == 1 + 1 + 1
+
+
+@pytest.fixture
+def merged(tmp_path):
+    # Given in reverse rank order, rank 1 gzipped: the merge sorts by rank and reads both.
+    one = write_trace(tmp_path / "r1.json.gz", BASE1, RANK1, rank=1, gz=True)
+    zero = write_trace(tmp_path / "r0.json", BASE0, RANK0)
+    result = merge_traces([TraceInput(one, "host-b", None, 4242), TraceInput(zero, "host-a", 0, 4242)],
+                          tmp_path / "merged.json.gz")
+    return result, json.loads(gzip.decompress(result.output.read_bytes()))
+
+
+def test_merge_rebases_renames_and_orders_ranks(merged):
+    result, doc = merged
+    assert doc["baseTimeNanoseconds"] == result.base_time_ns == BASE0
+    events = doc["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert sorted(names.values()) == ["rank 0 · host-a · CPU pid 4242 (python)", "rank 0 · host-a · GPU 0",
+                                      "rank 1 · host-b · CPU pid 4242 (python)", "rank 1 · host-b · GPU 0"]
+    by_name = {v: k for k, v in names.items()}
+    gemm_a = {names[e["pid"]]: e["ts"] for e in events if e.get("name") == "gemm_a"}
+    assert gemm_a == {"rank 0 · host-a · GPU 0": 10.0, "rank 1 · host-b · GPU 0": 2010.0}
+    sort = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    assert sort[by_name["rank 0 · host-a · GPU 0"]] < sort[by_name["rank 1 · host-b · GPU 0"]]
+    # Kineto's per-file flow ids (5 in both files) no longer collide.
+    ac2g = {(e["id"], names[e["pid"]].split(" ·")[0]) for e in events if e.get("cat") == "ac2g"}
+    assert len({flow_id for flow_id, _ in ac2g}) == 2
+
+
+def test_merge_links_each_collective_occurrence_across_ranks(merged):
+    result, doc = merged
+    flows = [e for e in doc["traceEvents"] if e.get("cat") == "collective"]
+    assert result.linked_collectives == 2
+    assert sorted((e["ph"], e["ts"]) for e in flows) == [("f", 2035.0), ("f", 2101.0), ("s", 30.0), ("s", 100.0)]
+    assert all(e.get("bp") == "e" for e in flows if e["ph"] == "f")
+
+
+def test_summary_split_overlap_steps_and_skew(merged):
+    result, _ = merged
+    summary = summarize(result.ranks)
+    r0, r1 = summary.ranks
+    assert (r0.rank, r1.rank) == (0, 1)
+    assert (r0.span_us, r0.compute_us, r0.communication_us, r0.memory_us, r0.idle_us) == (100, 50, 40, 10, 20)
+    assert r0.overlap_percent == 50.0
+    assert r0.step_time_us == 70.0 and r0.steps == 2
+    assert r1.step_time_us is None and "fewer than two steps" in r1.unavailable["step_time_us"]
+    assert (r1.compute_us, r1.communication_us, r1.overlap_percent) == (30, 34, pytest.approx(100 * 5 / 34, abs=0.01))
+    # median compute of (50, 30) is 40
+    assert (r0.compute_vs_median_percent, r1.compute_vs_median_percent) == (25.0, -25.0)
+    assert r0.top_kernels[0].name == "ncclDevKernel_AllReduce_Sum_f32" and r0.top_kernels[0].total_us == 40
+    # Rank 1 started both all-reduces last: by 2005 µs and 2001 µs on the shared clock.
+    assert summary.collectives_compared == 2
+    assert [(s.skew_us, s.last_rank) for s in summary.worst_collectives] == [(2005.0, 1), (2001.0, 1)]
+    assert summary.last_starts == {"1": 2}
+
+
+def test_cpu_only_trace_reports_gpu_split_unavailable(tmp_path):
+    path = write_trace(tmp_path / "cpu.json", BASE0, [], rank=0)
+    summary = summarize(merge_traces([TraceInput(path, "h", 0, 4242)], tmp_path / "m.json.gz").ranks)
+    [rank] = summary.ranks
+    assert rank.compute_us is None and rank.idle_us is None
+    assert "no GPU kernels" in rank.unavailable["compute_us"]
+    assert [(t.name, t.total_us) for t in rank.top_cpu_ops] == [("aten::mm", 3.0)]
+
+
+def test_unreadable_input_names_the_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [ {"ph": "X", ')
+    with pytest.raises(TraceFormatError, match="bad.json"):
+        merge_traces([TraceInput(bad)], tmp_path / "m.json.gz")
