@@ -80,6 +80,17 @@ def test_host_results_untouched(standins, cleanup_segments, hooked_run):
     assert segment_path(proc.pid).exists() is False  # no segment without the hook
 
 
+def test_disabled_hook_is_inert(standins, cleanup_segments):
+    cmd = [str(standins / "driver"), str(standins / "libworkload.so")]
+    proc = tuiprof_run(*cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"TUIPROF_DISABLE": "1"})
+    cleanup_segments.append(proc.pid)
+    out, _ = proc.communicate("\n", timeout=30)
+    result = json.loads(out.splitlines()[0])
+    assert proc.returncode == 0 and result["max_error"] == 0
+    assert result["lt_getattr_same_descriptors"] == 0  # shapes never read: nothing recorded
+    assert not segment_path(proc.pid).exists()
+
+
 def test_gemm_counts_shapes_flops_and_times(hooked_run):
     _, seg, proc = hooked_run
     header = seg.header()

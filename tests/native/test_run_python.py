@@ -129,3 +129,41 @@ def test_fork_child_gets_its_own_segment(cleanup_segments):
         assert child_seg.header().pid == child
         assert child_seg.header().counters.step_count == 3
         assert not child_seg.header().flags & segment.FLAG_EXITED  # os._exit skips exit handlers
+
+
+DIST_TRAIN = textwrap.dedent("""
+    import os
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        opt.step()
+    print(os.getpid(), flush=True)
+    dist.destroy_process_group()
+""")
+
+
+def test_in_front_of_torch_distributed_run(cleanup_segments, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(DIST_TRAIN)
+    proc = tuiprof_run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                       str(script), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"OMP_NUM_THREADS": "1"})
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    workers = [int(line) for line in out.split()]
+    cleanup_segments.extend(workers)
+    assert not segment_path(proc.pid).exists()  # the launcher itself records nothing
+    ranks = set()
+    for pid in workers:
+        with segment.Segment(segment_path(pid)) as seg:
+            header = seg.header()
+            assert header.counters.step_count == 5
+            assert header.world_size == 2 and header.local_rank == header.rank
+            ranks.add(header.rank)
+    assert ranks == {0, 1}
