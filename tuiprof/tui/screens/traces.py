@@ -1,24 +1,174 @@
-"""Traces screen: on-demand trace captures across the job (owned by the traces area).
+"""Traces screen: capture a synchronized trace across the job, follow each host, read the summary.
 
-The app pushes this screen with the `t` key. It reads the cluster from
-``self.app.cluster`` (a ``tuiprof.model.cluster.ClusterState``) and the connection
-settings from ``self.app.connection`` (a ``tuiprof.client.host_client.ConnectionOptions``).
+Pushed with `t`. The form picks the kind (Kineto or the hook's timeline), the
+span (milliseconds, training iterations, or the ring's last N events) and the
+ranks (empty: the whole job, every watched host). `enter` on the form (or the
+Capture button) starts it through the same code as ``tuiprof trace``: one
+start time for every host, progress per host as it goes, files fetched into
+the output directory, then the merged timeline's path and the summary.
 """
 
 from __future__ import annotations
 
+import asyncio
+import pathlib
+import time
+
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
+from textual.worker import Worker, WorkerState
+
+from tuiprof.analysis.trace_capture import DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster
+from tuiprof.analysis.trace_summary import TraceSummary, render_text
+from tuiprof.client.channel import AgentAddress
+from tuiprof.commands.trace import merge_and_summarize
+
+SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))
+
+
+class CaptureFormError(ValueError):
+    """A form value that cannot be used; the message says which and why."""
+
+
+def _positive(text: str, what: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise CaptureFormError(f"{what} must be a positive whole number, got {text!r}")
+    return int(text)
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise CaptureFormError(f"ranks must be comma-separated numbers (empty: the whole job), got {text!r}") from None
 
 
 class TracesScreen(Screen[None]):
-    """Placeholder until trace capture lands: says so instead of showing empty data."""
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("ctrl+r", "capture", "Capture")]
+    DEFAULT_CSS = """
+    TracesScreen #traces-form { height: auto; padding: 0 1; background: $boost; }
+    TracesScreen #traces-form Horizontal { height: auto; }
+    TracesScreen #traces-form Label { padding: 1 1 0 0; }
+    TracesScreen #traces-form Input { width: 18; }
+    TracesScreen #traces-form Select { width: 28; }
+    TracesScreen #traces-output { width: 1fr; }
+    TracesScreen #traces-hosts { height: auto; max-height: 12; }
+    TracesScreen #traces-summary { height: 1fr; padding: 0 1; overflow-y: auto; }
+    """
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    def __init__(self, output_root: pathlib.Path | None = None) -> None:
+        super().__init__()
+        self.output_root = output_root or pathlib.Path.cwd()
+        self.capture: ClusterCapture | None = None
+        self.summary: TraceSummary | None = None
+        self.merged_path: pathlib.Path | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Traces: not available yet (trace capture is a later issue).", id="traces-body")
+        with Vertical(id="traces-form"):
+            with Horizontal():
+                yield Label("Kind")
+                yield Select((("Kineto (PyTorch profiler)", "kineto"), ("timeline (hook ring)", "timeline")),
+                             value="kineto", allow_blank=False, id="traces-kind")
+                yield Label("Span")
+                yield Select(SPANS, value="duration_ms", allow_blank=False, id="traces-span")
+                yield Input("1000", id="traces-amount")
+            with Horizontal():
+                yield Label("Ranks")
+                yield Input("", placeholder="all", id="traces-ranks")
+                yield Label("Start in ms")
+                yield Input(str(DEFAULT_START_DELAY_MS), id="traces-delay")
+                yield Label("Output")
+                yield Input(str(self.output_root / f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}"),
+                            id="traces-output")
+                yield Button("Capture", id="traces-start", variant="primary")
+        yield Static("Choose what to trace, then Capture (ctrl+r).", id="traces-status")
+        yield DataTable(id="traces-hosts", cursor_type="row")
+        yield Static("", id="traces-summary")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns("host", "phase", "ranks", "files", "detail")
+
+    def spec(self) -> tuple[CaptureSpec, pathlib.Path]:
+        """The capture the form describes (CaptureFormError when it does not hold together)."""
+        kind = str(self.query_one("#traces-kind", Select).value)
+        span = str(self.query_one("#traces-span", Select).value)
+        amount = _positive(self.query_one("#traces-amount", Input).value, "the span")
+        if kind == "kineto" and span == "last_events":
+            raise CaptureFormError("last events is for timeline captures; Kineto takes milliseconds or iterations")
+        if kind == "timeline" and span == "iterations":
+            raise CaptureFormError("timeline captures take milliseconds or last events, not iterations")
+        delay_text = self.query_one("#traces-delay", Input).value.strip()
+        if not delay_text.isdigit():
+            raise CaptureFormError(f"start in ms must be a whole number, got {delay_text!r}")
+        output = pathlib.Path(self.query_one("#traces-output", Input).value.strip() or ".")
+        spec = CaptureSpec(kind=kind, ranks=_ranks(self.query_one("#traces-ranks", Input).value),
+                           start_delay_ms=int(delay_text) if kind == "kineto" else 0, **{span: amount})
+        return spec, output
+
+    @on(Button.Pressed, "#traces-start")
+    @on(Input.Submitted)
+    def action_capture(self) -> None:
+        if not self.app.source.live:
+            self._status("Traces need live agents: this is a recording.")
+            return
+        try:
+            spec, output = self.spec()
+        except CaptureFormError as exc:
+            self._status(f"Cannot capture: {exc}")
+            return
+        self.query_one("#traces-start", Button).disabled = True
+        self.query_one("#traces-summary", Static).update("")
+        self._status(f"Capturing on {len(self.app.cluster.addresses())} host(s)…")
+        self._run(spec, output)
+
+    @work(exclusive=True, group="traces", exit_on_error=False)
+    async def _run(self, spec: CaptureSpec, output: pathlib.Path) -> None:
+        addresses = [AgentAddress.parse(a) for a in self.app.cluster.addresses()]
+        table = self.query_one(DataTable)
+        table.clear()
+        for address in addresses:
+            table.add_row(str(address), "starting", "", "", "", key=str(address))
+        output.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        capture = await capture_cluster(addresses, spec, output, self.app.connection.token,
+                                        self.app.connection.tls_ca, self._progress)
+        self.capture = capture
+        lines = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
+        lines += [f"{h.host} {'rank ' + str(t.rank) if t.HasField('rank') else 'pid ' + str(t.pid)}: {t.state}: {t.reason}"
+                  for h in capture.hosts for t in h.targets if t.state != "written"]
+        if capture.files:
+            merged, summary = await asyncio.to_thread(merge_and_summarize, capture, output)
+            self.summary, self.merged_path = summary, merged.output
+            lines += [f"Merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)", "",
+                      render_text(summary)]
+        elif capture.matched == 0:
+            lines.insert(0, "No processes matched on any host.")
+        self.query_one("#traces-summary", Static).update("\n".join(lines))
+        verdict = "every rank delivered" if capture.all_delivered else "not every rank delivered"
+        self._status(f"Done in {time.monotonic() - started:.1f} s: {verdict}; files in {output}")
+        self.query_one("#traces-start", Button).disabled = False
+
+    def _progress(self, host: HostProgress) -> None:
+        states: dict[str, int] = {}
+        for target in host.targets:
+            states[target.state] = states.get(target.state, 0) + 1
+        table = self.query_one(DataTable)
+        detail = host.error or host.message or ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+        ranks = ",".join(str(t.rank) for t in host.targets if t.HasField("rank")) or str(len(host.targets))
+        for column, value in zip(table.columns, (host.host, host.phase, ranks, str(len(host.files)), detail)):
+            table.update_cell(host.host, column, value)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "traces" and event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self._status(f"Capture failed: {type(error).__name__}: {error}")
+            self.query_one("#traces-start", Button).disabled = False
+
+    def _status(self, text: str) -> None:
+        self.query_one("#traces-status", Static).update(text)
