@@ -20,21 +20,33 @@ def _gcc(*args: str) -> None:
     subprocess.run(["gcc", "-O1", "-Wall", "-Wextra", *args], check=True, capture_output=True, text=True)
 
 
-@pytest.fixture(scope="session")
-def standins(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """Directory with libcudart.so, libcublas.so, libnccl.so, libworkload.so and `driver`."""
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is needed to build the stand-in GPU libraries")
-    out = tmp_path_factory.mktemp("standins")
+def _build(out: pathlib.Path, nccl_flags: tuple[str, ...] = ()) -> pathlib.Path:
     rpath = "-Wl,-rpath,$ORIGIN"
     _gcc("-shared", "-fPIC", "-o", str(out / "libcudart.so"), str(STANDINS / "cudart.c"))
     _gcc("-shared", "-fPIC", "-o", str(out / "libcublas.so"), str(STANDINS / "cublas.c"), f"-L{out}", "-lcudart",
          rpath)
-    _gcc("-shared", "-fPIC", "-o", str(out / "libnccl.so"), str(STANDINS / "nccl.c"), "-ldl", "-lpthread")
+    _gcc(*nccl_flags, "-shared", "-fPIC", "-o", str(out / "libnccl.so"), str(STANDINS / "nccl.c"), "-ldl",
+         "-lpthread")
     _gcc("-shared", "-fPIC", "-o", str(out / "libworkload.so"), str(STANDINS / "workload.c"), f"-L{out}",
          "-lcublas", "-lcudart", "-lnccl", "-lm", rpath)
     _gcc("-o", str(out / "driver"), str(STANDINS / "driver.c"), "-ldl")
     return out
+
+
+@pytest.fixture(scope="session")
+def standins(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Directory with libcudart.so, libcublas.so, libnccl.so (NCCL 2.28, profiler v5), libworkload.so, driver."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the stand-in GPU libraries")
+    return _build(tmp_path_factory.mktemp("standins"))
+
+
+@pytest.fixture(scope="session")
+def standins_v4(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The same, with a stand-in NCCL 2.27 (profiler v4)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the stand-in GPU libraries")
+    return _build(tmp_path_factory.mktemp("standins_v4"), ("-DSTANDIN_V4",))
 
 
 @pytest.fixture

@@ -116,8 +116,7 @@ def test_lt_shapes_read_once_per_descriptor(hooked_run):
     assert result["lt_getattr_same_descriptors"] == 7
 
 
-def test_nccl_collectives_from_profiler_plugin(hooked_run):
-    result, seg, _ = hooked_run
+def check_collectives(result: dict, seg) -> None:
     header = seg.header()
     assert header.flags & segment.FLAG_NCCL_PLUGIN and header.flags & segment.FLAG_NCCL_GPU_TIME
     assert result["cuda_events_during_nccl"] == 0  # nothing recorded on NCCL streams
@@ -132,6 +131,22 @@ def test_nccl_collectives_from_profiler_plugin(hooked_run):
         assert (s.count, s.timed_count) == (count, count)
         assert s.bytes == count * size
         assert (s.min_ns, s.max_ns, s.total_ns) == (gpu_ns, gpu_ns, count * gpu_ns)
+
+
+def test_nccl_collectives_from_profiler_plugin_v5(hooked_run):
+    result, seg, _ = hooked_run
+    check_collectives(result, seg)
+
+
+def test_nccl_collectives_from_profiler_plugin_v4(standins_v4, cleanup_segments):
+    result, proc = run_driver(standins_v4, cleanup_segments, hooked=True)
+    try:
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            wait_for(lambda: sum(s.count for s in seg.slots() if s.kind == "nccl") == sum(c[4] for c in COLLECTIVES))
+            check_collectives(result, seg)
+            assert {e.op for e in seg.inflight()} == {"cublasGemmEx", "AllReduce"}
+    finally:
+        proc.communicate("\n", timeout=10)
 
 
 def test_inflight_shows_the_ops_that_never_finish(hooked_run):

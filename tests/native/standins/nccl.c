@@ -4,7 +4,9 @@
  * plugin asked for), Group, Coll or P2p at enqueue, Coll stop once enqueued,
  * then from a separate proxy thread one KernelCh event per channel with GPU
  * timer stamps (start, KernelChStop state, stop).  Its own copy of the v5
- * structs, written from NCCL's header, checks the plugin's ABI. */
+ * structs, written from NCCL's header, checks the plugin's ABI.  Built with
+ * -DSTANDIN_V4 it is NCCL 2.27 instead: ncclProfiler_v4, a one-byte event
+ * type, the older init signature, and no API-level events. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -20,8 +22,18 @@ enum {
 };
 #define KERNEL_CH_STOP 22
 
+#ifdef STANDIN_V4
+#define EVENT_TYPE uint8_t
+#define PARENT_GROUP
+#define PROFILER_SYMBOL "ncclProfiler_v4"
+#else
+#define EVENT_TYPE uint64_t
+#define PARENT_GROUP void *parentGroup;
+#define PROFILER_SYMBOL "ncclProfiler_v5"
+#endif
+
 typedef struct {
-    uint64_t type;
+    EVENT_TYPE type;
     void *parentObj;
     int rank;
     union {
@@ -32,11 +44,11 @@ typedef struct {
         struct {
             uint64_t seqNumber; const char *func; void const *sendBuff; void *recvBuff; size_t count; int root;
             const char *datatype; uint8_t nChannels; uint8_t nWarps; const char *algo; const char *proto;
-            void *parentGroup;
+            PARENT_GROUP
         } coll;
         struct {
             const char *func; void *buff; const char *datatype; size_t count; int peer; uint8_t nChannels;
-            void *parentGroup;
+            PARENT_GROUP
         } p2p;
         struct { pid_t pid; uint8_t channelId; int peer; int nSteps; int chunkSize; int isSend; } proxyOp;
         struct { uint8_t channelId; uint64_t pTimer; } kernelCh;
@@ -50,7 +62,11 @@ typedef union {
 
 typedef struct {
     const char *name;
+#ifdef STANDIN_V4
+    int (*init)(void **, int *, const char *, uint64_t, int, int, int, void *);
+#else
     int (*init)(void **, uint64_t, int *, const char *, int, int, int, void *);
+#endif
     int (*startEvent)(void *, void **, descr_v5 *);
     int (*stopEvent)(void *);
     int (*recordEventState)(void *, int, state_args_v5 *);
@@ -80,20 +96,28 @@ void *standin_nccl_init(uint64_t comm_hash, int nranks, int rank)
     if (!plugin) {
         const char *path = getenv("NCCL_PROFILER_PLUGIN");
         void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-        plugin = lib ? dlsym(lib, "ncclProfiler_v5") : NULL;
+        plugin = lib ? dlsym(lib, PROFILER_SYMBOL) : NULL;
     }
     comm *c = calloc(1, sizeof(comm));
     c->rank = rank;
+#ifdef STANDIN_V4
+    if (plugin) plugin->init(&c->ctx, &c->mask, "standin", comm_hash, 1, nranks, rank, NULL);
+#else
     if (plugin) plugin->init(&c->ctx, comm_hash, &c->mask, "standin", 1, nranks, rank, NULL);
+#endif
     return c;
 }
 
-static void *offer(comm *c, int wanted_by, descr_v5 *d)
+static void *offer(comm *c, int wanted_by, int type, descr_v5 *d)
 {
     void *h = NULL;
+#ifdef STANDIN_V4
+    if (type & (GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH)) return NULL; /* no such events before v5 */
+#endif
+    d->type = (EVENT_TYPE)type;
     if (plugin && (c->mask & wanted_by)) {
         plugin->startEvent(c->ctx, &h, d);
-        if (h && !(c->mask & (int)d->type)) unexpected_handles++;
+        if (h && !(c->mask & type)) unexpected_handles++;
     }
     return h;
 }
@@ -111,11 +135,10 @@ static void *proxy(void *arg)
     void *ch[64] = {0};
     for (int i = 0; i < j->channels; i++) {
         descr_v5 d = {0};
-        d.type = KERNEL_CH;
         d.parentObj = j->task;
         d.kernelCh.channelId = (uint8_t)i;
         d.kernelCh.pTimer = j->gpu_start + (uint64_t)i * 100; /* channels start a little apart */
-        ch[i] = offer(j->c, KERNEL_CH, &d);
+        ch[i] = offer(j->c, KERNEL_CH, KERNEL_CH, &d);
     }
     if (j->hang) return NULL; /* the kernel never finishes */
     for (int i = 0; i < j->channels; i++) {
@@ -144,36 +167,37 @@ int standin_nccl_op(void *handle, const char *func, size_t count, const char *dt
     comm *c = handle;
     int mask_any = COLL | P2P | KERNEL_CH | GROUP;
     descr_v5 g = {0};
-    g.type = GROUP_API;
-    void *group_api = offer(c, GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH | mask_any, &g);
+    void *group_api = offer(c, GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH | mask_any, GROUP_API, &g);
     descr_v5 api = {0};
     api.parentObj = group_api;
+    int api_type = peer < 0 ? COLL_API : P2P_API;
     if (peer < 0) {
-        api.type = COLL_API;
         api.collApi.func = func, api.collApi.count = count, api.collApi.datatype = dtype;
     } else {
-        api.type = P2P_API;
         api.p2pApi.func = func, api.p2pApi.count = count, api.p2pApi.datatype = dtype;
     }
-    void *coll_api = offer(c, COLL_API | COLL | KERNEL_CH, &api);
+    void *coll_api = offer(c, api_type | COLL | P2P | KERNEL_CH, api_type, &api);
     descr_v5 grp = {0};
-    grp.type = GROUP;
-    void *group = offer(c, mask_any, &grp);
+    void *group = offer(c, mask_any, GROUP, &grp);
     descr_v5 t = {0};
     t.rank = c->rank;
     t.parentObj = coll_api;
     void *task;
     if (peer < 0) {
-        t.type = COLL;
         t.coll.seqNumber = c->seq[func_index(func)]++;
         t.coll.func = func, t.coll.count = count, t.coll.datatype = dtype, t.coll.nChannels = (uint8_t)channels;
-        t.coll.algo = algo, t.coll.proto = proto, t.coll.parentGroup = group;
-        task = offer(c, COLL | KERNEL_CH, &t);
+        t.coll.algo = algo, t.coll.proto = proto;
+#ifndef STANDIN_V4
+        t.coll.parentGroup = group;
+#endif
+        task = offer(c, COLL | KERNEL_CH, COLL, &t);
     } else {
-        t.type = P2P;
         t.p2p.func = func, t.p2p.count = count, t.p2p.datatype = dtype, t.p2p.peer = peer;
-        t.p2p.nChannels = (uint8_t)channels, t.p2p.parentGroup = group;
-        task = offer(c, P2P | KERNEL_CH, &t);
+        t.p2p.nChannels = (uint8_t)channels;
+#ifndef STANDIN_V4
+        t.p2p.parentGroup = group;
+#endif
+        task = offer(c, P2P | KERNEL_CH, P2P, &t);
     }
     proxy_job job = {task, c, channels, hang, now_ns(), gpu_dur_ns};
     pthread_t th;
