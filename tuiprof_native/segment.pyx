@@ -128,6 +128,7 @@ SEGMENT_NAME = re.compile(r"^tuiprof-(\d+)-(\d+)$")
 LAYOUT_VERSION = TP_LAYOUT_VERSION
 SEGMENT_SIZE = sizeof(tp_segment)
 HIST_BUCKETS = TP_HIST_BUCKETS
+RING_CAPACITY = TP_RING_CAPACITY
 KINDS = {0: "none", 1: "gemm", 2: "nccl", 3: "step", 4: "gc", 5: "dataloader"}
 FLAG_CUDA_TIMING = 1
 FLAG_NCCL_PLUGIN = 2

@@ -115,8 +115,13 @@ def test_reads_are_consistent_while_the_writer_is_busy(cleanup_segments):
             assert [e.index for e in events] == sorted(e.index for e in events)
             reads += 1
         assert proc.stdout.readline().strip() == "done"
-        c = seg.header().counters
+        header = seg.header()
+        c = header.counters
         assert c.gc_count + c.dropped_records == 200000
+        # the ring kept the newest entries only: the last RING_CAPACITY indices, in order
+        ring = seg.events()
+        assert header.ring_head == 1 + c.gc_count  # one step, then the GC pauses
+        assert [e.index for e in ring] == list(range(header.ring_head - segment.RING_CAPACITY, header.ring_head))
     finally:
         seg.close()
         proc.communicate("\n", timeout=10)
