@@ -77,14 +77,12 @@ class HangDetector:
     def observe(self, ranks: Sequence[pb.RankStats]) -> pb.HangStatus:
         now = self._clock()
         self._tracks = {r.pid: self._tracks.get(r.pid) or _RankTrack() for r in ranks}
-        notes = findings(collectives_from_ranks(ranks))
-        # How long the others have waited for a rank that never launched their collective.
-        waited = max((op.age_seconds for r in ranks for op in r.inflight if op.kind == "nccl"), default=0.0)
-        verdicts = [self._verdict(r, self._tracks[r.pid], now, notes, waited) for r in ranks]
-        level = max((v.level for v in verdicts), key=_SEVERITY.__getitem__, default=OK)
-        level = OK if level == EXITED and not any(_failed(r) for r in ranks) else level
-        if level == EXITED:
-            level = SUSPECT  # a rank died: the others will wait for it
+        notes, waited = _collective_notes(ranks)
+        verdicts = [self._verdict(r, self._tracks[r.pid], now, notes.get(r.pid), waited.get(r.job_id, 0.0))
+                    for r in ranks]
+        level = max((v.level for v in verdicts if v.level != EXITED), key=_SEVERITY.__getitem__, default=OK)
+        if level == OK and any(_exit_matters(r, v, ranks, verdicts) for r, v in zip(ranks, verdicts)):
+            level = SUSPECT  # a rank died or left early: the others will wait for it
         if level != OK and self._level == OK:
             self._since_ns = self._wall_ns()
         self._level = level
@@ -95,7 +93,7 @@ class HangDetector:
         return status
 
     def _verdict(
-        self, rank: pb.RankStats, track: _RankTrack, now: float, notes: dict[int, str], waited: float
+        self, rank: pb.RankStats, track: _RankTrack, now: float, note: str | None, waited: float
     ) -> pb.RankVerdict:
         verdict = pb.RankVerdict(pid=rank.pid)
         if rank.HasField("rank"):
@@ -114,7 +112,6 @@ class HangDetector:
             reasons.append((self._level_for(held, immediate=True), f"{what} for {held:.0f} s"))
         else:
             track.bad_state_since = None
-        note = notes.get(rank.rank) if rank.HasField("rank") else None
         oldest = max((op for op in rank.inflight if op.kind == "nccl"), key=lambda op: op.age_seconds, default=None)
         if oldest is not None:
             text = (f"{oldest.op} #{oldest.sequence} on comm {short_comm(oldest.comm_hash)} launched "
@@ -159,8 +156,33 @@ class HangDetector:
         return OK
 
 
-def _failed(rank: pb.RankStats) -> bool:
-    return rank.HasField("exit_signal") or (rank.HasField("exit_code") and rank.exit_code != 0) or bool(rank.exception)
+def _collective_notes(ranks: Sequence[pb.RankStats]) -> tuple[dict[int, str], dict[str, float]]:
+    """Per pid, what the collectives of its job say; per job, the longest wait in a collective.
+
+    Ranks are compared within their job only: two jobs on one host both have a rank 0.
+    """
+    jobs: dict[str, list[pb.RankStats]] = {}
+    for rank in ranks:
+        jobs.setdefault(rank.job_id, []).append(rank)
+    notes: dict[int, str] = {}
+    waited: dict[str, float] = {}
+    for job, members in jobs.items():
+        by_rank = findings(collectives_from_ranks(members))
+        notes.update((r.pid, by_rank[r.rank]) for r in members if r.HasField("rank") and r.rank in by_rank)
+        waited[job] = max((op.age_seconds for r in members for op in r.inflight if op.kind == "nccl"),
+                          default=0.0)
+    return notes, waited
+
+
+def _exit_matters(
+    rank: pb.RankStats, verdict: pb.RankVerdict, ranks: Sequence[pb.RankStats], verdicts: Sequence[pb.RankVerdict]
+) -> bool:
+    """An exited rank that failed, or that left while ranks of its job still run."""
+    if verdict.level != EXITED:
+        return False
+    failed = rank.HasField("exit_signal") or (rank.HasField("exit_code") and rank.exit_code != 0) or rank.exception
+    others_run = any(r.job_id == rank.job_id and v.level != EXITED for r, v in zip(ranks, verdicts))
+    return bool(failed) or others_run
 
 
 def _exit_text(rank: pb.RankStats, state: str) -> str:
@@ -169,7 +191,10 @@ def _exit_text(rank: pb.RankStats, state: str) -> str:
     elif rank.HasField("exit_code"):
         text = f"exited with code {rank.exit_code}"
     else:
-        text = f"process {state}, exit status unknown"
+        text = f"process {state}; exit status unknown"
+        why = rank.unavailable.get("exit_code")
+        if why:
+            text += f" ({why})"
     if rank.exception:
         last = rank.exception.strip().splitlines()[-1]
         text += f" after an uncaught exception: {last}"

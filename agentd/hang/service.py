@@ -45,6 +45,7 @@ class HangService:
             self._taker, self._no_stacks_reason = None, str(exc)
         self._ranks: dict[int, pb.RankStats] = {}
         self._level, self._explanation = "", ""
+        self._hung: set[int] = set()
         self._incident: pb.StacksReply | None = None
         self._lock = threading.Lock()
 
@@ -57,11 +58,13 @@ class HangService:
         snapshot.hang.CopyFrom(status)
         snapshot.collectors.append(pb.CollectorStatus(
             name="stacks", available=self._taker is not None, reason=self._no_stacks_reason))
-        if status.level == HUNG and self._level != HUNG:
+        hung = {v.pid for v in status.ranks if v.level == HUNG}
+        if hung - self._hung:  # a new hang (not the same one seen again)
             log.warning("ranks hung", extra={"explanation": status.explanation})
             if self._taker is not None:
                 threading.Thread(target=self._record_incident, args=(status.explanation,),
                                  name="hang-incident", daemon=True).start()
+        self._hung = hung
         self._level, self._explanation = status.level, status.explanation
 
     def _record_incident(self, explanation: str) -> None:

@@ -104,10 +104,29 @@ def test_a_crash_is_reported_with_signal_and_exception():
     assert status.ranks[1].explanation == "rank 1: exited with code 1 after an uncaught exception: RuntimeError: boom"
 
 
-def test_a_clean_exit_is_not_a_problem():
+def test_a_clean_exit_of_the_whole_job_is_not_a_problem_but_one_rank_leaving_is():
+    d, _ = detector({100: "gone", 101: "gone"})
+    done = d.observe([pb.RankStats(pid=100, rank=0, state="exited", exit_code=0),
+                      pb.RankStats(pid=101, rank=1, state="exited", exit_code=0)])
+    assert done.level == "ok" and [v.level for v in done.ranks] == ["exited", "exited"]
     d, _ = detector({100: "gone"})
-    status = d.observe([pb.RankStats(pid=100, rank=0, state="exited", exit_code=0)])
-    assert status.level == "ok" and status.ranks[0].level == "exited"
+    left = pb.RankStats(pid=100, rank=0, state="exited")
+    left.unavailable["exit_code"] = "only the process's parent learns its exit status"
+    status = d.observe([left, rank(1)])
+    assert status.level == "suspect"
+    assert status.ranks[0].explanation == (
+        "rank 0: process gone; exit status unknown (only the process's parent learns its exit status)")
+
+
+def test_collectives_are_compared_within_a_job():
+    d, _ = detector()
+    waiting = [pb.InflightOp(kind="nccl", op="all_reduce", comm_hash="aaaa", sequence=5, age_seconds=100)]
+    status = d.observe([
+        rank(0, job_id="a", inflight=waiting), rank(1, job_id="a", nccl=[pb.NcclOpStats(comm_hash="aaaa")]),
+        pb.RankStats(pid=201, rank=1, job_id="b", state="running", nccl=[pb.NcclOpStats(comm_hash="bbbb")]),
+    ])
+    assert "never launched all_reduce #5" in status.ranks[1].explanation
+    assert status.ranks[2].level == "ok"
 
 
 def test_thresholds_must_be_ordered():

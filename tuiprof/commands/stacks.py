@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -21,9 +22,11 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.analysis import ranksets
 from tuiprof.analysis.flamegraph import flamegraph_svg
-from tuiprof.analysis.stacks import merge_trees, project
+from tuiprof.analysis.stacks import merge, merge_trees, project
 from tuiprof.analysis.stacks_collectives import findings
-from tuiprof.analysis.stacks_proto import collectives_from_ranks, tree_from_proto
+from tuiprof.analysis.stacks_proto import (
+    collectives_from_ranks, samples_from_ranks, tree_from_proto, tree_to_proto,
+)
 from tuiprof.analysis.stacks_report import StacksReport, build_report, folded, render_text, report_json
 from tuiprof.client.channel import AgentAddress, TokenFileError, open_channel
 from tuiprof.client.errors import describe_rpc_error
@@ -42,6 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
     parser.add_argument("--lines", action="store_true",
                         help="tell frames apart by line number too (more, smaller classes)")
+    parser.add_argument("--job", metavar="ID",
+                        help="only the ranks of this job (SLURM job id, torchelastic run id or "
+                             "TUIPROF_JOB_ID); needed when the hosts run several jobs")
     parser.add_argument("--incident", action="store_true",
                         help="the stacks each agent took when it detected a hang, instead of new ones")
     parser.add_argument("--folded", action="store_true", help="print folded stacks (for flame-graph tools)")
@@ -61,44 +67,93 @@ class HostStacks:
     error: str | None = None
 
 
-async def fetch_host(
-    address: AgentAddress, options: ConnectionOptions, take_now: bool, native: bool, timeout: float
-) -> HostStacks:
-    result = HostStacks(str(address))
-    async with open_channel(address, options.token, options.tls_ca) as channel:
-        stub = pb_grpc.AgentStub(channel)
-        try:
-            result.reply = await stub.GetStacks(
-                pb.GetStacksRequest(take_now=take_now, native=native), timeout=timeout)
-            result.snapshot = await _first_snapshot(stub, timeout)
-        except grpc.aio.AioRpcError as exc:
-            result.error = describe_rpc_error(exc, timeout)
-    return result
-
-
-async def _first_snapshot(stub: pb_grpc.AgentStub, timeout: float) -> pb.HostSnapshot | None:
-    """The agent's newest snapshot (for in-flight collectives and the hang verdict)."""
-    call = stub.Watch(pb.WatchRequest(), timeout=timeout)
-    try:
-        async for snapshot in call:
-            return snapshot
-    finally:
-        call.cancel()
-    return None
+class JobChoiceError(ValueError):
+    """The hosts run several jobs and none was chosen (their rank numbers overlap)."""
 
 
 async def gather_stacks(
-    targets: list[AgentAddress], options: ConnectionOptions, take_now: bool, native: bool, timeout: float
+    targets: list[AgentAddress], options: ConnectionOptions, take_now: bool, native: bool, timeout: float,
+    job: str | None = None,
 ) -> list[HostStacks]:
-    """Every host at once; a slow host costs at most ``timeout``."""
-    return list(await asyncio.gather(*(fetch_host(a, options, take_now, native, timeout) for a in targets)))
+    """Every host's newest snapshot, then every host's stacks of one job, hosts in parallel.
+
+    The snapshots come first so that no process is dumped before it is known
+    which job is meant; a slow host costs at most ``timeout`` per phase.
+    """
+    hosts = [HostStacks(str(a)) for a in targets]
+    async with contextlib.AsyncExitStack() as stack:
+        stubs = [pb_grpc.AgentStub(await stack.enter_async_context(open_channel(a, options.token, options.tls_ca)))
+                 for a in targets]
+        await asyncio.gather(*(_snapshot(stub, host, timeout) for stub, host in zip(stubs, hosts)))
+        if job is None:
+            job = single_job(hosts)
+        await asyncio.gather(*(_stacks(stub, host, take_now, native, timeout, job)
+                               for stub, host in zip(stubs, hosts) if host.error is None))
+    return hosts
+
+
+async def _snapshot(stub: pb_grpc.AgentStub, host: HostStacks, timeout: float) -> None:
+    """The agent's newest snapshot: its ranks, their in-flight collectives, its hang verdict."""
+    call = stub.Watch(pb.WatchRequest(), timeout=timeout)
+    try:
+        async for snapshot in call:
+            host.snapshot = snapshot
+            return
+    except grpc.aio.AioRpcError as exc:
+        host.error = describe_rpc_error(exc, timeout)
+    finally:
+        call.cancel()
+
+
+async def _stacks(
+    stub: pb_grpc.AgentStub, host: HostStacks, take_now: bool, native: bool, timeout: float, job: str | None
+) -> None:
+    pids = [r.pid for r in _live_ranks(host) if job is None or r.job_id == job]
+    if not pids:
+        return  # no rank (of this job) here: nothing to dump
+    try:
+        host.reply = await stub.GetStacks(
+            pb.GetStacksRequest(take_now=take_now, native=native, pids=pids if take_now else []),
+            timeout=timeout)
+    except grpc.aio.AioRpcError as exc:
+        host.error = describe_rpc_error(exc, timeout)
+        return
+    if not take_now:
+        _keep_only(host.reply, set(pids))
+
+
+def _live_ranks(host: HostStacks) -> list[pb.RankStats]:
+    return [r for r in host.snapshot.ranks if r.state != "exited"] if host.snapshot is not None else []
+
+
+def _keep_only(reply: pb.StacksReply, pids: set[int]) -> None:
+    """An incident's stacks reduced to ``pids``, re-merged from its raw per-rank stacks."""
+    if {r.pid for r in reply.ranks} <= pids:
+        return
+    kept = [r for r in reply.ranks if r.pid in pids]
+    del reply.ranks[:]
+    reply.ranks.extend(kept)
+    reply.merged.CopyFrom(tree_to_proto(merge(samples_from_ranks(kept))))
+
+
+def single_job(hosts: list[HostStacks]) -> str | None:
+    """The one job the hosts' live ranks belong to; several are refused (rank numbers would collide)."""
+    jobs: dict[str, int] = {}
+    for host in hosts:
+        for rank in _live_ranks(host):
+            jobs[rank.job_id] = jobs.get(rank.job_id, 0) + 1
+    if len(jobs) > 1:
+        listed = ", ".join(f"{job or '(no job id)'} ({count} ranks)" for job, count in sorted(jobs.items()))
+        raise JobChoiceError(f"these hosts run several jobs: {listed}; choose one with --job ID")
+    return next(iter(jobs), None)
 
 
 def job_report(hosts: list[HostStacks], lines: bool, native: bool) -> StacksReport:
     """The hosts' trees merged, projected to the wanted detail, with collective findings."""
     trees = [tree_from_proto(h.reply.merged) for h in hosts if h.reply is not None]
     merged = project(merge_trees(trees), lines=lines, native=native)
-    ranks = [r for h in hosts if h.snapshot is not None for r in h.snapshot.ranks]
+    pids = {(h.host, r.pid) for h in hosts if h.reply is not None for r in h.reply.ranks}
+    ranks = [r for h in hosts if h.snapshot is not None for r in h.snapshot.ranks if (h.host, r.pid) in pids]
     return build_report(merged, findings(collectives_from_ranks(ranks)))
 
 
@@ -135,6 +190,9 @@ def _host_lines(hosts: list[HostStacks]) -> list[str]:
         if host.error:
             lines.append(f"{host.host}: no stacks: {host.error}")
             continue
+        if host.reply is None:
+            lines.append(f"{host.host}: no ranks here")
+            continue
         doc = _host_json(host)
         lines.append(f"{host.host}: ranks [{doc['ranks']}], {len(doc['processes'])} processes")
         for proc in doc["processes"]:
@@ -149,9 +207,9 @@ async def _gather(args: argparse.Namespace) -> list[HostStacks]:
     options = connection(args, timeout=args.timeout)
     targets = addresses(args)
     if targets:
-        return await gather_stacks(targets, options, not args.incident, args.native, args.timeout)
+        return await gather_stacks(targets, options, not args.incident, args.native, args.timeout, args.job)
     async with local_agent() as address:
-        return await gather_stacks([address], options, not args.incident, args.native, args.timeout)
+        return await gather_stacks([address], options, not args.incident, args.native, args.timeout, args.job)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         hosts = asyncio.run(_gather(args))
-    except (TargetError, TokenFileError, LocalAgentError) as exc:
+    except (TargetError, TokenFileError, LocalAgentError, JobChoiceError) as exc:
         print(f"tuiprof stacks: {exc}", file=sys.stderr)
         return 2
     report = job_report(hosts, lines=args.lines, native=args.native)
