@@ -19,8 +19,6 @@ import zlib
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.model import record
 from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
-from tuiprof.model.info import AgentInfo
-from tuiprof.model.snapshot import HostSnapshot
 
 GPUS = 8
 RANKS = 8
@@ -151,7 +149,7 @@ def events(seconds: int = 4, down_at: int = 3) -> list:
     hosts = [f"gpu-node-{i:02d}" for i in range(1, 5)]
     out: list = []
     for index, host in enumerate(hosts):
-        out.append(InfoReceived(host, START_UNIX - 1 + index * 0.01, AgentInfo.from_proto(gpu_info(host))))
+        out.append(InfoReceived(host, START_UNIX - 1 + index * 0.01, gpu_info(host)))
     for second in range(seconds):
         for index, host in enumerate(hosts):
             at = START_UNIX + second + index * 0.01
@@ -162,7 +160,7 @@ def events(seconds: int = 4, down_at: int = 3) -> list:
                 continue
             message = gpu_snapshot(host, index, second, idle=host == "gpu-node-03",
                                    slow_rank=13 if host == "gpu-node-02" else None)
-            out.append(SnapshotReceived(host, at, HostSnapshot.from_proto(message)))
+            out.append(SnapshotReceived(host, at, message))
     return out
 
 

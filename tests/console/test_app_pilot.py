@@ -242,11 +242,11 @@ async def test_live_updates_reach_the_screen_at_most_twice_a_second() -> None:
             original()
 
         app.screen.refresh_data = counting
-        snapshot = app.cluster.host("gpu-node-01").snapshot
+        message = app.cluster.host("gpu-node-01").message
         from tuiprof.model.events import SnapshotReceived
 
         for index in range(20):
-            app._receive(SnapshotReceived("gpu-node-01", 2e9 + index, snapshot))
+            app._receive(SnapshotReceived("gpu-node-01", 2e9 + index, message))
             await pilot.pause(0.05)
         await pilot.pause(0.6)
     assert 2 <= len(renders) <= 4

@@ -31,17 +31,17 @@ async def test_record_a_real_agent_then_replay_it_in_the_console(tmp_path) -> No
     assert isinstance(events[0], InfoReceived) and events[0].host == agent.address.target
     snapshots = [e for e in events if isinstance(e, SnapshotReceived)]
     assert len(snapshots) >= 4  # 1.5 s at 200 ms, minus start-up
-    sequences = [e.snapshot.sequence for e in snapshots]
+    sequences = [e.message.sequence for e in snapshots]
     assert sequences == sorted(sequences)
 
     app = TuiprofApp(ReplaySource(events, speed=0))
     async with app.run_test(size=(100, 30)) as pilot:
         for _ in range(100):
             await pilot.pause(0.02)
-            if app.cluster.host(agent.address.target).snapshot is not None and not app._inbox:
+            if app.cluster.host(agent.address.target).message is not None and not app._inbox:
                 break
         state = app.cluster.host(agent.address.target)
-        assert state.snapshot == snapshots[-1].snapshot
+        assert state.message == snapshots[-1].message
         assert len(app.cluster.history(agent.address.target).numbers("memory")) == len(snapshots)
         assert app.sub_title == "replay"
 

@@ -20,8 +20,6 @@ from tuiprof.client.backoff import Backoff
 from tuiprof.client.channel import AgentAddress, open_channel
 from tuiprof.client.errors import describe_rpc_error
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
-from tuiprof.model.info import AgentInfo
-from tuiprof.model.snapshot import HostSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +76,7 @@ class HostClient:
         interval = self.options.interval_ms / 1000 or agent_interval
         return max(self.options.timeout, 3 * interval)
 
-    async def once(self, until: Callable[[HostSnapshot], bool], deadline: float) -> None:
+    async def once(self, until: Callable[[pb.HostSnapshot], bool], deadline: float) -> None:
         """One attempt, no retry: GetInfo, then snapshots until ``until`` holds.
 
         Gives up after ``deadline`` seconds; a host that answered by then is not
@@ -101,13 +99,13 @@ class HostClient:
                 self._emit(HostUnreachable(self.host, self._clock(), f"no answer within {deadline:g} s"))
 
     async def _session(
-        self, emit: Emit | None = None, until: Callable[[HostSnapshot], bool] | None = None
+        self, emit: Emit | None = None, until: Callable[[pb.HostSnapshot], bool] | None = None
     ) -> None:
         emit = emit or self._emit
         async with open_channel(self.address, self.options.token, self.options.tls_ca) as channel:
             stub = pb_grpc.AgentStub(channel)
             info = await stub.GetInfo(pb.GetInfoRequest(), timeout=self.options.timeout)
-            emit(InfoReceived(self.host, self._clock(), AgentInfo.from_proto(info)))
+            emit(InfoReceived(self.host, self._clock(), info))
             self._backoff.reset()
             self._stall = stall = self._stall_timeout(info.interval_seconds or 1.0)
             stream = stub.Watch(pb.WatchRequest(interval_ms=self.options.interval_ms))
@@ -116,9 +114,8 @@ class HostClient:
                     message = await asyncio.wait_for(stream.read(), stall)
                     if message is grpc.aio.EOF:
                         return
-                    snapshot = HostSnapshot.from_proto(message)
-                    emit(SnapshotReceived(self.host, self._clock(), snapshot))
-                    if until is not None and until(snapshot):
+                    emit(SnapshotReceived(self.host, self._clock(), message))
+                    if until is not None and until(message):
                         return
             finally:
                 stream.cancel()

@@ -25,7 +25,7 @@ from tuiprof.client.targets import TargetError, add_target_arguments, addresses,
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.export import cluster_document
-from tuiprof.model.snapshot import HostSnapshot
+from tuiprof.model.snapshot import has_rates
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.text import pair, reading
@@ -49,11 +49,8 @@ async def gather(targets: list[AgentAddress], options: ConnectionOptions, timeou
     """Ask every host at once; one slow host costs at most ``timeout``, not more."""
     cluster = ClusterState([str(a) for a in targets])
 
-    def wanted(snapshot: HostSnapshot) -> bool:
-        return snapshot.has_rates
-
     await asyncio.gather(
-        *(HostClient(a, options, cluster.apply).once(wanted, timeout) for a in targets)
+        *(HostClient(a, options, cluster.apply).once(has_rates, timeout) for a in targets)
     )
     return cluster
 

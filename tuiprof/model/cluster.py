@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
 from tuiprof.model.history import DEFAULT_CAPACITY, History
 from tuiprof.model.info import AgentInfo
@@ -16,13 +18,14 @@ from tuiprof.model.values import Reading, Unavailable
 CONNECTING = "connecting"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: ``snapshot`` caches itself in the instance dict
 class HostState:
     """One host as the console sees it.
 
     ``reachable`` is None until the first answer or failure. ``last_contact`` is the
     time of the last answer (None if it never answered); ``error`` says why the host
-    is unreachable now.
+    is unreachable now. ``message`` is the last snapshot as received; ``snapshot``
+    is its model, built the first time a view asks for it.
     """
 
     address: str
@@ -30,19 +33,23 @@ class HostState:
     error: str = ""
     last_contact: float | None = None
     info: AgentInfo | None = None
-    snapshot: HostSnapshot | None = None
+    message: pb.HostSnapshot | None = None
     summary: HostSummary | None = None
+
+    @functools.cached_property
+    def snapshot(self) -> HostSnapshot | None:
+        return HostSnapshot.from_proto(self.message) if self.message is not None else None
 
     @property
     def name(self) -> str:
         """The agent's hostname once known, else the address the user gave."""
-        if self.snapshot is not None and self.snapshot.hostname:
-            return self.snapshot.hostname
+        if self.message is not None and self.message.hostname:
+            return self.message.hostname
         return self.address
 
 
-def history_samples(snapshot: HostSnapshot, summary: HostSummary) -> Iterator[tuple[str, Reading]]:
-    """The series kept per host: host-wide figures, then per GPU and per rank."""
+def history_samples(summary: HostSummary) -> Iterator[tuple[str, Reading]]:
+    """The series kept per host (the host view's graphs)."""
     yield "cpu", summary.cpu_percent
     yield "memory", summary.memory_percent
     yield "gpu_util", summary.gpu_util_mean
@@ -50,12 +57,6 @@ def history_samples(snapshot: HostSnapshot, summary: HostSummary) -> Iterator[tu
     yield "power", summary.power_watts
     yield "busbw", summary.nccl_busbw_bytes_per_s
     yield "step", summary.step_time_seconds
-    for gpu in snapshot.gpus:
-        yield f"gpu{gpu.index}.util", gpu.utilization_percent
-        yield f"gpu{gpu.index}.memory", gpu.memory_used_bytes
-        yield f"gpu{gpu.index}.power", gpu.power_watts
-    for rank in snapshot.ranks:
-        yield f"{rank.label}.step", rank.step_time_seconds
 
 
 class ClusterState:
@@ -82,16 +83,15 @@ class ClusterState:
         old = self._hosts[event.host]
         self.now = max(self.now, event.at)
         if isinstance(event, SnapshotReceived):
-            summary = summarize(event.snapshot)
-            self._history[event.host].extend(history_samples(event.snapshot, summary))
+            summary = summarize(event.message)
+            self._history[event.host].extend(history_samples(summary))
             new = dataclasses.replace(
                 old, reachable=True, error="", last_contact=event.at,
-                snapshot=event.snapshot, summary=summary,
+                message=event.message, summary=summary,
             )
         elif isinstance(event, InfoReceived):
-            new = dataclasses.replace(
-                old, reachable=True, error="", last_contact=event.at, info=event.info
-            )
+            info = AgentInfo.from_proto(event.message)
+            new = dataclasses.replace(old, reachable=True, error="", last_contact=event.at, info=info)
         elif isinstance(event, HostUnreachable):
             new = dataclasses.replace(old, reachable=False, error=event.error)
         else:

@@ -1,4 +1,4 @@
-"""Generic conversion of the frozen snapshot dataclasses from protobuf and to/from JSON.
+"""Generic conversion of the frozen snapshot dataclasses from protobuf and to JSON.
 
 A dataclass mirrors a proto message by field name; ``NESTED`` (a class variable)
 names the fields that hold other dataclasses. Optional proto scalars become a
@@ -10,8 +10,10 @@ In JSON an unavailable reading is ``null`` and its reason sits in the object's
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, TypeVar
 
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from tuiprof.model.values import NOT_REPORTED, Unavailable
@@ -23,6 +25,28 @@ def _nested(cls: type) -> dict[str, type]:
     return getattr(cls, "NESTED", {})
 
 
+_NESTED_MANY, _NESTED_ONE, _REPEATED, _OPTIONAL, _PLAIN = range(5)
+
+
+@functools.cache
+def _plan(cls: type, descriptor: Descriptor) -> tuple[tuple[str, int, Any], ...]:
+    """How to fill each field of ``cls`` from a message of type ``descriptor`` (computed once)."""
+    nested = _nested(cls)
+    steps = []
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        proto_field = descriptor.fields_by_name[field.name]
+        if field.name in nested:
+            kind = _NESTED_MANY if proto_field.is_repeated else _NESTED_ONE
+            steps.append((field.name, kind, nested[field.name]))
+        elif proto_field.is_repeated:
+            steps.append((field.name, _REPEATED, ()))
+        elif proto_field.has_presence:
+            steps.append((field.name, _OPTIONAL, None))
+        else:
+            steps.append((field.name, _PLAIN, proto_field.default_value))
+    return tuple(steps)
+
+
 def from_proto(
     cls: type[D],
     msg: Message,
@@ -32,31 +56,32 @@ def from_proto(
     """Build ``cls`` from ``msg``; absent readings get their reason or ``default_reason``.
 
     ``section_reasons`` gives the default reason for a nested field's readings
-    (e.g. the reason its collector could not run).
+    (e.g. the reason its collector could not run). The console converts every
+    snapshot of every host, so this reads all set fields with one ``ListFields``
+    call and follows a per-class plan instead of probing field by field.
     """
-    descriptors = msg.DESCRIPTOR.fields_by_name
-    reasons = dict(msg.unavailable) if "unavailable" in descriptors else {}
-    reasons = {**(section_reasons or {}), **reasons}
-    nested = _nested(cls)
+    present = {descriptor.name: value for descriptor, value in msg.ListFields()}
+    reasons: dict[str, str] = dict(present.get("unavailable", {}))
+    if section_reasons:
+        reasons = {**section_reasons, **reasons}
     kwargs: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        name = field.name
-        descriptor = descriptors[name]
-        value = getattr(msg, name)
-        if name in nested:
-            sub = nested[name]
-            if descriptor.is_repeated:
-                reason = reasons.get(name, default_reason)
-                kwargs[name] = tuple(from_proto(sub, item, reason) for item in value)
-            else:
-                kwargs[name] = from_proto(sub, value, reasons.get(name, default_reason))
-        elif descriptor.is_repeated:
-            kwargs[name] = tuple(value)
-        elif descriptor.has_presence and not msg.HasField(name):
-            kwargs[name] = Unavailable(reasons.get(name, default_reason))
+    for name, kind, extra in _plan(cls, msg.DESCRIPTOR):
+        if kind == _OPTIONAL:
+            value = present.get(name, _ABSENT)
+            kwargs[name] = Unavailable(reasons.get(name, default_reason)) if value is _ABSENT else value
+        elif kind == _PLAIN:
+            kwargs[name] = present.get(name, extra)
+        elif kind == _REPEATED:
+            kwargs[name] = tuple(present.get(name, extra))
+        elif kind == _NESTED_MANY:
+            reason = reasons.get(name, default_reason)
+            kwargs[name] = tuple(from_proto(extra, item, reason) for item in present.get(name, ()))
         else:
-            kwargs[name] = value
+            kwargs[name] = from_proto(extra, getattr(msg, name), reasons.get(name, default_reason))
     return cls(**kwargs)
+
+
+_ABSENT = object()
 
 
 def to_json(obj: Any) -> dict[str, Any]:
@@ -77,34 +102,3 @@ def to_json(obj: Any) -> dict[str, Any]:
     if unavailable:
         out["unavailable"] = unavailable
     return out
-
-
-class JsonFormatError(ValueError):
-    """A JSON document that does not have the snapshot schema."""
-
-
-def from_json(cls: type[D], data: dict[str, Any]) -> D:
-    """The inverse of ``to_json``."""
-    if not isinstance(data, dict):
-        raise JsonFormatError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
-    reasons = data.get("unavailable") or {}
-    nested = _nested(cls)
-    kwargs: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        name = field.name
-        if name not in data:
-            raise JsonFormatError(f"{cls.__name__}: missing field {name!r}")
-        value = data[name]
-        if name in nested:
-            sub = nested[name]
-            if isinstance(value, list):
-                kwargs[name] = tuple(from_json(sub, item) for item in value)
-            else:
-                kwargs[name] = from_json(sub, value)
-        elif value is None and name in reasons:
-            kwargs[name] = Unavailable(reasons[name])
-        elif isinstance(value, list):
-            kwargs[name] = tuple(value)
-        else:
-            kwargs[name] = value
-    return cls(**kwargs)

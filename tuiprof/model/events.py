@@ -1,29 +1,30 @@
 """What the client layer reports about one host; the cluster state applies these in order.
 
-``at`` is the wall-clock time (Unix seconds) the console received the event, so a
-recording replays with its original timing.
+Events carry the agent's wire messages untouched: building the model from them
+is the cluster state's job, and it does so lazily (a console watching a thousand
+hosts converts only what a view shows). ``at`` is the wall-clock time (Unix
+seconds) the console received the event, so a recording replays with its timing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuiprof.model.info import AgentInfo
-from tuiprof.model.snapshot import HostSnapshot
+from agentd.proto import tuiprof_agent_pb2 as pb
 
 
 @dataclass(frozen=True, slots=True)
 class InfoReceived:
     host: str
     at: float
-    info: AgentInfo
+    message: pb.AgentInfo
 
 
 @dataclass(frozen=True, slots=True)
 class SnapshotReceived:
     host: str
     at: float
-    snapshot: HostSnapshot
+    message: pb.HostSnapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,5 @@ class AgentInfo:
     def from_proto(cls, msg: pb.AgentInfo) -> "AgentInfo":
         return convert.from_proto(cls, msg)
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "AgentInfo":
-        return convert.from_json(cls, data)
-
     def to_json(self) -> dict[str, Any]:
         return convert.to_json(self)

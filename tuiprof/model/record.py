@@ -1,10 +1,12 @@
-"""Recordings: one host event per line (NDJSON), the same JSON as ``status --json``.
+"""Recordings: one host event per line (NDJSON), messages in the proto's JSON mapping.
 
-Line shapes::
+Line shapes (``info`` and ``snapshot`` are ``AgentInfo`` / ``HostSnapshot`` in
+protobuf's canonical JSON with the .proto field names, so any protobuf library
+can read them)::
 
-    {"t": 1732200000.5, "host": "node1", "event": "info", "info": {...AgentInfo...}}
-    {"t": 1732200001.0, "host": "node1", "event": "snapshot", "snapshot": {...HostSnapshot...}}
-    {"t": 1732200009.0, "host": "node2", "event": "unreachable", "error": "..."}
+    {"t": 1732200000.5, "host": "node1:1779", "event": "info", "info": {...}}
+    {"t": 1732200001.0, "host": "node1:1779", "event": "snapshot", "snapshot": {...}}
+    {"t": 1732200009.0, "host": "node2:1779", "event": "unreachable", "error": "..."}
 """
 
 from __future__ import annotations
@@ -14,42 +16,49 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
-from tuiprof.model.convert import JsonFormatError
+from google.protobuf import json_format
+
+from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
-from tuiprof.model.info import AgentInfo
-from tuiprof.model.snapshot import HostSnapshot
 
 
 class RecordFormatError(ValueError):
     """A recording line that is not a host event; names the file and line."""
 
 
+def _to_dict(message) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
 def encode(event: HostEvent) -> str:
     line: dict[str, Any] = {"t": event.at, "host": event.host}
     if isinstance(event, SnapshotReceived):
-        line |= {"event": "snapshot", "snapshot": event.snapshot.to_json()}
+        line |= {"event": "snapshot", "snapshot": _to_dict(event.message)}
     elif isinstance(event, InfoReceived):
-        line |= {"event": "info", "info": event.info.to_json()}
+        line |= {"event": "info", "info": _to_dict(event.message)}
     else:
         line |= {"event": "unreachable", "error": event.error}
     return json.dumps(line, separators=(",", ":"))
 
 
 def decode(text: str) -> HostEvent:
+    """One line back into its event; ValueError (with what is wrong) otherwise."""
     data = json.loads(text)
     if not isinstance(data, dict):
-        raise JsonFormatError("a recording line must be a JSON object")
+        raise ValueError("a recording line must be a JSON object")
     try:
-        kind, host, at = data["event"], data["host"], float(data["t"])
+        kind, host, at = data["event"], str(data["host"]), float(data["t"])
         if kind == "snapshot":
-            return SnapshotReceived(host, at, HostSnapshot.from_json(data["snapshot"]))
+            return SnapshotReceived(host, at, json_format.ParseDict(data["snapshot"], pb.HostSnapshot()))
         if kind == "info":
-            return InfoReceived(host, at, AgentInfo.from_json(data["info"]))
+            return InfoReceived(host, at, json_format.ParseDict(data["info"], pb.AgentInfo()))
         if kind == "unreachable":
             return HostUnreachable(host, at, str(data["error"]))
     except KeyError as exc:
-        raise JsonFormatError(f"missing key {exc}") from None
-    raise JsonFormatError(f"unknown event kind {kind!r}")
+        raise ValueError(f"missing key {exc}") from None
+    except json_format.ParseError as exc:
+        raise ValueError(str(exc)) from None
+    raise ValueError(f"unknown event kind {kind!r}")
 
 
 def read(path: str | pathlib.Path) -> Iterator[HostEvent]:

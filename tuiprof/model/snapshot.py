@@ -8,6 +8,7 @@ task and the UI without copies or locks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -312,10 +313,6 @@ class HostSnapshot:
         }
         return convert.from_proto(cls, msg, section_reasons=section_reasons)
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "HostSnapshot":
-        return convert.from_json(cls, data)
-
     def to_json(self) -> dict[str, Any]:
         return convert.to_json(self)
 
@@ -324,14 +321,22 @@ class HostSnapshot:
 
     def missing(self, collector: str) -> Unavailable | None:
         """Why a collector's section is empty, or None when it ran."""
-        state = self.collector(collector)
-        if state is None:
-            return Unavailable(f"the agent has no {collector} collector")
-        if not state.available:
-            return Unavailable(state.reason or f"{collector} collector unavailable")
-        return None
+        return collector_gap(self.collectors, collector)
 
-    @property
-    def has_rates(self) -> bool:
-        """Whether per-second rates are filled in (the agent needs two samples for them)."""
-        return not isinstance(self.cpu.idle_percent, Unavailable)
+
+def collector_gap(collectors: Iterable[Any], name: str) -> Unavailable | None:
+    """Why collector ``name`` left its section empty (None when it ran).
+
+    Works on the proto's ``CollectorStatus`` list and on ``CollectorState`` tuples.
+    """
+    state = next((c for c in collectors if c.name == name), None)
+    if state is None:
+        return Unavailable(f"the agent has no {name} collector")
+    if not state.available:
+        return Unavailable(state.reason or f"{name} collector unavailable")
+    return None
+
+
+def has_rates(message: pb.HostSnapshot) -> bool:
+    """Whether per-second rates are filled in (the agent needs two samples for them)."""
+    return message.cpu.HasField("idle_percent")

@@ -1,12 +1,18 @@
-"""One host reduced to the figures of a cluster-table row (and of filters and sorting)."""
+"""One host reduced to the figures of a cluster-table row (and of filters and sorting).
+
+Computed straight from the wire message, once per snapshot: this is the only
+per-snapshot work a console watching a thousand hosts must do for every host.
+"""
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tuiprof.model.snapshot import HostSnapshot
-from tuiprof.model.values import Reading, Unavailable, available, first_reason
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.model.snapshot import collector_gap
+from tuiprof.model.values import NOT_REPORTED, Reading, Unavailable, available, first_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,14 @@ class HostSummary:
     nccl_busbw_bytes_per_s: Reading
     step_time_seconds: Reading
     hang_level: str
+
+
+def reading(message, field: str, default_reason: str = NOT_REPORTED) -> Reading:
+    """An optional proto field as a number, or Unavailable with the message's reason."""
+    if message.HasField(field):
+        return getattr(message, field)
+    reasons = message.unavailable if "unavailable" in message.DESCRIPTOR.fields_by_name else {}
+    return Unavailable(reasons.get(field) or default_reason)
 
 
 def _mean(values: list[Reading], empty: Unavailable) -> Reading:
@@ -50,27 +64,42 @@ def _median(values: list[Reading], empty: Unavailable) -> Reading:
     return statistics.median(numbers) if numbers else first_reason(values, empty.reason)
 
 
-def summarize(snapshot: HostSnapshot) -> HostSummary:
-    gpus = snapshot.gpus
-    no_gpu = snapshot.missing("gpu") or Unavailable("no GPUs on this host")
-    no_ranks = snapshot.missing("ranks") or Unavailable("no training processes seen")
-    ranks = snapshot.ranks
-    busbw = [op.busbw_bytes_per_s for rank in ranks for op in rank.nccl]
+def _field(messages: Iterable, field: str, reason: str) -> list[Reading]:
+    return [reading(m, field, reason) for m in messages]
+
+
+def summarize(message: pb.HostSnapshot) -> HostSummary:
+    gpus, ranks = message.gpus, message.ranks
+    no_gpu = collector_gap(message.collectors, "gpu") or Unavailable("no GPUs on this host")
+    no_ranks = collector_gap(message.collectors, "ranks") or Unavailable("no training processes seen")
+    host_reason = (collector_gap(message.collectors, "host") or Unavailable(NOT_REPORTED)).reason
+    idle = reading(message.cpu, "idle_percent", host_reason)
+    used = reading(message.memory, "used_bytes", host_reason)
+    total = reading(message.memory, "total_bytes", host_reason)
+    busbw = [reading(op, "busbw_bytes_per_s") for rank in ranks for op in rank.nccl]
     return HostSummary(
-        cpu_percent=snapshot.cpu.busy_percent,
-        memory_percent=snapshot.memory.used_percent,
-        memory_used_bytes=snapshot.memory.used_bytes,
+        cpu_percent=idle if isinstance(idle, Unavailable) else 100.0 - idle,
+        memory_percent=_percent(used, total),
+        memory_used_bytes=used,
         gpu_count=len(gpus) if gpus else no_gpu,
-        gpu_util_mean=_mean([g.utilization_percent for g in gpus], no_gpu),
-        gpu_util_min=_min([g.utilization_percent for g in gpus], no_gpu),
-        sm_active_mean=_mean([g.sm_active_percent for g in gpus], no_gpu),
-        sm_active_min=_min([g.sm_active_percent for g in gpus], no_gpu),
-        power_watts=_sum([g.power_watts for g in gpus], no_gpu),
-        gpu_memory_used_bytes=_sum([g.memory_used_bytes for g in gpus], no_gpu),
-        gpu_memory_total_bytes=_sum([g.memory_total_bytes for g in gpus], no_gpu),
+        gpu_util_mean=_mean(_field(gpus, "utilization_percent", no_gpu.reason), no_gpu),
+        gpu_util_min=_min(_field(gpus, "utilization_percent", no_gpu.reason), no_gpu),
+        sm_active_mean=_mean(_field(gpus, "sm_active_percent", no_gpu.reason), no_gpu),
+        sm_active_min=_min(_field(gpus, "sm_active_percent", no_gpu.reason), no_gpu),
+        power_watts=_sum(_field(gpus, "power_watts", no_gpu.reason), no_gpu),
+        gpu_memory_used_bytes=_sum(_field(gpus, "memory_used_bytes", no_gpu.reason), no_gpu),
+        gpu_memory_total_bytes=_sum(_field(gpus, "memory_total_bytes", no_gpu.reason), no_gpu),
         nccl_busbw_bytes_per_s=_mean(
             busbw, no_ranks if not ranks else Unavailable("no NCCL collectives seen")
         ),
-        step_time_seconds=_median([r.step_time_seconds for r in ranks], no_ranks),
-        hang_level=snapshot.hang.level,
+        step_time_seconds=_median(_field(ranks, "step_time_seconds", no_ranks.reason), no_ranks),
+        hang_level=message.hang.level,
     )
+
+
+def _percent(part: Reading, whole: Reading) -> Reading:
+    if isinstance(part, Unavailable):
+        return part
+    if isinstance(whole, Unavailable):
+        return whole
+    return 100.0 * part / whole if whole else Unavailable("total is zero")
