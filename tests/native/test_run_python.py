@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -144,7 +145,7 @@ DIST_TRAIN = textwrap.dedent("""
         for p in model.parameters():
             dist.all_reduce(p.grad)
         opt.step()
-    print(os.getpid(), flush=True)
+    print(f"worker pid={os.getpid()}", flush=True)
     dist.destroy_process_group()
 """)
 
@@ -155,9 +156,9 @@ def test_in_front_of_torch_distributed_run(cleanup_segments, tmp_path):
     proc = tuiprof_run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                        str(script), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={"OMP_NUM_THREADS": "1"})
     out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err
-    workers = [int(line) for line in out.split()]
+    workers = [int(pid) for pid in re.findall(r"^worker pid=(\d+)$", out, re.MULTILINE)]
     cleanup_segments.extend(workers)
+    assert proc.returncode == 0 and len(workers) == 2, f"stdout:\n{out}\nstderr:\n{err}"
     assert not segment_path(proc.pid).exists()  # the launcher itself records nothing
     ranks = set()
     for pid in workers:
