@@ -23,9 +23,8 @@ VIEWS = {
     "host-history": ["enter", "6"],
     "job-ops": ["n"],
     "help": ["question_mark"],
-    "traces": ["t"],
-    "stacks": ["s"],
 }
+"""The Traces and Stacks screens belong to their own areas, which snapshot them."""
 
 
 async def _settle(pilot) -> None:
