@@ -7,6 +7,7 @@ parallel, each bounded in time (see ``agentd.hang.pyspy``).
 
 from __future__ import annotations
 
+import os
 import pathlib
 import socket
 import time
@@ -18,7 +19,8 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.analysis.stacks import merge
 from tuiprof.analysis.stacks_proto import samples_from_ranks, tree_to_proto
 
-MAX_PARALLEL_DUMPS = 8
+# Dumps are CPU-bound (native ones symbolize libtorch): more at once than CPUs only adds contention.
+MAX_PARALLEL_DUMPS = min(8, os.cpu_count() or 1)
 
 
 class StackTaker:

@@ -85,8 +85,7 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
     total = report.merged.ranks.bit_count()
     for thread, root in sorted(report.merged.threads.items(), key=lambda kv: kv[0] != report.thread):
         lines.append(f"{thread}  [{ranksets.fold_short(root.ranks)}] {root.ranks.bit_count()}/{total} ranks")
-        pending = [(child, "", i == len(kids) - 1) for kids in [root.sorted_children()] for i, child in enumerate(kids)]
-        pending.reverse()
+        pending = _children_last_first(root, "")
         while pending:
             node, indent, last = pending.pop()
             missing = report.merged.missing(node)
@@ -94,10 +93,7 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
             if missing:
                 text += f"  not: [{ranksets.fold_short(missing)}]"
             lines.append(text[:max_width])
-            kids = node.sorted_children()
-            child_indent = indent + ("   " if last else "│  ")
-            for i, child in reversed(list(enumerate(kids))):
-                pending.append((child, child_indent, i == len(kids) - 1))
+            pending.extend(_children_last_first(node, indent + ("   " if last else "│  ")))
         lines.append("")
     lines.append(f"Equivalence classes of {report.thread} (smallest first):")
     for c in report.classes:
@@ -108,6 +104,12 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
     else:
         lines.append(f"No suspect: no rank stands apart ({len(report.classes)} distinct stacks).")
     return "\n".join(lines) + "\n"
+
+
+def _children_last_first(node: Node, indent: str) -> list[tuple[Node, str, bool]]:
+    """(child, indent, is-last) in reverse display order, for a pop-from-the-end walk."""
+    kids = node.sorted_children()
+    return [(child, indent, i == len(kids) - 1) for i, child in enumerate(kids)][::-1]
 
 
 def folded(merged: MergedStacks) -> str:

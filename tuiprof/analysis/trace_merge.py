@@ -20,14 +20,18 @@ flow chain (``s`` → ``t`` … → ``f``) from the lowest rank to the highest.
 from __future__ import annotations
 
 import gzip
+import multiprocessing
+import os
 import pathlib
 import re
+from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
 
-from tuiprof.analysis.trace_summary import GPU_CATEGORIES, RankExtract
+from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
+from tuiprof.analysis.trace_summary import GPU_CATEGORIES, RankExtract, RankResult, kernel_kind, summarize_rank
 
 _BASE_PATTERN = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 _HEAD_BYTES = 64 * 1024
@@ -37,6 +41,7 @@ _DROPPED_METADATA = frozenset({"process_name", "process_sort_index", "process_la
 FLOW_CATEGORY = "collective"
 # CPU ops that are collectives (gloo, or c10d's dispatcher ops), linked when a rank has no GPU kernels.
 CPU_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
+STEP_PREFIXES = ("ProfilerStep#", "Optimizer.step#")
 
 
 class TraceFormatError(ValueError):
@@ -102,8 +107,18 @@ class MergeResult:
     output: pathlib.Path
     base_time_ns: int
     events: int
-    ranks: list[RankExtract] = field(default_factory=list)
+    ranks: list[RankResult] = field(default_factory=list)
     linked_collectives: int = 0
+
+
+@dataclass
+class _RankPart:
+    """What a worker sends back for one rank: its compressed events and its small results."""
+
+    piece: Piece
+    result: RankResult
+    hops: list[tuple[tuple[str, ...], int | str, int | str, float]]  # key, pid, tid, ts
+    events: int
 
 
 def _read_bytes(path: pathlib.Path) -> bytes:
@@ -113,8 +128,9 @@ def _read_bytes(path: pathlib.Path) -> bytes:
 
 def base_time_ns(path: pathlib.Path) -> int:
     """The file's ``baseTimeNanoseconds`` from its head (Kineto writes it before the events); 0 when absent."""
-    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
-    with opener(path, "rb") as f:
+    with open(path, "rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if gzipped else open(path, "rb")) as f:
         head = f.read(_HEAD_BYTES)
     match = _BASE_PATTERN.search(head)
     return int(match.group(1)) if match else 0
@@ -127,37 +143,62 @@ def _load(path: pathlib.Path) -> _TraceFile:
         raise TraceFormatError(f"{path}: not a readable Chrome trace: {exc}") from None
 
 
-def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path) -> MergeResult:
-    """Write the merged, gzipped timeline to ``output``; return per-rank extracts for the summary."""
+def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: int | None = None) -> MergeResult:
+    """Write the merged, gzipped timeline to ``output``; return each rank's results for ``summarize``.
+
+    Ranks are rewritten and compressed in ``workers`` processes (default: one
+    per CPU, at most one per rank) and written in rank order as they finish.
+    """
     sources = list(inputs)
     bases = [base_time_ns(s.path) for s in sources]
     origin = min(bases, default=0)
     order = sorted(range(len(sources)), key=lambda i: (sources[i].rank is None, sources[i].rank or 0,
                                                        sources[i].host, sources[i].pid or 0, str(sources[i].path)))
+    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0) for index, i in enumerate(order)]
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
     result = MergeResult(output, origin, 0)
     hops: dict[tuple[str, ...], list[_CollectiveHop]] = {}
-    with gzip.open(output, "wb", compresslevel=1) as out:
-        out.write(b'{"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"traceEvents":[' % origin)
-        first = True
-        for rank_index, i in enumerate(order):
-            chunk, extract = _rewrite(sources[i], rank_index, (bases[i] - origin) / 1000.0, hops)
-            if chunk:
-                out.write(chunk if first else b"," + chunk)
-                first = False
-            result.events += extract.events
-            result.ranks.append(extract)
+    with open(output, "wb") as out:
+        writer = GzipPieces(out)
+        # A fixed first element (metadata viewers ignore) lets every later piece start with a comma.
+        writer.add(compress_piece(b'{"displayTimeUnit":"ms","baseTimeNanoseconds":%d,"traceEvents":['
+                                  b'{"ph":"M","name":"tuiprof_merge","pid":0,"tid":0,"args":{"origin_unix_ns":%d}}'
+                                  % (origin, origin)))
+        if workers > 1:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                _write_parts(pool.map(_rank_part, jobs), writer, result, hops)
+        else:
+            _write_parts(map(_rank_part, jobs), writer, result, hops)
         flows = _collective_flows(hops)
         result.linked_collectives = len({f.id for f in flows})
-        if flows:
-            out.write((b"," if not first else b"") + _encode(flows)[1:-1])
-        out.write(b'],"tuiprof":' + _encode({"origin_unix_ns": origin,
-                                              "ranks": [{"rank": r.rank, "host": r.host, "pid": r.pid,
-                                                         "file": r.file} for r in result.ranks]}) + b"}")
+        tail = b"," + _encode(flows)[1:-1] if flows else b""
+        ranks_json = [{"rank": r.summary.rank, "host": r.summary.host, "pid": r.summary.pid, "file": r.summary.file}
+                      for r in result.ranks]
+        writer.close(tail + b'],"tuiprof":' + _encode({"origin_unix_ns": origin, "ranks": ranks_json}) + b"}")
     return result
 
 
-def _rewrite(source: TraceInput, rank_index: int, shift_us: float,
-             hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> tuple[bytes, RankExtract]:
+def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeResult,
+                 hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> None:
+    for rank_index, part in enumerate(parts):
+        writer.add(part.piece)
+        result.events += part.events
+        result.ranks.append(part.result)
+        for key, pid, tid, ts in part.hops:
+            hops.setdefault(key, []).append(_CollectiveHop(rank_index, pid, tid, ts))
+
+
+def _rank_part(job: tuple[TraceInput, int, float]) -> _RankPart:
+    """One rank, start to end (runs in a worker process): rewrite, compress, summarise."""
+    source, rank_index, shift_us = job
+    chunk, extract, hops = _rewrite(source, rank_index, shift_us)
+    piece = compress_piece(b"," + chunk if chunk else b"")
+    result = RankResult(summarize_rank(extract), [(key, ts) for key, _, _, ts in hops], extract.kernel_totals)
+    return _RankPart(piece, result, hops, extract.events)
+
+
+def _rewrite(source: TraceInput, rank_index: int, shift_us: float
+             ) -> tuple[bytes, RankExtract, list[tuple[tuple[str, ...], int | str, int | str, float]]]:
     """One rank's events moved onto the shared base and its own pids, plus its summary extract."""
     trace = _load(source.path)
     rank = source.rank
@@ -170,57 +211,74 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float,
     pid_base = (rank_index + 1) * _RANK_STRIDE
     flow_shift = rank_index << _FLOW_ID_SHIFT
     occurrences: dict[tuple[str, str], int] = {}
-    kept: list[Event] = []
+    dropped: list[int] = []
+    gpu_collectives: list[Event] = []
     cpu_collectives: list[Event] = []
-    gpu, cpu_ops, annotations, collectives = extract.gpu, extract.cpu_ops, extract.annotations, extract.collectives
-    for event in trace.traceEvents:
-        ph = event.ph
+    kinds: dict[str, str] = {}
+    intervals, kernel_totals, cpu_totals, steps = (extract.intervals, extract.kernel_totals, extract.cpu_totals,
+                                                   extract.steps)
+    events = trace.traceEvents
+    for index, event in enumerate(events):
         original_pid = event.pid
-        if ph == "M":
-            if event.name in _DROPPED_METADATA:
-                if event.name == "process_name" and event.args is not unset:
-                    labels[original_pid] = str(msgspec.json.decode(event.args).get("name", ""))
-                continue
+        if event.ph == "M" and event.name in _DROPPED_METADATA:
+            if event.name == "process_name" and event.args is not unset:
+                labels[original_pid] = str(msgspec.json.decode(event.args).get("name", ""))
+            dropped.append(index)
+            continue
         if original_pid is not unset:
             new_pid = pids.get(original_pid)
             if new_pid is None:
                 new_pid = pids[original_pid] = pid_base + len(pids)
             event.pid = new_pid
-        if event.ts is not unset:
-            event.ts += shift_us
-        if event.id is not unset and isinstance(event.id, int):
-            event.id += flow_shift
-        kept.append(event)
-        if ph != "X" or event.dur is unset:
+        ts = event.ts
+        if ts is unset:
             continue
-        cat = event.cat
+        ts = event.ts = ts + shift_us
+        if event.id is not unset and type(event.id) is int:
+            event.id += flow_shift
+        dur = event.dur
+        if event.ph != "X" or dur is unset:
+            continue
+        cat, name = event.cat, event.name
         if cat in GPU_CATEGORIES:
-            gpu.append((event.ts, event.dur, event.name, cat, event.tid))
-            if "nccl" in event.name.lower():
-                key = _collective_key(event, occurrences)
-                collectives.append((key, event.ts))
-                hops.setdefault(key, []).append(_CollectiveHop(rank_index, event.pid, event.tid, event.ts))
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = kernel_kind(name, cat)
+            intervals[kind].append((ts, ts + dur))
+            totals = kernel_totals.get(name)
+            if totals is None:
+                kernel_totals[name] = [1, dur]
+            else:
+                totals[0] += 1
+                totals[1] += dur
+            if kind == "communication":
+                gpu_collectives.append(event)
         elif cat == "cpu_op":
-            cpu_ops.append((event.name, event.dur))
-            if event.name.startswith(CPU_COLLECTIVE_PREFIXES):
+            totals = cpu_totals.get(name)
+            if totals is None:
+                cpu_totals[name] = [1, dur]
+            else:
+                totals[0] += 1
+                totals[1] += dur
+            if name.startswith(CPU_COLLECTIVE_PREFIXES):
                 cpu_collectives.append(event)
-        elif cat == "user_annotation":
-            annotations.append((event.name, event.ts, event.dur))
-    if not gpu:  # CPU-only (gloo) ranks: their collectives are the CPU ops
-        for event in cpu_collectives:
-            key = _collective_key(event, occurrences)
-            collectives.append((key, event.ts))
-            hops.setdefault(key, []).append(_CollectiveHop(rank_index, event.pid, event.tid, event.ts))
-    extract.events = len(kept)
+        elif cat == "user_annotation" and name.startswith(STEP_PREFIXES):
+            steps.append((name, ts, dur))
+    for index in reversed(dropped):
+        del events[index]
+    extract.gpu_kernels = sum(len(spans) for spans in intervals.values())
+    # CPU-only (gloo) ranks: their collectives are CPU ops; with GPUs, the NCCL kernels.
+    hops = [(_collective_key(e, occurrences), e.pid, e.tid, e.ts)
+            for e in (gpu_collectives if extract.gpu_kernels else cpu_collectives)]
+    extract.events = len(events)
     for original_pid, new_pid in pids.items():
         label = _label(original_pid, labels.get(original_pid, ""), source.pid)
         where = f"rank {rank}" if rank is not None else f"pid {source.pid or '?'}"
-        kept.append(Event(ph="M", name="process_name", pid=new_pid, tid=0,
-                          args=msgspec.Raw(_encode({"name": f"{where} · {source.host or 'host?'} · {label}"}))))
-        kept.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
-                          args=msgspec.Raw(_encode({"sort_index": new_pid}))))
-    del trace
-    return _encode(kept)[1:-1], extract
+        events.append(Event(ph="M", name="process_name", pid=new_pid, tid=0,
+                            args=msgspec.Raw(_encode({"name": f"{where} · {source.host or 'host?'} · {label}"}))))
+        events.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
+                            args=msgspec.Raw(_encode({"sort_index": new_pid}))))
+    return _encode(events)[1:-1], extract, hops
 
 
 def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:

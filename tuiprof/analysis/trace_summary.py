@@ -27,17 +27,20 @@ Interval = tuple[float, float]
 
 @dataclass
 class RankExtract:
-    """What the summary needs from one rank's trace (filled while merging; timestamps in µs, shared base)."""
+    """What the summary needs from one rank's trace, gathered while merging (µs, shared base)."""
 
     rank: int | None
     host: str
     pid: int | None
     file: str
     events: int = 0
-    gpu: list[tuple[float, float, str, str, Any]] = field(default_factory=list)  # ts, dur, name, cat, stream
-    cpu_ops: list[tuple[str, float]] = field(default_factory=list)  # name, dur
-    annotations: list[tuple[str, float, float]] = field(default_factory=list)  # name, ts, dur
-    collectives: list[tuple[tuple[str, ...], float]] = field(default_factory=list)  # key, start ts
+    gpu_kernels: int = 0
+    # compute / communication / memory → (start, end) of each GPU kernel of that kind
+    intervals: dict[str, list[Interval]] = field(
+        default_factory=lambda: {"compute": [], "communication": [], "memory": []})
+    kernel_totals: dict[str, list[float]] = field(default_factory=dict)  # name → [count, total µs]
+    cpu_totals: dict[str, list[float]] = field(default_factory=dict)  # cpu_op name → [count, total µs]
+    steps: list[tuple[str, float, float]] = field(default_factory=list)  # ProfilerStep#/Optimizer.step#: name, ts, dur
 
 
 @dataclass(frozen=True)
@@ -127,17 +130,13 @@ def kernel_kind(name: str, category: str) -> str:
     return "compute"
 
 
-def _top(pairs: list[tuple[str, float]]) -> list[TimeShare]:
-    totals: dict[str, float] = defaultdict(float)
-    counts: Counter[str] = Counter()
-    for name, duration in pairs:
-        totals[name] += duration
-        counts[name] += 1
-    ranked = sorted(totals.items(), key=lambda item: -item[1])[:TOP]
-    return [TimeShare(name, counts[name], round(total, 3)) for name, total in ranked]
+def _top(totals: dict[str, list[float]]) -> list[TimeShare]:
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:TOP]
+    return [TimeShare(name, int(count), round(total, 3)) for name, (count, total) in ranked]
 
 
 def _step_time(annotations: list[tuple[str, float, float]]) -> tuple[float | None, int, str]:
+    """Median ProfilerStep# length, else the median gap between optimizer steps."""
     steps = [dur for name, _, dur in annotations if name.startswith("ProfilerStep#")]
     if steps:
         return statistics.median(steps), len(steps), ""
@@ -148,40 +147,46 @@ def _step_time(annotations: list[tuple[str, float, float]]) -> tuple[float | Non
 
 
 def summarize_rank(extract: RankExtract) -> RankSummary:
-    summary = RankSummary(extract.rank, extract.host, extract.pid, extract.file, extract.events, len(extract.gpu))
-    summary.step_time_us, summary.steps, reason = _step_time(extract.annotations)
+    summary = RankSummary(extract.rank, extract.host, extract.pid, extract.file, extract.events,
+                          extract.gpu_kernels)
+    summary.step_time_us, summary.steps, reason = _step_time(extract.steps)
     if reason:
         summary.unavailable["step_time_us"] = reason
-    summary.top_cpu_ops = _top(extract.cpu_ops)
-    if not extract.gpu:
+    summary.top_cpu_ops = _top(extract.cpu_totals)
+    if not extract.gpu_kernels:
         why = "no GPU kernels in the trace (CPU-only build, or no GPU work in the traced span)"
         for key in ("span_us", "compute_us", "communication_us", "memory_us", "idle_us", "overlap_percent",
                     "compute_vs_median_percent"):
             summary.unavailable[key] = why
         return summary
-    kinds: dict[str, list[Interval]] = {"compute": [], "communication": [], "memory": []}
-    first, last = float("inf"), float("-inf")
-    for ts, dur, name, category, _stream in extract.gpu:
-        kinds[kernel_kind(name, category)].append((ts, ts + dur))
-        first, last = min(first, ts), max(last, ts + dur)
-    covers = {kind: union(spans) for kind, spans in kinds.items()}
-    busy = covered(union([span for spans in kinds.values() for span in spans]))
-    summary.span_us = round(last - first, 3)
+    covers = {kind: union(spans) for kind, spans in extract.intervals.items()}
+    everything = union([span for cover in covers.values() for span in cover])
+    summary.span_us = round(everything[-1][1] - everything[0][0], 3)
     summary.compute_us = round(covered(covers["compute"]), 3)
     summary.communication_us = round(covered(covers["communication"]), 3)
     summary.memory_us = round(covered(covers["memory"]), 3)
-    summary.idle_us = round(summary.span_us - busy, 3)
+    summary.idle_us = round(summary.span_us - covered(everything), 3)
     if summary.communication_us:
         summary.overlap_percent = round(100.0 * overlap(covers["communication"], covers["compute"])
                                         / summary.communication_us, 2)
     else:
         summary.unavailable["overlap_percent"] = "no communication kernels in the trace"
-    summary.top_kernels = _top([(name, dur) for _, dur, name, _, _ in extract.gpu])
+    summary.top_kernels = _top(extract.kernel_totals)
     return summary
 
 
-def summarize(extracts: list[RankExtract]) -> TraceSummary:
-    ranks = [summarize_rank(e) for e in extracts]
+@dataclass
+class RankResult:
+    """One rank's own summary plus what the cross-rank part needs (small: travels between processes)."""
+
+    summary: RankSummary
+    collectives: list[tuple[tuple[str, ...], float]]  # key, start ts
+    kernel_totals: dict[str, list[float]]
+
+
+def summarize(results: list[RankResult]) -> TraceSummary:
+    """The cross-rank picture: compute against the median, collective start skew, job-wide top kernels."""
+    ranks = [r.summary for r in results]
     computes = [r.compute_us for r in ranks if r.compute_us is not None]
     if computes:
         median = statistics.median(computes)
@@ -189,9 +194,9 @@ def summarize(extracts: list[RankExtract]) -> TraceSummary:
             if rank.compute_us is not None and median > 0:
                 rank.compute_vs_median_percent = round(100.0 * (rank.compute_us - median) / median, 2)
     by_key: dict[tuple[str, ...], list[tuple[float, int | None]]] = defaultdict(list)
-    for extract in extracts:
-        for key, ts in extract.collectives:
-            by_key[key].append((ts, extract.rank))
+    for result in results:
+        for key, ts in result.collectives:
+            by_key[key].append((ts, result.summary.rank))
     skews: list[CollectiveSkew] = []
     last_starts: Counter[str] = Counter()
     for (group, name, occurrence), starts in by_key.items():
@@ -202,8 +207,13 @@ def summarize(extracts: list[RankExtract]) -> TraceSummary:
         skews.append(CollectiveSkew(name, group, occurrence, len(starts), round(skew, 3), latest[1]))
         last_starts[str(latest[1])] += 1
     skews.sort(key=lambda s: -s.skew_us)
-    all_kernels = [(name, dur) for e in extracts for _, dur, name, _, _ in e.gpu]
-    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), _top(all_kernels))
+    job_kernels: dict[str, list[float]] = {}
+    for result in results:
+        for name, (count, total) in result.kernel_totals.items():
+            entry = job_kernels.setdefault(name, [0, 0.0])
+            entry[0] += count
+            entry[1] += total
+    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), _top(job_kernels))
 
 
 def summary_json(summary: TraceSummary) -> dict[str, Any]:
