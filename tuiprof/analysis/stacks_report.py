@@ -102,7 +102,8 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
         lines.append("Suspects:")
         lines.extend(f"  {s.reason}" for s in report.suspects)
     else:
-        lines.append(f"No suspect: no rank stands apart ({len(report.classes)} distinct stacks).")
+        count = len(report.classes)
+        lines.append(f"No suspect: no rank stands apart ({count} distinct stack{'' if count == 1 else 's'}).")
     return "\n".join(lines) + "\n"
 
 
