@@ -13,8 +13,8 @@ from testkit.traces import run_cli, trainers, wait_registered
 from testkit.agents import RunningAgent
 
 pytestmark = pytest.mark.slow
-# The trainers poll every 1 s (see kineto_env); 1 s poll + 2 s pickup + 1 s warmup, plus slack.
-START_DELAY_MS = "4500"
+# The trainers poll every 1 s (see kineto_env); 1 s poll + 2 s pickup + 1 s warmup, plus slack for a loaded machine.
+START_DELAY_MS = "6000"
 
 
 def load_json(path: pathlib.Path) -> dict:

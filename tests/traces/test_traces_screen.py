@@ -38,7 +38,7 @@ async def test_capture_dialog_follows_the_host_and_shows_summary_and_merged_file
             screen = app.screen
             assert isinstance(screen, TracesScreen)
             screen.query_one("#traces-amount", Input).value = "800"
-            screen.query_one("#traces-delay", Input).value = "4500"
+            screen.query_one("#traces-delay", Input).value = "6000"
             screen.query_one("#traces-output", Input).value = str(tmp_path / "out")
             await pilot.press("ctrl+r")
             await wait_for(lambda: "Done in" in status(screen))
