@@ -9,6 +9,7 @@ never per event.
 
 from __future__ import annotations
 
+import pathlib
 import time
 
 from textual import work
@@ -28,7 +29,8 @@ MAX_RENDER_HZ = 2.0
 class TuiprofApp(App[None]):
     """Cluster → host → rank views over live agents or a recording."""
 
-    CSS_PATH = "tuiprof.tcss"
+    CSS_PATH = pathlib.Path(__file__).with_name("tuiprof.tcss")
+    """Absolute, so subclasses defined elsewhere (benchmarks) find it too."""
     TITLE = "tuiprof"
     COMMANDS = App.COMMANDS | {GoToProvider}
     BINDINGS = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -59,11 +59,12 @@ def _state_cell(state: HostState, cluster: ClusterState) -> Text:
 def _trend(state: HostState, cluster: ClusterState) -> str:
     history = cluster.history(state.address)
     series = "gpu_util" if history.numbers("gpu_util") else "cpu"
-    return sparkline(history.numbers(series), TREND_WIDTH, top=100.0)
+    # fixed width: a growing cell would make the table re-measure every row
+    return sparkline(history.numbers(series), TREND_WIDTH, top=100.0).rjust(TREND_WIDTH)
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("host", "Host", lambda s, _: s.name, lambda s: (0, s.name)),
+    Column("host", "Host", lambda s, _: s.name, lambda s: (0, s.name, s.address)),
     Column("state", "State", _state_cell, worst_first),
     Column("cpu", "CPU", _summary_cell(lambda m: reading(m.cpu_percent, units.percent)), _by("cpu_percent")),
     Column("mem", "Mem", _summary_cell(lambda m: reading(m.memory_percent, units.percent)), _by("memory_percent")),
@@ -76,6 +77,23 @@ COLUMNS: tuple[Column, ...] = (
     Column("step", "Step", _summary_cell(lambda m: reading(m.step_time_seconds, units.seconds)), _by("step_time_seconds")),
     Column("trend", "Util trend", _trend, _by("gpu_util_mean")),
 )
+
+
+class _LazyRows(Mapping[str, list]):
+    """Host rows in display order; a row's cells are made only when asked for."""
+
+    def __init__(self, screen: "ClusterScreen", hosts: dict[str, HostState],
+                 flags: dict[str, tuple[bool, bool]]) -> None:
+        self.screen, self.hosts, self.flags = screen, hosts, flags
+
+    def __getitem__(self, address: str) -> list[Text | str]:
+        return self.screen.cells(self.hosts[address], self.flags[address])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.hosts)
+
+    def __len__(self) -> int:
+        return len(self.hosts)
 
 
 class ClusterScreen(Screen[None]):
@@ -101,6 +119,8 @@ class ClusterScreen(Screen[None]):
         self.reverse = False
         self.host_filter = HostFilter.parse("")
         self._order: list[str] = []
+        self._row_cache: dict[str, tuple[HostState, bool, bool, list[Text | str]]] = {}
+        """Per host: the state, worst flag and shared-name flag its cells were made from."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -138,21 +158,40 @@ class ClusterScreen(Screen[None]):
         worst = self.worst_host()
         counts = Counter(h.name for h in self.cluster.hosts())
         shared = {name for name, count in counts.items() if count > 1}
-        rows = {h.address: self._row(h, worst, shared) for h in hosts}
-        sync_rows(table, rows)
+        flags = {
+            h.address: (worst is not None and h.address == worst.address, h.name in shared) for h in hosts
+        }
+        rows = _LazyRows(self, {h.address: h for h in hosts}, flags)
+        # Only rows on screen are pushed into the table; a row that changed off
+        # screen keeps an outdated cache entry and is pushed once scrolled into view.
+        first = max(0, int(table.scroll_y) - 2)
+        window = list(rows)[first:first + table.size.height + 4]
+        dirty = [a for a in window if not self._cached(rows.hosts[a], flags[a])]
+        sync_rows(table, rows, dirty)
         self._order = list(rows)
         self._update_titles(len(hosts))
         self.update_detail()
 
-    def _row(self, state: HostState, worst: HostState | None, shared: set[str]) -> list[Text | str]:
+    def _cached(self, state: HostState, flags: tuple[bool, bool]) -> list[Text | str] | None:
+        entry = self._row_cache.get(state.address)
+        return entry[3] if entry is not None and entry[0] is state and entry[1:3] == flags else None
+
+    def cells(self, state: HostState, flags: tuple[bool, bool]) -> list[Text | str]:
+        cells = self._cached(state, flags)
+        if cells is None:
+            cells = self._row(state, *flags)
+            self._row_cache[state.address] = (state, *flags, cells)
+        return cells
+
+    def _row(self, state: HostState, worst: bool, shared: bool) -> list[Text | str]:
         cells = [column.cell(state, self.cluster) for column in COLUMNS]
-        if state.name in shared:  # several agents on one machine: tell them apart
+        if shared:  # several agents on one machine: tell them apart
             cells[0] = f"{state.name}@{state.address}"
         if state.reachable is False:  # last known values, dimmed: they are stale
             cells = [Text(c.plain, style="dim") if isinstance(c, Text) else Text(c, style="dim")
                      for c in cells]
             cells[1] = _state_cell(state, self.cluster)
-        if worst is not None and state.address == worst.address:
+        if worst:
             cells[0] = Text(f"{cells[0]} ▼", style="bold")
         return cells
 
