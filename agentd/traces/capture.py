@@ -97,8 +97,10 @@ class Capture:
         elif not process_facts(target.pid).alive:
             target.fail(FAILED, "the process exited before writing its trace")
         elif now >= self.deadline_unix:
-            target.fail(FAILED, "no trace written in time: the process may have refused the config "
-                                "(start time too close for its warmup) — see its stderr for a Kineto warning")
+            target.fail(FAILED, "no trace written in time: the process may have refused the config (start "
+                                "time too close for its warmup), or could not write into the trace dir (newer "
+                                "Kineto writes on-demand traces only under /tmp or $KINETO_ONDEMAND_TRACE_DIR) — "
+                                "see its stderr for a Kineto warning")
 
     def to_proto(self, host: str) -> pb.CaptureTraceReply:
         return pb.CaptureTraceReply(

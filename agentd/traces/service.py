@@ -165,7 +165,7 @@ class CaptureService:
         if not matched:
             capture.message = f"no processes matched: {self._describe_filters(request)}"
             return capture
-        (trace_dir / relative).mkdir(parents=True, exist_ok=True)
+        _prepare_capture_dir(trace_dir / relative, {r.uid for r in matched})
         for registrant in matched:
             capture.targets.append(self._offer(request, span, start_ms, registrant, trace_dir, relative))
         return capture
@@ -242,6 +242,20 @@ class CaptureService:
         self._captures[capture.capture_id] = capture
         while len(self._captures) > KEEP_CAPTURES:
             self._captures.popitem(last=False)
+
+
+def _prepare_capture_dir(directory: pathlib.Path, uids: set[int]) -> None:
+    """The capture's directory, writable by the processes that will write into it.
+
+    An agent running as root serves other users' processes: the directory
+    goes to that user (or is shared, sticky, when several users are traced).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    others = uids - {0, -1, os.geteuid()}
+    if os.geteuid() == 0 and len(others) == 1:
+        os.chown(directory, others.pop(), -1)
+    elif os.geteuid() == 0 and others:
+        directory.chmod(0o1777)
 
 
 def _check_span(request: pb.CaptureTraceRequest, span: str | None) -> None:
