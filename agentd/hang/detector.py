@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from agentd.hang.procstate import GONE, process_state
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis import ranksets
+from tuiprof.analysis.stacks_verdicts import summarize
 from tuiprof.analysis.stacks_collectives import findings, short_comm
 from tuiprof.analysis.stacks_proto import collectives_from_ranks
 
@@ -81,7 +81,8 @@ class HangDetector:
         verdicts = [self._verdict(r, self._tracks[r.pid], now, notes.get(r.pid), waited.get(r.job_id, 0.0))
                     for r in ranks]
         level = max((v.level for v in verdicts if v.level != EXITED), key=_SEVERITY.__getitem__, default=OK)
-        if level == OK and any(_exit_matters(r, v, ranks, verdicts) for r, v in zip(ranks, verdicts)):
+        exits = [v for r, v in zip(ranks, verdicts) if _exit_matters(r, v, ranks, verdicts)]
+        if level == OK and exits:
             level = SUSPECT  # a rank died or left early: the others will wait for it
         if level != OK and self._level == OK:
             self._since_ns = self._wall_ns()
@@ -89,7 +90,7 @@ class HangDetector:
         status = pb.HangStatus(level=level, ranks=verdicts)
         if level != OK:
             status.since_unix_ns = self._since_ns
-            status.explanation = _summary(verdicts)
+            status.explanation = summarize([v for v in verdicts if v.level in (HUNG, SUSPECT)] + exits)
         return status
 
     def _verdict(
@@ -199,16 +200,3 @@ def _exit_text(rank: pb.RankStats, state: str) -> str:
         last = rank.exception.strip().splitlines()[-1]
         text += f" after an uncaught exception: {last}"
     return text
-
-
-def _summary(verdicts: Sequence[pb.RankVerdict]) -> str:
-    """One line per level: the worst ranks first, rank sets folded."""
-    parts = []
-    for level in (HUNG, SUSPECT, EXITED):
-        chosen = [v for v in verdicts if v.level == level]
-        if not chosen:
-            continue
-        ranked = [v.rank for v in chosen if v.HasField("rank")]
-        label = f"ranks {ranksets.fold(ranked)}" if len(ranked) > 1 else ""
-        parts.append(f"{level}{' ' + label if label else ''}: " + " | ".join(v.explanation for v in chosen))
-    return "; ".join(parts)

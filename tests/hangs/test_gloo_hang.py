@@ -136,6 +136,8 @@ async def test_the_rank_that_stops_joining_is_the_suspect(agent, start_job):
     assert "ranks 0-1,3 are in `all_reduce" in reason, reason
     assert doc["classes"][0]["ranks"] == str(STUCK_RANK) and doc["classes"][-1]["ranks"] == "0-1,3"
     assert doc["hosts"][0]["hang"]["level"] == "hung"
+    assert sorted((v["rank"], v["level"]) for v in doc["hosts"][0]["hang"]["ranks"]) == [
+        (r, "hung") for r in range(4)]
 
     # The stacks the agent took by itself when it declared the hang say the same.
     incident = await tuiprof_stacks_json(agent, job, "--incident")

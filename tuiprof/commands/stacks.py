@@ -28,6 +28,7 @@ from tuiprof.analysis.stacks_proto import (
     collectives_from_ranks, samples_from_ranks, tree_from_proto, tree_to_proto,
 )
 from tuiprof.analysis.stacks_report import StacksReport, build_report, folded, render_text, report_json
+from tuiprof.analysis.stacks_verdicts import summarize
 from tuiprof.client.channel import AgentAddress, TokenFileError, open_channel
 from tuiprof.client.errors import describe_rpc_error
 from tuiprof.client.host_client import ConnectionOptions
@@ -180,8 +181,19 @@ def _host_json(host: HostStacks) -> dict:
         )
     if host.snapshot is not None and host.snapshot.hang.level:
         hang = host.snapshot.hang
-        out["hang"] = {"level": hang.level, "since_unix_ns": hang.since_unix_ns, "explanation": hang.explanation}
+        mine = _verdicts(host)
+        out["hang"] = {
+            "level": hang.level, "since_unix_ns": hang.since_unix_ns, "explanation": hang.explanation,
+            "ranks": [{"rank": v.rank if v.HasField("rank") else None, "pid": v.pid, "level": v.level,
+                       "explanation": v.explanation} for v in mine],
+        }
     return out
+
+
+def _verdicts(host: HostStacks) -> list[pb.RankVerdict]:
+    """The host's rank verdicts for the processes whose stacks were taken (the chosen job)."""
+    pids = {r.pid for r in host.reply.ranks} if host.reply is not None else set()
+    return [v for v in host.snapshot.hang.ranks if v.pid in pids] if host.snapshot is not None else []
 
 
 def _host_lines(hosts: list[HostStacks]) -> list[str]:
@@ -198,8 +210,9 @@ def _host_lines(hosts: list[HostStacks]) -> list[str]:
         for proc in doc["processes"]:
             if proc["error"]:
                 lines.append(f"  pid {proc['pid']} (rank {proc['rank']}): {proc['error']}")
-        if "hang" in doc and doc["hang"]["level"] != "ok":
-            lines.append(f"  {doc['hang']['level']}: {doc['hang']['explanation']}")
+        verdicts = summarize(_verdicts(host))
+        if verdicts:
+            lines.append(f"  {verdicts}")
     return lines
 
 
