@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     metavars = {"host": "ADDR", "port": "PORT", "metrics_port": "PORT", "interval_ms": "MS",
                 "token_file": "FILE", "tls_cert": "FILE", "tls_key": "FILE",
                 "trace_dir": "DIR", "log_format": "{" + ",".join(LOG_FORMATS) + "}",
-                "json_sink": "-|FILE", "hang_timeout_s": "S", "hang_suspect_s": "S"}
+                "json_sink": "-|FILE", "hang_timeout_s": "S", "hang_suspect_s": "S",
+                "dynolog_rpc_port": "PORT"}
     for key, field in FIELDS.items():
         default = getattr(defaults, key)
         shown = {

@@ -48,6 +48,8 @@ class AgentConfig:
     # Hang detection (agentd.hang): no progress this long is a hang; a shorter stall is a suspect.
     hang_timeout_s: int = 300
     hang_suspect_s: int | None = None  # None: a fifth of hang_timeout_s
+    # dynolog's RPC for the `dyno` CLI (agentd.kineto.rpc); None: not served.
+    dynolog_rpc_port: int | None = None
 
     @property
     def hang_suspect_seconds(self) -> float:
@@ -140,6 +142,7 @@ FIELDS: dict[str, Field] = {
         Field("json_sink", _text, False, "write one JSON line per interval to FILE, or - for stdout"),
         Field("hang_timeout_s", _seconds, False, "seconds without progress before ranks are hung (stacks are taken)"),
         Field("hang_suspect_s", _seconds, False, "seconds without progress before ranks are suspects (default: a fifth of the timeout)"),
+        Field("dynolog_rpc_port", _port, False, "also serve dynolog's RPC here (for the dyno CLI; usually 1778); off unless set"),
     )
 }
 

@@ -17,13 +17,17 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 import grpc
 
+from agentd.auth import load_token
+from agentd.errors import BindError
 from agentd.kineto.collector import KinetoCollector
 from agentd.kineto.endpoint import SOCKET_DIR_ENV
 from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
+from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
 from agentd.traces import kineto_config, timeline
@@ -75,6 +79,8 @@ class CaptureService:
         """The service for ``agent``: its IPC endpoint runs (and closes) with the agent's collectors."""
         registry = Registry()
         collector = KinetoCollector(config.interval_seconds, registry, os.environ.get(SOCKET_DIR_ENV))
+        if config.dynolog_rpc_port is not None:
+            collector.serve_rpc(_bind_rpc(config, registry))
         agent.runners.append(CollectorRunner(collector))
         service = cls(config.trace_dir, agent.hostname, registry)
         agent.post_processors.append(service.observe)
@@ -242,6 +248,19 @@ class CaptureService:
         self._captures[capture.capture_id] = capture
         while len(self._captures) > KEEP_CAPTURES:
             self._captures.popitem(last=False)
+
+
+def _bind_rpc(config: "AgentConfig", registry: Registry) -> DynologRpc:
+    try:
+        version = f"tuiprof-agentd {metadata.version('tuiprof')}"
+    except metadata.PackageNotFoundError:
+        version = "tuiprof-agentd"
+    port = config.dynolog_rpc_port
+    assert port is not None
+    try:
+        return DynologRpc.bind(config.host, port, registry, config.trace_dir, load_token(config.token_file), version)
+    except OSError as exc:
+        raise BindError.for_port("dynolog RPC", config.host, port, exc, "--dynolog-rpc-port") from None
 
 
 def _prepare_capture_dir(directory: pathlib.Path, uids: set[int]) -> None:
