@@ -145,7 +145,7 @@ DIST_TRAIN = textwrap.dedent("""
         for p in model.parameters():
             dist.all_reduce(p.grad)
         opt.step()
-    os.write(1, f"worker pid={os.getpid()}\n".encode())  # one write: the two workers share the pipe
+    os.write(1, f"worker pid={os.getpid()}\\n".encode())  # one write: the two workers share the pipe
     dist.destroy_process_group()
 """)
 
