@@ -63,3 +63,12 @@ async def test_capture_without_span_is_invalid(agent):
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "duration_ms or iterations" in raised.value.details()
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_agent_reports_its_kineto_endpoint(agent, socket_dir):
+    async with open_channel(agent.address) as channel:
+        info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest())
+    [kineto] = [c for c in info.collectors if c.name == "kineto"]
+    assert kineto.available, kineto.reason
+    assert (socket_dir / "dynolog").is_socket()
+    assert "Kineto IPC endpoint listening" in agent.log() and str(socket_dir / "dynolog") in agent.log()
