@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pathlib
+import subprocess
 import threading
 import time
 
@@ -39,10 +40,13 @@ class HangService:
         self.detector = HangDetector(thresholds)
         self.incident_dir = incident_dir
         try:
-            self._taker: StackTaker | None = StackTaker(pyspy.find_pyspy(), hostname)
+            binary = pyspy.find_pyspy()
+            self._taker: StackTaker | None = StackTaker(binary, hostname)
             self._no_stacks_reason = ""
-        except pyspy.PySpyMissing as exc:
-            self._taker, self._no_stacks_reason = None, str(exc)
+            log.info("stack dumps by py-spy", extra={"binary": str(binary), "version": pyspy.pyspy_version(binary)})
+        except (pyspy.PySpyMissing, OSError, subprocess.SubprocessError) as exc:
+            self._taker, self._no_stacks_reason = None, f"py-spy unusable: {exc}"
+            log.warning("no stack dumps", extra={"reason": self._no_stacks_reason})
         self._ranks: dict[int, pb.RankStats] = {}
         self._level, self._explanation = "", ""
         self._hung: set[int] = set()

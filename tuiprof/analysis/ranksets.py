@@ -38,11 +38,6 @@ def ranks_of(mask: int) -> list[int]:
     return ranks
 
 
-def count(mask: int) -> int:
-    """How many ranks ``mask`` holds."""
-    return mask.bit_count()
-
-
 def fold(ranks: Iterable[int] | int) -> str:
     """``[0, 1, 2, 3, 5]`` (or its mask) as ``"0-3,5"``; the empty set is ``""``."""
     mask = ranks if isinstance(ranks, int) else mask_of(ranks)
