@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -55,6 +58,45 @@ def test_table_and_token(tmp_path) -> None:
         assert table.returncode == 0, table.stdout + table.stderr
         assert "tuiprof status" in table.stdout
         assert "ok" in table.stdout
+
+
+@pytest.fixture
+def silent_host():
+    """A TCP port on 127.0.0.3 that accepts connections and never says a word."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.3", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.3:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(5)
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_a_silent_host_costs_its_timeout_and_does_not_hold_up_the_others(tmp_path, silent_host) -> None:
+    with running_agent(tmp_path, host="127.0.0.1") as agent:
+        start = time.monotonic()
+        result = status(silent_host, agent.address.target, "--json", "--timeout", "3")
+        elapsed = time.monotonic() - start
+    assert result.returncode == 1
+    silent, answered = json.loads(result.stdout)["hosts"]
+    assert answered["reachable"] is True and answered["summary"]["cpu_percent"] is not None
+    assert silent["reachable"] is False and silent["error"] == "no answer within 3 s"
+    assert elapsed < 3 + 6  # one timeout (plus interpreter start-up), not one per host
 
 
 def test_bad_input_is_one_clear_line(tmp_path) -> None:

@@ -90,7 +90,8 @@ class TuiprofApp(App[None]):
     def _tick(self) -> None:
         """Live mode: advance the clock so "last contact N s ago" keeps counting."""
         self.cluster.tick(self._clock())
-        self.render_views(force=True)
+        if time.monotonic() - self._last_render >= 1.0:  # nothing drew it in the last second
+            self.render_views(force=True)
 
     def schedule_render(self) -> None:
         """Render now, or when the ``MAX_RENDER_HZ`` budget allows."""
