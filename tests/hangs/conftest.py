@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -68,9 +69,9 @@ class KnownRanks(Collector):
 
     name = "ranks"
 
-    def __init__(self, pids_by_rank):
+    def __init__(self, ranks):
         super().__init__(0.1)
-        self.pids_by_rank = pids_by_rank
+        self.ranks = ranks  # [(job id, rank, pid)]
 
     def status(self):
         return pb.CollectorStatus(name=self.name, available=True, interval_seconds=0.1)
@@ -79,19 +80,15 @@ class KnownRanks(Collector):
         pass
 
     def fill(self, snapshot):
-        for rank, pid in self.pids_by_rank.items():
-            snapshot.ranks.add(pid=pid, rank=rank, world_size=len(self.pids_by_rank), state="running")
+        for job, rank, pid in self.ranks:
+            size = sum(1 for j, _, _ in self.ranks if j == job)
+            snapshot.ranks.add(pid=pid, rank=rank, world_size=size, job_id=job, state="running")
 
 
-@pytest.fixture
-async def agent_with_ranks(tmp_path, parked, pyspy_binary):
-    """An in-process agent (real gRPC on loopback, real HangService) whose ranks are four
-    parked processes: ranks 0-2 in ``all_reduce_wait``, rank 3 in ``stuck_in_loader``.
-    The ranks are reported by a collector in the shape the ranks collector uses (pid,
-    rank, state), so the service sees what it sees in agentd."""
-    procs = {r: parked("all_reduce_wait") for r in (0, 1, 2)}
-    procs[3] = parked("stuck_in_loader")
-    agent = Agent([CollectorRunner(KnownRanks({r: p.pid for r, p in procs.items()}))], 0.1, hostname="node-a")
+@contextlib.asynccontextmanager
+async def serving(tmp_path, ranks):
+    """An in-process agent (real gRPC on loopback, real HangService) reporting ``ranks``."""
+    agent = Agent([CollectorRunner(KnownRanks(ranks))], 0.1, hostname="node-a")
     service = HangService(Thresholds(1, 2), tmp_path / "hangs", "node-a")
     agent.post_processors.append(service.process)
     agent.start_collectors()
@@ -101,9 +98,33 @@ async def agent_with_ranks(tmp_path, parked, pyspy_binary):
         AgentServicer(agent, static_info(agent, str(tmp_path)), None, service), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    while agent.latest is None or not agent.latest.ranks:
-        await asyncio.sleep(0.05)
-    yield AgentAddress("127.0.0.1", port), procs, tmp_path
-    await server.stop(0)
-    runner.cancel()
-    agent.stop_collectors()
+    try:
+        while agent.latest is None or not agent.latest.ranks:
+            await asyncio.sleep(0.05)
+        yield AgentAddress("127.0.0.1", port)
+    finally:
+        await server.stop(0)
+        runner.cancel()
+        agent.stop_collectors()
+
+
+@pytest.fixture
+async def agent_with_ranks(tmp_path, parked, pyspy_binary):
+    """An agent whose ranks are four parked processes: ranks 0-2 in ``all_reduce_wait``,
+    rank 3 in ``stuck_in_loader``. They are reported by a collector in the shape the ranks
+    collector uses (pid, rank, job, state), so the service sees what it sees in agentd."""
+    procs = {r: parked("all_reduce_wait") for r in (0, 1, 2)}
+    procs[3] = parked("stuck_in_loader")
+    async with serving(tmp_path, [("", r, p.pid) for r, p in procs.items()]) as address:
+        yield address, procs, tmp_path
+
+
+@pytest.fixture
+async def agent_with_two_jobs(tmp_path, parked, pyspy_binary):
+    """Job "a": ranks 0-2 in ``all_reduce_wait``, rank 3 in ``stuck_in_loader``;
+    job "b" on the same host: ranks 0-1 in ``other_job_wait``."""
+    ranks = [("a", r, parked("all_reduce_wait").pid) for r in (0, 1, 2)]
+    ranks.append(("a", 3, parked("stuck_in_loader").pid))
+    ranks += [("b", r, parked("other_job_wait").pid) for r in (0, 1)]
+    async with serving(tmp_path, ranks) as address:
+        yield address

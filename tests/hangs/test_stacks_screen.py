@@ -52,3 +52,20 @@ async def test_stacks_screen_takes_merges_jumps_toggles_and_exports(agent_with_r
         assert len(folded) == 1 and len(svg) == 1
         assert "stuck_in_loader" in folded[0].read_text()
         ET.parse(svg[0])
+
+
+async def test_stacks_screen_shows_one_job_at_a_time(agent_with_two_jobs, tmp_path):
+    app = TuiprofApp(LiveSource([agent_with_two_jobs], ConnectionOptions(timeout=10)))
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(StacksScreen(export_dir=tmp_path))
+        await pilot.pause()
+        screen = app.screen
+        await wait_for(lambda: screen.report is not None)
+        assert screen.jobs == ["a", "b"] and screen.job == "a"
+        assert [ranksets.fold(s.ranks) for s in screen.report.suspects] == ["3"]
+        assert "job a (1 of 2, J: next)" in str(screen.query_one("#stacks-status", Static).render())
+        first = screen.report
+        await pilot.press("J")
+        await wait_for(lambda: screen.report is not first)
+        assert screen.job == "b" and screen.report.merged.ranks.bit_count() == 2
+        assert screen.report.classes[0].where().startswith("other_job_wait")

@@ -114,3 +114,17 @@ async def test_tuiprof_stacks_text_and_unreachable_host(agent_with_ranks):
     doc = json.loads(out)
     assert doc["hosts"][1]["error"].startswith("cannot connect")
     assert [s["ranks"] for s in doc["suspects"]] == ["3"]
+
+
+async def test_tuiprof_stacks_refuses_to_mix_jobs_and_takes_the_chosen_one(agent_with_two_jobs):
+    address = agent_with_two_jobs
+    code, out, err = await _tuiprof("stacks", "--json", address.target)
+    assert code == 2 and out == ""
+    assert "these hosts run several jobs: a (4 ranks), b (2 ranks); choose one with --job ID" in err
+    code, out, err = await _tuiprof("stacks", "--json", "--job", "b", address.target)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["ranks"] == 2 and doc["suspects"] == []
+    assert [c["where"].split()[0] for c in doc["classes"]] == ["other_job_wait"]
+    code, out, err = await _tuiprof("stacks", "--json", "--job", "a", address.target)
+    assert [s["ranks"] for s in json.loads(out)["suspects"]] == ["3"]

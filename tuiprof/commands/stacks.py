@@ -71,6 +71,11 @@ class HostStacks:
 class JobChoiceError(ValueError):
     """The hosts run several jobs and none was chosen (their rank numbers overlap)."""
 
+    def __init__(self, jobs: dict[str, int]) -> None:
+        self.jobs = jobs  # job id -> live ranks
+        listed = ", ".join(f"{job or '(no job id)'} ({count} ranks)" for job, count in sorted(jobs.items()))
+        super().__init__(f"these hosts run several jobs: {listed}; choose one with --job ID")
+
 
 async def gather_stacks(
     targets: list[AgentAddress], options: ConnectionOptions, take_now: bool, native: bool, timeout: float,
@@ -144,8 +149,7 @@ def single_job(hosts: list[HostStacks]) -> str | None:
         for rank in _live_ranks(host):
             jobs[rank.job_id] = jobs.get(rank.job_id, 0) + 1
     if len(jobs) > 1:
-        listed = ", ".join(f"{job or '(no job id)'} ({count} ranks)" for job, count in sorted(jobs.items()))
-        raise JobChoiceError(f"these hosts run several jobs: {listed}; choose one with --job ID")
+        raise JobChoiceError(jobs)
     return next(iter(jobs), None)
 
 

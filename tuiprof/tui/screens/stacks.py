@@ -27,7 +27,7 @@ from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks import Node
 from tuiprof.analysis.stacks_report import StacksReport, folded
 from tuiprof.client.channel import AgentAddress
-from tuiprof.commands.stacks import HostStacks, gather_stacks, job_report
+from tuiprof.commands.stacks import HostStacks, JobChoiceError, gather_stacks, job_report
 
 TAKE_TIMEOUT_S = 60.0
 # Class colours, smallest class first: the odd ranks get the loudest ones.
@@ -45,6 +45,7 @@ class StacksScreen(Screen[None]):
         Binding("c", "collapse_all", "Collapse all"),
         Binding("f", "export_folded", "Export folded"),
         Binding("g", "export_svg", "Export SVG"),
+        Binding("J", "next_job", "Next job", show=False),
     ]
     DEFAULT_CSS = """
     StacksScreen #stacks-status { height: auto; padding: 0 1; background: $boost; }
@@ -61,6 +62,8 @@ class StacksScreen(Screen[None]):
         self.report: StacksReport | None = None
         self._taken_native = False
         self._smallest: TreeNode | None = None
+        self.jobs: list[str] = []  # filled when the hosts run several jobs
+        self.job: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -87,7 +90,11 @@ class StacksScreen(Screen[None]):
     async def _take(self, native: bool) -> None:
         addresses = [AgentAddress.parse(a) for a in self.app.cluster.addresses()]
         started = time.monotonic()
-        hosts = await gather_stacks(addresses, self.app.connection, True, native, TAKE_TIMEOUT_S)
+        try:
+            hosts = await gather_stacks(addresses, self.app.connection, True, native, TAKE_TIMEOUT_S, self.job)
+        except JobChoiceError as exc:  # several jobs: show the first, J cycles
+            self.jobs, self.job = sorted(exc.jobs), sorted(exc.jobs)[0]
+            hosts = await gather_stacks(addresses, self.app.connection, True, native, TAKE_TIMEOUT_S, self.job)
         self.hosts, self._taken_native = hosts, native
         self._show(f"taken in {time.monotonic() - started:.1f} s")
 
@@ -103,7 +110,9 @@ class StacksScreen(Screen[None]):
         failed = [f"{h.host}: {h.error}" for h in self.hosts if h.error]
         hang = [f"{h.host}: {h.snapshot.hang.level}: {h.snapshot.hang.explanation}"
                 for h in self.hosts if h.snapshot is not None and h.snapshot.hang.level not in ("", "ok")]
-        head = (f"{report.merged.ranks.bit_count()} ranks on {len(self.hosts) - len(failed)} host(s)"
+        job = f"job {self.job or '(no id)'} ({self.jobs.index(self.job) + 1} of {len(self.jobs)}, J: next) · " \
+            if self.jobs else ""
+        head = (f"{job}{report.merged.ranks.bit_count()} ranks on {len(self.hosts) - len(failed)} host(s)"
                 f" · native {'on' if self.native else 'off'} · lines {'on' if self.lines else 'off'}"
                 f"{' · ' + note if note else ''}")
         self._status("\n".join([head, *hang, *(f"no stacks from {f}" for f in failed)]))
@@ -171,6 +180,13 @@ class StacksScreen(Screen[None]):
         tree.move_cursor(node)
         tree.scroll_to_node(node)
         tree.focus()
+
+    def action_next_job(self) -> None:
+        if len(self.jobs) < 2:
+            self.notify("Only one job runs on these hosts.")
+            return
+        self.job = self.jobs[(self.jobs.index(self.job) + 1) % len(self.jobs)]
+        self.action_take()
 
     def action_toggle_native(self) -> None:
         self.native = not self.native
