@@ -46,3 +46,4 @@ def test_fold_short_cuts_at_a_comma():
     assert short.endswith(",…") and len(short) <= 22
     assert ranksets.fold(scattered).startswith(short[:-2])
     assert ranksets.fold_short([1, 2, 3]) == "1-3"
+    assert ranksets.fold_short([1000, 1001, 2000], 4) == "1000-1001,…"

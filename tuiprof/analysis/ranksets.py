@@ -90,4 +90,6 @@ def fold_short(ranks: Iterable[int] | int, limit: int = 60) -> str:
     if len(text) <= limit:
         return text
     cut = text.rfind(",", 0, limit)
-    return text[: cut if cut > 0 else limit] + ",…"
+    if cut <= 0:  # the first range alone is longer than the limit: keep it whole
+        cut = text.find(",")
+    return text if cut < 0 else text[:cut] + ",…"
