@@ -63,7 +63,7 @@ def hooked_run(standins):
         return sum(s.count for s in seg.slots()) == sum(g[-1] for g in GEMMS) + sum(c[4] for c in COLLECTIVES)
 
     assert wait_for(all_recorded), seg.slots()
-    wait_for(lambda: len(seg.inflight()) == 2)
+    assert wait_for(lambda: len(seg.inflight()) == 2), seg.inflight()
     yield result, seg, proc
     seg.close()
     proc.stdin.write("\n")
@@ -142,9 +142,9 @@ def test_nccl_collectives_from_profiler_plugin_v4(standins_v4, cleanup_segments)
     result, proc = run_driver(standins_v4, cleanup_segments, hooked=True)
     try:
         with segment.Segment(segment_path(proc.pid)) as seg:
-            wait_for(lambda: sum(s.count for s in seg.slots() if s.kind == "nccl") == sum(c[4] for c in COLLECTIVES))
+            assert wait_for(lambda: sum(s.count for s in seg.slots() if s.kind == "nccl") == sum(c[4] for c in COLLECTIVES))
             check_collectives(result, seg)
-            assert {e.op for e in seg.inflight()} == {"cublasGemmEx", "AllReduce"}
+            assert wait_for(lambda: {e.op for e in seg.inflight()} == {"cublasGemmEx", "AllReduce"})
     finally:
         proc.communicate("\n", timeout=10)
 
