@@ -128,3 +128,13 @@ async def test_tuiprof_stacks_refuses_to_mix_jobs_and_takes_the_chosen_one(agent
     assert [c["where"].split()[0] for c in doc["classes"]] == ["other_job_wait"]
     code, out, err = await _tuiprof("stacks", "--json", "--job", "a", address.target)
     assert [s["ranks"] for s in json.loads(out)["suspects"]] == ["3"]
+
+
+async def test_the_same_rank_on_two_hosts_is_warned_about(agent_with_ranks):
+    address, _, _ = agent_with_ranks
+    same_agent_twice = f"localhost:{address.port}"  # the same agent under another name: its ranks twice
+    code, out, err = await _tuiprof("stacks", "--json", address.target, same_agent_twice)
+    assert code == 0, err
+    warnings = json.loads(out)["warnings"]
+    assert len(warnings) == 4
+    assert warnings[0].startswith("rank 0 is reported by 2 processes (127.0.0.1")

@@ -162,9 +162,24 @@ def job_report(hosts: list[HostStacks], lines: bool, native: bool) -> StacksRepo
     return build_report(merged, findings(collectives_from_ranks(ranks)))
 
 
+def duplicate_ranks(hosts: list[HostStacks]) -> list[str]:
+    """One warning per rank number that more than one process reported (merged as one rank)."""
+    owners: dict[int, list[str]] = {}
+    for host in hosts:
+        for rank in host.reply.ranks if host.reply is not None else []:
+            if rank.HasField("rank"):
+                owners.setdefault(rank.rank, []).append(f"{host.host} pid {rank.pid}")
+    return [
+        f"rank {rank} is reported by {len(who)} processes ({', '.join(who)}); their stacks are merged "
+        f"as one rank: check the job's RANK variables, or choose one job with --job"
+        for rank, who in sorted(owners.items()) if len(who) > 1
+    ]
+
+
 def document(hosts: list[HostStacks], report: StacksReport) -> dict:
     doc = report_json(report)
     doc["hosts"] = [_host_json(h) for h in hosts]
+    doc["warnings"] = duplicate_ranks(hosts)
     return doc
 
 
@@ -252,6 +267,6 @@ def run(args: argparse.Namespace) -> int:
     elif args.folded:
         sys.stdout.write(folded(report.merged))
     else:
-        sys.stdout.write("\n".join(_host_lines(hosts)) + "\n\n")
+        sys.stdout.write("\n".join(_host_lines(hosts) + [f"warning: {w}" for w in duplicate_ranks(hosts)]) + "\n\n")
         sys.stdout.write(render_text(report))
     return 0 if all(h.error is None for h in hosts) else 1
