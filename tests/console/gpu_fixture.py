@@ -121,6 +121,7 @@ def gpu_snapshot(hostname: str, host_index: int, sequence: int, *, idle: bool = 
         gemm.latency.avg_seconds = 1.81e-3 + rng.uniform(0, 2e-5)
         gemm.latency.p50_seconds = 1.80e-3 + rng.uniform(0, 2e-5)
         gemm.latency.p99_seconds = 1.93e-3 + rng.uniform(0, 2e-5)
+        gemm.latency.min_seconds, gemm.latency.max_seconds = 1.71e-3, 2.2e-3 + rng.uniform(0, 1e-4)
         if not idle:
             gemm.tflops = 607.0 + rng.uniform(-8, 8)
         nccl = rank.nccl.add(op="AllReduce", dtype="bf16", algorithm="Ring", protocol="Simple",
@@ -129,6 +130,7 @@ def gpu_snapshot(hostname: str, host_index: int, sequence: int, *, idle: bool = 
         nccl.latency.avg_seconds = 4.9e-3 * slow + rng.uniform(0, 5e-5)
         nccl.latency.p50_seconds = 4.8e-3 * slow + rng.uniform(0, 5e-5)
         nccl.latency.p99_seconds = 6.1e-3 * slow + rng.uniform(0, 5e-5)
+        nccl.latency.min_seconds, nccl.latency.max_seconds = 4.1e-3 * slow, 7.9e-3 * slow
         if not idle:
             nccl.algbw_bytes_per_s = 98e9 / slow
             nccl.busbw_bytes_per_s = 98e9 * 2 * 31 / 32 / slow

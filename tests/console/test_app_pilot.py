@@ -136,6 +136,9 @@ async def test_enter_drills_into_host_tabs_and_escape_goes_back(gpu_app) -> None
         assert tabs.active == "history"
         await pilot.press("4", "j")
         assert screen.query_one("#ranks-table", DataTable).cursor_row == 1
+        assert "ops of rank 9" in str(screen.query_one("#rank-ops-title").render())
+        ops = screen.query_one("#rank-ops-table", DataTable)
+        assert [str(ops.get_row_at(i)[1]) for i in range(ops.row_count)] == ["cublasLtMatmul", "AllReduce"]
         await pilot.press("k")
         assert screen.query_one("#ranks-table", DataTable).cursor_row == 0
         await pilot.press("escape")

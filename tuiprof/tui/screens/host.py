@@ -117,6 +117,28 @@ def rank_rows(snapshot: HostSnapshot) -> list[Row]:
     return rows
 
 
+OP_COLUMNS = ("Kind", "Op", "Detail", "Calls/s", "p50", "p99", "Max", "Throughput")
+
+
+def op_rows(rank: Rank) -> list[Row]:
+    """Every GEMM and NCCL op of one rank, with its latency and throughput."""
+    rows: list[Row] = []
+    for op in rank.gemm:
+        rows.append((f"gemm {op.op} {op.dtype} {op.shape}", [
+            "gemm", op.op, f"{op.dtype} {op.shape}".strip(), units.per_s(op.count_per_s, ""),
+            reading(op.latency.p50_seconds, units.seconds), reading(op.latency.p99_seconds, units.seconds),
+            reading(op.latency.max_seconds, units.seconds), reading(op.tflops, units.tflops),
+        ], {**_readings(op), **_readings(op.latency)}))
+    for op in rank.nccl:
+        detail = " ".join(p for p in (op.dtype, op.algorithm, op.protocol, f"comm {op.comm_hash}×{op.comm_size}") if p)
+        rows.append((f"nccl {op.op} {op.dtype} {op.comm_hash}", [
+            "nccl", op.op, detail, units.per_s(op.count_per_s, ""),
+            reading(op.latency.p50_seconds, units.seconds), reading(op.latency.p99_seconds, units.seconds),
+            reading(op.latency.max_seconds, units.seconds), reading(op.busbw_bytes_per_s, units.bytes_per_s),
+        ], {**_readings(op), **_readings(op.latency)}))
+    return rows
+
+
 def _rank_state(rank: Rank) -> Text:
     style = "green" if rank.state == "running" else "bold red"
     return Text(rank.state or "unknown", style=style)
@@ -197,6 +219,11 @@ class HostScreen(Screen[None]):
                     table.add_columns(*columns)
                     table.fixed_columns = 1
                     yield table
+                    if tab == "ranks":  # the highlighted rank's ops below its row
+                        yield Label(id="rank-ops-title", classes="graph-label")
+                        ops: DataTable[Cell] = DataTable(id="rank-ops-table", cursor_type="none", zebra_stripes=True)
+                        ops.add_columns(*OP_COLUMNS)
+                        yield ops
             with TabPane("History", id="history"):
                 yield VerticalScroll(id="history-graphs")
         yield Static(id="host-detail", classes="detail")
@@ -224,6 +251,7 @@ class HostScreen(Screen[None]):
             self._fill("ranks", rank_rows(snapshot), snapshot.missing("ranks"),
                        "no training processes (start them with `tuiprof run -- CMD`)")
             self._fill("pmu", pmu_rows(snapshot.pmu), snapshot.missing("pmu"), "no PMU readings")
+            self._fill_rank_ops(snapshot)
         self._fill_history()
         self.update_detail()
 
@@ -258,6 +286,20 @@ class HostScreen(Screen[None]):
         self._rows[tab] = rows
         sync_rows(table, {key: cells for key, cells, _ in rows})
 
+    def _fill_rank_ops(self, snapshot: HostSnapshot) -> None:
+        table = self.query_one("#rank-ops-table", DataTable)
+        cursor = self.query_one("#ranks-table", DataTable).cursor_row
+        rank = snapshot.ranks[cursor] if 0 <= cursor < len(snapshot.ranks) else None
+        title = self.query_one("#rank-ops-title", Label)
+        if rank is None:
+            title.update("")
+            sync_rows(table, {})
+            return
+        title.update(f"GEMM and NCCL ops of {rank.label} (pid {rank.pid})")
+        rows = op_rows(rank) or [("none", [Text("no ops recorded yet", style="dim italic")]
+                                  + [""] * (len(OP_COLUMNS) - 1), {})]
+        sync_rows(table, {key: cells for key, cells, _ in rows})
+
     def _fill_history(self) -> None:
         history = self.cluster.history(self.address)
         width = max(10, self.size.width - 4)
@@ -286,7 +328,10 @@ class HostScreen(Screen[None]):
                 text = "\n".join(f"{key}: {line}" for line in reasons(readings)[:3])
         self.query_one("#host-detail", Static).update(text)
 
-    def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        snapshot = self.cluster.host(self.address).snapshot
+        if event.data_table.id == "ranks-table" and snapshot is not None:
+            self._fill_rank_ops(snapshot)
         self.update_detail()
 
     def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:
