@@ -130,7 +130,8 @@ class HangDetector:
         worst = max((lvl for lvl, _ in reasons), key=_SEVERITY.__getitem__, default=OK)
         verdict.level = worst
         shown = [text for lvl, text in reasons if lvl != OK]
-        verdict.explanation = f"{who}: " + ("; ".join(shown) if shown else f"{state}, making progress")
+        quiet = f"{state}, at step {track.step_count}" if track.step_count else f"{state}, no step recorded yet"
+        verdict.explanation = f"{who}: " + ("; ".join(shown) if shown else quiet)
         return verdict
 
     def _track_steps(self, rank: pb.RankStats, track: _RankTrack, now: float) -> None:

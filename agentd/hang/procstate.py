@@ -33,7 +33,3 @@ def process_state(pid: int, proc: pathlib.Path = pathlib.Path("/proc")) -> str:
     letter = text[text.rindex(")") + 2]
     return _STATES.get(letter, f"unknown ({letter})")
 
-
-def can_progress(state: str) -> bool:
-    """Whether a process in ``state`` could be making progress at all."""
-    return state in ("running", "sleeping", "idle")

@@ -132,3 +132,14 @@ def test_collectives_are_compared_within_a_job():
 def test_thresholds_must_be_ordered():
     with pytest.raises(HangConfigError, match="at most the hang timeout"):
         Thresholds(10, 5)
+
+
+def test_process_states_are_read_from_proc(tmp_path):
+    from agentd.hang.procstate import process_state
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("7 (a (weird) name) D 1 7 7 0 -1")
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "stat").write_text("8 (python) T 1 8 8 0 -1")
+    assert process_state(7, tmp_path) == "disk-sleep"
+    assert process_state(8, tmp_path) == "stopped"
+    assert process_state(9, tmp_path) == "gone"
