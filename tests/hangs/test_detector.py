@@ -3,6 +3,7 @@
 import pytest
 
 from agentd.hang.detector import HangConfigError, HangDetector, Thresholds
+from agentd.hang.procstate import process_state
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 
@@ -135,7 +136,6 @@ def test_thresholds_must_be_ordered():
 
 
 def test_process_states_are_read_from_proc(tmp_path):
-    from agentd.hang.procstate import process_state
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "stat").write_text("7 (a (weird) name) D 1 7 7 0 -1")
     (tmp_path / "8").mkdir()
