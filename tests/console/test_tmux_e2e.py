@@ -151,3 +151,21 @@ def test_connect_navigate_outage_and_recovery(agents, tmux) -> None:
     tmux.keys("q")
     wait_for(lambda: tmux.run("display-message", "-p", "-t", "console", "#{pane_dead}").strip() == "1",
              10, "the console to quit")
+
+
+def test_no_host_means_this_host_through_an_embedded_agent(tmux) -> None:
+    """`tuiprof` alone: no daemon to install, this machine's CPU/memory/NICs/disks on screen."""
+    tmux.run("new-session", "-d", "-s", "console", "-x", str(WIDTH), "-y", str(HEIGHT))
+    tmux.run("set-option", "-t", "console", "remain-on-exit", "on")
+    tmux.run("respawn-pane", "-k", "-t", "console",
+             f"env TERM=xterm-256color TEXTUAL_ANIMATIONS=none {sys.executable} -m tuiprof.cli")
+    screen = tmux.wait_screen(lambda s: "1/1 hosts up" in s and "%" in row(s, os.uname().nodename), 30,
+                              "this host up")
+    assert "127.0.0.1:" in screen  # the embedded agent's loopback address, in the detail line
+    tmux.keys("Enter")
+    tmux.wait_screen(lambda s: "Net/Disk" in s, 10, "the host view")
+    tmux.keys("3")
+    tmux.wait_screen(lambda s: "nic lo" in s, 10, "this host's NICs")
+    tmux.keys("q")
+    wait_for(lambda: tmux.run("display-message", "-p", "-t", "console", "#{pane_dead}").strip() == "1",
+             10, "the console to quit")

@@ -93,4 +93,4 @@ def plain(value: Reading, digits: int = 2) -> str:
 
 def ago(seconds_since: float) -> str:
     """``12 s ago`` style age of a past event."""
-    return f"{seconds(max(0.0, seconds_since))} ago"
+    return "just now" if seconds_since < 1e-3 else f"{seconds(seconds_since)} ago"
