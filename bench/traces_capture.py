@@ -105,7 +105,7 @@ def measure(count: int, events: int) -> dict:
     fetched = sum(1 for h in doc["hosts"] for t in h["targets"] if t["local"])
     size_mb = sum((directory / f"r{r}" / f"rank{r}.json").stat().st_size for r in range(count)) / 1e6
     return {"agents": count, "exit": result.returncode, "fetched": fetched, "merged_events": doc["merged"]["events"],
-            "fetched_mb": round(size_mb, 1), "wall_seconds": round(wall, 2),
+            "fetched_mb": round(size_mb, 1), "wall_seconds": round(wall, 2), **doc["seconds"],
             "beyond_span_seconds": round(wall - DURATION_MS / 1000, 2)}
 
 

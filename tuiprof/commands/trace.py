@@ -141,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
         output = args.output or pathlib.Path(f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}")
         output.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
         capture = asyncio.run(_capture_with_progress(args, spec, output, console))
+        fetched = time.monotonic()
     except (ValueError, TokenFileError) as exc:  # TargetError is a ValueError
         print(f"tuiprof trace: {exc}", file=sys.stderr)
         return 2
@@ -150,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     document: dict = {"start_time_unix_ms": capture.start_time_unix_ms, "output": str(output),
                       "hosts": [_host_json(h) for h in capture.hosts], "merged": None, "summary": None,
-                      "all_delivered": capture.all_delivered}
+                      "all_delivered": capture.all_delivered,
+                      "seconds": {"capture_and_fetch": round(fetched - started, 3), "merge_and_summary": None}}
     text = []
     if capture.matched == 0:
         text.append("no processes matched on any host:")
@@ -171,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         document["merged"] = {"path": str(merged.output), "events": merged.events,
                               "base_time_ns": merged.base_time_ns, "linked_collectives": merged.linked_collectives}
         document["summary"] = summary_json(summary)
+        document["seconds"]["merge_and_summary"] = round(time.monotonic() - fetched, 3)
         text.append(render_text(summary))
         text.append(f"merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)")
     if args.json:
