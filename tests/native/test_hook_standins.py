@@ -142,7 +142,8 @@ def test_nccl_collectives_from_profiler_plugin_v4(standins_v4, cleanup_segments)
     result, proc = run_driver(standins_v4, cleanup_segments, hooked=True)
     try:
         with segment.Segment(segment_path(proc.pid)) as seg:
-            assert wait_for(lambda: sum(s.count for s in seg.slots() if s.kind == "nccl") == sum(c[4] for c in COLLECTIVES))
+            expected = sum(c[4] for c in COLLECTIVES)
+            assert wait_for(lambda: sum(s.count for s in seg.slots() if s.kind == "nccl") == expected)
             check_collectives(result, seg)
             assert wait_for(lambda: {e.op for e in seg.inflight()} == {"cublasGemmEx", "AllReduce"})
     finally:
