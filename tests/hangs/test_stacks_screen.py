@@ -12,6 +12,13 @@ from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.screens.stacks import StacksScreen
 
 
+async def stop_feed(app, pilot):
+    """Stop the live source and let pending renders run, so none fires while the app closes
+    (the app's throttled render timer does not expect an empty screen stack)."""
+    app.workers.cancel_group(app, "source")
+    await pilot.pause(0.7)
+
+
 async def wait_for(predicate, timeout=60.0):
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
@@ -52,6 +59,7 @@ async def test_stacks_screen_takes_merges_jumps_toggles_and_exports(agent_with_r
         assert len(folded) == 1 and len(svg) == 1
         assert "stuck_in_loader" in folded[0].read_text()
         ET.parse(svg[0])
+        await stop_feed(app, pilot)
 
 
 async def test_stacks_screen_shows_one_job_at_a_time(agent_with_two_jobs, tmp_path):
@@ -69,3 +77,4 @@ async def test_stacks_screen_shows_one_job_at_a_time(agent_with_two_jobs, tmp_pa
         await wait_for(lambda: screen.report is not first)
         assert screen.job == "b" and screen.report.merged.ranks.bit_count() == 2
         assert screen.report.classes[0].where().startswith("other_job_wait")
+        await stop_feed(app, pilot)

@@ -200,7 +200,7 @@ def _host_json(host: HostStacks) -> dict:
         )
     if host.snapshot is not None and host.snapshot.hang.level:
         hang = host.snapshot.hang
-        mine = _verdicts(host)
+        mine = job_verdicts(host)
         out["hang"] = {
             "level": hang.level, "since_unix_ns": hang.since_unix_ns, "explanation": hang.explanation,
             "ranks": [{"rank": v.rank if v.HasField("rank") else None, "pid": v.pid, "level": v.level,
@@ -209,7 +209,7 @@ def _host_json(host: HostStacks) -> dict:
     return out
 
 
-def _verdicts(host: HostStacks) -> list[pb.RankVerdict]:
+def job_verdicts(host: HostStacks) -> list[pb.RankVerdict]:
     """The host's rank verdicts for the processes whose stacks were taken (the chosen job)."""
     pids = {r.pid for r in host.reply.ranks} if host.reply is not None else set()
     return [v for v in host.snapshot.hang.ranks if v.pid in pids] if host.snapshot is not None else []
@@ -229,7 +229,7 @@ def _host_lines(hosts: list[HostStacks]) -> list[str]:
         for proc in doc["processes"]:
             if proc["error"]:
                 lines.append(f"  pid {proc['pid']} (rank {proc['rank']}): {proc['error']}")
-        verdicts = summarize(_verdicts(host))
+        verdicts = summarize(job_verdicts(host))
         if verdicts:
             lines.append(f"  {verdicts}")
     return lines

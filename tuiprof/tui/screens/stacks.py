@@ -27,7 +27,8 @@ from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks import Node
 from tuiprof.analysis.stacks_report import StacksReport, folded
 from tuiprof.client.channel import AgentAddress
-from tuiprof.commands.stacks import HostStacks, JobChoiceError, gather_stacks, job_report
+from tuiprof.analysis.stacks_verdicts import summarize
+from tuiprof.commands.stacks import HostStacks, JobChoiceError, gather_stacks, job_report, job_verdicts
 
 TAKE_TIMEOUT_S = 60.0
 # Class colours, smallest class first: the odd ranks get the loudest ones.
@@ -108,8 +109,7 @@ class StacksScreen(Screen[None]):
     def _show(self, note: str = "") -> None:
         report = self.report = job_report(self.hosts, lines=self.lines, native=self.native and self._taken_native)
         failed = [f"{h.host}: {h.error}" for h in self.hosts if h.error]
-        hang = [f"{h.host}: {h.snapshot.hang.level}: {h.snapshot.hang.explanation}"
-                for h in self.hosts if h.snapshot is not None and h.snapshot.hang.level not in ("", "ok")]
+        hang = [f"{h.host}: {text}" for h in self.hosts if (text := summarize(job_verdicts(h)))]
         job = f"job {self.job or '(no id)'} ({self.jobs.index(self.job) + 1} of {len(self.jobs)}, J: next) · " \
             if self.jobs else ""
         head = (f"{job}{report.merged.ranks.bit_count()} ranks on {len(self.hosts) - len(failed)} host(s)"
