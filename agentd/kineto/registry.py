@@ -1,8 +1,11 @@
 """Which processes poll us, and the trace configs waiting for them.
 
-Keyed like dynolog (job id + the pid ancestry the process reports) plus the
+Identified like dynolog (job id + the pid ancestry the process reports) plus the
 sender's pid as the kernel gives it (SO_PASSCRED), which keeps two containers
 whose processes both claim pid 1 apart and lets the agent match host pids.
+There is one entry per sending process: a poll from the same kernel pid with
+another job or ancestry (pid reuse) replaces it, so a client making up pid
+lists cannot grow the registry.
 A config is handed out once, and only to a poll that asks for activities.
 Entries that have not polled for ``keepalive_seconds`` are dropped.
 """
@@ -59,19 +62,18 @@ class Registry:
     def __init__(self, keepalive_seconds: float = KEEPALIVE_SECONDS) -> None:
         self.keepalive_seconds = keepalive_seconds
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, tuple[int, ...], int], Registrant] = {}
+        self._entries: dict[int, Registrant] = {}  # by kernel pid
 
     def poll(
         self, job_id: int, pids: tuple[int, ...], host_pid: int, uid: int, wants_activities: bool
     ) -> PendingConfig | None:
         """Record a poll and return the config to send now, if one is due."""
         now = time.monotonic()
-        key = (str(job_id), pids, host_pid)
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
+            entry = self._entries.get(host_pid)
+            if entry is None or entry.key != (str(job_id), pids, host_pid) or entry.uid != uid:
                 entry = Registrant(str(job_id), pids, host_pid, uid, now, now)
-                self._entries[key] = entry
+                self._entries[host_pid] = entry
                 log.info("Kineto client registered", extra={"pid": host_pid, "job_id": entry.job_id,
                                                             "uid": uid, "ancestry": ",".join(map(str, pids))})
             else:
@@ -88,8 +90,8 @@ class Registry:
     def undeliver(self, job_id: int, pids: tuple[int, ...], host_pid: int, config: PendingConfig) -> None:
         """Put back a config whose reply could not be sent, for the next poll."""
         with self._lock:
-            entry = self._entries.get((str(job_id), pids, host_pid))
-            if entry is not None and entry.pending is None:
+            entry = self._entries.get(host_pid)
+            if entry is not None and entry.key == (str(job_id), pids, host_pid) and entry.pending is None:
                 config.delivered_at = None
                 entry.pending = config
 
@@ -98,7 +100,7 @@ class Registry:
         tracing, polls do not ask for activities and the config waits); BusyError when one
         is already waiting or the process is gone."""
         with self._lock:
-            current = self._entries.get(entry.key)
+            current = self._current(entry)
             if current is None:
                 raise BusyError("the process stopped polling")
             if current.pending is not None:
@@ -108,7 +110,7 @@ class Registry:
     def withdraw(self, entry: Registrant, config: PendingConfig) -> bool:
         """Take back a config not yet delivered; True when it was still waiting."""
         with self._lock:
-            current = self._entries.get(entry.key)
+            current = self._current(entry)
             if current is not None and current.pending is config:
                 current.pending = None
                 return True
@@ -116,7 +118,12 @@ class Registry:
 
     def is_registered(self, entry: Registrant) -> bool:
         with self._lock:
-            return entry.key in self._entries
+            return self._current(entry) is not None
+
+    def _current(self, entry: Registrant) -> Registrant | None:
+        """The live entry for the same process as ``entry`` (caller holds the lock)."""
+        current = self._entries.get(entry.host_pid)
+        return current if current is not None and current.key == entry.key else None
 
     def entries(self) -> list[Registrant]:
         with self._lock:
@@ -144,5 +151,5 @@ class Registry:
         with self._lock:
             gone = [e for e in self._entries.values() if e.last_seen < cutoff]
             for entry in gone:
-                del self._entries[entry.key]
+                del self._entries[entry.host_pid]
         return gone

@@ -131,10 +131,13 @@ def test_garbage_is_ignored_logged_once_per_cause_and_service_goes_on(endpoint, 
 
 def test_flood_of_polls_is_answered_and_bad_clients_do_not_stop_it(endpoint, socket_dir, caplog):
     caplog.set_level(logging.WARNING, logger="agentd.kineto.endpoint")
-    for _ in range(5):  # clients that poll and vanish before the reply
-        gone = Client(socket_dir)
-        gone.send(wire.poll_request(3, 0, (os.getpid(), 1)))
-        gone.close()
+    # Clients that poll and vanish before the reply: holding the registry's lock keeps
+    # the endpoint from answering until they are gone.
+    with endpoint.registry._lock:
+        for _ in range(5):
+            gone = Client(socket_dir)
+            gone.send(wire.poll_request(3, 0, (os.getpid(), 1)))
+            gone.close()
     greedy = Client(socket_dir)  # polls without ever reading: its queue fills (net.unix.max_dgram_qlen)
     for _ in range(300):
         greedy.send(wire.poll_request(3, 0, (os.getpid(), 2)))

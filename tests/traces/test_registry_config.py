@@ -79,3 +79,11 @@ def test_config_text_duration_cpu_and_iterations_gpu():
     assert "ACTIVITIES_ITERATIONS=3" in iterations and "PROFILE_START_TIME" not in iterations
     types = next(line for line in iterations.splitlines() if line.startswith("ACTIVITY_TYPES=")).split("=")[1]
     assert {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "python_function"} <= set(types.split(","))
+
+
+def test_one_entry_per_sending_process_whatever_pids_it_claims():
+    registry = Registry()
+    for fake in range(1000):
+        registry.poll(0, (fake, 1), 77, 0, True)
+    [entry] = registry.entries()
+    assert entry.pids == (999, 1) and entry.polls == 1

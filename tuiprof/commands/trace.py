@@ -22,8 +22,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from tuiprof.analysis.trace_capture import DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import TraceSummary, render_text, summarize, summary_json
-from tuiprof.client.channel import TokenFileError, read_token
-from tuiprof.client.targets import TargetError, add_target_arguments, addresses
+from tuiprof.client.channel import AgentAddress, TokenFileError, read_token
+from tuiprof.client.targets import add_target_arguments, addresses
 
 MERGED_NAME = "merged.trace.json.gz"
 
@@ -33,7 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "trace", help="capture a synchronized trace on every rank; merge it and summarise it",
         description=__doc__.split("\n\n")[0],
     )
-    add_target_arguments(parser)
+    parser.add_argument("hosts", nargs="*", metavar="HOST[:PORT]",
+                        help="agents to trace (default: this host's agentd on 127.0.0.1)")
+    add_target_arguments(parser, hosts=False)
     span = parser.add_mutually_exclusive_group(required=True)
     span.add_argument("--duration-ms", type=int, metavar="N", help="trace N milliseconds")
     span.add_argument("--iterations", type=int, metavar="N", help="trace N training steps (optimizer.step calls)")
@@ -118,10 +120,7 @@ def _describe(host: HostProgress) -> str:
 
 async def _capture_with_progress(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path,
                                  console: Console) -> ClusterCapture:
-    targets = addresses(args)
-    if not targets:
-        raise TargetError("name the agents to trace (HOST[:PORT] … or --slurm-job JOBID); the training "
-                          "processes must be registered with those agents")
+    targets = addresses(args) or [AgentAddress("127.0.0.1", args.port)]
     token = read_token(args.token_file)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), console=console, disable=args.json) as progress:
@@ -140,11 +139,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
         output = args.output or pathlib.Path(f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}")
-        output.mkdir(parents=True, exist_ok=True)
+        if output.exists() and not output.is_dir():
+            raise ValueError(f"--output {output} exists and is not a directory")
         started = time.monotonic()
         capture = asyncio.run(_capture_with_progress(args, spec, output, console))
         fetched = time.monotonic()
-    except (ValueError, TokenFileError) as exc:  # TargetError is a ValueError
+    except (ValueError, TokenFileError) as exc:  # includes TargetError (bad host, SLURM job)
         print(f"tuiprof trace: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -155,9 +155,9 @@ def run(args: argparse.Namespace) -> int:
                       "all_delivered": capture.all_delivered,
                       "seconds": {"capture_and_fetch": round(fetched - started, 3), "merge_and_summary": None}}
     text = []
-    if capture.matched == 0:
+    if capture.matched == 0 and not any(h.error for h in capture.hosts):
         text.append("no processes matched on any host:")
-        text += [f"  {h.host}: {h.error or h.message}" for h in capture.hosts]
+        text += [f"  {h.host}: {h.message}" for h in capture.hosts]
     for host in capture.hosts:
         for target in host.targets:
             if target.state != "written":
