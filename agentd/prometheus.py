@@ -277,6 +277,13 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
             labels, optional(rank, "gc_pause_seconds_per_s"))
         out("rank_dataloader_wait_seconds_per_second", "gauge", "DataLoader wait time per second.").add(
             labels, optional(rank, "dataloader_wait_seconds_per_s"))
+        if rank.HasField("pmu"):
+            out("rank_pmu_hardware_available", "gauge",
+                "1 when the rank's hardware PMU counters work, 0 when not (reason label says why).").add(
+                {**labels, "reason": rank.pmu.hardware_reason}, int(rank.pmu.hardware_available))
+            for name, field, scale, help in _PMU_GAUGES:
+                out(f"rank_{name}", "gauge", f"{help} This rank's threads.").add(
+                    labels, optional(rank.pmu, field, scale))
         for op in rank.inflight:
             out("rank_inflight_age_seconds", "gauge", "Age of the oldest unfinished op per stream / communicator.").add(
                 {**labels, "kind": op.kind, "op": op.op, "comm": op.comm_hash, "stream": str(op.stream)},

@@ -14,6 +14,12 @@ handlers (a normal exit) or not (killed by a signal, crashed, os._exit), and
 that is given as the reason. A live process whose writer stopped beating is
 reported with its kernel state and heartbeat age: judging that is the hang
 detector's job.
+
+Each rank also gets its own CPU counter group (``agentd.collectors.pmu``,
+inheriting into threads and children created later), opened when its segment
+is found, read once per interval into ``RankStats.pmu``, and closed when the
+rank is seen to exit (after that final reading). A rank whose counters cannot
+be opened has ``pmu`` unset and ``unavailable["pmu"]`` saying why.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import statistics
 import threading
 import time
 
-from agentd.collectors import rank_rates
+from agentd.collectors import pmu, rank_rates
 from agentd.collectors.base import Collector
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -82,6 +88,18 @@ class _Rank:
     step_times: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=STEP_WINDOW))
     exited_at: float | None = None
     stats: pb.RankStats | None = None
+    cpu_counters: "pmu.Counters | None" = None
+    cpu_counters_reason: str = ""
+
+    def close(self) -> None:
+        """Unmap the segment and release the counters' file descriptors."""
+        self.close_counters()
+        self.seg.close()
+
+    def close_counters(self) -> None:
+        if self.cpu_counters is not None:
+            self.cpu_counters.close()
+            self.cpu_counters = None
 
 
 class RanksCollector(Collector):
@@ -134,7 +152,7 @@ class RanksCollector(Collector):
 
     def close(self) -> None:
         for rank in list(self._ranks.values()):
-            rank.seg.close()
+            rank.close()
         self._ranks.clear()
 
     # ---------------------------------------------------------------- internals
@@ -152,11 +170,16 @@ class RanksCollector(Collector):
         rank = _Rank(found.path, found.pid, seg)
         header = seg.header()
         rank.read_ns = header.start_ns  # first rates are since the segment's creation
+        try:
+            rank.cpu_counters = pmu.process_counters(found.pid)
+        except (OSError, RuntimeError) as exc:  # PerfEventError is an OSError; RuntimeError: pmu not built
+            rank.cpu_counters_reason = f"CPU counters for pid {found.pid} could not be opened: {exc}"
+            log.info("rank CPU counters unavailable", extra={"pid": found.pid, "reason": str(exc)})
         self._ranks[found.path] = rank
         return rank
 
     def _forget(self, rank: _Rank, delete: bool) -> None:
-        rank.seg.close()
+        rank.close()
         del self._ranks[rank.path]
         if delete:
             try:
@@ -172,8 +195,10 @@ class RanksCollector(Collector):
         header = rank.seg.header()
         state = process_state(rank.pid, header.start_ns, self._boot_ns)
         stats = self._rates(rank, header, now_ns)
+        self._cpu_counters(rank, stats)
         if state is None:
             rank.exited_at = mono
+            rank.close_counters()
             stats.state = "exited"
             clean = bool(header.flags & native.FLAG_EXITED)
             why = ("the process ran its exit handlers (a normal exit)" if clean else
@@ -184,6 +209,17 @@ class RanksCollector(Collector):
         else:
             stats.state = state
         rank.stats = stats
+
+    @staticmethod
+    def _cpu_counters(rank: _Rank, stats: pb.RankStats) -> None:
+        """This interval's CPU counters of the rank (one read of its counter groups)."""
+        if rank.cpu_counters is None:
+            stats.unavailable["pmu"] = rank.cpu_counters_reason
+            return
+        try:
+            stats.pmu.CopyFrom(rank.cpu_counters.stats())
+        except OSError as exc:  # a read that fails says why; the next interval tries again
+            stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
 
     def _rates(self, rank: _Rank, header, now_ns: int) -> pb.RankStats:
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)

@@ -152,3 +152,25 @@ def test_label_values_are_escaped() -> None:
     assert 'nic="we\\"ird\\\\nic\\nx"' in text
     result = promtool_check(text)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_rank_pmu_families_pass_promtool_and_leave_out_unavailable() -> None:
+    snapshot = pb.HostSnapshot(hostname="h")
+    rank = snapshot.ranks.add(pid=42, rank=3, local_rank=1, state="running")
+    rank.pmu.scope = "process"
+    rank.pmu.hardware_reason = "ENOENT: no PMU"
+    rank.pmu.task_clock_cpus = 0.97
+    rank.pmu.context_switches_per_s = 0.0  # a real zero stays
+    rank.pmu.unavailable["ipc"] = "hardware counters unavailable: ENOENT: no PMU"
+    snapshot.ranks.add(pid=43, state="running").unavailable["pmu"] = "CPU counters for pid 43 could not be opened"
+    text = render_metrics(snapshot, pb.AgentInfo())
+    result = promtool_check(text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    samples = parse(text)
+    labels = {"hostname": "h", "pid": "42", "rank": "3", "local_rank": "1"}
+    assert ("tuiprof_rank_pmu_task_clock_seconds_per_second", labels, 0.97) in samples
+    assert ("tuiprof_rank_pmu_context_switches_per_second", labels, 0.0) in samples
+    assert ("tuiprof_rank_pmu_hardware_available", {**labels, "reason": "ENOENT: no PMU"}, 0.0) in samples
+    assert not [s for s in samples if s[0] == "tuiprof_rank_pmu_instructions_per_cycle"]
+    assert not [s for s in samples if s[0].startswith("tuiprof_rank_pmu_") and s[1]["pid"] == "43"]

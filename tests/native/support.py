@@ -10,6 +10,9 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.channel import open_channel
 from tuiprof_native import segment
 
 HOOK = pathlib.Path(segment.__file__).parent / "libtuiprof_hook.so"
@@ -37,3 +40,16 @@ def wait_for(predicate: Callable[[], T], timeout: float = 10.0) -> T:
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.02)
+
+
+async def watch_rank(agent, pid: int, predicate: Callable[[pb.RankStats], bool],
+                     timeout: float = 20.0) -> pb.RankStats:
+    """The first RankStats of ``pid`` in the agent's Watch stream that satisfies ``predicate``."""
+    async with open_channel(agent.address) as channel:
+        call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=timeout)
+        async for snapshot in call:
+            ranks = [r for r in snapshot.ranks if r.pid == pid]
+            if ranks and predicate(ranks[0]):
+                call.cancel()
+                return ranks[0]
+    raise AssertionError(f"no matching RankStats for pid {pid}")

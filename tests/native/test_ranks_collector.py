@@ -15,10 +15,8 @@ import pytest
 from agentd.collectors import rank_rates
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from native.support import segment_path, tuiprof_run
+from native.support import segment_path, tuiprof_run, watch_rank
 from testkit.agents import running_agent
-from tuiprof.client.channel import open_channel
 
 
 def test_busbw_factors_are_nccl_tests():
@@ -51,17 +49,6 @@ def stand_in_job(standins):
     yield proc
     proc.communicate("\n", timeout=10)
     segment_path(proc.pid).unlink(missing_ok=True)
-
-
-async def watch_rank(agent, pid: int, predicate, timeout: float = 20.0) -> pb.RankStats:
-    async with open_channel(agent.address) as channel:
-        call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=timeout)
-        async for snapshot in call:
-            ranks = [r for r in snapshot.ranks if r.pid == pid]
-            if ranks and predicate(ranks[0]):
-                call.cancel()
-                return ranks[0]
-    raise AssertionError(f"no matching RankStats for pid {pid}")
 
 
 async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_in_job):

@@ -1,0 +1,158 @@
+"""Per-rank CPU counters (RankStats.pmu): a real busy process under `tuiprof run`,
+its task clock checked against the kernel's own CPU time in /proc/<pid>/stat,
+the counter file descriptors released when the rank exits, and the per-rank
+families in a real agentd's /metrics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from agentd.collectors.ranks import RanksCollector
+from agentd.proto import tuiprof_agent_pb2 as pb
+from native.support import tuiprof_run, watch_rank
+from testkit.agents import running_agent
+
+# A rank that makes its segment, waits, then burns one CPU on a thread started
+# only when told (after the agent opened its counters: that thread is counted
+# through inherit, not because it existed at discovery).
+BUSY_RANK = """
+import ctypes, os, sys, threading
+ctypes.CDLL(os.environ['TUIPROF_HOOK_LIBRARY']).tuiprof_record_step()
+print('ready', flush=True)
+sys.stdin.readline()
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+print('spinning', flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def busy_rank(cleanup_segments):
+    proc = tuiprof_run(sys.executable, "-c", BUSY_RANK, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       env={"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"})
+    cleanup_segments.append(proc.pid)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def start_spinning(proc: subprocess.Popen) -> None:
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "spinning"
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the whole process, as the kernel accounts it."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def perf_fds() -> int:
+    """perf_event file descriptors this process holds."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]"
+        except FileNotFoundError:  # the fd listdir itself used
+            pass
+    return count
+
+
+def rank_of(collector: RanksCollector, pid: int) -> pb.RankStats:
+    snapshot = pb.HostSnapshot()
+    collector.fill(snapshot)
+    (rank,) = [r for r in snapshot.ranks if r.pid == pid]
+    return rank
+
+
+def test_busy_rank_task_clock_matches_proc_stat(busy_rank):
+    pid = busy_rank.pid
+    collector = RanksCollector(1.0)
+    try:
+        collector.collect()  # discovery opens the counters
+        first = rank_of(collector, pid)
+        assert first.pmu.scope == "process"
+        assert first.pmu.unavailable["task_clock_cpus"] == "first sample"
+        start_spinning(busy_rank)
+        collector.collect()
+        cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
+        time.sleep(1.5)
+        collector.collect()
+        cpu_after, wall_after = cpu_seconds(pid), time.monotonic()
+        rank = rank_of(collector, pid)
+    finally:
+        collector.close()
+    kernel_cpus = (cpu_after - cpu_before) / (wall_after - wall_before)
+    assert kernel_cpus > 0.3, "the spinning thread hardly ran; the machine is overloaded"
+    # clock ticks are 10 ms: over 1.5 s the kernel figure is good to about 0.02 CPUs
+    assert rank.pmu.task_clock_cpus == pytest.approx(kernel_cpus, abs=0.06)
+    assert rank.pmu.context_switches_per_s >= 0 and rank.pmu.page_faults_per_s >= 0
+    if rank.pmu.hardware_available:
+        assert rank.pmu.mips > 0 and rank.pmu.ipc > 0
+    else:  # no PMU (a VM): every hardware figure absent, with the reason
+        assert rank.pmu.hardware_reason
+        assert not rank.pmu.HasField("mips") and not rank.pmu.HasField("ipc")
+        assert rank.pmu.hardware_reason in rank.pmu.unavailable["ipc"]
+
+
+def test_exited_rank_counters_are_released(busy_rank):
+    before = perf_fds()
+    collector = RanksCollector(1.0, exited_keep_seconds=60)
+    try:
+        collector.collect()
+        assert perf_fds() > before
+        busy_rank.kill()
+        busy_rank.wait(timeout=10)
+        collector.collect()
+        rank = rank_of(collector, busy_rank.pid)
+        assert rank.state == "exited"
+        assert rank.HasField("pmu")  # the final reading, taken before closing
+        assert perf_fds() == before
+    finally:
+        collector.close()
+
+
+def test_rank_whose_counters_cannot_open_says_why(cleanup_segments):
+    proc = tuiprof_run(sys.executable, "-c", BUSY_RANK, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    cleanup_segments.append(proc.pid)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.kill()
+    proc.wait(timeout=10)
+    collector = RanksCollector(1.0)
+    try:
+        collector.collect()  # the segment is there, the process is not
+        rank = rank_of(collector, proc.pid)
+    finally:
+        collector.close()
+    assert rank.state == "exited" and not rank.HasField("pmu")
+    assert f"pid {proc.pid} could not be opened" in rank.unavailable["pmu"]
+    assert "ESRCH" in rank.unavailable["pmu"]
+
+
+async def test_agent_serves_rank_counters_over_grpc_and_metrics(tmp_path, busy_rank):
+    pid = busy_rank.pid
+    with running_agent(tmp_path) as agent:
+        await watch_rank(agent, pid, lambda r: r.HasField("pmu"))
+        start_spinning(busy_rank)
+        rank = await watch_rank(agent, pid, lambda r: r.pmu.task_clock_cpus > 0.3)
+        with urllib.request.urlopen(f"{agent.metrics_url}/metrics", timeout=10) as response:
+            lines = [line for line in response.read().decode().splitlines() if f'pid="{pid}"' in line]
+    task_clock = [line for line in lines if line.startswith("tuiprof_rank_pmu_task_clock_seconds_per_second{")]
+    assert len(task_clock) == 1 and 'rank="0"' in task_clock[0], lines
+    assert float(task_clock[0].rsplit(" ", 1)[1]) > 0
+    (hardware,) = [line for line in lines if line.startswith("tuiprof_rank_pmu_hardware_available{")]
+    assert hardware.endswith(f" {int(rank.pmu.hardware_available)}")
+    if not rank.pmu.hardware_available:
+        assert not any(line.startswith("tuiprof_rank_pmu_instructions_per_second{") for line in lines)
