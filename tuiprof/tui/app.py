@@ -108,6 +108,8 @@ class TuiprofApp(App[None]):
         self.render_views()
 
     def render_views(self, force: bool = False) -> None:
+        if not self.screen_stack:  # shutting down
+            return
         if not force and self.cluster.version == self._rendered_version:
             return
         self._rendered_version = self.cluster.version
