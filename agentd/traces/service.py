@@ -32,7 +32,8 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
 from agentd.traces import kineto_config, timeline
 from agentd.traces.capture import (
-    BUSY, ITERATIONS_TIMEOUT_SECONDS, REFUSED, WAITING, WRITE_GRACE_SECONDS, Capture, Target,
+    BUSY, FAILED, FINAL_STATES, ITERATIONS_TIMEOUT_SECONDS, REFUSED, WAITING, WRITE_GRACE_SECONDS, Capture,
+    Target,
 )
 from agentd.traces.paths import TracePathError, finished_file, inside
 from agentd.traces.procinfo import process_facts
@@ -64,12 +65,10 @@ def lead_seconds(registrants: list[Registrant]) -> float:
 
 
 class CaptureService:
-    def __init__(self, trace_dir: pathlib.Path, hostname: str, registry: Registry,
-                 segment_dir: str | None = None) -> None:
+    def __init__(self, trace_dir: pathlib.Path, hostname: str, registry: Registry) -> None:
         self.trace_dir = trace_dir
         self.hostname = hostname
         self.registry = registry
-        self.segment_dir = segment_dir
         self._ranks: dict[int, pb.RankStats] = {}
         self._captures: OrderedDict[str, Capture] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -98,6 +97,9 @@ class CaptureService:
             capture = self.start(request)
         except (CaptureRequestError, TracePathError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except OSError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"cannot prepare the capture under the trace dir {self.trace_dir}: {exc}")
         return capture.to_proto(self.hostname)
 
     async def get_capture_status(self, request: pb.CaptureStatusRequest,
@@ -142,18 +144,27 @@ class CaptureService:
         directory = inside(self.trace_dir, request.output_subdir, "output_subdir") / capture_id
         relative = directory.relative_to(self.trace_dir.resolve())
         if request.kind == pb.CaptureTraceRequest.TIMELINE:
-            capture = timeline.start(request, span, capture_id, self.trace_dir.resolve(), relative,
-                                     self.segment_dir, self.hostname)
+            capture = timeline.start(request, span, capture_id, self.trace_dir.resolve(), relative, self.hostname)
             if capture.targets:
                 task = asyncio.get_running_loop().create_task(timeline.run(capture))
                 self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(lambda done: self._timeline_done(capture, done))
         else:
             capture = self._start_kineto(request, span, capture_id, relative)
         self._remember(capture)
         log.info("capture started", extra={"capture_id": capture_id, "kind": pb.CaptureTraceRequest.Kind.Name(request.kind),
                                            "targets": len(capture.targets), "note": capture.message})
         return capture
+
+    def _timeline_done(self, capture: Capture, task: asyncio.Task[None]) -> None:
+        """Forget the task; if it broke, its unfinished targets fail with the reason instead of waiting forever."""
+        self._tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            log.error("timeline capture failed", extra={"capture_id": capture.capture_id, "error": repr(error)})
+            for target in capture.targets:
+                if target.state not in FINAL_STATES:
+                    target.fail(FAILED, f"the timeline dump failed: {error!r}")
 
     def _start_kineto(self, request: pb.CaptureTraceRequest, span: str, capture_id: str,
                       relative: pathlib.Path) -> Capture:
@@ -207,8 +218,7 @@ class CaptureService:
             return target
         target.pending = pending
         if span == "duration_ms":
-            needed = (registrant.poll_interval or DEFAULT_POLL_SECONDS) + PICKUP_SECONDS + kineto_config.WARMUP_SECONDS
-            if start_ms / 1000 - time.time() < needed:
+            if start_ms / 1000 - time.time() < lead_seconds([registrant]):
                 target.reason = (f"start time may be too soon: this process polls every "
                                  f"{registrant.poll_interval or DEFAULT_POLL_SECONDS:.1f} s and needs "
                                  f"{kineto_config.WARMUP_SECONDS} s of warmup")

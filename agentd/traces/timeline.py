@@ -43,8 +43,7 @@ class TimelineCapture(Capture):
 
 
 def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, trace_dir: pathlib.Path,
-          relative: pathlib.Path, segment_dir: str | None,
-          hostname: str) -> TimelineCapture:
+          relative: pathlib.Path, hostname: str) -> TimelineCapture:
     """Match ranks by their segments and plan the dump (``run`` performs it)."""
     now = time.time()
     start_unix = request.start_time_unix_ms / 1000 if request.start_time_unix_ms else now
@@ -57,7 +56,7 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, trace_dir
     except ImportError as exc:
         capture.message = f"timeline capture unavailable: the segment reader is not built ({exc})"
         return capture
-    found = segment.discover(segment_dir) if segment_dir else segment.discover()
+    found = segment.discover()
     wanted_pids, wanted_ranks = set(request.pids), set(request.ranks)
     for seg_file in found:
         if wanted_pids and seg_file.pid not in wanted_pids:
