@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.traces.capture import FINAL_STATES
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.client.channel import AgentAddress, open_channel
 from tuiprof.client.errors import describe_rpc_error
@@ -28,7 +29,6 @@ KINDS = {"kineto": pb.CaptureTraceRequest.KINETO, "timeline": pb.CaptureTraceReq
 DEFAULT_START_DELAY_MS = 8000
 STATUS_PERIOD_SECONDS = 0.5
 RPC_TIMEOUT_SECONDS = 10.0
-FINAL_STATES = frozenset({"written", "busy", "refused", "failed"})
 
 
 @dataclass(frozen=True)
