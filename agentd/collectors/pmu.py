@@ -55,7 +55,7 @@ _SYSTEM_TASK_CLOCK = "system-wide task clock counts idle time; use the host CPU 
 FIRST_SAMPLE = "first sample"
 
 
-def _raise_fd_limit() -> None:
+def raise_fd_limit() -> None:
     """One fd per event per CPU (or thread): lift the soft RLIMIT_NOFILE to the hard one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
@@ -201,7 +201,7 @@ class PmuCollector(Collector):
         if native.paranoid_level() is None:
             self._reason = f"perf_event is not supported by this kernel (no {native.PARANOID_PATH})"
             return
-        _raise_fd_limit()
+        raise_fd_limit()
         try:
             self._host, self._scope = _open("system"), "system"
         except native.PerfEventError as error:

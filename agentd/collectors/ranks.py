@@ -117,6 +117,7 @@ class RanksCollector(Collector):
         self._latest: list[pb.RankStats] = []
         self._lock = threading.Lock()
         self._boot_ns = _boot_time_ns()
+        pmu.raise_fd_limit()  # each rank's counters take one fd per event per thread
 
     def status(self) -> pb.CollectorStatus:
         if native is None:
