@@ -8,6 +8,7 @@ import pathlib
 
 import pytest
 
+from tuiprof.analysis.trace_collectives import CollectiveCall, best_shift, match_calls
 from tuiprof.analysis.trace_merge import TraceFormatError, TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import covered, overlap, summarize, union
 
@@ -134,3 +135,21 @@ def test_unreadable_input_names_the_file(tmp_path):
     bad.write_text('{"traceEvents": [ {"ph": "X", ')
     with pytest.raises(TraceFormatError, match="bad.json"):
         merge_traces([TraceInput(bad)], tmp_path / "m.json.gz")
+
+
+def call(name: str, end: float, seq: int | None = None) -> CollectiveCall:
+    return CollectiveCall("pg0", name, seq, end - 5, end, 1, 1)
+
+
+def test_collectives_matched_across_windows_cut_at_different_calls():
+    # Rank 1's window opened one all-reduce earlier: its calls end with rank 0's one position later.
+    rank0 = [call("allreduce", t) for t in (100.0, 200.0, 300.0, 400.0)]
+    rank1 = [call("allreduce", t) for t in (0.4, 100.3, 200.2, 300.6, 400.1)]
+    keys0, keys1 = match_calls([rank0, rank1])
+    assert [k[2] for k in keys0] == ["1", "2", "3", "4"]
+    assert [k[2] for k in keys1] == ["0", "1", "2", "3", "4"]
+    # Evenly matched calls, or too few to judge, stay in order.
+    assert best_shift([10.0, 20.0], [12.0, 21.0]) == 0
+    assert best_shift([10.0], [30.0, 10.0]) == 0
+    # Real sequence numbers (timeline dumps) are the key as they are.
+    assert match_calls([[call("x", 1, seq=7)], [call("x", 90, seq=7)]]) == [[("pg0", "x", "7")], [("pg0", "x", "7")]]

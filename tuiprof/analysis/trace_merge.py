@@ -13,8 +13,8 @@ extracts the summary needs. Per rank:
   track named ``rank R · host · <what>``, sorted by rank;
 - flow ids are made unique per rank (Kineto reuses small ids in every file).
 
-Across ranks, the n-th occurrence of the same collective is linked with one
-flow chain (``s`` → ``t`` … → ``f``) from the lowest rank to the highest.
+Across ranks, each collective (matched by ``trace_collectives``) is linked
+with one flow chain (``s`` → ``t`` … → ``f``) from the lowest rank to the highest.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from tuiprof.analysis.trace_collectives import CollectiveCall, match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
 from tuiprof.analysis.trace_summary import GPU_CATEGORIES, RankExtract, RankResult, kernel_kind, summarize_rank
 
@@ -117,7 +118,7 @@ class _RankPart:
 
     piece: Piece
     result: RankResult
-    hops: list[tuple[tuple[str, ...], int | str, int | str, float]]  # key, pid, tid, ts
+    calls: list[CollectiveCall]
     events: int
 
 
@@ -166,9 +167,13 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
                                   % (origin, origin)))
         if workers > 1:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                _write_parts(pool.map(_rank_part, jobs), writer, result, hops)
+                calls = _write_parts(pool.map(_rank_part, jobs), writer, result)
         else:
-            _write_parts(map(_rank_part, jobs), writer, result, hops)
+            calls = _write_parts(map(_rank_part, jobs), writer, result)
+        for rank_index, (rank_calls, keys) in enumerate(zip(calls, match_calls(calls))):
+            result.ranks[rank_index].collectives = [(key, call.ts) for key, call in zip(keys, rank_calls)]
+            for key, call in zip(keys, rank_calls):
+                hops.setdefault(key, []).append(_CollectiveHop(rank_index, call.pid, call.tid, call.ts))
         flows = _collective_flows(hops)
         result.linked_collectives = len({f.id for f in flows})
         tail = b"," + _encode(flows)[1:-1] if flows else b""
@@ -178,27 +183,28 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
     return result
 
 
-def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeResult,
-                 hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> None:
-    for rank_index, part in enumerate(parts):
+def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeResult) -> list[list[CollectiveCall]]:
+    """Append each rank's piece in order; return each rank's collective calls."""
+    calls = []
+    for part in parts:
         writer.add(part.piece)
         result.events += part.events
         result.ranks.append(part.result)
-        for key, pid, tid, ts in part.hops:
-            hops.setdefault(key, []).append(_CollectiveHop(rank_index, pid, tid, ts))
+        calls.append(part.calls)
+    return calls
 
 
 def _rank_part(job: tuple[TraceInput, int, float]) -> _RankPart:
     """One rank, start to end (runs in a worker process): rewrite, compress, summarise."""
     source, rank_index, shift_us = job
-    chunk, extract, hops = _rewrite(source, rank_index, shift_us)
+    chunk, extract, calls = _rewrite(source, rank_index, shift_us)
     piece = compress_piece(b"," + chunk if chunk else b"")
-    result = RankResult(summarize_rank(extract), [(key, ts) for key, _, _, ts in hops], extract.kernel_totals)
-    return _RankPart(piece, result, hops, extract.events)
+    result = RankResult(summarize_rank(extract), [], extract.kernel_totals)  # collectives: keyed across ranks
+    return _RankPart(piece, result, calls, extract.events)
 
 
 def _rewrite(source: TraceInput, rank_index: int, shift_us: float
-             ) -> tuple[bytes, RankExtract, list[tuple[tuple[str, ...], int | str, int | str, float]]]:
+             ) -> tuple[bytes, RankExtract, list[CollectiveCall]]:
     """One rank's events moved onto the shared base and its own pids, plus its summary extract."""
     trace = _load(source.path)
     rank = source.rank
@@ -210,7 +216,6 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
     labels: dict[int | str, str] = {}
     pid_base = (rank_index + 1) * _RANK_STRIDE
     flow_shift = rank_index << _FLOW_ID_SHIFT
-    occurrences: dict[tuple[str, str], int] = {}
     dropped: list[int] = []
     gpu_collectives: list[Event] = []
     cpu_collectives: list[Event] = []
@@ -268,8 +273,8 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
         del events[index]
     extract.gpu_kernels = sum(len(spans) for spans in intervals.values())
     # CPU-only (gloo) ranks: their collectives are CPU ops; with GPUs, the NCCL kernels.
-    hops = [(_collective_key(e, occurrences), e.pid, e.tid, e.ts)
-            for e in (gpu_collectives if extract.gpu_kernels else cpu_collectives)]
+    calls = sorted((_collective_call(e) for e in (gpu_collectives if extract.gpu_kernels else cpu_collectives)),
+                   key=lambda call: call.ts)
     extract.events = len(events)
     for original_pid, new_pid in pids.items():
         label = _label(original_pid, labels.get(original_pid, ""), source.pid)
@@ -278,7 +283,7 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
                             args=msgspec.Raw(_encode({"name": f"{where} · {source.host or 'host?'} · {label}"}))))
         events.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
                             args=msgspec.Raw(_encode({"sort_index": new_pid}))))
-    return _encode(events)[1:-1], extract, hops
+    return _encode(events)[1:-1], extract, calls
 
 
 def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
@@ -291,8 +296,8 @@ def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
     return name or f"GPU {original_pid}"
 
 
-def _collective_key(event: Event, occurrences: dict[tuple[str, str], int]) -> tuple[str, ...]:
-    """(group, op, n): the n-th call of ``op`` in ``group`` on this rank; timeline dumps carry the real sequence number."""
+def _collective_call(event: Event) -> CollectiveCall:
+    """The collective an event runs: its op and group from Kineto's args (timeline dumps: also its sequence number)."""
     name, group, seq = event.name, "", None
     if event.args is not msgspec.UNSET:
         try:
@@ -302,10 +307,7 @@ def _collective_key(event: Event, occurrences: dict[tuple[str, str], int]) -> tu
         name = args.collective or name
         group = args.group or args.comm or ""
         seq = args.seq
-    if seq is None:
-        seq = occurrences.get((group, name), 0)
-        occurrences[(group, name)] = seq + 1
-    return (group, name, str(seq))
+    return CollectiveCall(group, name, seq, event.ts, event.ts + event.dur, event.pid, event.tid)
 
 
 def _collective_flows(hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> list[Event]:
