@@ -6,6 +6,7 @@ families in a real agentd's /metrics."""
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.support import tuiprof_run, watch_rank
+from native.support import segment_path, tuiprof_run, watch_rank
 from testkit.agents import running_agent
 
 # A rank that makes its segment, waits, then burns one CPU on a thread started
@@ -70,6 +71,12 @@ def perf_fds() -> int:
     return count
 
 
+def collector_for(directory: pathlib.Path, pid: int, **options) -> RanksCollector:
+    """A ranks collector that sees only ``pid``'s segment (other tests' ranks run beside this one)."""
+    (directory / segment_path(pid).name).symlink_to(segment_path(pid))
+    return RanksCollector(1.0, directory=str(directory), **options)
+
+
 def rank_of(collector: RanksCollector, pid: int) -> pb.RankStats:
     snapshot = pb.HostSnapshot()
     collector.fill(snapshot)
@@ -77,9 +84,9 @@ def rank_of(collector: RanksCollector, pid: int) -> pb.RankStats:
     return rank
 
 
-def test_busy_rank_task_clock_matches_proc_stat(busy_rank):
+def test_busy_rank_task_clock_matches_proc_stat(busy_rank, tmp_path):
     pid = busy_rank.pid
-    collector = RanksCollector(1.0)
+    collector = collector_for(tmp_path, pid)
     try:
         collector.collect()  # discovery opens the counters
         first = rank_of(collector, pid)
@@ -107,9 +114,9 @@ def test_busy_rank_task_clock_matches_proc_stat(busy_rank):
         assert rank.pmu.hardware_reason in rank.pmu.unavailable["ipc"]
 
 
-def test_exited_rank_counters_are_released(busy_rank):
+def test_exited_rank_counters_are_released(busy_rank, tmp_path):
     before = perf_fds()
-    collector = RanksCollector(1.0, exited_keep_seconds=60)
+    collector = collector_for(tmp_path, busy_rank.pid, exited_keep_seconds=60)
     try:
         collector.collect()
         assert perf_fds() > before
@@ -124,13 +131,13 @@ def test_exited_rank_counters_are_released(busy_rank):
         collector.close()
 
 
-def test_rank_whose_counters_cannot_open_says_why(cleanup_segments):
+def test_rank_whose_counters_cannot_open_says_why(cleanup_segments, tmp_path):
     proc = tuiprof_run(sys.executable, "-c", BUSY_RANK, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     cleanup_segments.append(proc.pid)
     assert proc.stdout.readline().strip() == "ready"
     proc.kill()
     proc.wait(timeout=10)
-    collector = RanksCollector(1.0)
+    collector = collector_for(tmp_path, proc.pid)
     try:
         collector.collect()  # the segment is there, the process is not
         rank = rank_of(collector, proc.pid)
