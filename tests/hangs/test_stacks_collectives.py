@@ -1,4 +1,5 @@
-from tuiprof.analysis.stacks_collectives import Inflight, RankCollectives, findings
+from tuiprof.analysis import ranksets
+from tuiprof.analysis.stacks_collectives import Inflight, RankCollectives, behind, findings
 
 COMM = "3fa1c0ffee"
 
@@ -32,3 +33,11 @@ def test_ranks_outside_the_communicator_are_not_blamed():
 
 def test_nothing_in_flight_says_nothing():
     assert findings([RankCollectives(r, (), frozenset({COMM})) for r in range(4)]) == {}
+
+
+def test_behind_names_the_ranks_that_never_launched_or_lag_not_the_waiting_ones():
+    missing = [waiting(r) for r in (0, 1, 3)] + [RankCollectives(2, (), frozenset({COMM}))]
+    assert ranksets.fold(behind(missing)) == "2"
+    lagging = [waiting(0), waiting(1, seq=1041), waiting(2, seq=1040)]
+    assert ranksets.fold(behind(lagging)) == "1-2"
+    assert behind([waiting(r) for r in range(3)]) == 0  # a stuck collective: nobody is behind

@@ -165,6 +165,23 @@ def test_collective_finding_leads_the_reason():
     assert suspect.reason.startswith("rank 2 never launched all_reduce #1042; it is in `__next__")
 
 
+def test_collectives_name_the_suspect_where_class_sizes_cannot():
+    two = _job({0: ("main", "all_reduce"), 1: ("main", "skip_and_sleep")})
+    assert find_suspects(equivalence_classes(two)) == []  # 1 against 1: the stacks alone cannot say
+    (suspect,) = find_suspects(equivalence_classes(two), {1: "never launched AllReduce #120"}, behind=0b10)
+    assert ranksets.fold(suspect.ranks) == "1"
+    assert suspect.reason == "rank 1 never launched AllReduce #120; it is in `skip_and_sleep (train.py)` " \
+                             "(rank 0 is in `all_reduce (train.py)`)"
+    half = _job({0: ("main", "all_reduce"), 1: ("main", "all_reduce"), 2: ("main", "load"), 3: ("main", "load")})
+    (suspect,) = find_suspects(equivalence_classes(half), {}, behind=0b1100)
+    assert ranksets.fold(suspect.ranks) == "2-3" and "`load (train.py)`" in suspect.reason
+
+
+def test_every_rank_behind_is_no_evidence_against_any():
+    even = _job({0: ("main", "a"), 1: ("main", "a"), 2: ("main", "b"), 3: ("main", "b")})
+    assert find_suspects(equivalence_classes(even), {}, behind=0b1111) == []
+
+
 def test_no_suspect_when_everyone_waits_in_the_same_place_or_splits_evenly():
     assert find_suspects(equivalence_classes(_job({r: ("main", "barrier") for r in range(4)}))) == []
     even = _job({0: ("main", "a"), 1: ("main", "a"), 2: ("main", "b"), 3: ("main", "b")})

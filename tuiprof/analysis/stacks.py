@@ -286,32 +286,44 @@ class Suspect:
 
 
 def find_suspects(
-    classes: list[EquivalenceClass], collective_findings: dict[int, str] | None = None
+    classes: list[EquivalenceClass], collective_findings: dict[int, str] | None = None, behind: int = 0
 ) -> list[Suspect]:
-    """The ranks in classes smaller than the largest one, each with an explanation.
+    """The odd ranks out, each with an explanation.
 
-    Nothing is odd, so no suspect is named, when there is one class (everyone
-    waits in the same place), when the classes are of equal size, or when the
-    smaller classes together hold half the ranks or more (ranks spread over
-    many places). ``collective_findings`` (rank → sentence, from
-    :mod:`tuiprof.analysis.stacks_collectives`) is prefixed to the stack evidence.
+    Direct evidence first: ranks that the collectives show ``behind`` (a mask:
+    they never launched a collective others launched, see
+    :mod:`tuiprof.analysis.stacks_collectives`) are the suspects, class by
+    class, whatever the class sizes (with 2 ranks, or half the job stuck, the
+    sizes alone cannot say). Otherwise the ranks in classes smaller than the
+    largest one: nothing is odd, so no suspect is named, when there is one
+    class (everyone waits in the same place), when the classes are of equal
+    size, or when the smaller classes together hold half the ranks or more
+    (ranks spread over many places). ``collective_findings`` (rank → sentence)
+    is prefixed to the stack evidence.
     """
     if len(classes) < 2:
         return []
+    lagging = [c for c in classes if not c.ranks & ~behind]
+    if lagging and len(lagging) < len(classes):
+        return _explain([c for c in classes if c not in lagging], lagging, collective_findings or {})
     largest = max(c.count for c in classes)
     majority = [c for c in classes if c.count == largest]
     odd_ranks = sum(c.count for c in classes if c.count < largest)
     if len(majority) == len(classes) or 2 * odd_ranks >= sum(c.count for c in classes):
         return []
+    return _explain(majority, [c for c in classes if c.count < largest], collective_findings or {})
+
+
+def _explain(
+    majority: list[EquivalenceClass], odd: list[EquivalenceClass], findings: dict[int, str]
+) -> list[Suspect]:
+    """One suspect per odd class, saying where it is and where the others are."""
     others = " and ".join(
         f"{_ranks_word(c.ranks)} {ranksets.fold_short(c.ranks, 80)} {'is' if c.count == 1 else 'are'} in `{c.where()}`"
         for c in majority
     )
-    findings = collective_findings or {}
     suspects = []
-    for cls in classes:
-        if cls.count == largest:
-            continue
+    for cls in odd:
         label = f"{_ranks_word(cls.ranks)} {ranksets.fold_short(cls.ranks, 80)}"
         collective = _shared_finding(cls.ranks, findings)
         verb = "it is" if cls.count == 1 else "they are"

@@ -48,12 +48,22 @@ def findings(ranks: Iterable[RankCollectives]) -> dict[int, str]:
     a member with it in flight is waiting in it (and, when every member is, the
     collective itself is stuck: network, NCCL or a GPU, not a missing rank).
     """
+    return {rank: text for rank, (text, _) in _assess(ranks).items()}
+
+
+def behind(ranks: Iterable[RankCollectives]) -> int:
+    """The ranks (a mask) that never launched, or lag behind, a collective other members launched."""
+    return ranksets.mask_of(rank for rank, (_, late) in _assess(ranks).items() if late)
+
+
+def _assess(ranks: Iterable[RankCollectives]) -> dict[int, tuple[str, bool]]:
+    """Rank → (finding, whether it is behind the frontier); the first communicator with a finding wins."""
     ranks = list(ranks)
     by_comm: dict[str, list[RankCollectives]] = {}
     for rank in ranks:
         for comm in rank.member_of():
             by_comm.setdefault(comm, []).append(rank)
-    result: dict[int, str] = {}
+    result: dict[int, tuple[str, bool]] = {}
     for comm, members in sorted(by_comm.items()):
         latest = {m.rank: _latest(m, comm) for m in members}
         launched = [op for op in latest.values() if op is not None]
@@ -64,7 +74,7 @@ def findings(ranks: Iterable[RankCollectives]) -> dict[int, str]:
         for rank, op in sorted(latest.items()):
             text = _finding(op, front, joined, rank, len(members))
             if text and rank not in result:
-                result[rank] = text
+                result[rank] = (text, not joined >> rank & 1)
     return result
 
 

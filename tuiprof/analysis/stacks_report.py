@@ -28,12 +28,13 @@ class StacksReport:
 
 
 def build_report(
-    merged: MergedStacks, collective_findings: dict[int, str] | None = None, thread: str | None = None
+    merged: MergedStacks, collective_findings: dict[int, str] | None = None, thread: str | None = None,
+    behind: int = 0,
 ) -> StacksReport:
-    """Classes and suspects of ``thread`` (default: the main thread)."""
+    """Classes and suspects of ``thread`` (default: the main thread); ``behind``: see ``find_suspects``."""
     thread = thread or merged.main_thread()
     classes = equivalence_classes(merged, thread)
-    return StacksReport(merged, thread, classes, find_suspects(classes, collective_findings))
+    return StacksReport(merged, thread, classes, find_suspects(classes, collective_findings, behind))
 
 
 def report_json(report: StacksReport) -> dict:

@@ -23,7 +23,7 @@ from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.analysis import ranksets
 from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks import merge, merge_trees, project
-from tuiprof.analysis.stacks_collectives import findings
+from tuiprof.analysis.stacks_collectives import behind, findings
 from tuiprof.analysis.stacks_proto import (
     collectives_from_ranks, samples_from_ranks, tree_from_proto, tree_to_proto,
 )
@@ -159,7 +159,8 @@ def job_report(hosts: list[HostStacks], lines: bool, native: bool) -> StacksRepo
     merged = project(merge_trees(trees), lines=lines, native=native)
     pids = {(h.host, r.pid) for h in hosts if h.reply is not None for r in h.reply.ranks}
     ranks = [r for h in hosts if h.snapshot is not None for r in h.snapshot.ranks if (h.host, r.pid) in pids]
-    return build_report(merged, findings(collectives_from_ranks(ranks)))
+    collectives = collectives_from_ranks(ranks)
+    return build_report(merged, findings(collectives), behind=behind(collectives))
 
 
 def duplicate_ranks(hosts: list[HostStacks]) -> list[str]:
