@@ -8,6 +8,7 @@ from textual.widgets import DataTable, Input, Static, TabbedContent
 
 from console.recordings import AGENTS_RECORDING, replay_app
 from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.host_grid import HostGrid
 from tuiprof.tui.screens.cluster import ClusterScreen
 from tuiprof.tui.screens.help import HelpScreen
 from tuiprof.tui.screens.host import HostScreen
@@ -28,8 +29,7 @@ async def settle(pilot, app: TuiprofApp) -> None:
 
 
 def host_rows(app: TuiprofApp) -> list[str]:
-    table = app.screen.query_one("#hosts", DataTable)
-    return [row.key.value for row in table.ordered_rows]
+    return app.screen.query_one("#hosts", HostGrid).keys
 
 
 def cursor_host(app: TuiprofApp) -> str:
@@ -45,8 +45,8 @@ async def test_cluster_shows_every_host_with_its_state(gpu_app) -> None:
         await settle(pilot, gpu_app)
         assert isinstance(gpu_app.screen, ClusterScreen)
         assert host_rows(gpu_app) == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]
-        table = gpu_app.screen.query_one("#hosts", DataTable)
-        states = [str(table.get_cell(h, "state")) for h in host_rows(gpu_app)]
+        grid = gpu_app.screen.query_one("#hosts", HostGrid)
+        states = [str(grid.cell(h, "state")) for h in host_rows(gpu_app)]
         assert states == ["up", "up", "HUNG", "DOWN"]
         assert "3/4 hosts up" in gpu_app.screen.sub_title
 
@@ -149,8 +149,10 @@ async def test_host_view_of_a_cpu_only_agent_says_why_gpus_are_missing() -> None
     app = replay_app(AGENTS_RECORDING)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        assert all(name.startswith("vm@127.0.0.") for name in
-                   (str(app.screen.query_one("#hosts", DataTable).get_cell(h, "host")) for h in host_rows(app)))
+        grid = app.screen.query_one("#hosts", HostGrid)
+        rows = host_rows(app)  # two agents on one machine: same hostname, told apart by address
+        assert [str(grid.cell(h, "host")) for h in rows] == [f"{app.cluster.host(h).name}@{h}" for h in rows]
+        assert {h.split(":")[0] for h in rows} == {"127.0.0.1", "127.0.0.2"}
         await pilot.press("enter")
         await pilot.pause()
         table = app.screen.query_one("#gpus-table", DataTable)
@@ -222,14 +224,21 @@ async def test_command_palette_goes_to_a_host_and_to_a_rank(gpu_app) -> None:
         assert gpu_app.screen.query_one("#tabs", TabbedContent).active == "ranks"
 
 
-async def test_clicking_a_header_sorts_by_it(gpu_app) -> None:
+async def test_mouse_header_click_sorts_and_row_click_moves_the_cursor(gpu_app) -> None:
     async with gpu_app.run_test(size=SIZE) as pilot:
         await settle(pilot, gpu_app)
-        table = gpu_app.screen.query_one("#hosts", DataTable)
-        table.post_message(DataTable.HeaderSelected(table, table.ordered_columns[2].key, 2, table.ordered_columns[2].label))
+        grid = gpu_app.screen.query_one("#hosts", HostGrid)
+        cpu_x = 1 + sum(c.width + 2 for c in grid.columns[:2]) + 1  # inside the CPU header
+        await pilot.click("#hosts", offset=(cpu_x, 0))
         await pilot.pause()
         assert "sort CPU ↑" in gpu_app.screen.sub_title
         assert host_rows(gpu_app)[0] == "gpu-node-03"  # 2% CPU, the lowest
+        await pilot.click("#hosts", offset=(cpu_x, 0))
+        await pilot.pause()
+        assert "sort CPU ↓" in gpu_app.screen.sub_title
+        await pilot.click("#hosts", offset=(3, 3))  # third row
+        await pilot.pause()
+        assert cursor_host(gpu_app) == host_rows(gpu_app)[2]
 
 
 async def test_live_updates_reach_the_screen_at_most_twice_a_second() -> None:

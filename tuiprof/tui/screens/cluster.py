@@ -10,14 +10,14 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Input, Static
 
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState, worst_first
 from tuiprof.model.filter import FilterError, HostFilter
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
-from tuiprof.tui.tables import sync_rows
+from tuiprof.tui.host_grid import GridColumn, HostGrid
 from tuiprof.tui.text import pair, reading, reasons, sparkline
 
 TREND_WIDTH = 12
@@ -27,6 +27,7 @@ TREND_WIDTH = 12
 class Column:
     key: str
     label: str
+    width: int
     cell: Callable[[HostState, ClusterState], Text | str]
     sort: Callable[[HostState], object]
 
@@ -59,24 +60,31 @@ def _state_cell(state: HostState, cluster: ClusterState) -> Text:
 def _trend(state: HostState, cluster: ClusterState) -> str:
     history = cluster.history(state.address)
     series = "gpu_util" if history.numbers("gpu_util") else "cpu"
-    # fixed width: a growing cell would make the table re-measure every row
+    # fixed width, so the sparkline grows from the right
     return sparkline(history.numbers(series), TREND_WIDTH, top=100.0).rjust(TREND_WIDTH)
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("host", "Host", lambda s, _: s.name, lambda s: (0, s.name, s.address)),
-    Column("state", "State", _state_cell, worst_first),
-    Column("cpu", "CPU", _summary_cell(lambda m: reading(m.cpu_percent, units.percent)), _by("cpu_percent")),
-    Column("mem", "Mem", _summary_cell(lambda m: reading(m.memory_percent, units.percent)), _by("memory_percent")),
-    Column("gpus", "GPUs", _summary_cell(lambda m: reading(m.gpu_count, units.plain)), _by("gpu_count")),
-    Column("util", "Util avg/min", _summary_cell(lambda m: pair(m.gpu_util_mean, m.gpu_util_min, units.percent)), _by("gpu_util_mean")),
-    Column("sm", "SM avg/min", _summary_cell(lambda m: pair(m.sm_active_mean, m.sm_active_min, units.percent)), _by("sm_active_mean")),
-    Column("power", "Power", _summary_cell(lambda m: reading(m.power_watts, units.watts)), _by("power_watts")),
-    Column("gpumem", "GPU mem", _summary_cell(lambda m: pair(m.gpu_memory_used_bytes, m.gpu_memory_total_bytes, units.bytes_)), _by("gpu_memory_used_bytes")),
-    Column("busbw", "NCCL busbw", _summary_cell(lambda m: reading(m.nccl_busbw_bytes_per_s, units.bytes_per_s)), _by("nccl_busbw_bytes_per_s")),
-    Column("step", "Step", _summary_cell(lambda m: reading(m.step_time_seconds, units.seconds)), _by("step_time_seconds")),
-    Column("trend", "Util trend", _trend, _by("gpu_util_mean")),
+    Column("host", "Host", 12, lambda s, _: s.name, lambda s: (0, s.name, s.address)),
+    Column("state", "State", 10, _state_cell, worst_first),
+    Column("cpu", "CPU", 4, _summary_cell(lambda m: reading(m.cpu_percent, units.percent)), _by("cpu_percent")),
+    Column("mem", "Mem", 4, _summary_cell(lambda m: reading(m.memory_percent, units.percent)), _by("memory_percent")),
+    Column("gpus", "GPUs", 4, _summary_cell(lambda m: reading(m.gpu_count, units.plain)), _by("gpu_count")),
+    Column("util", "Util avg/min", 12, _summary_cell(lambda m: pair(m.gpu_util_mean, m.gpu_util_min, units.percent)), _by("gpu_util_mean")),
+    Column("sm", "SM avg/min", 10, _summary_cell(lambda m: pair(m.sm_active_mean, m.sm_active_min, units.percent)), _by("sm_active_mean")),
+    Column("power", "Power", 7, _summary_cell(lambda m: reading(m.power_watts, units.watts)), _by("power_watts")),
+    Column("gpumem", "GPU mem", 15, _summary_cell(lambda m: pair(m.gpu_memory_used_bytes, m.gpu_memory_total_bytes, units.bytes_)), _by("gpu_memory_used_bytes")),
+    Column("busbw", "NCCL busbw", 10, _summary_cell(lambda m: reading(m.nccl_busbw_bytes_per_s, units.bytes_per_s)), _by("nccl_busbw_bytes_per_s")),
+    Column("step", "Step", 8, _summary_cell(lambda m: reading(m.step_time_seconds, units.seconds)), _by("step_time_seconds")),
+    Column("trend", "Util trend", TREND_WIDTH, _trend, _by("gpu_util_mean")),
 )
+
+
+def _host_label(state: HostState, flags: tuple[bool, bool]) -> str:
+    """The name, with the address when several agents share it, ▼ on the worst host."""
+    worst, shared = flags
+    label = f"{state.name}@{state.address}" if shared else state.name
+    return f"{label} ▼" if worst else label
 
 
 class _LazyRows(Mapping[str, list]):
@@ -118,24 +126,18 @@ class ClusterScreen(Screen[None]):
         self.sort_column = 0
         self.reverse = False
         self.host_filter = HostFilter.parse("")
-        self._order: list[str] = []
         self._row_cache: dict[str, tuple[HostState, bool, bool, list[Text | str]]] = {}
         """Per host: the state, worst flag and shared-name flag its cells were made from."""
 
     def compose(self) -> ComposeResult:
         yield Header()
-        table: DataTable[Text | str] = DataTable(id="hosts", cursor_type="row", zebra_stripes=True)
-        table.fixed_columns = 1
-        yield table
+        yield HostGrid([GridColumn(c.key, c.label, c.width) for c in COLUMNS], id="hosts")
         yield Static(id="detail", classes="detail")
         yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",
                     id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#hosts", DataTable)
-        for column in COLUMNS:
-            table.add_column(column.label, key=column.key)
         self.refresh_data()
 
     def on_screen_resume(self) -> None:
@@ -152,8 +154,11 @@ class ClusterScreen(Screen[None]):
         column = COLUMNS[self.sort_column]
         return sorted(hosts, key=column.sort, reverse=self.reverse)
 
+    @property
+    def grid(self) -> HostGrid:
+        return self.query_one("#hosts", HostGrid)
+
     def refresh_data(self) -> None:
-        table = self.query_one("#hosts", DataTable)
         hosts = self.visible_hosts()
         worst = self.worst_host()
         counts = Counter(h.name for h in self.cluster.hosts())
@@ -161,14 +166,9 @@ class ClusterScreen(Screen[None]):
         flags = {
             h.address: (worst is not None and h.address == worst.address, h.name in shared) for h in hosts
         }
-        rows = _LazyRows(self, {h.address: h for h in hosts}, flags)
-        # Only rows on screen are pushed into the table; a row that changed off
-        # screen keeps an outdated cache entry and is pushed once scrolled into view.
-        first = max(0, int(table.scroll_y) - 2)
-        window = list(rows)[first:first + table.size.height + 4]
-        dirty = [a for a in window if not self._cached(rows.hosts[a], flags[a])]
-        sync_rows(table, rows, dirty)
-        self._order = list(rows)
+        # Rows are made lazily: the grid asks only for the rows it draws.
+        self.grid.set_first_width(max([12, *(len(_host_label(h, flags[h.address])) for h in hosts)]))
+        self.grid.set_rows(_LazyRows(self, {h.address: h for h in hosts}, flags))
         self._update_titles(len(hosts))
         self.update_detail()
 
@@ -185,14 +185,13 @@ class ClusterScreen(Screen[None]):
 
     def _row(self, state: HostState, worst: bool, shared: bool) -> list[Text | str]:
         cells = [column.cell(state, self.cluster) for column in COLUMNS]
-        if shared:  # several agents on one machine: tell them apart
-            cells[0] = f"{state.name}@{state.address}"
+        cells[0] = _host_label(state, (False, shared))
         if state.reachable is False:  # last known values, dimmed: they are stale
             cells = [Text(c.plain, style="dim") if isinstance(c, Text) else Text(c, style="dim")
                      for c in cells]
             cells[1] = _state_cell(state, self.cluster)
         if worst:
-            cells[0] = Text(f"{cells[0]} ▼", style="bold")
+            cells[0] = Text(_host_label(state, (True, shared)), style="bold")
         return cells
 
     def worst_host(self) -> HostState | None:
@@ -213,11 +212,7 @@ class ClusterScreen(Screen[None]):
         self.sub_title = " · ".join(parts)
 
     def selected_address(self) -> str | None:
-        table = self.query_one("#hosts", DataTable)
-        if table.row_count == 0:
-            return None
-        key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
-        return key.value
+        return self.grid.cursor_key
 
     def update_detail(self) -> None:
         self.query_one("#detail", Static).update(self.detail_text())
@@ -239,10 +234,10 @@ class ClusterScreen(Screen[None]):
             lines.extend(reasons(named))
         return "\n".join(lines)
 
-    def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
+    def on_host_grid_row_highlighted(self, _: HostGrid.RowHighlighted) -> None:
         self.update_detail()
 
-    def on_data_table_row_selected(self, _: DataTable.RowSelected) -> None:
+    def on_host_grid_row_selected(self, _: HostGrid.RowSelected) -> None:
         self.action_open_host()
 
     # ---------------------------------------------------------------- actions
@@ -270,7 +265,7 @@ class ClusterScreen(Screen[None]):
     def _close_filter(self) -> None:
         field = self.query_one("#filter", Input)
         field.remove_class("shown")
-        self.query_one("#hosts", DataTable).focus()
+        self.grid.focus()
 
     def action_clear_filter(self) -> None:
         if self.query_one("#filter", Input).has_class("shown"):
@@ -293,22 +288,20 @@ class ClusterScreen(Screen[None]):
         if worst is None:
             self.notify("no host stands out: all look alike")
             return
-        if worst.address not in self._order:
+        if worst.address not in self.grid.keys:
             self.host_filter = HostFilter.parse("")
             self.refresh_data()
-        self.query_one("#hosts", DataTable).move_cursor(row=self._order.index(worst.address))
+        self.grid.move_cursor(self.grid.keys.index(worst.address))
 
     def action_cursor(self, step: int) -> None:
-        table = self.query_one("#hosts", DataTable)
-        table.action_cursor_down() if step > 0 else table.action_cursor_up()
+        self.grid.action_cursor(step)
 
     def action_edge(self, bottom: bool) -> None:
-        table = self.query_one("#hosts", DataTable)
-        table.move_cursor(row=max(0, table.row_count - 1) if bottom else 0)
+        self.grid.action_edge(bottom)
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+    def on_host_grid_header_selected(self, event: HostGrid.HeaderSelected) -> None:
         """Click a header to sort by it; click again to invert."""
-        index = next(i for i, c in enumerate(COLUMNS) if c.key == event.column_key.value)
+        index = next(i for i, c in enumerate(COLUMNS) if c.key == event.column)
         if index == self.sort_column:
             self.reverse = not self.reverse
         self.sort_column = index

@@ -1,0 +1,223 @@
+"""A table for thousands of rows that change every second: the cluster view's host list.
+
+Textual's DataTable re-renders every visible cell whenever any cell changes; with
+a whole fleet updating each second that repaint dominates the console's cost.
+This grid is written against the Line API instead: each row is rendered to a
+cached strip only when its cells change (rows hand over their cells as a list
+whose identity changes with its content), only on-screen rows are ever rendered,
+and a repaint just crops and styles cached strips. Columns have fixed widths
+(wider text is cut with an ellipsis), so one row changing never re-lays out the
+others. The first column stays in place when scrolling sideways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+Cell = Text | str
+GAP = 2
+"""Spaces between columns."""
+MARGIN = 1
+"""Spaces before the first column."""
+
+
+@dataclass(frozen=True, slots=True)
+class GridColumn:
+    key: str
+    label: str
+    width: int
+
+
+class HostGrid(ScrollView, can_focus=True):
+    """Rows keyed by string, drawn lazily from a mapping key → cells."""
+
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "edge(False)", "First", show=False),
+        Binding("end", "edge(True)", "Last", show=False),
+        Binding("enter", "select", "Open", show=False),
+    ]
+
+    COMPONENT_CLASSES = {"host-grid--header", "host-grid--cursor", "host-grid--odd"}
+
+    DEFAULT_CSS = """
+    HostGrid { background: $surface; }
+    HostGrid > .host-grid--header { background: $panel; color: $text; text-style: bold; }
+    HostGrid > .host-grid--cursor { background: $block-cursor-background; color: $block-cursor-foreground; }
+    HostGrid:blur > .host-grid--cursor { background: $block-cursor-blurred-background; }
+    HostGrid > .host-grid--odd { background: $surface-lighten-1; }
+    """
+
+    class RowHighlighted(Message):
+        """The cursor moved to the row ``key``."""
+
+        def __init__(self, grid: "HostGrid", key: str) -> None:
+            super().__init__()
+            self.grid, self.key = grid, key
+
+    class RowSelected(Message):
+        """Enter was pressed on the row ``key``."""
+
+        def __init__(self, grid: "HostGrid", key: str) -> None:
+            super().__init__()
+            self.grid, self.key = grid, key
+
+    class HeaderSelected(Message):
+        """The header of column ``column`` was clicked."""
+
+        def __init__(self, grid: "HostGrid", column: str) -> None:
+            super().__init__()
+            self.grid, self.column = grid, column
+
+    def __init__(self, columns: Sequence[GridColumn], *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.columns = tuple(columns)
+        self._rows: Mapping[str, Sequence[Cell]] = {}
+        self._keys: list[str] = []
+        self._index: dict[str, int] = {}
+        self._strips: dict[str, tuple[Sequence[Cell], Strip, Strip]] = {}
+        self.cursor = 0
+        self._first_width = MARGIN + self.columns[0].width + GAP
+        self._rest_width = sum(c.width + GAP for c in self.columns[1:])
+
+    # ---------------------------------------------------------------- data
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    @property
+    def cursor_key(self) -> str | None:
+        return self._keys[self.cursor] if self._keys else None
+
+    def cell(self, key: str, column: str) -> Cell:
+        index = next(i for i, c in enumerate(self.columns) if c.key == column)
+        return self._rows[key][index]
+
+    def set_first_width(self, width: int) -> None:
+        """Resize the first (fixed) column, e.g. to the longest host name."""
+        if width != self.columns[0].width:
+            first = self.columns[0]
+            self.columns = (GridColumn(first.key, first.label, width), *self.columns[1:])
+            self._first_width = MARGIN + width + GAP
+            self._strips.clear()
+            self.virtual_size = Size(self._first_width + self._rest_width, len(self._keys) + 1)
+            self.refresh()
+
+    def set_rows(self, rows: Mapping[str, Sequence[Cell]]) -> None:
+        """Show ``rows`` in their order; the cursor stays on its key when it is still there."""
+        selected = self.cursor_key
+        keys = list(rows)
+        self._rows = rows
+        if keys != self._keys:
+            self._keys = keys
+            self._index = {key: i for i, key in enumerate(keys)}
+            self._strips = {k: v for k, v in self._strips.items() if k in self._index}
+            self.virtual_size = Size(self._first_width + self._rest_width, len(keys) + 1)
+        if selected in self._index:
+            self.cursor = self._index[selected]
+        self.cursor = max(0, min(self.cursor, len(keys) - 1))
+        self.refresh()
+
+    # ---------------------------------------------------------------- rendering
+
+    def _render_cells(self, cells: Sequence[Cell], columns: Sequence[GridColumn], margin: int = 0) -> Strip:
+        line = Text(" " * margin)
+        for cell, column in zip(cells, columns):
+            text = cell.copy() if isinstance(cell, Text) else Text(cell)
+            text.truncate(column.width, overflow="ellipsis", pad=True)
+            line.append_text(text)
+            line.append(" " * GAP)
+        return Strip(line.render(self.app.console))
+
+    def _row_strips(self, key: str) -> tuple[Strip, Strip]:
+        cells = self._rows[key]
+        cached = self._strips.get(key)
+        if cached is not None and cached[0] is cells:
+            return cached[1], cached[2]
+        first = self._render_cells(cells[:1], self.columns[:1], MARGIN)
+        rest = self._render_cells(cells[1:], self.columns[1:])
+        self._strips[key] = (cells, first, rest)
+        return first, rest
+
+    def _line(self, first: Strip, rest: Strip, style: Style) -> Strip:
+        scroll_x = int(self.scroll_offset.x)
+        width = self.size.width
+        line = Strip.join([first, rest.crop(scroll_x, scroll_x + max(0, width - first.cell_length))])
+        return line.apply_style(style).crop(0, width).extend_cell_length(width, style)
+
+    def render_line(self, y: int) -> Strip:
+        base = self.rich_style
+        if y == 0:
+            header = self.get_component_rich_style("host-grid--header")
+            labels = [Text(c.label) for c in self.columns]
+            first = self._render_cells(labels[:1], self.columns[:1], MARGIN)
+            rest = self._render_cells(labels[1:], self.columns[1:])
+            return self._line(first, rest, base + header)
+        index = int(self.scroll_offset.y) + y - 1
+        if index >= len(self._keys):
+            return Strip.blank(self.size.width, base)
+        first, rest = self._row_strips(self._keys[index])
+        if index == self.cursor:
+            style = base + self.get_component_rich_style("host-grid--cursor")
+        elif index % 2:
+            style = base + self.get_component_rich_style("host-grid--odd")
+        else:
+            style = base
+        return self._line(first, rest, style)
+
+    # ---------------------------------------------------------------- cursor
+
+    def move_cursor(self, index: int) -> None:
+        if not self._keys:
+            return
+        index = max(0, min(index, len(self._keys) - 1))
+        changed = index != self.cursor
+        self.cursor = index
+        visible = max(1, self.size.height - 1)
+        top = int(self.scroll_offset.y)
+        if index < top:
+            self.scroll_to(y=index, animate=False)
+        elif index >= top + visible:
+            self.scroll_to(y=index - visible + 1, animate=False)
+        self.refresh()
+        if changed:
+            self.post_message(self.RowHighlighted(self, self._keys[index]))
+
+    def action_cursor(self, step: int) -> None:
+        self.move_cursor(self.cursor + step)
+
+    def action_page(self, step: int) -> None:
+        self.move_cursor(self.cursor + step * max(1, self.size.height - 2))
+
+    def action_edge(self, last: bool) -> None:
+        self.move_cursor(len(self._keys) - 1 if last else 0)
+
+    def action_select(self) -> None:
+        if self._keys:
+            self.post_message(self.RowSelected(self, self._keys[self.cursor]))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y == 0:
+            x = event.x if event.x < self._first_width else event.x + int(self.scroll_offset.x)
+            edge = MARGIN
+            for column in self.columns:
+                edge += column.width + GAP
+                if x < edge:
+                    self.post_message(self.HeaderSelected(self, column.key))
+                    return
+            return
+        self.move_cursor(int(self.scroll_offset.y) + event.y - 1)
