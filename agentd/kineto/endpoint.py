@@ -47,7 +47,8 @@ def socket_address(socket_dir: str | None) -> bytes | str:
         return ABSTRACT_NAME
     path = os.path.join(socket_dir, "dynolog")
     if len(path.encode()) > 107:
-        raise EndpointError(f"socket path {path!r} is longer than the 107 bytes AF_UNIX allows; use a shorter {SOCKET_DIR_ENV}")
+        raise EndpointError(f"socket path {path!r} is longer than the 107 bytes AF_UNIX allows; "
+                            f"use a shorter {SOCKET_DIR_ENV}")
     return path
 
 
@@ -108,7 +109,8 @@ class KinetoEndpoint:
                 continue
             self._received += 1
             if flags & socket.MSG_TRUNC:
-                self._limited.warning("oversized", "dropped a datagram larger than %d bytes from %r", _RECV_BUFFER, sender)
+                self._limited.warning("oversized", "dropped a datagram larger than %d bytes from %r",
+                                      _RECV_BUFFER, sender)
                 continue
             self._handle(data, _sender_credentials(ancdata), sender)
 

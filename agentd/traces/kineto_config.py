@@ -43,7 +43,8 @@ def activity_types(cuda: bool, with_stack: bool) -> tuple[str, ...]:
 
 def config_text(spec: TraceSpec, cuda: bool, trace_id: str) -> str:
     """The config for one process. ``trace_id`` ends up in the trace's metadata."""
-    lines = [f"ACTIVITIES_LOG_FILE={spec.log_file}", f"ACTIVITY_TYPES={','.join(activity_types(cuda, spec.with_stack))}"]
+    lines = [f"ACTIVITIES_LOG_FILE={spec.log_file}",
+             f"ACTIVITY_TYPES={','.join(activity_types(cuda, spec.with_stack))}"]
     if spec.iterations is not None:
         lines += ["PROFILE_START_ITERATION=0", "PROFILE_START_ITERATION_ROUNDUP=1",
                   f"ACTIVITIES_ITERATIONS={spec.iterations}"]

@@ -152,8 +152,9 @@ class CaptureService:
         else:
             capture = self._start_kineto(request, span, capture_id, relative)
         self._remember(capture)
-        log.info("capture started", extra={"capture_id": capture_id, "kind": pb.CaptureTraceRequest.Kind.Name(request.kind),
-                                           "targets": len(capture.targets), "note": capture.message})
+        log.info("capture started", extra={
+            "capture_id": capture_id, "kind": pb.CaptureTraceRequest.Kind.Name(request.kind),
+            "targets": len(capture.targets), "note": capture.message})
         return capture
 
     def _timeline_done(self, capture: Capture, task: asyncio.Task[None]) -> None:
@@ -296,7 +297,8 @@ def _check_span(request: pb.CaptureTraceRequest, span: str | None) -> None:
         raise CaptureRequestError(f"iterations must be 1-{MAX_ITERATIONS}, got {request.iterations}")
     is_timeline = request.kind == pb.CaptureTraceRequest.TIMELINE
     if span == "last_events" and not is_timeline:
-        raise CaptureRequestError("last_events is for timeline captures only; Kineto traces take duration_ms or iterations")
+        raise CaptureRequestError(
+            "last_events is for timeline captures only; Kineto traces take duration_ms or iterations")
     if span == "iterations" and is_timeline:
         raise CaptureRequestError("timeline captures take duration_ms or last_events, not iterations")
     if span == "last_events" and request.last_events == 0:

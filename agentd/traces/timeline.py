@@ -47,7 +47,8 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, trace_dir
     """Match ranks by their segments and plan the dump (``run`` performs it)."""
     now = time.time()
     start_unix = request.start_time_unix_ms / 1000 if request.start_time_unix_ms else now
-    deadline = (max(start_unix, now) + request.duration_ms / 1000 if span == "duration_ms" else now) + WRITE_GRACE_SECONDS
+    end = max(start_unix, now) + request.duration_ms / 1000 if span == "duration_ms" else now
+    deadline = end + WRITE_GRACE_SECONDS
     capture = TimelineCapture(capture_id, trace_dir, [], start_unix if span == "duration_ms" else None, deadline,
                               span=span, duration_ms=request.duration_ms, last_events=request.last_events,
                               hostname=hostname)

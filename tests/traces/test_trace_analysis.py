@@ -20,7 +20,8 @@ def kernel(name: str, ts: float, dur: float, stream: int = 7, cat: str = "kernel
     return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur, "args": args}
 
 
-def write_trace(path: pathlib.Path, base: int, events: list[dict], rank: int | None = None, gz: bool = False) -> pathlib.Path:
+def write_trace(path: pathlib.Path, base: int, events: list[dict], rank: int | None = None,
+                gz: bool = False) -> pathlib.Path:
     doc = {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": [
         {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
         {"ph": "M", "name": "process_name", "pid": 4242, "tid": 0, "args": {"name": "python"}},

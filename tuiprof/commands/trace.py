@@ -19,7 +19,9 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from tuiprof.analysis.trace_capture import DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster
+from tuiprof.analysis.trace_capture import (
+    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
+)
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import TraceSummary, render_text, summarize, summary_json
 from tuiprof.client.channel import AgentAddress, TokenFileError, read_token
@@ -42,7 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     span.add_argument("--last-events", type=int, metavar="N", help="timeline only: the last N events of each rank")
     parser.add_argument("--kind", choices=("kineto", "timeline"), default="kineto",
                         help="kineto: PyTorch profiler traces (default); timeline: the hook library's event ring")
-    parser.add_argument("--pids", type=_int_list, default=(), metavar="PID,…", help="only these processes (or their children)")
+    parser.add_argument("--pids", type=_int_list, default=(), metavar="PID,…",
+                        help="only these processes (or their children)")
     parser.add_argument("--ranks", type=_int_list, default=(), metavar="R,…", help="only these ranks")
     parser.add_argument("--job-id", default="", metavar="ID", help="only processes of this SLURM job id")
     parser.add_argument("--output", type=pathlib.Path, metavar="DIR",

@@ -22,12 +22,19 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
-from tuiprof.analysis.trace_capture import DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.analysis.trace_capture import (
+    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
+)
 from tuiprof.analysis.trace_summary import TraceSummary, render_text
 from tuiprof.client.channel import AgentAddress
 from tuiprof.commands.trace import merge_and_summarize
 
 SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))
+
+
+def _who(target: pb.TraceTarget) -> str:
+    return f"rank {target.rank}" if target.HasField("rank") else f"pid {target.pid}"
 
 
 class CaptureFormError(ValueError):
@@ -140,7 +147,7 @@ class TracesScreen(Screen[None]):
                                         self.app.connection.tls_ca, self._progress)
         self.capture = capture
         lines = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
-        lines += [f"{h.host} {'rank ' + str(t.rank) if t.HasField('rank') else 'pid ' + str(t.pid)}: {t.state}: {t.reason}"
+        lines += [f"{h.host} {_who(t)}: {t.state}: {t.reason}"
                   for h in capture.hosts for t in h.targets if t.state != "written"]
         if capture.files:
             merged, summary = await asyncio.to_thread(merge_and_summarize, capture, output)
