@@ -36,6 +36,9 @@ cdef extern from "tuiprof_segment.h":
     uint32_t TP_MAX_INFLIGHT
     uint32_t TP_RING_CAPACITY
     uint32_t TP_HIST_BUCKETS
+    const char *TP_EXCEPTION_SUFFIX
+    uint32_t TP_FLAG_EXITED
+    uint32_t TP_FLAG_EXIT_STATUS
 
     ctypedef struct tp_counters:
         uint64_t seq
@@ -70,8 +73,10 @@ cdef extern from "tuiprof_segment.h":
         uint64_t heartbeat_ns
         uint64_t writer_seq
         uint32_t slots_used
+        int32_t fatal_signal
         uint64_t ring_head
         tp_counters counters
+        int32_t exit_status
 
     ctypedef struct tp_slot:
         uint64_t seq
@@ -133,7 +138,9 @@ KINDS = {0: "none", 1: "gemm", 2: "nccl", 3: "step", 4: "gc", 5: "dataloader"}
 FLAG_CUDA_TIMING = 1
 FLAG_NCCL_PLUGIN = 2
 FLAG_NCCL_GPU_TIME = 4
-FLAG_EXITED = 8
+FLAG_EXITED = TP_FLAG_EXITED
+FLAG_EXIT_STATUS = TP_FLAG_EXIT_STATUS
+EXCEPTION_SUFFIX = TP_EXCEPTION_SUFFIX.decode()
 _READ_TRIES = 10000
 _UNTIMED = 0xFFFFFFFFFFFFFFFF
 
@@ -184,6 +191,8 @@ class Header:
     slots_used: int
     ring_head: int
     counters: Counters
+    fatal_signal: int | None  # the last fatal signal the process received (see the layout header)
+    exit_status: int | None   # what the process passed to exit(), when it got that far
 
 
 @dataclass(frozen=True)
@@ -357,7 +366,8 @@ cdef class Segment:
                             c.nccl_channel_shortfall, c.nccl_late_channels)
         return Header(h.layout_version, h.pid, _opt_rank(h.rank), _opt_rank(h.local_rank),
                       _opt_rank(h.world_size), _text(h.job_id, 64), _text(h.hostname, 64), h.start_ns,
-                      h.heartbeat_ns, h.writer_seq, h.flags, h.slots_used, h.ring_head, counters)
+                      h.heartbeat_ns, h.writer_seq, h.flags, h.slots_used, h.ring_head, counters,
+                      h.fatal_signal or None, h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None)
 
     def heartbeat_ns(self) -> int:
         self._check_open()

@@ -8,12 +8,11 @@ per-interval RankStats (see ``rank_rates`` for the definitions).
 
 A rank whose process is gone (or whose pid now belongs to a newer process) is
 reported as "exited" for ``exited_keep_seconds``, then its segment is deleted.
-The exit code or signal is known only to the process's parent, which the
-agent is not; what the segment does tell is whether the process ran its exit
-handlers (a normal exit) or not (killed by a signal, crashed, os._exit), and
-that is given as the reason. A live process whose writer stopped beating is
-reported with its kernel state and heartbeat age: judging that is the hang
-detector's job.
+The agent is not the process's parent, so its exit code or fatal signal comes
+from what the process left in its segment, and its last uncaught Python
+exception (live or exited) from the file beside it (``rank_exit``). A live
+process whose writer stopped beating is reported with its kernel state and
+heartbeat age: judging that is the hang detector's job.
 
 Each rank also gets its own CPU counter group (``agentd.collectors.pmu``,
 inheriting into threads and children created later), opened when its segment
@@ -32,7 +31,7 @@ import statistics
 import threading
 import time
 
-from agentd.collectors import pmu, rank_rates
+from agentd.collectors import pmu, rank_exit, rank_rates
 from agentd.collectors.base import Collector
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -90,6 +89,10 @@ class _Rank:
     stats: pb.RankStats | None = None
     cpu_counters: "pmu.Counters | None" = None
     cpu_counters_reason: str = ""
+    exception: rank_exit.ExceptionFile = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.exception = rank_exit.ExceptionFile(self.path, native.EXCEPTION_SUFFIX)
 
     def close(self) -> None:
         """Unmap the segment and release the counters' file descriptors."""
@@ -182,6 +185,7 @@ class RanksCollector(Collector):
     def _forget(self, rank: _Rank, delete: bool) -> None:
         rank.close()
         del self._ranks[rank.path]
+        rank.exception.remove()
         if delete:
             try:
                 os.unlink(rank.path)
@@ -197,16 +201,12 @@ class RanksCollector(Collector):
         state = process_state(rank.pid, header.start_ns, self._boot_ns)
         stats = self._rates(rank, header, now_ns)
         self._cpu_counters(rank, stats)
+        stats.exception = rank.exception.refresh()
         if state is None:
             rank.exited_at = mono
             rank.close_counters()
             stats.state = "exited"
-            clean = bool(header.flags & native.FLAG_EXITED)
-            why = ("the process ran its exit handlers (a normal exit)" if clean else
-                   "the process did not run its exit handlers (killed by a signal, crashed, or os._exit)")
-            reason = f"only the process's parent learns its exit status; {why}"
-            stats.unavailable["exit_code"] = reason
-            stats.unavailable["exit_signal"] = reason
+            rank_exit.fill_exit_status(header, stats, native.FLAG_EXITED)
         else:
             stats.state = state
         rank.stats = stats

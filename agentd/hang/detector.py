@@ -11,6 +11,7 @@ sleeping in Python looks idle. A rank is a *suspect* past the suspect level and
 
 from __future__ import annotations
 
+import signal
 import statistics
 import time
 from collections import deque
@@ -189,7 +190,7 @@ def _exit_matters(
 
 def _exit_text(rank: pb.RankStats, state: str) -> str:
     if rank.HasField("exit_signal"):
-        text = f"killed by signal {rank.exit_signal}"
+        text = f"killed by signal {rank.exit_signal} ({_signal_name(rank.exit_signal)})"
     elif rank.HasField("exit_code"):
         text = f"exited with code {rank.exit_code}"
     else:
@@ -201,3 +202,10 @@ def _exit_text(rank: pb.RankStats, state: str) -> str:
         last = rank.exception.strip().splitlines()[-1]
         text += f" after an uncaught exception: {last}"
     return text
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"

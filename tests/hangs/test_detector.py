@@ -101,7 +101,7 @@ def test_a_crash_is_reported_with_signal_and_exception():
                      exception="Traceback (most recent call last):\n  ...\nRuntimeError: boom\n"),
     ])
     assert status.level == "suspect"
-    assert status.ranks[0].explanation == "rank 0: killed by signal 9"
+    assert status.ranks[0].explanation == "rank 0: killed by signal 9 (SIGKILL)"
     assert status.ranks[1].explanation == "rank 1: exited with code 1 after an uncaught exception: RuntimeError: boom"
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from native.support import HOOK, segment_path
+from tuiprof_native import segment
 
 STANDINS = pathlib.Path(__file__).parent / "standins"
 
@@ -51,11 +52,13 @@ def standins_v4(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 @pytest.fixture
 def cleanup_segments() -> Iterator[list[int]]:
-    """Pids whose segments are removed after the test."""
+    """Pids whose segments (and uncaught-exception files) are removed after the test."""
     pids: list[int] = []
     yield pids
     for pid in pids:
-        segment_path(pid).unlink(missing_ok=True)
+        path = segment_path(pid)
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + segment.EXCEPTION_SUFFIX).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -53,3 +53,15 @@ async def watch_rank(agent, pid: int, predicate: Callable[[pb.RankStats], bool],
                 call.cancel()
                 return ranks[0]
     raise AssertionError(f"no matching RankStats for pid {pid}")
+
+
+async def watch_snapshot(agent, predicate: Callable[[pb.HostSnapshot], bool],
+                         timeout: float = 20.0) -> pb.HostSnapshot:
+    """The first snapshot in the agent's Watch stream that satisfies ``predicate``."""
+    async with open_channel(agent.address) as channel:
+        call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=timeout)
+        async for snapshot in call:
+            if predicate(snapshot):
+                call.cancel()
+                return snapshot
+    raise AssertionError("no matching snapshot")

@@ -117,4 +117,8 @@ void tp_counters_begin(void);
 void tp_counters_end(void);
 void tp_segment_heartbeat(void);
 
+/* ---- how the process ends (exit_notes.c) ------------------------------- */
+/* Exit status and fatal signal into the segment header; once per address space. */
+void tp_exit_notes_install(void);
+
 #endif

@@ -316,6 +316,7 @@ static int start_writer(void)
     if (!g_records) g_records = tp_queue_create(RECORD_QUEUE, sizeof(tp_record));
     if (!g_streams || !g_pending || !g_outstanding || !g_outstanding_used || !g_records) return -1;
     if (tp_segment_create() != 0) return -1;
+    tp_exit_notes_install();
     /* The writer takes no application signals. */
     sigset_t all, old;
     sigfillset(&all);

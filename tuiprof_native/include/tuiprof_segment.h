@@ -22,9 +22,13 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 2u
+#define TP_LAYOUT_VERSION 3u
 
 #define TP_SEGMENT_PREFIX "tuiprof-" /* /dev/shm/tuiprof-<uid>-<pid> */
+/* Beside the segment: the last uncaught Python exception of the process, as
+ * text (written whole by the startup hook, replaced atomically), removed
+ * together with the segment: /dev/shm/tuiprof-<uid>-<pid>.exception */
+#define TP_EXCEPTION_SUFFIX ".exception"
 
 #define TP_MAX_SLOTS 512u      /* aggregate slots; the last one collects overflow */
 #define TP_MAX_INFLIGHT 128u   /* one entry per stream / communicator with unfinished work */
@@ -53,6 +57,7 @@ enum tp_kind {
 #define TP_FLAG_NCCL_PLUGIN 2u   /* NCCL loaded us as its profiler plugin */
 #define TP_FLAG_NCCL_GPU_TIME 4u /* NCCL kernel-channel (GPU timer) events seen */
 #define TP_FLAG_EXITED 8u        /* the process ran its exit handlers (exit(), return from main) */
+#define TP_FLAG_EXIT_STATUS 16u  /* exit_status holds the status the process passed to exit() */
 
 /* Process-wide counters (steps, GC pauses, DataLoader waits, drops). */
 typedef struct tp_counters {
@@ -91,10 +96,16 @@ typedef struct tp_header {
     uint64_t heartbeat_ns;        /* written by the writer thread every loop */
     uint64_t writer_seq;          /* bumped after every batch of writes */
     uint32_t slots_used;          /* slots[0 .. slots_used) are valid */
-    uint32_t reserved0;
+    /* Written by the dying thread, not the writer: the last fatal signal
+     * (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM) the process
+     * received, 0 for none; and, with TP_FLAG_EXIT_STATUS, the status it
+     * passed to exit() (& 0xff, as its parent sees it). */
+    int32_t fatal_signal;
     uint64_t ring_head;           /* events ever written; event i is ring[i % cap] */
     tp_counters counters;
-    uint8_t reserved[128];
+    int32_t exit_status;
+    uint32_t reserved0;
+    uint8_t reserved[120];
 } tp_header;
 
 /* Aggregate of one (kind, op, dtype, shape / communicator+algorithm) key. */

@@ -1,10 +1,13 @@
-"""Training-step, GC-pause and DataLoader-wait recording for `tuiprof run`.
+"""Training-step, GC-pause, DataLoader-wait and crash recording for `tuiprof run`.
 
 Self-contained on purpose: the job's Python need not have tuiprof installed.
 It talks to libtuiprof_hook.so (path in ``TUIPROF_HOOK_LIBRARY``) through
 ctypes. Nothing happens until the job imports torch: then it registers
 PyTorch's global optimizer post-step hook (one step per ``optimizer.step()``),
-a ``gc.callbacks`` entry and a timing wrapper around DataLoader iteration.
+a ``gc.callbacks`` entry, a timing wrapper around DataLoader iteration, and
+``sys.excepthook`` / ``threading.excepthook`` wrappers that write an uncaught
+exception's traceback beside the process's segment (for the agent, which
+outlives the process) before handing it to the hook they replaced.
 No ``sys.setprofile`` (it would collide with torch.profiler). Any failure
 leaves the job untouched (logged at debug level), because telemetry must
 never break training.
@@ -25,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 LIBRARY_ENV = "TUIPROF_HOOK_LIBRARY"
+EXCEPTION_TEXT_LIMIT = 64 * 1024  # characters kept, from the end (where the exception itself is)
 log = logging.getLogger("tuiprof.startup")
 
 
@@ -43,7 +47,56 @@ def _load_library() -> ctypes.CDLL | None:
         fn = getattr(lib, name)
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+    lib.tuiprof_exception_path.restype = ctypes.c_char_p
+    lib.tuiprof_exception_path.argtypes = []
     return lib
+
+
+class _ExceptionRecorder:
+    """Writes the last uncaught exception where the agent finds it, never raising."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        import traceback  # here, not at startup: torch has imported it already
+
+        self._path = lib.tuiprof_exception_path
+        self._format = traceback.format_exception
+
+    def record(self, exc_type, exc_value, exc_tb, thread_name: str | None = None) -> None:
+        try:
+            path = self._path().decode()
+            if not path:
+                return  # the hook is inert here: nobody would read it
+            text = "".join(self._format(exc_type, exc_value, exc_tb))
+            if thread_name is not None:
+                text = f"Exception in thread {thread_name}:\n{text}"
+            if len(text) > EXCEPTION_TEXT_LIMIT:
+                cut = len(text) - EXCEPTION_TEXT_LIMIT
+                text = f"[{cut} characters cut]\n{text[cut:]}"
+            partial = f"{path}.tmp"
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as out:
+                out.write(text)
+            os.replace(partial, path)  # the agent reads whole files only
+        except Exception:  # a crash report must never change how the program ends
+            log.debug("tuiprof could not record an uncaught exception", exc_info=True)
+
+    def sys_hook(self, previous):
+        def excepthook(exc_type, exc_value, exc_tb):
+            self.record(exc_type, exc_value, exc_tb)
+            previous(exc_type, exc_value, exc_tb)
+
+        excepthook.__wrapped__ = previous  # type: ignore[attr-defined]
+        return excepthook
+
+    def thread_hook(self, previous):
+        def excepthook(args):
+            if args.exc_type is not SystemExit:  # threading ignores SystemExit in threads
+                name = args.thread.name if args.thread is not None else "?"
+                self.record(args.exc_type, args.exc_value, args.exc_traceback, name)
+            previous(args)
+
+        excepthook.__wrapped__ = previous  # type: ignore[attr-defined]
+        return excepthook
 
 
 class _GcTimer:
@@ -89,6 +142,11 @@ def _on_torch_imported(torch: ModuleType) -> None:
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: record_step())
     gc.callbacks.append(_GcTimer(lib))
     _wrap_dataloader(lib)
+    import threading  # torch has imported it already
+
+    recorder = _ExceptionRecorder(lib)
+    sys.excepthook = recorder.sys_hook(sys.excepthook)
+    threading.excepthook = recorder.thread_hook(threading.excepthook)
 
 
 class _AfterExec(importlib.abc.Loader):
