@@ -21,6 +21,7 @@ communication time during which a compute kernel runs).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import pathlib
@@ -82,7 +83,8 @@ def hta_inputs(inputs: list[TraceInput], work: pathlib.Path) -> pathlib.Path:
     trace_dir = work / "hta"
     trace_dir.mkdir()
     for source in inputs:
-        document = json.loads(source.path.read_text())
+        raw = source.path.read_bytes()
+        document = json.loads(gzip.decompress(raw) if source.path.suffix == ".gz" else raw)
         document["distributedInfo"] = {"rank": source.rank}
         (trace_dir / f"rank{source.rank}.json").write_text(json.dumps(document))
     return trace_dir

@@ -288,12 +288,16 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
 
 def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
     """What an original process track is: Kineto's string pids ("Spans") as they are, the OS
-    process as ``CPU pid N (name)``, small integers (device indices) as the GPU they are."""
+    process as ``CPU pid N (name)``, small integers (device indices) as the GPU they are
+    (Kineto names device tracks after the process, "python3"; the GPU is only in a label),
+    the negative ones (CUPTI's own overhead) by their name."""
     if isinstance(original_pid, str):
-        return original_pid
+        return original_pid or "markers"
     if original_pid == process_pid or original_pid > 64:
         return f"CPU pid {original_pid}" + (f" ({name})" if name else "")
-    return name or f"GPU {original_pid}"
+    if original_pid >= 0:
+        return f"GPU {original_pid}"
+    return name or f"device {original_pid}"
 
 
 def _collective_call(event: Event) -> CollectiveCall:

@@ -5,6 +5,9 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
   (times cuBLAS / cuBLASLt GEMMs);
 - NCCL_PROFILER_PLUGIN: the same library (NCCL's profiler plugin API);
 - KINETO_USE_DAEMON=1 (unless set): PyTorch polls agentd for on-demand traces;
+- KINETO_ONDEMAND_TRACE_DIR (unless set): the local agentd's trace dir, asked
+  of the agent (newer Kineto writes on-demand traces only under /tmp or that
+  dir); left unset, silently, when no agent answers;
 - PYTHONPATH: tuiprof's startup hook first (steps, GC pauses, DataLoader waits);
 then replaces itself with CMD (exec), so signals and the exit status are CMD's.
 """
@@ -12,15 +15,22 @@ then replaces itself with CMD (exec), so signals and the exit status are CMD's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import grpc
+
 import tuiprof_native
+from agentd.proto import tuiprof_agent_pb2 as pb, tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.channel import DEFAULT_AGENT_PORT, AgentAddress, open_channel, read_token
 
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
+TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
+AGENT_LOOKUP_TIMEOUT_S = 2.0
 
 
 class LaunchError(Exception):
@@ -38,8 +48,11 @@ def _prepend(value: str, existing: str | None, sep: str) -> str:
 
 
 def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
-                       library: Path = HOOK_LIBRARY) -> dict[str, str]:
-    """The environment CMD runs in: ``env`` plus tuiprof's variables."""
+                       library: Path = HOOK_LIBRARY, trace_dir: str | None = None) -> dict[str, str]:
+    """The environment CMD runs in: ``env`` plus tuiprof's variables.
+
+    ``trace_dir`` is the local agent's trace dir, where Kineto may then write
+    on-demand traces; a KINETO_ONDEMAND_TRACE_DIR the user set stands."""
     if not library.is_file():
         raise LaunchError(
             f"{library} is missing: the compiled parts of tuiprof were not built; "
@@ -55,9 +68,34 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
         out["NCCL_PROFILER_PLUGIN"] = lib
     if kineto_daemon:
         out.setdefault("KINETO_USE_DAEMON", "1")  # an explicit choice of the user stands
+        if trace_dir:
+            out.setdefault(TRACE_DIR_ENV, trace_dir)
     out["PYTHONPATH"] = _prepend(str(STARTUP_DIR), env.get("PYTHONPATH"), os.pathsep)
     out["TUIPROF_HOOK_LIBRARY"] = lib
     return out
+
+
+async def _ask_trace_dir(address: AgentAddress, token: str | None, timeout_s: float) -> str:
+    async with open_channel(address, token, None) as channel:
+        info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=timeout_s)
+    return info.trace_dir
+
+
+def agent_trace_dir(port: int, timeout_s: float = AGENT_LOOKUP_TIMEOUT_S) -> str | None:
+    """The trace dir of the agentd on this host (GetInfo on 127.0.0.1:``port``), None when none answers.
+
+    Never fails the launch: no agent is a normal set-up (silence); an agent
+    that answers with an error (a token is needed, say) gets one line on stderr."""
+    try:
+        token = read_token(None)  # $TUIPROF_TOKEN, as the other commands take it
+        trace_dir = asyncio.run(_ask_trace_dir(AgentAddress("127.0.0.1", port), token, timeout_s))
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            print(f"tuiprof run: agentd on port {port} did not give its trace dir ({exc.code().name}: "
+                  f"{exc.details()}); {TRACE_DIR_ENV} not set", file=sys.stderr)
+        return None
+    # Kineto compares the log file's path (which the agent resolves) with this prefix.
+    return os.path.realpath(trace_dir) if trace_dir else None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -71,6 +109,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--no-kineto-daemon", dest="kineto_daemon", action="store_false",
         help="do not set KINETO_USE_DAEMON (without an agentd on the node, PyTorch's daemon client "
              "delays the job's exit by several seconds)")
+    parser.add_argument(
+        "--agent-port", type=int, default=DEFAULT_AGENT_PORT, metavar="PORT",
+        help=f"port of this host's agentd, asked for its trace dir (default {DEFAULT_AGENT_PORT})")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
     parser.set_defaults(func=run)
 
@@ -83,7 +124,10 @@ def run(args: argparse.Namespace) -> int:
         print("tuiprof run: no command given; usage: tuiprof run [--] CMD [ARGS...]", file=sys.stderr)
         return 2
     try:
-        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon)
+        trace_dir = None
+        if args.kineto_daemon and TRACE_DIR_ENV not in os.environ:
+            trace_dir = agent_trace_dir(args.agent_port)
+        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon, trace_dir=trace_dir)
     except LaunchError as exc:
         print(f"tuiprof run: {exc}", file=sys.stderr)
         return 1
