@@ -24,6 +24,9 @@ from tuiprof.tui.messages import EventsPending, SourceEnded
 from tuiprof.tui.palette import GoToProvider
 
 MAX_RENDER_HZ = 2.0
+GATHER_S = 0.05
+"""Wait this long after the first new event before drawing: agents on the same
+interval answer in a burst, and one frame should show the whole burst."""
 
 
 class TuiprofApp(App[None]):
@@ -94,21 +97,18 @@ class TuiprofApp(App[None]):
             self.render_views(force=True)
 
     def schedule_render(self) -> None:
-        """Render now, or when the ``MAX_RENDER_HZ`` budget allows."""
+        """Render soon: after ``GATHER_S``, and no more often than ``MAX_RENDER_HZ``."""
         if self._render_timer is not None:
             return
-        wait = self._last_render + 1 / MAX_RENDER_HZ - time.monotonic()
-        if wait <= 0:
-            self.render_views()
-        else:
-            self._render_timer = self.set_timer(wait, self._timed_render)
+        wait = max(GATHER_S, self._last_render + 1 / MAX_RENDER_HZ - time.monotonic())
+        self._render_timer = self.set_timer(wait, self._timed_render)
 
     def _timed_render(self) -> None:
         self._render_timer = None
         self.render_views()
 
     def render_views(self, force: bool = False) -> None:
-        if not self.screen_stack:  # shutting down
+        if not self.screen_stack or not self.screen.is_mounted:  # shutting down / starting up
             return
         if not force and self.cluster.version == self._rendered_version:
             return
