@@ -5,6 +5,7 @@ segment), then ends the way argv[1] says:
   abort   os.abort() (SIGABRT)
   segv    a read of address 0 (SIGSEGV)
   exit3   sys.exit(3)
+  early   an uncaught exception before any training step (no segment: not a rank yet)
   thread  a thread named "prefetcher" dies of a ValueError; the process lives on
 """
 
@@ -36,6 +37,8 @@ def prefetch():
     raise ValueError("bad sample in prefetcher")
 
 
+if MODE == "early":
+    load_batch()
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(2):

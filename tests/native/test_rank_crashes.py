@@ -25,7 +25,7 @@ from tuiprof_native import segment
 WORKER = os.path.join(os.path.dirname(__file__), "crash_worker.py")
 # name: (worker mode, rank, extra environment); "faulthandler" segfaults with Python's faulthandler on
 CASES = {"raise": ("raise", 0, {}), "abort": ("abort", 1, {}), "segv": ("segv", 2, {}), "exit3": ("exit3", 3, {}),
-         "faulthandler": ("segv", 4, {"PYTHONFAULTHANDLER": "1"})}
+         "faulthandler": ("segv", 4, {"PYTHONFAULTHANDLER": "1"}), "early": ("early", 5, {})}
 
 
 def _start(mode: str, rank: int, job: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -40,10 +40,13 @@ async def test_dead_ranks_report_their_exit_code_signal_and_exception(tmp_path, 
     stderr = {mode: proc.communicate(timeout=120)[1] for mode, proc in procs.items()}
     # the programs end as they would without tuiprof: same status, the program's own hook still ran
     assert {m: p.returncode for m, p in procs.items()} == {
-        "raise": 1, "abort": -signal.SIGABRT, "segv": -signal.SIGSEGV, "exit3": 3, "faulthandler": -signal.SIGSEGV}
+        "raise": 1, "abort": -signal.SIGABRT, "segv": -signal.SIGSEGV, "exit3": 3, "faulthandler": -signal.SIGSEGV,
+        "early": 1}
     assert "custom hook saw RuntimeError" in stderr["raise"]
     assert "Fatal Python error: Segmentation fault" in stderr["faulthandler"]  # its report still written
     assert stderr["raise"].rstrip().endswith("RuntimeError: boom while loading batch 7")
+    early = segment_path(procs.pop("early").pid)  # a process that never trained is no rank: nothing left behind
+    assert not early.exists() and not early.with_name(early.name + segment.EXCEPTION_SUFFIX).exists()
     pids = {p.pid: m for m, p in procs.items()}
     with running_agent(tmp_path) as agent:
         snapshot = await watch_snapshot(agent, lambda s: {r.pid for r in s.ranks if r.state == "exited"} >= set(pids)

@@ -1,8 +1,8 @@
 /* C entry points for the Python startup hook (called through ctypes):
- * optimizer steps, GC pauses, DataLoader waits, uncaught exceptions.  Steps,
- * DataLoader waits and exceptions start the hook (they mark a training
- * process, or one whose crash matters); GC pauses are only recorded once it
- * runs, so helper Python processes never get a segment. */
+ * optimizer steps, GC pauses, DataLoader waits, uncaught exceptions.  Steps
+ * and DataLoader waits start the hook (they mark a training process); GC
+ * pauses and exceptions are only recorded once it runs, so helper Python
+ * processes (a launcher such as torchrun among them) never get a segment. */
 #include <stdio.h>
 #include <unistd.h>
 
@@ -51,12 +51,11 @@ TP_EXPORT const char *tuiprof_segment_path(void)
 }
 
 /* Where the startup hook writes this process's last uncaught exception (the
- * segment path + TP_EXCEPTION_SUFFIX), starting the hook so that the agent
- * sees the process; "" when the hook is inert. */
+ * segment path + TP_EXCEPTION_SUFFIX); "" when the process has no segment. */
 TP_EXPORT const char *tuiprof_exception_path(void)
 {
     static __thread char path[112];
-    if (!tp_ensure_started()) return "";
+    if (!tp_is_running()) return "";
     snprintf(path, sizeof(path), "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d" TP_EXCEPTION_SUFFIX, (unsigned)getuid(),
              (int)getpid());
     return path;

@@ -65,7 +65,7 @@ class _ExceptionRecorder:
         try:
             path = self._path().decode()
             if not path:
-                return  # the hook is inert here: nobody would read it
+                return  # not a rank (no step, GEMM or collective yet): the agent does not follow it
             text = "".join(self._format(exc_type, exc_value, exc_tb))
             if thread_name is not None:
                 text = f"Exception in thread {thread_name}:\n{text}"
