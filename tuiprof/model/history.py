@@ -55,6 +55,3 @@ class History:
     def numbers(self, series: str) -> list[float]:
         ring = self._rings.get(series)
         return ring.numbers() if ring else []
-
-    def series(self) -> list[str]:
-        return sorted(self._rings)

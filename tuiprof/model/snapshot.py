@@ -316,9 +316,6 @@ class HostSnapshot:
     def to_json(self) -> dict[str, Any]:
         return convert.to_json(self)
 
-    def collector(self, name: str) -> CollectorState | None:
-        return next((c for c in self.collectors if c.name == name), None)
-
     def missing(self, collector: str) -> Unavailable | None:
         """Why a collector's section is empty, or None when it ran."""
         return collector_gap(self.collectors, collector)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.model.snapshot import collector_gap
+from tuiprof.model.snapshot import collector_gap, ratio_percent
 from tuiprof.model.values import NOT_REPORTED, Reading, Unavailable, available, first_reason
 
 
@@ -79,7 +79,7 @@ def summarize(message: pb.HostSnapshot) -> HostSummary:
     busbw = [reading(op, "busbw_bytes_per_s") for rank in ranks for op in rank.nccl]
     return HostSummary(
         cpu_percent=idle if isinstance(idle, Unavailable) else 100.0 - idle,
-        memory_percent=_percent(used, total),
+        memory_percent=ratio_percent(used, total),
         memory_used_bytes=used,
         gpu_count=len(gpus) if gpus else no_gpu,
         gpu_util_mean=_mean(_field(gpus, "utilization_percent", no_gpu.reason), no_gpu),
@@ -95,11 +95,3 @@ def summarize(message: pb.HostSnapshot) -> HostSummary:
         step_time_seconds=_median(_field(ranks, "step_time_seconds", no_ranks.reason), no_ranks),
         hang_level=message.hang.level,
     )
-
-
-def _percent(part: Reading, whole: Reading) -> Reading:
-    if isinstance(part, Unavailable):
-        return part
-    if isinstance(whole, Unavailable):
-        return whole
-    return 100.0 * part / whole if whole else Unavailable("total is zero")

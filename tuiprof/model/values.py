@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
 
 NOT_REPORTED = "not reported by the agent"
 
@@ -18,7 +17,6 @@ class Unavailable:
         return f"unavailable: {self.reason}"
 
 
-T = TypeVar("T", int, float)
 Reading = int | float | Unavailable
 
 

@@ -1,0 +1,86 @@
+"""The cluster view's grid with more hosts than fit: paging, edges, sideways scroll, cursor kept."""
+
+from __future__ import annotations
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.client.sources import ReplaySource
+from tuiprof.model.events import SnapshotReceived
+from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.host_grid import HostGrid
+
+HOSTS = 60
+
+
+def many_hosts_app() -> TuiprofApp:
+    events = []
+    for index in range(HOSTS):
+        message = pb.HostSnapshot(hostname=f"node-{index:03d}", sequence=1)
+        message.collectors.add(name="host", available=True)
+        message.cpu.idle_percent = float(index)
+        events.append(SnapshotReceived(f"node-{index:03d}", 1.0, message))
+    return TuiprofApp(ReplaySource(events, speed=0))
+
+
+async def settled_grid(pilot) -> HostGrid:
+    for _ in range(100):
+        await pilot.pause(0.02)
+        grid = pilot.app.screen.query_one("#hosts", HostGrid)
+        if len(grid.keys) == HOSTS:
+            return grid
+    raise AssertionError("hosts not shown")
+
+
+def visible_text(grid: HostGrid, line: int) -> str:
+    return grid.render_line(line).text
+
+
+async def test_paging_and_edges_keep_the_cursor_on_screen() -> None:
+    app = many_hosts_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = await settled_grid(pilot)
+        grid.focus()
+        await pilot.press("pagedown")
+        assert grid.cursor > 10 and grid.scroll_offset.y == 0
+        await pilot.press("pagedown", "pagedown")
+        assert grid.scroll_offset.y > 0
+        top = int(grid.scroll_offset.y)
+        assert top <= grid.cursor < top + grid.size.height - 1
+        await pilot.press("end")
+        assert grid.cursor_key == "node-059"
+        assert visible_text(grid, grid.size.height - 1).lstrip().startswith("node-059")
+        await pilot.press("pageup")
+        assert grid.cursor < HOSTS - 1
+        await pilot.press("home")
+        assert grid.cursor_key == "node-000" and grid.scroll_offset.y == 0
+        assert visible_text(grid, 0).lstrip().startswith("Host")  # the header stays on top
+        await pilot.press("down", "down", "up")
+        assert grid.cursor_key == "node-001"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.address == "node-001"
+
+
+async def test_sideways_scroll_keeps_the_host_column() -> None:
+    app = many_hosts_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = await settled_grid(pilot)
+        grid.focus()
+        before = visible_text(grid, 1)
+        await pilot.press(*["right"] * 30)
+        assert grid.scroll_offset.x > 0
+        after = visible_text(grid, 1)
+        assert after.lstrip().startswith("node-000") and after != before
+        assert len(after) == grid.size.width
+
+
+async def test_cursor_follows_its_host_when_the_order_changes() -> None:
+    app = many_hosts_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = await settled_grid(pilot)
+        grid.focus()
+        await pilot.press("down", "down")
+        assert grid.cursor_key == "node-002"
+        await pilot.press("full_stop", "full_stop")  # sort by CPU busy %, least busy first
+        assert grid.keys[0] == "node-059" and grid.cursor_key == "node-002"
+        await pilot.press("I")  # busiest first: node-000 has 0% idle
+        assert grid.keys[0] == "node-000" and grid.cursor_key == "node-002"
