@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 PYTHON_TIMEOUT_S = 10.0
 NATIVE_TIMEOUT_S = 30.0
+UNNAMED_THREAD = "unnamed thread"
 
 
 class PySpyMissing(RuntimeError):
@@ -105,7 +106,8 @@ def thread_from_pyspy(thread: dict) -> pb.ThreadStack:
     """One py-spy JSON thread as a ThreadStack (py-spy lists frames innermost first)."""
     out = pb.ThreadStack(
         thread_id=int(thread.get("os_thread_id") or thread.get("thread_id") or 0),
-        thread_name=thread.get("thread_name") or f"thread {thread.get('os_thread_id')}",
+        # unnamed threads share one name (numbered "[2]"... per rank by merge) so they line up across ranks
+        thread_name=thread.get("thread_name") or UNNAMED_THREAD,
         active=bool(thread.get("active")),
     )
     for frame in reversed(thread.get("frames") or []):

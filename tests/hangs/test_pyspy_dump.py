@@ -9,8 +9,8 @@ import pytest
 from agentd.hang import pyspy
 from agentd.hang.stacks import StackTaker
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis.stacks import equivalence_classes, find_suspects
-from tuiprof.analysis.stacks_proto import tree_from_proto
+from tuiprof.analysis.stacks import equivalence_classes, find_suspects, merge
+from tuiprof.analysis.stacks_proto import samples_from_ranks, tree_from_proto
 
 
 def _require_ptrace(result: pb.RankStacks):
@@ -82,3 +82,16 @@ def test_a_non_python_process_gets_py_spys_reason(pyspy_binary):
     assert not result.threads
     assert result.error.startswith("py-spy failed (exit 1): ") and "Stack backtrace" not in result.error
     assert "python" in result.error.lower()
+
+
+def test_unnamed_threads_line_up_across_ranks():
+    """py-spy names no thread that Python did not start; such threads merge by position, not by TID."""
+    ranks = []
+    for rank, tids in ((0, (784, 785)), (1, (786, 787))):
+        stacks = pb.RankStacks(pid=100 + rank, rank=rank)
+        stacks.threads.extend(pyspy.thread_from_pyspy({"os_thread_id": tid, "thread_name": None, "frames": []})
+                              for tid in tids)
+        ranks.append(stacks)
+    merged = merge(samples_from_ranks(ranks))
+    assert sorted(merged.threads) == ["unnamed thread", "unnamed thread [2]"]
+    assert all(root.ranks == 0b11 for root in merged.threads.values())
