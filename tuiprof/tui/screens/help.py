@@ -21,10 +21,16 @@ KEYS = """\
   Enter        open the host            /        filter (Esc clears)
   , / .        sort by previous/next column      I   invert the sort
   w            jump to the worst host (down, hung, idlest GPU, slowest step)
-  g / G        first / last row         click a header to sort by it
+  g / G        first / last row         PgUp/PgDn, Home/End  page, edges
+  ← / →        scroll sideways (the host column stays)   click a header to sort by it
 
 [b]Host view[/b]
   1-6          GPUs, CPU, Net/Disk, Ranks, PMU, History     h/l  previous/next tab
+  j/k on Ranks pick a rank; its GEMM/NCCL ops show below
+
+[b]NCCL/GEMM view[/b]
+  every rank × op across the job, straggler candidates first (≥1.5× the op's median
+  latency across ranks and beyond 3 MADs); Enter opens the row's host
 
 n/a means the agent could not take the reading; the line under each table says why.
 
