@@ -36,9 +36,9 @@ def fill_exit_status(header, stats: pb.RankStats, flag_exited: int) -> None:
     if ran_exit_handlers:
         why = "the process ran its exit handlers but its exit status was not recorded"
     else:
-        why = ("the process neither exited through exit() nor received a signal that can be caught "
-               "(killed by SIGKILL, e.g. by the OOM killer, or left through os._exit)")
-    reason = f"{why}; only the process's parent learns its exit status"
+        why = ("the process neither called exit() nor received a fatal signal it could note: "
+               "killed by SIGKILL (e.g. the OOM killer) or left through os._exit")
+    reason = f"{why}; only its parent learns the status"
     stats.unavailable["exit_code"] = reason
     stats.unavailable["exit_signal"] = reason
 
