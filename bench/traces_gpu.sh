@@ -57,12 +57,20 @@ for r in (d["summary"] or {}).get("ranks", []):
           "memory_us", "idle_us", "overlap_percent", "step_time_us", "steps")})
 EOF
 }
-capture iterations --iterations 5
-capture duration --duration-ms 300
+for round in 1 2 3; do  # three of each; the files of round 1 come back
+  capture iterations$round --iterations 5
+  capture duration$round --duration-ms 300
+done
+$PY - "$WORK/iterations1/merged.trace.json.gz" <<'EOF'
+import collections, gzip, json, sys
+events = json.loads(gzip.decompress(open(sys.argv[1], "rb").read()))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+print("kernel tracks", dict(collections.Counter(names[e["pid"]] for e in events if e.get("cat") == "kernel")))
+EOF
 touch "$WORK/job/stop"; wait $JOB; echo "job exit $?"
 tail -5 "$WORK/job.log"
 kill $AGENT; wait $AGENT
 grep -ciE "warn|error" "$WORK/agentd.log"; tail -5 "$WORK/agentd.log"
 find "$TRACE_DIR" -type f -ls
-(cd "$WORK" && tar czf "$OUT/traces.tar.gz" --ignore-failed-read iterations duration ./*.json ./*.log)
+(cd "$WORK" && tar czf "$OUT/traces.tar.gz" --ignore-failed-read iterations1 duration1 ./*.json ./*.log)
 ls -la "$OUT"

@@ -226,12 +226,19 @@ class CaptureService:
         return target
 
     def _match(self, request: pb.CaptureTraceRequest) -> list[Registrant]:
+        """The polling processes the request names, less the launchers of ranks.
+
+        A launcher (torchrun's agent, a wrapper script) imports torch, so it polls
+        too; but it has no rank, no steps and no GPU work: an iterations capture
+        would wait on it in vain, and its empty trace would only clutter the merge.
+        """
         matched = self.registry.match(request.job_id, set(request.pids))
+        ranks = {r.host_pid: self._rank_of(r.host_pid, process_facts(r.host_pid).rank) for r in matched}
         if request.ranks:
             wanted = set(request.ranks)
-            matched = [r for r in matched
-                       if self._rank_of(r.host_pid, process_facts(r.host_pid).rank) in wanted]
-        return matched
+            matched = [r for r in matched if ranks[r.host_pid] in wanted]
+        launchers = {pid for r in matched if ranks[r.host_pid] is not None for pid in r.pids[1:]}
+        return [r for r in matched if ranks[r.host_pid] is not None or r.reported_pid not in launchers]
 
     def _rank_of(self, pid: int, environ_rank: int | None) -> int | None:
         stats = self._ranks.get(pid)
