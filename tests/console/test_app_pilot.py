@@ -264,3 +264,27 @@ async def test_live_updates_reach_the_screen_at_most_twice_a_second() -> None:
     assert 2 <= len(renders) <= 4
     gaps = [b - a for a, b in zip(renders, renders[1:])]
     assert all(gap >= 0.45 for gap in gaps)
+
+
+class FailingSource:
+    """A source that fails the way a local agent that cannot start does."""
+
+    hosts: list[str] = []
+    live = True
+
+    async def run(self, emit) -> None:
+        from tuiprof.client.local import LocalAgentError
+
+        raise LocalAgentError("cannot start the embedded agent: port 1779 in use")
+
+
+async def test_a_failing_source_ends_the_console_with_its_reason() -> None:
+    app = TuiprofApp(FailingSource())
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.return_code is not None:
+                break
+        assert app.return_code == 1
+        assert [str(m) for m in app._exit_renderables] == [
+            "tuiprof: cannot start the embedded agent: port 1779 in use"]

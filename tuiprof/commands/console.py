@@ -63,5 +63,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from tuiprof.tui.app import TuiprofApp  # Textual only for the interactive console
 
-    TuiprofApp(source, connection=options).run()  # type: ignore[arg-type]
-    return 0
+    app = TuiprofApp(source, connection=options)  # type: ignore[arg-type]
+    app.run()
+    return app.return_code or 0

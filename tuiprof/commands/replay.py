@@ -34,5 +34,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from tuiprof.tui.app import TuiprofApp
 
-    TuiprofApp(ReplaySource(events, speed=args.speed)).run()
-    return 0
+    app = TuiprofApp(ReplaySource(events, speed=args.speed))
+    app.run()
+    return app.return_code or 0

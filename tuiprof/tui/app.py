@@ -15,6 +15,7 @@ import time
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.worker import Worker, WorkerState
 
 from tuiprof.client.host_client import ConnectionOptions
 from tuiprof.client.sources import EventSource
@@ -80,6 +81,11 @@ class TuiprofApp(App[None]):
         if not self._inbox:
             self.post_message(EventsPending())
         self._inbox.append(event)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The source failed (e.g. the embedded agent could not start): leave, saying why."""
+        if event.worker.group == "source" and event.state == WorkerState.ERROR:
+            self.exit(return_code=1, message=f"tuiprof: {event.worker.error}")
 
     def on_events_pending(self, _: EventsPending) -> None:
         events, self._inbox = self._inbox, []
