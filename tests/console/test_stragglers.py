@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tuiprof.analysis.stragglers import OpSample, judge
+from tuiprof.model.values import Unavailable
 
 
 def samples(latencies: list[float], op: str = "AllReduce") -> list[OpSample]:
@@ -27,3 +28,21 @@ def test_groups_are_per_op_and_small_groups_get_no_verdict() -> None:
     verdicts = judge(mixed)
     assert {v.sample.op for v in verdicts} == {"AllReduce"}
     assert not any(v.straggler for v in verdicts)
+
+
+def test_job_ops_over_the_fixture_cluster_flags_only_the_slow_rank() -> None:
+    from console.recordings import GPU_FIXTURE
+    from tuiprof.analysis.job_ops import job_ops
+    from tuiprof.model import record
+    from tuiprof.model.cluster import ClusterState
+
+    cluster = ClusterState([])
+    for event in record.read(GPU_FIXTURE):
+        cluster.apply(event)
+    rows = job_ops(cluster)
+    stragglers = [r for r in rows if r.verdict and r.verdict.straggler]
+    assert [(r.host, r.rank, r.kind) for r in stragglers] == [("gpu-node-02", "rank 13", "nccl")]
+    assert rows[0] is stragglers[0]
+    assert len(rows) == 4 * 8 * 2  # every host's last snapshot (gpu-node-04's is its last before going down)
+    idle = [r for r in rows if r.host == "gpu-node-03" and r.kind == "gemm"]
+    assert idle and all(isinstance(r.throughput, Unavailable) for r in idle)  # idle: absent, not 0

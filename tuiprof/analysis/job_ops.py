@@ -1,12 +1,17 @@
-"""Per-rank GEMM and NCCL op rows across every host of the job, with straggler verdicts."""
+"""Per-rank GEMM and NCCL op rows across every host of the job, with straggler verdicts.
+
+Read straight from each host's last wire message (not the full model), so the
+view stays cheap with a thousand hosts streaming.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.analysis.stragglers import OpSample, Verdict, judge
 from tuiprof.model.cluster import ClusterState
-from tuiprof.model.snapshot import GemmOp, Latency, NcclOp
+from tuiprof.model.summary import reading
 from tuiprof.model.values import Reading, Unavailable
 
 
@@ -24,17 +29,23 @@ class OpRow:
     verdict: Verdict | None
 
 
-def typical_latency(latency: Latency) -> Reading:
+def typical_latency(latency: pb.LatencyStats) -> Reading:
     """The p50 when the agent has a histogram, else the mean."""
-    if not isinstance(latency.p50_seconds, Unavailable):
-        return latency.p50_seconds
-    return latency.avg_seconds
+    p50 = reading(latency, "p50_seconds")
+    return p50 if not isinstance(p50, Unavailable) else reading(latency, "avg_seconds")
 
 
-def _signature(kind: str, op: GemmOp | NcclOp) -> str:
-    if isinstance(op, GemmOp):
-        return " ".join(part for part in (op.op, op.dtype, op.shape) if part)
-    return " ".join(part for part in (op.op, op.dtype, f"comm {op.comm_hash}" if op.comm_hash else "") if part)
+def _signature(op: pb.GemmOpStats | pb.NcclOpStats) -> str:
+    if isinstance(op, pb.GemmOpStats):
+        parts = (op.op, op.dtype, op.shape)
+    else:
+        parts = (op.op, op.dtype, f"comm {op.comm_hash}" if op.comm_hash else "")
+    return " ".join(part for part in parts if part)
+
+
+def rank_label(rank: pb.RankStats) -> str:
+    """``rank 3`` when the rank is known, else ``pid 1234`` (as ``Rank.label``)."""
+    return f"rank {rank.rank}" if rank.HasField("rank") else f"pid {rank.pid}"
 
 
 def _natural(label: str) -> tuple[str, int]:
@@ -45,28 +56,27 @@ def _natural(label: str) -> tuple[str, int]:
 
 def job_ops(cluster: ClusterState) -> list[OpRow]:
     """Every (host, rank, op) row; stragglers first, then by host and rank."""
-    raw: list[tuple[str, str, str, str, GemmOp | NcclOp]] = []
+    raw: list[tuple[str, str, str, str, pb.GemmOpStats | pb.NcclOpStats]] = []
     for state in cluster.hosts():
-        if state.snapshot is None:
+        if state.message is None:
             continue
-        for rank in state.snapshot.ranks:
-            for kind, ops in (("gemm", rank.gemm), ("nccl", rank.nccl)):
-                for op in ops:
-                    raw.append((state.address, rank.label, kind, _signature(kind, op), op))
-    samples = {
-        id(op): OpSample(host, rank, kind, signature, latency)
+        for rank in state.message.ranks:
+            label = rank_label(rank)
+            raw.extend((state.address, label, "gemm", _signature(op), op) for op in rank.gemm)
+            raw.extend((state.address, label, "nccl", _signature(op), op) for op in rank.nccl)
+    samples = [
+        OpSample(host, rank, kind, signature, latency)
+        if not isinstance(latency := typical_latency(op.latency), Unavailable) else None
         for host, rank, kind, signature, op in raw
-        if not isinstance(latency := typical_latency(op.latency), Unavailable)
-    }
-    verdicts = {id(v.sample): v for v in judge(samples.values())}
+    ]
+    verdicts = {id(v.sample): v for v in judge(s for s in samples if s is not None)}
     rows = []
-    for host, rank, kind, signature, op in raw:
-        sample = samples.get(id(op))
+    for (host, rank, kind, signature, op), sample in zip(raw, samples):
         rows.append(OpRow(
             host=host, rank=rank, kind=kind, op=signature, count_per_s=op.count_per_s,
-            p50_seconds=typical_latency(op.latency), p99_seconds=op.latency.p99_seconds,
-            throughput=op.busbw_bytes_per_s if isinstance(op, NcclOp) else op.tflops,
-            verdict=verdicts.get(id(sample)) if sample else None,
+            p50_seconds=typical_latency(op.latency), p99_seconds=reading(op.latency, "p99_seconds"),
+            throughput=reading(op, "busbw_bytes_per_s" if kind == "nccl" else "tflops"),
+            verdict=verdicts.get(id(sample)) if sample is not None else None,
         ))
     rows.sort(key=lambda r: (not (r.verdict and r.verdict.straggler), r.host, _natural(r.rank), r.kind, r.op))
     return rows
