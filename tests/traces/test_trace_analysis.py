@@ -8,12 +8,12 @@ import pathlib
 
 import pytest
 
-from tuiprof.analysis.trace_collectives import CollectiveCall, best_shift, match_calls
+from tuiprof.analysis.trace_collectives import CLOCK_SLACK_US, CollectiveCall, best_shift, match_calls
 from tuiprof.analysis.trace_merge import TraceFormatError, TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import covered, overlap, summarize, union
 
 BASE0 = 1_795_000_000_000_000_000  # ns
-BASE1 = BASE0 + 2_000_000  # rank 1's clock base is 2 ms later
+BASE1 = BASE0 + 2_000  # rank 1's clock base is 2 µs later (its all-reduces still overlap rank 0's)
 
 
 def kernel(name: str, ts: float, dur: float, stream: int = 7, cat: str = "kernel", **args) -> dict:
@@ -51,7 +51,7 @@ RANK0 = [
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 4242, "tid": 4242, "ts": 0, "dur": 60},
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 4242, "tid": 4242, "ts": 60, "dur": 80},
 ]
-# Rank 1 (its own ts; +2000 µs on rank 0's base): compute 30, and it starts the all-reduces later.
+# Rank 1 (its own ts; +2 µs on rank 0's base): compute 30, and it starts the all-reduces later.
 RANK1 = [
     kernel("gemm_a", 10, 30),
     kernel("ncclDevKernel_AllReduce_Sum_f32", 35, 25, stream=20, **{"Collective name": "allreduce",
@@ -87,7 +87,7 @@ def test_merge_rebases_renames_and_orders_ranks(merged):
                                       "rank 1 · host-b · CPU pid 4242 (python)", "rank 1 · host-b · GPU 0"]
     by_name = {v: k for k, v in names.items()}
     gemm_a = {names[e["pid"]]: e["ts"] for e in events if e.get("name") == "gemm_a"}
-    assert gemm_a == {"rank 0 · host-a · GPU 0": 10.0, "rank 1 · host-b · GPU 0": 2010.0}
+    assert gemm_a == {"rank 0 · host-a · GPU 0": 10.0, "rank 1 · host-b · GPU 0": 12.0}
     sort = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
     assert sort[by_name["rank 0 · host-a · GPU 0"]] < sort[by_name["rank 1 · host-b · GPU 0"]]
     # Kineto's per-file flow ids (5 in both files) no longer collide.
@@ -99,7 +99,7 @@ def test_merge_links_each_collective_occurrence_across_ranks(merged):
     result, doc = merged
     flows = [e for e in doc["traceEvents"] if e.get("cat") == "collective"]
     assert result.linked_collectives == 2
-    assert sorted((e["ph"], e["ts"]) for e in flows) == [("f", 2035.0), ("f", 2101.0), ("s", 30.0), ("s", 100.0)]
+    assert sorted((e["ph"], e["ts"]) for e in flows) == [("f", 37.0), ("f", 103.0), ("s", 30.0), ("s", 100.0)]
     assert all(e.get("bp") == "e" for e in flows if e["ph"] == "f")
 
 
@@ -116,9 +116,9 @@ def test_summary_split_overlap_steps_and_skew(merged):
     # median compute of (50, 30) is 40
     assert (r0.compute_vs_median_percent, r1.compute_vs_median_percent) == (25.0, -25.0)
     assert r0.top_kernels[0].name == "ncclDevKernel_AllReduce_Sum_f32" and r0.top_kernels[0].total_us == 40
-    # Rank 1 started both all-reduces last: by 2005 µs and 2001 µs on the shared clock.
+    # Rank 1 started both all-reduces last: by 7 µs and 3 µs on the shared clock.
     assert summary.collectives_compared == 2
-    assert [(s.skew_us, s.last_rank) for s in summary.worst_collectives] == [(2005.0, 1), (2001.0, 1)]
+    assert [(s.skew_us, s.last_rank) for s in summary.worst_collectives] == [(7.0, 1), (3.0, 1)]
     assert summary.last_starts == {"1": 2}
 
 
@@ -154,3 +154,26 @@ def test_collectives_matched_across_windows_cut_at_different_calls():
     assert best_shift([10.0], [30.0, 10.0]) == 0
     # Real sequence numbers (timeline dumps) are the key as they are.
     assert match_calls([[call("x", 1, seq=7)], [call("x", 90, seq=7)]]) == [[("pg0", "x", "7")], [("pg0", "x", "7")]]
+
+
+def test_collectives_of_windows_that_do_not_overlap_are_not_paired():
+    # Two ranks traced 5 iterations each, 200 ms apart (seen on 2 x H200): same count, no common call.
+    rank0 = [call("allreduce", 200_000.0 + 3500 * i) for i in range(5)]
+    rank1 = [call("allreduce", 3500.0 * i) for i in range(5)]
+    keys0, keys1 = match_calls([rank0, rank1])
+    assert not set(keys0) & set(keys1)
+    # Spans that overlap once a host's clock is off by under CLOCK_SLACK_US still pair their calls;
+    # so do calls far apart inside overlapping spans (a gloo op ends when enqueued: a late rank's
+    # op can follow the others' by a whole step), and overlapping calls that start well before the
+    # other rank's span (an NCCL kernel waiting 7 ms for the last rank, its first traced call).
+    offset = CLOCK_SLACK_US / 2
+    keys0, keys1 = match_calls([[call("allreduce", t) for t in (100.0, 200.0)],
+                                [call("allreduce", t + offset) for t in (100.0, 200.0)]])
+    assert keys0 == keys1 == [("pg0", "allreduce", "0"), ("pg0", "allreduce", "1")]
+    keys0, keys1 = match_calls([[call("allreduce", t) for t in (0.0, 10_000.0, 20_000.0)],
+                                [call("allreduce", t) for t in (800.0, 18_000.0, 20_010.0)]])
+    assert keys0 == keys1
+    waiting = CollectiveCall("pg0", "allreduce", None, -7_000.0, 10_000.0, 1, 1)
+    keys0, keys1 = match_calls([[waiting, call("allreduce", 20_000.0)],
+                                [call("allreduce", t) for t in (10_010.0, 20_010.0)]])
+    assert keys0 == keys1

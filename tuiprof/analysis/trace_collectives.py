@@ -7,7 +7,13 @@ call in one file may be the (n+1)-th in the next. Calls of one collective end
 together on every rank (nobody leaves before the last one arrives), so each
 rank's numbering is shifted to the offset that best lines its end times up
 with the lowest rank's (smallest median gap, a few calls either way, only
-when that clearly beats no shift).
+when that clearly beats no shift). Calls so paired must also be able to be one
+collective: either they overlap in time (NCCL kernels do: the first rank waits
+inside its kernel for the last), or each lies within the other ranks' traced
+spans of collectives (CPU ops such as gloo's end once enqueued, so a late rank's
+op may follow the others' by any delay). Windows that do not overlap share no
+collective, however the numbering lines up (seen on 2 x H200: two ranks'
+5-iteration windows 200 ms apart).
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 MAX_SHIFT = 3
+# Room (µs, shared wall clock) for the clock offset between NTP-synced hosts when calls
+# are checked against each other and against other ranks' spans. Hosts further apart
+# than this give no meaningful start skew either.
+CLOCK_SLACK_US = 1000.0
 # Shifts tried in this order, so a tie keeps the smaller shift.
 _SHIFTS = sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=abs)
 
@@ -62,6 +72,8 @@ def match_calls(calls_by_rank: list[list[CollectiveCall]]) -> list[list[Key]]:
         for position, call in enumerate(calls):
             streams[(call.group, call.name)][rank_index].append(position)
     keys: list[list[Key]] = [[("", "", "")] * len(calls) for calls in calls_by_rank]
+    spans = [(min(c.ts for c in calls) - CLOCK_SLACK_US, max(c.end for c in calls) + CLOCK_SLACK_US) if calls
+             else (0.0, 0.0) for calls in calls_by_rank]
     for (group, name), by_rank in streams.items():
         if all(calls_by_rank[r][p].seq is not None for r, positions in by_rank.items() for p in positions):
             for r, positions in by_rank.items():
@@ -73,7 +85,15 @@ def match_calls(calls_by_rank: list[list[CollectiveCall]]) -> list[list[Key]]:
         shifts = {r: 0 if r == reference_rank else best_shift([calls_by_rank[r][p].end for p in positions], reference)
                   for r, positions in by_rank.items()}
         lowest = min(shifts.values())
+        occurrences: dict[int, list[tuple[int, int]]] = defaultdict(list)
         for r, positions in by_rank.items():
             for i, p in enumerate(positions):
-                keys[r][p] = (group, name, str(i + shifts[r] - lowest))
+                occurrences[i + shifts[r] - lowest].append((r, p))
+        for occurrence, members in occurrences.items():
+            calls = [calls_by_rank[r][p] for r, p in members]
+            overlapping = max(c.ts for c in calls) <= min(c.end for c in calls) + CLOCK_SLACK_US
+            together = overlapping or all(spans[other][0] <= call.ts and call.end <= spans[other][1]
+                                          for call in calls for other, _ in members)
+            for r, p in members:  # calls that cannot be one collective keep a key of their own rank: not linked
+                keys[r][p] = (group, name, str(occurrence) if together else f"{occurrence}@{r}")
     return keys
