@@ -288,3 +288,29 @@ async def test_a_failing_source_ends_the_console_with_its_reason() -> None:
         assert app.return_code == 1
         assert [str(m) for m in app._exit_renderables] == [
             "tuiprof: cannot start the embedded agent: port 1779 in use"]
+
+
+async def test_space_pauses_and_resumes_a_replay_and_does_nothing_live() -> None:
+    from console.recordings import GPU_FIXTURE
+    from tuiprof.client.sources import ReplaySource
+    from tuiprof.model import record
+
+    events = list(record.read(GPU_FIXTURE))
+    # at 4x: the fixture's 4 s of snapshots take about 1 s
+    app = TuiprofApp(ReplaySource(events, speed=4.0))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("space")
+        assert app.source.paused and app.sub_title == "replay · paused"
+        seen = app.cluster.version
+        await pilot.pause(1.5)
+        assert app.cluster.version == seen  # nothing moves while paused
+        await pilot.press("space")
+        assert not app.source.paused and app.sub_title == "replay"
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if app.cluster.host("gpu-node-04").reachable is False:
+                break
+        assert app.cluster.host("gpu-node-04").reachable is False  # played on to the outage
+    live = TuiprofApp(FailingSource())
+    assert live.check_action("toggle_replay", ()) is False

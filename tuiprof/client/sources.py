@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,25 +56,47 @@ class LocalSource:
 
 @dataclass
 class ReplaySource:
-    """A recording, at its original pace times ``speed`` (0: everything at once)."""
+    """A recording, at its original pace times ``speed`` (0: everything at once).
+
+    ``pause``/``resume`` stop and restart the clock (post-mortems: stop at the
+    moment things went wrong and look around).
+    """
 
     events: Sequence[HostEvent]
     speed: float = 1.0
-    sleep: Callable[[float], "asyncio.Future[None]"] = asyncio.sleep  # type: ignore[assignment]
     live: bool = False
+    paused: bool = False
+    _resumed: asyncio.Event = field(default_factory=asyncio.Event)
+    _paused_for: float = 0.0
+    _paused_at: float = 0.0
 
     @property
     def hosts(self) -> list[str]:
         return list(dict.fromkeys(event.host for event in self.events))
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.paused, self._paused_at = True, time.monotonic()
+            self._resumed.clear()
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self._paused_for += time.monotonic() - self._paused_at
+            self._resumed.set()
 
     async def run(self, emit: Emit) -> None:
         if not self.events:
             return
         start_wall, start_at = time.monotonic(), self.events[0].at
         for event in self.events:
+            while self.paused:
+                await self._resumed.wait()
             if self.speed > 0:
-                due = start_wall + (event.at - start_at) / self.speed
+                due = start_wall + self._paused_for + (event.at - start_at) / self.speed
                 delay = due - time.monotonic()
                 if delay > 0:
-                    await self.sleep(delay)
+                    await asyncio.sleep(delay)
+                    while self.paused:  # paused while sleeping: wait, then keep the pace
+                        await self._resumed.wait()
             emit(event)

@@ -44,6 +44,7 @@ class TuiprofApp(App[None]):
         Binding("t", "traces", "Traces"),
         Binding("s", "stacks", "Stacks"),
         Binding("T", "toggle_theme", "Light/dark", show=False),
+        Binding("space", "toggle_replay", "Pause/play"),
     ]
 
     def __init__(
@@ -150,6 +151,21 @@ class TuiprofApp(App[None]):
     def _push_once(self, screen_type: type) -> None:
         if not isinstance(self.screen, screen_type):
             self.push_screen(screen_type())
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Pause/play exists only over a recording."""
+        if action == "toggle_replay":
+            return not self.source.live
+        return True
+
+    def action_toggle_replay(self) -> None:
+        source = self.source
+        if source.paused:  # type: ignore[attr-defined]
+            source.resume()  # type: ignore[attr-defined]
+            self.sub_title = "replay"
+        else:
+            source.pause()  # type: ignore[attr-defined]
+            self.sub_title = "replay · paused"
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
