@@ -16,6 +16,7 @@ KEYS = """\
   Esc          back                     ctrl+p   command palette (go to host/rank, theme)
   n            NCCL/GEMM across the job t        traces      s   stacks
   T            light/dark theme         j/k      down/up (vim keys)
+  space        pause/resume a replay (`tuiprof replay FILE`)
 
 [b]Cluster view[/b]
   Enter        open the host            /        filter (Esc clears)
