@@ -10,7 +10,9 @@ A rank whose process is gone (or whose pid now belongs to a newer process) is
 reported as "exited" for ``exited_keep_seconds``, then its segment is deleted.
 The agent is not the process's parent, so its exit code or fatal signal comes
 from what the process left in its segment, and its last uncaught Python
-exception (live or exited) from the file beside it (``rank_exit``). A live
+exception (live or exited) from the file beside it (``rank_exit``). PyTorch
+Flight Recorder progress, where the startup hook publishes it, adds per
+process group counters and in-flight collectives (``rank_flight``). A live
 process whose writer stopped beating is reported with its kernel state and
 heartbeat age: judging that is the hang detector's job.
 
@@ -31,7 +33,8 @@ import statistics
 import threading
 import time
 
-from agentd.collectors import pmu, rank_exit, rank_rates
+from agentd.collectors import pmu, rank_exit, rank_flight, rank_rates
+from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.base import Collector
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -89,10 +92,12 @@ class _Rank:
     stats: pb.RankStats | None = None
     cpu_counters: "pmu.Counters | None" = None
     cpu_counters_reason: str = ""
-    exception: rank_exit.ExceptionFile = dataclasses.field(init=False)
+    exception: SidecarFile = dataclasses.field(init=False)
+    flight: SidecarFile = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.exception = rank_exit.ExceptionFile(self.path, native.EXCEPTION_SUFFIX)
+        self.exception = SidecarFile(self.path, native.EXCEPTION_SUFFIX)
+        self.flight = SidecarFile(self.path, native.FLIGHT_SUFFIX)
 
     def close(self) -> None:
         """Unmap the segment and release the counters' file descriptors."""
@@ -186,6 +191,7 @@ class RanksCollector(Collector):
         rank.close()
         del self._ranks[rank.path]
         rank.exception.remove()
+        rank.flight.remove()
         if delete:
             try:
                 os.unlink(rank.path)
@@ -202,6 +208,7 @@ class RanksCollector(Collector):
         stats = self._rates(rank, header, now_ns)
         self._cpu_counters(rank, stats)
         stats.exception = rank.exception.refresh()
+        rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
         if state is None:
             rank.exited_at = mono
             rank.close_counters()

@@ -1,7 +1,8 @@
 """Per-rank hang verdicts from what the ranks collector reports, explained in words.
 
 Signals, per rank: the oldest collective launched and not finished (from the
-hook library's in-flight table), step progress (no optimizer step for
+hook library's NCCL in-flight table, and PyTorch Flight Recorder's counters
+for any backend where the startup hook publishes them), step progress (no optimizer step for
 ``STALL_FACTOR`` × the rank's recent median step time, and at least the
 configured seconds), and the process state read from /proc. CPU use is
 deliberately not a signal: a rank waiting in a CUDA sync spins, a culprit
@@ -22,7 +23,7 @@ from agentd.hang.procstate import GONE, process_state
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.analysis.stacks_verdicts import summarize
 from tuiprof.analysis.stacks_collectives import findings, short_comm
-from tuiprof.analysis.stacks_proto import collectives_from_ranks
+from tuiprof.analysis.stacks_proto import COLLECTIVE_KINDS, collectives_from_ranks
 
 OK, SUSPECT, HUNG, EXITED = "ok", "suspect", "hung", "exited"
 _SEVERITY = {OK: 0, EXITED: 1, SUSPECT: 2, HUNG: 3}
@@ -114,7 +115,8 @@ class HangDetector:
             reasons.append((self._level_for(held, immediate=True), f"{what} for {held:.0f} s"))
         else:
             track.bad_state_since = None
-        oldest = max((op for op in rank.inflight if op.kind == "nccl"), key=lambda op: op.age_seconds, default=None)
+        oldest = max((op for op in rank.inflight if op.kind in COLLECTIVE_KINDS), key=lambda op: op.age_seconds,
+                     default=None)
         if oldest is not None:
             text = (f"{oldest.op} #{oldest.sequence} on comm {short_comm(oldest.comm_hash)} launched "
                     f"{oldest.age_seconds:.0f} s ago, not finished")
@@ -172,7 +174,7 @@ def _collective_notes(ranks: Sequence[pb.RankStats]) -> tuple[dict[int, str], di
     for job, members in jobs.items():
         by_rank = findings(collectives_from_ranks(members))
         notes.update((r.pid, by_rank[r.rank]) for r in members if r.HasField("rank") and r.rank in by_rank)
-        waited[job] = max((op.age_seconds for r in members for op in r.inflight if op.kind == "nccl"),
+        waited[job] = max((op.age_seconds for r in members for op in r.inflight if op.kind in COLLECTIVE_KINDS),
                           default=0.0)
     return notes, waited
 

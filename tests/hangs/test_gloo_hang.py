@@ -2,9 +2,10 @@
 `tuiprof run`, a real agentd with a short hang timeout, and `tuiprof stacks --json`.
 
 One rank (chosen here) stops joining the all_reduces and sleeps in a function of
-its own: the agent must flag the hang and the merged stacks must name exactly
-that rank and its function. Then a job whose ranks all wait in the same place:
-hung, but no single suspect.
+its own: the agent must flag the hang, PyTorch's Flight Recorder counters (which
+the startup hook publishes) must say which collective that rank never launched,
+and the merged stacks must name exactly that rank and its function. Then a job
+whose ranks all wait in the same place: hung, but no single suspect.
 """
 
 import asyncio
@@ -54,7 +55,7 @@ class Job:
 
     def stop(self) -> None:
         """Kill torchrun and its workers (each worker runs in a session of its own), and
-        remove the workers' segments."""
+        remove the workers' segments and the files beside them."""
         try:
             family = [psutil.Process(self.process.pid), *psutil.Process(self.process.pid).children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -67,7 +68,8 @@ class Job:
         psutil.wait_procs(family, timeout=30)
         self.process.wait(timeout=30)
         for proc in family:
-            pathlib.Path(f"/dev/shm/tuiprof-{os.getuid()}-{proc.pid}").unlink(missing_ok=True)
+            for suffix in ("", ".exception", ".flight"):  # the segment and the startup hook's files beside it
+                pathlib.Path(f"/dev/shm/tuiprof-{os.getuid()}-{proc.pid}{suffix}").unlink(missing_ok=True)
         self.log.close()
 
 
@@ -123,16 +125,23 @@ async def test_the_rank_that_stops_joining_is_the_suspect(agent, start_job):
     ranks = [r for r in snapshot.ranks if r.job_id == job.id]
     assert sorted(r.rank for r in ranks) == [0, 1, 2, 3]
     assert all(r.step_count >= 30 for r in ranks)
-    verdicts = [v for v in snapshot.hang.ranks if v.pid in {r.pid for r in ranks}]
-    assert all("no optimizer step for" in v.explanation for v in verdicts), verdicts
+    verdicts = {v.rank: v.explanation for v in snapshot.hang.ranks if v.pid in {r.pid for r in ranks}}
+    assert all("no optimizer step for" in text for text in verdicts.values()), verdicts
     assert snapshot.hang.level == "hung"
+    # Flight Recorder: 30 steps x 4 gradients = 120 all_reduces done; #121 launched by all but the stuck rank
+    progress = {r.rank: [(g.id, g.last_enqueued, g.last_completed) for g in r.process_groups] for r in ranks}
+    assert progress == {r: [("0", 120 if r == STUCK_RANK else 121, 120)] for r in range(4)}, progress
+    assert verdicts[STUCK_RANK].startswith(
+        f"rank {STUCK_RANK}: never launched gloo:all_reduce #121 on comm pg0 (ranks 0-1,3 launched it)"), verdicts
+    assert all(verdicts[r].startswith(f"rank {r}: gloo:all_reduce #121 on comm pg0 launched ") for r in (0, 1, 3))
 
     doc = await tuiprof_stacks_json(agent, job)
     require_ptrace(doc)
     assert doc["ranks"] == 4
     assert [s["ranks"] for s in doc["suspects"]] == [str(STUCK_RANK)]
     reason = doc["suspects"][0]["reason"]
-    assert reason.startswith(f"rank {STUCK_RANK} is in `stop_joining_and_sleep (gloo_job.py)`"), reason
+    assert reason.startswith(f"rank {STUCK_RANK} never launched gloo:all_reduce #121 on comm pg0 (ranks 0-1,3 "
+                             "launched it); it is in `stop_joining_and_sleep (gloo_job.py)`"), reason
     assert "ranks 0-1,3 are in `all_reduce" in reason, reason
     assert doc["classes"][0]["ranks"] == str(STUCK_RANK) and doc["classes"][-1]["ranks"] == "0-1,3"
     assert doc["hosts"][0]["hang"]["level"] == "hung"

@@ -52,13 +52,14 @@ def standins_v4(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 @pytest.fixture
 def cleanup_segments() -> Iterator[list[int]]:
-    """Pids whose segments (and uncaught-exception files) are removed after the test."""
+    """Pids whose segments (and the files beside them) are removed after the test."""
     pids: list[int] = []
     yield pids
     for pid in pids:
         path = segment_path(pid)
         path.unlink(missing_ok=True)
-        path.with_name(path.name + segment.EXCEPTION_SUFFIX).unlink(missing_ok=True)
+        for suffix in (segment.EXCEPTION_SUFFIX, segment.FLIGHT_SUFFIX):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

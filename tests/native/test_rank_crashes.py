@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 
-from agentd.collectors.rank_exit import ExceptionFile
+from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.support import segment_path, tuiprof_run, watch_rank, watch_snapshot
@@ -117,7 +117,7 @@ def test_an_exception_file_that_is_a_link_or_a_fifo_is_not_read(tmp_path, caplog
     seg.write_bytes(b"")
     secret = tmp_path / "secret"
     secret.write_text("not for the agent")
-    exception = ExceptionFile(str(seg), ".exception")
+    exception = SidecarFile(str(seg), ".exception")
     os.symlink(secret, exception.path)
     assert exception.refresh() == ""
     os.unlink(exception.path)

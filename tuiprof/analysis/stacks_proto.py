@@ -65,16 +65,20 @@ def tree_from_proto(root: pb.StackNode) -> MergedStacks:
     return merged
 
 
+COLLECTIVE_KINDS = ("nccl", "fr")  # in-flight kinds that are collectives: the NCCL plugin, Flight Recorder
+
+
 def collectives_from_ranks(ranks: Iterable[pb.RankStats]) -> list[RankCollectives]:
-    """The NCCL collectives each rank has in flight and the communicators it uses."""
+    """The collectives each rank has in flight and the communicators it belongs to: NCCL
+    communicators it used, and (Flight Recorder) process groups as "pg<id>"."""
     out = []
     for rank in ranks:
         if not rank.HasField("rank") or rank.rank < 0:
             continue
         inflight = tuple(
             Inflight(op.op, op.comm_hash, op.sequence, op.age_seconds)
-            for op in rank.inflight if op.kind == "nccl"
+            for op in rank.inflight if op.kind in COLLECTIVE_KINDS
         )
-        comms = frozenset(s.comm_hash for s in rank.nccl if s.comm_hash)
+        comms = frozenset(s.comm_hash for s in rank.nccl if s.comm_hash) | {f"pg{g.id}" for g in rank.process_groups}
         out.append(RankCollectives(rank.rank, inflight, comms))
     return out

@@ -50,13 +50,24 @@ TP_EXPORT const char *tuiprof_segment_path(void)
     return path;
 }
 
-/* Where the startup hook writes this process's last uncaught exception (the
- * segment path + TP_EXCEPTION_SUFFIX); "" when the process has no segment. */
+static const char *sidecar_path(char *buf, size_t cap, const char *suffix)
+{
+    if (!tp_is_running()) return "";
+    snprintf(buf, cap, "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d%s", (unsigned)getuid(), (int)getpid(), suffix);
+    return buf;
+}
+
+/* Where the startup hook writes this process's last uncaught exception and
+ * its Flight Recorder progress (beside the segment); "" when the process has
+ * no segment. */
 TP_EXPORT const char *tuiprof_exception_path(void)
 {
     static __thread char path[112];
-    if (!tp_is_running()) return "";
-    snprintf(path, sizeof(path), "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d" TP_EXCEPTION_SUFFIX, (unsigned)getuid(),
-             (int)getpid());
-    return path;
+    return sidecar_path(path, sizeof(path), TP_EXCEPTION_SUFFIX);
+}
+
+TP_EXPORT const char *tuiprof_flight_path(void)
+{
+    static __thread char path[112];
+    return sidecar_path(path, sizeof(path), TP_FLIGHT_SUFFIX);
 }

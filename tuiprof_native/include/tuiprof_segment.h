@@ -25,10 +25,12 @@
 #define TP_LAYOUT_VERSION 3u
 
 #define TP_SEGMENT_PREFIX "tuiprof-" /* /dev/shm/tuiprof-<uid>-<pid> */
-/* Beside the segment: the last uncaught Python exception of the process, as
- * text (written whole by the startup hook, replaced atomically), removed
- * together with the segment: /dev/shm/tuiprof-<uid>-<pid>.exception */
+/* Beside the segment, written whole and replaced atomically by the Python
+ * startup hook, removed together with the segment by the agent:
+ *   /dev/shm/tuiprof-<uid>-<pid>.exception  the last uncaught exception (text)
+ *   /dev/shm/tuiprof-<uid>-<pid>.flight     PyTorch Flight Recorder progress (JSON) */
 #define TP_EXCEPTION_SUFFIX ".exception"
+#define TP_FLIGHT_SUFFIX ".flight"
 
 #define TP_MAX_SLOTS 512u      /* aggregate slots; the last one collects overflow */
 #define TP_MAX_INFLIGHT 128u   /* one entry per stream / communicator with unfinished work */

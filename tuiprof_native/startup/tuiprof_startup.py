@@ -7,7 +7,9 @@ PyTorch's global optimizer post-step hook (one step per ``optimizer.step()``),
 a ``gc.callbacks`` entry, a timing wrapper around DataLoader iteration, and
 ``sys.excepthook`` / ``threading.excepthook`` wrappers that write an uncaught
 exception's traceback beside the process's segment (for the agent, which
-outlives the process) before handing it to the hook they replaced.
+outlives the process) before handing it to the hook they replaced. Once
+torch.distributed is up (seen at an optimizer step), ``tuiprof_flight``
+publishes PyTorch Flight Recorder progress beside the segment too.
 No ``sys.setprofile`` (it would collide with torch.profiler). Any failure
 leaves the job untouched (logged at debug level), because telemetry must
 never break training.
@@ -47,9 +49,50 @@ def _load_library() -> ctypes.CDLL | None:
         fn = getattr(lib, name)
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
-    lib.tuiprof_exception_path.restype = ctypes.c_char_p
-    lib.tuiprof_exception_path.argtypes = []
+    for name in ("tuiprof_exception_path", "tuiprof_flight_path"):
+        getattr(lib, name).restype = ctypes.c_char_p
+        getattr(lib, name).argtypes = []
     return lib
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Replace ``path`` atomically (the agent reads whole files only), never through a link."""
+    partial = f"{path}.tmp"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as out:
+        out.write(text)
+    os.replace(partial, path)
+
+
+class _StepRecorder:
+    """PyTorch's optimizer post-step hook: one step into the segment, and, once
+    torch.distributed is initialized (looked at each step until then), the
+    Flight Recorder publisher."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._record = lib.tuiprof_record_step
+        self._flight_path = lib.tuiprof_flight_path
+        self._flight_pending = True
+
+    def __call__(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._record()
+        if self._flight_pending:
+            dist = sys.modules.get("torch.distributed")
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                self._flight_pending = False
+                self._start_flight()
+
+    def _start_flight(self) -> None:
+        try:
+            import torch
+            import tuiprof_flight
+
+            dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
+            path = self._flight_path().decode()
+            if dump is not None and path:
+                tuiprof_flight.FlightPublisher(dump, path, _write_whole).start()
+        except Exception:  # telemetry must never break the training step
+            log.debug("tuiprof Flight Recorder publisher not started", exc_info=True)
 
 
 class _ExceptionRecorder:
@@ -72,11 +115,7 @@ class _ExceptionRecorder:
             if len(text) > EXCEPTION_TEXT_LIMIT:
                 cut = len(text) - EXCEPTION_TEXT_LIMIT
                 text = f"[{cut} characters cut]\n{text[cut:]}"
-            partial = f"{path}.tmp"
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as out:
-                out.write(text)
-            os.replace(partial, path)  # the agent reads whole files only
+            _write_whole(path, text)
         except Exception:  # a crash report must never change how the program ends
             log.debug("tuiprof could not record an uncaught exception", exc_info=True)
 
@@ -138,8 +177,7 @@ def _on_torch_imported(torch: ModuleType) -> None:
         return
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    record_step = lib.tuiprof_record_step
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: record_step())
+    register_optimizer_step_post_hook(_StepRecorder(lib))
     gc.callbacks.append(_GcTimer(lib))
     _wrap_dataloader(lib)
     import threading  # torch has imported it already

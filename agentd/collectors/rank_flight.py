@@ -1,0 +1,36 @@
+"""A rank's PyTorch Flight Recorder progress (written by the startup hook's
+``tuiprof_flight`` beside the segment) as RankStats fields.
+
+Per process group: the last collective enqueued and completed
+(``process_groups``); the collectives enqueued and not completed join the
+hook library's in-flight table as kind "fr" on comm "pg<id>", so the hang
+detector compares them across ranks like NCCL's (any backend: gloo too).
+"""
+
+from __future__ import annotations
+
+import json
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+NO_FLIGHT = ("no Flight Recorder progress: not a torch.distributed job (or no optimizer step yet), "
+             "or the recorder is off (TORCH_FR_BUFFER_SIZE=0)")
+
+
+def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> None:
+    """``process_groups`` and the "fr" in-flight entries from the file's ``text``."""
+    if not text:
+        stats.unavailable["process_groups"] = NO_FLIGHT
+        return
+    try:
+        doc = json.loads(text)
+        groups = [pb.ProcessGroupProgress(id=str(g["id"]), last_enqueued=int(g["last_enqueued"]),
+                                          last_completed=int(g["last_completed"])) for g in doc["groups"]]
+        active = [pb.InflightOp(kind="fr", op=str(a["op"]), comm_hash=f"pg{a['pg']}", sequence=int(a["seq"]),
+                                age_seconds=max(0.0, (now_ns - int(a["enqueued_ns"])) * 1e-9))
+                  for a in doc["active"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        stats.unavailable["process_groups"] = f"the Flight Recorder progress file is malformed: {exc!r}"
+        return
+    stats.process_groups.extend(groups)
+    stats.inflight.extend(active)

@@ -1,0 +1,77 @@
+"""Flight Recorder progress: the startup hook's publisher (driven here by a scripted
+recorder; the real one is exercised end to end by tests/hangs/test_gloo_hang.py) and
+the agent's reading of the file it writes."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+from agentd.collectors.rank_flight import NO_FLIGHT, fill_flight
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[2] / "tuiprof_native" / "startup"))
+import tuiprof_flight  # noqa: E402  (a top-level module in the job's Python)
+
+ENTRY = {"pg_id": 0, "collective_seq_id": 5, "profiling_name": "gloo:all_reduce", "time_created_ns": 1000,
+         "is_p2p": False}
+
+
+class Recorder:
+    """What torch._C._distributed_c10d._dump_fr_trace_json returns, scripted; counts full dumps."""
+
+    def __init__(self) -> None:
+        self.status = {"0": (4, 4)}
+        self.entries = [dict(ENTRY, collective_seq_id=s) for s in (4, 5)]
+        self.full_dumps = 0
+
+    def __call__(self, collectives: bool, only_active: bool) -> bytes:
+        doc = {"pg_status": {pg: {"last_enqueued_collective": str(e), "last_completed_collective": str(c),
+                                  "last_started_collective": "-1"} for pg, (e, c) in self.status.items()}}
+        if collectives:
+            self.full_dumps += 1
+            doc["entries"] = self.entries
+        return json.dumps(doc).encode()
+
+
+def test_publisher_names_stalled_collectives_once_and_writes_only_changes():
+    recorder, writes = Recorder(), []
+    publisher = tuiprof_flight.FlightPublisher(recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)))
+    publisher.poll()
+    assert writes == [{"groups": [{"id": "0", "last_enqueued": 4, "last_completed": 4}], "active": []}]
+    publisher.poll()
+    assert len(writes) == 1  # nothing changed, nothing written
+    recorder.status = {"0": (5, 4)}
+    publisher.poll()  # just enqueued: not stalled yet, the entries are not read
+    assert recorder.full_dumps == 0 and writes[-1]["active"] == []
+    publisher.poll()  # the same counters again: stalled, the entries name it
+    publisher.poll()
+    assert recorder.full_dumps == 1
+    assert writes[-1]["active"] == [{"pg": "0", "seq": 5, "op": "gloo:all_reduce", "enqueued_ns": 1000}]
+    recorder.status = {"0": (5, 5)}
+    publisher.poll()
+    assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 5, "last_completed": 5}], "active": []}
+
+
+def test_agent_reads_groups_and_in_flight_collectives():
+    text = json.dumps({"groups": [{"id": "0", "last_enqueued": 121, "last_completed": 120}],
+                       "active": [{"pg": "0", "seq": 121, "op": "gloo:all_reduce", "enqueued_ns": 1_000_000_000}]})
+    stats = pb.RankStats()
+    fill_flight(text, stats, now_ns=31_000_000_000)
+    assert [(g.id, g.last_enqueued, g.last_completed) for g in stats.process_groups] == [("0", 121, 120)]
+    (op,) = stats.inflight
+    assert (op.kind, op.op, op.comm_hash, op.sequence) == ("fr", "gloo:all_reduce", "pg0", 121)
+    assert op.age_seconds == pytest.approx(30.0)
+
+
+def test_no_file_or_a_malformed_one_is_unavailable_with_the_reason():
+    stats = pb.RankStats()
+    fill_flight("", stats, now_ns=0)
+    assert stats.unavailable["process_groups"] == NO_FLIGHT
+    stats = pb.RankStats()
+    fill_flight('{"groups": [{"id": "0"}]}', stats, now_ns=0)
+    assert "malformed" in stats.unavailable["process_groups"] and "last_enqueued" in stats.unavailable["process_groups"]
+    assert not stats.process_groups
