@@ -32,7 +32,7 @@ def status(screen: TracesScreen) -> str:
 async def test_capture_dialog_follows_the_host_and_shows_summary_and_merged_file(agent, socket_dir, tmp_path):
     with trainers(socket_dir, [0]) as processes:
         wait_registered(agent, processes[0].pid)
-        app = TuiprofApp(LiveSource([agent.address.target], ConnectionOptions(timeout=10)))
+        app = TuiprofApp(LiveSource([agent.address], ConnectionOptions(timeout=10)))
         async with app.run_test(size=(160, 50)) as pilot:
             await pilot.press("t")
             screen = app.screen
@@ -55,7 +55,7 @@ async def test_capture_dialog_follows_the_host_and_shows_summary_and_merged_file
 
 
 async def test_form_refuses_a_span_that_does_not_fit_the_kind(agent, tmp_path):
-    app = TuiprofApp(LiveSource([agent.address.target], ConnectionOptions(timeout=10)))
+    app = TuiprofApp(LiveSource([agent.address], ConnectionOptions(timeout=10)))
     async with app.run_test(size=(160, 50)) as pilot:
         app.push_screen(TracesScreen(output_root=tmp_path))
         await pilot.pause()
