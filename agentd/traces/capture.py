@@ -99,7 +99,8 @@ class Capture:
         elif now >= self.deadline_unix:
             target.fail(FAILED, "no trace written in time: the process may have refused the config (start "
                                 "time too close for its warmup), or could not write into the trace dir (newer "
-                                "Kineto writes on-demand traces only under /tmp or $KINETO_ONDEMAND_TRACE_DIR) — "
+                                "Kineto writes on-demand traces only under /tmp or $KINETO_ONDEMAND_TRACE_DIR, "
+                                "which `tuiprof run` sets to the trace dir of the agent on the host it runs on) — "
                                 "see its stderr for a Kineto warning")
 
     def to_proto(self, host: str) -> pb.CaptureTraceReply:
