@@ -202,6 +202,8 @@ def main() -> None:
         job_id = ranks[0].job_id
         summary["verdicts"] = seen["verdicts"]
         summary["inflight"] = {r.rank: [json_format.MessageToDict(op) for op in r.inflight] for r in ranks}
+        summary["process_groups"] = {r.rank: [json_format.MessageToDict(g) for g in r.process_groups] or
+                                     dict(r.unavailable).get("process_groups") for r in ranks}
         summary["stacks_s"] = tuiprof(out, "stacks.json", "stacks", address, "--json", "--job", job_id)
         summary["stacks_native_s"] = tuiprof(out, "stacks_native.json", "stacks", address, "--json", "--native", "--job", job_id)
         tuiprof(out, "status.json", "status", address, "--json")

@@ -15,6 +15,8 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 
 NO_FLIGHT = ("no Flight Recorder progress: not a torch.distributed job (or no optimizer step yet), "
              "or the recorder is off (TORCH_FR_BUFFER_SIZE=0)")
+NO_GROUPS = ("the Flight Recorder holds no process group of this rank: PyTorch keeps NCCL groups in a recorder "
+             "of their own, which is not read (NCCL collectives come from the hook library's NCCL plugin)")
 
 
 def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> None:
@@ -32,5 +34,7 @@ def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> None:
     except (ValueError, KeyError, TypeError) as exc:
         stats.unavailable["process_groups"] = f"the Flight Recorder progress file is malformed: {exc!r}"
         return
+    if not groups:
+        stats.unavailable["process_groups"] = NO_GROUPS
     stats.process_groups.extend(groups)
     stats.inflight.extend(active)

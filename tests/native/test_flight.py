@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agentd.collectors.rank_flight import NO_FLIGHT, fill_flight
+from agentd.collectors.rank_flight import NO_FLIGHT, NO_GROUPS, fill_flight
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[2] / "tuiprof_native" / "startup"))
@@ -71,6 +71,9 @@ def test_no_file_or_a_malformed_one_is_unavailable_with_the_reason():
     stats = pb.RankStats()
     fill_flight("", stats, now_ns=0)
     assert stats.unavailable["process_groups"] == NO_FLIGHT
+    stats = pb.RankStats()
+    fill_flight('{"groups": [], "active": []}', stats, now_ns=0)  # an NCCL-only job: its groups are elsewhere
+    assert stats.unavailable["process_groups"] == NO_GROUPS
     stats = pb.RankStats()
     fill_flight('{"groups": [{"id": "0"}]}', stats, now_ns=0)
     assert "malformed" in stats.unavailable["process_groups"] and "last_enqueued" in stats.unavailable["process_groups"]
