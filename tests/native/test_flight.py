@@ -38,16 +38,21 @@ class Recorder:
 
 
 def test_publisher_names_stalled_collectives_once_and_writes_only_changes():
-    recorder, writes = Recorder(), []
-    publisher = tuiprof_flight.FlightPublisher(recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)))
+    recorder, writes, clock = Recorder(), [], [100.0]
+    publisher = tuiprof_flight.FlightPublisher(recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)),
+                                               clock=lambda: clock[0])
     publisher.poll()
     assert writes == [{"groups": [{"id": "0", "last_enqueued": 4, "last_completed": 4}], "active": []}]
     publisher.poll()
     assert len(writes) == 1  # nothing changed, nothing written
     recorder.status = {"0": (5, 4)}
-    publisher.poll()  # just enqueued: not stalled yet, the entries are not read
+    publisher.poll()  # just enqueued
+    clock[0] += tuiprof_flight.ENTRIES_AFTER_S - 0.5
+    publisher.poll()  # still, but not long enough to pay for the entries
     assert recorder.full_dumps == 0 and writes[-1]["active"] == []
-    publisher.poll()  # the same counters again: stalled, the entries name it
+    clock[0] += 0.5
+    publisher.poll()  # stalled: the entries name it, once
+    clock[0] += 5
     publisher.poll()
     assert recorder.full_dumps == 1
     assert writes[-1]["active"] == [{"pg": "0", "seq": 5, "op": "gloo:all_reduce", "enqueued_ns": 1000}]

@@ -2,13 +2,14 @@
 
 Flight Recorder (on by default in recent PyTorch; ``TORCH_FR_BUFFER_SIZE=0``
 turns it off) counts, per process group, the collectives a rank enqueued and
-completed. A daemon thread reads those counters every ``POLL_S`` (a few
-microseconds: no entries are serialized) and, only when a group has
-collectives enqueued and not completed and its counters did not move since the
-previous poll, reads the entries once to name them (op, sequence number, when
-enqueued). The file is rewritten only when what it says changes. The thread
-needs the GIL for those moments only; a rank stuck in a collective has
-released it. Any failure stops the thread quietly: telemetry never breaks
+completed. A daemon thread reads those counters every ``POLL_S`` (microseconds: no entries are serialized) and, only
+when a group has collectives enqueued and not completed and no counter moved
+for ``ENTRIES_AFTER_S``, reads the entries once to name them (op, sequence
+number, when enqueued): that dump serializes the recorder's whole ring (tens of
+milliseconds for its default 2000 entries, see bench/hangs.md), so it waits for
+a stall that a healthy step does not have. The file is rewritten only when what
+it says changes. The thread needs the GIL for those moments only; a rank stuck
+in a collective has released it. Any failure stops the thread quietly: telemetry never breaks
 training.
 
 File format (JSON): ``{"groups": [{"id": "0", "last_enqueued": 121,
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 
 POLL_S = 0.5
+ENTRIES_AFTER_S = 2.0
 log = logging.getLogger("tuiprof.startup")
 
 Dump = Callable[[bool, bool], bytes]  # torch._C._distributed_c10d._dump_fr_trace_json(collectives, only_active)
@@ -34,11 +36,14 @@ Groups = dict[str, tuple[int, int]]   # group id -> (last enqueued, last complet
 class FlightPublisher:
     """Polls Flight Recorder and writes its progress to ``path`` with ``write`` (whole-file, atomic)."""
 
-    def __init__(self, dump: Dump, path: str, write: Callable[[str, str], None]) -> None:
+    def __init__(self, dump: Dump, path: str, write: Callable[[str, str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._dump = dump
         self._path = path
         self._write = write
+        self._clock = clock
         self._groups: Groups = {}
+        self._still_since = clock()
         self._active: list[dict] | None = None
         self._written: dict | None = None
 
@@ -57,9 +62,11 @@ class FlightPublisher:
         status = json.loads(self._dump(False, True)).get("pg_status", {})
         groups = {str(pg): (int(s["last_enqueued_collective"]), int(s["last_completed_collective"]))
                   for pg, s in status.items()}
+        now = self._clock()
         if groups != self._groups:
-            self._groups, self._active = groups, None
-        elif self._active is None and any(enqueued > completed for enqueued, completed in groups.values()):
+            self._groups, self._active, self._still_since = groups, None, now
+        elif (self._active is None and now - self._still_since >= ENTRIES_AFTER_S
+              and any(enqueued > completed for enqueued, completed in groups.values())):
             self._active = self._pending(groups)
         doc = {"groups": [{"id": pg, "last_enqueued": max(e, 0), "last_completed": max(c, 0)}
                           for pg, (e, c) in sorted(groups.items())],
