@@ -205,7 +205,8 @@ def main() -> None:
         summary["process_groups"] = {r.rank: [json_format.MessageToDict(g) for g in r.process_groups] or
                                      dict(r.unavailable).get("process_groups") for r in ranks}
         summary["stacks_s"] = tuiprof(out, "stacks.json", "stacks", address, "--json", "--job", job_id)
-        summary["stacks_native_s"] = tuiprof(out, "stacks_native.json", "stacks", address, "--json", "--native", "--job", job_id)
+        summary["stacks_native_s"] = tuiprof(out, "stacks_native.json", "stacks", address, "--json", "--native",
+                                             "--job", job_id)
         tuiprof(out, "status.json", "status", address, "--json")
         summary["pyspy"] = pyspy_costs(ranks, args.repeat)
         for name in ("stacks.json", "stacks_native.json"):

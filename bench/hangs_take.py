@@ -85,7 +85,7 @@ async def measure(args, address, snapshot, job_id):
         takes = []
         for _ in range(args.repeat):
             started = time.perf_counter()
-            reply = taker.take(ranks, native)
+            taker.take(ranks, native)
             takes.append(time.perf_counter() - started)
         print(f"StackTaker.take, {len(ranks)} ranks in parallel ({tag}){'':<2} {stats_ms(takes)}")
         ends = []

@@ -111,7 +111,8 @@ class HangDetector:
         if state in ("stopped", "tracing-stop", "disk-sleep"):
             track.bad_state_since = track.bad_state_since or now
             held = now - track.bad_state_since
-            what = "in D state (uninterruptible I/O wait)" if state == "disk-sleep" else f"{state} (SIGSTOP or a debugger)"
+            what = ("in D state (uninterruptible I/O wait)" if state == "disk-sleep"
+                    else f"{state} (SIGSTOP or a debugger)")
             reasons.append((self._level_for(held, immediate=True), f"{what} for {held:.0f} s"))
         else:
             track.bad_state_since = None

@@ -39,8 +39,8 @@ class Recorder:
 
 def test_publisher_names_stalled_collectives_once_and_writes_only_changes():
     recorder, writes, clock = Recorder(), [], [100.0]
-    publisher = tuiprof_flight.FlightPublisher(recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)),
-                                               clock=lambda: clock[0])
+    publisher = tuiprof_flight.FlightPublisher(
+        recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)), clock=lambda: clock[0])
     publisher.poll()
     assert writes == [{"groups": [{"id": "0", "last_enqueued": 4, "last_completed": 4}], "active": []}]
     publisher.poll()
