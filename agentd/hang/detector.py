@@ -134,6 +134,8 @@ class HangDetector:
         worst = max((lvl for lvl, _ in reasons), key=_SEVERITY.__getitem__, default=OK)
         verdict.level = worst
         shown = [text for lvl, text in reasons if lvl != OK]
+        if shown and rank.exception:  # a thread that died may be why the rank waits
+            shown.append(f"earlier {_exception_summary(rank.exception)}")
         quiet = f"{state}, at step {track.step_count}" if track.step_count else f"{state}, no step recorded yet"
         verdict.explanation = f"{who}: " + ("; ".join(shown) if shown else quiet)
         return verdict
@@ -186,7 +188,9 @@ def _exit_matters(
     """An exited rank that failed, or that left while ranks of its job still run."""
     if verdict.level != EXITED:
         return False
-    failed = rank.HasField("exit_signal") or (rank.HasField("exit_code") and rank.exit_code != 0) or rank.exception
+    status_known = rank.HasField("exit_signal") or rank.HasField("exit_code")
+    failed = rank.HasField("exit_signal") or (rank.HasField("exit_code") and rank.exit_code != 0) or (
+        rank.exception and not status_known)  # exit code 0 after a thread's exception: the program finished
     others_run = any(r.job_id == rank.job_id and v.level != EXITED for r, v in zip(ranks, verdicts))
     return bool(failed) or others_run
 
@@ -202,9 +206,17 @@ def _exit_text(rank: pb.RankStats, state: str) -> str:
         if why:
             text += f" ({why})"
     if rank.exception:
-        last = rank.exception.strip().splitlines()[-1]
-        text += f" after an uncaught exception: {last}"
+        text += f" after {_exception_summary(rank.exception)}"
     return text
+
+
+def _exception_summary(exception: str) -> str:
+    """'an uncaught exception[ in thread T]: <its last line>' from the startup hook's traceback text."""
+    lines = exception.strip().splitlines()
+    where = ""
+    if lines[0].startswith("Exception in thread ") and lines[0].endswith(":"):
+        where = f" in thread {lines[0].removeprefix('Exception in thread ').removesuffix(':')}"
+    return f"an uncaught exception{where}: {lines[-1]}"
 
 
 def _signal_name(number: int) -> str:

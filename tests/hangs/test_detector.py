@@ -105,6 +105,26 @@ def test_a_crash_is_reported_with_signal_and_exception():
     assert status.ranks[1].explanation == "rank 1: exited with code 1 after an uncaught exception: RuntimeError: boom"
 
 
+THREAD_DIED = "Exception in thread prefetcher:\nTraceback (most recent call last):\n  ...\nValueError: bad sample\n"
+
+
+def test_a_dead_thread_is_named_in_a_waiting_ranks_verdict_but_not_a_failure_after_exit_code_0():
+    d, clock = detector()
+    waiting = [pb.InflightOp(kind="fr", op="gloo:all_reduce", comm_hash="pg0", sequence=7, age_seconds=40)]
+    member = [pb.ProcessGroupProgress(id="0", last_enqueued=6, last_completed=6)]
+    status = d.observe([rank(0, inflight=waiting, exception=THREAD_DIED), rank(1, process_groups=member)])
+    assert [v.explanation for v in status.ranks] == [
+        "rank 0: gloo:all_reduce #7 on comm pg0 launched 40 s ago, not finished; "
+        "earlier an uncaught exception in thread prefetcher: ValueError: bad sample",
+        "rank 1: never launched gloo:all_reduce #7 on comm pg0 (rank 0 launched it)"]
+    d, _ = detector({100: "gone", 101: "gone"})
+    done = d.observe([pb.RankStats(pid=100, rank=0, state="exited", exit_code=0, exception=THREAD_DIED),
+                      pb.RankStats(pid=101, rank=1, state="exited", exit_code=0)])
+    assert done.level == "ok"
+    assert done.ranks[0].explanation == (
+        "rank 0: exited with code 0 after an uncaught exception in thread prefetcher: ValueError: bad sample")
+
+
 def test_a_clean_exit_of_the_whole_job_is_not_a_problem_but_one_rank_leaving_is():
     d, _ = detector({100: "gone", 101: "gone"})
     done = d.observe([pb.RankStats(pid=100, rank=0, state="exited", exit_code=0),
