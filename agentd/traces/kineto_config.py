@@ -16,6 +16,8 @@ STACK_ACTIVITIES = ("python_function",)
 # Seconds libkineto spends warming up before the start time; the start time must
 # leave at least this much after the process picks the config up.
 WARMUP_SECONDS = 1
+# Steps libkineto warms up before the first traced iteration.
+WARMUP_ITERATIONS = 2
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class TraceSpec:
     start_time_unix_ms: int
     duration_ms: int | None = None
     iterations: int | None = None
+    # The iteration (optimizer steps since the process started) to trace from; 0: the
+    # process's next step after it takes the config (libkineto moves a start in the past there).
+    start_iteration: int = 0
     record_shapes: bool = False
     profile_memory: bool = False
     with_stack: bool = False
@@ -46,8 +51,8 @@ def config_text(spec: TraceSpec, cuda: bool, trace_id: str) -> str:
     lines = [f"ACTIVITIES_LOG_FILE={spec.log_file}",
              f"ACTIVITY_TYPES={','.join(activity_types(cuda, spec.with_stack))}"]
     if spec.iterations is not None:
-        lines += ["PROFILE_START_ITERATION=0", "PROFILE_START_ITERATION_ROUNDUP=1",
-                  f"ACTIVITIES_ITERATIONS={spec.iterations}"]
+        lines += [f"PROFILE_START_ITERATION={spec.start_iteration}", "PROFILE_START_ITERATION_ROUNDUP=1",
+                  f"ACTIVITIES_WARMUP_ITERATIONS={WARMUP_ITERATIONS}", f"ACTIVITIES_ITERATIONS={spec.iterations}"]
     else:
         assert spec.duration_ms is not None
         lines += [f"PROFILE_START_TIME={spec.start_time_unix_ms}", f"ACTIVITIES_DURATION_MSECS={spec.duration_ms}",

@@ -36,6 +36,7 @@ from agentd.traces.capture import (
     Target,
 )
 from agentd.traces.paths import TracePathError, finished_file, inside
+from agentd.traces.iterations import common_start_iteration
 from agentd.traces.procinfo import process_facts
 
 if TYPE_CHECKING:
@@ -184,12 +185,19 @@ class CaptureService:
             capture.message = f"no processes matched: {self._describe_filters(request)}"
             return capture
         _prepare_capture_dir(trace_dir / relative, {r.uid for r in matched})
+        start_iteration = 0
+        if span == "iterations":
+            start_iteration, why = common_start_iteration([self._ranks.get(r.host_pid) for r in matched],
+                                                          lead_seconds(matched))
+            capture.message = (f"every process starts at iteration {start_iteration}" if start_iteration else
+                               f"each process starts at its own next step ({why})")
         for registrant in matched:
-            capture.targets.append(self._offer(request, span, start_ms, registrant, trace_dir, relative))
+            capture.targets.append(self._offer(request, span, start_ms, start_iteration, registrant, trace_dir,
+                                               relative))
         return capture
 
-    def _offer(self, request: pb.CaptureTraceRequest, span: str, start_ms: int, registrant: Registrant,
-               trace_dir: pathlib.Path, relative: pathlib.Path) -> Target:
+    def _offer(self, request: pb.CaptureTraceRequest, span: str, start_ms: int, start_iteration: int,
+               registrant: Registrant, trace_dir: pathlib.Path, relative: pathlib.Path) -> Target:
         facts = process_facts(registrant.host_pid)
         rank = self._rank_of(registrant.host_pid, facts.rank)
         stem = f"rank{rank}-pid{registrant.host_pid}" if rank is not None else f"pid{registrant.host_pid}"
@@ -207,7 +215,7 @@ class CaptureService:
         spec = kineto_config.TraceSpec(
             log_file=log_file, start_time_unix_ms=start_ms,
             duration_ms=request.duration_ms if span == "duration_ms" else None,
-            iterations=request.iterations if span == "iterations" else None,
+            iterations=request.iterations if span == "iterations" else None, start_iteration=start_iteration,
             record_shapes=options.record_shapes, profile_memory=options.profile_memory,
             with_stack=options.with_stack, with_flops=options.with_flops, with_modules=options.with_modules,
         )

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 from testkit.agents import RunningAgent, stop_process
+from tuiprof.commands.run import launch_environment
 from testkit.ports import free_port
 
 TRAINER = pathlib.Path(__file__).parent.parent / "traces" / "trainer.py"
@@ -43,8 +44,9 @@ def wait_registered(agent: RunningAgent, pid: int, timeout: float = REGISTER_TIM
 
 @contextlib.contextmanager
 def trainers(socket_dir: pathlib.Path, ranks: list[int | None], seconds: float = 90.0,
-             ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Training processes (one per rank; None = no RANK set); a world > 1 joins a gloo group."""
+             under_tuiprof_run: bool = False) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Training processes (one per rank; None = no RANK set); a world > 1 joins a gloo group.
+    ``under_tuiprof_run``: in the environment `tuiprof run` gives (hook library, step counts)."""
     master_port = str(free_port())
     processes = []
     try:
@@ -53,9 +55,10 @@ def trainers(socket_dir: pathlib.Path, ranks: list[int | None], seconds: float =
             if rank is not None:
                 extra["RANK"] = str(rank)
             world = len(ranks) if all(r is not None for r in ranks) and len(ranks) > 1 else 1
+            env = kineto_env(socket_dir, **extra)
             processes.append(subprocess.Popen(
                 [sys.executable, str(TRAINER), "--seconds", str(seconds), "--world", str(world)],
-                env=kineto_env(socket_dir, **extra), stdout=subprocess.PIPE,
+                env=launch_environment(env, trace_dir=None) if under_tuiprof_run else env, stdout=subprocess.PIPE,
                 stderr=tempfile.TemporaryFile()))  # a file: an unread pipe could fill and stall it
         for process in processes:
             _wait_ready(process)
