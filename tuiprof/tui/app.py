@@ -115,7 +115,10 @@ class TuiprofApp(App[None]):
         self.render_views()
 
     def render_views(self, force: bool = False) -> None:
-        if not self.screen_stack or not self.screen.is_mounted:  # shutting down / starting up
+        if not self.screen_stack:  # shutting down
+            return
+        screen = self.screen
+        if not (screen.is_mounted and screen.is_running):  # mid start-up or shutdown
             return
         if not force and self.cluster.version == self._rendered_version:
             return
