@@ -6,6 +6,8 @@ segment), then ends the way argv[1] says:
   segv    a read of address 0 (SIGSEGV)
   exit3   sys.exit(3)
   early   an uncaught exception before any training step (no segment: not a rank yet)
+  term    has its own SIGTERM handler (installed before the hook starts); prints "ready",
+          waits for SIGTERM, says so and exits 0
   thread  a thread named "prefetcher" dies of a ValueError; the process lives on
 """
 
@@ -23,6 +25,7 @@ if MODE == "raise":
 
 import ctypes  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
@@ -39,6 +42,9 @@ def prefetch():
 
 if MODE == "early":
     load_batch()
+terminated = threading.Event()
+if MODE == "term":
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(2):
@@ -60,3 +66,8 @@ elif MODE == "thread":
     worker.join()
     print("alive", flush=True)
     time.sleep(120)
+elif MODE == "term":
+    print("ready", flush=True)
+    while not terminated.wait(0.05):
+        pass
+    print("SIGTERM handled, exiting cleanly", flush=True)

@@ -91,6 +91,18 @@ async def test_a_thread_that_dies_is_reported_while_the_rank_lives(tmp_path, cle
     assert "Exception in thread prefetcher" in err  # threading's own report still printed
 
 
+async def test_a_sigterm_the_program_handles_is_handled_and_not_reported_as_its_end(tmp_path, cleanup_segments):
+    proc = _start("term", 6, f"crash-{uuid.uuid4().hex[:8]}")
+    cleanup_segments.append(proc.pid)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)  # reaches the hook's handler first, which hands it to the program's
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "SIGTERM handled, exiting cleanly" in out
+    with running_agent(tmp_path) as agent:
+        rank = await watch_rank(agent, proc.pid, lambda r: r.state == "exited")
+    assert rank.exit_code == 0 and not rank.HasField("exit_signal")
+
+
 def test_the_exception_file_goes_with_its_segment(tmp_path, cleanup_segments):
     proc = _start("raise", 0, f"crash-{uuid.uuid4().hex[:8]}")
     cleanup_segments.append(proc.pid)
