@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import pathlib
 import time
+from collections.abc import Callable
 
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from tuiprof.client.host_client import ConnectionOptions
@@ -51,7 +53,7 @@ class TuiprofApp(App[None]):
         self,
         source: EventSource,
         connection: ConnectionOptions | None = None,
-        clock=time.time,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
         self.source = source
@@ -62,7 +64,7 @@ class TuiprofApp(App[None]):
         self._inbox: list[HostEvent] = []
         self._rendered_version = -1
         self._last_render = 0.0
-        self._render_timer = None
+        self._render_timer: Timer | None = None
         self.sub_title = "live" if source.live else "replay"
 
     def on_mount(self) -> None:
@@ -111,7 +113,7 @@ class TuiprofApp(App[None]):
         self._render_timer = self.set_timer(wait, self._timed_render)
 
     def _timed_render(self) -> None:
-        self._render_timer = None
+        self._render_timer: Timer | None = None
         self.render_views()
 
     def render_views(self, force: bool = False) -> None:
