@@ -23,7 +23,8 @@ from tuiprof.model.events import HostEvent
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "record", help="record snapshots of hosts to an NDJSON file (replay it later)",
-        description=__doc__.split("\n\n")[0],
+        description="Write every host event (snapshots, outages) to FILE as NDJSON; "
+                    "open it later with `tuiprof replay FILE`.",
     )
     parser.add_argument("file", type=pathlib.Path, metavar="FILE", help="where to write (appended)")
     add_target_arguments(parser)

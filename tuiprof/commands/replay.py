@@ -12,7 +12,8 @@ from tuiprof.model import record
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "replay", help="open the console over a recording", description=__doc__,
+        "replay", help="open the console over a recording",
+        description="Open the console over a recording made by `tuiprof record` (space pauses).",
     )
     parser.add_argument("file", type=pathlib.Path, metavar="FILE", help="an NDJSON recording")
     parser.add_argument("--speed", type=float, default=1.0, metavar="X",
