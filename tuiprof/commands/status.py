@@ -34,7 +34,8 @@ from tuiprof.tui.text import pair, reading
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status", help="print one snapshot of each host (table or --json)",
-        description=__doc__.split("\n\n")[0],
+        description="One snapshot from each agent (rates filled in), as a table or as one "
+                    "JSON document; exit 0 when every host answered, 1 otherwise.",
     )
     add_target_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
