@@ -57,9 +57,9 @@ for r in (d["summary"] or {}).get("ranks", []):
           "memory_us", "idle_us", "overlap_percent", "step_time_us", "steps")})
 EOF
 }
-for round in 1 2 3; do  # three of each; the files of round 1 come back
+for round in $(seq ${ROUNDS:-3}); do  # the files of round 1 come back
   capture iterations$round --iterations 5
-  capture duration$round --duration-ms 300
+  [[ $round == 1 || -z ${ITERATIONS_ONLY:-} ]] && capture duration$round --duration-ms 300
 done
 $PY - "$WORK/iterations1/merged.trace.json.gz" <<'EOF'
 import collections, gzip, json, sys

@@ -36,7 +36,7 @@ from agentd.traces.capture import (
     Target,
 )
 from agentd.traces.paths import TracePathError, finished_file, inside
-from agentd.traces.iterations import common_start_iteration
+from agentd.traces.iterations import SLACK_SECONDS, StepRates, common_start_iteration
 from agentd.traces.procinfo import process_facts
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class CaptureService:
         self.hostname = hostname
         self.registry = registry
         self._ranks: dict[int, pb.RankStats] = {}
+        self._step_rates = StepRates()
         self._captures: OrderedDict[str, Capture] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -89,6 +90,7 @@ class CaptureService:
     def observe(self, snapshot: pb.HostSnapshot) -> None:
         """Keep the ranks collector's view (pid → rank, job) for matching and reporting."""
         self._ranks = {r.pid: r for r in snapshot.ranks}
+        self._step_rates.observe(snapshot.ranks, time.monotonic())
 
     # ---------------------------------------------------------------- gRPC
 
@@ -187,8 +189,9 @@ class CaptureService:
         _prepare_capture_dir(trace_dir / relative, {r.uid for r in matched})
         start_iteration = 0
         if span == "iterations":
-            start_iteration, why = common_start_iteration([self._ranks.get(r.host_pid) for r in matched],
-                                                          lead_seconds(matched))
+            at = time.monotonic() + lead_seconds(matched) + SLACK_SECONDS
+            start_iteration, why = common_start_iteration([self._step_rates.projected_step(r.host_pid, at)
+                                                           for r in matched])
             capture.message = (f"every process starts at iteration {start_iteration}" if start_iteration else
                                f"each process starts at its own next step ({why})")
         for registrant in matched:
