@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-import agentd.cli
+import agentd
 
-# agentd.cli, not agentd: under pytest, tests/agentd shadows the package's __init__.
-UNIT = pathlib.Path(agentd.cli.__file__).parent / "systemd" / "agentd.service"
+UNIT = pathlib.Path(agentd.__file__).parent / "systemd" / "agentd.service"
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")

@@ -1,1 +1,0 @@
-"""Helpers shared by the test suite (importable because pytest puts tests/ on sys.path)."""
