@@ -47,7 +47,7 @@ async def test_cluster_shows_every_host_with_its_state(gpu_app) -> None:
         assert host_rows(gpu_app) == ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]
         grid = gpu_app.screen.query_one("#hosts", HostGrid)
         states = [str(grid.cell(h, "state")) for h in host_rows(gpu_app)]
-        assert states == ["up", "up", "HUNG", "DOWN"]
+        assert states == ["up", "up", "HUNG", "DOWN 1s"]  # down for 1 s when the recording ends
         assert "3/4 hosts up" in gpu_app.screen.sub_title
 
 
@@ -314,3 +314,15 @@ async def test_space_pauses_and_resumes_a_replay_and_does_nothing_live() -> None
         assert app.cluster.host("gpu-node-04").reachable is False  # played on to the outage
     live = TuiprofApp(FailingSource())
     assert live.check_action("toggle_replay", ()) is False
+
+
+async def test_brackets_in_data_and_input_are_shown_not_parsed_as_markup(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("slash", *"[/b]", "enter")  # a name word that looks like markup
+        assert host_rows(gpu_app) == []
+        assert "filter '[/b]': 0 shown" in gpu_app.screen.sub_title
+        await pilot.press("slash", "ctrl+u", *"util<[/b]", "enter")  # an error message quoting it
+        await pilot.pause()
+        assert any("[/b]" in n.message for n in gpu_app._notifications)
+        assert gpu_app.is_running

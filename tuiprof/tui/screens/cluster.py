@@ -48,13 +48,21 @@ def _state_cell(state: HostState, cluster: ClusterState) -> Text:
     if state.reachable is None:
         return Text("connecting", style="dim")
     if not state.reachable:
-        return Text("DOWN", style="bold red")
+        since = cluster.since_contact(state)
+        return Text("DOWN" if since is None else f"DOWN {_short_age(since)}", style="bold red")
     level = state.summary.hang_level if state.summary else ""
     if level == "hung":
         return Text("HUNG", style="bold red")
     if level == "suspect":
         return Text("suspect", style="bold yellow")
     return Text("up", style="green")
+
+
+def _short_age(seconds: float) -> str:
+    """``12s``, ``5m``, ``3h``: time since last contact, to fit the State column."""
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 3600 else f"{seconds / 3600:.0f}h"
 
 
 def _trend(state: HostState, cluster: ClusterState) -> str:
@@ -80,9 +88,13 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
-def _host_label(state: HostState, flags: tuple[bool, bool]) -> str:
+Flags = tuple[bool, bool, str]
+"""What a row's cells depend on besides the host state: worst host, shared name, age if down."""
+
+
+def _host_label(state: HostState, flags: Flags) -> str:
     """The name, with the address when several agents share it, ▼ on the worst host."""
-    worst, shared = flags
+    worst, shared, _ = flags
     label = f"{state.name}@{state.address}" if shared else state.name
     return f"{label} ▼" if worst else label
 
@@ -91,7 +103,7 @@ class _LazyRows(Mapping[str, list]):
     """Host rows in display order; a row's cells are made only when asked for."""
 
     def __init__(self, screen: "ClusterScreen", hosts: dict[str, HostState],
-                 flags: dict[str, tuple[bool, bool]]) -> None:
+                 flags: dict[str, Flags]) -> None:
         self.screen, self.hosts, self.flags = screen, hosts, flags
 
     def __getitem__(self, address: str) -> list[Text | str]:
@@ -126,13 +138,13 @@ class ClusterScreen(Screen[None]):
         self.sort_column = 0
         self.reverse = False
         self.host_filter = HostFilter.parse("")
-        self._row_cache: dict[str, tuple[HostState, bool, bool, list[Text | str]]] = {}
-        """Per host: the state, worst flag and shared-name flag its cells were made from."""
+        self._row_cache: dict[str, tuple[HostState, Flags, list[Text | str]]] = {}
+        """Per host: the state and flags its cells were made from, and the cells."""
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield HostGrid([GridColumn(c.key, c.label, c.width) for c in COLUMNS], id="hosts")
-        yield Static(id="detail", classes="detail")
+        yield Static(id="detail", classes="detail", markup=False)  # data, not markup
         yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",
                     id="filter")
         yield Footer()
@@ -163,35 +175,36 @@ class ClusterScreen(Screen[None]):
         worst = self.worst_host()
         counts = Counter(h.name for h in self.cluster.hosts())
         shared = {name for name, count in counts.items() if count > 1}
-        flags = {
-            h.address: (worst is not None and h.address == worst.address, h.name in shared) for h in hosts
-        }
+        flags = {h.address: self._flags(h, worst, shared) for h in hosts}
         # Rows are made lazily: the grid asks only for the rows it draws.
         self.grid.set_first_width(max([12, *(len(_host_label(h, flags[h.address])) for h in hosts)]))
         self.grid.set_rows(_LazyRows(self, {h.address: h for h in hosts}, flags))
         self._update_titles(len(hosts))
         self.update_detail()
 
-    def _cached(self, state: HostState, flags: tuple[bool, bool]) -> list[Text | str] | None:
-        entry = self._row_cache.get(state.address)
-        return entry[3] if entry is not None and entry[0] is state and entry[1:3] == flags else None
+    def _flags(self, state: HostState, worst: HostState | None, shared: set[str]) -> Flags:
+        since = self.cluster.since_contact(state)
+        age = _short_age(since) if state.reachable is False and since is not None else ""
+        return (worst is not None and state.address == worst.address, state.name in shared, age)
 
-    def cells(self, state: HostState, flags: tuple[bool, bool]) -> list[Text | str]:
-        cells = self._cached(state, flags)
-        if cells is None:
-            cells = self._row(state, *flags)
-            self._row_cache[state.address] = (state, *flags, cells)
+    def cells(self, state: HostState, flags: Flags) -> list[Text | str]:
+        entry = self._row_cache.get(state.address)
+        if entry is not None and entry[0] is state and entry[1] == flags:
+            return entry[2]
+        cells = self._row(state, flags)
+        self._row_cache[state.address] = (state, flags, cells)
         return cells
 
-    def _row(self, state: HostState, worst: bool, shared: bool) -> list[Text | str]:
+    def _row(self, state: HostState, flags: Flags) -> list[Text | str]:
+        worst, shared, _ = flags
         cells = [column.cell(state, self.cluster) for column in COLUMNS]
-        cells[0] = _host_label(state, (False, shared))
+        cells[0] = _host_label(state, (False, shared, ""))
         if state.reachable is False:  # last known values, dimmed: they are stale
             cells = [Text(c.plain, style="dim") if isinstance(c, Text) else Text(c, style="dim")
                      for c in cells]
             cells[1] = _state_cell(state, self.cluster)
         if worst:
-            cells[0] = Text(_host_label(state, (True, shared)), style="bold")
+            cells[0] = Text(_host_label(state, flags), style="bold")
         return cells
 
     def worst_host(self) -> HostState | None:
@@ -257,7 +270,7 @@ class ClusterScreen(Screen[None]):
         try:
             self.host_filter = HostFilter.parse(event.value)
         except FilterError as exc:
-            self.notify(str(exc), title="Bad filter", severity="error")
+            self.notify(str(exc), title="Bad filter", severity="error", markup=False)
             return
         self._close_filter()
         self.refresh_data()

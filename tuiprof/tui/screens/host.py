@@ -207,7 +207,7 @@ class HostScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="host-summary", classes="summary")
+        yield Static(id="host-summary", classes="summary", markup=False)  # data, not markup
         with TabbedContent(initial=self.initial_tab, id="tabs"):
             for tab, title, columns in (
                 ("gpus", "GPUs", GPU_COLUMNS), ("cpu", "CPU", CORE_COLUMNS),
@@ -220,20 +220,20 @@ class HostScreen(Screen[None]):
                     table.fixed_columns = 1
                     yield table
                     if tab == "ranks":  # the highlighted rank's ops below its row
-                        yield Label(id="rank-ops-title", classes="graph-label")
+                        yield Label(id="rank-ops-title", classes="graph-label", markup=False)
                         ops: DataTable[Cell] = DataTable(id="rank-ops-table", cursor_type="none", zebra_stripes=True)
                         ops.add_columns(*OP_COLUMNS)
                         yield ops
             with TabPane("History", id="history"):
                 yield VerticalScroll(id="history-graphs")
-        yield Static(id="host-detail", classes="detail")
+        yield Static(id="host-detail", classes="detail", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
         graphs = self.query_one("#history-graphs", VerticalScroll)
         for series, *_ in HISTORY_SERIES:
-            graphs.mount(Label(id=f"label-{series}", classes="graph-label"))
-            graphs.mount(Static(id=f"spark-{series}", classes="graph"))
+            graphs.mount(Label(id=f"label-{series}", classes="graph-label", markup=False))
+            graphs.mount(Static(id=f"spark-{series}", classes="graph", markup=False))
         self.refresh_data()
 
     def on_screen_resume(self) -> None:

@@ -46,7 +46,7 @@ class JobOpsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(id="ops-summary", classes="summary")
+        yield Static(id="ops-summary", classes="summary", markup=False)
         table: DataTable[Text | str] = DataTable(id="ops", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
