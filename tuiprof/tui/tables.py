@@ -26,6 +26,8 @@ def sync_rows(
     row key), because a DataTable does not reliably re-lay out its rows when a
     column grows through ``update_cell``.
     """
+    # Plain strings would be parsed as markup by the table: agent data is not markup.
+    rows = {key: [Text(c) if isinstance(c, str) else c for c in cells] for key, cells in rows.items()}
     keys = list(rows)
     columns = list(table.columns.values())
     current = [row.key.value for row in table.ordered_rows]
