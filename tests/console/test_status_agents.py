@@ -108,3 +108,12 @@ def test_bad_input_is_one_clear_line(tmp_path) -> None:
     result = status("127.0.0.1:99999")
     assert result.returncode == 2 and "bad host '127.0.0.1:99999'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_no_host_means_this_host_through_an_embedded_agent() -> None:
+    result = status("--json", "--timeout", "10")
+    assert result.returncode == 0, result.stderr
+    (host,) = json.loads(result.stdout)["hosts"]
+    assert host["reachable"] is True and host["host"].startswith("127.0.0.1:")
+    assert host["hostname"] == socket.gethostname()
+    assert host["cpu"]["idle_percent"] is not None  # waited for the second sample's rates
