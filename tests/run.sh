@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine (apt packages,
 # a virtual environment with the package and its test extra) and runs the tests.
-# Extra arguments go to pytest, e.g. `bash tests/run.sh tests/agentd -k prometheus`.
+# Extra arguments go to pytest, e.g. `bash tests/run.sh tests/agent -k prometheus`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

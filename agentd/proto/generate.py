@@ -1,7 +1,7 @@
 """Regenerate the checked-in gRPC stubs from tuiprof_agent.proto.
 
 Run ``python -m agentd.proto.generate`` after editing the .proto (needs the
-``test`` extra for grpcio-tools). ``tests/agentd/test_proto_stubs.py`` fails
+``test`` extra for grpcio-tools). ``tests/agent/test_proto_stubs.py`` fails
 when the checked-in stubs differ from what this produces.
 """
 

@@ -7,6 +7,7 @@ import asyncio
 from textual.widgets import DataTable, Input, Static, TabbedContent
 
 from console.recordings import AGENTS_RECORDING, replay_app
+from tuiprof.model.events import SnapshotReceived
 from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.host_grid import HostGrid
 from tuiprof.tui.screens.cluster import ClusterScreen
@@ -241,29 +242,46 @@ async def test_mouse_header_click_sorts_and_row_click_moves_the_cursor(gpu_app) 
         assert cursor_host(gpu_app) == host_rows(gpu_app)[2]
 
 
-async def test_live_updates_reach_the_screen_at_most_twice_a_second() -> None:
-    """Events arriving faster than 2 Hz are applied at once but drawn at most every 0.5 s."""
-    app = replay_app()
+async def _render_times(app: TuiprofApp, pilot, host: str) -> list[float]:
+    """Feed ``host`` a snapshot every 20 ms for 1 s; when did the screen redraw?"""
     renders: list[float] = []
+    original = app.screen.refresh_data
+
+    def counting() -> None:
+        renders.append(asyncio.get_running_loop().time())
+        original()
+
+    app.screen.refresh_data = counting
+    message = app.cluster.host(host).message  # its own: a new name would move its row
+    start = app.cluster.now
+    for index in range(50):
+        app._receive(SnapshotReceived(host, start + 1 + index, message))
+        await pilot.pause(0.02)
+    await pilot.pause(0.6)
+    app.screen.refresh_data = original
+    return renders
+
+
+async def test_updates_on_screen_are_drawn_at_most_ten_times_a_second_the_rest_twice() -> None:
+    """Events are applied at once; a host whose row is on screen is redrawn promptly
+    (at most 10 Hz), a host scrolled out of view only at the slow pace (at most 2 Hz)."""
+    app = replay_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        original = app.screen.refresh_data
-
-        def counting() -> None:
-            renders.append(asyncio.get_running_loop().time())
-            original()
-
-        app.screen.refresh_data = counting
         message = app.cluster.host("gpu-node-01").message
-        from tuiprof.model.events import SnapshotReceived
+        for index in range(100):  # more hosts than rows on screen
+            app._receive(SnapshotReceived(f"zz-{index:03}", app.cluster.now, message))
+        await settle(pilot, app)
+        grid = app.screen.query_one("#hosts", HostGrid)
+        on_screen, off_screen = grid.keys[0], grid.keys[-1]
+        assert grid.shows(on_screen) and not grid.shows(off_screen)
 
-        for index in range(20):
-            app._receive(SnapshotReceived("gpu-node-01", 2e9 + index, message))
-            await pilot.pause(0.05)
-        await pilot.pause(0.6)
-    assert 2 <= len(renders) <= 4
-    gaps = [b - a for a, b in zip(renders, renders[1:])]
-    assert all(gap >= 0.45 for gap in gaps)
+        fast = await _render_times(app, pilot, on_screen)
+        slow = await _render_times(app, pilot, off_screen)
+    for renders, least_gap in ((fast, 0.095), (slow, 0.45)):
+        gaps = [b - a for a, b in zip(renders, renders[1:])]
+        assert gaps and min(gaps) >= least_gap, (least_gap, gaps)
+    assert len(fast) >= 5 and 2 <= len(slow) <= 4, (len(fast), len(slow))
 
 
 class FailingSource:

@@ -16,7 +16,7 @@ from testkit.agents import RunningAgent, stop_process
 from tuiprof.commands.run import launch_environment
 from testkit.ports import free_port
 
-TRAINER = pathlib.Path(__file__).parents[2] / "traces" / "trainer.py"
+TRAINER = pathlib.Path(__file__).parent.parent / "traces" / "trainer.py"
 REGISTER_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 90.0
 
