@@ -3,8 +3,12 @@
 Data flow: the source (live agents or a recording) runs in one async worker and
 calls ``_receive`` for every host event; events queue in an inbox and one
 ``EventsPending`` message per batch tells the app to apply them to the cluster
-state. Screens render from that state at most ``MAX_RENDER_HZ`` times a second,
-never per event.
+state. Screens render from that state in batches, never per event: a change to a
+host the screen shows (``shows(address)``, e.g. a row on screen) is drawn
+``GATHER_S`` after it came, at most ``SHOWN_RENDER_HZ`` times a second; any other
+change (a host scrolled out of view, a screen drawn from the whole fleet) at most
+``MAX_RENDER_HZ`` times a second. With a thousand hosts answering every second
+the rows on screen change about ten times a second, the rest need no hurry.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ from textual.worker import Worker, WorkerState
 from tuiprof.client.host_client import ConnectionOptions
 from tuiprof.client.sources import EventSource
 from tuiprof.model.cluster import ClusterState
-from tuiprof.model.events import HostEvent
+from tuiprof.model.events import HostEvent, SnapshotReceived
 from tuiprof.tui.messages import EventsPending, SourceEnded
 from tuiprof.tui.palette import GoToProvider
 
 MAX_RENDER_HZ = 2.0
-GATHER_S = 0.05
+SHOWN_RENDER_HZ = 10.0
+GATHER_S = 0.03
 """Wait this long after the first new event before drawing: agents on the same
 interval answer in a burst, and one frame should show the whole burst."""
 
@@ -65,6 +70,7 @@ class TuiprofApp(App[None]):
         self._rendered_version = -1
         self._last_render = 0.0
         self._render_timer: Timer | None = None
+        self._render_due = 0.0
         self.sub_title = "live" if source.live else "replay"
 
     def on_mount(self) -> None:
@@ -94,7 +100,9 @@ class TuiprofApp(App[None]):
         events, self._inbox = self._inbox, []
         for event in events:
             self.cluster.apply(event)
-        self.schedule_render()
+        shows = getattr(self.screen, "shows", None)
+        self.schedule_render(shown=shows is not None and any(
+            not isinstance(event, SnapshotReceived) or shows(event.host) for event in events))
 
     def on_source_ended(self, _: SourceEnded) -> None:
         self.schedule_render()
@@ -105,15 +113,20 @@ class TuiprofApp(App[None]):
         if time.monotonic() - self._last_render >= 1.0:  # nothing drew it in the last second
             self.render_views(force=True)
 
-    def schedule_render(self) -> None:
-        """Render soon: after ``GATHER_S``, and no more often than ``MAX_RENDER_HZ``."""
+    def schedule_render(self, shown: bool = False) -> None:
+        """Render after ``GATHER_S``, no more often than ``SHOWN_RENDER_HZ`` when the
+        change is on screen (``shown``) or ``MAX_RENDER_HZ`` when it is not."""
+        now = time.monotonic()
+        due = max(now + GATHER_S, self._last_render + 1 / (SHOWN_RENDER_HZ if shown else MAX_RENDER_HZ))
         if self._render_timer is not None:
-            return
-        wait = max(GATHER_S, self._last_render + 1 / MAX_RENDER_HZ - time.monotonic())
-        self._render_timer = self.set_timer(wait, self._timed_render)
+            if self._render_due <= due:
+                return
+            self._render_timer.stop()
+        self._render_due = due
+        self._render_timer = self.set_timer(due - now, self._timed_render)
 
     def _timed_render(self) -> None:
-        self._render_timer: Timer | None = None
+        self._render_timer = None
         self.render_views()
 
     def render_views(self, force: bool = False) -> None:

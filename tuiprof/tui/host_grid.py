@@ -103,6 +103,12 @@ class HostGrid(ScrollView, can_focus=True):
     def cursor_key(self) -> str | None:
         return self._keys[self.cursor] if self._keys else None
 
+    def shows(self, key: str) -> bool:
+        """Whether row ``key`` is on screen now (a change to any other row can wait)."""
+        index = self._index.get(key)
+        top = int(self.scroll_offset.y)
+        return index is not None and top <= index < top + self.size.height - 1
+
     def cell(self, key: str, column: str) -> Cell:
         index = next(i for i, c in enumerate(self.columns) if c.key == column)
         return self._rows[key][index]

@@ -143,7 +143,8 @@ class ClusterScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield HostGrid([GridColumn(c.key, c.label, c.width) for c in COLUMNS], id="hosts")
+        self.grid = HostGrid([GridColumn(c.key, c.label, c.width) for c in COLUMNS], id="hosts")
+        yield self.grid
         yield Static(id="detail", classes="detail", markup=False)  # data, not markup
         yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",
                     id="filter")
@@ -166,9 +167,9 @@ class ClusterScreen(Screen[None]):
         column = COLUMNS[self.sort_column]
         return sorted(hosts, key=column.sort, reverse=self.reverse)
 
-    @property
-    def grid(self) -> HostGrid:
-        return self.query_one("#hosts", HostGrid)
+    def shows(self, address: str) -> bool:
+        """Whether the host's row is on screen: only then is its new data worth a prompt redraw."""
+        return self.grid.shows(address)
 
     def refresh_data(self) -> None:
         hosts = self.visible_hosts()

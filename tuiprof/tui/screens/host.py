@@ -205,6 +205,9 @@ class HostScreen(Screen[None]):
     def cluster(self) -> ClusterState:
         return self.app.cluster  # type: ignore[attr-defined]
 
+    def shows(self, address: str) -> bool:
+        return address == self.address
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="host-summary", classes="summary", markup=False)  # data, not markup
