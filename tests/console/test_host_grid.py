@@ -84,3 +84,28 @@ async def test_cursor_follows_its_host_when_the_order_changes() -> None:
         assert grid.keys[0] == "node-059" and grid.cursor_key == "node-002"
         await pilot.press("I")  # busiest first: node-000 has 0% idle
         assert grid.keys[0] == "node-000" and grid.cursor_key == "node-002"
+
+
+async def test_new_data_repaints_only_the_changed_rows_on_screen() -> None:
+    """A fleet updating every second must not cost a screenful of repaint per frame."""
+    app = many_hosts_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = await settled_grid(pilot)
+        grid.scroll_to(y=10, animate=False)
+        await pilot.pause()
+        assert grid.shows("node-012") and not grid.shows("node-050")
+        assert "88%" in visible_text(grid, 3)  # node-012: 12% idle
+        repainted: list[int] = []
+        refresh_line = grid.refresh_line
+        grid.refresh_line = lambda y: (repainted.append(y), refresh_line(y))  # type: ignore[method-assign]
+        for host in ("node-012", "node-050"):
+            message = pb.HostSnapshot(hostname=host, sequence=2)
+            message.collectors.add(name="host", available=True)
+            message.cpu.idle_percent = 99.0
+            app._receive(SnapshotReceived(host, 2.0, message))
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app._rendered_version == app.cluster.version and not app._inbox:
+                break
+        assert repainted == [13]  # node-012's line below the header; node-050 is off screen
+        assert "1%" in visible_text(grid, 3) and "88%" not in visible_text(grid, 3)

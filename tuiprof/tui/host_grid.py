@@ -128,15 +128,27 @@ class HostGrid(ScrollView, can_focus=True):
         selected = self.cursor_key
         keys = list(rows)
         self._rows = rows
-        if keys != self._keys:
-            self._keys = keys
-            self._index = {key: i for i, key in enumerate(keys)}
-            self._strips = {k: v for k, v in self._strips.items() if k in self._index}
-            self.virtual_size = Size(self._first_width + self._rest_width, len(keys) + 1)
+        if keys == self._keys:
+            self._refresh_changed_rows()
+            return
+        self._keys = keys
+        self._index = {key: i for i, key in enumerate(keys)}
+        self._strips = {k: v for k, v in self._strips.items() if k in self._index}
+        self.virtual_size = Size(self._first_width + self._rest_width, len(keys) + 1)
         if selected in self._index:
             self.cursor = self._index[selected]
         self.cursor = max(0, min(self.cursor, len(keys) - 1))
         self.refresh()
+
+    def _refresh_changed_rows(self) -> None:
+        """Same rows in the same order: repaint only the on-screen rows whose cells changed
+        (with a fleet updating every second, a few rows a frame instead of a screenful)."""
+        top = int(self.scroll_offset.y)
+        for index in range(top, min(len(self._keys), top + self.size.height - 1)):
+            key = self._keys[index]
+            cached = self._strips.get(key)
+            if cached is None or cached[0] is not self._rows[key]:
+                self.refresh_line(index + 1)  # virtual line 0 is the header
 
     # ---------------------------------------------------------------- rendering
 

@@ -140,6 +140,7 @@ class ClusterScreen(Screen[None]):
         self.host_filter = HostFilter.parse("")
         self._row_cache: dict[str, tuple[HostState, Flags, list[Text | str]]] = {}
         """Per host: the state and flags its cells were made from, and the cells."""
+        self._detail = ""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -229,7 +230,10 @@ class ClusterScreen(Screen[None]):
         return self.grid.cursor_key
 
     def update_detail(self) -> None:
-        self.query_one("#detail", Static).update(self.detail_text())
+        text = self.detail_text()
+        if text != self._detail:  # new text means a new layout pass: only when it changed
+            self._detail = text
+            self.query_one("#detail", Static).update(text)
 
     def detail_text(self) -> str:
         address = self.selected_address()
