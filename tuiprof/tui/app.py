@@ -4,11 +4,12 @@ Data flow: the source (live agents or a recording) runs in one async worker and
 calls ``_receive`` for every host event; events queue in an inbox and one
 ``EventsPending`` message per batch tells the app to apply them to the cluster
 state. Screens render from that state in batches, never per event: a change to a
-host the screen shows (``shows(address)``, e.g. a row on screen) is drawn
+host the screen shows (its ``shows(address)``, e.g. a row on screen) is drawn
 ``GATHER_S`` after it came, at most ``SHOWN_RENDER_HZ`` times a second; any other
-change (a host scrolled out of view, a screen drawn from the whole fleet) at most
-``MAX_RENDER_HZ`` times a second. With a thousand hosts answering every second
-the rows on screen change about ten times a second, the rest need no hurry.
+change (a host scrolled out of view, any change on a screen without ``shows``)
+at most ``BACKGROUND_RENDER_HZ`` times a second. With a thousand hosts answering
+every second the rows on screen change about ten times a second; the rest only
+move rows or the title, which can wait.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tuiprof.model.events import HostEvent, SnapshotReceived
 from tuiprof.tui.messages import EventsPending, SourceEnded
 from tuiprof.tui.palette import GoToProvider
 
-MAX_RENDER_HZ = 2.0
+BACKGROUND_RENDER_HZ = 2.0
 SHOWN_RENDER_HZ = 10.0
 GATHER_S = 0.03
 """Wait this long after the first new event before drawing: agents on the same
@@ -100,9 +101,14 @@ class TuiprofApp(App[None]):
         events, self._inbox = self._inbox, []
         for event in events:
             self.cluster.apply(event)
-        shows = getattr(self.screen, "shows", None)
-        self.schedule_render(shown=shows is not None and any(
-            not isinstance(event, SnapshotReceived) or shows(event.host) for event in events))
+        self.schedule_render(shown=self._on_screen(events))
+
+    def _on_screen(self, events: list[HostEvent]) -> bool:
+        """Whether any event changes what the current screen shows (a host coming up or
+        going down always does: the title counts hosts up)."""
+        shows = getattr(self.screen, "shows", None) if self.screen_stack else None
+        return shows is not None and any(
+            not isinstance(event, SnapshotReceived) or shows(event.host) for event in events)
 
     def on_source_ended(self, _: SourceEnded) -> None:
         self.schedule_render()
@@ -115,9 +121,10 @@ class TuiprofApp(App[None]):
 
     def schedule_render(self, shown: bool = False) -> None:
         """Render after ``GATHER_S``, no more often than ``SHOWN_RENDER_HZ`` when the
-        change is on screen (``shown``) or ``MAX_RENDER_HZ`` when it is not."""
+        change is on screen (``shown``) or ``BACKGROUND_RENDER_HZ`` when it is not."""
         now = time.monotonic()
-        due = max(now + GATHER_S, self._last_render + 1 / (SHOWN_RENDER_HZ if shown else MAX_RENDER_HZ))
+        rate = SHOWN_RENDER_HZ if shown else BACKGROUND_RENDER_HZ
+        due = max(now + GATHER_S, self._last_render + 1 / rate)
         if self._render_timer is not None:
             if self._render_due <= due:
                 return
