@@ -18,8 +18,8 @@ the console process only, after a warm-up:
   took that snapshot in (``call_after_refresh`` after the view's refresh),
   p50/p99. A snapshot of a host scrolled out of view is never "on screen"; it
   only updates the model, and the view redraws for it at the slow pace;
-- arrival → next frame, for every snapshot (the definition of runs 1–3, which
-  did not tell on-screen hosts from the rest);
+- arrival → next frame, for every snapshot (the definition of runs 1–3 in
+  console_fleet.md, which did not tell on-screen hosts from the rest);
 - key latency: ``j`` (cursor down) pressed through the Pilot until the frame
   showing the moved cursor is painted.
 
