@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 from textual.widgets import DataTable, Input, Static, TabbedContent
 
 from console.recordings import AGENTS_RECORDING, replay_app
 from tuiprof.model.events import SnapshotReceived
+import tuiprof.tui.app as app_module
 from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.host_grid import HostGrid
 from tuiprof.tui.screens.cluster import ClusterScreen
@@ -282,6 +284,29 @@ async def test_updates_on_screen_are_drawn_at_most_ten_times_a_second_the_rest_t
         gaps = [b - a for a, b in zip(renders, renders[1:])]
         assert gaps and min(gaps) >= least_gap, (least_gap, gaps)
     assert len(fast) >= 5 and 2 <= len(slow) <= 4, (len(fast), len(slow))
+
+
+class QuietLiveSource:
+    """A live source whose hosts never answer: the console just keeps running."""
+
+    hosts = ["10.0.0.1:7000"]
+    live = True
+
+    async def run(self, emit) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_live_console_takes_its_long_lived_objects_out_of_full_collections(monkeypatch) -> None:
+    monkeypatch.setattr(app_module, "FREEZE_AFTER_S", 0.1)
+    gc.unfreeze()
+    app = TuiprofApp(QuietLiveSource())
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            assert gc.get_freeze_count() == 0
+            await pilot.pause(0.3)
+            assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 class FailingSource:

@@ -14,6 +14,7 @@ move rows or the title, which can wait.
 
 from __future__ import annotations
 
+import gc
 import pathlib
 import time
 from collections.abc import Callable
@@ -36,6 +37,12 @@ SHOWN_RENDER_HZ = 10.0
 GATHER_S = 0.03
 """Wait this long after the first new event before drawing: agents on the same
 interval answer in a burst, and one frame should show the whole burst."""
+FREEZE_AFTER_S = 15.0
+"""Live mode: this long after start the fleet is connected, and what is alive then
+(widgets, a stream and a model per host) lives as long as the console. ``gc.freeze``
+takes it out of Python's full collections, which otherwise re-scan it several
+times a minute: at 1024 hosts each one stopped the event loop for ~80 ms, and a
+key press or a frame waited that long (~20 ms frozen; bench/console_fleet.md)."""
 
 
 class TuiprofApp(App[None]):
@@ -81,6 +88,7 @@ class TuiprofApp(App[None]):
         self._pump()
         if self.source.live:
             self.set_interval(1.0, self._tick)
+            self.set_timer(FREEZE_AFTER_S, gc.freeze)
 
     @work(exclusive=True, group="source", exit_on_error=False)
     async def _pump(self) -> None:
