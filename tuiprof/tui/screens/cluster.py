@@ -141,10 +141,11 @@ class ClusterScreen(Screen[None]):
         self._row_cache: dict[str, tuple[HostState, Flags, list[Text | str]]] = {}
         """Per host: the state and flags its cells were made from, and the cells."""
         self._detail = ""
+        self.grid = HostGrid([GridColumn(c.key, c.label, c.width) for c in COLUMNS], id="hosts")
+        """Made here, not in compose, so ``shows`` can answer before the screen is mounted."""
 
     def compose(self) -> ComposeResult:
         yield Header()
-        self.grid = HostGrid([GridColumn(c.key, c.label, c.width) for c in COLUMNS], id="hosts")
         yield self.grid
         yield Static(id="detail", classes="detail", markup=False)  # data, not markup
         yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",

@@ -206,6 +206,7 @@ class HostScreen(Screen[None]):
         return self.app.cluster  # type: ignore[attr-defined]
 
     def shows(self, address: str) -> bool:
+        """Only this host's own data changes what this screen draws."""
         return address == self.address
 
     def compose(self) -> ComposeResult:
