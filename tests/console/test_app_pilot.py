@@ -369,3 +369,19 @@ async def test_brackets_in_data_and_input_are_shown_not_parsed_as_markup(gpu_app
         await pilot.pause()
         assert any("[/b]" in n.message for n in gpu_app._notifications)
         assert gpu_app.is_running
+
+
+async def test_hang_banner_names_level_duration_and_host_and_only_shows_during_a_hang(gpu_app) -> None:
+    async with gpu_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, gpu_app)
+        banner = gpu_app.screen.query_one("#hang-banner", Static)
+        assert banner.display and banner.has_class("hang-hung")
+        text = str(banner.render())
+        assert text.startswith("HUNG on 1 host for 1 min")
+        assert "gpu-node-03: AllReduce #88120 on comm 9f3c1a in flight" in text
+        assert "press s for merged stacks" in text
+
+    healthy = replay_app(AGENTS_RECORDING)
+    async with healthy.run_test(size=SIZE) as pilot:
+        await settle(pilot, healthy)
+        assert not healthy.screen.query_one("#hang-banner", Static).display

@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from tuiprof.analysis.stacks_banner import hang_banner
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState, worst_first
 from tuiprof.model.filter import FilterError, HostFilter
@@ -146,6 +147,7 @@ class ClusterScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield Static(id="hang-banner", markup=False)  # data, not markup
         yield self.grid
         yield Static(id="detail", classes="detail", markup=False)  # data, not markup
         yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",
@@ -184,6 +186,25 @@ class ClusterScreen(Screen[None]):
         self.grid.set_rows(_LazyRows(self, {h.address: h for h in hosts}, flags))
         self._update_titles(len(hosts))
         self.update_detail()
+        self.update_hang_banner()
+
+    def update_hang_banner(self) -> None:
+        """The job-wide hang line over the table: the worst level, since when, which ranks.
+
+        Only hosts whose summary reports a suspect or hung rank have their full model
+        built, so a healthy fleet costs nothing here.
+        """
+        affected = [
+            (h.name, h.snapshot.hang)
+            for h in self.cluster.hosts()
+            if h.summary is not None and h.summary.hang_level in ("hung", "suspect") and h.snapshot
+        ]
+        banner = hang_banner(affected, int(self.cluster.now * 1e9))
+        widget = self.query_one("#hang-banner", Static)
+        widget.display = banner is not None
+        if banner is not None:
+            widget.set_classes(f"hang-{banner.level}")
+            widget.update(banner.text)
 
     def _flags(self, state: HostState, worst: HostState | None, shared: set[str]) -> Flags:
         since = self.cluster.since_contact(state)
