@@ -36,6 +36,8 @@ CLASS_STYLES = ("bold red", "bold magenta", "bold yellow", "bold cyan", "bold gr
 
 
 class StacksScreen(Screen[None]):
+    """Every rank's stacks merged into one tree, coloured by class, so the odd rank stands out."""
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("r", "take", "Take stacks now"),
