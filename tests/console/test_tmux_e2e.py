@@ -120,6 +120,11 @@ def row(screen: str, target: str) -> str:
     return next((line for line in screen.splitlines() if target in line), "")
 
 
+def host_row(screen: str, name: str) -> str:
+    """The table row whose first cell is ``name`` (a hang banner may name the host too)."""
+    return next((line for line in screen.splitlines() if line.split()[:1] == [name]), "")
+
+
 def test_connect_navigate_outage_and_recovery(agents, tmux) -> None:
     one, two = agents
     command = f"{sys.executable} -m tuiprof.cli connect {one.target} {two.target}"
@@ -159,7 +164,7 @@ def test_no_host_means_this_host_through_an_embedded_agent(tmux) -> None:
     tmux.run("set-option", "-t", "console", "remain-on-exit", "on")
     tmux.run("respawn-pane", "-k", "-t", "console",
              f"env TERM=xterm-256color TEXTUAL_ANIMATIONS=none {sys.executable} -m tuiprof.cli")
-    screen = tmux.wait_screen(lambda s: "1/1 hosts up" in s and "%" in row(s, os.uname().nodename), 30,
+    screen = tmux.wait_screen(lambda s: "1/1 hosts up" in s and "%" in host_row(s, os.uname().nodename), 30,
                               "this host up")
     assert "127.0.0.1:" in screen  # the embedded agent's loopback address, in the detail line
     tmux.keys("Enter")
