@@ -99,6 +99,18 @@ class HostProgress:
         """Every matched rank's file is here (a host that matched nothing delivered nothing)."""
         return not self.error and bool(self.targets) and len(self.files) == len(self.targets)
 
+    def states_text(self) -> str:
+        """How many targets are in each state, e.g. ``"1 capturing, 3 written"``."""
+        states: dict[str, int] = {}
+        for target in self.targets:
+            states[target.state] = states.get(target.state, 0) + 1
+        return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+
+
+def target_label(target: pb.TraceTarget) -> str:
+    """``rank N`` when the target's rank is known, else ``pid N``."""
+    return f"rank {target.rank}" if target.HasField("rank") else f"pid {target.pid}"
+
 
 @dataclass
 class ClusterCapture:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from tuiprof.analysis.trace_capture import (
-    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
+    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster, target_label,
 )
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import TraceSummary, render_text, summarize, summary_json
@@ -115,10 +115,7 @@ def _describe(host: HostProgress) -> str:
         return f"[red]{host.error}[/]"
     if not host.targets:
         return host.message or host.phase
-    states: dict[str, int] = {}
-    for target in host.targets:
-        states[target.state] = states.get(target.state, 0) + 1
-    return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    return host.states_text()
 
 
 async def _capture_with_progress(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path,
@@ -164,8 +161,7 @@ def run(args: argparse.Namespace) -> int:
     for host in capture.hosts:
         for target in host.targets:
             if target.state != "written":
-                who = f"rank {target.rank}" if target.HasField("rank") else f"pid {target.pid}"
-                text.append(f"{host.host} {who}: {target.state}: {target.reason}")
+                text.append(f"{host.host} {target_label(target)}: {target.state}: {target.reason}")
         if host.error:
             text.append(f"{host.host}: {host.error}")
     if capture.files:

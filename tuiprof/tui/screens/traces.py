@@ -22,19 +22,14 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
-from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.analysis.trace_capture import (
-    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
+    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster, target_label,
 )
 from tuiprof.analysis.trace_summary import TraceSummary, render_text
 from tuiprof.client.channel import AgentAddress
 from tuiprof.commands.trace import merge_and_summarize
 
 SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))
-
-
-def _who(target: pb.TraceTarget) -> str:
-    return f"rank {target.rank}" if target.HasField("rank") else f"pid {target.pid}"
 
 
 class CaptureFormError(ValueError):
@@ -147,7 +142,7 @@ class TracesScreen(Screen[None]):
                                         self.app.connection.tls_ca, self._progress)
         self.capture = capture
         lines = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
-        lines += [f"{h.host} {_who(t)}: {t.state}: {t.reason}"
+        lines += [f"{h.host} {target_label(t)}: {t.state}: {t.reason}"
                   for h in capture.hosts for t in h.targets if t.state != "written"]
         if capture.files:
             merged, summary = await asyncio.to_thread(merge_and_summarize, capture, output)
@@ -162,11 +157,8 @@ class TracesScreen(Screen[None]):
         self.query_one("#traces-start", Button).disabled = False
 
     def _progress(self, host: HostProgress) -> None:
-        states: dict[str, int] = {}
-        for target in host.targets:
-            states[target.state] = states.get(target.state, 0) + 1
         table = self.query_one(DataTable)
-        detail = host.error or host.message or ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+        detail = host.error or host.message or host.states_text()
         ranks = ",".join(str(t.rank) for t in host.targets if t.HasField("rank")) or str(len(host.targets))
         for column, value in zip(table.columns, (host.host, host.phase, ranks, str(len(host.files)), detail)):
             table.update_cell(host.host, column, value)
