@@ -21,8 +21,10 @@ reason, every other method returns nothing, and the agent runs on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
+import operator
 import threading
 import time
 from typing import Any, Callable
@@ -77,6 +79,7 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"),
     (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting"),
 )
+_KNOWN_CLOCK_EVENT_BITS = functools.reduce(operator.or_, (bit for bit, _ in CLOCK_EVENT_REASONS))
 
 _ARCHITECTURES = {
     pynvml.NVML_DEVICE_ARCH_KEPLER: "Kepler",
@@ -120,11 +123,8 @@ def text(value: str | bytes) -> str:
 def clock_event_reason_names(mask: int) -> list[str]:
     """Names of the set bits of a clock-event (throttle) reason mask; unknown bits as hex."""
     names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    known = 0
-    for bit, _ in CLOCK_EVENT_REASONS:
-        known |= bit
-    if mask & ~known:
-        names.append(f"unknown_0x{mask & ~known:x}")
+    if mask & ~_KNOWN_CLOCK_EVENT_BITS:
+        names.append(f"unknown_0x{mask & ~_KNOWN_CLOCK_EVENT_BITS:x}")
     return names
 
 
