@@ -1,9 +1,10 @@
 """CPU performance counters (tuiprof_native.pmu) for the host and for tracked processes.
 
 Host scope: system-wide per CPU where the kernel allows it (perf_event_paranoid
-<= 0 or CAP_PERFMON); otherwise "process" scope, the sum over the tracked
-processes (agentd itself until ranks are tracked). Tracked processes (the
-ranks, added with ``track(pid)``) are also counted one by one for RankStats.
+<= 0 or CAP_PERFMON); otherwise "process" scope, the sum over the processes
+added with ``track(pid)`` (agentd only tracks itself), each of which is also
+counted on its own (``process_stats``). The ranks' own counters are not these:
+the ranks collector opens them per rank with ``process_counters``.
 
 Hardware events are tried once per counter set; where they fail the reason
 (errno and cause) is reported in ``hardware_reason`` and every hardware-derived
