@@ -233,10 +233,12 @@ class ClusterScreen(Screen[None]):
 
     def worst_host(self) -> HostState | None:
         """The host most in need of attention, or None when no host stands out."""
-        ranked = sorted(self.cluster.hosts(), key=worst_first)
-        if len(ranked) < 2 or worst_first(ranked[0]) == worst_first(ranked[-1]):
+        keyed = [(worst_first(h), h) for h in self.cluster.hosts()]
+        if len(keyed) < 2:
             return None
-        return ranked[0]
+        # min and max, not a sort: this runs on every redraw of a thousand-host table
+        worst = min(keyed, key=lambda kh: kh[0])
+        return None if worst[0] == max(k for k, _ in keyed) else worst[1]
 
     def _update_titles(self, shown: int) -> None:
         total = len(self.cluster.hosts())
