@@ -46,8 +46,7 @@ const char *tp_cuda_dtype_name(int t, char *buf, size_t cap)
 void tp_gemm_begin(tp_gemm_call *c, void *stream, const char *op, int dtype, int64_t b, int64_t m, int64_t n,
                        int64_t k)
 {
-    c->active = tp_ensure_started();
-    if (!c->active) return;
+    c->active = 1;
     char buf[TP_DTYPE_LEN];
     tp_record *r = &c->rec;
     memset(r, 0, sizeof(*r));
@@ -97,8 +96,9 @@ static void *blas_stream(void *handle)
     {                                                                                     \
         REAL(NAME##_real, NAME##_fn, #NAME);                                              \
         if (TP_UNLIKELY(!NAME##_real)) return CUBLAS_STATUS_NOT_INITIALIZED;              \
-        tp_gemm_call c;                                                                   \
-        tp_gemm_begin(&c, blas_stream(handle), #NAME, DTYPE, B, M, N, K);                    \
+        tp_gemm_call c = {0};                                                             \
+        if (tp_ensure_started()) /* inert: no stream look-up */                           \
+            tp_gemm_begin(&c, blas_stream(handle), #NAME, DTYPE, B, M, N, K);             \
         int status = NAME##_real ARGS;                                                    \
         tp_gemm_end(&c, status);                                                          \
         return status;                                                                    \

@@ -92,8 +92,9 @@ typedef struct tp_gemm_call {
     void *stream;
     tp_record rec;
 } tp_gemm_call;
-/* Around the real call: begin takes the event pair, end hands the launch to
- * the writer (a failed call is not an op).  A zeroed call is inert. */
+/* Around the real call: begin (only once tp_ensure_started() said yes) takes
+ * the event pair, end hands the launch to the writer (a failed call is not an
+ * op).  A zeroed call is inert. */
 void tp_gemm_begin(tp_gemm_call *c, void *stream, const char *op, int cuda_dtype, int64_t b, int64_t m, int64_t n,
                    int64_t k);
 void tp_gemm_end(tp_gemm_call *c, int status);
