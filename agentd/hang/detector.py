@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from agentd.hang.procstate import GONE, process_state
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis.stacks_verdicts import summarize
+from tuiprof.analysis.stacks_verdicts import summarize, who as rank_label
 from tuiprof.analysis.stacks_collectives import findings, short_comm
 from tuiprof.analysis.stacks_proto import COLLECTIVE_KINDS, collectives_from_ranks
 
@@ -101,7 +101,7 @@ class HangDetector:
         verdict = pb.RankVerdict(pid=rank.pid)
         if rank.HasField("rank"):
             verdict.rank = rank.rank
-        who = f"rank {rank.rank}" if rank.HasField("rank") else f"pid {rank.pid}"
+        who = rank_label(rank)  # the prefix stacks_verdicts.finding strips
         state = self._state_of(rank.pid)
         if state in (GONE, "zombie", "dead") or rank.state == "exited":
             verdict.level, verdict.explanation = EXITED, f"{who}: {_exit_text(rank, state)}"

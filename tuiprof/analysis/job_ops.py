@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.analysis.stacks_verdicts import who
 from tuiprof.analysis.stragglers import OpSample, Verdict, judge
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.summary import reading
@@ -43,9 +44,9 @@ def _signature(op: pb.GemmOpStats | pb.NcclOpStats) -> str:
     return " ".join(part for part in parts if part)
 
 
-def rank_label(rank: pb.RankStats) -> str:
+def rank_label(rank: pb.RankStats | pb.TraceTarget) -> str:
     """``rank 3`` when the rank is known, else ``pid 1234`` (as ``Rank.label``)."""
-    return f"rank {rank.rank}" if rank.HasField("rank") else f"pid {rank.pid}"
+    return who(rank)
 
 
 def _natural(label: str) -> tuple[str, int]:

@@ -16,7 +16,8 @@ from tuiprof.analysis import ranksets
 LEVELS = ("hung", "suspect", "exited")
 
 
-def who(verdict: pb.RankVerdict) -> str:
+def who(verdict: pb.RankVerdict | pb.RankStats | pb.TraceTarget) -> str:
+    """``rank 3`` when the rank is known, else ``pid 1234``."""
     return f"rank {verdict.rank}" if verdict.HasField("rank") else f"pid {verdict.pid}"
 
 

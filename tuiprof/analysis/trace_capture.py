@@ -107,11 +107,6 @@ class HostProgress:
         return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
 
 
-def target_label(target: pb.TraceTarget) -> str:
-    """``rank N`` when the target's rank is known, else ``pid N``."""
-    return f"rank {target.rank}" if target.HasField("rank") else f"pid {target.pid}"
-
-
 @dataclass
 class ClusterCapture:
     start_time_unix_ms: int

@@ -20,8 +20,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from tuiprof.analysis.trace_capture import (
-    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster, target_label,
+    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
 )
+from tuiprof.analysis.job_ops import rank_label
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import TraceSummary, render_text, summarize, summary_json
 from tuiprof.client.channel import AgentAddress, TokenFileError, read_token
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     for host in capture.hosts:
         for target in host.targets:
             if target.state != "written":
-                text.append(f"{host.host} {target_label(target)}: {target.state}: {target.reason}")
+                text.append(f"{host.host} {rank_label(target)}: {target.state}: {target.reason}")
         if host.error:
             text.append(f"{host.host}: {host.error}")
     if capture.files:

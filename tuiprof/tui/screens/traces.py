@@ -23,8 +23,9 @@ from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Sel
 from textual.worker import Worker, WorkerState
 
 from tuiprof.analysis.trace_capture import (
-    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster, target_label,
+    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
 )
+from tuiprof.analysis.job_ops import rank_label
 from tuiprof.analysis.trace_summary import TraceSummary, render_text
 from tuiprof.client.channel import AgentAddress
 from tuiprof.commands.trace import merge_and_summarize
@@ -142,7 +143,7 @@ class TracesScreen(Screen[None]):
                                         self.app.connection.tls_ca, self._progress)
         self.capture = capture
         lines = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
-        lines += [f"{h.host} {target_label(t)}: {t.state}: {t.reason}"
+        lines += [f"{h.host} {rank_label(t)}: {t.state}: {t.reason}"
                   for h in capture.hosts for t in h.targets if t.state != "written"]
         if capture.files:
             merged, summary = await asyncio.to_thread(merge_and_summarize, capture, output)
