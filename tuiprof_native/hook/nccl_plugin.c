@@ -111,7 +111,10 @@ void tp_nccl_fork_child(void)
     atomic_store(&g_late, 0);
     if (!g_free_ops) return;
     tp_queue_reset(g_free_ops);
-    for (uint32_t i = 0; i < OP_COUNT; i++) tp_queue_push(g_free_ops, &i);
+    for (uint32_t i = 0; i < OP_COUNT; i++) {
+        g_ops[i].comm = NULL; /* the parent's in-flight ops: the sweep must not free them a second time */
+        tp_queue_push(g_free_ops, &i);
+    }
 }
 
 /* nccl-tests "size" in bytes and the element size of NCCL's type names. */
