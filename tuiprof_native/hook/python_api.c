@@ -42,19 +42,17 @@ TP_EXPORT int tuiprof_record_dataloader(uint64_t start_ns, uint64_t end_ns)
 }
 
 /* The segment path of this process once the hook runs, else "". */
-TP_EXPORT const char *tuiprof_segment_path(void)
-{
-    static __thread char path[96];
-    if (!tp_is_running()) return "";
-    snprintf(path, sizeof(path), "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d", (unsigned)getuid(), (int)getpid());
-    return path;
-}
-
 static const char *sidecar_path(char *buf, size_t cap, const char *suffix)
 {
     if (!tp_is_running()) return "";
     snprintf(buf, cap, "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d%s", (unsigned)getuid(), (int)getpid(), suffix);
     return buf;
+}
+
+TP_EXPORT const char *tuiprof_segment_path(void)
+{
+    static __thread char path[96];
+    return sidecar_path(path, sizeof(path), "");
 }
 
 /* Where the startup hook writes this process's last uncaught exception and
