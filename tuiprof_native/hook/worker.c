@@ -381,5 +381,10 @@ __attribute__((destructor)) static void on_unload(void)
     tp_set_flag(TP_FLAG_EXITED);
     tuiprof_flush(1000);
     atomic_store(&g_stop, 1);
-    pthread_join(g_thread, NULL);
+    /* Bounded: a writer stuck in a CUDA call during driver shutdown must not keep the
+     * training process from exiting; the exit takes the thread with it. */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 1;
+    pthread_timedjoin_np(g_thread, NULL, &deadline);
 }
