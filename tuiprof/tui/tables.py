@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -15,11 +15,8 @@ def _width(cell: Cell) -> int:
     return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
 
 
-def sync_rows(
-    table: DataTable, rows: Mapping[str, Sequence[Cell]], dirty: Collection[str] | None = None
-) -> None:
-    """Show ``rows`` (key → cells, in order); ``dirty`` names the rows that may have
-    changed since the last call (None: any of them).
+def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Cell]]) -> None:
+    """Show ``rows`` (key → cells, in order).
 
     Same keys in the same order and every cell fits its column: only changed
     cells are updated. Otherwise the table is rebuilt (the cursor stays on its
@@ -31,13 +28,12 @@ def sync_rows(
     keys = list(rows)
     columns = list(table.columns.values())
     current = [row.key.value for row in table.ordered_rows]
-    changed = rows.keys() if dirty is None else [key for key in dirty if key in rows]
     fits = all(
         _width(cell) <= column.content_width
-        for key in changed for cell, column in zip(rows[key], columns)
+        for cells in rows.values() for cell, column in zip(cells, columns)
     )
     if keys == current and fits:
-        for key in changed:
+        for key in keys:
             for column, cell in zip(columns, rows[key]):
                 if table.get_cell(key, column.key) != cell:
                     table.update_cell(key, column.key, cell)
