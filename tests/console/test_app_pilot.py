@@ -297,13 +297,17 @@ class QuietLiveSource:
 
 
 async def test_live_console_takes_its_long_lived_objects_out_of_full_collections(monkeypatch) -> None:
-    monkeypatch.setattr(app_module, "FREEZE_AFTER_S", 0.1)
+    # Long enough that a loaded machine still checks "not yet" before the timer fires.
+    monkeypatch.setattr(app_module, "FREEZE_AFTER_S", 2.0)
     gc.unfreeze()
     app = TuiprofApp(QuietLiveSource())
     try:
         async with app.run_test(size=SIZE) as pilot:
             assert gc.get_freeze_count() == 0
-            await pilot.pause(0.3)
+            for _ in range(60):  # up to 6 s
+                await pilot.pause(0.1)
+                if gc.get_freeze_count():
+                    break
             assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
