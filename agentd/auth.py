@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from agentd.errors import SecurityError
-from tuiprof.client.channel import TOKEN_ENV, TokenFileError, read_token
+from agentd.token import TOKEN_ENV, TokenFileError, read_token
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentd.address import DEFAULT_AGENT_PORT, DEFAULT_METRICS_PORT
 from agentd.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = pathlib.Path("/etc/tuiprof/agentd.toml")
@@ -34,9 +35,9 @@ def default_trace_dir() -> pathlib.Path:
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
     host: str = "127.0.0.1"
-    port: int = 1779
+    port: int = DEFAULT_AGENT_PORT
     # None only for the embedded agent, which serves no Prometheus endpoint.
-    metrics_port: int | None = 9779
+    metrics_port: int | None = DEFAULT_METRICS_PORT
     interval_ms: int = 1000
     token_file: pathlib.Path | None = None
     tls_cert: pathlib.Path | None = None

@@ -30,7 +30,7 @@ from agentd.runner import CollectorRunner, load_collectors
 from agentd.server import AgentServicer, StacksService, TraceService, agent_info, static_info
 from agentd.sinks import JsonLinesSink
 from agentd.traces.service import CaptureService
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 
 log = logging.getLogger(__name__)
 

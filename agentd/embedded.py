@@ -19,7 +19,7 @@ import threading
 
 from agentd.config import AgentConfig
 from agentd.daemon import Daemon, Endpoints
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 
 # Seconds to wait for the agent to bind before giving up.
 START_TIMEOUT_SECONDS = 30.0

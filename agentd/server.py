@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import time
 from collections.abc import AsyncIterator
 from importlib import metadata
 from typing import Protocol

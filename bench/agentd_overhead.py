@@ -34,7 +34,8 @@ import psutil
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from tuiprof.client.channel import AgentAddress, open_channel
+from agentd.address import AgentAddress
+from tuiprof.client.channel import open_channel
 
 NODE_EXPORTER = "prometheus-node-exporter"
 WARMUP_SECONDS = 5.0

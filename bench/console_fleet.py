@@ -105,7 +105,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def measure(ports: list[int], seconds: float, warmup: float) -> dict[str, float]:
-    from tuiprof.client.channel import AgentAddress
+    from agentd.address import AgentAddress
     from tuiprof.client.host_client import ConnectionOptions
     from tuiprof.client.sources import LiveSource
     from tuiprof.model.events import SnapshotReceived

@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 from agentd.hang import pyspy  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2 as pb  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc  # noqa: E402
-from tuiprof.client.channel import AgentAddress, open_channel  # noqa: E402
+from agentd.address import AgentAddress  # noqa: E402
+from tuiprof.client.channel import open_channel  # noqa: E402
 
 JOB = ROOT / "bench" / "hangs_gpu_job.py"
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

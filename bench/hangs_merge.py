@@ -30,9 +30,9 @@ import tracemalloc
 from types import SimpleNamespace
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis import ranksets
-from tuiprof.analysis.stacks import ThreadSample, merge, merge_trees, normalize_frames, project
-from tuiprof.analysis.stacks_proto import tree_from_proto, tree_to_proto
+from agentd.stacks import ranksets
+from agentd.stacks.merge import ThreadSample, merge, merge_trees, normalize_frames, project
+from agentd.stacks.wire import tree_from_proto, tree_to_proto
 from tuiprof.analysis.stacks_report import build_report, report_json
 
 

@@ -37,7 +37,8 @@ from agentd.hang.service import HangService
 from agentd.hang.stacks import StackTaker
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from tuiprof.client.channel import AgentAddress, open_channel
+from agentd.address import AgentAddress
+from tuiprof.client.channel import open_channel
 from tuiprof.client.host_client import ConnectionOptions
 from tuiprof.commands.stacks import gather_stacks, job_report
 

@@ -33,6 +33,7 @@ import statistics
 import threading
 import time
 
+from agentd import procfs
 from agentd.collectors import pmu, rank_exit, rank_flight, rank_rates
 from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.base import Collector
@@ -49,31 +50,17 @@ else:
     _IMPORT_ERROR = ""
 
 STEP_WINDOW = 32
-_PROC_STATES = {"R": "running", "S": "running", "I": "running", "D": "disk-sleep", "T": "stopped",
-                "t": "stopped", "Z": "zombie", "X": "exited"}
+# A rank's state as the console shows it: sleeping and idle ranks are running a job.
+_RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exited", "tracing-stop": "stopped"}
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
 
 
-def _boot_time_ns() -> int:
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("btime "):
-                return int(line.split()[1]) * 1_000_000_000
-    raise OSError("no btime in /proc/stat")
-
-
-def process_state(pid: int, segment_start_ns: int, boot_ns: int) -> str | None:
+def rank_state(pid: int, segment_start_ns: int) -> str | None:
     """The kernel state of ``pid`` if it is still the process that made the segment, else None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError):
+    stat = procfs.read_stat(pid)
+    if stat is None or not stat.started_by(segment_start_ns):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    started_ns = boot_ns + int(fields[19]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-    if started_ns > segment_start_ns + 2_000_000_000:  # pid reused by a process born after the segment
-        return None
-    return _PROC_STATES.get(fields[0], "running")
+    return _RANK_STATES.get(stat.state, stat.state)
 
 
 @dataclasses.dataclass
@@ -124,7 +111,6 @@ class RanksCollector(Collector):
         self._unreadable: dict[str, str] = {}
         self._latest: list[pb.RankStats] = []
         self._lock = threading.Lock()
-        self._boot_ns = _boot_time_ns()
         pmu.raise_fd_limit()  # each rank's counters take one fd per event per thread
 
     def status(self) -> pb.CollectorStatus:
@@ -204,7 +190,7 @@ class RanksCollector(Collector):
         if rank.exited_at is not None:
             return  # its last report stands until it is cleaned up
         header = rank.seg.header()
-        state = process_state(rank.pid, header.start_ns, self._boot_ns)
+        state = rank_state(rank.pid, header.start_ns)
         stats = self._rates(rank, header, now_ns)
         self._cpu_counters(rank, stats)
         stats.exception = rank.exception.refresh()

@@ -19,11 +19,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentd.hang.procstate import GONE, process_state
+from agentd.procfs import GONE, state_of
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis.stacks_verdicts import summarize, who as rank_label
-from tuiprof.analysis.stacks_collectives import findings, short_comm
-from tuiprof.analysis.stacks_proto import COLLECTIVE_KINDS, collectives_from_ranks
+from agentd.stacks.verdicts import summarize, who as rank_label
+from agentd.stacks.collectives import findings, short_comm
+from agentd.stacks.wire import COLLECTIVE_KINDS, collectives_from_ranks
 
 OK, SUSPECT, HUNG, EXITED = "ok", "suspect", "hung", "exited"
 _SEVERITY = {OK: 0, EXITED: 1, SUSPECT: 2, HUNG: 3}
@@ -66,7 +66,7 @@ class HangDetector:
         thresholds: Thresholds,
         clock: Callable[[], float] = time.monotonic,
         wall_clock_ns: Callable[[], int] = time.time_ns,
-        state_of: Callable[[int], str] = process_state,
+        state_of: Callable[[int], str] = state_of,
     ) -> None:
         self.thresholds = thresholds
         self._clock = clock

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from agentd.hang.procstate import DISK_SLEEP, GONE, process_state
+from agentd.procfs import DISK_SLEEP, GONE, state_of
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def dump(binary: pathlib.Path, pid: int, rank: int | None, native: bool) -> pb.R
     result = pb.RankStacks(pid=pid)
     if rank is not None:
         result.rank = rank
-    state = process_state(pid)
+    state = state_of(pid)
     if state == DISK_SLEEP:
         result.error = "process is in D state (uninterruptible I/O wait): not dumped, ptrace would block"
         return result

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agentd.hang import pyspy
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis.stacks import merge
-from tuiprof.analysis.stacks_proto import samples_from_ranks, tree_to_proto
+from agentd.stacks.merge import merge
+from agentd.stacks.wire import samples_from_ranks, tree_to_proto
 
 # Dumps are CPU-bound (native ones symbolize libtorch): more at once than CPUs only adds contention.
 MAX_PARALLEL_DUMPS = min(8, os.cpu_count() or 1)

@@ -25,8 +25,8 @@ import time
 
 from agentd.kineto.ratelimit import CauseLimitedLogger
 from agentd.kineto.registry import BusyError, PendingConfig, Registry
-from agentd.traces import kineto_config
-from agentd.traces.procinfo import uses_cuda
+from agentd.kineto import config as kineto_config
+from agentd.procfs import uses_cuda
 
 log = logging.getLogger(__name__)
 

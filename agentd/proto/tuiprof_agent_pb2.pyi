@@ -461,7 +461,7 @@ class InflightOp(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class RankStats(_message.Message):
-    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "unavailable")
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -489,6 +489,7 @@ class RankStats(_message.Message):
     PMU_FIELD_NUMBER: _ClassVar[int]
     EXCEPTION_FIELD_NUMBER: _ClassVar[int]
     PROCESS_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    HOOK_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
@@ -510,8 +511,33 @@ class RankStats(_message.Message):
     pmu: PmuStats
     exception: str
     process_groups: _containers.RepeatedCompositeFieldContainer[ProcessGroupProgress]
+    hook: HookHealth
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class HookHealth(_message.Message):
+    __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending")
+    CUDA_TIMING_FIELD_NUMBER: _ClassVar[int]
+    NCCL_PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    NCCL_GPU_TIMERS_FIELD_NUMBER: _ClassVar[int]
+    GEMM_UNTIMED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NCCL_UNTIMED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_RECORDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SLOT_OVERFLOW_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NCCL_CHANNEL_SHORTFALL_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NCCL_LATE_CHANNELS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    cuda_timing: bool
+    nccl_plugin: bool
+    nccl_gpu_timers: bool
+    gemm_untimed_total: int
+    nccl_untimed_total: int
+    dropped_records_total: int
+    slot_overflow_total: int
+    nccl_channel_shortfall_total: int
+    nccl_late_channels_total: int
+    pending: int
+    def __init__(self, cuda_timing: _Optional[bool] = ..., nccl_plugin: _Optional[bool] = ..., nccl_gpu_timers: _Optional[bool] = ..., gemm_untimed_total: _Optional[int] = ..., nccl_untimed_total: _Optional[int] = ..., dropped_records_total: _Optional[int] = ..., slot_overflow_total: _Optional[int] = ..., nccl_channel_shortfall_total: _Optional[int] = ..., nccl_late_channels_total: _Optional[int] = ..., pending: _Optional[int] = ...) -> None: ...
 
 class ProcessGroupProgress(_message.Message):
     __slots__ = ("id", "last_enqueued", "last_completed")

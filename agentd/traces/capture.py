@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from agentd.kineto.registry import PendingConfig, Registrant, Registry
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.traces.procinfo import process_facts
+from agentd.procfs import process_facts
 
 WAITING, SENT, WRITTEN, BUSY, REFUSED, FAILED = "waiting", "sent", "written", "busy", "refused", "failed"
 FINAL_STATES = frozenset({WRITTEN, BUSY, REFUSED, FAILED})

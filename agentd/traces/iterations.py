@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.traces.kineto_config import WARMUP_ITERATIONS
+from agentd.kineto.config import WARMUP_ITERATIONS
 
 # Beyond the poll lead: snapshots are an interval old, and the step rate varies.
 SLACK_SECONDS = 2.0

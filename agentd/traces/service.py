@@ -30,14 +30,15 @@ from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registr
 from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
-from agentd.traces import kineto_config, timeline
+from agentd.kineto import config as kineto_config
+from agentd.traces import timeline
 from agentd.traces.capture import (
     BUSY, FAILED, FINAL_STATES, ITERATIONS_TIMEOUT_SECONDS, REFUSED, WAITING, WRITE_GRACE_SECONDS, Capture,
     Target,
 )
 from agentd.traces.paths import TracePathError, finished_file, inside
 from agentd.traces.iterations import SLACK_SECONDS, StepRates, common_start_iteration
-from agentd.traces.procinfo import process_facts
+from agentd.procfs import process_facts
 
 if TYPE_CHECKING:
     from agentd.agent import Agent

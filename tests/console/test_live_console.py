@@ -9,7 +9,7 @@ import time
 import pytest
 
 from testkit.agents import running_agent
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 from tuiprof.client.host_client import ConnectionOptions
 from tuiprof.client.sources import LiveSource
 from tuiprof.tui.app import TuiprofApp

@@ -17,7 +17,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.runner import CollectorRunner
 from agentd.server import AgentServicer, static_info
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 
 PARKED_PROGRAM = textwrap.dedent('''
     import threading, time

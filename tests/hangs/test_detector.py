@@ -1,9 +1,14 @@
 """Hang verdicts from successive RankStats, on a controlled clock."""
 
+import os
+import signal
+import subprocess
+import time
+
 import pytest
 
 from agentd.hang.detector import HangConfigError, HangDetector, Thresholds
-from agentd.hang.procstate import process_state
+from agentd import procfs
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 
@@ -155,11 +160,25 @@ def test_thresholds_must_be_ordered():
         Thresholds(10, 5)
 
 
-def test_process_states_are_read_from_proc(tmp_path):
-    (tmp_path / "7").mkdir()
-    (tmp_path / "7" / "stat").write_text("7 (a (weird) name) D 1 7 7 0 -1")
-    (tmp_path / "8").mkdir()
-    (tmp_path / "8" / "stat").write_text("8 (python) T 1 8 8 0 -1")
-    assert process_state(7, tmp_path) == "disk-sleep"
-    assert process_state(8, tmp_path) == "stopped"
-    assert process_state(9, tmp_path) == "gone"
+def test_process_states_are_read_from_proc():
+    """Real processes: a stopped child, a zombie, and a reaped pid, with a name full of parentheses."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        _wait_for_state(child.pid, "stopped")
+        os.kill(child.pid, signal.SIGKILL)
+        _wait_for_state(child.pid, "zombie")
+    finally:
+        child.kill()
+        child.wait()
+    assert procfs.state_of(child.pid) == "gone"
+    stat = procfs.read_stat(os.getpid())
+    assert stat is not None and stat.alive
+    assert stat.started_by(time.time_ns()) and not stat.started_by(stat.start_ns - 10 * 1_000_000_000)
+
+
+def _wait_for_state(pid: int, state: str) -> None:
+    deadline = time.monotonic() + 5
+    while procfs.state_of(pid) != state:
+        assert time.monotonic() < deadline, f"pid {pid} never became {state}: {procfs.state_of(pid)}"
+        time.sleep(0.01)

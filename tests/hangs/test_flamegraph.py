@@ -1,7 +1,7 @@
 import xml.etree.ElementTree as ET
 
 from tuiprof.analysis.flamegraph import flamegraph_svg
-from tuiprof.analysis.stacks import Frame, ThreadSample, merge
+from agentd.stacks.merge import Frame, ThreadSample, merge
 
 NS = "{http://www.w3.org/2000/svg}"
 

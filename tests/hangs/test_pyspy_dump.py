@@ -9,8 +9,8 @@ import pytest
 from agentd.hang import pyspy
 from agentd.hang.stacks import StackTaker
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis.stacks import equivalence_classes, find_suspects, merge
-from tuiprof.analysis.stacks_proto import samples_from_ranks, tree_from_proto
+from agentd.stacks.merge import equivalence_classes, find_suspects, merge
+from agentd.stacks.wire import samples_from_ranks, tree_from_proto
 
 
 def _require_ptrace(result: pb.RankStacks):

@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 
 # A loaded CI machine must not turn slowness into failures.
 NO_DEADLINE = settings(deadline=None)

@@ -1,5 +1,5 @@
-from tuiprof.analysis import ranksets
-from tuiprof.analysis.stacks_collectives import Inflight, RankCollectives, behind, findings
+from agentd.stacks import ranksets
+from agentd.stacks.collectives import Inflight, RankCollectives, behind, findings
 
 COMM = "3fa1c0ffee"
 

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 from hypothesis import given, settings, strategies as st
 
-from tuiprof.analysis import ranksets
-from tuiprof.analysis.stacks import (
+from agentd.stacks import ranksets
+from agentd.stacks.merge import (
     Frame,
     MergedStacks,
     ThreadSample,
@@ -17,7 +17,7 @@ from tuiprof.analysis.stacks import (
     project,
     without_lines,
 )
-from tuiprof.analysis.stacks_proto import tree_from_proto, tree_to_proto
+from agentd.stacks.wire import tree_from_proto, tree_to_proto
 
 # A loaded CI machine must not turn slowness into failures.
 NO_DEADLINE = settings(deadline=None)

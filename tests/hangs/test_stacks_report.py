@@ -1,6 +1,6 @@
 import json
 
-from tuiprof.analysis.stacks import Frame, ThreadSample, merge
+from agentd.stacks.merge import Frame, ThreadSample, merge
 from tuiprof.analysis.stacks_report import build_report, folded, render_text, report_json
 
 

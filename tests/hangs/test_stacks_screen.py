@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 from textual.widgets import Static, Tree
 
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 from tuiprof.client.host_client import ConnectionOptions
 from tuiprof.client.sources import LiveSource
 from tuiprof.tui.app import TuiprofApp

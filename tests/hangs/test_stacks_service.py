@@ -14,8 +14,8 @@ import pytest
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from tuiprof.analysis.stacks import equivalence_classes, find_suspects
-from tuiprof.analysis.stacks_proto import tree_from_proto
+from agentd.stacks.merge import equivalence_classes, find_suspects
+from agentd.stacks.wire import tree_from_proto
 from tuiprof.client.channel import open_channel
 
 

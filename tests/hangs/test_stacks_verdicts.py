@@ -1,5 +1,5 @@
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis.stacks_verdicts import summarize
+from agentd.stacks.verdicts import summarize
 
 
 def verdict(rank, level, text, pid=None):

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from native.support import HOOK, segment_path, tuiprof_run
 from tuiprof.commands.run import launch_environment

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from agentd.collectors.base import Collector
 from agentd.proto import tuiprof_agent_pb2 as pb
 from testkit.ports import free_port
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 10.0

@@ -12,7 +12,7 @@ import pytest
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.traces.iterations import RATE_WINDOW_SECONDS, StepRates, common_start_iteration
-from agentd.traces.kineto_config import WARMUP_ITERATIONS
+from agentd.kineto.config import WARMUP_ITERATIONS
 from testkit.agents import RunningAgent
 from testkit.traces import run_cli, trainers, wait_registered
 from tuiprof.client.channel import open_channel

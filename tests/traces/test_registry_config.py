@@ -7,7 +7,7 @@ import time
 import pytest
 
 from agentd.kineto.registry import BusyError, PendingConfig, Registry
-from agentd.traces import kineto_config
+from agentd.kineto import config as kineto_config
 
 
 def registry_with_job() -> Registry:

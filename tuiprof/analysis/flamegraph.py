@@ -12,8 +12,8 @@ import colorsys
 import hashlib
 from xml.sax.saxutils import escape, quoteattr
 
-from tuiprof.analysis import ranksets
-from tuiprof.analysis.stacks import MergedStacks, Node
+from agentd.stacks import ranksets
+from agentd.stacks.merge import MergedStacks, Node
 
 FRAME_HEIGHT = 18
 FONT_SIZE = 12
@@ -39,7 +39,7 @@ def flamegraph_svg(merged: MergedStacks, title: str = "merged stacks", width: in
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="monospace" font-size="{FONT_SIZE}">',
-        f'<rect width="100%" height="100%" fill="#fdfdf8"/>',
+        '<rect width="100%" height="100%" fill="#fdfdf8"/>',
         f'<text x="{width / 2:.1f}" y="18" text-anchor="middle" font-size="{FONT_SIZE + 3}">'
         f'{escape(title)} — {merged.ranks.bit_count()} ranks</text>',
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis.stacks_verdicts import who
+from agentd.stacks.verdicts import who
 from tuiprof.analysis.stragglers import OpSample, Verdict, judge
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.summary import reading

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 from tuiprof.model.snapshot import Hang
 
 _SEVERITY = {"hung": 2, "suspect": 1}

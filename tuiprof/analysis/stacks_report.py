@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuiprof.analysis import ranksets
-from tuiprof.analysis.stacks import (
+from agentd.stacks import ranksets
+from agentd.stacks.merge import (
     EquivalenceClass,
     MergedStacks,
     Node,

@@ -20,7 +20,8 @@ import grpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.capture import FINAL_STATES
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from tuiprof.client.channel import AgentAddress, open_channel
+from agentd.address import AgentAddress
+from tuiprof.client.channel import open_channel
 from tuiprof.client.errors import describe_rpc_error
 
 KINDS = {"kineto": pb.CaptureTraceRequest.KINETO, "timeline": pb.CaptureTraceRequest.TIMELINE}

@@ -6,77 +6,11 @@ that authentication works the same way everywhere.
 
 from __future__ import annotations
 
-import os
 import pathlib
-import stat
-from dataclasses import dataclass
 
 import grpc
 
-DEFAULT_AGENT_PORT = 1779
-TOKEN_ENV = "TUIPROF_TOKEN"
-
-
-class TokenFileError(Exception):
-    """A token file that cannot be used (missing, unreadable, or world-readable)."""
-
-
-@dataclass(frozen=True)
-class AgentAddress:
-    host: str
-    port: int = DEFAULT_AGENT_PORT
-
-    @classmethod
-    def parse(cls, text: str, default_port: int = DEFAULT_AGENT_PORT) -> "AgentAddress":
-        """Parse ``host``, ``host:port`` or ``[v6addr]:port``."""
-        text = text.strip()
-        if not text:
-            raise ValueError("empty host name")
-        if text.startswith("["):
-            host, _, rest = text[1:].partition("]")
-            port_text = rest.removeprefix(":")
-        elif text.count(":") == 1:
-            host, port_text = text.split(":")
-        else:
-            host, port_text = text, ""
-        if not port_text:
-            return cls(host, default_port)
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"bad port {port_text!r} in {text!r}: expected 1-65535")
-        return cls(host, int(port_text))
-
-    @property
-    def target(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-    def __str__(self) -> str:
-        return self.host if self.port == DEFAULT_AGENT_PORT else self.target
-
-
-def read_token(token_file: str | os.PathLike[str] | None) -> str | None:
-    """The shared token from ``token_file`` or ``$TUIPROF_TOKEN``; None when neither is set.
-
-    A token file readable by other users is refused: anyone who can read it can
-    control the agents.
-    """
-    if token_file is None:
-        return os.environ.get(TOKEN_ENV) or None
-    path = pathlib.Path(token_file)
-    try:
-        mode = path.stat().st_mode
-        text = path.read_text().strip()
-    except OSError as exc:
-        raise TokenFileError(f"cannot read token file {path}: {exc.strerror}") from exc
-    if mode & stat.S_IROTH:
-        raise TokenFileError(
-            f"token file {path} is readable by every user (mode {stat.filemode(mode)}); "
-            f"run `chmod 600 {path}`"
-        )
-    if not text:
-        raise TokenFileError(f"token file {path} is empty")
-    return text
-
+from agentd.address import AgentAddress
 
 class _BearerToken:
     """Adds ``authorization: Bearer <token>`` to every call.

@@ -17,7 +17,8 @@ import grpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.client.backoff import Backoff
-from tuiprof.client.channel import AgentAddress, open_channel
+from agentd.address import AgentAddress
+from tuiprof.client.channel import open_channel
 from tuiprof.client.errors import describe_rpc_error
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 
 
 class LocalAgentError(RuntimeError):

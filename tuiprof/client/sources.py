@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 from tuiprof.client.host_client import ConnectionOptions, Emit, watch_all
 from tuiprof.model.events import HostEvent
 

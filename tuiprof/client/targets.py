@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from tuiprof.client.channel import DEFAULT_AGENT_PORT, AgentAddress, read_token
+from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
+from agentd.token import read_token
 from tuiprof.client.host_client import ConnectionOptions
 
 

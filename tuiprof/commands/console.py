@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuiprof.client.channel import TokenFileError
+from agentd.token import TokenFileError
 from tuiprof.client.sources import EventSource, LiveSource, LocalSource
 from tuiprof.client.targets import (
     TargetError, add_connection_arguments, add_target_arguments, addresses, connection,

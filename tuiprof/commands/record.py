@@ -11,7 +11,7 @@ import contextlib
 import pathlib
 import sys
 
-from tuiprof.client.channel import TokenFileError
+from agentd.token import TokenFileError
 from tuiprof.client.local import LocalAgentError
 from tuiprof.client.targets import TargetError
 from tuiprof.commands.console import _add_interval, source_from_args

@@ -25,7 +25,9 @@ import grpc
 
 import tuiprof_native
 from agentd.proto import tuiprof_agent_pb2 as pb, tuiprof_agent_pb2_grpc as pb_grpc
-from tuiprof.client.channel import DEFAULT_AGENT_PORT, AgentAddress, open_channel, read_token
+from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
+from agentd.token import read_token
+from tuiprof.client.channel import open_channel
 
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"

@@ -20,16 +20,18 @@ import grpc
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 from tuiprof.analysis.flamegraph import flamegraph_svg
-from tuiprof.analysis.stacks import merge, merge_trees, project
-from tuiprof.analysis.stacks_collectives import behind, findings
-from tuiprof.analysis.stacks_proto import (
+from agentd.stacks.merge import merge, merge_trees, project
+from agentd.stacks.collectives import behind, findings
+from agentd.stacks.wire import (
     collectives_from_ranks, samples_from_ranks, tree_from_proto, tree_to_proto,
 )
 from tuiprof.analysis.stacks_report import StacksReport, build_report, folded, render_text, report_json
-from tuiprof.analysis.stacks_verdicts import summarize
-from tuiprof.client.channel import AgentAddress, TokenFileError, open_channel
+from agentd.stacks.verdicts import summarize
+from agentd.address import AgentAddress
+from agentd.token import TokenFileError
+from tuiprof.client.channel import open_channel
 from tuiprof.client.errors import describe_rpc_error
 from tuiprof.client.host_client import ConnectionOptions
 from tuiprof.client.local import LocalAgentError, local_agent

@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tuiprof.client.channel import AgentAddress, TokenFileError
+from agentd.address import AgentAddress
+from agentd.token import TokenFileError
 from tuiprof.client.host_client import ConnectionOptions, HostClient
 from tuiprof.client.local import LocalAgentError, local_agent
 from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection

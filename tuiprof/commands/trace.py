@@ -25,7 +25,8 @@ from tuiprof.analysis.trace_capture import (
 from tuiprof.analysis.job_ops import rank_label
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import TraceSummary, render_text, summarize, summary_json
-from tuiprof.client.channel import AgentAddress, TokenFileError, read_token
+from agentd.address import AgentAddress
+from agentd.token import TokenFileError, read_token
 from tuiprof.client.targets import add_target_arguments, addresses
 
 MERGED_NAME = "merged.trace.json.gz"

@@ -22,12 +22,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 from tuiprof.analysis.flamegraph import flamegraph_svg
-from tuiprof.analysis.stacks import Node
+from agentd.stacks.merge import Node
 from tuiprof.analysis.stacks_report import StacksReport, folded
-from tuiprof.client.channel import AgentAddress
-from tuiprof.analysis.stacks_verdicts import summarize
+from agentd.address import AgentAddress
+from agentd.stacks.verdicts import summarize
 from tuiprof.commands.stacks import HostStacks, JobChoiceError, gather_stacks, job_report, job_verdicts
 
 TAKE_TIMEOUT_S = 60.0

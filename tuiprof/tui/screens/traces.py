@@ -27,7 +27,7 @@ from tuiprof.analysis.trace_capture import (
 )
 from tuiprof.analysis.job_ops import rank_label
 from tuiprof.analysis.trace_summary import TraceSummary, render_text
-from tuiprof.client.channel import AgentAddress
+from agentd.address import AgentAddress
 from tuiprof.commands.trace import merge_and_summarize
 
 SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))

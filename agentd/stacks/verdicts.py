@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 
 LEVELS = ("hung", "suspect", "exited")
 

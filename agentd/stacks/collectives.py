@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.analysis import ranksets
-from tuiprof.analysis.stacks import Frame, MergedStacks, Node, ThreadSample, normalize_frames
-from tuiprof.analysis.stacks_collectives import Inflight, RankCollectives
+from agentd.stacks import ranksets
+from agentd.stacks.merge import Frame, MergedStacks, Node, ThreadSample, normalize_frames
+from agentd.stacks.collectives import Inflight, RankCollectives
 
 
 def samples_from_ranks(ranks: Iterable[pb.RankStacks]) -> list[ThreadSample]:

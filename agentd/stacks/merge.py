@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from tuiprof.analysis import ranksets
+from agentd.stacks import ranksets
 
 MAIN_THREAD = "MainThread"
 
@@ -292,7 +292,7 @@ def find_suspects(
 
     Direct evidence first: ranks that the collectives show ``behind`` (a mask:
     they never launched a collective others launched, see
-    :mod:`tuiprof.analysis.stacks_collectives`) are the suspects, class by
+    :mod:`agentd.stacks.collectives`) are the suspects, class by
     class, whatever the class sizes (with 2 ranks, or half the job stuck, the
     sizes alone cannot say). Otherwise the ranks in classes smaller than the
     largest one: nothing is odd, so no suspect is named, when there is one

@@ -1,0 +1,140 @@
+"""The one reader of ``/proc/<pid>``: what the kernel says about a process.
+
+Everything the agent believes about a process (alive or not, its scheduler state,
+when it started, whose it is, its rank and whether it runs CUDA) comes from here,
+read directly rather than through psutil: a dump must never be attempted against a
+process in uninterruptible sleep, and a pid the kernel has handed to a newer process
+must never be taken for the old one (``ProcessStat.started_by``).
+
+``environ`` and ``maps`` are readable only by the process's own user or root; when
+they are not, the rank stays unknown and the process is treated as CPU-only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+
+# The kernel's one-letter states, named for humans (one vocabulary for the agent).
+RUNNING = "running"
+SLEEPING = "sleeping"
+DISK_SLEEP = "disk-sleep"
+STOPPED = "stopped"
+ZOMBIE = "zombie"
+DEAD = "dead"
+GONE = "gone"  # no such process (or a newer process under the same pid)
+_STATES = {
+    "R": RUNNING, "S": SLEEPING, "I": "idle", "D": DISK_SLEEP, "T": STOPPED,
+    "t": "tracing-stop", "Z": ZOMBIE, "X": DEAD,
+}
+# Launchers set one of these; torchrun's RANK wins.
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+# A process with any of these mapped can produce GPU activities.
+CUDA_LIBRARIES = ("libcudart", "libtorch_cuda", "libcupti")
+# Start times are in clock ticks; a process born this long after a claimed start is another one.
+START_SLACK_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class ProcessStat:
+    pid: int
+    state: str
+    start_ns: int  # wall clock (ns since the epoch) when the kernel started the process
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in (ZOMBIE, DEAD)
+
+    def started_by(self, claimed_start_ns: int) -> bool:
+        """Whether this process could be the one that claims to have started at ``claimed_start_ns``.
+
+        A pid is reused by a process born later; one born after the claim (beyond
+        clock-tick rounding) is not the claimant.
+        """
+        return self.start_ns <= claimed_start_ns + START_SLACK_NS
+
+
+@cache
+def boot_time_ns() -> int:
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return int(line.split()[1]) * 1_000_000_000
+    raise OSError("no btime in /proc/stat")
+
+
+def read_stat(pid: int) -> ProcessStat | None:
+    """``/proc/<pid>/stat`` parsed, or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    # The command name may contain spaces and parentheses: the fields follow the last ')'.
+    fields = raw[raw.rindex(b")") + 2:].split()
+    letter = fields[0].decode()
+    start_ticks = int(fields[19])
+    start_ns = boot_time_ns() + start_ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    return ProcessStat(pid, _STATES.get(letter, f"unknown ({letter})"), start_ns)
+
+
+def state_of(pid: int) -> str:
+    """``running``, ``sleeping``, ``disk-sleep``, ``stopped``, ``zombie``, ... or ``gone``."""
+    stat = read_stat(pid)
+    return GONE if stat is None else stat.state
+
+
+def real_uid(pid: int) -> int | None:
+    """The real uid of ``pid`` (first field of ``Uid:`` in /proc/<pid>/status), None when gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    return None
+
+
+def read_environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def rank_from_environ(env: dict[str, str]) -> int | None:
+    for name in RANK_VARIABLES:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def uses_cuda(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            maps = f.read()
+    except OSError:
+        return False
+    return any(name in maps for name in CUDA_LIBRARIES)
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    rank: int | None
+    cuda: bool
+    alive: bool
+
+
+def process_facts(pid: int) -> ProcessFacts:
+    stat = read_stat(pid)
+    return ProcessFacts(rank_from_environ(read_environ(pid)), uses_cuda(pid), stat is not None and stat.alive)
