@@ -516,7 +516,7 @@ class RankStats(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class HookHealth(_message.Message):
-    __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending")
+    __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason")
     CUDA_TIMING_FIELD_NUMBER: _ClassVar[int]
     NCCL_PLUGIN_FIELD_NUMBER: _ClassVar[int]
     NCCL_GPU_TIMERS_FIELD_NUMBER: _ClassVar[int]
@@ -527,6 +527,7 @@ class HookHealth(_message.Message):
     NCCL_CHANNEL_SHORTFALL_TOTAL_FIELD_NUMBER: _ClassVar[int]
     NCCL_LATE_CHANNELS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    INACTIVE_REASON_FIELD_NUMBER: _ClassVar[int]
     cuda_timing: bool
     nccl_plugin: bool
     nccl_gpu_timers: bool
@@ -537,7 +538,8 @@ class HookHealth(_message.Message):
     nccl_channel_shortfall_total: int
     nccl_late_channels_total: int
     pending: int
-    def __init__(self, cuda_timing: _Optional[bool] = ..., nccl_plugin: _Optional[bool] = ..., nccl_gpu_timers: _Optional[bool] = ..., gemm_untimed_total: _Optional[int] = ..., nccl_untimed_total: _Optional[int] = ..., dropped_records_total: _Optional[int] = ..., slot_overflow_total: _Optional[int] = ..., nccl_channel_shortfall_total: _Optional[int] = ..., nccl_late_channels_total: _Optional[int] = ..., pending: _Optional[int] = ...) -> None: ...
+    inactive_reason: str
+    def __init__(self, cuda_timing: _Optional[bool] = ..., nccl_plugin: _Optional[bool] = ..., nccl_gpu_timers: _Optional[bool] = ..., gemm_untimed_total: _Optional[int] = ..., nccl_untimed_total: _Optional[int] = ..., dropped_records_total: _Optional[int] = ..., slot_overflow_total: _Optional[int] = ..., nccl_channel_shortfall_total: _Optional[int] = ..., nccl_late_channels_total: _Optional[int] = ..., pending: _Optional[int] = ..., inactive_reason: _Optional[str] = ...) -> None: ...
 
 class ProcessGroupProgress(_message.Message):
     __slots__ = ("id", "last_enqueued", "last_completed")
