@@ -24,13 +24,17 @@
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
 #define TP_LAYOUT_VERSION 3u
 
-#define TP_SEGMENT_PREFIX "tuiprof-" /* /dev/shm/tuiprof-<uid>-<pid> */
+#define TP_SEGMENT_DIR "/dev/shm"
+#define TP_SEGMENT_PREFIX "tuiprof-" /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid> */
 /* Beside the segment, written whole and replaced atomically by the Python
  * startup hook, removed together with the segment by the agent:
  *   /dev/shm/tuiprof-<uid>-<pid>.exception  the last uncaught exception (text)
  *   /dev/shm/tuiprof-<uid>-<pid>.flight     PyTorch Flight Recorder progress (JSON) */
 #define TP_EXCEPTION_SUFFIX ".exception"
 #define TP_FLIGHT_SUFFIX ".flight"
+/* Written by the hook instead of a segment when it has to stay inert (shared
+ * memory full, a file in the way): one line saying why, read by the agent. */
+#define TP_INERT_SUFFIX ".inert"
 
 #define TP_MAX_SLOTS 512u      /* aggregate slots; the last one collects overflow */
 #define TP_MAX_INFLIGHT 128u   /* one entry per stream / communicator with unfinished work */
