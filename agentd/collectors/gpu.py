@@ -27,12 +27,13 @@ import math
 import operator
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import psutil
 import pynvml
 
 from agentd.collectors.base import Collector
+from agentd.collectors.readings import FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 KIB = 1024
 ALL_LINKS = 0xFFFFFFFF
-FIRST_SAMPLE = "first sample"
 # GPM windows shorter than this give garbage (nvml.h: internal refresh ~100 ms).
 MIN_GPM_WINDOW_SECONDS = 0.5
 
@@ -104,13 +104,6 @@ _FIELD_VALUE_MEMBERS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Unavailable:
-    """A reading NVML could not give, and why."""
-
-    reason: str
-
-
 def nvml_reason(error: pynvml.NVMLError) -> str:
     return f"NVML: {error}"
 
@@ -171,24 +164,18 @@ def gpm_values(request: Any) -> dict[str, float | Unavailable]:
     return values
 
 
-def counter_rate(previous: tuple[int, int] | None, current: tuple[int, int]) -> float | Unavailable:
-    """Per-second rate between two (value, timestamp_us) counter readings."""
+class CounterReading(NamedTuple):
+    """One reading of an NVML counter with NVML's own timestamp of it."""
+
+    value: int
+    timestamp_us: int
+
+
+def nvml_counter_rate(previous: CounterReading | None, current: CounterReading) -> float | Unavailable:
+    """Per-second rate between two counter readings, timed by NVML's timestamps (not our clock)."""
     if previous is None:
         return Unavailable(FIRST_SAMPLE)
-    (before, before_us), (now, now_us) = previous, current
-    if now < before:
-        return Unavailable("counter reset")
-    if now_us <= before_us:
-        return Unavailable("no time elapsed between samples")
-    return (now - before) / ((now_us - before_us) / 1e6)
-
-
-def put(message: Any, field: str, value: float | int | Unavailable) -> None:
-    """Set ``message.field``, or record in ``message.unavailable`` why it cannot be."""
-    if isinstance(value, Unavailable):
-        message.unavailable[field] = value.reason
-    else:
-        setattr(message, field, value)
+    return counter_rate(previous.value, current.value, (current.timestamp_us - previous.timestamp_us) / 1e6)
 
 
 class NvmlCalls:
@@ -231,7 +218,7 @@ class _Device:
     handle: Any
     info: pb.GpuInfo
     gpm: _Gpm | None
-    nvlink: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # field -> (KiB, us)
+    nvlink: dict[str, CounterReading] = dataclasses.field(default_factory=dict)  # direction -> KiB counter
     pcie: dict[str, float | Unavailable] = dataclasses.field(default_factory=dict)
     pcie_at: float = -math.inf
 
@@ -376,14 +363,14 @@ class GpuCollector(Collector):
         put(stats, "memory_used_bytes", memory if isinstance(memory, Unavailable) else memory.used)
         put(stats, "memory_total_bytes", memory if isinstance(memory, Unavailable) else memory.total)
 
-        put(stats, "power_watts", _scaled(call(index, "power", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3))
+        put(stats, "power_watts", scaled(call(index, "power", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3))
         limit = call(index, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        put(stats, "power_limit_watts", _scaled(limit, 1e-3))
-        put(stats, "temperature_celsius", _scaled(self._temperature(device), 1.0))
+        put(stats, "power_limit_watts", scaled(limit, 1e-3))
+        put(stats, "temperature_celsius", scaled(self._temperature(device), 1.0))
         sm = call(index, "sm_clock", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
-        put(stats, "sm_clock_hz", _scaled(sm, 1e6))
+        put(stats, "sm_clock_hz", scaled(sm, 1e6))
         mem = call(index, "memory_clock", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
-        put(stats, "memory_clock_hz", _scaled(mem, 1e6))
+        put(stats, "memory_clock_hz", scaled(mem, 1e6))
 
         mask = call(index, "clock_events", pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
         put(stats, "clock_event_reasons_mask", mask)
@@ -398,11 +385,10 @@ class GpuCollector(Collector):
 
         self._nvlink(device, stats)
         if device.gpm is not None:
-            self._gpm(device, stats)
+            self._gpm(device, device.gpm, stats)
         else:
-            for field in GPM_FIELDS:
-                if not field.startswith("pcie_"):
-                    stats.unavailable[field] = f"GPM needs Hopper or newer ({info.architecture or 'unknown'})"
+            put_unavailable(stats, (field for field in GPM_FIELDS if not field.startswith("pcie_")),
+                            f"GPM needs Hopper or newer ({info.architecture or 'unknown'})")
             self._pcie_fallback(device, stats)
         self._processes(device, stats)
         return stats
@@ -439,36 +425,32 @@ class GpuCollector(Collector):
                 put(stats, total_field, kib)
                 put(stats, rate_field, kib)
                 continue
-            current = (int(kib), int(values[position].timestamp))
-            rate = counter_rate(device.nvlink.get(direction), current)
+            current = CounterReading(int(kib), int(values[position].timestamp))
+            rate = nvml_counter_rate(device.nvlink.get(direction), current)
             device.nvlink[direction] = current
-            put(stats, total_field, current[0] * KIB)
+            put(stats, total_field, current.value * KIB)
             put(stats, rate_field, rate if isinstance(rate, Unavailable) else rate * KIB)
 
-    def _gpm(self, device: _Device, stats: pb.GpuStats) -> None:
+    def _gpm(self, device: _Device, gpm: _Gpm, stats: pb.GpuStats) -> None:
         """Take this tick's GPM sample into the other buffer; metrics over (previous, this)."""
-        gpm, now = device.gpm, self._clock()
+        now = self._clock()
         if gpm.newest >= 0 and now - gpm.newest_at < MIN_GPM_WINDOW_SECONDS:
-            for field in GPM_FIELDS:
-                stats.unavailable[field] = f"GPM window under {MIN_GPM_WINDOW_SECONDS} s (interval too short)"
+            put_unavailable(stats, GPM_FIELDS, f"GPM window under {MIN_GPM_WINDOW_SECONDS} s (interval too short)")
             return
         target = 1 - gpm.newest if gpm.newest >= 0 else 0
         taken = self._call(device.index, "gpm_sample", pynvml.nvmlGpmSampleGet, device.handle, gpm.samples[target])
         if isinstance(taken, Unavailable):
-            for field in GPM_FIELDS:
-                stats.unavailable[field] = taken.reason
+            put_unavailable(stats, GPM_FIELDS, taken.reason)
             return
         previous, previous_at = gpm.newest, gpm.newest_at
         gpm.newest, gpm.newest_at = target, now
         if previous < 0:
-            for field in GPM_FIELDS:
-                stats.unavailable[field] = FIRST_SAMPLE
+            put_unavailable(stats, GPM_FIELDS, FIRST_SAMPLE)
             return
         prepare_gpm_request(gpm.request, gpm.samples[previous], gpm.samples[target])
         result = self._call(device.index, "gpm_metrics", pynvml.nvmlGpmMetricsGet, gpm.request)
         if isinstance(result, Unavailable):
-            for field in GPM_FIELDS:
-                stats.unavailable[field] = result.reason
+            put_unavailable(stats, GPM_FIELDS, result.reason)
             return
         for field, value in gpm_values(result).items():
             put(stats, field, value)
@@ -484,7 +466,7 @@ class GpuCollector(Collector):
                 ("pcie_rx_bytes_per_s", pynvml.NVML_PCIE_UTIL_RX_BYTES),
             ):
                 kb_per_s = self._call(device.index, field, pynvml.nvmlDeviceGetPcieThroughput, device.handle, counter)
-                device.pcie[field] = _scaled(kb_per_s, KIB)
+                device.pcie[field] = scaled(kb_per_s, KIB)
         for field, value in device.pcie.items():
             put(stats, field, value)
 
@@ -510,8 +492,4 @@ class GpuCollector(Collector):
                 name = ""
             self._process_names[pid] = name
         return name
-
-
-def _scaled(value: int | float | Unavailable, factor: float) -> float | Unavailable:
-    return value if isinstance(value, Unavailable) else float(value) * factor
 

@@ -13,15 +13,16 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import psutil
 
 from agentd.collectors.base import Collector
+from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
-FIRST_SAMPLE = "first sample"
-COUNTER_RESET = "counter reset"
+if TYPE_CHECKING:  # psutil's per-NIC and per-disk counter tuples, as its stubs name them
+    from psutil._ntuples import sdiskio, snetio
 
 # Devices that are not disks a user cares about: loop devices, RAM disks,
 # compressed swap, floppies. Partitions are excluded separately (only whole
@@ -60,13 +61,13 @@ class CpuShares:
     iowait_percent: float
 
 
-def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | str:
+def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | Unavailable:
     """Per-mode percentages between two readings, or the reason there are none."""
     elapsed = current.total() - previous.total()
     if elapsed < 0:
-        return COUNTER_RESET
+        return Unavailable(COUNTER_RESET)
     if elapsed == 0:
-        return "no CPU time elapsed between samples"
+        return Unavailable("no CPU time elapsed between samples")
 
     def share(field: str) -> float:
         delta = getattr(current, field) - getattr(previous, field)
@@ -75,33 +76,20 @@ def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | str:
     return CpuShares(share("user"), share("system"), share("idle"), share("iowait"))
 
 
-def counter_rate(previous: int | None, current: int, seconds: float) -> float | str:
-    """Per-second rate of a monotonic counter, or the reason it has none."""
-    if previous is None:
-        return FIRST_SAMPLE
-    if current < previous:
-        return COUNTER_RESET
-    if seconds <= 0:
-        return "no time elapsed between samples"
-    return (current - previous) / seconds
-
-
-def _set_rate(message: object, field: str, rate: float | str) -> None:
-    """Set ``message.field`` to ``rate``, or record why it is unavailable."""
-    if isinstance(rate, str):
-        message.unavailable[field] = rate  # type: ignore[attr-defined]
-    else:
-        setattr(message, field, rate)
-
-
-def _counter(reading: object | None, field: str) -> int | None:
+def _counter(reading: snetio | sdiskio | None, field: str) -> int | None:
     """A counter of the previous reading, None when there was none."""
     return None if reading is None else getattr(reading, field)
 
 
-def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats, shares: CpuShares | str) -> None:
-    for field in ("user_percent", "system_percent", "idle_percent", "iowait_percent"):
-        _set_rate(message, field, shares if isinstance(shares, str) else getattr(shares, field))
+_SHARE_FIELDS = ("user_percent", "system_percent", "idle_percent", "iowait_percent")
+
+
+def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats, shares: CpuShares | Unavailable) -> None:
+    if isinstance(shares, Unavailable):
+        put_unavailable(message, _SHARE_FIELDS, shares.reason)
+        return
+    for field in _SHARE_FIELDS:
+        setattr(message, field, getattr(shares, field))
 
 
 class _Raw(NamedTuple):
@@ -110,8 +98,8 @@ class _Raw(NamedTuple):
     at: float
     cpu_total: CpuTimes
     cpu_cores: list[CpuTimes]
-    nics: dict[str, object]
-    disks: dict[str, object]
+    nics: dict[str, snetio]
+    disks: dict[str, sdiskio]
 
 
 def whole_disks(names: list[str], sys_block: str = "/sys/block") -> list[str]:
@@ -179,13 +167,13 @@ class HostCollector(Collector):
     def _cpu_stats(previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
         cpu = pb.CpuStats()
         if previous is None:
-            _fill_shares(cpu, FIRST_SAMPLE)
+            _fill_shares(cpu, Unavailable(FIRST_SAMPLE))
         else:
             _fill_shares(cpu, cpu_shares(previous.cpu_total, raw.cpu_total))
         for index, times in enumerate(raw.cpu_cores):
             core = cpu.cores.add(cpu=index)
             if previous is None or index >= len(previous.cpu_cores):
-                _fill_shares(core, FIRST_SAMPLE)
+                _fill_shares(core, Unavailable(FIRST_SAMPLE))
             else:
                 _fill_shares(core, cpu_shares(previous.cpu_cores[index], times))
         cpu.load1, cpu.load5, cpu.load15 = psutil.getloadavg()
@@ -220,7 +208,7 @@ class HostCollector(Collector):
                 tx_drops_total=now.dropout,
             )
             for field, counter in (("rx_bytes_per_s", "bytes_recv"), ("tx_bytes_per_s", "bytes_sent")):
-                _set_rate(nic, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
+                put(nic, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
             nics.append(nic)
         return nics
 
@@ -245,8 +233,9 @@ class HostCollector(Collector):
                 ("write_iops", "write_count"),
             )
             for field, counter in pairs:
-                _set_rate(disk, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
+                put(disk, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
             busy_ms_per_s = counter_rate(_counter(before, "busy_time"), now.busy_time, seconds)
-            _set_rate(disk, "busy_percent", busy_ms_per_s if isinstance(busy_ms_per_s, str) else min(100.0, busy_ms_per_s / 10.0))
+            put(disk, "busy_percent",
+                busy_ms_per_s if isinstance(busy_ms_per_s, Unavailable) else min(100.0, busy_ms_per_s / 10.0))
             disks.append(disk)
         return disks

@@ -22,14 +22,16 @@ import threading
 from typing import Iterable
 
 from agentd.collectors.base import Collector
+from agentd.collectors.readings import FIRST_SAMPLE, put_unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+# Without the extension ``native`` stays unbound and _IMPORT_ERROR says why; nothing
+# below touches ``native`` before checking _IMPORT_ERROR.
 try:
     from tuiprof_native import pmu as native
 except ImportError as error:  # the extension is built by the package's build; say so if it was not
-    native = None
     _IMPORT_ERROR = f"tuiprof_native.pmu is not built ({error}); reinstall the package"
 else:
     _IMPORT_ERROR = ""
@@ -53,7 +55,6 @@ _FIELD_EVENTS = {
     "cpu_migrations_per_s": ("cpu_migrations",),
 }
 _SYSTEM_TASK_CLOCK = "system-wide task clock counts idle time; use the host CPU percentages"
-FIRST_SAMPLE = "first sample"
 
 
 def raise_fd_limit() -> None:
@@ -119,7 +120,7 @@ def _open(scope: str, pid: int = -1) -> Counters:
 
 def process_counters(pid: int) -> Counters:
     """Counters for ``pid`` and all its threads, present and future. Raises PerfEventError (ESRCH, ...)."""
-    if native is None:
+    if _IMPORT_ERROR:
         raise RuntimeError(_IMPORT_ERROR)
     return _open("process", pid)
 
@@ -196,7 +197,7 @@ class PmuCollector(Collector):
         self._start()
 
     def _start(self) -> None:
-        if native is None:
+        if _IMPORT_ERROR:
             self._reason = _IMPORT_ERROR
             return
         if native.paranoid_level() is None:
@@ -258,7 +259,7 @@ class PmuCollector(Collector):
         process_stats = {
             pid: pmu_stats("process", intervals[pid], counted.hardware_reason) for pid, counted in tracked.items()
         }
-        if self._scope == "system":
+        if self._host is not None:  # system scope
             host = pmu_stats("system", self._host.interval(), self._host.hardware_reason)
         else:
             host = self._process_scope_stats(tracked, intervals)
@@ -270,8 +271,7 @@ class PmuCollector(Collector):
     def _process_scope_stats(tracked: dict[int, Counters], intervals: dict) -> pb.PmuStats:
         if not tracked:
             stats = pb.PmuStats(scope="process", hardware_available=False, hardware_reason="no tracked processes")
-            for field in _FIELD_EVENTS:
-                stats.unavailable[field] = "no tracked processes"
+            put_unavailable(stats, _FIELD_EVENTS, "no tracked processes")
             return stats
         reason = next((c.hardware_reason for c in tracked.values() if c.hardware_reason), "")
         present = [interval for interval in intervals.values() if interval is not None]

@@ -15,6 +15,7 @@ import pynvml
 import pytest
 
 from agentd.collectors import gpu
+from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 
@@ -94,8 +95,8 @@ def test_gpm_values_convert_units_and_keep_failures_as_reasons() -> None:
     pcie_tx = 10.0 + fields.index("pcie_tx_bytes_per_s")
     assert result["pcie_tx_bytes_per_s"] == pcie_tx * 1024 * 1024  # GPM reports MiB/s
     assert result["gpm_nvlink_rx_bytes_per_s"] == (10.0 + fields.index("gpm_nvlink_rx_bytes_per_s")) * 1024 * 1024
-    assert result["dram_active_percent"] == gpu.Unavailable("GPM returned NaN for this window")
-    assert result["fp64_active_percent"] == gpu.Unavailable("GPM: Not Supported")
+    assert result["dram_active_percent"] == Unavailable("GPM returned NaN for this window")
+    assert result["fp64_active_percent"] == Unavailable("GPM: Not Supported")
 
 
 def test_field_values_are_read_by_their_value_type() -> None:
@@ -109,7 +110,7 @@ def test_field_values_are_read_by_their_value_type() -> None:
     value.value.dVal = 1.5
     assert gpu.field_value(value) == 1.5
     value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-    assert gpu.field_value(value) == gpu.Unavailable("NVML: Not Supported")
+    assert gpu.field_value(value) == Unavailable("NVML: Not Supported")
 
 
 def test_clock_event_reason_names() -> None:
@@ -132,26 +133,20 @@ def test_unsupported_calls_are_made_once_and_transient_errors_retried() -> None:
 
     call = gpu.NvmlCalls()
     for _ in range(3):
-        assert call(0, "fan", unsupported) == gpu.Unavailable("NVML: Not Supported")
-        assert call(0, "power", flaky) == gpu.Unavailable("NVML: Unknown Error")
-    assert call(1, "fan", unsupported) == gpu.Unavailable("NVML: Not Supported")  # cached per GPU
+        assert call(0, "fan", unsupported) == Unavailable("NVML: Not Supported")
+        assert call(0, "power", flaky) == Unavailable("NVML: Unknown Error")
+    assert call(1, "fan", unsupported) == Unavailable("NVML: Not Supported")  # cached per GPU
     assert calls == {"unsupported": 2, "flaky": 3}
     assert call(0, "ok", lambda value: value * 2, 21) == 42
 
 
 def test_counter_rates_from_nvml_timestamps() -> None:
-    assert gpu.counter_rate(None, (100, 1_000_000)) == gpu.Unavailable(gpu.FIRST_SAMPLE)
-    assert gpu.counter_rate((100, 1_000_000), (50, 2_000_000)) == gpu.Unavailable("counter reset")
-    assert gpu.counter_rate((100, 1_000_000), (300, 1_500_000)) == 400.0  # 200 units in 0.5 s
-
-
-def test_unavailable_readings_go_to_the_reason_map() -> None:
-    stats = pb.GpuStats()
-    gpu.put(stats, "power_watts", gpu.Unavailable("NVML: Not Supported"))
-    gpu.put(stats, "temperature_celsius", 41.0)
-    assert not stats.HasField("power_watts")
-    assert stats.unavailable["power_watts"] == "NVML: Not Supported"
-    assert stats.temperature_celsius == 41.0
+    first = gpu.nvml_counter_rate(None, gpu.CounterReading(100, 1_000_000))
+    assert first == Unavailable(FIRST_SAMPLE)
+    reset = gpu.nvml_counter_rate(gpu.CounterReading(100, 1_000_000), gpu.CounterReading(50, 2_000_000))
+    assert reset == Unavailable(COUNTER_RESET)
+    # 200 units in 0.5 s of NVML's time
+    assert gpu.nvml_counter_rate(gpu.CounterReading(100, 1_000_000), gpu.CounterReading(300, 1_500_000)) == 400.0
 
 
 def test_versions_and_architectures() -> None:
@@ -167,4 +162,4 @@ def test_a_permanent_per_field_answer_is_remembered() -> None:
     call.remember(0, "nvlink", pynvml.NVML_SUCCESS)
     assert call(0, "nvlink", lambda: "asked") == "asked"
     call.remember(0, "nvlink", pynvml.NVML_ERROR_NOT_SUPPORTED)
-    assert call(0, "nvlink", lambda: "asked") == gpu.Unavailable("NVML: Not Supported")
+    assert call(0, "nvlink", lambda: "asked") == Unavailable("NVML: Not Supported")

@@ -13,7 +13,8 @@ import time
 import psutil
 import pytest
 
-from agentd.collectors.host import COUNTER_RESET, FIRST_SAMPLE, CpuTimes, HostCollector, counter_rate, cpu_shares
+from agentd.collectors.host import CpuTimes, HostCollector, cpu_shares
+from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 
@@ -144,15 +145,9 @@ def test_partitions_and_loop_devices_are_not_reported() -> None:
     assert all(pathlib.Path("/sys/block", name).exists() for name in names)
 
 
-def test_counter_rate_reasons() -> None:
-    assert counter_rate(None, 10, 1.0) == FIRST_SAMPLE
-    assert counter_rate(20, 10, 1.0) == COUNTER_RESET
-    assert counter_rate(10, 30, 2.0) == 10.0
-
-
 def test_cpu_shares_of_two_readings() -> None:
     before = CpuTimes(user=10, nice=0, system=5, idle=80, iowait=5, irq=0, softirq=0, steal=0)
     after = CpuTimes(user=40, nice=0, system=15, idle=130, iowait=15, irq=0, softirq=0, steal=0)
     shares = cpu_shares(before, after)
     assert (shares.user_percent, shares.system_percent, shares.idle_percent, shares.iowait_percent) == (30.0, 10.0, 50.0, 10.0)
-    assert cpu_shares(after, before) == COUNTER_RESET
+    assert cpu_shares(after, before) == Unavailable(COUNTER_RESET)
