@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.runner import CollectorRunner
+from agentd.runner import CollectorRunner, CollectRun
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,10 @@ class Agent:
 
     def statuses(self) -> list[pb.CollectorStatus]:
         return [runner.status() for runner in self.runners]
+
+    def collector_runs(self) -> dict[str, CollectRun]:
+        """Each collector's latest collect() as its runner timed it (collectors that never ran are absent)."""
+        return {runner.name: run for runner in self.runners if (run := runner.last_run) is not None}
 
     def describe(self, info: pb.AgentInfo) -> None:
         """Let every collector add what it knows to ``info`` (GPUs, driver versions)."""

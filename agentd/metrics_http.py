@@ -16,19 +16,25 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from agentd.agent import Agent
 from agentd.errors import BindError
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.runner import CollectRun
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Pending connections the kernel queues before accept(). socketserver's default is
+# 5: a burst of scrapers, health checks and curl (or one Prometheus HA pair plus a
+# federation scrape on a busy node) would overflow it and see resets or SYN
+# retransmits (1 s+ stalls); 128 is the usual listen backlog (SOMAXCONN's old value).
+LISTEN_BACKLOG = 128
 # A snapshot older than this many intervals means the snapshot loop is stuck.
 STALE_INTERVALS = 3
 
-Renderer = Callable[[pb.HostSnapshot, pb.AgentInfo], str]
+Renderer = Callable[[pb.HostSnapshot, pb.AgentInfo, Mapping[str, CollectRun]], str]
 
 
 def load_renderer() -> Renderer | str:
@@ -54,7 +60,8 @@ class MetricsServer:
         except socket.gaierror as exc:
             raise BindError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
         server_class = type("_Server", (http.server.ThreadingHTTPServer,),
-                            {"address_family": family, "daemon_threads": True})
+                            {"address_family": family, "daemon_threads": True,
+                             "request_queue_size": LISTEN_BACKLOG})
         try:
             self._server = server_class((host, port), handler)
         except OSError as exc:
@@ -96,7 +103,7 @@ class MetricsServer:
         snapshot = self._agent.latest
         if snapshot is None:
             return 503, "starting: no snapshot yet\n"
-        return 200, self._renderer(snapshot, self._info())
+        return 200, self._renderer(snapshot, self._info(), self._agent.collector_runs())
 
 
 def _handler_class(owner: MetricsServer) -> type[http.server.BaseHTTPRequestHandler]:

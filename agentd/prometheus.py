@@ -7,7 +7,26 @@ fractions as ``_ratio``, counters (monotonic since boot or driver load) end in
 ``hostname`` label; GPU series add ``gpu`` (index) and ``uuid``.
 
 A value the agent could not read is left out of the output -- never written as
-0. Whether each collector works, and why not, is ``tuiprof_collector_up``.
+0. Whether each collector works, and why not, is ``tuiprof_collector_up``; how
+long its latest ``collect()`` took and whether it succeeded, as the runner
+measured it (node_exporter's scrape_collector_* pair), are
+``tuiprof_collector_duration_seconds`` and ``tuiprof_collector_success``
+(absent for a collector that never ran).
+
+Per-rank series carry ``pid``, ``rank`` and ``local_rank``. The hook library's
+health per rank (``RankStats.hook``): its counters as ``tuiprof_rank_hook_*_total``,
+its flags as 0/1 gauges (``_cuda_timing``, ``_nccl_plugin``, ``_nccl_gpu_timers``),
+``tuiprof_rank_hook_pending_ops``, and ``tuiprof_rank_hook_active`` (0 when the
+hook stays inert in the process). The inert reason is NOT a label: it is free
+text the training process itself writes (a path, an errno text), so as a label
+it would be unbounded and user-controlled; it is in the gRPC snapshot and the
+console. For an inert hook only ``_active`` is written: its counters and flags
+were never measured.
+
+Labels are kept bounded: states and levels come from fixed sets (hang levels are
+one series per level, the StateSet pattern); free text appears only in the
+``reason`` labels of collector_up / pmu_hardware_available, which the agent
+writes itself and which change only when a collector breaks or recovers.
 
 The output is built section by section (one function per part of the snapshot,
 listed in ``SECTIONS``); per-rank families belong in a section of their own.
@@ -17,9 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.runner import CollectRun
 
 PREFIX = "tuiprof_"
 Labels = dict[str, str]
@@ -258,12 +279,59 @@ def _latency(out: Families, prefix: str, what: str, labels: Labels, latency: pb.
             labels, optional(latency, f"{stat}_seconds"))
 
 
+def _rank_labels(host: Labels, pid: int, rank: pb.RankStats | pb.RankVerdict) -> Labels:
+    """The labels every per-rank series has: pid, rank, local_rank ("" when unknown)."""
+    local_rank = rank.local_rank if isinstance(rank, pb.RankStats) and rank.HasField("local_rank") else None
+    return {**host, "pid": str(pid),
+            "rank": str(rank.rank) if rank.HasField("rank") else "",
+            "local_rank": "" if local_rank is None else str(local_rank)}
+
+
+_HOOK_FLAGS = (
+    ("cuda_timing", "1 when the hook resolved CUDA events, so GEMMs are timed."),
+    ("nccl_plugin", "1 when NCCL loaded the hook as its profiler plugin."),
+    ("nccl_gpu_timers", "1 when NCCL kernel-channel (GPU timer) events were seen."),
+)
+_HOOK_COUNTERS = (
+    ("gemm_untimed_total", "GEMMs counted but not timed (no CUDA event free, no CUDA)."),
+    ("nccl_untimed_total", "Collectives finished without GPU timestamps."),
+    ("dropped_records_total", "Records the hook lost because an internal queue was full."),
+    ("slot_overflow_total", "Records folded into the overflow slot (too many op kinds)."),
+    ("nccl_channel_shortfall_total", "Collectives finished with fewer kernel channels than announced."),
+    ("nccl_late_channels_total", "Kernel-channel events for collectives already finished."),
+)
+
+
+def _rank_hook(out: Families, labels: Labels, hook: pb.HookHealth) -> None:
+    """The hook library's own health (see the module docstring for the inert reason)."""
+    out("rank_hook_active", "gauge", "1 when the hook library records in this rank, 0 when it stays inert.").add(
+        labels, int(not hook.inactive_reason))
+    if hook.inactive_reason:
+        return
+    for flag, help in _HOOK_FLAGS:
+        out(f"rank_hook_{flag}", "gauge", help).add(labels, int(getattr(hook, flag)))
+    for counter, help in _HOOK_COUNTERS:
+        out(f"rank_hook_{counter}", "counter", help).add(labels, getattr(hook, counter))
+    out("rank_hook_pending_ops", "gauge", "Operations launched and not yet finished, all streams.").add(
+        labels, hook.pending)
+
+
+def _rank_process_groups(out: Families, labels: Labels, rank: pb.RankStats) -> None:
+    """PyTorch Flight Recorder progress per process group: compare ranks to find the one behind."""
+    for group in rank.process_groups:
+        g = {**labels, "process_group": group.id}
+        out("rank_process_group_last_enqueued_sequence", "gauge",
+            "Sequence number of the last collective this rank enqueued in the group (0: none yet).").add(
+            g, group.last_enqueued)
+        out("rank_process_group_last_completed_sequence", "gauge",
+            "Sequence number of the last collective this rank completed in the group (0: none yet).").add(
+            g, group.last_completed)
+
+
 def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
     """Per-rank families (from agentd.collectors.ranks), comparable to xpu-timer's."""
     for rank in snapshot.ranks:
-        labels = {**host, "pid": str(rank.pid),
-                  "rank": str(rank.rank) if rank.HasField("rank") else "",
-                  "local_rank": str(rank.local_rank) if rank.HasField("local_rank") else ""}
+        labels = _rank_labels(host, rank.pid, rank)
         out("rank_info", "gauge", "A rank's process (value 1); state: running, exited, stopped, zombie, disk-sleep.").add(
             {**labels, "job_id": rank.job_id, "state": rank.state}, 1)
         out("rank_heartbeat_age_seconds", "gauge", "Seconds since the rank's telemetry writer last beat.").add(
@@ -284,6 +352,9 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
             for name, field, scale, help in _PMU_GAUGES:
                 out(f"rank_{name}", "gauge", f"{help} This rank's threads.").add(
                     labels, optional(rank.pmu, field, scale))
+        if rank.HasField("hook"):
+            _rank_hook(out, labels, rank.hook)
+        _rank_process_groups(out, labels, rank)
         for op in rank.inflight:
             out("rank_inflight_age_seconds", "gauge", "Age of the oldest unfinished op per stream / communicator.").add(
                 {**labels, "kind": op.kind, "op": op.op, "comm": op.comm_hash, "stream": str(op.stream)},
@@ -308,16 +379,50 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
             _latency(out, "rank_nccl", "collective", c, coll.latency)
 
 
+HANG_LEVELS = ("ok", "suspect", "hung")
+RANK_HANG_LEVELS = (*HANG_LEVELS, "exited")
+
+
+def _hang(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
+    """The hang detector's verdicts, one series per level (1 for the current one); none when detection is off."""
+    hang = snapshot.hang
+    if not hang.level:
+        return
+    status = out("hang_status", "gauge", "1 for the host's current hang level (ok, suspect, hung), 0 for the others.")
+    for level in HANG_LEVELS:
+        status.add({**host, "level": level}, int(hang.level == level))
+    if hang.since_unix_ns:
+        out("hang_since_timestamp_seconds", "gauge", "When the host entered its current hang level (Unix time).").add(
+            host, hang.since_unix_ns / 1e9)
+    ranks = {rank.pid: rank for rank in snapshot.ranks}
+    per_rank = out("rank_hang_status", "gauge",
+                   "1 for the rank's current hang level (ok, suspect, hung, exited), 0 for the others.")
+    for verdict in hang.ranks:
+        labels = _rank_labels(host, verdict.pid, ranks.get(verdict.pid, verdict))
+        for level in RANK_HANG_LEVELS:
+            per_rank.add({**labels, "level": level}, int(verdict.level == level))
+
+
+def _collector_runs(out: Families, runs: Mapping[str, CollectRun], host: Labels) -> None:
+    duration = out("collector_duration_seconds", "gauge", "Wall time of the collector's latest collect().")
+    success = out("collector_success", "gauge", "1 when the collector's latest collect() succeeded, 0 when it failed.")
+    for name, run in runs.items():
+        duration.add({**host, "collector": name}, run.duration_seconds)
+        success.add({**host, "collector": name}, int(run.success))
+
+
 Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]
 
 # One renderer per part of the snapshot; per-rank families (GEMM, NCCL) get their own.
-SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu, _ranks)
+SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu, _ranks, _hang)
 
 
-def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo) -> str:
-    """The exposition text for one snapshot (``info`` supplies versions)."""
+def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo,
+                   runs: Mapping[str, CollectRun] | None = None) -> str:
+    """The exposition text for one snapshot (``info`` supplies versions, ``runs`` the collectors' timings)."""
     out = Families()
     host = {"hostname": snapshot.hostname or info.hostname}
     for section in SECTIONS:
         section(out, snapshot, info, host)
+    _collector_runs(out, runs or {}, host)
     return out.render()

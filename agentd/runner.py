@@ -4,20 +4,43 @@ A collector is third-party-ish code that touches drivers; the runner keeps its
 failures contained. An exception in ``collect()`` marks the collector
 unavailable (with the exception as the reason) until a later sample succeeds,
 and its stale data is left out of snapshots rather than shown as current.
+
+The runner also times every ``collect()`` (wall time, around the call) and
+keeps the outcome as ``last_run``, the way node_exporter times its collectors:
+``/metrics`` exports it as ``tuiprof_collector_duration_seconds`` and
+``tuiprof_collector_success``. Collectors do not time themselves. A failure is
+logged when it starts, then at most once per ``FAILURE_LOG_INTERVAL_SECONDS``
+while it lasts (with the count of failures since the last line), and once more
+when the collector recovers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import threading
+import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from agentd.collectors.base import Collector
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+# A collector failing on every tick logs one line per this many seconds, not one per tick.
+FAILURE_LOG_INTERVAL_SECONDS = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectRun:
+    """How a collector's latest ``collect()`` went, as the runner measured it."""
+
+    duration_seconds: float  # wall time of the call
+    success: bool
+    # Why the latest failing call failed; kept after a recovery ("" until a call fails).
+    last_error: str
 
 
 class UnloadableCollector(Collector):
@@ -60,12 +83,17 @@ def load_collectors(entries: Iterable[str], interval_seconds: float) -> list[Col
 class CollectorRunner:
     """Calls one collector's ``collect()`` every ``interval_seconds`` on its own thread."""
 
-    def __init__(self, collector: Collector) -> None:
+    def __init__(self, collector: Collector, clock: Callable[[], float] = time.monotonic) -> None:
         self.collector = collector
+        self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         self._collected = threading.Event()
+        # Replaced whole by the collector thread, read by others: None until the first collect().
+        self.last_run: CollectRun | None = None
+        self._failures_unlogged = 0
+        self._failure_logged_at = -math.inf
 
     @property
     def name(self) -> str:
@@ -104,17 +132,39 @@ class CollectorRunner:
             self._stop.wait(deadline - now)
 
     def _collect_once(self) -> None:
+        started = time.perf_counter()
         try:
             self.collector.collect()
         except Exception as exc:
-            if self._error is None:
-                log.exception("collect failed", extra={"collector": self.name})
+            duration = time.perf_counter() - started
             self._error = f"collect failed: {type(exc).__name__}: {exc}"
+            self.last_run = CollectRun(duration, success=False, last_error=self._error)
+            self._log_failure(exc)
         else:
+            duration = time.perf_counter() - started
+            last_error = self.last_run.last_error if self.last_run is not None else ""
+            self.last_run = CollectRun(duration, success=True, last_error=last_error)
             if self._error is not None:
-                log.info("collect recovered", extra={"collector": self.name})
+                log.info("collect recovered", extra={"collector": self.name,
+                                                     "failures_not_logged": self._failures_unlogged})
             self._error = None
+            self._failures_unlogged = 0
+            self._failure_logged_at = -math.inf
             self._collected.set()
+
+    def _log_failure(self, exc: Exception) -> None:
+        """The first failure with its traceback, then one line per FAILURE_LOG_INTERVAL_SECONDS."""
+        now = self._clock()
+        if now - self._failure_logged_at < FAILURE_LOG_INTERVAL_SECONDS:
+            self._failures_unlogged += 1
+            return
+        extra = {"collector": self.name, "reason": self._error, "failures_not_logged": self._failures_unlogged}
+        if self._failure_logged_at == -math.inf:
+            log.error("collect failed", exc_info=exc, extra=extra)
+        else:
+            log.error("collect still failing", extra=extra)
+        self._failure_logged_at = now
+        self._failures_unlogged = 0
 
     def _safe_status(self) -> pb.CollectorStatus:
         try:

@@ -17,6 +17,10 @@ shippers read it directly. Names follow dynolog where it has one:
 
 A value that could not be read is left out (never written as 0); the
 ``unavailable`` object names each collector that could not run, with why.
+
+A sink file is rotated by size: past ``ROTATE_BYTES`` it becomes ``FILE.1``
+(replacing the previous one) and a new ``FILE`` is started, so an agent that runs
+for months keeps at most about twice that on disk. stdout is never rotated.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterable
 from typing import IO, Any
@@ -33,6 +38,9 @@ from agentd.errors import ConfigError
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+# Size past which a --json-sink file is rotated (one line is ~1-10 KiB: days of 1 s snapshots).
+ROTATE_BYTES = 64 * 1024 * 1024
 
 # (proto field, sink name, scale): floats are multiplied by scale; scale None copies
 # the value as it is (integers stay integers).
@@ -123,21 +131,27 @@ def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) 
     return record
 
 
+def _append(path: str) -> IO[str]:
+    return open(path, "a", encoding="utf-8", buffering=1)
+
+
 class JsonLinesSink:
     """Writes one line per snapshot to a stream; a slow stream skips snapshots, never stalls."""
 
-    def __init__(self, stream: IO[str], owns_stream: bool) -> None:
+    def __init__(self, stream: IO[str], path: str | None) -> None:
+        """``path`` is the file ``stream`` appends to (rotated by size); None for stdout."""
         self._stream = stream
-        self._owns_stream = owns_stream
+        self._path = path
+        self._size = os.fstat(stream.fileno()).st_size if path is not None else 0
         self._previous: pb.HostSnapshot | None = None
 
     @classmethod
     def open(cls, target: str) -> JsonLinesSink:
         """``-`` for stdout, otherwise a file opened for appending."""
         if target == "-":
-            return cls(sys.stdout, owns_stream=False)
+            return cls(sys.stdout, path=None)
         try:
-            return cls(open(target, "a", encoding="utf-8", buffering=1), owns_stream=True)
+            return cls(_append(target), path=target)
         except OSError as exc:
             raise ConfigError(
                 f"cannot open --json-sink file {target}: {exc.strerror}; "
@@ -145,10 +159,21 @@ class JsonLinesSink:
             ) from None
 
     def write(self, snapshot: pb.HostSnapshot) -> None:
-        line = json.dumps(dynolog_record(snapshot, self._previous), separators=(",", ":"))
-        self._stream.write(line + "\n")
+        line = json.dumps(dynolog_record(snapshot, self._previous), separators=(",", ":")) + "\n"
+        self._stream.write(line)
         self._stream.flush()
         self._previous = snapshot
+        self._size += len(line.encode())
+        if self._path is not None and self._size > ROTATE_BYTES:
+            self._rotate(self._path)
+
+    def _rotate(self, path: str) -> None:
+        """Move the full file to ``path.1`` (replacing the older one) and start an empty one."""
+        self._stream.close()
+        os.replace(path, path + ".1")
+        self._stream = _append(path)
+        self._size = 0
+        log.info("JSON sink rotated", extra={"path": path, "previous": path + ".1"})
 
     async def run(self, agent: Agent) -> None:
         """Write every snapshot the agent publishes until cancelled (writes off the loop)."""
@@ -165,5 +190,5 @@ class JsonLinesSink:
             agent.unsubscribe(slot)
 
     def close(self) -> None:
-        if self._owns_stream:
+        if self._path is not None:
             self._stream.close()

@@ -245,7 +245,6 @@ class GpuCollector(Collector):
         self._stats: list[pb.GpuStats] = []
         self._process_names: dict[int, str] = {}
         self.driver_version = self.nvml_version = self.cuda_driver_version = ""
-        self.last_collect_seconds: float | None = None
         self._start()
 
     # ------------------------------------------------------------ set-up
@@ -320,13 +319,11 @@ class GpuCollector(Collector):
     def collect(self) -> None:
         if self._reason:
             return
-        started = time.perf_counter()
         stats = [self._sample(device) for device in self._devices]
         seen = {process.pid for gpu in stats for process in gpu.processes}
         self._process_names = {pid: name for pid, name in self._process_names.items() if pid in seen}
         with self._lock:
             self._stats = stats
-        self.last_collect_seconds = time.perf_counter() - started
 
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         with self._lock:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
 from agentd.agent import Agent, LatestSlot
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.registry import COLLECTORS
-from agentd.runner import CollectorRunner, UnloadableCollector, load_collectors
+from agentd.runner import FAILURE_LOG_INTERVAL_SECONDS, CollectorRunner, UnloadableCollector, load_collectors
 from testkit.agents import AbsentCollector, TickCollector
 
 
@@ -171,3 +172,55 @@ def test_a_failing_post_processor_is_logged_once_and_snapshots_go_on(caplog):
     assert snapshots[2].hang.level == "ok"
     failures = [r for r in caplog.records if r.message == "snapshot post-processor failed"]
     assert len(failures) == 1 and failures[0].exc_info[0] is KeyError
+
+
+def test_the_runner_times_each_collect_and_keeps_the_last_error():
+    tick = TickCollector(0.01)
+    real_collect = tick.collect
+
+    def slow_collect() -> None:
+        time.sleep(0.05)
+        real_collect()
+
+    tick.collect = slow_collect
+    runner = CollectorRunner(tick)
+    agent = Agent([runner], 0.1)
+    assert agent.collector_runs() == {}  # never ran: nothing measured
+    runner.start()
+    try:
+        assert runner.wait_first_sample(5)
+        run = agent.collector_runs()["tick"]
+        assert run.success and run.last_error == ""
+        assert 0.05 <= run.duration_seconds < 2.0  # the call's wall time, sleep included
+        tick.fail_collect = "sensor gone"
+        assert wait_until(lambda: not runner.last_run.success)
+        assert runner.last_run.last_error == "collect failed: OSError: sensor gone"
+        tick.fail_collect = None
+        assert wait_until(lambda: runner.last_run.success)
+        assert runner.last_run.last_error == "collect failed: OSError: sensor gone"  # kept after recovery
+    finally:
+        runner.stop()
+
+
+def test_a_collector_failing_every_tick_logs_once_per_interval(caplog):
+    caplog.set_level(logging.INFO, logger="agentd.runner")
+    now = [1000.0]
+    tick = TickCollector(0.005)
+    tick.fail_collect = "sensor gone"
+    runner = CollectorRunner(tick, clock=lambda: now[0])
+    runner.start()
+    try:
+        assert wait_until(lambda: len([r for r in caplog.records if r.message == "collect failed"]) == 1)
+        time.sleep(0.2)  # dozens of failing ticks, no new line
+        assert [r.message for r in caplog.records if r.name == "agentd.runner"] == ["collect failed"]
+        first = next(r for r in caplog.records if r.message == "collect failed")
+        assert (first.collector, first.reason, first.exc_info[0]) == ("tick", "collect failed: OSError: sensor gone",
+                                                                      OSError)
+        now[0] += FAILURE_LOG_INTERVAL_SECONDS
+        assert wait_until(lambda: any(r.message == "collect still failing" for r in caplog.records))
+        again = next(r for r in caplog.records if r.message == "collect still failing")
+        assert again.failures_not_logged >= 10 and again.exc_info is None
+        tick.fail_collect = None
+        assert wait_until(lambda: any(r.message == "collect recovered" for r in caplog.records))
+    finally:
+        runner.stop()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
+import time
 
 import httpx
 
 from agentd.agent import Agent
 from agentd.metrics_http import MetricsServer
 from agentd.proto import tuiprof_agent_pb2 as pb
-from testkit.agents import running_agent
+from agentd.runner import CollectorRunner
+from testkit.agents import TickCollector, running_agent
 
 
 def test_real_agent_serves_metrics_healthz_and_404(tmp_path):
@@ -50,3 +53,44 @@ def test_healthz_reports_starting_and_stale_snapshots():
         assert stale.status_code == 503 and stale.text.startswith("stale: last snapshot 10.")
     finally:
         server.stop()
+
+
+def test_a_burst_of_connections_waits_in_the_listen_backlog():
+    # Bound but not yet serving: nothing accepts, so every connection that completes
+    # its handshake sits in the kernel's accept queue. With socketserver's default
+    # backlog of 5 the 7th SYN would be dropped and connect() would stall.
+    server = MetricsServer("127.0.0.1", 0)
+    clients = []
+    try:
+        for _ in range(64):
+            clients.append(socket.create_connection(("127.0.0.1", server.port), timeout=0.5))
+    finally:
+        for client in clients:
+            client.close()
+        server.stop()
+    assert len(clients) == 64
+
+
+def test_metrics_carry_each_collectors_timing_measured_by_its_runner():
+    tick = TickCollector(0.01)
+    runner = CollectorRunner(tick)
+    agent = Agent([runner], interval_seconds=0.1, hostname="h")
+    server = MetricsServer("127.0.0.1", 0)
+    server.start(agent, lambda: pb.AgentInfo())
+    runner.start()
+    try:
+        assert runner.wait_first_sample(5)
+        agent.publish(agent.snapshot())
+        text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text
+        tick.fail_collect = "sensor gone"
+        deadline = time.monotonic() + 5
+        while runner.last_run.success and time.monotonic() < deadline:
+            time.sleep(0.01)
+        failed = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text
+    finally:
+        runner.stop()
+        server.stop()
+    duration = re.search(r'^tuiprof_collector_duration_seconds\{hostname="h",collector="tick"\} (\S+)$', text, re.M)
+    assert duration and 0 < float(duration[1]) < 1.0
+    assert 'tuiprof_collector_success{hostname="h",collector="tick"} 1\n' in text
+    assert 'tuiprof_collector_success{hostname="h",collector="tick"} 0\n' in failed

@@ -7,6 +7,7 @@ import time
 
 import psutil
 
+from agentd import sinks
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.sinks import dynolog_record
 from testkit.agents import running_agent
@@ -70,3 +71,35 @@ def test_agent_writes_one_json_object_per_interval(tmp_path):
     assert 0.1 < later["interval_s"] < 0.5
     assert "rx_bytes.lo" in later and later["rx_bytes.lo"] >= 0
     assert "gpu" in later.get("unavailable", {}) or any(k.startswith("gpu_name.") for k in later)
+
+
+def test_a_sink_file_past_its_bound_moves_to_dot_1_and_a_new_one_starts(tmp_path, monkeypatch):
+    path, previous = tmp_path / "metrics.jsonl", tmp_path / "metrics.jsonl.1"
+    path.write_text('{"left":"by an earlier run"}\n')
+    bound = 1000  # a record here is 350-400 bytes: a file holds about three
+    monkeypatch.setattr(sinks, "ROTATE_BYTES", bound)
+    sink = sinks.JsonLinesSink.open(str(path))
+    try:
+        for sequence in range(1, 12):
+            sink.write(snapshot(sequence, float(sequence), 10 * sequence))
+    finally:
+        sink.close()
+    older = [json.loads(line) for line in previous.read_text().splitlines()]
+    newer = [json.loads(line) for line in path.read_text().splitlines()]
+    kept = [r["sequence"] for r in older + newer]
+    assert kept == list(range(12 - len(kept), 12)) and len(kept) < 11  # the newest, in order; older ones dropped
+    assert 1 <= len(older) <= 4 and len(newer) <= 4
+    longest = max(len(line) + 1 for line in previous.read_text().splitlines())
+    assert bound < previous.stat().st_size <= bound + longest  # rotated as soon as it passed the bound
+    assert path.stat().st_size <= bound
+    assert newer and newer[0]["rx_bytes.lo"] == 10  # deltas go on across a rotation
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "metrics.jsonl.1"]
+
+
+def test_stdout_is_never_rotated(monkeypatch, capsys):
+    monkeypatch.setattr(sinks, "ROTATE_BYTES", 1)
+    sink = sinks.JsonLinesSink.open("-")
+    for sequence in (1, 2):
+        sink.write(snapshot(sequence, float(sequence), 10))
+    sink.close()
+    assert [json.loads(line)["sequence"] for line in capsys.readouterr().out.splitlines()] == [1, 2]
