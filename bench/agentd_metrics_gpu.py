@@ -108,8 +108,8 @@ class Bench:
             text = render_metrics(snapshot, self.info)
             render_costs.append(time.perf_counter() - t)
             tick: dict[str, Any] = {"phase": name, "t": round(time.monotonic() - started, 2),
-                                    "gpu_collect_seconds": self.gpu.collector.last_collect_seconds
-                                    if hasattr(self.gpu.collector, "last_collect_seconds") else None,
+                                    "gpu_collect_seconds": self.gpu.last_run.duration_seconds
+                                    if self.gpu.last_run is not None else None,
                                     "metrics_bytes": len(text), "gpus": []}
             for gpu in snapshot.gpus:
                 row = {f: getattr(gpu, f) for f in GPU_FIELDS if gpu.HasField(f)}
