@@ -40,7 +40,8 @@ from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.address import AgentAddress
 from tuiprof.client.channel import open_channel
 from tuiprof.client.host_client import ConnectionOptions
-from tuiprof.commands.stacks import gather_stacks, job_report
+from tuiprof.analysis.stacks_report import job_report
+from tuiprof.client.stacks import gather_stacks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "hangs" / "gloo_job.py"

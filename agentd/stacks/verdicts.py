@@ -18,7 +18,12 @@ LEVELS = ("hung", "suspect", "exited")
 
 def who(verdict: pb.RankVerdict | pb.RankStats | pb.TraceTarget) -> str:
     """``rank 3`` when the rank is known, else ``pid 1234``."""
-    return f"rank {verdict.rank}" if verdict.HasField("rank") else f"pid {verdict.pid}"
+    return rank_or_pid(verdict.rank if verdict.HasField("rank") else None, verdict.pid)
+
+
+def rank_or_pid(rank: int | None, pid: int) -> str:
+    """The one way a process of the job is named: ``rank 3``, or ``pid 1234`` when its rank is unknown."""
+    return f"rank {rank}" if rank is not None else f"pid {pid}"
 
 
 def finding(verdict: pb.RankVerdict) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from testkit.agents import running_agent
 from agentd.address import AgentAddress
-from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.sources import LiveSource
 from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.screens.help import HelpScreen

@@ -14,7 +14,8 @@ from tuiprof.model.events import HostUnreachable, SnapshotReceived
 from tuiprof.model.export import cluster_document
 from tuiprof.model.filter import FilterError, HostFilter
 from tuiprof.model.history import Ring
-from tuiprof.model.snapshot import HostSnapshot, has_rates
+from tuiprof.model.behaviour import has_rates
+from tuiprof.model.messages import HostSnapshot
 from tuiprof.model.values import Unavailable
 
 

@@ -1,12 +1,12 @@
 from tuiprof.analysis.stacks_banner import hang_banner
-from tuiprof.model.snapshot import Hang, RankVerdict
+from tuiprof.model.messages import HangStatus, RankVerdict
 from tuiprof.model.values import Unavailable
 
 S = 1_000_000_000
 
 
 def hang(level, since=0, explanation="", verdicts=()):
-    return Hang(level, since, explanation, tuple(RankVerdict(100 + i, r, lvl, "") for i, (r, lvl) in enumerate(verdicts)))
+    return HangStatus(level, since, explanation, tuple(RankVerdict(100 + i, r, lvl, "") for i, (r, lvl) in enumerate(verdicts)))
 
 
 def test_no_banner_when_everything_is_ok():

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from textual.widgets import Static, Tree
 
 from agentd.stacks import ranksets
-from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.sources import LiveSource
 from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.screens.stacks import StacksScreen

@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import DataTable, Input, Select, Static
 
 from testkit.traces import trainers, wait_registered
-from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.sources import LiveSource
 from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.screens.traces import TracesScreen

@@ -1,7 +1,9 @@
 """Per-rank GEMM and NCCL op rows across every host of the job, with straggler verdicts.
 
-Read straight from each host's last wire message (not the full model), so the
-view stays cheap with a thousand hosts streaming.
+Read straight from each host's last wire message, not the model: building the
+model costs ~1 ms per host of 8 GPUs and 8 ranks (0.5 ms for its ranks alone)
+against ~0.18 ms for this whole view's rows, and with a thousand hosts streaming
+that difference is most of a core while the view is open.
 """
 
 from __future__ import annotations
@@ -44,11 +46,6 @@ def _signature(op: pb.GemmOpStats | pb.NcclOpStats) -> str:
     return " ".join(part for part in parts if part)
 
 
-def rank_label(rank: pb.RankStats | pb.TraceTarget) -> str:
-    """``rank 3`` when the rank is known, else ``pid 1234`` (as ``Rank.label``)."""
-    return who(rank)
-
-
 def _natural(label: str) -> tuple[str, int]:
     """``rank 10`` after ``rank 9``."""
     word, _, number = label.rpartition(" ")
@@ -62,7 +59,7 @@ def job_ops(cluster: ClusterState) -> list[OpRow]:
         if state.message is None:
             continue
         for rank in state.message.ranks:
-            label = rank_label(rank)
+            label = who(rank)
             raw.extend((state.address, label, "gemm", _signature(op), op) for op in rank.gemm)
             raw.extend((state.address, label, "nccl", _signature(op), op) for op in rank.nccl)
     samples = [

@@ -1,6 +1,6 @@
 """The one line the cluster view shows when ranks hang: how bad, since when, who, where to look.
 
-Pure function over the hosts' latest hang verdicts (``tuiprof.model.snapshot.Hang``),
+Pure function over the hosts' latest hang verdicts (``tuiprof.model.messages.HangStatus``),
 so the console and any headless command phrase a hang the same way.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentd.stacks import ranksets
-from tuiprof.model.snapshot import Hang
+from tuiprof.model.messages import HangStatus
 
 _SEVERITY = {"hung": 2, "suspect": 1}
 
@@ -21,10 +21,10 @@ class HangBanner:
     text: str
 
 
-def hang_banner(hosts: Iterable[tuple[str, Hang]], now_unix_ns: int) -> HangBanner | None:
+def hang_banner(hosts: Iterable[tuple[str, HangStatus]], now_unix_ns: int) -> HangBanner | None:
     """None when no host reports a suspect or hung rank; else the worst level, summarized.
 
-    ``hosts`` pairs a host name with its latest ``Hang``. The text names how many
+    ``hosts`` pairs a host name with its latest ``HangStatus``. The text names how many
     hosts are affected, since when (the earliest ``since`` of the worst level),
     the affected ranks folded, and the first explanation of the worst host.
     """

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.stacks import ranksets
+from agentd.stacks.collectives import behind, findings
 from agentd.stacks.merge import (
     EquivalenceClass,
     MergedStacks,
@@ -16,7 +18,11 @@ from agentd.stacks.merge import (
     Suspect,
     equivalence_classes,
     find_suspects,
+    merge_trees,
+    project,
 )
+from agentd.stacks.wire import collectives_from_ranks, tree_from_proto
+from tuiprof.model.stacks import HostStacks
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,36 @@ def build_report(
     thread = thread or merged.main_thread()
     classes = equivalence_classes(merged, thread)
     return StacksReport(merged, thread, classes, find_suspects(classes, collective_findings, behind))
+
+
+def job_report(hosts: list[HostStacks], lines: bool, native: bool) -> StacksReport:
+    """The hosts' trees merged, projected to the wanted detail, with collective findings."""
+    trees = [tree_from_proto(h.reply.merged) for h in hosts if h.reply is not None]
+    merged = project(merge_trees(trees), lines=lines, native=native)
+    pids = {(h.host, r.pid) for h in hosts if h.reply is not None for r in h.reply.ranks}
+    ranks = [r for h in hosts if h.snapshot is not None for r in h.snapshot.ranks if (h.host, r.pid) in pids]
+    collectives = collectives_from_ranks(ranks)
+    return build_report(merged, findings(collectives), behind=behind(collectives))
+
+
+def job_verdicts(host: HostStacks) -> list[pb.RankVerdict]:
+    """The host's rank verdicts for the processes whose stacks were taken (the chosen job)."""
+    pids = {r.pid for r in host.reply.ranks} if host.reply is not None else set()
+    return [v for v in host.snapshot.hang.ranks if v.pid in pids] if host.snapshot is not None else []
+
+
+def duplicate_ranks(hosts: list[HostStacks]) -> list[str]:
+    """One warning per rank number that more than one process reported (merged as one rank)."""
+    owners: dict[int, list[str]] = {}
+    for host in hosts:
+        for rank in host.reply.ranks if host.reply is not None else []:
+            if rank.HasField("rank"):
+                owners.setdefault(rank.rank, []).append(f"{host.host} pid {rank.pid}")
+    return [
+        f"rank {rank} is reported by {len(who)} processes ({', '.join(who)}); their stacks are merged "
+        f"as one rank: check the job's RANK variables, or choose one job with --job"
+        for rank, who in sorted(owners.items()) if len(who) > 1
+    ]
 
 
 def report_json(report: StacksReport) -> dict:

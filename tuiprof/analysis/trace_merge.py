@@ -32,7 +32,10 @@ import msgspec
 
 from tuiprof.analysis.trace_collectives import CollectiveCall, match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
-from tuiprof.analysis.trace_summary import GPU_CATEGORIES, RankExtract, RankResult, kernel_kind, summarize_rank
+from tuiprof.analysis.trace_summary import (
+    GPU_CATEGORIES, RankExtract, RankResult, TraceSummary, kernel_kind, summarize, summarize_rank,
+)
+from tuiprof.model.capture import ClusterCapture
 
 _BASE_PATTERN = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 _HEAD_BYTES = 64 * 1024
@@ -181,6 +184,19 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
                       for r in result.ranks]
         writer.close(tail + b'],"tuiprof":' + _encode({"origin_unix_ns": origin, "ranks": ranks_json}) + b"}")
     return result
+
+
+MERGED_NAME = "merged.trace.json.gz"
+
+
+def merge_capture(capture: ClusterCapture, output: pathlib.Path) -> tuple[MergeResult, TraceSummary]:
+    """A capture's fetched files merged into ``output/merged.trace.json.gz``, and their summary.
+
+    What ``tuiprof trace`` and the traces screen both do once the files are in.
+    """
+    inputs = [TraceInput(f.local, f.host, f.rank, f.pid) for f in capture.files]
+    merged = merge_traces(inputs, output / MERGED_NAME)
+    return merged, summarize(merged.ranks)
 
 
 def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeResult) -> list[list[CollectiveCall]]:

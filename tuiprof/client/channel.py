@@ -1,16 +1,19 @@
-"""Opening a gRPC channel to an agent: address parsing, token and TLS.
+"""Opening a gRPC channel to an agent: token and TLS, the same for every caller.
 
-Every client (console, status, trace, stacks) goes through ``open_channel`` so
-that authentication works the same way everywhere.
+Every command and screen (console, status, trace, stacks, run) builds one
+``ConnectionOptions`` from its command line and opens channels with
+``options.open(address)``, so authentication works the same way everywhere.
 """
 
 from __future__ import annotations
 
 import pathlib
+from dataclasses import dataclass
 
 import grpc
 
 from agentd.address import AgentAddress
+
 
 class _BearerToken:
     """Adds ``authorization: Bearer <token>`` to every call.
@@ -47,3 +50,19 @@ def open_channel(
         credentials = grpc.ssl_channel_credentials(pathlib.Path(tls_ca).read_bytes())
         return grpc.aio.secure_channel(address.target, credentials, options, interceptors=interceptors)
     return grpc.aio.insecure_channel(address.target, options, interceptors=interceptors)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How to reach the agents: built once from the command line, shared by every host and call."""
+
+    token: str | None = None
+    tls_ca: str | None = None
+    interval_ms: int = 0
+    """Requested Watch period; 0 = the agent's own interval."""
+    timeout: float = 5.0
+    """Seconds to wait for an answer (GetInfo; the floor of the stall timeout on the stream)."""
+
+    def open(self, address: AgentAddress) -> grpc.aio.Channel:
+        """A channel to ``address`` with this token and TLS."""
+        return open_channel(address, self.token, self.tls_ca)

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import grpc
 
@@ -18,25 +17,13 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.client.backoff import Backoff
 from agentd.address import AgentAddress
-from tuiprof.client.channel import open_channel
+from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.errors import describe_rpc_error
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[HostEvent], None]
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionOptions:
-    """How to reach the agents: shared by every host of one console."""
-
-    token: str | None = None
-    tls_ca: str | None = None
-    interval_ms: int = 0
-    """Requested Watch period; 0 = the agent's own interval."""
-    timeout: float = 5.0
-    """Seconds to wait for GetInfo, and the floor of the stall timeout on the stream."""
 
 
 class HostClient:
@@ -103,7 +90,7 @@ class HostClient:
         self, emit: Emit | None = None, until: Callable[[pb.HostSnapshot], bool] | None = None
     ) -> None:
         emit = emit or self._emit
-        async with open_channel(self.address, self.options.token, self.options.tls_ca) as channel:
+        async with self.options.open(self.address) as channel:
             stub = pb_grpc.AgentStub(channel)
             info = await stub.GetInfo(pb.GetInfoRequest(), timeout=self.options.timeout)
             emit(InfoReceived(self.host, self._clock(), info))

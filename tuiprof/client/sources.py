@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentd.address import AgentAddress
-from tuiprof.client.host_client import ConnectionOptions, Emit, watch_all
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.host_client import Emit, watch_all
 from tuiprof.model.events import HostEvent
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
 from agentd.token import read_token
-from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.channel import ConnectionOptions
 
 
 class TargetError(ValueError):
@@ -25,10 +25,16 @@ def add_target_arguments(parser: argparse.ArgumentParser, hosts: bool = True) ->
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--port`` (for hosts named without one) and the credentials."""
     parser.add_argument(
         "--port", type=int, default=DEFAULT_AGENT_PORT,
         help=f"agent port for hosts given without one (default {DEFAULT_AGENT_PORT})",
     )
+    add_credential_arguments(parser)
+
+
+def add_credential_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--token-file`` and ``--tls-ca``: what ``connection`` reads."""
     parser.add_argument("--token-file", metavar="FILE", help="shared agent token (mode 600); default $TUIPROF_TOKEN")
     parser.add_argument("--tls-ca", metavar="FILE", help="CA certificate to verify agents' TLS certificates")
 
@@ -57,6 +63,10 @@ def addresses(args: argparse.Namespace) -> list[AgentAddress]:
 
 
 def connection(args: argparse.Namespace, interval_ms: int = 0, timeout: float = 5.0) -> ConnectionOptions:
+    """The one set of connection options every agent of this command is reached with.
+
+    Raises TokenFileError when ``--token-file`` cannot be used.
+    """
     return ConnectionOptions(
         token=read_token(args.token_file), tls_ca=args.tls_ca,
         interval_ms=interval_ms, timeout=timeout,

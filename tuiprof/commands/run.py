@@ -24,10 +24,11 @@ from pathlib import Path
 import grpc
 
 import tuiprof_native
-from agentd.proto import tuiprof_agent_pb2 as pb, tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
-from agentd.token import read_token
-from tuiprof.client.channel import open_channel
+from agentd.proto import tuiprof_agent_pb2 as pb, tuiprof_agent_pb2_grpc as pb_grpc
+from agentd.token import TokenFileError
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.targets import add_credential_arguments, connection
 
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
@@ -77,20 +78,20 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
     return out
 
 
-async def _ask_trace_dir(address: AgentAddress, token: str | None, timeout_s: float) -> str:
-    async with open_channel(address, token, None) as channel:
-        info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=timeout_s)
+async def _ask_trace_dir(address: AgentAddress, options: ConnectionOptions) -> str:
+    async with options.open(address) as channel:
+        info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=options.timeout)
     return info.trace_dir
 
 
-def agent_trace_dir(port: int, timeout_s: float = AGENT_LOOKUP_TIMEOUT_S) -> str | None:
+def agent_trace_dir(port: int, options: ConnectionOptions = ConnectionOptions(timeout=AGENT_LOOKUP_TIMEOUT_S)
+                    ) -> str | None:
     """The trace dir of the agentd on this host (GetInfo on 127.0.0.1:``port``), None when none answers.
 
     Never fails the launch: no agent is a normal set-up (silence); an agent
     that answers with an error (a token is needed, say) gets one line on stderr."""
     try:
-        token = read_token(None)  # $TUIPROF_TOKEN, as the other commands take it
-        trace_dir = asyncio.run(_ask_trace_dir(AgentAddress("127.0.0.1", port), token, timeout_s))
+        trace_dir = asyncio.run(_ask_trace_dir(AgentAddress("127.0.0.1", port), options))
     except grpc.aio.AioRpcError as exc:
         if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             print(f"tuiprof run: agentd on port {port} did not give its trace dir ({exc.code().name}: "
@@ -114,6 +115,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--agent-port", type=int, default=DEFAULT_AGENT_PORT, metavar="PORT",
         help=f"port of this host's agentd, asked for its trace dir (default {DEFAULT_AGENT_PORT})")
+    add_credential_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
     parser.set_defaults(func=run)
 
@@ -128,8 +130,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         trace_dir = None
         if args.kineto_daemon and TRACE_DIR_ENV not in os.environ:
-            trace_dir = agent_trace_dir(args.agent_port)
+            trace_dir = agent_trace_dir(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
         env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon, trace_dir=trace_dir)
+    except TokenFileError as exc:
+        print(f"tuiprof run: {exc}", file=sys.stderr)
+        return 2
     except LaunchError as exc:
         print(f"tuiprof run: {exc}", file=sys.stderr)
         return 1

@@ -20,13 +20,14 @@ from rich.text import Text
 
 from agentd.address import AgentAddress
 from agentd.token import TokenFileError
-from tuiprof.client.host_client import ConnectionOptions, HostClient
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.host_client import HostClient
 from tuiprof.client.local import LocalAgentError, local_agent
 from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.export import cluster_document
-from tuiprof.model.snapshot import has_rates
+from tuiprof.model.behaviour import has_rates
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.text import pair, reading

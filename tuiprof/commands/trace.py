@@ -19,17 +19,13 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from tuiprof.analysis.trace_capture import (
-    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
-)
-from tuiprof.analysis.job_ops import rank_label
-from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, TraceInput, merge_traces
-from tuiprof.analysis.trace_summary import TraceSummary, render_text, summarize, summary_json
 from agentd.address import AgentAddress
-from agentd.token import TokenFileError, read_token
-from tuiprof.client.targets import add_target_arguments, addresses
-
-MERGED_NAME = "merged.trace.json.gz"
+from agentd.token import TokenFileError
+from tuiprof.analysis.trace_merge import TraceFormatError, merge_capture
+from tuiprof.analysis.trace_summary import render_text, summary_json
+from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
+from tuiprof.client.targets import add_target_arguments, addresses, connection
+from tuiprof.model.capture import ClusterCapture, HostProgress
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -95,17 +91,10 @@ def spec_from_args(args: argparse.Namespace) -> CaptureSpec:
                        start_delay_ms=args.start_delay_ms if args.kind == "kineto" else 0, timeout_s=args.timeout)
 
 
-def merge_and_summarize(capture: ClusterCapture, output: pathlib.Path) -> tuple[MergeResult, TraceSummary]:
-    """The merged timeline of every fetched file, and its summary (shared with the console)."""
-    inputs = [TraceInput(f.local, f.host, f.rank, f.pid) for f in capture.files]
-    merged = merge_traces(inputs, output / MERGED_NAME)
-    return merged, summarize(merged.ranks)
-
-
 def _host_json(host: HostProgress) -> dict:
     return {
         "host": host.host, "capture_id": host.capture_id, "error": host.error or None, "message": host.message or None,
-        "targets": [{"pid": t.pid, "rank": t.rank if t.HasField("rank") else None, "state": t.state,
+        "targets": [{"pid": t.pid, "rank": t.rank_number, "state": t.state,
                      "file": t.file, "reason": t.reason or None,
                      "local": next((str(f.local) for f in host.files if f.remote == t.file), None)}
                     for t in host.targets],
@@ -123,7 +112,7 @@ def _describe(host: HostProgress) -> str:
 async def _capture_with_progress(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path,
                                  console: Console) -> ClusterCapture:
     targets = addresses(args) or [AgentAddress("127.0.0.1", args.port)]
-    token = read_token(args.token_file)
+    options = connection(args)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), console=console, disable=args.json) as progress:
         tasks: dict[str, TaskID] = {str(a): progress.add_task(str(a), total=None, status="starting") for a in targets}
@@ -133,7 +122,7 @@ async def _capture_with_progress(args: argparse.Namespace, spec: CaptureSpec, ou
             progress.update(tasks[host.host], total=total, completed=host.finished_targets,
                             status=_describe(host))
 
-        return await capture_cluster(targets, spec, output, token, args.tls_ca, update)
+        return await capture_cluster(targets, spec, output, options, update)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,12 +152,12 @@ def run(args: argparse.Namespace) -> int:
     for host in capture.hosts:
         for target in host.targets:
             if target.state != "written":
-                text.append(f"{host.host} {rank_label(target)}: {target.state}: {target.reason}")
+                text.append(f"{host.host} {target.label}: {target.state}: {target.reason}")
         if host.error:
             text.append(f"{host.host}: {host.error}")
     if capture.files:
         try:
-            merged, summary = merge_and_summarize(capture, output)
+            merged, summary = merge_capture(capture, output)
         except TraceFormatError as exc:
             print(f"tuiprof trace: {exc}", file=sys.stderr)
             return 1

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
 from tuiprof.model.history import DEFAULT_CAPACITY, History
-from tuiprof.model.info import AgentInfo
-from tuiprof.model.snapshot import HostSnapshot
+from tuiprof.model.messages import AgentInfo, HostSnapshot
 from tuiprof.model.summary import HostSummary, summarize
 from tuiprof.model.values import Reading, Unavailable
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.model.snapshot import collector_gap, ratio_percent
+from tuiprof.model.behaviour import collector_gap, ratio_percent
 from tuiprof.model.values import NOT_REPORTED, Reading, Unavailable, available, first_reason
 
 

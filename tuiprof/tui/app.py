@@ -25,7 +25,7 @@ from textual.binding import Binding
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from tuiprof.client.host_client import ConnectionOptions
+from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.sources import EventSource
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostEvent, SnapshotReceived

@@ -7,7 +7,6 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from tuiprof.analysis.job_ops import rank_label
 
 
 class GoToProvider(Provider):
@@ -17,9 +16,9 @@ class GoToProvider(Provider):
         cluster = self.app.cluster  # type: ignore[attr-defined]
         for state in cluster.hosts():
             yield f"Go to host {state.name}", state.address, None
-            if state.message is not None:
-                for rank in state.message.ranks:
-                    yield f"Go to {rank_label(rank)} on {state.name}", state.address, "ranks"
+            if state.snapshot is not None:
+                for rank in state.snapshot.ranks:
+                    yield f"Go to {rank.label} on {state.name}", state.address, "ranks"
 
     def _open(self, address: str, tab: str | None) -> None:
         self.app.show_host(address, tab=tab)  # type: ignore[attr-defined]

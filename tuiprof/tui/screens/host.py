@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Header, Label, Static, TabbedCont
 
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
-from tuiprof.model.snapshot import HostSnapshot, Pmu, Rank
+from tuiprof.model.messages import HostSnapshot, PmuStats, RankStats
 from tuiprof.model.values import Reading, Unavailable
 from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import pair, reading, reasons, sparkline
@@ -120,7 +120,7 @@ def rank_rows(snapshot: HostSnapshot) -> list[Row]:
 OP_COLUMNS = ("Kind", "Op", "Detail", "Calls/s", "p50", "p99", "Max", "Throughput")
 
 
-def op_rows(rank: Rank) -> list[Row]:
+def op_rows(rank: RankStats) -> list[Row]:
     """Every GEMM and NCCL op of one rank, with its latency and throughput."""
     rows: list[Row] = []
     for op in rank.gemm:
@@ -139,7 +139,7 @@ def op_rows(rank: Rank) -> list[Row]:
     return rows
 
 
-def _rank_state(rank: Rank) -> Text:
+def _rank_state(rank: RankStats) -> Text:
     style = "green" if rank.state == "running" else "bold red"
     return Text(rank.state or "unknown", style=style)
 
@@ -153,7 +153,7 @@ PMU_FIELDS: tuple[tuple[str, Callable[[Reading], str]], ...] = (
 )
 
 
-def pmu_rows(pmu: Pmu) -> list[Row]:
+def pmu_rows(pmu: PmuStats) -> list[Row]:
     rows: list[Row] = [("hardware", ["hardware counters", "yes" if pmu.hardware_available
                                      else f"no: {pmu.hardware_reason or 'not reported'}"], {})]
     for name, formatter in PMU_FIELDS:

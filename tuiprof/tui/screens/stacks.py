@@ -22,13 +22,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from agentd.stacks import ranksets
-from tuiprof.analysis.flamegraph import flamegraph_svg
-from agentd.stacks.merge import Node
-from tuiprof.analysis.stacks_report import StacksReport, folded
 from agentd.address import AgentAddress
+from agentd.stacks import ranksets
+from agentd.stacks.merge import Node
 from agentd.stacks.verdicts import summarize
-from tuiprof.commands.stacks import HostStacks, JobChoiceError, gather_stacks, job_report, job_verdicts
+from tuiprof.analysis.flamegraph import flamegraph_svg
+from tuiprof.analysis.stacks_report import StacksReport, folded, job_report, job_verdicts
+from tuiprof.client.stacks import gather_stacks
+from tuiprof.model.stacks import HostStacks, JobChoiceError
 
 TAKE_TIMEOUT_S = 60.0
 # Class colours, smallest class first: the odd ranks get the loudest ones.

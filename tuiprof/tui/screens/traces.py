@@ -22,13 +22,11 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
-from tuiprof.analysis.trace_capture import (
-    DEFAULT_START_DELAY_MS, CaptureSpec, ClusterCapture, HostProgress, capture_cluster,
-)
-from tuiprof.analysis.job_ops import rank_label
-from tuiprof.analysis.trace_summary import TraceSummary, render_text
 from agentd.address import AgentAddress
-from tuiprof.commands.trace import merge_and_summarize
+from tuiprof.analysis.trace_merge import merge_capture
+from tuiprof.analysis.trace_summary import TraceSummary, render_text
+from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
+from tuiprof.model.capture import ClusterCapture, HostProgress
 
 SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))
 
@@ -139,14 +137,13 @@ class TracesScreen(Screen[None]):
             table.add_row(str(address), "starting", "", "", "", key=str(address))
         output.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        capture = await capture_cluster(addresses, spec, output, self.app.connection.token,
-                                        self.app.connection.tls_ca, self._progress)
+        capture = await capture_cluster(addresses, spec, output, self.app.connection, self._progress)
         self.capture = capture
         lines = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
-        lines += [f"{h.host} {rank_label(t)}: {t.state}: {t.reason}"
+        lines += [f"{h.host} {t.label}: {t.state}: {t.reason}"
                   for h in capture.hosts for t in h.targets if t.state != "written"]
         if capture.files:
-            merged, summary = await asyncio.to_thread(merge_and_summarize, capture, output)
+            merged, summary = await asyncio.to_thread(merge_capture, capture, output)
             self.summary, self.merged_path = summary, merged.output
             lines += [f"Merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)", "",
                       render_text(summary)]
@@ -160,7 +157,7 @@ class TracesScreen(Screen[None]):
     def _progress(self, host: HostProgress) -> None:
         table = self.query_one(DataTable)
         detail = host.error or host.message or host.states_text()
-        ranks = ",".join(str(t.rank) for t in host.targets if t.HasField("rank")) or str(len(host.targets))
+        ranks = ",".join(str(t.rank_number) for t in host.targets if t.rank_number is not None) or str(len(host.targets))
         for column, value in zip(table.columns, (host.host, host.phase, ranks, str(len(host.files)), detail)):
             table.update_cell(host.host, column, value)
 

@@ -1,23 +1,22 @@
-"""Immutable host snapshots, built from ``pb.HostSnapshot`` (field names as in the proto).
+"""The proto's messages as the console's frozen dataclasses. GENERATED: do not edit.
 
-Every optional proto reading is a ``Reading``: a number, or an ``Unavailable`` with
-the agent's reason. Lists are tuples, so snapshots can be shared between the client
-task and the UI without copies or locks.
+Made by ``python -m tuiprof.model.generate`` from agentd/proto/tuiprof_agent.proto
+(see that module for the rules); behaviour comes from ``tuiprof.model.behaviour``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.model import convert
-from tuiprof.model.values import Reading, Unavailable
+from tuiprof.model import behaviour
+from tuiprof.model.values import Reading
 
 
 @dataclass(frozen=True, slots=True)
-class CollectorState:
+class CollectorStatus:
+    """``tuiprof.v1.CollectorStatus``."""
+
     name: str
     available: bool
     reason: str
@@ -25,20 +24,20 @@ class CollectorState:
 
 
 @dataclass(frozen=True, slots=True)
-class CpuCore:
+class CpuCoreStats(behaviour.CpuCoreStatsMixin):
+    """``tuiprof.v1.CpuCoreStats``."""
+
     cpu: int
     user_percent: Reading
     system_percent: Reading
     idle_percent: Reading
     iowait_percent: Reading
 
-    @property
-    def busy_percent(self) -> Reading:
-        return busy(self.idle_percent)
-
 
 @dataclass(frozen=True, slots=True)
-class Cpu:
+class CpuStats(behaviour.CpuStatsMixin):
+    """``tuiprof.v1.CpuStats``."""
+
     user_percent: Reading
     system_percent: Reading
     idle_percent: Reading
@@ -47,45 +46,25 @@ class Cpu:
     load5: Reading
     load15: Reading
     process_count: Reading
-    cores: tuple[CpuCore, ...]
-    NESTED: ClassVar[dict[str, type]] = {"cores": CpuCore}
-
-    @property
-    def busy_percent(self) -> Reading:
-        return busy(self.idle_percent)
-
-
-def busy(idle_percent: Reading) -> Reading:
-    """CPU time not idle, in percent."""
-    return idle_percent if isinstance(idle_percent, Unavailable) else 100.0 - idle_percent
+    cores: tuple[CpuCoreStats, ...]
+    NESTED: ClassVar[dict[str, type]] = {"cores": CpuCoreStats}
 
 
 @dataclass(frozen=True, slots=True)
-class Memory:
+class MemoryStats(behaviour.MemoryStatsMixin):
+    """``tuiprof.v1.MemoryStats``."""
+
     total_bytes: Reading
     used_bytes: Reading
     available_bytes: Reading
     swap_total_bytes: Reading
     swap_used_bytes: Reading
 
-    @property
-    def used_percent(self) -> Reading:
-        return ratio_percent(self.used_bytes, self.total_bytes)
-
-
-def ratio_percent(part: Reading, whole: Reading) -> Reading:
-    """``part`` as a percentage of ``whole``; unavailable when either is."""
-    if isinstance(part, Unavailable):
-        return part
-    if isinstance(whole, Unavailable):
-        return whole
-    if whole == 0:
-        return Unavailable("total is zero")
-    return 100.0 * part / whole
-
 
 @dataclass(frozen=True, slots=True)
-class Nic:
+class NicStats:
+    """``tuiprof.v1.NicStats``."""
+
     name: str
     rx_bytes_per_s: Reading
     tx_bytes_per_s: Reading
@@ -98,7 +77,9 @@ class Nic:
 
 
 @dataclass(frozen=True, slots=True)
-class Disk:
+class DiskStats:
+    """``tuiprof.v1.DiskStats``."""
+
     name: str
     read_bytes_per_s: Reading
     write_bytes_per_s: Reading
@@ -114,13 +95,17 @@ class Disk:
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
+    """``tuiprof.v1.GpuProcess``."""
+
     pid: int
     name: str
     used_memory_bytes: Reading
 
 
 @dataclass(frozen=True, slots=True)
-class Gpu:
+class GpuStats:
+    """``tuiprof.v1.GpuStats``."""
+
     index: int
     name: str
     uuid: str
@@ -160,7 +145,9 @@ class Gpu:
 
 
 @dataclass(frozen=True, slots=True)
-class Pmu:
+class PmuStats:
+    """``tuiprof.v1.PmuStats``."""
+
     scope: str
     hardware_available: bool
     hardware_reason: str
@@ -177,7 +164,9 @@ class Pmu:
 
 
 @dataclass(frozen=True, slots=True)
-class Latency:
+class LatencyStats:
+    """``tuiprof.v1.LatencyStats``."""
+
     avg_seconds: Reading
     min_seconds: Reading
     max_seconds: Reading
@@ -186,7 +175,9 @@ class Latency:
 
 
 @dataclass(frozen=True, slots=True)
-class GemmOp:
+class GemmOpStats:
+    """``tuiprof.v1.GemmOpStats``."""
+
     op: str
     dtype: str
     shape: str
@@ -194,12 +185,14 @@ class GemmOp:
     count_per_s: float
     tflops: Reading
     flops_total: float
-    latency: Latency
-    NESTED: ClassVar[dict[str, type]] = {"latency": Latency}
+    latency: LatencyStats
+    NESTED: ClassVar[dict[str, type]] = {"latency": LatencyStats}
 
 
 @dataclass(frozen=True, slots=True)
-class NcclOp:
+class NcclOpStats:
+    """``tuiprof.v1.NcclOpStats``."""
+
     op: str
     dtype: str
     algorithm: str
@@ -211,12 +204,14 @@ class NcclOp:
     bytes_total: int
     algbw_bytes_per_s: Reading
     busbw_bytes_per_s: Reading
-    latency: Latency
-    NESTED: ClassVar[dict[str, type]] = {"latency": Latency}
+    latency: LatencyStats
+    NESTED: ClassVar[dict[str, type]] = {"latency": LatencyStats}
 
 
 @dataclass(frozen=True, slots=True)
-class Inflight:
+class InflightOp:
+    """``tuiprof.v1.InflightOp``."""
+
     kind: str
     op: str
     comm_hash: str
@@ -226,7 +221,35 @@ class Inflight:
 
 
 @dataclass(frozen=True, slots=True)
-class Rank:
+class ProcessGroupProgress:
+    """``tuiprof.v1.ProcessGroupProgress``."""
+
+    id: str
+    last_enqueued: int
+    last_completed: int
+
+
+@dataclass(frozen=True, slots=True)
+class HookHealth:
+    """``tuiprof.v1.HookHealth``."""
+
+    cuda_timing: bool
+    nccl_plugin: bool
+    nccl_gpu_timers: bool
+    gemm_untimed_total: int
+    nccl_untimed_total: int
+    dropped_records_total: int
+    slot_overflow_total: int
+    nccl_channel_shortfall_total: int
+    nccl_late_channels_total: int
+    pending: int
+    inactive_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RankStats(behaviour.RankStatsMixin):
+    """``tuiprof.v1.RankStats``."""
+
     pid: int
     rank: Reading
     local_rank: Reading
@@ -239,29 +262,23 @@ class Rank:
     step_count: int
     step_time_seconds: Reading
     gemm_tflops: Reading
-    gemm: tuple[GemmOp, ...]
-    nccl: tuple[NcclOp, ...]
-    inflight: tuple[Inflight, ...]
+    gemm: tuple[GemmOpStats, ...]
+    nccl: tuple[NcclOpStats, ...]
+    inflight: tuple[InflightOp, ...]
     gc_pause_seconds_per_s: Reading
     dataloader_wait_seconds_per_s: Reading
-    pmu: Pmu
+    pmu: PmuStats
     exception: str
-    NESTED: ClassVar[dict[str, type]] = {
-        "gemm": GemmOp, "nccl": NcclOp, "inflight": Inflight, "pmu": Pmu,
-    }
-
-    @property
-    def label(self) -> str:
-        """``rank 3`` when the rank is known, else ``pid 1234``."""
-        return f"pid {self.pid}" if isinstance(self.rank, Unavailable) else f"rank {self.rank}"
-
-    @property
-    def oldest_inflight(self) -> Inflight | None:
-        return max(self.inflight, key=lambda op: op.age_seconds, default=None)
+    process_groups: tuple[ProcessGroupProgress, ...]
+    hook: HookHealth
+    uid: Reading
+    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth}
 
 
 @dataclass(frozen=True, slots=True)
-class RankVerdict:
+class RankVerdict(behaviour.RankVerdictMixin):
+    """``tuiprof.v1.RankVerdict``."""
+
     pid: int
     rank: Reading
     level: str
@@ -269,7 +286,9 @@ class RankVerdict:
 
 
 @dataclass(frozen=True, slots=True)
-class Hang:
+class HangStatus:
+    """``tuiprof.v1.HangStatus``."""
+
     level: str
     since_unix_ns: int
     explanation: str
@@ -277,63 +296,66 @@ class Hang:
     NESTED: ClassVar[dict[str, type]] = {"ranks": RankVerdict}
 
 
-SECTION_COLLECTORS = {
-    "cpu": "host", "memory": "host", "nics": "host", "disks": "host",
-    "gpus": "gpu", "pmu": "pmu", "ranks": "ranks", "hang": "hang",
-}
-"""Which collector fills each section of a snapshot."""
-
-
 @dataclass(frozen=True, slots=True)
-class HostSnapshot:
+class HostSnapshot(behaviour.HostSnapshotMixin):
+    """``tuiprof.v1.HostSnapshot``."""
+
     hostname: str
     timestamp_unix_ns: int
     sequence: int
-    collectors: tuple[CollectorState, ...]
-    cpu: Cpu
-    memory: Memory
-    nics: tuple[Nic, ...]
-    disks: tuple[Disk, ...]
-    gpus: tuple[Gpu, ...]
-    pmu: Pmu
-    ranks: tuple[Rank, ...]
-    hang: Hang
-    NESTED: ClassVar[dict[str, type]] = {
-        "collectors": CollectorState, "cpu": Cpu, "memory": Memory, "nics": Nic,
-        "disks": Disk, "gpus": Gpu, "pmu": Pmu, "ranks": Rank, "hang": Hang,
-    }
-
-    @classmethod
-    def from_proto(cls, msg: pb.HostSnapshot) -> "HostSnapshot":
-        down = {c.name: c.reason or f"{c.name} collector unavailable" for c in msg.collectors if not c.available}
-        section_reasons = {
-            section: down[collector]
-            for section, collector in SECTION_COLLECTORS.items()
-            if collector in down
-        }
-        return convert.from_proto(cls, msg, section_reasons=section_reasons)
-
-    def to_json(self) -> dict[str, Any]:
-        return convert.to_json(self)
-
-    def missing(self, collector: str) -> Unavailable | None:
-        """Why a collector's section is empty, or None when it ran."""
-        return collector_gap(self.collectors, collector)
+    collectors: tuple[CollectorStatus, ...]
+    cpu: CpuStats
+    memory: MemoryStats
+    nics: tuple[NicStats, ...]
+    disks: tuple[DiskStats, ...]
+    gpus: tuple[GpuStats, ...]
+    pmu: PmuStats
+    ranks: tuple[RankStats, ...]
+    hang: HangStatus
+    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus}
 
 
-def collector_gap(collectors: Iterable[Any], name: str) -> Unavailable | None:
-    """Why collector ``name`` left its section empty (None when it ran).
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """``tuiprof.v1.GpuInfo``."""
 
-    Works on the proto's ``CollectorStatus`` list and on ``CollectorState`` tuples.
-    """
-    state = next((c for c in collectors if c.name == name), None)
-    if state is None:
-        return Unavailable(f"the agent has no {name} collector")
-    if not state.available:
-        return Unavailable(state.reason or f"{name} collector unavailable")
-    return None
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    memory_total_bytes: int
+    architecture: str
+    gpm_supported: bool
 
 
-def has_rates(message: pb.HostSnapshot) -> bool:
-    """Whether per-second rates are filled in (the agent needs two samples for them)."""
-    return message.cpu.HasField("idle_percent")
+@dataclass(frozen=True, slots=True)
+class AgentInfo(behaviour.AgentInfoMixin):
+    """``tuiprof.v1.AgentInfo``."""
+
+    hostname: str
+    agent_version: str
+    python_version: str
+    kernel_release: str
+    cpu_count: int
+    memory_total_bytes: int
+    boot_time_unix_ns: int
+    interval_seconds: float
+    driver_version: str
+    nvml_version: str
+    cuda_driver_version: str
+    gpus: tuple[GpuInfo, ...]
+    collectors: tuple[CollectorStatus, ...]
+    trace_dir: str
+    NESTED: ClassVar[dict[str, type]] = {"gpus": GpuInfo, "collectors": CollectorStatus}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceTarget(behaviour.TraceTargetMixin):
+    """``tuiprof.v1.TraceTarget``."""
+
+    host: str
+    pid: int
+    rank: Reading
+    state: str
+    file: str
+    reason: str

@@ -1,7 +1,8 @@
 """A cluster-wide capture: one start time for every agent, progress per host, every file fetched.
 
 Shared by ``tuiprof trace`` and the console's traces screen: both call
-``capture_cluster`` with a progress callback and get the fetched files back.
+``capture_cluster`` with their connection options and a progress callback and
+get the fetched files back (the progress types are ``tuiprof.model.capture``).
 Each host is independent: one that cannot be reached, or whose ranks fail,
 does not stop the others; its error is kept for the summary and exit status.
 """
@@ -13,16 +14,18 @@ import os
 import pathlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 
-from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.traces.capture import FINAL_STATES
-from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.address import AgentAddress
-from tuiprof.client.channel import open_channel
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.errors import describe_rpc_error
+from tuiprof.model import convert
+from tuiprof.model.capture import ClusterCapture, FetchedFile, HostProgress
+from tuiprof.model.messages import TraceTarget
 
 KINDS = {"kineto": pb.CaptureTraceRequest.KINETO, "timeline": pb.CaptureTraceRequest.TIMELINE}
 # libkineto polls every 5 s by default and then warms up; every host gets the same
@@ -70,89 +73,33 @@ class CaptureSpec:
         return request
 
 
-@dataclass(frozen=True)
-class FetchedFile:
-    host: str
-    pid: int
-    rank: int | None
-    remote: str  # path relative to the agent's trace dir
-    local: pathlib.Path
-
-
-@dataclass
-class HostProgress:
-    """One host's capture as it goes: ``phase`` is starting, capturing, done or failed."""
-
-    host: str
-    phase: str = "starting"
-    capture_id: str = ""
-    targets: list[pb.TraceTarget] = field(default_factory=list)
-    files: list[FetchedFile] = field(default_factory=list)
-    message: str = ""
-    error: str = ""
-
-    @property
-    def finished_targets(self) -> int:
-        return sum(t.state in FINAL_STATES for t in self.targets)
-
-    @property
-    def delivered(self) -> bool:
-        """Every matched rank's file is here (a host that matched nothing delivered nothing)."""
-        return not self.error and bool(self.targets) and len(self.files) == len(self.targets)
-
-    def states_text(self) -> str:
-        """How many targets are in each state, e.g. ``"1 capturing, 3 written"``."""
-        states: dict[str, int] = {}
-        for target in self.targets:
-            states[target.state] = states.get(target.state, 0) + 1
-        return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-
-
-@dataclass
-class ClusterCapture:
-    start_time_unix_ms: int
-    hosts: list[HostProgress]
-
-    @property
-    def files(self) -> list[FetchedFile]:
-        return [f for h in self.hosts for f in h.files]
-
-    @property
-    def matched(self) -> int:
-        return sum(len(h.targets) for h in self.hosts)
-
-    @property
-    def all_delivered(self) -> bool:
-        return self.matched > 0 and all(h.delivered or (not h.error and not h.targets) for h in self.hosts)
-
-
 ProgressCallback = Callable[[HostProgress], None]
 
 
 async def capture_cluster(addresses: list[AgentAddress], spec: CaptureSpec, output: pathlib.Path,
-                          token: str | None = None, tls_ca: str | None = None,
+                          options: ConnectionOptions,
                           on_progress: ProgressCallback = lambda progress: None) -> ClusterCapture:
     """Start the same capture on every agent, follow it, and fetch each finished file into ``output/<host>/``."""
     start_ms = int(time.time() * 1000) + spec.start_delay_ms if spec.iterations is None else 0
     hosts = [HostProgress(str(a)) for a in addresses]
-    await asyncio.gather(*(_capture_host(a, h, spec, start_ms, output, token, tls_ca, on_progress)
+    await asyncio.gather(*(_capture_host(a, h, spec, start_ms, output, options, on_progress)
                            for a, h in zip(addresses, hosts)))
     return ClusterCapture(start_ms, hosts)
 
 
 async def _capture_host(address: AgentAddress, progress: HostProgress, spec: CaptureSpec, start_ms: int,
-                        output: pathlib.Path, token: str | None, tls_ca: str | None,
+                        output: pathlib.Path, options: ConnectionOptions,
                         on_progress: ProgressCallback) -> None:
     give_up = time.monotonic() + spec.start_delay_ms / 1000 + spec.timeout_s
     try:
-        async with open_channel(address, token, tls_ca) as channel:
+        async with options.open(address) as channel:
             stub = pb_grpc.AgentStub(channel)
             reply = await stub.CaptureTrace(spec.request(start_ms), timeout=RPC_TIMEOUT_SECONDS)
             progress.capture_id, progress.message, progress.phase = reply.capture_id, reply.message, "capturing"
             fetched: set[str] = set()
             while True:
-                progress.targets = list(reply.targets)
-                for target in reply.targets:
+                progress.targets = [convert.from_proto(TraceTarget, t) for t in reply.targets]
+                for target in progress.targets:
                     if target.state == "written" and target.file not in fetched:
                         fetched.add(target.file)
                         progress.files.append(await _fetch(stub, progress.host, target, output))
@@ -173,7 +120,7 @@ async def _capture_host(address: AgentAddress, progress: HostProgress, spec: Cap
     on_progress(progress)
 
 
-async def _fetch(stub: pb_grpc.AgentStub, host: str, target: pb.TraceTarget, output: pathlib.Path) -> FetchedFile:
+async def _fetch(stub: pb_grpc.AgentStub, host: str, target: TraceTarget, output: pathlib.Path) -> FetchedFile:
     """Stream one file to ``output/<host>/<name>`` (``.part`` until complete)."""
     directory = output / _safe_name(host)
     directory.mkdir(parents=True, exist_ok=True)
@@ -183,7 +130,7 @@ async def _fetch(stub: pb_grpc.AgentStub, host: str, target: pb.TraceTarget, out
         async for chunk in stub.FetchFile(pb.FetchFileRequest(path=target.file), timeout=RPC_TIMEOUT_SECONDS * 6):
             out.write(chunk.data)
     os.replace(partial, local)
-    return FetchedFile(host, target.pid, target.rank if target.HasField("rank") else None, target.file, local)
+    return FetchedFile(host, target.pid, target.rank_number, target.file, local)
 
 
 def _safe_name(host: str) -> str:

@@ -1,0 +1,147 @@
+"""Generate ``tuiprof/model/messages.py``: the console's frozen dataclasses, one per proto message.
+
+Run ``python -m tuiprof.model.generate`` after editing the .proto (and
+regenerating its stubs with ``python -m agentd.proto.generate``);
+``tests/console/test_model_messages.py`` fails while the checked-in module is
+stale. Every message reachable from the roots below becomes a dataclass named
+as in the proto, with one field per proto field:
+
+- a proto3 ``optional`` scalar is a ``Reading`` (the number, or ``Unavailable``
+  with the reason from the message's ``unavailable`` map);
+- a plain scalar keeps its Python type, a repeated field is a tuple;
+- a message field is the nested dataclass (listed in ``NESTED`` for
+  ``convert.from_proto``);
+- the ``unavailable`` map itself has no field: its reasons live in the Readings.
+
+Anything else (another map, an enum, a oneof) has no place yet and stops the
+generator with the field's name. Hand-written behaviour (``RankStats.label``,
+``CpuStats.busy_percent``, …) comes from ``<Message>Mixin`` classes in
+``tuiprof.model.behaviour``, which the generated classes derive from.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from collections.abc import Iterator
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.model import behaviour
+
+TARGET = pathlib.Path(__file__).with_name("messages.py")
+ROOTS: tuple[Descriptor, ...] = (pb.HostSnapshot.DESCRIPTOR, pb.AgentInfo.DESCRIPTOR, pb.TraceTarget.DESCRIPTOR)
+"""The messages the console keeps: snapshots, agent info, and trace targets (capture progress)."""
+REASONS_FIELD = "unavailable"
+
+_SCALARS = {
+    FieldDescriptor.CPPTYPE_INT32: "int", FieldDescriptor.CPPTYPE_INT64: "int",
+    FieldDescriptor.CPPTYPE_UINT32: "int", FieldDescriptor.CPPTYPE_UINT64: "int",
+    FieldDescriptor.CPPTYPE_DOUBLE: "float", FieldDescriptor.CPPTYPE_FLOAT: "float",
+    FieldDescriptor.CPPTYPE_BOOL: "bool", FieldDescriptor.CPPTYPE_STRING: "str",
+}
+
+HEADER = '''"""The proto's messages as the console's frozen dataclasses. GENERATED: do not edit.
+
+Made by ``python -m tuiprof.model.generate`` from agentd/proto/tuiprof_agent.proto
+(see that module for the rules); behaviour comes from ``tuiprof.model.behaviour``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tuiprof.model import behaviour
+from tuiprof.model.values import Reading
+'''
+
+
+class NoPlaceError(ValueError):
+    """A proto field the generated model has no way to hold."""
+
+
+def reachable(roots: tuple[Descriptor, ...] = ROOTS) -> list[Descriptor]:
+    """Every message reachable from ``roots``, each after the messages it holds (definition order)."""
+    ordered: list[Descriptor] = []
+
+    def visit(message: Descriptor) -> None:
+        if message in ordered:
+            return
+        for field in message.fields:
+            if field.message_type is not None and not _is_reasons(field):
+                visit(field.message_type)
+        ordered.append(message)
+
+    for root in roots:
+        visit(root)
+    return ordered
+
+
+def _is_reasons(field: FieldDescriptor) -> bool:
+    return field.name == REASONS_FIELD and field.message_type is not None \
+        and field.message_type.GetOptions().map_entry
+
+
+def field_type(field: FieldDescriptor) -> str:
+    """The annotation of ``field`` in the generated dataclass (NoPlaceError when it has none)."""
+    where = f"{field.containing_type.name}.{field.name}"
+    if _in_real_oneof(field):
+        raise NoPlaceError(f"{where}: oneof fields have no place in the console model")
+    if field.message_type is not None:
+        if field.message_type.GetOptions().map_entry:
+            raise NoPlaceError(f"{where}: only the '{REASONS_FIELD}' map has a place (as the Readings' reasons)")
+        inner = field.message_type.name
+    elif field.cpp_type in _SCALARS:
+        inner = _SCALARS[field.cpp_type]
+    else:
+        raise NoPlaceError(f"{where}: {field.type} fields (enums, bytes) have no place in the console model")
+    if field.is_repeated:
+        return f"tuple[{inner}, ...]"
+    if field.message_type is None and field.has_presence:
+        return "Reading"
+    return inner
+
+
+def _in_real_oneof(field: FieldDescriptor) -> bool:
+    """In a declared ``oneof`` (proto3 ``optional`` puts a field in a synthetic one of its own)."""
+    oneof = field.containing_oneof
+    return oneof is not None and not (oneof.name == f"_{field.name}" and len(oneof.fields) == 1)
+
+
+def _fields(message: Descriptor) -> Iterator[FieldDescriptor]:
+    return (f for f in message.fields if not _is_reasons(f))
+
+
+def render_class(message: Descriptor) -> str:
+    mixin = f"{message.name}Mixin"
+    base = f"(behaviour.{mixin})" if hasattr(behaviour, mixin) else ""
+    lines = ["", "", "@dataclass(frozen=True, slots=True)", f"class {message.name}{base}:",
+             f'    """``{message.full_name}``."""', ""]
+    lines += [f"    {field.name}: {field_type(field)}" for field in _fields(message)]
+    nested = [f for f in _fields(message) if f.message_type is not None]
+    if nested:
+        entries = ", ".join(f'"{f.name}": {f.message_type.name}' for f in nested)
+        lines.append(f"    NESTED: ClassVar[dict[str, type]] = {{{entries}}}")
+    return "\n".join(lines) + "\n"
+
+
+def render() -> str:
+    """The whole generated module."""
+    return HEADER + "".join(render_class(message) for message in reachable())
+
+
+def main() -> int:
+    try:
+        text = render()
+    except NoPlaceError as exc:
+        print(f"tuiprof.model.generate: {exc}; give it a place in {__name__} first", file=sys.stderr)
+        return 1
+    TARGET.write_text(text)
+    print(f"wrote {TARGET}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
