@@ -2,7 +2,6 @@
  * calls.  Each call: look up the caller's stream, take a pooled CUDA event
  * pair around the real call, and hand the launch to the writer thread, which
  * times it when the stop event completes.  FLOPs = 2*b*m*n*k. */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,15 +14,6 @@
 typedef int (*get_stream_fn)(void *handle, void **stream);
 
 static _Atomic uint64_t g_gemm_launches;
-
-/* Resolve `name` once into the static pointer `slot` (benign race: every
- * thread finds the same address). */
-#define REAL(slot, type, name)                                                          \
-    type slot = (type)atomic_load_explicit(&slot##_cache, memory_order_relaxed);       \
-    if (TP_UNLIKELY(!slot)) {                                                           \
-        slot = (type)tp_resolve(name);                                                  \
-        atomic_store_explicit(&slot##_cache, (void *)slot, memory_order_relaxed);       \
-    }
 
 const char *tp_cuda_dtype_name(int t, char *buf, size_t cap)
 {
@@ -81,8 +71,7 @@ void tp_gemm_end(tp_gemm_call *c, int status)
 
 static void *blas_stream(void *handle)
 {
-    static _Atomic(void *) get_stream_cache;
-    REAL(get_stream, get_stream_fn, "cublasGetStream_v2");
+    get_stream_fn get_stream = TP_REAL(get_stream_fn, "cublasGetStream_v2");
     void *stream = NULL;
     if (get_stream && get_stream(handle, &stream) != CUBLAS_STATUS_SUCCESS) stream = NULL;
     return stream;
@@ -91,15 +80,14 @@ static void *blas_stream(void *handle)
 /* One interposer: resolve the real function, time the call around it. */
 #define GEMM_HOOK(NAME, PARAMS, ARGS, DTYPE, B, M, N, K)                                 \
     typedef int (*NAME##_fn) PARAMS;                                                      \
-    static _Atomic(void *) NAME##_real_cache;                                             \
     TP_EXPORT int NAME PARAMS                                                             \
     {                                                                                     \
-        REAL(NAME##_real, NAME##_fn, #NAME);                                              \
-        if (TP_UNLIKELY(!NAME##_real)) return CUBLAS_STATUS_NOT_INITIALIZED;              \
+        NAME##_fn real = TP_REAL(NAME##_fn, #NAME);                                       \
+        if (TP_UNLIKELY(!real)) return CUBLAS_STATUS_NOT_INITIALIZED;                     \
         tp_gemm_call c = {0};                                                             \
         if (tp_ensure_started()) /* inert: no stream look-up */                           \
             tp_gemm_begin(&c, blas_stream(handle), #NAME, DTYPE, B, M, N, K);             \
-        int status = NAME##_real ARGS;                                                    \
+        int status = real ARGS;                                                           \
         tp_gemm_end(&c, status);                                                          \
         return status;                                                                    \
     }

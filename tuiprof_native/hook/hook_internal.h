@@ -9,6 +9,7 @@
 #ifndef TUIPROF_HOOK_INTERNAL_H
 #define TUIPROF_HOOK_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,13 +19,34 @@
 #define TP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+#define TP_PATH_MAX 128   /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid><suffix> */
+#define TP_REASON_MAX 256 /* why the hook stays inert, one line */
+
+/* ---- small helpers (util.c) -------------------------------------------- */
 uint64_t tp_now_ns(void);  /* CLOCK_REALTIME */
 void tp_copy_name(char *dst, size_t cap, const char *src);
 
+/* ---- this process's files in TP_SEGMENT_DIR (shm_files.c) -------------- */
+/* TP_SEGMENT_DIR/tuiprof-<uid>-<pid><suffix>: the one place that builds it.
+ * 0, or -1 when it does not fit in cap. */
+int tp_segment_path(char *buf, size_t cap, const char *suffix);
+/* Make way for a new file at `path`: 0 when nothing is there or a stale
+ * regular file of this uid was removed; -1 with `why` for anything else (a
+ * symlink, another user's file, not a regular file), which is left alone. */
+int tp_clear_own_file(const char *path, char *why, size_t cap);
+/* printf into `why`, then " (strerror(err))" unless err is 0. */
+void tp_reason(char *why, size_t cap, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The hook could not start: one line on stderr, and the reason in the
+ * <segment path>.inert note for the agent. */
+void tp_report_inert(const char *reason);
+/* A segment exists now: an own note of an earlier process with this pid goes. */
+void tp_remove_stale_note(void);
+
 /* ---- lifecycle (worker.c) ---------------------------------------------- */
 /* Lazy start: creates the segment and the writer thread on first use.
- * Returns 1 when the hook is recording, 0 when inert (no /dev/shm, disabled,
- * still starting in another thread). Never blocks. */
+ * Returns 1 when the hook is recording, 0 when inert (disabled, shared
+ * memory full, a file in the way, still starting in another thread). Never
+ * blocks. */
 int tp_ensure_started(void);
 int tp_is_running(void);
 void tp_set_flag(uint32_t flag);
@@ -76,6 +98,20 @@ void tp_count_drop(void);
  * (RTLD_NEXT misses libraries PyTorch loads into a local scope). */
 void *tp_resolve(const char *name);
 
+/* tp_resolve(name) as a `type`, looked up on first use and kept in a static
+ * of this expansion (a benign race: every thread finds the same address).
+ * NULL while no loaded object defines it; then looked up again next time. */
+#define TP_REAL(type, name)                                                              \
+    __extension__({                                                                      \
+        static _Atomic(void *) tp_real_cache_;                                           \
+        void *tp_real_ = atomic_load_explicit(&tp_real_cache_, memory_order_relaxed);    \
+        if (TP_UNLIKELY(!tp_real_)) {                                                    \
+            tp_real_ = tp_resolve(name);                                                 \
+            atomic_store_explicit(&tp_real_cache_, tp_real_, memory_order_relaxed);      \
+        }                                                                                \
+        (type)tp_real_;                                                                  \
+    })
+
 /* ---- CUDA event timing (cuda_timer.c) ---------------------------------- */
 int tp_timer_acquire(void *stream, uint32_t *timer);    /* records start; 0: untimed */
 void tp_timer_stop(uint32_t timer, void *stream);       /* records stop */
@@ -109,8 +145,11 @@ void tp_nccl_anomalies(uint64_t *shortfall, uint64_t *late);
 void tp_nccl_fork_child(void);
 
 /* ---- segment writer (segment_writer.c; writer thread only) ------------- */
-int tp_segment_create(void);   /* 0 ok */
+/* Create, reserve and map this process's segment: 0, or -1 with `why` (and
+ * nothing left behind). */
+int tp_segment_create(char *why, size_t cap);
 void tp_segment_detach(void);  /* fork child: forget the parent's mapping */
+void tp_segment_remove(void);  /* unmap and unlink (the writer could not start) */
 tp_segment *tp_segment_get(void);
 void tp_segment_fold(const tp_record *r, uint32_t kind);  /* slot + ring */
 void tp_segment_event(const tp_record *r, uint32_t kind); /* ring only */

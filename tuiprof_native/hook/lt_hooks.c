@@ -5,7 +5,6 @@
  * changed or destroyed since: those calls are interposed too and bump a
  * version counter for the descriptor's address (PyTorch builds fresh
  * descriptors for every call, often at a reused address). */
-#include <stdatomic.h>
 #include <string.h>
 
 #include "hook_internal.h"
@@ -44,14 +43,11 @@ static __thread lt_shape t_cache[CACHE_ENTRIES];
 
 typedef int (*layout_get_fn)(void *layout, int attr, void *buf, size_t size, size_t *written);
 typedef int (*desc_get_fn)(void *desc, int attr, void *buf, size_t size, size_t *written);
-static _Atomic(void *) layout_get_cache, desc_get_cache;
 
 static int read_shape(lt_shape *s, void *desc, void *a, void *d)
 {
-    layout_get_fn lget = atomic_load_explicit(&layout_get_cache, memory_order_relaxed);
-    desc_get_fn dget = atomic_load_explicit(&desc_get_cache, memory_order_relaxed);
-    if (!lget) atomic_store(&layout_get_cache, lget = (layout_get_fn)tp_resolve("cublasLtMatrixLayoutGetAttribute"));
-    if (!dget) atomic_store(&desc_get_cache, dget = (desc_get_fn)tp_resolve("cublasLtMatmulDescGetAttribute"));
+    layout_get_fn lget = TP_REAL(layout_get_fn, "cublasLtMatrixLayoutGetAttribute");
+    desc_get_fn dget = TP_REAL(desc_get_fn, "cublasLtMatmulDescGetAttribute");
     if (!lget || !dget) return 0;
     int32_t transa = 0, batch = 1;
     uint32_t type = 0;
@@ -86,14 +82,12 @@ static const lt_shape *shape_of(void *desc, void *a, void *d)
 typedef int (*lt_matmul_fn)(void *handle, void *desc, const void *alpha, const void *A, void *Adesc, const void *B,
                             void *Bdesc, const void *beta, const void *C, void *Cdesc, void *D, void *Ddesc,
                             const void *algo, void *workspace, size_t workspace_size, void *stream);
-static _Atomic(void *) lt_matmul_cache;
 
 TP_EXPORT int cublasLtMatmul(void *handle, void *desc, const void *alpha, const void *A, void *Adesc, const void *B,
                              void *Bdesc, const void *beta, const void *C, void *Cdesc, void *D, void *Ddesc,
                              const void *algo, void *workspace, size_t workspace_size, void *stream)
 {
-    lt_matmul_fn real = atomic_load_explicit(&lt_matmul_cache, memory_order_relaxed);
-    if (TP_UNLIKELY(!real)) atomic_store(&lt_matmul_cache, real = (lt_matmul_fn)tp_resolve("cublasLtMatmul"));
+    lt_matmul_fn real = TP_REAL(lt_matmul_fn, "cublasLtMatmul");
     if (TP_UNLIKELY(!real)) return 1; /* CUBLAS_STATUS_NOT_INITIALIZED */
     tp_gemm_call c = {0};
     if (tp_ensure_started()) {
@@ -113,11 +107,9 @@ TP_EXPORT int cublasLtMatmul(void *handle, void *desc, const void *alpha, const 
  * shapes for that address. */
 #define VERSIONED_CREATE(NAME, PARAMS, ARGS, OBJ)                                          \
     typedef int (*NAME##_fn) PARAMS;                                                        \
-    static _Atomic(void *) NAME##_cache;                                                    \
     TP_EXPORT int NAME PARAMS                                                               \
     {                                                                                       \
-        NAME##_fn real = atomic_load_explicit(&NAME##_cache, memory_order_relaxed);        \
-        if (TP_UNLIKELY(!real)) atomic_store(&NAME##_cache, real = (NAME##_fn)tp_resolve(#NAME)); \
+        NAME##_fn real = TP_REAL(NAME##_fn, #NAME);                                         \
         if (TP_UNLIKELY(!real)) return 1;                                                   \
         int status = real ARGS;                                                             \
         if (status == 0) bump(OBJ);                                                         \
@@ -126,11 +118,9 @@ TP_EXPORT int cublasLtMatmul(void *handle, void *desc, const void *alpha, const 
 
 #define VERSIONED_CHANGE(NAME, PARAMS, ARGS, OBJ)                                          \
     typedef int (*NAME##_fn) PARAMS;                                                        \
-    static _Atomic(void *) NAME##_cache;                                                    \
     TP_EXPORT int NAME PARAMS                                                               \
     {                                                                                       \
-        NAME##_fn real = atomic_load_explicit(&NAME##_cache, memory_order_relaxed);        \
-        if (TP_UNLIKELY(!real)) atomic_store(&NAME##_cache, real = (NAME##_fn)tp_resolve(#NAME)); \
+        NAME##_fn real = TP_REAL(NAME##_fn, #NAME);                                         \
         if (TP_UNLIKELY(!real)) return 1;                                                   \
         bump(OBJ);                                                                          \
         return real ARGS;                                                                   \

@@ -3,9 +3,6 @@
  * and DataLoader waits start the hook (they mark a training process); GC
  * pauses and exceptions are only recorded once it runs, so helper Python
  * processes (a launcher such as torchrun among them) never get a segment. */
-#include <stdio.h>
-#include <unistd.h>
-
 #include "hook_internal.h"
 
 static void submit_interval(uint32_t type, const char *op, uint64_t start_ns, uint64_t end_ns)
@@ -41,17 +38,16 @@ TP_EXPORT int tuiprof_record_dataloader(uint64_t start_ns, uint64_t end_ns)
     return 1;
 }
 
-/* The segment path of this process once the hook runs, else "". */
+/* The segment path of this process (+ suffix) once the hook runs, else "". */
 static const char *sidecar_path(char *buf, size_t cap, const char *suffix)
 {
-    if (!tp_is_running()) return "";
-    snprintf(buf, cap, "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d%s", (unsigned)getuid(), (int)getpid(), suffix);
+    if (!tp_is_running() || tp_segment_path(buf, cap, suffix) != 0) return "";
     return buf;
 }
 
 TP_EXPORT const char *tuiprof_segment_path(void)
 {
-    static __thread char path[96];
+    static __thread char path[TP_PATH_MAX];
     return sidecar_path(path, sizeof(path), "");
 }
 
@@ -60,12 +56,12 @@ TP_EXPORT const char *tuiprof_segment_path(void)
  * no segment. */
 TP_EXPORT const char *tuiprof_exception_path(void)
 {
-    static __thread char path[112];
+    static __thread char path[TP_PATH_MAX];
     return sidecar_path(path, sizeof(path), TP_EXCEPTION_SUFFIX);
 }
 
 TP_EXPORT const char *tuiprof_flight_path(void)
 {
-    static __thread char path[112];
+    static __thread char path[TP_PATH_MAX];
     return sidecar_path(path, sizeof(path), TP_FLIGHT_SUFFIX);
 }

@@ -1,10 +1,10 @@
 /* The writer thread's view of the segment: creation, aggregate slots, the
  * event ring and the counters.  Only the writer thread calls these (and
- * tp_segment_create, from the thread that starts the hook, before the writer
- * exists). */
+ * tp_segment_create / tp_segment_remove, from the thread that starts the
+ * hook, before the writer runs). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -58,25 +58,31 @@ static void fill_identity(tp_header *h)
     if (gethostname(h->hostname, sizeof(h->hostname) - 1) != 0) h->hostname[0] = '\0';
 }
 
-int tp_segment_create(void)
+/* Pages reserved up front, so that a full /dev/shm is an error here and
+ * never a SIGBUS on a later write into the mapping. */
+static void *reserve_and_map(int fd, char *why, size_t cap)
 {
-    char path[96];
-    snprintf(path, sizeof(path), "/dev/shm/" TP_SEGMENT_PREFIX "%u-%d", (unsigned)getuid(), (int)getpid());
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return -1;
-    if (ftruncate(fd, (off_t)sizeof(tp_segment)) != 0) {
-        close(fd);
-        unlink(path);
-        return -1;
+    const double mib = (double)sizeof(tp_segment) / (1024.0 * 1024.0);
+    int err;
+    int tries = 0;
+    do /* tmpfs gives up on a pending signal; try again */
+        err = posix_fallocate(fd, 0, (off_t)sizeof(tp_segment));
+    while (err == EINTR && ++tries < 8);
+    if (err) {
+        tp_reason(why, cap, err, "%sposix_fallocate of %.1f MiB in " TP_SEGMENT_DIR " failed",
+                  err == ENOSPC ? "shared memory full: " : "", mib);
+        return NULL;
     }
     void *p = mmap(NULL, sizeof(tp_segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (p == MAP_FAILED) {
-        unlink(path);
-        return -1;
+        tp_reason(why, cap, errno, "mmap of the %.1f MiB segment failed", mib);
+        return NULL;
     }
-    tp_segment *s = p; /* fresh file: zero-filled */
-    tp_header *h = &s->header;
+    return p;
+}
+
+static void init_header(tp_header *h)
+{
     h->layout_version = TP_LAYOUT_VERSION;
     h->header_size = sizeof(tp_header);
     h->segment_size = sizeof(tp_segment);
@@ -90,9 +96,33 @@ int tp_segment_create(void)
     fill_identity(h);
     h->start_ns = tp_now_ns();
     h->heartbeat_ns = h->start_ns;
+}
+
+int tp_segment_create(char *why, size_t cap)
+{
+    char path[TP_PATH_MAX];
+    if (tp_segment_path(path, sizeof(path), "") != 0) {
+        tp_reason(why, cap, 0, "the segment path does not fit in %d bytes", TP_PATH_MAX);
+        return -1;
+    }
+    if (tp_clear_own_file(path, why, cap) != 0) return -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        tp_reason(why, cap, errno, "cannot create %s", path);
+        return -1;
+    }
+    void *p = reserve_and_map(fd, why, cap);
+    close(fd);
+    if (!p) {
+        unlink(path); /* ours: created O_EXCL just now */
+        return -1;
+    }
+    tp_segment *s = p; /* fresh file: zero-filled */
+    init_header(&s->header);
     memset(g_slot_index, 0, sizeof(g_slot_index));
-    __atomic_store_n(&h->magic, TP_MAGIC, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->header.magic, TP_MAGIC, __ATOMIC_RELEASE);
     g_seg = s;
+    tp_remove_stale_note();
     return 0;
 }
 
@@ -100,6 +130,13 @@ void tp_segment_detach(void)
 {
     if (g_seg) munmap(g_seg, sizeof(tp_segment));
     g_seg = NULL;
+}
+
+void tp_segment_remove(void)
+{
+    char path[TP_PATH_MAX];
+    tp_segment_detach();
+    if (tp_segment_path(path, sizeof(path), "") == 0) unlink(path);
 }
 
 void tp_segment_heartbeat(void)

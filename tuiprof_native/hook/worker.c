@@ -3,9 +3,11 @@
  * Nothing happens when the library is loaded except registering fork and
  * exit handlers.  The first GEMM, NCCL communicator, step or DataLoader wait
  * creates the segment and starts one background thread; from then on that
- * thread alone writes the segment.  If anything is missing (/dev/shm,
- * memory, TUIPROF_DISABLE=1) the hook stays inert and every interposer is a
- * plain pass-through. */
+ * thread alone writes the segment.  If anything is missing (room in
+ * /dev/shm, memory, a thread) or in the way (a file at the segment's path),
+ * or TUIPROF_DISABLE=1, the hook stays inert and every interposer is a plain
+ * pass-through; the first two say why on stderr and in a note for the agent
+ * (shm_files.c). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -13,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "hook_internal.h"
 
@@ -21,8 +22,13 @@
 #define GEMM_PENDING 4096u /* = timer pool size: a pending GEMM owns a timer */
 #define MAX_STREAMS 64u
 #define NCCL_OUTSTANDING 4096u
-#define BUSY_SLEEP_NS 100000L
-#define IDLE_SLEEP_NS 1000000L
+#define BUSY_SLEEP_NS 100000L /* GEMMs to poll or collectives in flight */
+/* Nothing to do: sleep 1 ms, then twice as long each time up to 50 ms, and
+ * back to 1 ms once work comes.  50 ms bounds the heartbeat's age and how
+ * late an idle writer sees the first record of new work; an idle rank wakes
+ * 20 times a second instead of 1000 (bench/native_idle.md). */
+#define IDLE_SLEEP_MIN_NS 1000000L
+#define IDLE_SLEEP_MAX_NS 50000000L
 #define SWEEP_EVERY_NS 10000000ULL
 
 enum { STOPPED = 0, STARTING = 1, RUNNING = 2, INERT = 3 };
@@ -49,21 +55,6 @@ static uint8_t *g_outstanding_used;
 static uint32_t g_outstanding_count;
 static int g_inflight_dirty;
 static uint32_t g_inflight_published;
-
-uint64_t tp_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-void tp_copy_name(char *dst, size_t cap, const char *src)
-{
-    if (!src) src = "";
-    size_t n = strnlen(src, cap - 1);
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
 
 int tp_is_running(void) { return atomic_load_explicit(&g_state, memory_order_acquire) == RUNNING; }
 
@@ -274,10 +265,28 @@ static int gemms_pending(void)
     return 0;
 }
 
+/* How long to sleep after a pass that did `work` items; `idle_ns` is the
+ * idle back-off, doubled here while nothing happens. */
+static long sleep_after(int work, long *idle_ns)
+{
+    if (work) {
+        *idle_ns = IDLE_SLEEP_MIN_NS;
+        return 0;
+    }
+    if (gemms_pending() || g_outstanding_count) {
+        *idle_ns = IDLE_SLEEP_MIN_NS;
+        return BUSY_SLEEP_NS;
+    }
+    long ns = *idle_ns;
+    *idle_ns = ns * 2 < IDLE_SLEEP_MAX_NS ? ns * 2 : IDLE_SLEEP_MAX_NS;
+    return ns;
+}
+
 static void *writer_main(void *arg)
 {
     (void)arg;
     uint64_t last_sweep = 0;
+    long idle_ns = IDLE_SLEEP_MIN_NS;
     tp_record r;
     while (!atomic_load(&g_stop)) {
         int flush = atomic_load(&g_flush_request);
@@ -299,33 +308,58 @@ static void *writer_main(void *arg)
         sync_header();
         tp_segment_heartbeat();
         if (flush && work == 0 && !gemms_pending()) atomic_store(&g_drained, flush);
-        if (work == 0) {
-            struct timespec ts = {0, gemms_pending() || g_outstanding_count ? BUSY_SLEEP_NS : IDLE_SLEEP_NS};
+        long sleep_ns = sleep_after(work, &idle_ns);
+        if (sleep_ns) {
+            struct timespec ts = {0, sleep_ns};
             nanosleep(&ts, NULL);
         }
     }
     return NULL;
 }
 
-static int start_writer(void)
+static void free_writer_tables(void)
+{
+    free(g_streams), free(g_pending), free(g_outstanding), free(g_outstanding_used);
+    g_streams = NULL, g_pending = NULL, g_outstanding = NULL, g_outstanding_used = NULL;
+}
+
+static int start_writer(char *why, size_t cap)
 {
     g_streams = calloc(MAX_STREAMS, sizeof(stream_fifo));
     g_pending = calloc(GEMM_PENDING, sizeof(tp_record));
     g_outstanding = calloc(NCCL_OUTSTANDING, sizeof(tp_record));
     g_outstanding_used = calloc(NCCL_OUTSTANDING, 1);
     if (!g_records) g_records = tp_queue_create(RECORD_QUEUE, sizeof(tp_record));
-    if (!g_streams || !g_pending || !g_outstanding || !g_outstanding_used || !g_records) return -1;
-    if (tp_segment_create() != 0) return -1;
-    tp_exit_notes_install();
+    if (!g_streams || !g_pending || !g_outstanding || !g_outstanding_used || !g_records) {
+        tp_reason(why, cap, 0, "out of memory for the writer's tables");
+        free_writer_tables();
+        return -1;
+    }
+    if (tp_segment_create(why, cap) != 0) {
+        free_writer_tables();
+        return -1;
+    }
     /* The writer takes no application signals. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&g_thread, NULL, writer_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) return -1;
+    if (rc != 0) {
+        tp_reason(why, cap, rc, "cannot start the writer thread");
+        tp_segment_remove();
+        free_writer_tables();
+        return -1;
+    }
     pthread_setname_np(g_thread, "tuiprof-writer");
+    tp_exit_notes_install();
     return 0;
+}
+
+static int disabled_by_user(void)
+{
+    const char *off = getenv("TUIPROF_DISABLE");
+    return off && *off && strcmp(off, "0") != 0;
 }
 
 int tp_ensure_started(void)
@@ -335,8 +369,12 @@ int tp_ensure_started(void)
     if (s != STOPPED) return 0;
     int expected = STOPPED;
     if (!atomic_compare_exchange_strong(&g_state, &expected, STARTING)) return 0;
-    const char *off = getenv("TUIPROF_DISABLE");
-    int ok = !(off && *off && strcmp(off, "0") != 0) && start_writer() == 0;
+    char why[TP_REASON_MAX];
+    int ok = !disabled_by_user();
+    if (ok && start_writer(why, sizeof(why)) != 0) {
+        ok = 0;
+        tp_report_inert(why); /* the user's TUIPROF_DISABLE needs no report */
+    }
     atomic_store_explicit(&g_state, ok ? RUNNING : INERT, memory_order_release);
     return ok;
 }
@@ -365,8 +403,7 @@ static void fork_child(void)
     atomic_store(&g_drops, 0);
     atomic_store(&g_flags, 0);
     tp_segment_detach();
-    free(g_streams), free(g_pending), free(g_outstanding), free(g_outstanding_used);
-    g_streams = NULL, g_pending = NULL, g_outstanding = NULL, g_outstanding_used = NULL;
+    free_writer_tables();
     g_stream_count = 0, g_outstanding_count = 0, g_inflight_published = 0, g_inflight_dirty = 0;
     if (g_records) tp_queue_reset(g_records);
     tp_timer_fork_child();
