@@ -1,0 +1,417 @@
+"""GpuCollector's per-tick code against a fake NVML, so it runs in CI without a GPU.
+
+``FakeNvml`` stands in for the ``pynvml`` module inside agentd.collectors.gpu: it
+answers the NVML calls the collector makes with deterministic values (real
+pynvml ctypes structures where the collector reads them) and raises real
+``pynvml.NVMLError`` subclasses where a test wants a failure. Constants, struct
+types and error classes come from the real pynvml; any NVML function the fake
+does not implement raises AttributeError, so an unexpected call fails the test.
+The real driver path is measured on a GPU machine (bench/agentd_metrics_gpu.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import inspect
+import math
+import os
+import types
+from typing import Any
+
+import psutil
+import pynvml
+import pytest
+
+from agentd.collectors import gpu
+from agentd.collectors.readings import FIRST_SAMPLE
+from agentd.proto import tuiprof_agent_pb2 as pb
+
+KIB = 1024
+MIB = 1024 * 1024
+START_US = 1_700_000_000_000_000
+NVLINK_RX_KIB_PER_S = 175_781_250  # 180e9 bytes/s
+NVLINK_TX_KIB_PER_S = 176_757_812  # 180.999999488e9 bytes/s
+DEAD_PID = 2**22 + 17  # above the default pid_max: no such process
+GPM_VALUES = {  # metric id -> what the fake's GPM reports for any window
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 99.5,
+    pynvml.NVML_GPM_METRIC_SM_UTIL: 87.5,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 31.25,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.5,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: math.nan,  # NVML gives NaN for some windows
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: 0.5,
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: 3.25,
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 2000.0,  # MiB/s
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 6500.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 171_000.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 170_000.0,
+}
+GPM_UNSUPPORTED = {pynvml.NVML_GPM_METRIC_FP64_UTIL}
+
+
+@dataclasses.dataclass
+class FakeGpu:
+    name: bytes
+    uuid: str
+    bus_id: bytes
+    architecture: int
+    gpm: bool
+    nvlink: bool
+    temperature_v: bool  # the versioned temperature call exists (newer drivers)
+    memory_total: int = 80 << 30
+    errors: dict[str, int] = dataclasses.field(default_factory=dict)  # call -> NVML error on every call
+    errors_once: dict[str, int] = dataclasses.field(default_factory=dict)  # call -> NVML error on the next call
+    processes: list[tuple[int, int | None]] = dataclasses.field(default_factory=list)
+
+
+HOPPER = FakeGpu(name=b"NVIDIA H200", uuid="GPU-h200", bus_id=b"00000000:19:00.0",
+                 architecture=pynvml.NVML_DEVICE_ARCH_HOPPER, gpm=True, nvlink=True, temperature_v=True,
+                 memory_total=141 << 30, processes=[(os.getpid(), 1 << 30), (DEAD_PID, None)])
+AMPERE = FakeGpu(name=b"NVIDIA A100-SXM4-80GB", uuid="GPU-a100", bus_id=b"00000000:2A:00.0",
+                 architecture=pynvml.NVML_DEVICE_ARCH_AMPERE, gpm=False, nvlink=False, temperature_v=False,
+                 errors={"nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED})
+
+
+def nvml(function: Any) -> Any:
+    """An NVML entry point of the fake: counted per (GPU, call), failing where the GPU says so."""
+    name = function.__name__
+    takes_handle = "handle" in inspect.signature(function).parameters
+
+    def call(self: FakeNvml, *args: Any, **kwargs: Any) -> Any:
+        handle = args[0] if takes_handle else None
+        self.calls[(handle, name)] += 1
+        if isinstance(handle, int):
+            device = self.gpus[handle]
+            code = device.errors_once.pop(name, None) or device.errors.get(name)
+            if code is not None:
+                raise pynvml.NVMLError(code)
+        return function(self, *args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+class FakeNvml:
+    """The ``pynvml`` module as gpu.py sees it; handles are GPU indexes."""
+
+    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None) -> None:
+        self.gpus = gpus
+        self.init_error = init_error
+        self.now_us = START_US
+        self.calls: collections.Counter[tuple[int | None, str]] = collections.Counter()
+        self._samples: dict[int, ctypes.Array[ctypes.c_char]] = {}  # address -> buffer kept alive
+        self.sampled: list[tuple[int, int, int]] = []  # (gpu, sample address, time us) per nvmlGpmSampleGet
+        self.freed: list[int] = []
+        self.shut_down = False
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(pynvml, name)
+        if name.startswith("nvml") and inspect.isfunction(real):
+            raise AttributeError(f"the fake NVML does not answer {name}: add it to FakeNvml")
+        return real  # constants, ctypes structures, NVMLError and its subclasses
+
+    def advance(self, seconds: float) -> None:
+        self.now_us += round(seconds * 1e6)
+
+    def clock(self) -> float:
+        return self.now_us / 1e6
+
+    def count(self, name: str, handle: int | None = None) -> int:
+        return self.calls[(handle, name)]
+
+    # -------------------------------------------------------------- system
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"580.159.04"  # old bindings give bytes: the collector must decode
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        return "13.580.159.04"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 13000
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    @nvml
+    def nvmlDeviceGetHandleByIndex(self, handle: int) -> int:
+        return handle
+
+    # -------------------------------------------------------------- static
+
+    @nvml
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return self.gpus[handle].name
+
+    @nvml
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return self.gpus[handle].uuid
+
+    @nvml
+    def nvmlDeviceGetPciInfo(self, handle: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(busId=self.gpus[handle].bus_id)
+
+    @nvml
+    def nvmlDeviceGetArchitecture(self, handle: int) -> int:
+        return self.gpus[handle].architecture
+
+    @nvml
+    def nvmlGpmQueryDeviceSupport(self, handle: int) -> pynvml.c_nvmlGpmSupport_t:
+        return pynvml.c_nvmlGpmSupport_t(version=1, isSupportedDevice=int(self.gpus[handle].gpm))
+
+    @nvml
+    def nvmlGpmSampleAlloc(self) -> Any:
+        buffer = ctypes.create_string_buffer(64)
+        self._samples[ctypes.addressof(buffer)] = buffer
+        return ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
+
+    @nvml
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.freed.append(_address(sample))
+
+    # -------------------------------------------------------------- per tick
+
+    @nvml
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> pynvml.c_nvmlUtilization_t:
+        return pynvml.c_nvmlUtilization_t(gpu=97 - handle, memory=41)
+
+    @nvml
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> Any:
+        total = self.gpus[handle].memory_total
+        if version is None:
+            return pynvml.c_nvmlMemory_t(total=total, free=total - (1 << 30), used=1 << 30)
+        return pynvml.c_nvmlMemory_v2_t(version=version, total=total, reserved=0, free=total - (3 << 30),
+                                        used=3 << 30)
+
+    @nvml
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        return 651_250  # mW
+
+    @nvml
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        return 700_000
+
+    @nvml
+    def nvmlDeviceGetTemperatureV(self, handle: int, sensor: int) -> int:
+        if not self.gpus[handle].temperature_v:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return 57
+
+    @nvml
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        return 33
+
+    @nvml
+    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
+        return {pynvml.NVML_CLOCK_SM: 1980, pynvml.NVML_CLOCK_MEM: 3201}[clock]  # MHz
+
+    @nvml
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        return pynvml.nvmlClocksEventReasonSwPowerCap | 0x10000
+
+    @nvml
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, kind: int, counter: int) -> int:
+        assert counter == pynvml.NVML_VOLATILE_ECC
+        return {pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED: 3, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: 0}[kind]
+
+    @nvml
+    def nvmlDeviceGetFieldValues(self, handle: int, requests: list[tuple[int, int]]) -> list[Any]:
+        elapsed_s = (self.now_us - START_US) / 1e6
+        per_second = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: NVLINK_RX_KIB_PER_S,
+                      pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: NVLINK_TX_KIB_PER_S}
+        values = []
+        for field_id, scope in requests:
+            value = pynvml.c_nvmlFieldValue_t(fieldId=field_id, scopeId=scope, timestamp=self.now_us)
+            if self.gpus[handle].nvlink:
+                value.nvmlReturn = pynvml.NVML_SUCCESS
+                value.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                value.value.ullVal = 10**9 + round(per_second[field_id] * elapsed_s)
+            else:
+                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            values.append(value)
+        return values
+
+    @nvml
+    def nvmlDeviceGetPcieThroughput(self, handle: int, counter: int) -> int:
+        if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return 6_640_625  # KB/s: 6.8e9 bytes/s
+
+    @nvml
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[types.SimpleNamespace]:
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[handle].processes]
+
+    @nvml
+    def nvmlGpmSampleGet(self, handle: int, sample: Any) -> Any:
+        self.sampled.append((handle, _address(sample), self.now_us))
+        return sample
+
+    @nvml
+    def nvmlGpmMetricsGet(self, request: pynvml.c_nvmlGpmMetricsGet_t) -> pynvml.c_nvmlGpmMetricsGet_t:
+        taken = {address: at for _, address, at in self.sampled}
+        older, newer = taken[_address(request.sample1)], taken[_address(request.sample2)]
+        if newer <= older:  # real NVML would give garbage for a reversed window
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for index in range(request.numMetrics):
+            metric = request.metrics[index]
+            if metric.metricId in GPM_UNSUPPORTED:
+                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            else:
+                metric.nvmlReturn = pynvml.NVML_SUCCESS
+                metric.value = GPM_VALUES[metric.metricId]
+        return request
+
+
+def _address(sample: Any) -> int:
+    address = ctypes.cast(sample, ctypes.c_void_p).value
+    assert address is not None
+    return address
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    nvml_module = FakeNvml([dataclasses.replace(HOPPER), dataclasses.replace(AMPERE, errors=dict(AMPERE.errors))])
+    monkeypatch.setattr(gpu, "pynvml", nvml_module)
+    return nvml_module
+
+
+def tick(collector: gpu.GpuCollector) -> list[pb.GpuStats]:
+    collector.collect()
+    snapshot = pb.HostSnapshot()
+    collector.fill(snapshot)
+    return list(snapshot.gpus)
+
+
+def test_start_up_reads_versions_and_static_facts(fake: FakeNvml) -> None:
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    assert collector.status().available
+    info = pb.AgentInfo()
+    collector.describe(info)
+    assert (info.driver_version, info.nvml_version, info.cuda_driver_version) == ("580.159.04", "13.580.159.04", "13.0")
+    assert [(g.index, g.name, g.uuid, g.pci_bus_id, g.architecture, g.gpm_supported, g.memory_total_bytes)
+            for g in info.gpus] == [
+        (0, "NVIDIA H200", "GPU-h200", "00000000:19:00.0", "Hopper", True, 141 << 30),
+        (1, "NVIDIA A100-SXM4-80GB", "GPU-a100", "00000000:2A:00.0", "Ampere", False, 80 << 30),
+    ]
+    collector.close()
+    assert fake.shut_down
+    assert sorted(fake.freed) == sorted({address for address in fake._samples})  # both GPM buffers of the H200
+
+
+def test_a_hopper_gpu_gives_readings_rates_from_two_ticks_and_gpm(fake: FakeNvml) -> None:
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    first = tick(collector)[0]
+    assert (first.utilization_percent, first.memory_utilization_percent) == (97.0, 41.0)
+    assert (first.memory_used_bytes, first.memory_total_bytes) == (3 << 30, 141 << 30)  # the v2 memory call
+    assert (first.power_watts, first.power_limit_watts, first.temperature_celsius) == (651.25, 700.0, 57.0)
+    assert (first.sm_clock_hz, first.memory_clock_hz) == (1.98e9, 3.201e9)
+    assert list(first.clock_event_reasons) == ["sw_power_cap", "unknown_0x10000"]
+    assert (first.ecc_corrected_total, first.ecc_uncorrected_total) == (3, 0)
+    assert first.nvlink_rx_bytes_total == 10**9 * KIB
+    assert first.unavailable["nvlink_rx_bytes_per_s"] == FIRST_SAMPLE
+    assert {first.unavailable[field] for field in gpu.GPM_FIELDS} == {FIRST_SAMPLE}
+
+    fake.advance(1.0)
+    second = tick(collector)[0]
+    assert second.nvlink_rx_bytes_per_s == NVLINK_RX_KIB_PER_S * KIB == 180e9
+    assert second.nvlink_tx_bytes_per_s == NVLINK_TX_KIB_PER_S * KIB
+    assert second.nvlink_rx_bytes_total == (10**9 + NVLINK_RX_KIB_PER_S) * KIB
+    assert (second.sm_active_percent, second.graphics_active_percent, second.tensor_active_percent) == (87.5, 99.5, 55.5)
+    assert second.pcie_tx_bytes_per_s == 2000 * MIB and second.pcie_rx_bytes_per_s == 6500 * MIB
+    assert second.gpm_nvlink_rx_bytes_per_s == 170_000 * MIB
+    assert second.gpm_window_seconds == 1.0
+    assert second.unavailable["fp64_active_percent"] == "GPM: Not Supported"
+    assert second.unavailable["dram_active_percent"] == "GPM returned NaN for this window"
+    assert not second.HasField("dram_active_percent")
+
+    fake.advance(1.0)
+    tick(collector)  # the window is (tick 2, tick 3): the buffers take turns
+    buffers = [address for handle, address, _ in fake.sampled if handle == 0]
+    assert len(buffers) == 3 and buffers[0] == buffers[2] != buffers[1]
+    assert fake.count("nvmlDeviceGetPcieThroughput", 0) == 0  # GPM gives PCIe: the 20 ms call is never made
+    collector.close()
+
+
+def test_processes_are_named_from_proc_and_missing_memory_has_a_reason(fake: FakeNvml) -> None:
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    stats = tick(collector)[0]
+    mine, dead = stats.processes
+    assert (mine.pid, mine.name, mine.used_memory_bytes) == (os.getpid(), psutil.Process().name(), 1 << 30)
+    assert (dead.pid, dead.name, dead.HasField("used_memory_bytes")) == (DEAD_PID, "", False)
+    assert stats.unavailable[f"processes[{DEAD_PID}].used_memory_bytes"] == "NVML gives no per-process memory here"
+    collector.close()
+
+
+def test_a_gpu_without_gpm_uses_the_slow_pcie_call_and_unsupported_calls_are_asked_once(fake: FakeNvml) -> None:
+    collector = gpu.GpuCollector(1.0, slow_interval_seconds=30.0, clock=fake.clock)
+    ticks = []
+    for _ in range(3):
+        ticks.append(tick(collector)[1])
+        fake.advance(1.0)
+    older = ticks[-1]
+    assert older.unavailable["sm_active_percent"] == "GPM needs Hopper or newer (Ampere)"
+    assert older.pcie_tx_bytes_per_s == 6_640_625 * KIB
+    assert older.unavailable["pcie_rx_bytes_per_s"] == "NVML: Unknown Error"
+    assert older.unavailable["power_limit_watts"] == "NVML: Not Supported"
+    assert older.temperature_celsius == 33.0  # the unversioned call, on drivers without nvmlDeviceGetTemperatureV
+    assert older.unavailable["nvlink_rx_bytes_total"] == "NVML: Not Supported"
+    # Permanent answers are asked once; the working fallbacks every tick.
+    assert fake.count("nvmlDeviceGetEnforcedPowerLimit", 1) == 1
+    assert fake.count("nvmlDeviceGetTemperatureV", 1) == 1
+    assert fake.count("nvmlDeviceGetTemperature", 1) == 3
+    assert fake.count("nvmlDeviceGetFieldValues", 1) == 1
+    assert fake.count("nvmlDeviceGetPcieThroughput", 1) == 2  # tx and rx once in 30 s, not per tick
+    fake.advance(30.0)
+    again = tick(collector)[1]
+    assert fake.count("nvmlDeviceGetPcieThroughput", 1) == 4  # a transient error is asked again later
+    assert again.pcie_tx_bytes_per_s == 6_640_625 * KIB
+    collector.close()
+
+
+def test_a_transient_error_is_a_reason_for_one_tick_and_retried(fake: FakeNvml) -> None:
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    tick(collector)
+    fake.gpus[0].errors_once["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    fake.advance(1.0)
+    failed = tick(collector)[0]
+    assert not failed.HasField("utilization_percent")
+    assert failed.unavailable["utilization_percent"] == failed.unavailable["memory_utilization_percent"] == "NVML: GPU is lost"
+    assert failed.power_watts == 651.25  # the other readings of the tick stand
+    fake.advance(1.0)
+    assert tick(collector)[0].utilization_percent == 97.0
+    assert fake.count("nvmlDeviceGetUtilizationRates", 0) == 3
+    collector.close()
+
+
+def test_a_gpm_window_under_half_a_second_is_not_sampled(fake: FakeNvml) -> None:
+    collector = gpu.GpuCollector(0.2, clock=fake.clock)
+    tick(collector)
+    fake.advance(0.2)
+    short = tick(collector)[0]
+    assert short.unavailable["sm_active_percent"] == "GPM window under 0.5 s (interval too short)"
+    assert len([s for s in fake.sampled if s[0] == 0]) == 1  # no sample taken for the short window
+    fake.advance(0.4)
+    assert tick(collector)[0].gpm_window_seconds == pytest.approx(0.6)
+    collector.close()
+
+
+@pytest.mark.parametrize(("setup", "reason"), [
+    (lambda f: setattr(f, "init_error", pynvml.NVML_ERROR_DRIVER_NOT_LOADED), "NVML: Driver Not Loaded"),
+    (lambda f: f.gpus.clear(), "no NVIDIA GPU found (NVML reports 0 devices)"),
+    (lambda f: f.gpus[1].errors.update(nvmlDeviceGetHandleByIndex=pynvml.NVML_ERROR_GPU_IS_LOST), "NVML: GPU is lost"),
+])
+def test_start_up_failures_make_the_collector_unavailable_with_nvmls_reason(fake: FakeNvml, setup: Any,
+                                                                            reason: str) -> None:
+    setup(fake)
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    assert (collector.status().available, collector.status().reason) == (False, reason)
+    assert tick(collector) == []
+    collector.close()
