@@ -174,3 +174,42 @@ def test_rank_pmu_families_pass_promtool_and_leave_out_unavailable() -> None:
     assert ("tuiprof_rank_pmu_hardware_available", {**labels, "reason": "ENOENT: no PMU"}, 0.0) in samples
     assert not [s for s in samples if s[0] == "tuiprof_rank_pmu_instructions_per_cycle"]
     assert not [s for s in samples if s[0].startswith("tuiprof_rank_pmu_") and s[1]["pid"] == "43"]
+
+
+def test_hook_health_per_rank_and_an_inert_hook_exports_only_that_it_is_inert() -> None:
+    snapshot = pb.HostSnapshot(hostname="h")
+    active = snapshot.ranks.add(pid=42, rank=3, local_rank=1, state="running")
+    active.hook.cuda_timing = True
+    active.hook.gemm_untimed_total = 7
+    active.hook.pending = 2
+    inert = snapshot.ranks.add(pid=43, rank=4, local_rank=2, state="running")
+    inert.hook.inactive_reason = "shared memory full: /dev/shm/tuiprof-1000-43: ENOSPC"
+    snapshot.ranks.add(pid=44, state="running")  # no hook message: no hook series
+    text = render_metrics(snapshot, pb.AgentInfo())
+    samples = parse(text)
+    hook = {(name, labels["pid"]): value for name, labels, value in samples if name.startswith("tuiprof_rank_hook_")}
+    assert hook[("tuiprof_rank_hook_active", "42")] == 1 and hook[("tuiprof_rank_hook_active", "43")] == 0
+    assert hook[("tuiprof_rank_hook_cuda_timing", "42")] == 1 and hook[("tuiprof_rank_hook_nccl_plugin", "42")] == 0
+    assert hook[("tuiprof_rank_hook_gemm_untimed_total", "42")] == 7
+    assert hook[("tuiprof_rank_hook_pending_ops", "42")] == 2
+    assert [name for name, pid in hook if pid == "43"] == ["tuiprof_rank_hook_active"]  # never measured: absent
+    assert not [key for key in hook if key[1] == "44"]
+    assert "ENOSPC" not in text  # free text from the process: not a label
+    assert re.search(r"^# TYPE tuiprof_rank_hook_dropped_records_total counter$", text, re.M)
+
+
+def test_hang_levels_are_one_series_per_level_and_absent_when_detection_is_off() -> None:
+    off = parse(render_metrics(pb.HostSnapshot(hostname="h"), pb.AgentInfo()))
+    assert not [name for name, _, _ in off if "hang" in name]
+    snapshot = pb.HostSnapshot(hostname="h")
+    snapshot.ranks.add(pid=42, rank=3, local_rank=1, state="running")
+    snapshot.hang.level = "hung"
+    snapshot.hang.ranks.add(pid=42, rank=3, level="hung", explanation="AllReduce #9 for 300 s")
+    samples = parse(render_metrics(snapshot, pb.AgentInfo()))
+    host = {labels["level"]: value for name, labels, value in samples if name == "tuiprof_hang_status"}
+    assert host == {"ok": 0, "suspect": 0, "hung": 1}
+    ranks = {labels["level"]: value for name, labels, value in samples if name == "tuiprof_rank_hang_status"}
+    assert ranks == {"ok": 0, "suspect": 0, "hung": 1, "exited": 0}
+    rank_labels = next(labels for name, labels, _ in samples if name == "tuiprof_rank_hang_status")
+    assert (rank_labels["pid"], rank_labels["rank"], rank_labels["local_rank"]) == ("42", "3", "1")  # joins rank_info
+    assert not [name for name, _, _ in samples if name == "tuiprof_hang_since_timestamp_seconds"]  # since unknown
