@@ -20,6 +20,10 @@ WARMUP_SECONDS = 1
 WARMUP_ITERATIONS = 2
 
 
+class ConfigValueError(ValueError):
+    """A value that would break the config's one-``KEY=value``-per-line form (a newline, a control character)."""
+
+
 @dataclass(frozen=True)
 class TraceSpec:
     """What to record; exactly one of duration_ms / iterations is set."""
@@ -67,7 +71,16 @@ def config_text(spec: TraceSpec, cuda: bool, trace_id: str) -> str:
         f"PROFILE_WITH_MODULES={_flag(spec.with_modules)}",
         f"REQUEST_TRACE_ID={trace_id}",
     ]
+    for line in lines:
+        check_line(line)
     return "\n".join(lines) + "\n"
+
+
+def check_line(line: str) -> None:
+    """Every line is one ``KEY=value`` with nothing libkineto would read as a second line or key."""
+    key, _, value = line.partition("=")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in line) or "=" in value:
+        raise ConfigValueError(f"the config value of {key} holds a control character or '=': {value[:80]!r}")
 
 
 def kineto_file_name(log_file: str, reported_pid: int) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from agentd.kineto import wire
 from agentd.kineto.ratelimit import CauseLimitedLogger
-from agentd.kineto.registry import Registry
+from agentd.kineto.registry import Registry, RegistryFullError
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,11 @@ class KinetoEndpoint:
             reply = wire.context_reply(1)
         else:
             host_pid = host_pid or message.pids[0]
-            config = self.registry.poll(message.job_id, message.pids, host_pid, uid, message.wants_activities)
+            try:
+                config = self.registry.poll(message.job_id, message.pids, host_pid, uid, message.wants_activities)
+            except RegistryFullError as exc:
+                self._limited.warning("registry-full", "pid %d not registered: %s", host_pid, exc)
+                config = None
             reply = wire.poll_reply(config.text if config else "")
             if not self._send(reply, sender) and config is not None:
                 self.registry.undeliver(message.job_id, message.pids, host_pid, config)

@@ -19,7 +19,17 @@ class CauseLimitedLogger:
         self._suppressed: dict[str, int] = {}
         self.counts: dict[str, int] = {}
 
-    def warning(self, cause: str, message: str, *args: object) -> None:
+    def warning(self, cause: str, message: str, *args: object, fields: dict[str, object] | None = None) -> None:
+        """Log ``message % args`` for ``cause`` unless one was logged within the window; ``fields`` are
+        the line's structured facts (``extra``)."""
+        self._log(logging.WARNING, cause, message, args, fields)
+
+    def info(self, cause: str, message: str, *args: object, fields: dict[str, object] | None = None) -> None:
+        """As ``warning``, for events that are normal unless they repeat fast."""
+        self._log(logging.INFO, cause, message, args, fields)
+
+    def _log(self, level: int, cause: str, message: str, args: tuple[object, ...],
+             fields: dict[str, object] | None) -> None:
         now = time.monotonic()
         with self._lock:
             self.counts[cause] = self.counts.get(cause, 0) + 1
@@ -29,7 +39,5 @@ class CauseLimitedLogger:
                 return
             self._last[cause] = now
             suppressed = self._suppressed.pop(cause, 0)
-        self._logger.warning(
-            "%s: " + message + " (%d more like this suppressed)", cause, *args, suppressed,
-            extra={"cause": cause},
-        )
+        self._logger.log(level, "%s: " + message + " (%d more like this suppressed)", cause, *args, suppressed,
+                         extra={**(fields or {}), "cause": cause})

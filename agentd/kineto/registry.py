@@ -17,9 +17,14 @@ import threading
 import time
 from dataclasses import dataclass
 
+from agentd.kineto.ratelimit import CauseLimitedLogger
+
 log = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 60.0
+# Bounds on what polling clients can make the agent keep: processes at once, and per user.
+MAX_ENTRIES = 4096
+MAX_ENTRIES_PER_UID = 1024
 
 
 @dataclass
@@ -52,6 +57,21 @@ class Registrant:
         return self.pids[0]
 
 
+def privileged(caller_uid: int | None) -> bool:
+    """Whether the caller may trace any process: the token holder (``caller_uid`` None) or root."""
+    return caller_uid is None or caller_uid == 0
+
+
+def may_trace(caller_uid: int | None, owner_uid: int) -> bool:
+    """Whether a caller may trace, or read the traces of, a process of ``owner_uid``: a local user only
+    their own, the privileged any."""
+    return privileged(caller_uid) or caller_uid == owner_uid
+
+
+class RegistryFullError(Exception):
+    """A new process polls while the registry (or its user's share) is full; it is not registered."""
+
+
 class BusyError(Exception):
     """The process already has a config waiting or is tracing right now."""
 
@@ -63,19 +83,19 @@ class Registry:
         self.keepalive_seconds = keepalive_seconds
         self._lock = threading.Lock()
         self._entries: dict[int, Registrant] = {}  # by kernel pid
+        self._per_uid: dict[int, int] = {}
+        self._limited = CauseLimitedLogger(log)
 
     def poll(
         self, job_id: int, pids: tuple[int, ...], host_pid: int, uid: int, wants_activities: bool
     ) -> PendingConfig | None:
-        """Record a poll and return the config to send now, if one is due."""
+        """Record a poll and return the config to send now, if one is due (RegistryFullError: a new
+        process past the bounds)."""
         now = time.monotonic()
         with self._lock:
             entry = self._entries.get(host_pid)
             if entry is None or entry.key != (str(job_id), pids, host_pid) or entry.uid != uid:
-                entry = Registrant(str(job_id), pids, host_pid, uid, now, now)
-                self._entries[host_pid] = entry
-                log.info("Kineto client registered", extra={"pid": host_pid, "job_id": entry.job_id,
-                                                            "uid": uid, "ancestry": ",".join(map(str, pids))})
+                entry = self._register(Registrant(str(job_id), pids, host_pid, uid, now, now), replaces=entry)
             else:
                 entry.poll_interval = now - entry.last_seen
             entry.last_seen = now
@@ -86,6 +106,32 @@ class Registry:
             pending, entry.pending = entry.pending, None
             pending.delivered_at = time.time()
             return pending
+
+    def _register(self, entry: Registrant, replaces: Registrant | None) -> Registrant:
+        """Add ``entry`` (in place of ``replaces``, the same kernel pid) within the bounds (caller holds the lock)."""
+        if replaces is not None:
+            self._drop(replaces)
+        elif len(self._entries) >= MAX_ENTRIES or self._per_uid.get(entry.uid, 0) >= MAX_ENTRIES_PER_UID:
+            raise RegistryFullError(f"{len(self._entries)} processes poll already ({self._per_uid.get(entry.uid, 0)} "
+                                    f"of uid {entry.uid}); at most {MAX_ENTRIES}, {MAX_ENTRIES_PER_UID} per user")
+        self._entries[entry.host_pid] = entry
+        self._per_uid[entry.uid] = self._per_uid.get(entry.uid, 0) + 1
+        fields = {"pid": entry.host_pid, "job_id": entry.job_id[:32], "uid": entry.uid,
+                  "ancestry": ",".join(map(str, entry.pids))}
+        if replaces is None:
+            log.info("Kineto client registered", extra=fields)
+        else:  # a process that keeps changing its job or ancestry must not flood the log
+            self._limited.info("re-registered", "Kineto client registered again (new job or ancestry)",
+                               fields=fields)
+        return entry
+
+    def _drop(self, entry: Registrant) -> None:
+        del self._entries[entry.host_pid]
+        left = self._per_uid[entry.uid] - 1
+        if left:
+            self._per_uid[entry.uid] = left
+        else:
+            del self._per_uid[entry.uid]
 
     def undeliver(self, job_id: int, pids: tuple[int, ...], host_pid: int, config: PendingConfig) -> None:
         """Put back a config whose reply could not be sent, for the next poll."""
@@ -151,5 +197,5 @@ class Registry:
         with self._lock:
             gone = [e for e in self._entries.values() if e.last_seen < cutoff]
             for entry in gone:
-                del self._entries[entry.host_pid]
+                self._drop(entry)
         return gone

@@ -9,13 +9,13 @@ belongs to another user) and ``failed`` (with the reason).
 
 from __future__ import annotations
 
-import pathlib
 import time
 from dataclasses import dataclass, field
 
 from agentd.kineto.registry import PendingConfig, Registrant, Registry
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.procfs import process_facts
+from agentd.traces.paths import TraceDir
 
 WAITING, SENT, WRITTEN, BUSY, REFUSED, FAILED = "waiting", "sent", "written", "busy", "refused", "failed"
 FINAL_STATES = frozenset({WRITTEN, BUSY, REFUSED, FAILED})
@@ -48,7 +48,7 @@ class Target:
 @dataclass
 class Capture:
     capture_id: str
-    trace_dir: pathlib.Path
+    trace_dir: TraceDir
     targets: list[Target]
     # Duration traces: the wall-clock start; a config not picked up by then is useless.
     start_unix: float | None
@@ -56,6 +56,8 @@ class Capture:
     deadline_unix: float
     message: str = ""
     created: float = field(default_factory=time.time)
+    # Who asked (None: the token holder); only they and the privileged follow it.
+    requested_by: int | None = None
 
     @property
     def done(self) -> bool:
@@ -91,7 +93,7 @@ class Capture:
             target.fail(FAILED, "the process stopped polling before it took the config")
 
     def _refresh_sent(self, target: Target, now: float) -> None:
-        if (self.trace_dir / target.file).is_file():
+        if self.trace_dir.is_finished(target.file):
             target.state = WRITTEN
             target.reason = ""
         elif not process_facts(target.pid).alive:

@@ -1,24 +1,30 @@
 """CaptureTrace / GetCaptureStatus / FetchFile: the trace area's side of agentd's gRPC service.
 
 A Kineto capture matches the processes polling the IPC endpoint (filters: pids,
-job id, ranks), queues one config per process naming a file under the trace
-dir, and reports each target's progress on every status call. A timeline
-capture dumps the hook library's event ring of each rank (``agentd.traces.timeline``).
-Files are offered by FetchFile only once finished.
+job id, ranks), queues one config per process naming a file in that process
+user's folder of the trace dir (``agentd.traces.paths``), and reports each
+target's progress on every status call. A timeline capture dumps the hook
+library's event ring of each rank (``agentd.traces.timeline``) into the agent's
+own folders. Files are offered by FetchFile only once finished.
+
+Each call is made for a caller: ``caller_uid`` None is the token holder, 0 is
+root, both see everything; any other uid is a local user, who may trace, follow
+and fetch only what belongs to their own processes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import pathlib
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
@@ -26,7 +32,7 @@ from agentd.auth import load_token
 from agentd.errors import BindError
 from agentd.kineto.collector import KinetoCollector
 from agentd.kineto.endpoint import SOCKET_DIR_ENV
-from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
+from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry, may_trace, privileged
 from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
@@ -36,9 +42,12 @@ from agentd.traces.capture import (
     BUSY, FAILED, FINAL_STATES, ITERATIONS_TIMEOUT_SECONDS, REFUSED, WAITING, WRITE_GRACE_SECONDS, Capture,
     Target,
 )
-from agentd.traces.paths import TracePathError, finished_file, inside
+from agentd.traces.paths import (
+    TIMELINE_FOLDER, TraceAccessError, TraceDir, TraceDirError, TracePathError, owner_uid, reason, relative_parts, shown,
+)
+from agentd.traces.requests import CaptureRequestError, check_capture
 from agentd.traces.iterations import SLACK_SECONDS, StepRates, common_start_iteration
-from agentd.procfs import process_facts
+from agentd.procfs import process_facts, real_uid
 
 if TYPE_CHECKING:
     from agentd.agent import Agent
@@ -52,12 +61,7 @@ KEEP_CAPTURES = 64
 # default is 5 s) plus the controller's pickup delay plus the warmup.
 DEFAULT_POLL_SECONDS = 5.0
 PICKUP_SECONDS = 2.0
-MAX_DURATION_MS = 10 * 60 * 1000
-MAX_ITERATIONS = 10_000
-
-
-class CaptureRequestError(ValueError):
-    """A CaptureTrace request that cannot be served as asked (INVALID_ARGUMENT)."""
+SHOWN_IN_MESSAGES = 20
 
 
 def lead_seconds(registrants: list[Registrant]) -> float:
@@ -66,9 +70,14 @@ def lead_seconds(registrants: list[Registrant]) -> float:
     return poll + PICKUP_SECONDS + kineto_config.WARMUP_SECONDS
 
 
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("grpc's abort always raises")
+
+
 class CaptureService:
     def __init__(self, trace_dir: pathlib.Path, hostname: str, registry: Registry) -> None:
-        self.trace_dir = trace_dir
+        self.trace_dir = TraceDir(trace_dir)
         self.hostname = hostname
         self.registry = registry
         self._ranks: dict[int, pb.RankStats] = {}
@@ -80,11 +89,11 @@ class CaptureService:
     def attach(cls, config: "AgentConfig", agent: "Agent") -> "CaptureService":
         """The service for ``agent``: its IPC endpoint runs (and closes) with the agent's collectors."""
         registry = Registry()
+        service = cls(config.trace_dir, agent.hostname, registry)
         collector = KinetoCollector(config.interval_seconds, registry, os.environ.get(SOCKET_DIR_ENV))
         if config.dynolog_rpc_port is not None:
-            collector.serve_rpc(_bind_rpc(config, registry))
+            collector.serve_rpc(_bind_rpc(config, registry, service.trace_dir))
         agent.runners.append(CollectorRunner(collector))
-        service = cls(config.trace_dir, agent.hostname, registry)
         agent.post_processors.append(service.observe)
         return service
 
@@ -95,69 +104,84 @@ class CaptureService:
 
     # ---------------------------------------------------------------- gRPC
 
-    async def capture_trace(self, request: pb.CaptureTraceRequest,
-                            context: grpc.aio.ServicerContext) -> pb.CaptureTraceReply:
+    async def capture_trace(self, request: pb.CaptureTraceRequest, context: grpc.aio.ServicerContext,
+                            caller_uid: int | None = None) -> pb.CaptureTraceReply:
         try:
-            capture = self.start(request)
-        except (CaptureRequestError, TracePathError) as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            capture = self.start(request, caller_uid)
+        except CaptureRequestError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except TraceDirError as exc:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except OSError as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"cannot prepare the capture under the trace dir {self.trace_dir}: {exc}")
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"cannot prepare the capture: {reason(exc)}")
         return capture.to_proto(self.hostname)
 
-    async def get_capture_status(self, request: pb.CaptureStatusRequest,
-                                 context: grpc.aio.ServicerContext) -> pb.CaptureTraceReply:
+    async def get_capture_status(self, request: pb.CaptureStatusRequest, context: grpc.aio.ServicerContext,
+                                 caller_uid: int | None = None) -> pb.CaptureTraceReply:
         capture = self._captures.get(request.capture_id)
         if capture is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"no capture {request.capture_id!r} on this agent (it keeps the last "
-                                f"{KEEP_CAPTURES}; the agent may have restarted)")
+            await _abort(context, grpc.StatusCode.NOT_FOUND,
+                         f"no capture {shown(request.capture_id)} on this agent (it keeps the last "
+                         f"{KEEP_CAPTURES}; the agent may have restarted)")
+        if not (privileged(caller_uid) or capture.requested_by == caller_uid):
+            await _abort(context, grpc.StatusCode.PERMISSION_DENIED,
+                         f"capture {shown(request.capture_id)} was started by another user")
         capture.refresh(self.registry)
         return capture.to_proto(self.hostname)
 
-    async def fetch_file(self, request: pb.FetchFileRequest,
-                         context: grpc.aio.ServicerContext) -> AsyncIterator[pb.FileChunk]:
+    async def fetch_file(self, request: pb.FetchFileRequest, context: grpc.aio.ServicerContext,
+                         caller_uid: int | None = None) -> AsyncIterator[pb.FileChunk]:
         try:
-            path = finished_file(self.trace_dir, request.path)
+            parts = relative_parts(request.path, "file")
+            check_may_fetch(caller_uid, parts)
+            fd, total = await asyncio.to_thread(self.trace_dir.open_file, parts)
         except TracePathError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except TraceAccessError as exc:
+            await _abort(context, grpc.StatusCode.PERMISSION_DENIED, str(exc))
         except FileNotFoundError as exc:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-        with open(path, "rb") as f:
-            total = os.fstat(f.fileno()).st_size
+            await _abort(context, grpc.StatusCode.NOT_FOUND, reason(exc))
+        except OSError as exc:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                         f"cannot read {shown(request.path)} under the trace dir: {reason(exc)}")
+        try:
             if request.offset > total:
-                await context.abort(grpc.StatusCode.OUT_OF_RANGE,
-                                    f"offset {request.offset} is past the end of {request.path} ({total} bytes)")
+                await _abort(context, grpc.StatusCode.OUT_OF_RANGE,
+                             f"offset {request.offset} is past the end of {shown(request.path)} ({total} bytes)")
             offset = request.offset
-            f.seek(offset)
             while offset < total:
-                data = await asyncio.to_thread(f.read, min(CHUNK_BYTES, total - offset))
+                data = await asyncio.to_thread(os.pread, fd, min(CHUNK_BYTES, total - offset), offset)
                 if not data:
                     break
                 yield pb.FileChunk(data=data, offset=offset, total_size=total)
                 offset += len(data)
+        finally:
+            os.close(fd)
 
     # ---------------------------------------------------------------- captures
 
-    def start(self, request: pb.CaptureTraceRequest) -> Capture:
-        """Validate ``request``, match processes and start the capture (raises CaptureRequestError)."""
-        span = request.WhichOneof("span")
-        _check_span(request, span)
+    def start(self, request: pb.CaptureTraceRequest, caller_uid: int | None = None) -> Capture:
+        """Check ``request`` whole (CaptureRequestError), then match processes and start the capture."""
+        span = check_capture(request)
+        self.trace_dir.prepare()
         capture_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-        directory = inside(self.trace_dir, request.output_subdir, "output_subdir") / capture_id
-        relative = directory.relative_to(self.trace_dir.resolve())
+        label = f"{request.output_subdir}-{capture_id}" if request.output_subdir else capture_id
+        capture: Capture
         if request.kind == pb.CaptureTraceRequest.TIMELINE:
-            capture = timeline.start(request, span, capture_id, self.trace_dir.resolve(), relative, self.hostname)
-            if capture.targets:
-                task = asyncio.get_running_loop().create_task(timeline.run(capture))
+            timeline_capture = timeline.start(request, span, capture_id, label, self.trace_dir, self.hostname,
+                                              caller_uid)
+            if any(t.state not in FINAL_STATES for t in timeline_capture.targets):
+                task = asyncio.get_running_loop().create_task(timeline.run(timeline_capture))
                 self._tasks.add(task)
-                task.add_done_callback(lambda done: self._timeline_done(capture, done))
+                task.add_done_callback(lambda done: self._timeline_done(timeline_capture, done))
+            capture = timeline_capture
         else:
-            capture = self._start_kineto(request, span, capture_id, relative)
+            capture = self._start_kineto(request, span, capture_id, label, caller_uid)
+        capture.requested_by = caller_uid
         self._remember(capture)
         log.info("capture started", extra={
             "capture_id": capture_id, "kind": pb.CaptureTraceRequest.Kind.Name(request.kind),
+            "caller_uid": "token" if caller_uid is None else caller_uid,
             "targets": len(capture.targets), "note": capture.message})
         return capture
 
@@ -169,12 +193,11 @@ class CaptureService:
             log.error("timeline capture failed", extra={"capture_id": capture.capture_id, "error": repr(error)})
             for target in capture.targets:
                 if target.state not in FINAL_STATES:
-                    target.fail(FAILED, f"the timeline dump failed: {error!r}")
+                    target.fail(FAILED, f"the timeline dump failed: {type(error).__name__}")
 
-    def _start_kineto(self, request: pb.CaptureTraceRequest, span: str, capture_id: str,
-                      relative: pathlib.Path) -> Capture:
+    def _start_kineto(self, request: pb.CaptureTraceRequest, span: str, capture_id: str, label: str,
+                      caller_uid: int | None) -> Capture:
         matched = self._match(request)
-        trace_dir = self.trace_dir.resolve()
         now = time.time()
         if span == "duration_ms":
             start_ms = request.start_time_unix_ms or int((now + lead_seconds(matched)) * 1000)
@@ -183,11 +206,10 @@ class CaptureService:
         else:
             start_ms, start_unix = 0, None
             deadline = now + ITERATIONS_TIMEOUT_SECONDS
-        capture = Capture(capture_id, trace_dir, [], start_unix, deadline)
+        capture = Capture(capture_id, self.trace_dir, [], start_unix, deadline)
         if not matched:
             capture.message = f"no processes matched: {self._describe_filters(request)}"
             return capture
-        _prepare_capture_dir(trace_dir / relative, {r.uid for r in matched})
         start_iteration = 0
         if span == "iterations":
             at = time.monotonic() + lead_seconds(matched) + SLACK_SECONDS
@@ -195,46 +217,56 @@ class CaptureService:
                                                            for r in matched])
             capture.message = (f"every process starts at iteration {start_iteration}" if start_iteration else
                                f"each process starts at its own next step ({why})")
-        for registrant in matched:
-            capture.targets.append(self._offer(request, span, start_ms, start_iteration, registrant, trace_dir,
-                                               relative))
-        return capture
-
-    def _offer(self, request: pb.CaptureTraceRequest, span: str, start_ms: int, start_iteration: int,
-               registrant: Registrant, trace_dir: pathlib.Path, relative: pathlib.Path) -> Target:
-        facts = process_facts(registrant.host_pid)
-        rank = self._rank_of(registrant.host_pid, facts.rank)
-        stem = f"rank{rank}-pid{registrant.host_pid}" if rank is not None else f"pid{registrant.host_pid}"
-        log_file = str(trace_dir / relative / f"{stem}.pt.trace.json")
-        written = kineto_config.kineto_file_name(log_file, registrant.reported_pid)
-        target = Target(registrant.host_pid, rank, str(pathlib.Path(written).relative_to(trace_dir)), WAITING,
-                        registrant=registrant)
-        agent_uid = os.geteuid()
-        if agent_uid != 0 and registrant.uid != agent_uid:
-            target.fail(REFUSED, f"the process belongs to uid {registrant.uid}; this agent runs as uid "
-                                 f"{agent_uid} and hands trace configs only to its own user's processes "
-                                 "(run agentd as root or as that user)")
-            return target
-        options = request.options
         spec = kineto_config.TraceSpec(
-            log_file=log_file, start_time_unix_ms=start_ms,
+            log_file="", start_time_unix_ms=start_ms,
             duration_ms=request.duration_ms if span == "duration_ms" else None,
             iterations=request.iterations if span == "iterations" else None, start_iteration=start_iteration,
-            record_shapes=options.record_shapes, profile_memory=options.profile_memory,
-            with_stack=options.with_stack, with_flops=options.with_flops, with_modules=options.with_modules,
+            record_shapes=request.options.record_shapes, profile_memory=request.options.profile_memory,
+            with_stack=request.options.with_stack, with_flops=request.options.with_flops,
+            with_modules=request.options.with_modules,
         )
-        pending = PendingConfig(kineto_config.config_text(spec, facts.cuda, f"{self.hostname}:{stem}"))
+        for registrant in matched:
+            capture.targets.append(self._offer(spec, label, registrant, caller_uid))
+        return capture
+
+    def _offer(self, spec: kineto_config.TraceSpec, label: str, registrant: Registrant,
+               caller_uid: int | None) -> Target:
+        """Queue the config for one process, into its user's folder; or the target says why not."""
+        facts = process_facts(registrant.host_pid)
+        rank = self._rank_of(registrant.host_pid, facts.rank)
+        stem = f"{label}-rank{rank}-pid{registrant.host_pid}" if rank is not None else \
+            f"{label}-pid{registrant.host_pid}"
+        uid = real_uid(registrant.host_pid)
+        name = f"{stem}.pt.trace.json"
+        written = kineto_config.kineto_file_name(name, registrant.reported_pid)
+        target = Target(registrant.host_pid, rank, f"{registrant.uid if uid is None else uid}/{written}", WAITING,
+                        registrant=registrant)
+        refusal = _refusal(registrant, uid, caller_uid)
+        if refusal is not None:
+            target.fail(*refusal)
+            return target
+        assert uid is not None
+        try:
+            folder = self.trace_dir.user_folder(uid)
+            text = kineto_config.config_text(
+                dataclasses.replace(spec, log_file=str(self.trace_dir.path / folder / name)), facts.cuda, f"{self.hostname}:{stem}")
+        except OSError as exc:
+            target.fail(FAILED, f"cannot create the folder {uid}/ for its traces under the trace dir: {reason(exc)}")
+            return target
+        except kineto_config.ConfigValueError as exc:
+            target.fail(FAILED, str(exc))
+            return target
+        pending = PendingConfig(text)
         try:
             self.registry.offer(registrant, pending)
         except BusyError as exc:
             target.fail(BUSY, str(exc))
             return target
         target.pending = pending
-        if span == "duration_ms":
-            if start_ms / 1000 - time.time() < lead_seconds([registrant]):
-                target.reason = (f"start time may be too soon: this process polls every "
-                                 f"{registrant.poll_interval or DEFAULT_POLL_SECONDS:.1f} s and needs "
-                                 f"{kineto_config.WARMUP_SECONDS} s of warmup")
+        if spec.duration_ms is not None and spec.start_time_unix_ms / 1000 - time.time() < lead_seconds([registrant]):
+            target.reason = (f"start time may be too soon: this process polls every "
+                             f"{registrant.poll_interval or DEFAULT_POLL_SECONDS:.1f} s and needs "
+                             f"{kineto_config.WARMUP_SECONDS} s of warmup")
         return target
 
     def _match(self, request: pb.CaptureTraceRequest) -> list[Registrant]:
@@ -262,16 +294,16 @@ class CaptureService:
         registered = self.registry.entries()
         parts = []
         if request.pids:
-            parts.append(f"pids {', '.join(map(str, request.pids))}")
+            parts.append(f"pids {_some(request.pids)}")
         if request.job_id:
             parts.append(f"job {request.job_id}")
         if request.ranks:
-            parts.append(f"ranks {', '.join(map(str, request.ranks))}")
+            parts.append(f"ranks {_some(request.ranks)}")
         wanted = " and ".join(parts) or "any process"
         if not registered:
             return (f"{wanted} — no process is polling this agent; start training with KINETO_USE_DAEMON=1 "
                     "(or under `tuiprof run`), and give it a few seconds to register")
-        known = ", ".join(f"{r.host_pid} (job {r.job_id})" for r in registered[:20])
+        known = ", ".join(f"{r.host_pid} (job {r.job_id})" for r in registered[:SHOWN_IN_MESSAGES])
         return f"{wanted} — processes polling this agent: {known}"
 
     def _remember(self, capture: Capture) -> None:
@@ -280,7 +312,42 @@ class CaptureService:
             self._captures.popitem(last=False)
 
 
-def _bind_rpc(config: "AgentConfig", registry: Registry) -> DynologRpc:
+def _some(values: Sequence[int]) -> str:
+    """The first few of ``values``, comma-separated, saying how many more there are."""
+    items = list(values)
+    text = ", ".join(map(str, items[:SHOWN_IN_MESSAGES]))
+    return text + (f" (and {len(items) - SHOWN_IN_MESSAGES} more)" if len(items) > SHOWN_IN_MESSAGES else "")
+
+
+def _refusal(registrant: Registrant, uid: int | None, caller_uid: int | None) -> tuple[str, str] | None:
+    """Why ``registrant`` (running as ``uid`` now, per /proc) gets no config from this caller; None: it may."""
+    if uid is None:
+        return FAILED, "the process exited before its config was queued"
+    if uid != registrant.uid:
+        return REFUSED, (f"the process polled as uid {registrant.uid} but runs as uid {uid} now; "
+                         "it gets no config until it polls again")
+    agent_uid = os.geteuid()
+    if agent_uid != 0 and uid != agent_uid:
+        return REFUSED, (f"the process belongs to uid {uid}; this agent runs as uid {agent_uid} and hands trace "
+                         "configs only to its own user's processes (run agentd as root or as that user)")
+    if not may_trace(caller_uid, uid):
+        return REFUSED, (f"the process belongs to uid {uid}; you (uid {caller_uid}) may trace only your own "
+                         "processes")
+    return None
+
+
+def check_may_fetch(caller_uid: int | None, parts: tuple[str, ...]) -> None:
+    """TraceAccessError unless the caller may fetch ``parts``: a local user only from ``<uid>/`` and
+    ``timeline/<uid>/`` of their own uid; root and the token holder anything."""
+    owner = owner_uid(parts)
+    if privileged(caller_uid) or (owner is not None and may_trace(caller_uid, owner)):
+        return
+    where = "another user's" if owner is not None else "the agent's own"
+    raise TraceAccessError(f"{shown('/'.join(parts))} is in {where} folder; you (uid {caller_uid}) may fetch "
+                           f"only files under {caller_uid}/ and {TIMELINE_FOLDER}/{caller_uid}/")
+
+
+def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir) -> DynologRpc:
     try:
         version = f"tuiprof-agentd {metadata.version('tuiprof')}"
     except metadata.PackageNotFoundError:
@@ -288,37 +355,8 @@ def _bind_rpc(config: "AgentConfig", registry: Registry) -> DynologRpc:
     port = config.dynolog_rpc_port
     assert port is not None
     try:
-        return DynologRpc.bind(config.host, port, registry, config.trace_dir, load_token(config.token_file), version)
+        return DynologRpc.bind(config.host, port, registry, trace_dir.user_folder_path,
+                               load_token(config.token_file), version)
     except OSError as exc:
         raise BindError.for_port("dynolog RPC", config.host, port, exc, "--dynolog-rpc-port") from None
 
-
-def _prepare_capture_dir(directory: pathlib.Path, uids: set[int]) -> None:
-    """The capture's directory, writable by the processes that will write into it.
-
-    An agent running as root serves other users' processes: the directory
-    goes to that user (or is shared, sticky, when several users are traced).
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    others = uids - {0, -1, os.geteuid()}
-    if os.geteuid() == 0 and len(others) == 1:
-        os.chown(directory, others.pop(), -1)
-    elif os.geteuid() == 0 and others:
-        directory.chmod(0o1777)
-
-
-def _check_span(request: pb.CaptureTraceRequest, span: str | None) -> None:
-    if span is None:
-        raise CaptureRequestError("say how long to trace: set duration_ms or iterations")
-    if span == "duration_ms" and not 0 < request.duration_ms <= MAX_DURATION_MS:
-        raise CaptureRequestError(f"duration_ms must be 1-{MAX_DURATION_MS}, got {request.duration_ms}")
-    if span == "iterations" and not 0 < request.iterations <= MAX_ITERATIONS:
-        raise CaptureRequestError(f"iterations must be 1-{MAX_ITERATIONS}, got {request.iterations}")
-    is_timeline = request.kind == pb.CaptureTraceRequest.TIMELINE
-    if span == "last_events" and not is_timeline:
-        raise CaptureRequestError(
-            "last_events is for timeline captures only; Kineto traces take duration_ms or iterations")
-    if span == "iterations" and is_timeline:
-        raise CaptureRequestError("timeline captures take duration_ms or last_events, not iterations")
-    if span == "last_events" and request.last_events == 0:
-        raise CaptureRequestError("last_events must be 1 or more")

@@ -6,7 +6,9 @@ ring position at the start time, waits the duration, and dumps what was added.
 The file is Kineto-shaped Chrome JSON (``baseTimeNanoseconds``, ``distributedInfo``,
 ``traceEvents``) so the console merges and summarises it like a Kineto trace:
 GEMMs and collectives are GPU ``kernel`` events (collectives named ``nccl:<op>``),
-steps are ``ProfilerStep#<n>`` annotations.
+steps are ``ProfilerStep#<n>`` annotations. Files go into the agent's own folder
+``timeline/<uid>/`` for the uid the kernel gives for the rank's process, and are
+written whole or not at all (``TraceDir.write_file``).
 """
 
 from __future__ import annotations
@@ -15,16 +17,19 @@ import asyncio
 import json
 import logging
 import os
-import pathlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentd.kineto.registry import may_trace
+from agentd.procfs import real_uid
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.traces.capture import FAILED, SENT, WRITE_GRACE_SECONDS, WRITTEN, Capture, Target
+from agentd.traces.capture import FAILED, REFUSED, SENT, WRITE_GRACE_SECONDS, WRITTEN, Capture, Target
+from agentd.traces.paths import TIMELINE_FOLDER, TraceDir, TraceDirError, reason
 
 log = logging.getLogger(__name__)
 
+MAX_TARGETS = 4096
 GPU_TID = {"gemm": 1, "nccl": 2}  # one lane each, so GEMMs and collectives that overlap stay readable
 
 
@@ -42,8 +47,8 @@ class TimelineCapture(Capture):
         """Nothing to poll: ``run`` sets each target's state when it writes or fails."""
 
 
-def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, trace_dir: pathlib.Path,
-          relative: pathlib.Path, hostname: str) -> TimelineCapture:
+def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: str, trace_dir: TraceDir,
+          hostname: str, caller_uid: int | None) -> TimelineCapture:
     """Match ranks by their segments and plan the dump (``run`` performs it)."""
     now = time.time()
     start_unix = request.start_time_unix_ms / 1000 if request.start_time_unix_ms else now
@@ -53,40 +58,78 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, trace_dir
                               span=span, duration_ms=request.duration_ms, last_events=request.last_events,
                               hostname=hostname)
     try:
-        from tuiprof_native import segment
+        from tuiprof_native import segment  # type: ignore[attr-defined]  # compiled; absent until built
     except ImportError as exc:
         capture.message = f"timeline capture unavailable: the segment reader is not built ({exc})"
         return capture
-    found = segment.discover()
     wanted_pids, wanted_ranks = set(request.pids), set(request.ranks)
-    for seg_file in found:
+    for seg_file in segment.discover():
         if wanted_pids and seg_file.pid not in wanted_pids:
+            continue
+        if len(capture.targets) == MAX_TARGETS:
+            capture.message = f"only the first {MAX_TARGETS} matching ranks are dumped; name pids or ranks"
+            break
+        uid = _verified_owner(seg_file)
+        if uid is None:
             continue
         try:
             with segment.Segment(seg_file.path) as seg:
                 header = seg.header()
         except OSError as exc:
-            log.info("segment skipped", extra={"path": seg_file.path, "reason": str(exc)})
+            log.info("segment skipped", extra={"pid": seg_file.pid, "reason": str(exc)})
             continue
         if request.job_id and header.job_id != request.job_id:
             continue
         if wanted_ranks and header.rank not in wanted_ranks:
             continue
-        stem = f"rank{header.rank}-pid{seg_file.pid}" if header.rank is not None else f"pid{seg_file.pid}"
-        capture.targets.append(Target(seg_file.pid, header.rank, str(relative / f"timeline-{stem}.json"), SENT))
-        capture.segment_paths[seg_file.pid] = seg_file.path
+        capture.targets.append(_plan(capture, trace_dir, label, seg_file, header.rank, uid, caller_uid))
     if not capture.targets:
         capture.message = ("no processes matched: no tuiprof segment "
                            f"{'for those filters ' if wanted_pids or wanted_ranks or request.job_id else ''}"
                            "on this host; start the job under `tuiprof run`")
-    else:
-        (trace_dir / relative).mkdir(parents=True, exist_ok=True)
     return capture
+
+
+def _verified_owner(seg_file: Any) -> int | None:
+    """The uid of the segment's process, when the kernel agrees with the segment's name and file owner.
+
+    Segments are files any user can create under any name: one that claims
+    another user's pid is not dumped into that user's folder.
+    """
+    uid = real_uid(seg_file.pid)
+    try:
+        file_uid = os.lstat(seg_file.path).st_uid
+    except OSError:
+        return None
+    if uid is None or uid != seg_file.uid or file_uid != uid:
+        log.info("segment skipped", extra={"pid": seg_file.pid, "reason": (
+            f"named for uid {seg_file.uid}, file owned by uid {file_uid}, process run by uid {uid}")})
+        return None
+    return uid
+
+
+def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, seg_file: Any, rank: int | None, uid: int,
+          caller_uid: int | None) -> Target:
+    """The target for one rank: its file in ``timeline/<uid>/``, or refused when the caller may not see it."""
+    stem = f"rank{rank}-pid{seg_file.pid}" if rank is not None else f"pid{seg_file.pid}"
+    folder = (TIMELINE_FOLDER, str(uid))
+    target = Target(seg_file.pid, rank, "/".join((*folder, f"{label}-timeline-{stem}.json")), SENT)
+    if not may_trace(caller_uid, uid):
+        target.fail(REFUSED, f"the process belongs to uid {uid}; you (uid {caller_uid}) may capture only your own "
+                             "processes")
+        return target
+    try:
+        trace_dir.agent_folder(folder)
+    except (OSError, TraceDirError) as exc:
+        target.fail(FAILED, f"cannot create {'/'.join(folder)}/ under the trace dir: {reason(exc)}")
+        return target
+    capture.segment_paths[seg_file.pid] = seg_file.path
+    return target
 
 
 async def run(capture: TimelineCapture) -> None:
     """Dump every target's events, then mark it written (or failed with the reason)."""
-    from tuiprof_native import segment
+    from tuiprof_native import segment  # type: ignore[attr-defined]
 
     window: tuple[int, int] | None = None
     heads: dict[int, int] = {}
@@ -95,11 +138,13 @@ async def run(capture: TimelineCapture) -> None:
         await asyncio.sleep(max(0.0, capture.start_unix - time.time()))
         begin_ns = time.time_ns()
         for target in capture.targets:
+            if target.state != SENT:
+                continue
             try:
                 with segment.Segment(capture.segment_paths[target.pid]) as seg:
                     heads[target.pid] = seg.header().ring_head
             except OSError as exc:
-                target.fail(FAILED, f"cannot read the segment: {exc}")
+                target.fail(FAILED, f"cannot read the segment: {reason(exc)}")
         await asyncio.sleep(capture.duration_ms / 1000)
         window = (begin_ns, time.time_ns())
     for target in capture.targets:
@@ -109,7 +154,7 @@ async def run(capture: TimelineCapture) -> None:
             await asyncio.to_thread(_dump, capture, target, heads.get(target.pid, 0), window, segment)
             target.state = WRITTEN
         except OSError as exc:
-            target.fail(FAILED, f"cannot dump the timeline: {exc}")
+            target.fail(FAILED, f"cannot dump the timeline: {reason(exc)}")
 
 
 def _dump(capture: TimelineCapture, target: Target, since: int, window: tuple[int, int] | None,
@@ -123,10 +168,8 @@ def _dump(capture: TimelineCapture, target: Target, since: int, window: tuple[in
         begin, end = window
         events = [e for e in events if e.start_ns <= end and (e.end_ns or e.start_ns) >= begin]
     document = chrome_trace(events, header, capture.hostname)
-    path = capture.trace_dir / target.file
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(document))
-    os.replace(temporary, path)
+    *folder, name = target.file.split("/")
+    capture.trace_dir.write_file(folder, name, json.dumps(document).encode())
 
 
 def chrome_trace(events: list[Any], header: Any, hostname: str) -> dict[str, Any]:

@@ -1,22 +1,30 @@
-"""Helpers for the trace tests: real PyTorch trainers polling an agent's Kineto endpoint, and the CLI."""
+"""Helpers for the trace tests: real PyTorch trainers polling an agent's Kineto endpoint (as root or as a
+second, unprivileged user), a client playing libkineto on the wire, and the CLI."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import pathlib
+import pwd
 import select
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
+
+import pytest
 
 from testkit.agents import RunningAgent, stop_process
 from tuiprof.commands.run import launch_environment
 from testkit.ports import free_port
 
 TRAINER = pathlib.Path(__file__).parent.parent / "traces" / "trainer.py"
+HOSTILE_USER = "tuiprof-hostile"
 REGISTER_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 90.0
 
@@ -42,11 +50,52 @@ def wait_registered(agent: RunningAgent, pid: int, timeout: float = REGISTER_TIM
     raise AssertionError(f"pid {pid} never registered with the agent:\n{agent.log()[-3000:]}")
 
 
+def hostile_user() -> tuple[int, int]:
+    """(uid, gid) of the unprivileged local user the tests play an attacker with; created when
+    missing (needs root, as does running anything as that user: the test is skipped otherwise)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to act as a second, unprivileged local user")
+    try:
+        entry = pwd.getpwnam(HOSTILE_USER)
+    except KeyError:
+        if shutil.which("useradd") is None:
+            pytest.skip(f"no user {HOSTILE_USER} and no useradd to create it")
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", HOSTILE_USER], check=True, timeout=30)
+        entry = pwd.getpwnam(HOSTILE_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def as_user(user: tuple[int, int], command: list[str]) -> list[str]:
+    """``command`` run as ``user`` (uid, gid) with no supplementary groups."""
+    return ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups", "--", *command]
+
+
+class KinetoClient:
+    """Plays libkineto's IpcFabricConfigClient: its own named socket in the endpoint's socket dir."""
+
+    def __init__(self, socket_dir: pathlib.Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(socket_dir / f"dynoconfigclient{uuid.uuid4()}"))
+        self.sock.settimeout(1.0)
+        self.server = str(socket_dir / "dynolog")
+
+    def send(self, datagram: bytes) -> None:
+        self.sock.sendto(datagram, self.server)
+
+    def reply(self) -> bytes:
+        return self.sock.recv(65536)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 @contextlib.contextmanager
 def trainers(socket_dir: pathlib.Path, ranks: list[int | None], seconds: float = 90.0,
-             under_tuiprof_run: bool = False) -> Iterator[list[subprocess.Popen[bytes]]]:
+             under_tuiprof_run: bool = False,
+             user: tuple[int, int] | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Training processes (one per rank; None = no RANK set); a world > 1 joins a gloo group.
-    ``under_tuiprof_run``: in the environment `tuiprof run` gives (hook library, step counts)."""
+    ``under_tuiprof_run``: in the environment `tuiprof run` gives (hook library, step counts).
+    ``user``: (uid, gid) to run them as; the socket dir must then be writable by that user."""
     master_port = str(free_port())
     processes = []
     try:
@@ -56,8 +105,11 @@ def trainers(socket_dir: pathlib.Path, ranks: list[int | None], seconds: float =
                 extra["RANK"] = str(rank)
             world = len(ranks) if all(r is not None for r in ranks) and len(ranks) > 1 else 1
             env = kineto_env(socket_dir, **extra)
+            command = [sys.executable, str(TRAINER), "--seconds", str(seconds), "--world", str(world)]
+            if user is not None:
+                env["HOME"] = str(socket_dir)  # somewhere that user may write caches
             processes.append(subprocess.Popen(
-                [sys.executable, str(TRAINER), "--seconds", str(seconds), "--world", str(world)],
+                as_user(user, command) if user is not None else command,
                 env=launch_environment(env, trace_dir=None) if under_tuiprof_run else env, stdout=subprocess.PIPE,
                 stderr=tempfile.TemporaryFile()))  # a file: an unread pipe could fill and stall it
         for process in processes:

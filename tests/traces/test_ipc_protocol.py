@@ -7,14 +7,12 @@ import logging
 import os
 import pathlib
 import shutil
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +20,7 @@ import pytest
 from agentd.kineto import wire
 from agentd.kineto.endpoint import ABSTRACT_NAME, EndpointError, KinetoEndpoint, socket_address
 from agentd.kineto.registry import PendingConfig, Registry
+from testkit.traces import KinetoClient
 
 
 @pytest.fixture
@@ -36,25 +35,6 @@ def endpoint(socket_dir: pathlib.Path) -> Iterator[KinetoEndpoint]:
     served = KinetoEndpoint(Registry(), str(socket_dir))
     yield served
     served.close()
-
-
-class Client:
-    """Plays libkineto's IpcFabricConfigClient: its own named socket in the same directory."""
-
-    def __init__(self, socket_dir: pathlib.Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(socket_dir / f"dynoconfigclient{uuid.uuid4()}"))
-        self.sock.settimeout(1.0)
-        self.server = str(socket_dir / "dynolog")
-
-    def send(self, datagram: bytes) -> None:
-        self.sock.sendto(datagram, self.server)
-
-    def reply(self) -> bytes:
-        return self.sock.recv(65536)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_wire_layout_matches_libkineto():
@@ -76,7 +56,7 @@ def test_abstract_address_keeps_the_trailing_nul():
 
 
 def test_poll_answered_empty_then_config_once_and_only_for_activities(endpoint, socket_dir):
-    client = Client(socket_dir)
+    client = KinetoClient(socket_dir)
     try:
         started = time.monotonic()
         client.send(wire.poll_request(3, 7, (os.getpid(), os.getppid())))
@@ -111,7 +91,7 @@ BAD_DATAGRAMS = {
 
 def test_garbage_is_ignored_logged_once_per_cause_and_service_goes_on(endpoint, socket_dir, caplog):
     caplog.set_level(logging.WARNING, logger="agentd.kineto.endpoint")
-    client = Client(socket_dir)
+    client = KinetoClient(socket_dir)
     try:
         for _ in range(3):
             for datagram in BAD_DATAGRAMS.values():
@@ -135,13 +115,13 @@ def test_flood_of_polls_is_answered_and_bad_clients_do_not_stop_it(endpoint, soc
     # the endpoint from answering until they are gone.
     with endpoint.registry._lock:
         for _ in range(5):
-            gone = Client(socket_dir)
+            gone = KinetoClient(socket_dir)
             gone.send(wire.poll_request(3, 0, (os.getpid(), 1)))
             gone.close()
-    greedy = Client(socket_dir)  # polls without ever reading: its queue fills (net.unix.max_dgram_qlen)
+    greedy = KinetoClient(socket_dir)  # polls without ever reading: its queue fills (net.unix.max_dgram_qlen)
     for _ in range(300):
         greedy.send(wire.poll_request(3, 0, (os.getpid(), 2)))
-    client = Client(socket_dir)
+    client = KinetoClient(socket_dir)
     try:
         floods = 2000
         started = time.monotonic()
