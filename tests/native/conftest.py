@@ -58,7 +58,7 @@ def cleanup_segments() -> Iterator[list[int]]:
     for pid in pids:
         path = segment_path(pid)
         path.unlink(missing_ok=True)
-        for suffix in (segment.EXCEPTION_SUFFIX, segment.FLIGHT_SUFFIX):
+        for suffix in (segment.EXCEPTION_SUFFIX, segment.FLIGHT_SUFFIX, segment.INERT_SUFFIX):
             path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 

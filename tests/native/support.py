@@ -19,13 +19,17 @@ HOOK = pathlib.Path(segment.__file__).parent / "libtuiprof_hook.so"
 T = TypeVar("T")
 
 
+def tuiprof_run_argv(*command: str) -> list[str]:
+    """`tuiprof run --no-kineto-daemon -- COMMAND` (no agentd here to poll) as an argv."""
+    return [sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", "--", *command]
+
+
 def tuiprof_run(*command: str, **popen) -> subprocess.Popen:
-    """Start `tuiprof run --no-kineto-daemon -- COMMAND` (no agentd here to poll)."""
+    """Start `tuiprof run --no-kineto-daemon -- COMMAND`; it execs COMMAND, so the pid is COMMAND's."""
     env = dict(os.environ)
     env.pop("KINETO_USE_DAEMON", None)
     env.update(popen.pop("env", {}))
-    return subprocess.Popen([sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", "--", *command],
-                            env=env, text=True, **popen)
+    return subprocess.Popen(tuiprof_run_argv(*command), env=env, text=True, **popen)
 
 
 def segment_path(pid: int) -> pathlib.Path:

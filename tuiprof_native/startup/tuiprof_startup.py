@@ -24,6 +24,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import stat
 import sys
 import time
 from types import ModuleType
@@ -55,13 +56,37 @@ def _load_library() -> ctypes.CDLL | None:
     return lib
 
 
+class NotOwnFileError(OSError):
+    """Something other than this user's regular file is at a sidecar's path (left alone)."""
+
+
 def _write_whole(path: str, text: str) -> None:
-    """Replace ``path`` atomically (the agent reads whole files only), never through a link."""
-    partial = f"{path}.tmp"
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as out:
-        out.write(text)
-    os.replace(partial, path)
+    """Replace ``path`` with ``text`` atomically (the agent reads whole files only).
+
+    The directory is every user's (/dev/shm), so nothing there is trusted: whatever
+    is at ``path`` must be this user's own regular file, else NotOwnFileError and it
+    stays as it is; the text goes into a new file beside it, created O_EXCL under a
+    random name (never someone else's file, never through a link), renamed over
+    ``path`` (rename replaces the name, it follows no link)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            raise NotOwnFileError(f"{path} is not a regular file of uid {os.getuid()}; left alone")
+    partial = f"{path}.{os.urandom(6).hex()}.tmp"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as out:
+            out.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass  # the error that matters is the one raised
+        raise
 
 
 class _StepRecorder:
@@ -168,7 +193,7 @@ def _wrap_dataloader(lib: ctypes.CDLL) -> None:
             record(start, time.time_ns())
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]
-    base.__next__ = __next__
+    setattr(base, "__next__", __next__)  # a method of a torch class, replaced on purpose
 
 
 def _on_torch_imported(torch: ModuleType) -> None:

@@ -1,0 +1,269 @@
+"""The hook where /dev/shm is full or hostile, with real processes: the C stand-in
+workload and a real PyTorch CPU training loop under `tuiprof run`.
+
+Whatever is wrong, the job runs on unchanged: the hook stays inert, says so in one
+stderr line and leaves the reason in a `.inert` note for the agent; it never
+follows a link, never touches a file that is not its own, and never dies of
+SIGBUS. A full /dev/shm is a 64 KiB tmpfs mounted over it in a private mount
+namespace (root and unshare(1) needed); files in the way are planted at the
+process's own paths between fork and exec, when its pid is known.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from native.support import HOOK, segment_path, tuiprof_run, tuiprof_run_argv, wait_for
+from tuiprof_native import segment
+
+SEGMENT_MIB = f"{segment.SEGMENT_SIZE / 2**20:.1f}"
+FULL_REASON = f"shared memory full: posix_fallocate of {SEGMENT_MIB} MiB in /dev/shm failed (No space left on device)"
+
+TRAIN = textwrap.dedent("""
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        opt.zero_grad()
+        model(torch.randn(16, 8)).pow(2).mean().backward()
+        opt.step()
+    print("trained", flush=True)
+""")
+
+# Runs inside `unshare --mount --fork`: a 64 KiB tmpfs on /dev/shm (optionally filled
+# to the last byte), the command with stdin closed, then what it left in /dev/shm.
+SMALL_SHM = textwrap.dedent("""
+    import json, os, subprocess, sys
+    fill, command = sys.argv[1] == "fill", sys.argv[2:]
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", "/dev/shm"], check=True)
+    if fill:
+        fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"x" * 4096)
+        except OSError:
+            os.close(fd)
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    out, err = proc.communicate(timeout=300)
+    files = {name: open(os.path.join("/dev/shm", name)).read() for name in os.listdir("/dev/shm")
+             if name != "filler"}
+    print(json.dumps({"pid": proc.pid, "rc": proc.returncode, "stdout": out, "stderr": err, "files": files}))
+""")
+
+
+def inert_line(pid: int, reason: str) -> str:
+    return f"tuiprof: telemetry off in pid {pid}: {reason}; training continues"
+
+
+def tuiprof_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("tuiprof:")]
+
+
+def note_path(pid: int) -> pathlib.Path:
+    path = segment_path(pid)
+    return path.with_name(path.name + segment.INERT_SUFFIX)
+
+
+@pytest.fixture(scope="module")
+def mount_namespace() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs on /dev/shm needs root")
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare(1) (util-linux) is not installed")
+    probe = subprocess.run(["unshare", "--mount", "--fork", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --mount is refused here: {probe.stderr.strip()}")
+
+
+def run_in_small_shm(*command: str, fill: bool = False) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_USE_DAEMON"}
+    done = subprocess.run(["unshare", "--mount", "--fork", sys.executable, "-c", SMALL_SHM,
+                           "fill" if fill else "room", *command],
+                          capture_output=True, text=True, env=env, timeout=320)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_full_shm_standin_workload_runs_on_inert(standins, mount_namespace):
+    run = run_in_small_shm(*tuiprof_run_argv(str(standins / "driver"), str(standins / "libworkload.so")))
+    assert run["rc"] == 0, run["stderr"]  # was 135 (SIGBUS on the first write into the segment)
+    result = json.loads(run["stdout"].splitlines()[0])
+    assert result["max_error"] == 0 and run["stdout"].splitlines()[1] == "READY"
+    assert tuiprof_lines(run["stderr"]) == [inert_line(run["pid"], FULL_REASON)]
+    uid = os.getuid()
+    assert run["files"] == {f"tuiprof-{uid}-{run['pid']}{segment.INERT_SUFFIX}": FULL_REASON + "\n"}
+
+
+def test_full_shm_torch_training_runs_on_inert(mount_namespace):
+    run = run_in_small_shm(*tuiprof_run_argv(sys.executable, "-c", TRAIN))
+    assert run["rc"] == 0, run["stderr"]
+    assert run["stdout"] == "trained\n"
+    assert tuiprof_lines(run["stderr"]) == [inert_line(run["pid"], FULL_REASON)]
+    uid = os.getuid()
+    assert run["files"] == {f"tuiprof-{uid}-{run['pid']}{segment.INERT_SUFFIX}": FULL_REASON + "\n"}
+
+
+def test_shm_without_a_free_page_leaves_an_empty_note(standins, mount_namespace):
+    run = run_in_small_shm(*tuiprof_run_argv(str(standins / "driver"), str(standins / "libworkload.so")), fill=True)
+    assert run["rc"] == 0, run["stderr"]
+    assert tuiprof_lines(run["stderr"]) == [inert_line(run["pid"], FULL_REASON)]
+    # the agent works the reason out itself (statvfs) from an empty note
+    assert run["files"] == {f"tuiprof-{os.getuid()}-{run['pid']}{segment.INERT_SUFFIX}": ""}
+
+
+def run_driver_with(standins, plant, cleanup: list[int]) -> subprocess.CompletedProcess:
+    """The stand-in workload under `tuiprof run`, with ``plant(pid)`` run in the child before exec."""
+    proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: plant(os.getpid()))
+    cleanup.append(proc.pid)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.pid, proc.returncode, out, err)
+
+
+def file_state(path: pathlib.Path) -> tuple:
+    st = path.lstat()
+    return st.st_ino, st.st_uid, stat.S_IMODE(st.st_mode), st.st_mtime_ns, path.read_bytes()
+
+
+def test_symlink_at_the_segment_path_is_not_followed(standins, cleanup_segments, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"a file the job's user can write, elsewhere\n")
+    before = file_state(victim)
+    run = run_driver_with(standins, lambda pid: segment_path(pid).symlink_to(victim), cleanup_segments)
+    pid = run.args
+    assert run.returncode == 0, run.stderr
+    assert file_state(victim) == before
+    assert os.readlink(segment_path(pid)) == str(victim)  # the link itself is left alone too
+    reason = f"a symbolic link is in the way at {segment_path(pid)} (left alone)"
+    assert tuiprof_lines(run.stderr) == [inert_line(pid, reason)]
+    assert note_path(pid).read_text() == reason + "\n"
+
+
+def test_other_users_file_at_the_segment_path_is_left_alone(standins, cleanup_segments):
+    other_uid = 65534  # nobody: the user who planted the file (world-writable, as a trap would be)
+
+    def plant(pid: int) -> None:
+        path = segment_path(pid)
+        path.write_bytes(b"planted by uid 65534\n")
+        os.chown(path, other_uid, other_uid)
+        os.chmod(path, 0o666)
+
+    run = run_driver_with(standins, plant, cleanup_segments)
+    pid = run.args
+    assert run.returncode == 0, run.stderr
+    st = segment_path(pid).lstat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode), st.st_size) == (other_uid, 0o666, 21)
+    assert segment_path(pid).read_bytes() == b"planted by uid 65534\n"  # not truncated, not written
+    reason = f"a file of uid {other_uid} is in the way at {segment_path(pid)} (left alone)"
+    assert tuiprof_lines(run.stderr) == [inert_line(pid, reason)]
+    assert note_path(pid).read_text() == reason + "\n"
+
+
+def test_stale_own_segment_and_note_of_the_same_pid_are_replaced(standins, cleanup_segments):
+    def plant(pid: int) -> None:
+        segment_path(pid).write_bytes(b"left by an earlier process with this pid")
+        note_path(pid).write_text("an earlier process's reason\n")
+
+    run = run_driver_with(standins, plant, cleanup_segments)
+    pid = run.args
+    assert run.returncode == 0, run.stderr
+    assert tuiprof_lines(run.stderr) == []
+    assert not note_path(pid).exists()
+    with segment.Segment(segment_path(pid)) as seg:
+        assert seg.header().pid == pid
+        assert seg.header().flags & segment.FLAG_EXITED
+        assert sum(s.count for s in seg.slots() if s.kind == "gemm") == 16  # the workload's finished GEMMs
+
+
+CRASH = TRAIN.replace('print("trained", flush=True)', 'raise RuntimeError("boom after 5 steps")')
+
+
+@pytest.mark.parametrize("in_the_way", ["symlink", "stale own file"])
+def test_exception_sidecar_written_only_over_own_file(cleanup_segments, tmp_path, in_the_way):
+    victim = tmp_path / "victim"
+    victim.write_text("not the exception file\n")
+    before = file_state(victim)
+
+    def sidecar(pid: int) -> pathlib.Path:
+        path = segment_path(pid)
+        return path.with_name(path.name + segment.EXCEPTION_SUFFIX)
+
+    def plant(pid: int) -> None:
+        if in_the_way == "symlink":
+            sidecar(pid).symlink_to(victim)
+        else:
+            sidecar(pid).write_text("an earlier process's exception\n")
+
+    proc = tuiprof_run(sys.executable, "-c", CRASH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       preexec_fn=lambda: plant(os.getpid()))
+    cleanup_segments.append(proc.pid)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and err.rstrip().endswith("RuntimeError: boom after 5 steps")  # as without us
+    with segment.Segment(segment_path(proc.pid)) as seg:
+        assert seg.header().counters.step_count == 5  # the hook itself ran
+    assert file_state(victim) == before
+    if in_the_way == "symlink":
+        assert os.readlink(sidecar(proc.pid)) == str(victim)
+    else:
+        text = sidecar(proc.pid).read_text()
+        assert "RuntimeError: boom after 5 steps" in text and "earlier" not in text
+        assert stat.S_IMODE(sidecar(proc.pid).stat().st_mode) == 0o600
+    assert not list(segment_path(proc.pid).parent.glob(f"{segment_path(proc.pid).name}*.tmp"))
+
+
+IDLE = textwrap.dedent("""
+    import ctypes, sys
+    record_step = ctypes.CDLL(None).tuiprof_record_step
+    assert record_step() == 1
+    print("up", flush=True)
+    for line in sys.stdin:
+        record_step()
+""")
+IDLE_WAKEUPS_PER_S = 100  # the writer's back-off gives 20; it was ~880 with the fixed 1 ms sleep
+HEARTBEAT_AGE_S = 1.0  # the agent reads once a second; the writer beats at least every 50 ms when idle
+
+
+def writer_switches(pid: int) -> int:
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        if (task / "comm").read_text().strip() == "tuiprof-writer":
+            found = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", (task / "status").read_text(), re.M)
+            assert found, f"no voluntary_ctxt_switches in {task}/status"
+            return int(found.group(1))
+    raise AssertionError(f"pid {pid} has no tuiprof-writer thread")
+
+
+def test_idle_writer_backs_off_and_still_beats(cleanup_segments):
+    proc = subprocess.Popen([sys.executable, "-c", IDLE], env={**os.environ, "LD_PRELOAD": str(HOOK)},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    cleanup_segments.append(proc.pid)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            time.sleep(0.5)  # past the first back-off steps
+            start, switches = time.monotonic(), writer_switches(proc.pid)
+            ages = []
+            while time.monotonic() - start < 3.0:
+                ages.append((time.time_ns() - seg.header().heartbeat_ns) / 1e9)
+                time.sleep(0.05)
+            rate = (writer_switches(proc.pid) - switches) / (time.monotonic() - start)
+            assert rate < IDLE_WAKEUPS_PER_S, f"writer woke {rate:.0f} times a second while idle"
+            assert max(ages) < HEARTBEAT_AGE_S, f"heartbeat ages {sorted(ages)[-5:]}"
+            proc.stdin.write("step\n")  # new work after the long sleep still arrives
+            proc.stdin.flush()
+            assert wait_for(lambda: seg.header().counters.step_count == 2)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
