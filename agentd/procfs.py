@@ -79,6 +79,12 @@ def read_stat(pid: int) -> ProcessStat | None:
     return ProcessStat(pid, _STATES.get(letter, f"unknown ({letter})"), start_ns)
 
 
+def pid_max() -> int:
+    """The kernel's pid wrap value (/proc/sys/kernel/pid_max): every pid is below it."""
+    with open("/proc/sys/kernel/pid_max", "rb") as f:
+        return int(f.read())
+
+
 def state_of(pid: int) -> str:
     """``running``, ``sleeping``, ``disk-sleep``, ``stopped``, ``zombie``, ... or ``gone``."""
     stat = read_stat(pid)

@@ -1,32 +1,67 @@
 # cython: language_level=3
 """Reading ranks' telemetry segments (/dev/shm/tuiprof-<uid>-<pid>).
 
-The layout is defined once, in ``include/tuiprof_segment.h``; this module
-compiles against that header, so a layout change cannot leave the reader
-behind silently. A segment is mapped read-only; the writer (the hook's
-background thread in the training process) is never blocked: every record is
-copied under its sequence counter and the copy retried when the writer was
-mid-update.
+The layout, the directory, the file names, the kinds and the flags are
+defined once, in ``include/tuiprof_segment.h``; this module compiles against
+that header, so a change there cannot leave the reader behind silently.
 
-A file that is not a segment of this layout — wrong magic, another layout
-version, truncated — raises ``SegmentFormatError`` naming the path and what
-to do; a segment whose writer has not finished creating it raises
-``SegmentNotReadyError``. Both are ``SegmentError`` (an ``OSError``).
+Segments lie in a world-writable directory and the agent may read them as
+root, so a segment is hostile until proven otherwise:
+
+- it is opened with ``O_NOFOLLOW|O_NONBLOCK`` (a symlink is refused, a FIFO
+  cannot block the open) and must be a regular file of exactly the layout's
+  size;
+- it is never mapped: every read copies what it needs with ``pread`` into
+  private memory, so a file truncated under the reader gives a short read (a
+  ``SegmentFormatError``), never a SIGBUS. Only the header, the slots in use
+  and the in-flight table are read per call; the event ring (~1 MiB) only
+  when ``events()`` is asked for;
+- every record is read under its sequence counter (seqlock, see the header)
+  with a bounded number of tries: a writer mid-update is waited for briefly,
+  a counter left odd by a writer killed mid-update gives ``SegmentBusyError``,
+  never an endless loop; every count and index taken from the file is
+  clamped to the layout's bounds.
+
+The blocking system calls (open, fstat, pread, the back-off sleeps) run
+without the GIL. Every error is a ``SegmentError`` (an ``OSError``) whose
+message names the file and what to do.
 """
 
 import os
 import re
 from dataclasses import dataclass
 
-from libc.errno cimport errno
+from libc.errno cimport EINTR, ELOOP, errno
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+from posix.stat cimport S_ISREG, struct_stat
+from posix.time cimport timespec
+from posix.types cimport off_t
 
-cdef extern from "<string.h>":
+
+cdef extern from "<string.h>" nogil:
     size_t strnlen(const char *s, size_t maxlen)
-from posix.fcntl cimport O_RDONLY, open as c_open
-from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, mmap, munmap
-from posix.stat cimport fstat, struct_stat
-from posix.unistd cimport close
+
+cdef extern from "<fcntl.h>" nogil:
+    enum: O_RDONLY
+    enum: O_NOFOLLOW
+    enum: O_NONBLOCK
+    enum: O_CLOEXEC
+    int c_open "open"(const char *path, int flags)
+
+cdef extern from "<sys/stat.h>" nogil:
+    int c_fstat "fstat"(int fd, struct_stat *st)
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t c_pread "pread"(int fd, void *buf, size_t count, off_t offset)
+    int c_close "close"(int fd)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
+cdef extern from "<time.h>" nogil:
+    int nanosleep(const timespec *req, timespec *rem)
 
 
 cdef extern from "tuiprof_segment.h":
@@ -36,8 +71,27 @@ cdef extern from "tuiprof_segment.h":
     uint32_t TP_MAX_INFLIGHT
     uint32_t TP_RING_CAPACITY
     uint32_t TP_HIST_BUCKETS
+    enum: TP_NAME_LEN
+    enum: TP_DTYPE_LEN
+    enum: TP_ALGO_LEN
+    enum: TP_PROTO_LEN
+    enum: TP_JOB_ID_LEN
+    enum: TP_HOSTNAME_LEN
+    enum: TP_HIST_BUCKETS_N "TP_HIST_BUCKETS"
+    const char *TP_SEGMENT_DIR
+    const char *TP_SEGMENT_PREFIX
     const char *TP_EXCEPTION_SUFFIX
     const char *TP_FLIGHT_SUFFIX
+    const char *TP_INERT_SUFFIX
+    uint32_t TP_KIND_NONE
+    uint32_t TP_KIND_GEMM
+    uint32_t TP_KIND_NCCL
+    uint32_t TP_KIND_STEP
+    uint32_t TP_KIND_GC
+    uint32_t TP_KIND_DATALOADER
+    uint32_t TP_FLAG_CUDA_TIMING
+    uint32_t TP_FLAG_NCCL_PLUGIN
+    uint32_t TP_FLAG_NCCL_GPU_TIME
     uint32_t TP_FLAG_EXITED
     uint32_t TP_FLAG_EXIT_STATUS
 
@@ -68,8 +122,8 @@ cdef extern from "tuiprof_segment.h":
         int32_t rank
         int32_t local_rank
         int32_t world_size
-        char job_id[64]
-        char hostname[64]
+        char job_id[TP_JOB_ID_LEN]
+        char hostname[TP_HOSTNAME_LEN]
         uint64_t start_ns
         uint64_t heartbeat_ns
         uint64_t writer_seq
@@ -83,10 +137,10 @@ cdef extern from "tuiprof_segment.h":
         uint64_t seq
         uint32_t kind
         uint32_t nranks
-        char op[32]
-        char dtype[16]
-        char algo[16]
-        char proto[8]
+        char op[TP_NAME_LEN]
+        char dtype[TP_DTYPE_LEN]
+        char algo[TP_ALGO_LEN]
+        char proto[TP_PROTO_LEN]
         int64_t b, m, n, k
         uint64_t comm_hash
         uint64_t count
@@ -96,13 +150,13 @@ cdef extern from "tuiprof_segment.h":
         uint64_t flops
         uint64_t timed_bytes
         uint64_t timed_flops
-        uint64_t hist[40]
+        uint64_t hist[TP_HIST_BUCKETS_N]
 
     ctypedef struct tp_inflight:
         uint64_t seq
         uint32_t kind
         uint32_t pending
-        char op[32]
+        char op[TP_NAME_LEN]
         uint64_t key
         uint64_t op_seq
         uint64_t launched_ns
@@ -111,8 +165,8 @@ cdef extern from "tuiprof_segment.h":
         uint64_t seq
         uint32_t kind
         int32_t rank
-        char op[32]
-        char dtype[16]
+        char op[TP_NAME_LEN]
+        char dtype[TP_DTYPE_LEN]
         uint64_t start_ns, end_ns
         uint64_t bytes
         uint64_t flops
@@ -122,29 +176,62 @@ cdef extern from "tuiprof_segment.h":
 
     ctypedef struct tp_segment:
         tp_header header
-        tp_slot slots[512]
-        tp_inflight inflight[128]
-        tp_event ring[8192]
-
-    int tp_read_record(const void *rec, void *out, uint64_t size, uint64_t expect, int tries) nogil
 
 
-SEGMENT_DIR = "/dev/shm"
-SEGMENT_NAME = re.compile(r"^tuiprof-(\d+)-(\d+)$")
-LAYOUT_VERSION = TP_LAYOUT_VERSION
-SEGMENT_SIZE = sizeof(tp_segment)
-HIST_BUCKETS = TP_HIST_BUCKETS
-RING_CAPACITY = TP_RING_CAPACITY
-KINDS = {0: "none", 1: "gemm", 2: "nccl", 3: "step", 4: "gc", 5: "dataloader"}
-FLAG_CUDA_TIMING = 1
-FLAG_NCCL_PLUGIN = 2
-FLAG_NCCL_GPU_TIME = 4
-FLAG_EXITED = TP_FLAG_EXITED
-FLAG_EXIT_STATUS = TP_FLAG_EXIT_STATUS
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #define TP_OFF_COUNTERS offsetof(tp_header, counters)
+    #define TP_OFF_SLOTS offsetof(tp_segment, slots)
+    #define TP_OFF_INFLIGHT offsetof(tp_segment, inflight)
+    #define TP_OFF_RING offsetof(tp_segment, ring)
+    """
+    size_t TP_OFF_COUNTERS
+    size_t TP_OFF_SLOTS
+    size_t TP_OFF_INFLIGHT
+    size_t TP_OFF_RING
+
+
+SEGMENT_DIR = TP_SEGMENT_DIR.decode()
+SEGMENT_PREFIX = TP_SEGMENT_PREFIX.decode()
 EXCEPTION_SUFFIX = TP_EXCEPTION_SUFFIX.decode()
 FLIGHT_SUFFIX = TP_FLIGHT_SUFFIX.decode()
-_READ_TRIES = 10000
-_UNTIMED = 0xFFFFFFFFFFFFFFFF
+INERT_SUFFIX = TP_INERT_SUFFIX.decode()
+LAYOUT_VERSION = TP_LAYOUT_VERSION
+SEGMENT_SIZE = sizeof(tp_segment)
+HEADER_SIZE = sizeof(tp_header)
+HIST_BUCKETS = TP_HIST_BUCKETS
+RING_CAPACITY = TP_RING_CAPACITY
+KINDS = {TP_KIND_NONE: "none", TP_KIND_GEMM: "gemm", TP_KIND_NCCL: "nccl", TP_KIND_STEP: "step",
+         TP_KIND_GC: "gc", TP_KIND_DATALOADER: "dataloader"}
+FLAG_CUDA_TIMING = TP_FLAG_CUDA_TIMING
+FLAG_NCCL_PLUGIN = TP_FLAG_NCCL_PLUGIN
+FLAG_NCCL_GPU_TIME = TP_FLAG_NCCL_GPU_TIME
+FLAG_EXITED = TP_FLAG_EXITED
+FLAG_EXIT_STATUS = TP_FLAG_EXIT_STATUS
+# Real uids are below 2^32 - 1 ((uid_t)-1 means "none"); Linux pids never exceed PID_MAX_LIMIT (2^22).
+MAX_UID = 0xFFFFFFFE
+PID_MAX_LIMIT = 1 << 22
+# tuiprof-<uid>-<pid>[suffix]: at most 10 digits each, so a hostile name cannot make a huge int.
+SEGMENT_NAME = re.compile(
+    rf"^{re.escape(SEGMENT_PREFIX)}([0-9]{{1,10}})-([0-9]{{1,10}})({re.escape(INERT_SUFFIX)})?$")
+
+# A writer updates a record in nanoseconds, but it may be preempted mid-update: a few
+# yields, then short sleeps, about 5 ms in all before a record is declared busy.
+DEF _YIELD_TRIES = 8
+DEF _READ_TRIES = 56
+DEF _BACKOFF_NS = 100000
+
+cdef enum RecordState:
+    PENDING = 0
+    DONE = 1
+    SKIPPED = 2       # a ring entry overwritten (or never written): not among the last N
+
+cdef enum ReadResult:
+    READ_OK = 0
+    READ_BUSY = 1     # records still torn after every try
+    READ_ERROR = -1   # pread failed (errno)
+    READ_SHORT = -2   # end of file before the range: truncated under the reader
 
 
 class SegmentError(OSError):
@@ -152,11 +239,17 @@ class SegmentError(OSError):
 
 
 class SegmentFormatError(SegmentError):
-    """The file is not a tuiprof segment of this layout (foreign, truncated, other version)."""
+    """Not a tuiprof segment of this layout: foreign, truncated (also while being read),
+    another version, or not a regular file. Corrupt; reading it again will not help."""
 
 
 class SegmentNotReadyError(SegmentError):
     """The writer has not finished creating the segment yet; read it again shortly."""
+
+
+class SegmentBusyError(SegmentError):
+    """A record stayed mid-update through every try: a writer killed while writing it
+    (the counter stays odd), or one rewriting it without pause. Try again next time."""
 
 
 @dataclass(frozen=True)
@@ -258,17 +351,30 @@ class SegmentFile:
     pid: int
 
 
+def parse_name(name: str):
+    """``(uid, pid, inert)`` of a segment name (``tuiprof-<uid>-<pid>``) or an inert-hook note
+    (the same with ``.inert``), None for any other name or numbers out of range."""
+    match = SEGMENT_NAME.match(name)
+    if match is None:
+        return None
+    uid, pid = int(match.group(1)), int(match.group(2))
+    if uid > MAX_UID or not 0 < pid <= PID_MAX_LIMIT:
+        return None
+    return uid, pid, match.group(3) is not None
+
+
 def discover(directory: str = SEGMENT_DIR) -> list:
-    """Every tuiprof segment file in ``directory`` (any uid), by pid."""
+    """Every file named like a segment in ``directory`` (any uid), by pid. A name is a claim:
+    ``agentd.collectors.ranks`` checks it against the kernel before it believes it."""
     found = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return found
     for name in names:
-        match = SEGMENT_NAME.match(name)
-        if match:
-            found.append(SegmentFile(os.path.join(directory, name), int(match.group(1)), int(match.group(2))))
+        parsed = parse_name(name)
+        if parsed is not None and not parsed[2]:
+            found.append(SegmentFile(os.path.join(directory, name), parsed[0], parsed[1]))
     found.sort(key=lambda f: f.pid)
     return found
 
@@ -281,50 +387,159 @@ cdef object _opt_rank(int32_t v):
     return None if v < 0 else v
 
 
-cdef class Segment:
-    """One rank's segment, mapped read-only until ``close()``."""
+cdef str _kind(uint32_t code):
+    return KINDS.get(code, str(code))
 
-    cdef const tp_segment *seg
-    cdef size_t _mapped
+
+cdef ssize_t _pread_full(int fd, char *buf, size_t size, size_t offset) noexcept nogil:
+    """Bytes read into ``buf`` (fewer than ``size`` at end of file), -1 on error."""
+    cdef size_t got = 0
+    cdef ssize_t n
+    while got < size:
+        n = c_pread(fd, buf + got, size - got, <off_t>(offset + got))
+        if n < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        if n == 0:
+            break
+        got += <size_t>n
+    return <ssize_t>got
+
+
+cdef void _back_off(int attempt) noexcept nogil:
+    cdef timespec pause
+    if attempt < _YIELD_TRIES:
+        sched_yield()
+    else:
+        pause.tv_sec = 0
+        pause.tv_nsec = _BACKOFF_NS
+        nanosleep(&pause, NULL)
+
+
+cdef inline uint64_t _seq_at(const char *records, size_t size, size_t i) noexcept nogil:
+    cdef uint64_t seq
+    memcpy(&seq, records + i * size, sizeof(uint64_t))
+    return seq
+
+
+cdef ReadResult _read_records(int fd, size_t base, size_t size, size_t count, char *out, char *state,
+                              bint ring, uint64_t first_index) noexcept nogil:
+    """Copy ``count`` records of ``size`` bytes (sequence counter first) from file offset
+    ``base`` into ``out``, each one consistent under its seqlock; ``state[i]`` says which.
+
+    Three reads per try: the counters, the records, the counters again. A record whose
+    counter was even and unchanged around the copy (and equal in the copy) is consistent,
+    as the writer makes the counter odd before it touches the record. Ring entries must
+    also carry the counter of the event they should hold (``2 * index + 2``); another one
+    means the entry was overwritten or never written, and it is skipped. Each retry
+    covers only the records still torn."""
+    cdef size_t span = count * size
+    cdef char *scratch = <char *>malloc(span if span else 1)
+    cdef uint64_t *before = <uint64_t *>malloc((count if count else 1) * sizeof(uint64_t))
+    cdef size_t lo = 0, hi = count, i, length
+    cdef uint64_t seq
+    cdef ssize_t got
+    cdef int attempt
+    cdef ReadResult result = READ_BUSY
+    if scratch == NULL or before == NULL:
+        free(scratch)
+        free(before)
+        return READ_ERROR
+    for i in range(count):
+        state[i] = PENDING
+    for attempt in range(_READ_TRIES):
+        if lo >= hi:
+            result = READ_OK
+            break
+        if attempt:
+            _back_off(attempt)
+        length = (hi - lo) * size
+        got = _pread_full(fd, scratch, length, base + lo * size)
+        if got == <ssize_t>length:
+            for i in range(lo, hi):
+                before[i] = _seq_at(scratch, size, i - lo)
+            got = _pread_full(fd, out + lo * size, length, base + lo * size)
+        if got == <ssize_t>length:
+            got = _pread_full(fd, scratch, length, base + lo * size)
+        if got != <ssize_t>length:
+            result = READ_ERROR if got < 0 else READ_SHORT
+            break
+        for i in range(lo, hi):
+            if state[i] != PENDING:
+                continue
+            seq = before[i]
+            if seq & 1 or seq != _seq_at(scratch, size, i - lo) or seq != _seq_at(out, size, i):
+                continue  # torn: the writer was at work on it
+            if ring and seq != 2 * (first_index + i) + 2:
+                state[i] = SKIPPED
+            else:
+                state[i] = DONE
+        while lo < hi and state[lo] != PENDING:
+            lo += 1
+        while hi > lo and state[hi - 1] != PENDING:
+            hi -= 1
+    else:
+        result = READ_OK if lo >= hi else READ_BUSY
+    free(scratch)
+    free(before)
+    return result
+
+
+cdef class Segment:
+    """One rank's segment, held open (never mapped) until ``close()``; every call reads afresh."""
+
+    cdef int fd
     cdef readonly str path
+    cdef readonly object owner_uid  # the file's owner, as the kernel reports it
+    cdef readonly object device
+    cdef readonly object inode
 
     def __cinit__(self, path):
-        self.seg = NULL
+        self.fd = -1
         self.path = os.fspath(path)
         cdef bytes encoded = os.fsencode(self.path)
-        cdef int fd = c_open(encoded, O_RDONLY)
-        if fd < 0:
-            raise SegmentError(f"cannot open segment {self.path}: {os.strerror(errno)}")
+        cdef const char *c_path = encoded
+        cdef int fd
+        cdef int err = 0
         cdef struct_stat st
-        cdef void *p
+        with nogil:
+            fd = c_open(c_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            if fd < 0:
+                err = errno
+            elif c_fstat(fd, &st) != 0:
+                err = errno
+                c_close(fd)
+                fd = -1
+        if fd < 0:
+            if err == ELOOP:
+                raise SegmentFormatError(f"{self.path} is a symbolic link, not a segment: not followed")
+            raise SegmentError(f"cannot open segment {self.path}: {os.strerror(err)}")
+        self.fd = fd
+        self.owner_uid = st.st_uid
+        self.device = st.st_dev
+        self.inode = st.st_ino
         try:
-            if fstat(fd, &st) != 0:
-                raise SegmentError(f"cannot stat segment {self.path}: {os.strerror(errno)}")
-            if <size_t>st.st_size < sizeof(tp_header):
-                raise SegmentFormatError(
-                    f"{self.path} is {st.st_size} bytes, smaller than a tuiprof segment header "
-                    f"({sizeof(tp_header)} bytes): truncated or not a segment; delete it if its process is gone")
-            p = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0)
-            if p == MAP_FAILED:
-                raise SegmentError(f"cannot map segment {self.path}: {os.strerror(errno)}")
-        finally:
-            close(fd)
-        self.seg = <const tp_segment *>p
-        self._mapped = <size_t>st.st_size
-        try:
-            self._validate(st.st_size)
+            self._validate(st)
         except BaseException:
             self.close()
             raise
 
-    cdef _validate(self, size_t size):
-        cdef const tp_header *h = &self.seg.header
-        cdef uint64_t magic = h.magic
-        if magic == 0:
-            raise SegmentNotReadyError(f"{self.path}: the writer has not finished creating this segment yet")
-        if magic != TP_MAGIC:
+    cdef _validate(self, struct_stat st):
+        if not S_ISREG(st.st_mode):
+            raise SegmentFormatError(f"{self.path} is not a regular file (a FIFO, socket or directory "
+                                     "under a segment's name): not a segment")
+        if <size_t>st.st_size < sizeof(tp_header):
             raise SegmentFormatError(
-                f"{self.path} is not a tuiprof segment (magic {magic:#018x}, expected {TP_MAGIC:#018x})")
+                f"{self.path} is {st.st_size} bytes, smaller than a tuiprof segment header "
+                f"({sizeof(tp_header)} bytes): truncated or not a segment; delete it if its process is gone")
+        cdef tp_header h
+        self._read_plain_header(&h)
+        if h.magic == 0:
+            raise SegmentNotReadyError(f"{self.path}: the writer has not finished creating this segment yet")
+        if h.magic != TP_MAGIC:
+            raise SegmentFormatError(
+                f"{self.path} is not a tuiprof segment (magic {h.magic:#018x}, expected {TP_MAGIC:#018x})")
         if h.layout_version != TP_LAYOUT_VERSION:
             raise SegmentFormatError(
                 f"{self.path} has layout version {h.layout_version}, this reader understands "
@@ -333,14 +548,15 @@ cdef class Segment:
             raise SegmentFormatError(
                 f"{self.path} declares header/segment sizes {h.header_size}/{h.segment_size}, expected "
                 f"{sizeof(tp_header)}/{sizeof(tp_segment)}: written by an incompatible build")
-        if size < sizeof(tp_segment):
+        if <size_t>st.st_size != sizeof(tp_segment):
+            what = "truncated" if <size_t>st.st_size < sizeof(tp_segment) else "not a segment of this layout"
             raise SegmentFormatError(
-                f"{self.path} is {size} bytes but a segment is {sizeof(tp_segment)}: truncated")
+                f"{self.path} is {st.st_size} bytes but a segment is {sizeof(tp_segment)}: {what}")
 
     def close(self) -> None:
-        if self.seg != NULL:
-            munmap(<void *>self.seg, self._mapped)
-            self.seg = NULL
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
 
     def __dealloc__(self):
         self.close()
@@ -352,90 +568,153 @@ cdef class Segment:
         self.close()
 
     cdef _check_open(self):
-        if self.seg == NULL:
+        if self.fd < 0:
             raise SegmentError(f"segment {self.path} is closed")
 
-    def header(self) -> Header:
-        """Identity, heartbeat and counters (counters read consistently)."""
+    cdef _truncated(self, str what):
+        return SegmentFormatError(f"{self.path} was truncated while its {what} was read: no longer a segment")
+
+    cdef _raise_for(self, ReadResult result, str what):
+        if result == READ_SHORT:
+            raise self._truncated(what)
+        if result == READ_ERROR:
+            raise SegmentError(f"cannot read the {what} of segment {self.path}: {os.strerror(errno)}")
+        if result == READ_BUSY:
+            raise SegmentBusyError(
+                f"{self.path}: the {what} stayed mid-update through every read (its writer died while "
+                "writing it, or never pauses); read it again later")
+
+    cdef _read_plain_header(self, tp_header *h):
+        """The header's words as they are now (the counters in it are not yet checked)."""
         self._check_open()
-        cdef const tp_header *h = &self.seg.header
+        cdef ssize_t got
+        with nogil:
+            got = _pread_full(self.fd, <char *>h, sizeof(tp_header), 0)
+        if got < 0:
+            raise SegmentError(f"cannot read segment {self.path}: {os.strerror(errno)}")
+        if <size_t>got != sizeof(tp_header):
+            raise self._truncated("header")
+
+    cdef _read_array(self, size_t base, size_t size, size_t count, char *out, char *state, bint ring,
+                     uint64_t first_index, str what):
+        cdef ReadResult result
+        with nogil:
+            result = _read_records(self.fd, base, size, count, out, state, ring, first_index)
+        if result != READ_OK and not (ring and result == READ_BUSY):
+            self._raise_for(result, what)
+
+    def header(self) -> Header:
+        """Identity, heartbeat and counters (the counters read consistently)."""
+        cdef tp_header h
         cdef tp_counters c
-        if tp_read_record(&h.counters, &c, sizeof(tp_counters), 0, _READ_TRIES) != 0:
-            raise SegmentError(f"{self.path}: counters kept changing while read; try again")
+        cdef char state
+        self._read_plain_header(&h)
+        self._read_array(TP_OFF_COUNTERS, sizeof(tp_counters), 1, <char *>&c, &state, False, 0, "counters")
         counters = Counters(c.step_count, c.step_time_total_ns, c.last_step_ns, c.last_step_time_ns,
                             c.gc_count, c.gc_pause_total_ns, c.dataloader_count, c.dataloader_wait_total_ns,
                             c.gemm_untimed, c.nccl_untimed, c.dropped_records, c.slot_overflow,
                             c.nccl_channel_shortfall, c.nccl_late_channels)
         return Header(h.layout_version, h.pid, _opt_rank(h.rank), _opt_rank(h.local_rank),
-                      _opt_rank(h.world_size), _text(h.job_id, 64), _text(h.hostname, 64), h.start_ns,
-                      h.heartbeat_ns, h.writer_seq, h.flags, h.slots_used, h.ring_head, counters,
-                      h.fatal_signal or None, h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None)
+                      _opt_rank(h.world_size), _text(h.job_id, sizeof(h.job_id)),
+                      _text(h.hostname, sizeof(h.hostname)), h.start_ns, h.heartbeat_ns, h.writer_seq, h.flags,
+                      h.slots_used, h.ring_head, counters, h.fatal_signal or None,
+                      h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None)
 
     def heartbeat_ns(self) -> int:
-        self._check_open()
-        return self.seg.header.heartbeat_ns
+        cdef tp_header h
+        self._read_plain_header(&h)
+        return h.heartbeat_ns
 
     def slots(self) -> list:
         """Every aggregate slot in use, in creation order (overflow slot last, if used)."""
-        self._check_open()
-        cdef uint32_t used = min(self.seg.header.slots_used, TP_MAX_SLOTS - 1)
-        cdef tp_slot s
-        out = []
-        indices = list(range(used))
-        if self.seg.slots[TP_MAX_SLOTS - 1].kind != 0:
-            indices.append(TP_MAX_SLOTS - 1)
-        for i in indices:
-            if tp_read_record(&self.seg.slots[i], &s, sizeof(tp_slot), 0, _READ_TRIES) != 0:
-                raise SegmentError(f"{self.path}: slot {i} kept changing while read; try again")
-            out.append(Slot(KINDS.get(s.kind, str(s.kind)), _text(s.op, 32), _text(s.dtype, 16),
-                            _text(s.algo, 16), _text(s.proto, 8), s.nranks, s.b, s.m, s.n, s.k, s.comm_hash,
-                            s.count, s.timed_count, s.total_ns,
-                            s.min_ns if s.timed_count else None, s.max_ns if s.timed_count else None,
-                            s.bytes, s.flops, s.timed_bytes, s.timed_flops,
-                            tuple(s.hist[j] for j in range(TP_HIST_BUCKETS))))
-        return out
+        cdef tp_header h
+        self._read_plain_header(&h)
+        cdef uint32_t used = min(h.slots_used, TP_MAX_SLOTS - 1)
+        # the slots in use and the overflow slot (the last), in one read of each
+        cdef tp_slot *buf = <tp_slot *>malloc((used + 1) * sizeof(tp_slot))
+        cdef char *state = <char *>malloc(used + 1)
+        if buf == NULL or state == NULL:
+            free(buf)
+            free(state)
+            raise MemoryError()
+        try:
+            self._read_array(TP_OFF_SLOTS, sizeof(tp_slot), used, <char *>buf, state, False, 0, "slots")
+            self._read_array(TP_OFF_SLOTS + (TP_MAX_SLOTS - 1) * sizeof(tp_slot), sizeof(tp_slot), 1,
+                             <char *>&buf[used], &state[used], False, 0, "overflow slot")
+            return [_slot(&buf[i]) for i in range(used + 1) if i < used or buf[i].kind != TP_KIND_NONE]
+        finally:
+            free(buf)
+            free(state)
 
     def inflight(self) -> list:
         """Oldest unfinished op per stream / communicator."""
         self._check_open()
-        cdef tp_inflight e
-        out = []
-        for i in range(TP_MAX_INFLIGHT):
-            if tp_read_record(&self.seg.inflight[i], &e, sizeof(tp_inflight), 0, _READ_TRIES) != 0:
-                raise SegmentError(f"{self.path}: in-flight entry {i} kept changing while read; try again")
-            if e.kind != 0:
-                out.append(Inflight(KINDS.get(e.kind, str(e.kind)), _text(e.op, 32), e.key, e.op_seq,
-                                    e.launched_ns, e.pending))
-        return out
+        cdef tp_inflight *buf = <tp_inflight *>malloc(TP_MAX_INFLIGHT * sizeof(tp_inflight))
+        cdef char *state = <char *>malloc(TP_MAX_INFLIGHT)
+        if buf == NULL or state == NULL:
+            free(buf)
+            free(state)
+            raise MemoryError()
+        try:
+            self._read_array(TP_OFF_INFLIGHT, sizeof(tp_inflight), TP_MAX_INFLIGHT, <char *>buf, state, False, 0,
+                             "in-flight table")
+            return [Inflight(_kind(buf[i].kind), _text(buf[i].op, sizeof(buf[i].op)), buf[i].key, buf[i].op_seq,
+                             buf[i].launched_ns, buf[i].pending)
+                    for i in range(TP_MAX_INFLIGHT) if buf[i].kind != TP_KIND_NONE]
+        finally:
+            free(buf)
+            free(state)
 
     def events(self, since: int = 0, kind: str | None = None) -> list:
         """Ring events with index >= ``since`` still in the ring, oldest first,
         of one ``kind`` ("gemm", "nccl", "step", ...) or all.
 
-        Entries the writer overwrites while they are read are skipped (they
-        are no longer among the last N)."""
-        self._check_open()
-        cdef uint64_t head = self.seg.header.ring_head
-        cdef uint64_t first = head - TP_RING_CAPACITY if head > TP_RING_CAPACITY else 0
-        cdef uint64_t i
-        cdef tp_event e
-        cdef int rc
+        Entries the writer overwrites while they are read, or leaves mid-update, are
+        skipped (they are no longer among the last N)."""
         cdef uint32_t want = 0
         if kind is not None:
             codes = {name: code for code, name in KINDS.items()}
             if kind not in codes:
                 raise ValueError(f"unknown event kind {kind!r}; one of {sorted(codes)}")
             want = codes[kind]
+        cdef tp_header h
+        self._read_plain_header(&h)
+        cdef uint64_t head = h.ring_head
+        cdef uint64_t first = head - TP_RING_CAPACITY if head > TP_RING_CAPACITY else 0
         if since > first:
-            first = since
-        out = []
-        for i in range(first, head):
-            rc = tp_read_record(&self.seg.ring[i % TP_RING_CAPACITY], &e, sizeof(tp_event), 2 * i + 2,
-                                _READ_TRIES)
-            if rc != 0 or (want and e.kind != want):
-                continue
-            out.append(Event(i, KINDS.get(e.kind, str(e.kind)), _text(e.op, 32), _text(e.dtype, 16), e.rank,
-                             e.start_ns, e.end_ns if e.end_ns else None, e.bytes, e.flops, e.op_seq,
-                             e.comm_hash, e.b, e.m, e.n, e.k))
-        return out
+            first = min(since, head)
+        cdef size_t count = <size_t>(head - first)
+        cdef tp_event *buf = <tp_event *>malloc((count if count else 1) * sizeof(tp_event))
+        cdef char *state = <char *>malloc(count if count else 1)
+        cdef size_t start_slot, chunk, done = 0
+        if buf == NULL or state == NULL:
+            free(buf)
+            free(state)
+            raise MemoryError()
+        try:
+            while done < count:  # the range wraps around the ring's end at most once
+                start_slot = <size_t>((first + done) % TP_RING_CAPACITY)
+                chunk = min(count - done, TP_RING_CAPACITY - start_slot)
+                self._read_array(TP_OFF_RING + start_slot * sizeof(tp_event), sizeof(tp_event), chunk,
+                                 <char *>&buf[done], &state[done], True, first + done, "event ring")
+                done += chunk
+            return [_event(&buf[i], first + i) for i in range(count)
+                    if state[i] == DONE and (want == 0 or buf[i].kind == want)]
+        finally:
+            free(buf)
+            free(state)
 
+
+cdef object _slot(const tp_slot *s):
+    return Slot(_kind(s.kind), _text(s.op, sizeof(s.op)), _text(s.dtype, sizeof(s.dtype)),
+                _text(s.algo, sizeof(s.algo)), _text(s.proto, sizeof(s.proto)), s.nranks, s.b, s.m, s.n, s.k,
+                s.comm_hash, s.count, s.timed_count, s.total_ns,
+                s.min_ns if s.timed_count else None, s.max_ns if s.timed_count else None,
+                s.bytes, s.flops, s.timed_bytes, s.timed_flops,
+                tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)))
+
+
+cdef object _event(const tp_event *e, uint64_t index):
+    return Event(index, _kind(e.kind), _text(e.op, sizeof(e.op)), _text(e.dtype, sizeof(e.dtype)), e.rank,
+                 e.start_ns, e.end_ns if e.end_ns else None, e.bytes, e.flops, e.op_seq, e.comm_hash,
+                 e.b, e.m, e.n, e.k)

@@ -27,6 +27,10 @@ def fill_exit_status(header, stats: pb.RankStats, flag_exited: int) -> None:
     else:
         why = ("the process neither called exit() nor received a fatal signal it could note: "
                "killed by SIGKILL (e.g. the OOM killer) or left through os._exit")
-    reason = f"{why}; only its parent learns the status"
+    fill_exit_unknown(stats, f"{why}; only its parent learns the status")
+
+
+def fill_exit_unknown(stats: pb.RankStats, reason: str) -> None:
+    """Neither ``exit_code`` nor ``exit_signal`` can be told, for ``reason``."""
     stats.unavailable["exit_code"] = reason
     stats.unavailable["exit_signal"] = reason

@@ -1,9 +1,11 @@
-"""Files the Python startup hook writes beside a rank's segment (the last
-uncaught exception, Flight Recorder progress), read safely.
+"""Files beside a rank's segment, read safely: the last uncaught exception and
+Flight Recorder progress (written by the Python startup hook), and the note an
+inert hook leaves instead of a segment.
 
 They lie in a world-writable directory, and the agent may run as root: a file
 is read only when it is a regular file (no symlink, no FIFO) owned by the
-segment's owner, only up to a bounded size, and only when it changed.
+segment's owner, only up to a bounded size, and only when it changed. A blank
+file (whitespace only) carries nothing and reads as "".
 """
 
 from __future__ import annotations
@@ -44,21 +46,12 @@ class SidecarFile:
 
     def _read(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:  # a symlink (ELOOP), or gone between stat and open
-            log.warning("rank file beside the segment not read", extra={"path": self.path, "reason": str(exc)})
-            return
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            try:
-                owner = os.stat(self._segment_path).st_uid
-            except FileNotFoundError:
-                return  # the segment is being cleaned up: its owner cannot be checked
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
-                log.warning("rank file beside the segment ignored: not a regular file of the segment's owner",
-                            extra={"path": self.path, "uid": st.st_uid, "segment_uid": owner})
-                return
-            self.text = f.read(READ_LIMIT).decode("utf-8", "replace")
+            owner = os.stat(self._segment_path, follow_symlinks=False).st_uid
+        except FileNotFoundError:
+            return  # the segment is being cleaned up: its owner cannot be checked
+        text = read_owned_text(self.path, owner, READ_LIMIT)
+        if text is not None:
+            self.text = text if text.strip() else ""  # a blank file says nothing: no exception, no progress
 
     def remove(self) -> None:
         """Delete the file with its segment (it means nothing without it)."""
@@ -69,3 +62,20 @@ class SidecarFile:
         except OSError as exc:
             log.warning("cannot remove a rank's file beside its segment",
                         extra={"path": self.path, "reason": str(exc)})
+
+
+def read_owned_text(path: str, owner_uid: int, limit: int) -> str | None:
+    """Up to ``limit`` bytes of ``path`` as text, when it is a regular file owned by ``owner_uid``;
+    None (and one log line why) when it is anything else: a link, a FIFO, another user's file, gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:  # a symlink (ELOOP), or gone between stat and open
+        log.warning("rank file beside the segment not read", extra={"path": path, "reason": str(exc)})
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner_uid:
+            log.warning("rank file beside the segment ignored: not a regular file of the segment's owner",
+                        extra={"path": path, "uid": st.st_uid, "segment_uid": owner_uid})
+            return None
+        return f.read(limit).decode("utf-8", "replace")

@@ -31,7 +31,7 @@ def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> None:
         active = [pb.InflightOp(kind="fr", op=str(a["op"]), comm_hash=f"pg{a['pg']}", sequence=int(a["seq"]),
                                 age_seconds=max(0.0, (now_ns - int(a["enqueued_ns"])) * 1e-9))
                   for a in doc["active"]]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep
         stats.unavailable["process_groups"] = f"the Flight Recorder progress file is malformed: {exc!r}"
         return
     if not groups:

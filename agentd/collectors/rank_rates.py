@@ -12,6 +12,8 @@ Definitions (the same as xpu-timer's and nccl-tests'):
 - NCCL algbw = bytes / kernel time, with bytes the nccl-tests "size" (the whole
   buffer for AllGather and ReduceScatter); busbw = algbw x 2(n-1)/n for
   AllReduce, x (n-1)/n for AllGather and ReduceScatter, x 1 otherwise.
+- Step time = the median over recent intervals of each interval's mean
+  step-to-step time (exact per step while steps are slower than the interval).
 - Latency percentiles and min/max come from the interval's histogram delta:
   buckets are powers of two, a percentile is interpolated inside its bucket,
   min/max are the interval's lowest/highest bucket edges clamped to the
@@ -61,8 +63,9 @@ def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: 
             lifetime_max: int | None) -> pb.LatencyStats:
     """Latency of the interval's timed ops (empty message when none were timed)."""
     stats = pb.LatencyStats()
-    if timed <= 0 or sum(hist_delta) == 0:
-        return stats
+    p50, p99 = percentile_ns(hist_delta, 0.50), percentile_ns(hist_delta, 0.99)
+    if timed <= 0 or p50 is None or p99 is None or min(hist_delta) < 0:
+        return stats  # nothing timed; or buckets that went backwards: no interval of one writer's segment
     used = [i for i, n in enumerate(hist_delta) if n]
     low = _bucket_edges(used[0])[0]
     high = _bucket_edges(used[-1])[1]
@@ -73,8 +76,8 @@ def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: 
     stats.avg_seconds = total_ns / timed * NS
     stats.min_seconds = low * NS
     stats.max_seconds = high * NS
-    stats.p50_seconds = min(max(percentile_ns(hist_delta, 0.50), low), high) * NS
-    stats.p99_seconds = min(max(percentile_ns(hist_delta, 0.99), low), high) * NS
+    stats.p50_seconds = min(max(p50, low), high) * NS
+    stats.p99_seconds = min(max(p99, low), high) * NS
     return stats
 
 
@@ -121,6 +124,19 @@ def nccl_stats(d: SlotDelta, seconds: float) -> pb.NcclOpStats:
         out.busbw_bytes_per_s = algbw * busbw_factor(s.op, s.nranks)
     out.latency.CopyFrom(d.latency())
     return out
+
+
+def mean_step_seconds(now, before) -> float | None:
+    """Mean step-to-step time of the steps finished between two readings of a segment's
+    counters (``before`` None: since its creation), None when no step interval ended.
+
+    The hook sums step-to-step intervals; the first step ever closes no interval."""
+    steps = now.step_count - (before.step_count if before else 0)
+    intervals = steps - (1 if before is None or before.step_count == 0 else 0)
+    total_ns = now.step_time_total_ns - (before.step_time_total_ns if before else 0)
+    if intervals <= 0 or total_ns < 0:
+        return None
+    return total_ns / intervals * NS
 
 
 def total_tflops(deltas: Sequence[SlotDelta]) -> float | None:

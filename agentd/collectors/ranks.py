@@ -2,9 +2,14 @@
 
 Every process started under `tuiprof run` that does GPU or training work has a
 segment /dev/shm/tuiprof-<uid>-<pid> (layout: tuiprof_native/include/
-tuiprof_segment.h). Each interval this collector discovers the segments,
-reads them (never blocking their writers), and turns the counters into
-per-interval RankStats (see ``rank_rates`` for the definitions).
+tuiprof_segment.h). Each interval this collector scans the directory, checks
+every segment's claim against the kernel (``rank_claims``: file owner, process
+owner, pid, start time — the agent runs as root and later dumps the stacks of
+the ranks it reports), reads the segments it believes (never blocking their
+writers, never mapping them) and turns the counters into per-interval
+RankStats (see ``rank_rates`` for the definitions). A segment that fails a
+check is skipped, counted per reason (``refused()``) and logged once; one bad
+segment never stops the others.
 
 A rank whose process is gone (or whose pid now belongs to a newer process) is
 reported as "exited" for ``exited_keep_seconds``, then its segment is deleted.
@@ -14,13 +19,16 @@ exception (live or exited) from the file beside it (``rank_exit``). PyTorch
 Flight Recorder progress, where the startup hook publishes it, adds per
 process group counters and in-flight collectives (``rank_flight``). A live
 process whose writer stopped beating is reported with its kernel state and
-heartbeat age: judging that is the hang detector's job.
+heartbeat age: judging that is the hang detector's job. ``RankStats.hook`` is
+the hook library's account of itself (timing it has, records it lost); a
+process whose hook stayed inert (no segment: shared memory full, ...) left a
+``.inert`` note instead and is reported with its state and the reason.
 
-Each rank also gets its own CPU counter group (``agentd.collectors.pmu``,
+Each live rank also gets its own CPU counter group (``agentd.collectors.pmu``,
 inheriting into threads and children created later), opened when its segment
-is found, read once per interval into ``RankStats.pmu``, and closed when the
-rank is seen to exit (after that final reading). A rank whose counters cannot
-be opened has ``pmu`` unset and ``unavailable["pmu"]`` saying why.
+is verified, read once per interval into ``RankStats.pmu``, and closed when
+the rank is seen to exit (after that final reading). A rank whose counters
+cannot be opened has ``pmu`` unset and ``unavailable["pmu"]`` saying why.
 """
 
 from __future__ import annotations
@@ -34,17 +42,20 @@ import threading
 import time
 
 from agentd import procfs
-from agentd.collectors import pmu, rank_exit, rank_flight, rank_rates
-from agentd.collectors.rank_files import SidecarFile
+from agentd.collectors import pmu, rank_claims, rank_exit, rank_flight, rank_rates
 from agentd.collectors.base import Collector
+from agentd.collectors.rank_claims import Candidate, Refused
+from agentd.collectors.rank_files import SidecarFile
+from agentd.collectors.readings import counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+# Without the extension ``native`` stays unbound and _IMPORT_ERROR says why; nothing
+# touches ``native`` before checking _IMPORT_ERROR (status() reports it, collect() is not run).
 try:
     from tuiprof_native import segment as native
 except ImportError as error:  # built by the package's build; say so if it was not
-    native = None
     _IMPORT_ERROR = f"tuiprof_native.segment is not built ({error}); reinstall the package"
 else:
     _IMPORT_ERROR = ""
@@ -53,27 +64,20 @@ STEP_WINDOW = 32
 # A rank's state as the console shows it: sleeping and idle ranks are running a job.
 _RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exited", "tracing-stop": "stopped"}
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
-
-
-def rank_state(pid: int, segment_start_ns: int) -> str | None:
-    """The kernel state of ``pid`` if it is still the process that made the segment, else None."""
-    stat = procfs.read_stat(pid)
-    if stat is None or not stat.started_by(segment_start_ns):
-        return None
-    return _RANK_STATES.get(stat.state, stat.state)
+_UINT32_MAX = 2**32 - 1
+_INT32_MAX = 2**31 - 1
 
 
 @dataclasses.dataclass
 class _Rank:
-    """One segment being followed, and its previous reading."""
+    """One verified segment being followed, and its previous reading."""
 
-    path: str
-    pid: int
+    candidate: Candidate
     seg: "native.Segment"
+    start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     read_ns: int = 0
     slots: dict = dataclasses.field(default_factory=dict)
-    counters: object = None
-    ring_index: int = 0
+    counters: "native.Counters | None" = None
     step_times: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=STEP_WINDOW))
     exited_at: float | None = None
     stats: pb.RankStats | None = None
@@ -86,8 +90,19 @@ class _Rank:
         self.exception = SidecarFile(self.path, native.EXCEPTION_SUFFIX)
         self.flight = SidecarFile(self.path, native.FLIGHT_SUFFIX)
 
+    @property
+    def path(self) -> str:
+        return self.candidate.path
+
+    @property
+    def pid(self) -> int:
+        return self.candidate.pid
+
+    def same_file(self, candidate: Candidate) -> bool:
+        return candidate.identity[:2] == self.candidate.identity[:2]  # (device, inode)
+
     def close(self) -> None:
-        """Unmap the segment and release the counters' file descriptors."""
+        """Close the segment and release the counters' file descriptors."""
         self.close_counters()
         self.seg.close()
 
@@ -98,48 +113,66 @@ class _Rank:
 
 
 class RanksCollector(Collector):
-    """Discovers rank segments and reports per-rank GEMM/NCCL/step rates."""
+    """Discovers rank segments, believes those the kernel confirms, reports per-rank rates."""
 
     name = "ranks"
 
     def __init__(self, interval_seconds: float, directory: str | None = None,
                  exited_keep_seconds: float = 30.0) -> None:
         super().__init__(interval_seconds)
-        self.directory = directory or (native.SEGMENT_DIR if native else "/dev/shm")
+        self.directory = directory or ("/dev/shm" if _IMPORT_ERROR else native.SEGMENT_DIR)
         self.exited_keep_seconds = exited_keep_seconds
         self._ranks: dict[str, _Rank] = {}
-        self._unreadable: dict[str, str] = {}
+        self._unreadable: dict[str, str] = {}  # path → the transient error last logged for it
+        self._refusals = rank_claims.Refusals()
+        self._refused: dict[str, int] = {}
         self._latest: list[pb.RankStats] = []
         self._lock = threading.Lock()
         pmu.raise_fd_limit()  # each rank's counters take one fd per event per thread
 
     def status(self) -> pb.CollectorStatus:
-        if native is None:
+        if _IMPORT_ERROR:
             return pb.CollectorStatus(name=self.name, available=False, reason=_IMPORT_ERROR)
         if not os.path.isdir(self.directory):
             return pb.CollectorStatus(name=self.name, available=False,
                                       reason=f"{self.directory} does not exist: no shared memory for rank segments")
         return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
 
+    def refused(self) -> dict[str, int]:
+        """Files refused in the last interval, per reason (``rank_claims``' reason keys)."""
+        with self._lock:
+            return dict(self._refused)
+
     def collect(self) -> None:
         now_ns = time.time_ns()
         mono = time.monotonic()
-        present = set()
-        for found in native.discover(self.directory):
-            present.add(found.path)
-            rank = self._ranks.get(found.path) or self._open(found)
-            if rank is not None:
-                self._sample(rank, now_ns, mono)
-        for path in list(self._ranks):
-            rank = self._ranks[path]
-            gone_file = path not in present
-            expired = rank.exited_at is not None and mono - rank.exited_at >= self.exited_keep_seconds
-            if gone_file or expired:
-                self._forget(rank, delete=expired and not gone_file)
+        found = rank_claims.scan(self.directory, native, set(self._ranks))
+        self._refusals.start_interval(found)
+        inert: list[pb.RankStats] = []
+        for candidate in found.candidates:
+            try:
+                if candidate.inert:
+                    inert.extend(self._inert_rank(candidate))
+                else:
+                    self._follow(candidate, now_ns, mono)
+            except Refused as refusal:
+                self._refuse(candidate, refusal)
+            except native.SegmentFormatError as exc:
+                self._refuse(candidate, Refused(rank_claims.UNREADABLE, str(exc)))
+            except native.SegmentNotReadyError:
+                pass  # being created right now: next interval
+            except native.SegmentError as exc:  # busy (a writer mid-update), or gone between scan and open
+                self._note_unreadable(candidate.path, exc)
+        present = {c.path for c in found.candidates}
+        self._expire(present, mono)
+        self._refusals.forget_missing(present)
         self._unreadable = {p: r for p, r in self._unreadable.items() if p in present}
+        followed = {r.pid for r in self._ranks.values()}
         latest = [r.stats for r in sorted(self._ranks.values(), key=lambda r: r.pid) if r.stats is not None]
+        latest += [r for r in inert if r.pid not in followed]  # a segment beats a stale note
         with self._lock:
             self._latest = latest
+            self._refused = dict(self._refusals.counts)
 
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         with self._lock:
@@ -152,26 +185,62 @@ class RanksCollector(Collector):
 
     # ---------------------------------------------------------------- internals
 
-    def _open(self, found) -> _Rank | None:
+    def _refuse(self, candidate: Candidate, refusal: Refused) -> None:
+        self._refusals.refuse(candidate, refusal)
+        rank = self._ranks.pop(candidate.path, None)
+        if rank is not None:  # believed once, refused now (its header was rewritten): never reported again
+            rank.close()
+
+    def _note_unreadable(self, path: str, exc: OSError) -> None:
+        if self._unreadable.get(path) != str(exc):
+            log.warning("rank segment unreadable this interval", extra={"path": path, "reason": str(exc)})
+        self._unreadable[path] = str(exc)
+
+    def _follow(self, candidate: Candidate, now_ns: int, mono: float) -> None:
+        rank = self._ranks.get(candidate.path)
+        if rank is not None and not rank.same_file(candidate):  # replaced under the same name: a new claim
+            self._forget(rank, delete=False)
+            rank = None
+        if rank is None:
+            if self._refusals.still_refused(candidate):
+                return
+            rank = self._open(candidate)
+        self._sample(rank, now_ns, mono)
+
+    def _open(self, candidate: Candidate) -> _Rank:
+        """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
+        rank_claims.check_file(candidate)
+        seg = native.Segment(candidate.path)
         try:
-            seg = native.Segment(found.path)
-        except native.SegmentNotReadyError:
-            return None  # being created right now: next interval
-        except native.SegmentError as exc:
-            if self._unreadable.get(found.path) != str(exc):
-                log.warning("rank segment unreadable", extra={"path": found.path, "reason": str(exc)})
-            self._unreadable[found.path] = str(exc)
-            return None
-        rank = _Rank(found.path, found.pid, seg)
-        header = seg.header()
+            if (seg.device, seg.inode, seg.owner_uid) != (*candidate.identity[:2], candidate.owner):
+                raise native.SegmentError(f"{candidate.path} was replaced while it was opened")
+            header = seg.header()
+            rank_claims.check_header_pid(candidate, header.pid)
+            alive = rank_claims.live_process(candidate.pid, candidate.uid, header.start_ns, candidate.path)
+        except BaseException:
+            seg.close()
+            raise
+        rank = _Rank(candidate, seg, header.start_ns)
         rank.read_ns = header.start_ns  # first rates are since the segment's creation
-        try:
-            rank.cpu_counters = pmu.process_counters(found.pid)
-        except (OSError, RuntimeError) as exc:  # PerfEventError is an OSError; RuntimeError: pmu not built
-            rank.cpu_counters_reason = f"CPU counters for pid {found.pid} could not be opened: {exc}"
-            log.info("rank CPU counters unavailable", extra={"pid": found.pid, "reason": str(exc)})
-        self._ranks[found.path] = rank
+        if alive is None:
+            rank.cpu_counters_reason = (f"CPU counters for pid {candidate.pid} could not be opened: no such process "
+                                        "(ESRCH): it exited before the agent found its segment")
+        else:
+            try:
+                rank.cpu_counters = pmu.process_counters(candidate.pid)
+            except (OSError, RuntimeError) as exc:  # PerfEventError is an OSError; RuntimeError: pmu not built
+                rank.cpu_counters_reason = f"CPU counters for pid {candidate.pid} could not be opened: {exc}"
+                log.info("rank CPU counters unavailable", extra={"pid": candidate.pid, "reason": str(exc)})
+        self._ranks[candidate.path] = rank
         return rank
+
+    def _expire(self, present: set[str], mono: float) -> None:
+        for path in list(self._ranks):
+            rank = self._ranks[path]
+            gone_file = path not in present
+            expired = rank.exited_at is not None and mono - rank.exited_at >= self.exited_keep_seconds
+            if gone_file or expired:
+                self._forget(rank, delete=expired and not gone_file)
 
     def _forget(self, rank: _Rank, delete: bool) -> None:
         rank.close()
@@ -179,30 +248,63 @@ class RanksCollector(Collector):
         rank.exception.remove()
         rank.flight.remove()
         if delete:
-            try:
-                os.unlink(rank.path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.warning("cannot remove exited rank's segment", extra={"path": rank.path, "reason": str(exc)})
+            _unlink(rank.path)
 
     def _sample(self, rank: _Rank, now_ns: int, mono: float) -> None:
         if rank.exited_at is not None:
             return  # its last report stands until it is cleaned up
-        header = rank.seg.header()
-        state = rank_state(rank.pid, header.start_ns)
+        alive = rank_claims.live_process(rank.pid, rank.candidate.uid, rank.start_ns, rank.path)
+        try:
+            header = rank.seg.header()
+        except native.SegmentBusyError:
+            if alive is not None:
+                raise  # a live writer mid-update: the last report stands, the next interval reads again
+            self._exited_mid_update(rank, mono)
+            return
+        rank_claims.check_header_pid(rank.candidate, header.pid)
         stats = self._rates(rank, header, now_ns)
         self._cpu_counters(rank, stats)
         stats.exception = rank.exception.refresh()
         rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
-        if state is None:
+        if alive is None:
             rank.exited_at = mono
             rank.close_counters()
             stats.state = "exited"
             rank_exit.fill_exit_status(header, stats, native.FLAG_EXITED)
         else:
-            stats.state = state
+            stats.state = _RANK_STATES.get(alive.state, alive.state)
         rank.stats = stats
+
+    def _exited_mid_update(self, rank: _Rank, mono: float) -> None:
+        """A rank whose process died while writing its counters: exited, its last reading kept."""
+        stats = rank.stats or pb.RankStats(pid=rank.pid)
+        stats.state = "exited"
+        rank_exit.fill_exit_unknown(stats, "the process died while writing its segment (its counters are left "
+                                           "mid-update), so how it ended is unknown")
+        rank.exited_at = mono
+        rank.close_counters()
+        rank.stats = stats
+
+    def _inert_rank(self, candidate: Candidate) -> list[pb.RankStats]:
+        """A process whose hook stayed inert (no segment), from its note; [] once it is gone
+        (and the note removed)."""
+        rank_claims.check_file(candidate)
+        alive = rank_claims.live_process(candidate.pid, candidate.uid, candidate.changed_ns, candidate.path)
+        if alive is None:
+            _unlink(candidate.path)  # a regular file of the name's uid: the hook's own note, now stale
+            return []
+        reason = rank_claims.read_note(candidate) or rank_claims.no_segment_reason(
+            os.path.dirname(candidate.path), native.SEGMENT_SIZE)
+        stats = pb.RankStats(pid=candidate.pid, state=_RANK_STATES.get(alive.state, alive.state))
+        stats.hook.inactive_reason = reason
+        rank = procfs.rank_from_environ(procfs.read_environ(candidate.pid))
+        if rank is not None and rank <= _INT32_MAX:
+            stats.rank = rank
+        no_data = f"the hook library is inert in this process: {reason}"
+        for field in ("rank", "local_rank", "world_size", "step_time_seconds", "gemm_tflops"):
+            if not stats.HasField(field):
+                stats.unavailable[field] = no_data
+        return [stats]
 
     @staticmethod
     def _cpu_counters(rank: _Rank, stats: pb.RankStats) -> None:
@@ -217,7 +319,7 @@ class RanksCollector(Collector):
 
     def _rates(self, rank: _Rank, header, now_ns: int) -> pb.RankStats:
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
-        stats = pb.RankStats(pid=header.pid, job_id=header.job_id, step_count=header.counters.step_count,
+        stats = pb.RankStats(pid=rank.pid, job_id=header.job_id, step_count=header.counters.step_count,
                              heartbeat_age_seconds=max(0.0, (now_ns - header.heartbeat_ns) * 1e-9))
         for field in ("rank", "local_rank", "world_size"):
             value = getattr(header, field)
@@ -241,12 +343,14 @@ class RanksCollector(Collector):
             stats.unavailable["gemm_tflops"] = "no timed GEMM finished in the interval"
         else:
             stats.gemm_tflops = tflops
-        for entry in rank.seg.inflight():
+        inflight = rank.seg.inflight()
+        for entry in inflight:
             stats.inflight.append(pb.InflightOp(
                 kind=entry.kind, op=entry.op, sequence=entry.op_seq,
                 comm_hash=f"{entry.key:x}" if entry.kind == "nccl" else "",
                 stream=entry.key if entry.kind == "gemm" else 0,
                 age_seconds=max(0.0, (now_ns - entry.launched_ns) * 1e-9)))
+        stats.hook.CopyFrom(hook_health(header, inflight))
         self._host_rates(rank, header, stats, seconds)
         rank.slots = slots
         rank.counters = header.counters
@@ -254,20 +358,41 @@ class RanksCollector(Collector):
         return stats
 
     def _host_rates(self, rank: _Rank, header, stats: pb.RankStats, seconds: float) -> None:
-        for event in rank.seg.events(since=rank.ring_index, kind="step"):
-            if event.end_ns and event.end_ns > event.start_ns:
-                rank.step_times.append((event.end_ns - event.start_ns) * 1e-9)
-        rank.ring_index = header.ring_head
+        now, before = header.counters, rank.counters
+        step = rank_rates.mean_step_seconds(now, before)
+        if step is not None:
+            rank.step_times.append(step)
         if rank.step_times:
             stats.step_time_seconds = statistics.median(rank.step_times)
         else:
             stats.unavailable["step_time_seconds"] = "no training step finished yet"
-        now, before = header.counters, rank.counters
         if now.step_count == 0 and now.gc_count == 0 and now.dataloader_count == 0:
-            stats.unavailable["gc_pause_seconds_per_s"] = _NO_PYTHON_HOOK
-            stats.unavailable["dataloader_wait_seconds_per_s"] = _NO_PYTHON_HOOK
+            put_unavailable(stats, ("gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s"), _NO_PYTHON_HOOK)
             return
-        gc_ns = now.gc_pause_total_ns - (before.gc_pause_total_ns if before else 0)
-        dl_ns = now.dataloader_wait_total_ns - (before.dataloader_wait_total_ns if before else 0)
-        stats.gc_pause_seconds_per_s = gc_ns * 1e-9 / seconds
-        stats.dataloader_wait_seconds_per_s = dl_ns * 1e-9 / seconds
+        # a rank seen for the first time is compared with its segment's creation (all counters zero)
+        put(stats, "gc_pause_seconds_per_s", scaled(counter_rate(
+            before.gc_pause_total_ns if before else 0, now.gc_pause_total_ns, seconds), 1e-9))
+        put(stats, "dataloader_wait_seconds_per_s", scaled(counter_rate(
+            before.dataloader_wait_total_ns if before else 0, now.dataloader_wait_total_ns, seconds), 1e-9))
+
+
+def hook_health(header, inflight) -> pb.HookHealth:
+    """What the hook library could do in this process, and what it counted untimed or lost."""
+    c = header.counters
+    return pb.HookHealth(
+        cuda_timing=bool(header.flags & native.FLAG_CUDA_TIMING),
+        nccl_plugin=bool(header.flags & native.FLAG_NCCL_PLUGIN),
+        nccl_gpu_timers=bool(header.flags & native.FLAG_NCCL_GPU_TIME),
+        gemm_untimed_total=c.gemm_untimed, nccl_untimed_total=c.nccl_untimed,
+        dropped_records_total=c.dropped_records, slot_overflow_total=c.slot_overflow,
+        nccl_channel_shortfall_total=c.nccl_channel_shortfall, nccl_late_channels_total=c.nccl_late_channels,
+        pending=min(sum(e.pending for e in inflight), _UINT32_MAX))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("cannot remove a stale rank file", extra={"path": path, "reason": str(exc)})

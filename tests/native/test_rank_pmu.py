@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,6 +21,7 @@ from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.support import segment_path, tuiprof_run, watch_rank
 from testkit.agents import running_agent
+from tuiprof_native import segment
 
 # A rank that makes its segment, waits, then burns one CPU on a thread started
 # only when told (after the agent opened its counters: that thread is counted
@@ -71,9 +75,17 @@ def perf_fds() -> int:
     return count
 
 
+@pytest.fixture
+def shm_dir() -> Iterator[pathlib.Path]:
+    """A folder on the segments' own tmpfs, for hard links to them (the collector refuses symlinks)."""
+    path = pathlib.Path(tempfile.mkdtemp(dir=segment.SEGMENT_DIR))
+    yield path
+    shutil.rmtree(path)
+
+
 def collector_for(directory: pathlib.Path, pid: int, **options) -> RanksCollector:
     """A ranks collector that sees only ``pid``'s segment (other tests' ranks run beside this one)."""
-    (directory / segment_path(pid).name).symlink_to(segment_path(pid))
+    os.link(segment_path(pid), directory / segment_path(pid).name)
     return RanksCollector(1.0, directory=str(directory), **options)
 
 
@@ -84,9 +96,9 @@ def rank_of(collector: RanksCollector, pid: int) -> pb.RankStats:
     return rank
 
 
-def test_busy_rank_task_clock_matches_proc_stat(busy_rank, tmp_path):
+def test_busy_rank_task_clock_matches_proc_stat(busy_rank, shm_dir):
     pid = busy_rank.pid
-    collector = collector_for(tmp_path, pid)
+    collector = collector_for(shm_dir, pid)
     try:
         collector.collect()  # discovery opens the counters
         first = rank_of(collector, pid)
@@ -114,9 +126,9 @@ def test_busy_rank_task_clock_matches_proc_stat(busy_rank, tmp_path):
         assert rank.pmu.hardware_reason in rank.pmu.unavailable["ipc"]
 
 
-def test_exited_rank_counters_are_released(busy_rank, tmp_path):
+def test_exited_rank_counters_are_released(busy_rank, shm_dir):
     before = perf_fds()
-    collector = collector_for(tmp_path, busy_rank.pid, exited_keep_seconds=60)
+    collector = collector_for(shm_dir, busy_rank.pid, exited_keep_seconds=60)
     try:
         collector.collect()
         assert perf_fds() > before
@@ -131,13 +143,13 @@ def test_exited_rank_counters_are_released(busy_rank, tmp_path):
         collector.close()
 
 
-def test_rank_whose_counters_cannot_open_says_why(cleanup_segments, tmp_path):
+def test_rank_whose_counters_cannot_open_says_why(cleanup_segments, shm_dir):
     proc = tuiprof_run(sys.executable, "-c", BUSY_RANK, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     cleanup_segments.append(proc.pid)
     assert proc.stdout.readline().strip() == "ready"
     proc.kill()
     proc.wait(timeout=10)
-    collector = collector_for(tmp_path, proc.pid)
+    collector = collector_for(shm_dir, proc.pid)
     try:
         collector.collect()  # the segment is there, the process is not
         rank = rank_of(collector, proc.pid)

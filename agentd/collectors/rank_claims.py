@@ -1,0 +1,230 @@
+"""Rank segment files are claims; what the kernel says decides.
+
+Anyone can write ``/dev/shm``. A file named ``tuiprof-<uid>-<pid>`` claims
+"process <pid>, running as <uid>, made me" — and the agent runs as root and
+later dumps the stacks of the processes it reports as ranks. So a segment (or
+an inert hook's ``.inert`` note) is believed only when:
+
+- its name parses, both numbers in range, the pid below the kernel's pid_max;
+- it is a regular file owned by the uid in its name;
+- the pid in its header is the pid in its name (segments);
+- process <pid>, when alive and started no later than the segment (a later
+  process under a reused pid is another one), runs with that real uid.
+
+A claim about a process that is gone is about the past (the rank exited); it
+never makes the process a target. Anything else is refused: skipped, counted
+per reason, logged once per file (rate-limited), never reported.
+
+The directory is scanned with one ``lstat`` per name; at most
+``MAX_FILES_PER_OWNER`` files of one owner are considered, so one user's junk
+costs a bounded amount of work and never crowds out another user's ranks.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import stat
+import time
+from typing import Any
+
+from agentd import procfs
+from agentd.collectors.rank_files import read_owned_text
+
+log = logging.getLogger(__name__)
+
+# A node runs a few dozen ranks per user at most (8 GPUs × a few processes each);
+# 256 leaves room for many jobs while bounding what one owner's files cost per interval.
+MAX_FILES_PER_OWNER = 256
+NOTE_LIMIT = 4096  # an inert note is one line
+REFUSAL_LOGS_PER_MINUTE = 20
+
+# Why a file was refused (the keys refusals are counted under).
+BAD_NAME = "name"                # numbers out of range, pid at or above pid_max
+NOT_REGULAR = "not-regular"      # FIFO, symlink, socket, directory
+OWNER = "owner"                  # the file's owner is not the uid in its name
+HEADER_PID = "header-pid"        # the header names another pid than the file name
+PROCESS_UID = "process-uid"      # the process runs as another user than the claim
+UNREADABLE = "unreadable"        # not a segment of this layout: foreign, truncated, corrupt
+OVER_CAP = "over-cap"            # more than MAX_FILES_PER_OWNER files of one owner
+
+
+class Refused(Exception):
+    """A claim the kernel does not confirm; ``reason`` is the key it is counted under."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A name in the segment directory that parses, with what ``lstat`` says of the file."""
+
+    path: str
+    uid: int  # claimed by the name
+    pid: int  # claimed by the name
+    inert: bool  # an inert hook's note, not a segment
+    owner: int
+    regular: bool
+    identity: tuple[int, ...]  # (dev, ino, size, mtime, ctime): a refusal stands while it is unchanged
+    changed_ns: int  # ctime: the note was written no earlier (no user can set it back)
+
+
+@dataclasses.dataclass
+class Scan:
+    candidates: list[Candidate]
+    refused: collections.Counter[str]  # refusals decided from names and counts alone
+    over_cap: dict[int, int]  # owner → files beyond MAX_FILES_PER_OWNER
+
+
+def scan(directory: str, layout: Any, followed: set[str]) -> Scan:
+    """Every segment or note name in ``directory`` with its file's facts, at most
+    ``MAX_FILES_PER_OWNER`` per owner (those already ``followed`` first, then by pid).
+    ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``)."""
+    result = Scan([], collections.Counter(), {})
+    pid_limit = procfs.pid_max()
+    by_owner: dict[int, list[Candidate]] = collections.defaultdict(list)
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not entry.name.startswith(layout.SEGMENT_PREFIX):
+                continue
+            parsed = layout.parse_name(entry.name)
+            if parsed is None or parsed[1] >= pid_limit:
+                if _claims_a_pid(entry.name, layout):
+                    result.refused[BAD_NAME] += 1
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            uid, pid, inert = parsed
+            by_owner[st.st_uid].append(Candidate(
+                entry.path, uid, pid, inert, st.st_uid, stat.S_ISREG(st.st_mode),
+                (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), st.st_ctime_ns))
+    for owner, files in by_owner.items():
+        files.sort(key=lambda c: (c.path not in followed, c.pid))
+        result.candidates.extend(files[:MAX_FILES_PER_OWNER])
+        if len(files) > MAX_FILES_PER_OWNER:
+            result.over_cap[owner] = len(files) - MAX_FILES_PER_OWNER
+            result.refused[OVER_CAP] += len(files) - MAX_FILES_PER_OWNER
+    return result
+
+
+def _claims_a_pid(name: str, layout: Any) -> bool:
+    """``tuiprof-<digits>-<digits>[.inert]`` with numbers out of range: a claim, refused (not a side file)."""
+    uid, sep, pid = name.removeprefix(layout.SEGMENT_PREFIX).removesuffix(layout.INERT_SUFFIX).partition("-")
+    return bool(sep) and uid.isdigit() and pid.isdigit()
+
+
+def check_file(candidate: Candidate) -> None:
+    """The file-level claim: a regular file owned by the uid in its name."""
+    if not candidate.regular:
+        raise Refused(NOT_REGULAR, f"{candidate.path} is not a regular file (a FIFO, link or directory "
+                                   "under a rank file's name)")
+    if candidate.owner != candidate.uid:
+        raise Refused(OWNER, f"{candidate.path} is owned by uid {candidate.owner} but its name claims uid "
+                             f"{candidate.uid}")
+
+
+def check_header_pid(candidate: Candidate, header_pid: int) -> None:
+    if header_pid != candidate.pid:
+        raise Refused(HEADER_PID, f"{candidate.path} names pid {candidate.pid} but its header says pid "
+                                  f"{header_pid}")
+
+
+def live_process(pid: int, uid: int, claimed_start_ns: int, path: str) -> procfs.ProcessStat | None:
+    """The claimant process if it is alive, None when it is gone (also when its pid now belongs
+    to a process started after the claim). Raises Refused when it runs as another user."""
+    stat_ = procfs.read_stat(pid)
+    if stat_ is None or not stat_.started_by(claimed_start_ns):
+        return None
+    real_uid = procfs.real_uid(pid)
+    if real_uid is None:
+        return None
+    if real_uid != uid:
+        raise Refused(PROCESS_UID, f"{path} claims pid {pid} runs as uid {uid}, but it runs as uid {real_uid}")
+    return stat_
+
+
+def read_note(candidate: Candidate) -> str:
+    """The first line of an inert hook's note ("" when empty)."""
+    text = read_owned_text(candidate.path, candidate.uid, NOTE_LIMIT)
+    return (text or "").strip().split("\n", 1)[0].strip()
+
+
+def no_segment_reason(directory: str, segment_size: int) -> str:
+    """Why a hook that left an empty note has no segment, as far as the agent can tell."""
+    try:
+        vfs = os.statvfs(directory)
+    except OSError as exc:
+        return f"the hook could not create its segment in {directory}: {exc.strerror}"
+    free, total = vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize
+    return (f"the hook could not create its segment ({byte_size(segment_size)}): {directory} has "
+            f"{byte_size(free)} free of {byte_size(total)}")
+
+
+def byte_size(n: int) -> str:
+    """``0 B``, ``64 KiB``, ``1.2 MiB``."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    text = f"{value:.1f}".removesuffix(".0") if value < 10 else f"{value:.0f}"
+    return f"{text} {unit}"
+
+
+class Refusals:
+    """Files refused now (per reason), and their log lines: once per file and reason, at most
+    ``REFUSAL_LOGS_PER_MINUTE`` a minute (the rest summed up in one line)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[tuple[int, ...], str]] = {}  # path → (identity, reason) refused
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._over_cap: dict[int, int] = {}
+        self._window_start = time.monotonic()
+        self._logged = 0
+        self._suppressed = 0
+
+    def still_refused(self, candidate: Candidate) -> bool:
+        """Whether this very file (unchanged since) was refused before; counted again if so,
+        without opening it: junk costs one lstat per interval."""
+        seen = self._seen.get(candidate.path)
+        if seen is None or seen[0] != candidate.identity:
+            return False
+        self.counts[seen[1]] += 1
+        return True
+
+    def refuse(self, candidate: Candidate, refusal: Refused) -> None:
+        self.counts[refusal.reason] += 1
+        if self._seen.get(candidate.path) == (candidate.identity, refusal.reason):
+            return
+        self._seen[candidate.path] = (candidate.identity, refusal.reason)
+        self._log("rank file refused", {"path": candidate.path, "why": refusal.reason, "reason": str(refusal)})
+
+    def start_interval(self, scan_result: Scan) -> None:
+        """Begin counting a new scan, with the refusals it already decided."""
+        self.counts = collections.Counter(scan_result.refused)
+        for owner, extra in scan_result.over_cap.items():
+            if self._over_cap.get(owner) is None:
+                self._log("too many rank files of one owner: the rest are ignored",
+                          {"uid": owner, "ignored": extra, "followed_at_most": MAX_FILES_PER_OWNER})
+        self._over_cap = dict(scan_result.over_cap)
+
+    def forget_missing(self, present: set[str]) -> None:
+        self._seen = {p: v for p, v in self._seen.items() if p in present}
+
+    def _log(self, message: str, extra: dict[str, object]) -> None:
+        now = time.monotonic()
+        if now - self._window_start >= 60:
+            if self._suppressed:
+                log.warning("rank file refusals not logged in the last minute", extra={"count": self._suppressed})
+            self._window_start, self._logged, self._suppressed = now, 0, 0
+        if self._logged >= REFUSAL_LOGS_PER_MINUTE:
+            self._suppressed += 1
+            return
+        self._logged += 1
+        log.warning(message, extra=extra)

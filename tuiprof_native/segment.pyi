@@ -1,0 +1,143 @@
+"""Types of tuiprof_native.segment (the Cython segment reader); see segment.pyx for the why."""
+
+import re
+from dataclasses import dataclass
+from os import PathLike
+from types import TracebackType
+
+SEGMENT_DIR: str
+SEGMENT_PREFIX: str
+EXCEPTION_SUFFIX: str
+FLIGHT_SUFFIX: str
+INERT_SUFFIX: str
+LAYOUT_VERSION: int
+SEGMENT_SIZE: int
+HEADER_SIZE: int
+HIST_BUCKETS: int
+RING_CAPACITY: int
+KINDS: dict[int, str]
+FLAG_CUDA_TIMING: int
+FLAG_NCCL_PLUGIN: int
+FLAG_NCCL_GPU_TIME: int
+FLAG_EXITED: int
+FLAG_EXIT_STATUS: int
+MAX_UID: int
+PID_MAX_LIMIT: int
+SEGMENT_NAME: re.Pattern[str]
+
+class SegmentError(OSError): ...
+class SegmentFormatError(SegmentError): ...
+class SegmentNotReadyError(SegmentError): ...
+class SegmentBusyError(SegmentError): ...
+
+@dataclass(frozen=True)
+class Counters:
+    step_count: int
+    step_time_total_ns: int
+    last_step_ns: int
+    last_step_time_ns: int
+    gc_count: int
+    gc_pause_total_ns: int
+    dataloader_count: int
+    dataloader_wait_total_ns: int
+    gemm_untimed: int
+    nccl_untimed: int
+    dropped_records: int
+    slot_overflow: int
+    nccl_channel_shortfall: int
+    nccl_late_channels: int
+
+@dataclass(frozen=True)
+class Header:
+    layout_version: int
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    job_id: str
+    hostname: str
+    start_ns: int
+    heartbeat_ns: int
+    writer_seq: int
+    flags: int
+    slots_used: int
+    ring_head: int
+    counters: Counters
+    fatal_signal: int | None
+    exit_status: int | None
+
+@dataclass(frozen=True)
+class Slot:
+    kind: str
+    op: str
+    dtype: str
+    algo: str
+    proto: str
+    nranks: int
+    b: int
+    m: int
+    n: int
+    k: int
+    comm_hash: int
+    count: int
+    timed_count: int
+    total_ns: int
+    min_ns: int | None
+    max_ns: int | None
+    bytes: int
+    flops: int
+    timed_bytes: int
+    timed_flops: int
+    hist: tuple[int, ...]
+
+@dataclass(frozen=True)
+class Inflight:
+    kind: str
+    op: str
+    key: int
+    op_seq: int
+    launched_ns: int
+    pending: int
+
+@dataclass(frozen=True)
+class Event:
+    index: int
+    kind: str
+    op: str
+    dtype: str
+    rank: int
+    start_ns: int
+    end_ns: int | None
+    bytes: int
+    flops: int
+    op_seq: int
+    comm_hash: int
+    b: int
+    m: int
+    n: int
+    k: int
+
+@dataclass(frozen=True)
+class SegmentFile:
+    path: str
+    uid: int
+    pid: int
+
+def parse_name(name: str) -> tuple[int, int, bool] | None: ...
+def discover(directory: str = ...) -> list[SegmentFile]: ...
+
+class Segment:
+    path: str
+    owner_uid: int
+    device: int
+    inode: int
+    def __init__(self, path: str | PathLike[str]) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Segment: ...
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+    def header(self) -> Header: ...
+    def heartbeat_ns(self) -> int: ...
+    def slots(self) -> list[Slot]: ...
+    def inflight(self) -> list[Inflight]: ...
+    def events(self, since: int = 0, kind: str | None = None) -> list[Event]: ...
