@@ -1,29 +1,39 @@
-"""Who may talk to agentd: the loopback rule, the shared token, and the gRPC check of it.
+"""Who may talk to agentd: the loopback rule, the shared token, the gRPC check of it, the caller.
 
-Without a token the agent listens on loopback only, so only local users reach it.
-With a token it may listen anywhere, and every gRPC call must present
-``authorization: Bearer <token>``; a call without it is answered UNAUTHENTICATED
-by the interceptor before any handler runs.
+Without a token the agent listens on loopback only, so only local users reach it,
+and each call's ``Caller`` is the uid the kernel says owns the calling socket
+(``agentd.peer``). With a token it may listen anywhere, and every gRPC call must
+present ``authorization: Bearer <token>``; a call without it is answered
+UNAUTHENTICATED by the interceptor before any handler runs, and a call with it
+is an administrator's. A token is sent in clear text unless TLS is on, so a
+token agent listening beyond loopback without TLS refuses to start unless told
+``--allow-plaintext-token``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
+import contextvars
 import ipaddress
 import logging
 import pathlib
 import socket
+import stat
 import string
 from collections.abc import Awaitable, Callable
 
 import grpc
 
 from agentd.errors import SecurityError
+from agentd.peer import PeerLookupError, grpc_peer_uid
 from agentd.token import TOKEN_ENV, TokenFileError, read_token
 
 log = logging.getLogger(__name__)
 
 _TOKEN_CHARACTERS = frozenset(string.ascii_letters + string.digits + string.punctuation)
+# Shorter tokens are accepted with a warning: they can be guessed by trying.
+MIN_TOKEN_LENGTH = 16
 
 
 def load_token(token_file: pathlib.Path | None) -> str | None:
@@ -38,7 +48,22 @@ def load_token(token_file: pathlib.Path | None) -> str | None:
             f"the token from {origin} has spaces or non-ASCII characters; "
             "use printable ASCII, e.g. `openssl rand -hex 32`"
         )
+    if token is not None:
+        _warn_weak_token(token, token_file)
     return token
+
+
+def _warn_weak_token(token: str, token_file: pathlib.Path | None) -> None:
+    """Log what makes a usable token risky: group members can read it, or it is short."""
+    if token_file is not None:
+        mode = token_file.stat().st_mode
+        if mode & stat.S_IRGRP:
+            log.warning("token file is readable by its group: every member can control this agent; "
+                        f"run `chmod 600 {token_file}`",
+                        extra={"token_file": str(token_file), "mode": stat.filemode(mode)})
+    if len(token) < MIN_TOKEN_LENGTH:
+        log.warning(f"the token has fewer than {MIN_TOKEN_LENGTH} characters and can be guessed; "
+                    "make one with `openssl rand -hex 32`", extra={"length": len(token)})
 
 
 def is_loopback(host: str) -> bool:
@@ -54,14 +79,100 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
-def check_exposure(host: str, token: str | None) -> None:
-    """Refuse to listen beyond loopback without a token."""
-    if token is None and not is_loopback(host):
+def check_exposure(host: str, token: str | None, tls: bool, allow_plaintext_token: bool) -> None:
+    """Refuse to listen beyond loopback without a token, or with a token sent in clear text."""
+    if is_loopback(host):
+        return
+    if token is None:
         raise SecurityError(
             f"refusing to listen on {host} without a token: anyone on the network could "
             f"control this agent; pass --token-file FILE (or set ${TOKEN_ENV}), "
             "or listen on a loopback address such as 127.0.0.1"
         )
+    if not tls and not allow_plaintext_token:
+        raise SecurityError(
+            f"refusing to listen on {host} with a token but without TLS: every client would send "
+            "the token in clear text to anyone on the network path; pass --tls-cert FILE --tls-key FILE, "
+            "or --allow-plaintext-token on a network you trust"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """Who is making a gRPC call, as far as the agent can prove it.
+
+    ``admin``: presented the token, or the kernel says the calling socket is
+    root's. ``uid``: the kernel-confirmed owner of a local caller's socket
+    (None: not local, or not found). A caller sees a rank's private data
+    (exception text, stacks, traces, files) when it is an admin or owns the rank.
+    """
+
+    uid: int | None
+    admin: bool
+    reason: str = ""  # why the caller is not identified, when uid is None and not admin
+
+    @classmethod
+    def token_holder(cls) -> "Caller":
+        return cls(uid=None, admin=True)
+
+    @classmethod
+    def local(cls, uid: int) -> "Caller":
+        return cls(uid=uid, admin=uid == 0)
+
+    @classmethod
+    def unidentified(cls, reason: str) -> "Caller":
+        return cls(uid=None, admin=False, reason=reason)
+
+    def owns(self, owner_uid: int | None) -> bool:
+        """Whether this caller may see private data of a process owned by ``owner_uid``."""
+        return self.admin or (self.uid is not None and owner_uid is not None and self.uid == owner_uid)
+
+    def __str__(self) -> str:
+        if self.admin:
+            return "root" if self.uid == 0 else "the token holder"
+        return f"uid {self.uid}" if self.uid is not None else "an unidentified caller"
+
+
+class CallerIdentifier:
+    """Turns a call's context into its ``Caller``.
+
+    With a token configured, only calls that presented it get this far (the
+    interceptor refused the rest), so every caller is an admin. Without one the
+    agent listens on loopback only and the kernel names the calling socket's uid.
+    """
+
+    def __init__(self, token_required: bool, port: int) -> None:
+        self._token_required = token_required
+        self._port = port
+
+    def identify(self, context: grpc.aio.ServicerContext) -> Caller:
+        if self._token_required:
+            return Caller.token_holder()
+        peer = context.peer()
+        try:
+            uid = grpc_peer_uid(peer, self._port)
+        except PeerLookupError as exc:
+            log.warning("cannot identify a caller", extra={"peer": peer, "reason": str(exc)})
+            return Caller.unidentified(str(exc))
+        if uid is None:
+            return Caller.unidentified(f"no socket on this host is the calling end of {peer}")
+        return Caller.local(uid)
+
+
+_CURRENT_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("agentd_caller")
+
+
+def set_current_caller(caller: Caller) -> None:
+    """Record ``caller`` for the rest of this call (each gRPC call runs in its own task)."""
+    _CURRENT_CALLER.set(caller)
+
+
+def current_caller() -> Caller:
+    """The caller of the gRPC call being served (for services delegated to, e.g. traces).
+
+    Outside a call (a bug) the answer is an unidentified caller, who sees nothing private.
+    """
+    return _CURRENT_CALLER.get(Caller.unidentified("not inside a gRPC call"))
 
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]

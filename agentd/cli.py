@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from agentd.config import (
     DEFAULT_CONFIG_FILE, FIELDS, LOG_FORMATS, MAX_INTERVAL_MS, MIN_INTERVAL_MS,
-    AgentConfig, build_config, parse_flag, read_config_file,
+    AgentConfig, build_config, is_switch, parse_flag, read_config_file,
 )
 from agentd.daemon import Daemon
 from agentd.errors import AgentdError, UsageError
@@ -48,11 +48,14 @@ config file:
   Options given on the command line override the file.
 
 security:
-  Without a token agentd listens on loopback addresses only. With a token
-  (--token-file, mode not world-readable, or $TUIPROF_TOKEN) it may listen on
-  any address and every gRPC call must send `authorization: Bearer <token>`.
-  /metrics and /healthz are read-only and need no token; with --tls-cert they
-  are served over HTTPS with the same certificate.
+  Without a token agentd listens on loopback addresses only, and each local
+  caller is known by the uid the kernel reports for its socket: everyone sees
+  metrics, only a rank's owner (or root) its stacks, traces and exception text.
+  With a token (--token-file, mode 600, or $TUIPROF_TOKEN) it may listen on any
+  address and every gRPC call must send `authorization: Bearer <token>`; beyond
+  loopback it also needs TLS (--tls-cert/--tls-key) unless
+  --allow-plaintext-token is given. /metrics and /healthz are read-only and need
+  no token; with --tls-cert they are served over HTTPS with the same certificate.
 
 exit status:
   0 stopped by SIGTERM/SIGINT, 2 bad command line or config, 3 token/TLS
@@ -81,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "json_sink": "-|FILE", "hang_timeout_s": "S", "hang_suspect_s": "S",
                 "dynolog_rpc_port": "PORT"}
     for key, field in FIELDS.items():
+        if is_switch(key):
+            parser.add_argument(f"--{key.replace('_', '-')}", dest=key, action="store_const", const=True,
+                                help=field.help)
+            continue
         default = getattr(defaults, key)
         shown = {
             "trace_dir": "/var/lib/tuiprof/traces as root, else $XDG_STATE_HOME/tuiprof/traces",

@@ -40,6 +40,8 @@ class AgentConfig:
     metrics_port: int | None = DEFAULT_METRICS_PORT
     interval_ms: int = 1000
     token_file: pathlib.Path | None = None
+    # Accept a token on a non-loopback address without TLS (clients send it in clear text).
+    allow_plaintext_token: bool = False
     tls_cert: pathlib.Path | None = None
     tls_key: pathlib.Path | None = None
     trace_dir: pathlib.Path = dataclasses.field(default_factory=default_trace_dir)
@@ -51,6 +53,10 @@ class AgentConfig:
     hang_suspect_s: int | None = None  # None: a fifth of hang_timeout_s
     # dynolog's RPC for the `dyno` CLI (agentd.kineto.rpc); None: not served.
     dynolog_rpc_port: int | None = None
+    # Directory of the Kineto IPC socket; None: $KINETO_IPC_SOCKET_DIR, else the
+    # host-wide abstract name. Not a command-line key: the embedded agent of a
+    # non-root console sets a private one (agentd.embedded).
+    kineto_socket_dir: str | None = None
 
     @property
     def hang_suspect_seconds(self) -> float:
@@ -91,6 +97,12 @@ def _seconds(value: Any) -> int:
     if number < 1:
         raise ValueError(f"a whole number of seconds, 1 or more, got {number}")
     return number
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"true or false, got {_describe(value)}")
+    return value
 
 
 def _text(value: Any) -> str:
@@ -136,6 +148,8 @@ FIELDS: dict[str, Field] = {
         Field("metrics_port", _port, False, "Prometheus /metrics and /healthz port"),
         Field("interval_ms", _interval, False, "snapshot interval in milliseconds"),
         Field("token_file", _path, True, "file holding the shared token (not world-readable)"),
+        Field("allow_plaintext_token", _boolean, False,
+              "accept a token on a non-loopback address without TLS (it crosses the network in clear text)"),
         Field("tls_cert", _path, True, "PEM server certificate (with tls_key)"),
         Field("tls_key", _path, True, "PEM server private key (with tls_cert)"),
         Field("trace_dir", _path, True, "directory trace files are written under"),
@@ -156,11 +170,16 @@ def check_value(key: str, value: Any, what: str) -> Any:
         raise ConfigError(f"{what} must be {exc}") from None
 
 
-def parse_flag(key: str, text: str) -> Any:
-    """The typed value of a command-line flag (flags are text; integer keys take digits)."""
+def is_switch(key: str) -> bool:
+    """Whether ``key`` is a true/false setting (a flag without a value on the command line)."""
+    return FIELDS[key].check is _boolean
+
+
+def parse_flag(key: str, text: str | bool) -> Any:
+    """The typed value of a command-line flag (flags are text; integer keys take digits; switches True)."""
     flag = f"--{key.replace('_', '-')}"
     value: Any = text
-    if FIELDS[key].check in (_port, _interval, _seconds):
+    if isinstance(text, str) and FIELDS[key].check in (_port, _interval, _seconds):
         if not text.strip().isdigit():
             raise ConfigError(f"{flag} must be an integer, got {text!r}")
         value = int(text)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import grpc
 
 from agentd.agent import Agent
-from agentd.auth import BearerTokenInterceptor, check_exposure, load_token
+from agentd.auth import BearerTokenInterceptor, CallerIdentifier, check_exposure, load_token
 from agentd.config import AgentConfig
 from agentd.errors import BindError, ConfigError, TlsError
 from agentd.hang.service import HangService
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 # Seconds in-flight calls get to finish when agentd stops.
 STOP_GRACE_SECONDS = 1.0
+# The largest request gRPC will parse. Real requests are a few kB (4096 pids fit in
+# 20 kB); a bigger one is refused by gRPC (RESOURCE_EXHAUSTED) before any handler runs.
+MAX_REQUEST_BYTES = 256 * 1024
 
 
 def build_services(config: AgentConfig, agent: Agent) -> tuple[TraceService | None, StacksService | None]:
@@ -138,15 +141,15 @@ class Daemon:
     async def _start(self) -> Endpoints:
         config = self.config
         token = load_token(config.token_file)
-        check_exposure(config.host, token)
         tls = _load_tls(config)
+        check_exposure(config.host, token, tls is not None, config.allow_plaintext_token)
         _prepare_trace_dir(config.trace_dir)
 
         # Bind every port and open the sink before any collector starts, so that
         # these mistakes end agentd at once with one line and nothing else logged.
         server = self._server = grpc.aio.server(
             interceptors=[BearerTokenInterceptor(token)] if token else None,
-            options=[("grpc.so_reuseport", 0)],
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
         )
         _probe_grpc_port(config.host, config.port)
         target = AgentAddress(config.host, config.port).target
@@ -168,7 +171,8 @@ class Daemon:
         agent = self.agent = Agent(runners, config.interval_seconds)
         static = static_info(agent, str(config.trace_dir))
         traces, stacks = build_services(config, agent)
-        pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, traces, stacks), server)
+        callers = CallerIdentifier(token_required=token is not None, port=grpc_port)
+        pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, callers, traces, stacks), server)
 
         agent.start_collectors()
         await server.start()

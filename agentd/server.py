@@ -4,8 +4,14 @@ Delegation seam (for the trace and hang areas): ``AgentServicer`` takes a
 ``traces`` object implementing ``TraceService`` and a ``stacks`` object
 implementing ``StacksService``. ``agentd.daemon.build_services`` constructs them;
 wiring one in is a one-line edit there. While one is None its RPCs answer
-UNIMPLEMENTED with a message saying so. The servicer does no authentication:
-the token interceptor (``agentd.auth``) refuses bad calls before they get here.
+UNIMPLEMENTED with a message saying so. The token interceptor (``agentd.auth``)
+refuses calls without the token before they get here.
+
+Per call the servicer works out the ``Caller`` (``agentd.auth.CallerIdentifier``):
+the stacks service gets it as an argument; the trace service reads it with
+``agentd.auth.current_caller()``. Watch sends every caller the metrics of
+every rank (as node_exporter would) but a rank's exception text only to its
+owner, root or the token holder.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import grpc
 import psutil
 
 from agentd.agent import Agent
+from agentd.auth import Caller, CallerIdentifier, set_current_caller
+from agentd.hang.detector import hide_exceptions
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 
@@ -47,8 +55,34 @@ class StacksService(Protocol):
     """What the hang area provides: the local ranks' stacks."""
 
     async def get_stacks(
-        self, request: pb.GetStacksRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetStacksRequest, context: grpc.aio.ServicerContext, caller: Caller
     ) -> pb.StacksReply: ...
+
+
+def snapshot_for(snapshot: pb.HostSnapshot, caller: Caller) -> pb.HostSnapshot:
+    """``snapshot`` as ``caller`` may see it: other users' exception text taken out.
+
+    The shared snapshot is returned as is when nothing in it is private to
+    someone else (the usual case); otherwise a redacted copy.
+    """
+    if caller.admin:
+        return snapshot
+    foreign = [r.exception for r in snapshot.ranks if r.exception and not caller.owns(_owner(r))]
+    if not foreign:
+        return snapshot
+    redacted = pb.HostSnapshot()
+    redacted.CopyFrom(snapshot)
+    for rank in redacted.ranks:
+        if rank.exception and not caller.owns(_owner(rank)):
+            rank.exception = ""
+            rank.unavailable["exception"] = (
+                f"private: shown only to the rank's owner, root or the token holder (you are {caller})")
+    redacted.hang.CopyFrom(hide_exceptions(redacted.hang, foreign))
+    return redacted
+
+
+def _owner(rank: pb.RankStats) -> int | None:
+    return rank.uid if rank.HasField("uid") else None
 
 
 def static_info(agent: Agent, trace_dir: str) -> pb.AgentInfo:
@@ -83,10 +117,12 @@ class AgentServicer(pb_grpc.AgentServicer):
         self,
         agent: Agent,
         static: pb.AgentInfo,
+        callers: CallerIdentifier,
         traces: TraceService | None = None,
         stacks: StacksService | None = None,
     ) -> None:
         self._agent = agent
+        self._callers = callers
         self._static = static
         self._traces = traces
         self._stacks = stacks
@@ -103,9 +139,10 @@ class AgentServicer(pb_grpc.AgentServicer):
         (or not at all) skips snapshots instead of queueing them.
         """
         period_ns = request.interval_ms * 1_000_000
+        caller = self._callers.identify(context)
         slot = self._agent.subscribe()
         peer = context.peer()
-        log.info("watch started", extra={"peer": peer, "interval_ms": request.interval_ms,
+        log.info("watch started", extra={"peer": peer, "caller": str(caller), "interval_ms": request.interval_ms,
                                          "watchers": self._agent.watcher_count})
         last_sent_ns: int | None = None
         try:
@@ -114,27 +151,30 @@ class AgentServicer(pb_grpc.AgentServicer):
                 if last_sent_ns is not None and snapshot.timestamp_unix_ns - last_sent_ns < period_ns:
                     continue
                 last_sent_ns = snapshot.timestamp_unix_ns
-                yield snapshot
+                yield snapshot_for(snapshot, caller)
         finally:
             self._agent.unsubscribe(slot)
             log.info("watch ended", extra={"peer": peer, "watchers": self._agent.watcher_count})
 
     async def CaptureTrace(self, request, context):
         traces = await self._require(self._traces, "trace capture", "trace", context)
+        set_current_caller(self._callers.identify(context))
         return await traces.capture_trace(request, context)
 
     async def GetCaptureStatus(self, request, context):
         traces = await self._require(self._traces, "trace capture", "trace", context)
+        set_current_caller(self._callers.identify(context))
         return await traces.get_capture_status(request, context)
 
     async def FetchFile(self, request, context):
         traces = await self._require(self._traces, "file fetch", "trace", context)
+        set_current_caller(self._callers.identify(context))
         async for chunk in traces.fetch_file(request, context):
             yield chunk
 
     async def GetStacks(self, request, context):
         stacks = await self._require(self._stacks, "stack dumps", "hang", context)
-        return await stacks.get_stacks(request, context)
+        return await stacks.get_stacks(request, context, self._callers.identify(context))
 
     @staticmethod
     async def _require(service, feature: str, area: str, context: grpc.aio.ServicerContext):

@@ -34,7 +34,7 @@ import psutil
 from agentd.hang import pyspy
 from agentd.hang.detector import Thresholds
 from agentd.hang.service import HangService
-from agentd.hang.stacks import StackTaker
+from agentd.hang.stacks import DumpTarget, StackTaker
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.address import AgentAddress
@@ -73,7 +73,7 @@ def stats_ms(values: list[float]) -> str:
 async def measure(args, address, snapshot, job_id):
     ranks = sorted((r for r in snapshot.ranks if r.job_id == job_id), key=lambda r: r.rank)
     binary = pyspy.find_pyspy()
-    taker = StackTaker(binary)
+    targets = [DumpTarget.pin(r.pid, r.rank, None) for r in ranks]
     options = ConnectionOptions(timeout=120)
     for native in (False, True):
         tag = "native" if native else "python"
@@ -87,7 +87,7 @@ async def measure(args, address, snapshot, job_id):
         takes = []
         for _ in range(args.repeat):
             started = time.perf_counter()
-            taker.take(ranks, native)
+            StackTaker(binary).take(targets, native)  # a new taker each time: no reuse of a recent dump
             takes.append(time.perf_counter() - started)
         print(f"StackTaker.take, {len(ranks)} ranks in parallel ({tag}){'':<2} {stats_ms(takes)}")
         ends = []

@@ -8,6 +8,13 @@ configured seconds), and the process state read from /proc. CPU use is
 deliberately not a signal: a rank waiting in a CUDA sync spins, a culprit
 sleeping in Python looks idle. A rank is a *suspect* past the suspect level and
 *hung* past the hang timeout; a rank that is slow but still stepping is neither.
+
+An in-flight age is the writer's claim (the segment is the rank's own memory,
+and any local user can write one): the detector trusts an age only as far as it
+watched the operation stay in flight itself, plus ``PUBLISH_ALLOWANCE_S`` for
+how late an honest writer publishes it (the Flight Recorder publisher waits 2 s
+before listing pending collectives), so a forged "launched an hour ago" waits
+out the timeout like any real collective.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ OK, SUSPECT, HUNG, EXITED = "ok", "suspect", "hung", "exited"
 _SEVERITY = {OK: 0, EXITED: 1, SUSPECT: 2, HUNG: 3}
 STALL_FACTOR = 5.0        # NVRx's safety factor on observed step intervals
 STEP_HISTORY = 20
+PUBLISH_ALLOWANCE_S = 3.0
 
 
 class HangConfigError(ValueError):
@@ -43,6 +51,38 @@ class _RankTrack:
     last_step_at: float | None = None     # monotonic time the step count last changed
     step_intervals: deque = field(default_factory=lambda: deque(maxlen=STEP_HISTORY))
     bad_state_since: float | None = None
+
+
+# An in-flight operation is the same one while these stay the same.
+_InflightKey = tuple[int, str, str, str, int, int]
+
+
+class InflightClock:
+    """When the detector first saw each in-flight operation, to bound the ages ranks report."""
+
+    def __init__(self) -> None:
+        self._first_seen: dict[_InflightKey, float] = {}
+
+    def trusted(self, ranks: Sequence[pb.RankStats], now: float) -> list[pb.RankStats]:
+        """``ranks`` with every in-flight age cut to how long it has been seen in flight (plus the allowance).
+
+        Ranks without in-flight operations are passed through; the others are copies.
+        """
+        seen: dict[_InflightKey, float] = {}
+        out = []
+        for rank in ranks:
+            if not rank.inflight:
+                out.append(rank)
+                continue
+            copy = pb.RankStats()
+            copy.CopyFrom(rank)
+            for op in copy.inflight:
+                key = (rank.pid, op.kind, op.op, op.comm_hash, op.sequence, op.stream)
+                first = seen[key] = self._first_seen.get(key, now)
+                op.age_seconds = min(op.age_seconds, now - first + PUBLISH_ALLOWANCE_S)
+            out.append(copy)
+        self._first_seen = seen  # operations no longer in flight are forgotten
+        return out
 
 
 @dataclass(frozen=True)
@@ -73,11 +113,13 @@ class HangDetector:
         self._wall_ns = wall_clock_ns
         self._state_of = state_of
         self._tracks: dict[int, _RankTrack] = {}
+        self._inflight = InflightClock()
         self._since_ns = 0
         self._level = OK
 
     def observe(self, ranks: Sequence[pb.RankStats]) -> pb.HangStatus:
         now = self._clock()
+        ranks = self._inflight.trusted(ranks, now)
         self._tracks = {r.pid: self._tracks.get(r.pid) or _RankTrack() for r in ranks}
         notes, waited = _collective_notes(ranks)
         verdicts = [self._verdict(r, self._tracks[r.pid], now, notes.get(r.pid), waited.get(r.job_id, 0.0))
@@ -207,6 +249,24 @@ def _exit_text(rank: pb.RankStats, state: str) -> str:
             text += f" ({why})"
     if rank.exception:
         text += f" after {_exception_summary(rank.exception)}"
+    return text
+
+
+def hide_exceptions(status: pb.HangStatus, exceptions: Sequence[str]) -> pb.HangStatus:
+    """A copy of ``status`` whose explanations do not quote ``exceptions`` (other users' text)."""
+    hidden = pb.HangStatus()
+    hidden.CopyFrom(status)
+    hidden.explanation = hide_exception_text(hidden.explanation, exceptions)
+    for verdict in hidden.ranks:
+        verdict.explanation = hide_exception_text(verdict.explanation, exceptions)
+    return hidden
+
+
+def hide_exception_text(text: str, exceptions: Sequence[str]) -> str:
+    """``text`` with the summary this module quotes of each of ``exceptions`` replaced by a notice."""
+    for exception in exceptions:
+        if exception.strip():
+            text = text.replace(_exception_summary(exception), "an uncaught exception (text shown to its owner only)")
     return text
 
 

@@ -2,28 +2,38 @@
 
 ``HangService.process`` runs on every assembled snapshot (an agent post-processor):
 it judges the ranks the ranks collector reported and fills ``snapshot.hang``.
-When the host turns hung it takes every local rank's stacks once, in a
-background thread, keeps them as the incident (and writes them under the trace
-directory), and ``GetStacks`` serves them — or fresh ones on request.
+When ranks turn hung it takes the stacks of the ranks involved (the hung ranks
+and the other ranks of their job and owner) once, in a background thread, keeps
+them as the incident (and writes them, mode 0600, under the trace directory),
+and ``GetStacks`` serves them — or fresh ones on request.
+
+Everything here is open to local users who may be hostile: a rank's stacks go
+only to its owner, root or the token holder; incidents are capped per owner
+and time window, so a rank that fakes hangs over and over cannot make the agent
+dump every rank on the host or fill the disk; py-spy targets only processes the
+ranks collector reported (see ``agentd.hang.stacks``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import os
 import pathlib
 import subprocess
 import threading
 import time
-
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 from google.protobuf import json_format
 
+from agentd.auth import Caller
 from agentd.hang import pyspy
-from agentd.hang.detector import HUNG, HangDetector, Thresholds
-from agentd.hang.stacks import StackTaker
+from agentd.hang.detector import HUNG, HangDetector, Thresholds, hide_exception_text
+from agentd.hang.stacks import DumpTarget, StackTaker, merged_reply
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 if TYPE_CHECKING:
@@ -32,6 +42,41 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MAX_REQUEST_PIDS = 4096
+# Incidents (a dump of the ranks involved plus a file) per owner of the hung ranks and window.
+MAX_INCIDENTS_PER_OWNER = 3
+INCIDENT_WINDOW_SECONDS = 3600.0
+
+
+class IncidentBudget:
+    """How many incidents each owner (uid of the hung ranks) may still cause in the window."""
+
+    def __init__(self, limit: int = MAX_INCIDENTS_PER_OWNER, window_s: float = INCIDENT_WINDOW_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.window_s, self._clock = limit, window_s, clock
+        self._times: dict[int | None, collections.deque[float]] = {}
+        self._refusals_logged: set[int | None] = set()
+
+    def allow(self, owners: set[int | None]) -> bool:
+        """Spend one incident for each of ``owners``; False (nothing spent) when any is out of budget."""
+        now = self._clock()
+        for owner in owners:
+            times = self._times.setdefault(owner, collections.deque())
+            while times and now - times[0] >= self.window_s:
+                times.popleft()
+            if not times:
+                self._refusals_logged.discard(owner)
+        spent = [o for o in owners if len(self._times[o]) >= self.limit]
+        if spent:
+            for owner in set(spent) - self._refusals_logged:  # one line per owner and window
+                log.warning("hang incidents capped: no more stacks taken for this owner's ranks",
+                            extra={"uid": owner, "limit": self.limit, "window_s": self.window_s})
+                self._refusals_logged.add(owner)
+            return False
+        for owner in owners:
+            self._times[owner].append(now)
+        return True
+
 
 class HangService:
     def __init__(
@@ -39,6 +84,7 @@ class HangService:
     ) -> None:
         self.detector = HangDetector(thresholds)
         self.incident_dir = incident_dir
+        self.incidents = IncidentBudget()
         try:
             binary = pyspy.find_pyspy()
             self._taker: StackTaker | None = StackTaker(binary, hostname)
@@ -48,47 +94,77 @@ class HangService:
             self._taker, self._no_stacks_reason = None, f"py-spy unusable: {exc}"
             log.warning("no stack dumps", extra={"reason": self._no_stacks_reason})
         self._ranks: dict[int, pb.RankStats] = {}
+        self._targets: dict[int, DumpTarget] = {}
         self._level, self._explanation = "", ""
         self._hung: set[int] = set()
         self._incident: pb.StacksReply | None = None
+        self._incident_owners: dict[int, int | None] = {}  # pid → uid of the incident's ranks
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ snapshots
 
     def process(self, snapshot: pb.HostSnapshot) -> None:
         """Fill ``snapshot.hang`` from ``snapshot.ranks``; start an incident dump on a new hang."""
+        self._pin_targets(snapshot.ranks)
         self._ranks = {r.pid: r for r in snapshot.ranks}
         status = self.detector.observe(snapshot.ranks)
         snapshot.hang.CopyFrom(status)
         snapshot.collectors.append(pb.CollectorStatus(
             name="stacks", available=self._taker is not None, reason=self._no_stacks_reason))
         hung = {v.pid for v in status.ranks if v.level == HUNG}
-        if hung - self._hung:  # a new hang (not the same one seen again)
+        new = hung - self._hung  # ranks newly hung (not the same hang seen again)
+        if new:
             log.warning("ranks hung", extra={"explanation": status.explanation})
-            if self._taker is not None:
-                threading.Thread(target=self._record_incident, args=(status.explanation,),
+            involved = self._involved(hung)
+            if self._taker is not None and self.incidents.allow({t.uid for t in involved}):
+                threading.Thread(target=self._record_incident, args=(involved, status.explanation),
                                  name="hang-incident", daemon=True).start()
         self._hung = hung
         self._level, self._explanation = status.level, status.explanation
 
-    def _record_incident(self, explanation: str) -> None:
-        reply = self._take(self._live_ranks(), native=False)
+    def _pin_targets(self, ranks: Sequence[pb.RankStats]) -> None:
+        """Remember each reported rank's process (start time, owner) when first reported.
+
+        The owner is the ranks collector's ``uid`` when it sets one, else the
+        process's real uid, which is then also filled into the rank.
+        """
+        targets: dict[int, DumpTarget] = {}
+        for rank in ranks:
+            known = self._targets.get(rank.pid)
+            if known is None:
+                known = DumpTarget.pin(rank.pid, rank.rank if rank.HasField("rank") else None,
+                                       rank.uid if rank.HasField("uid") else None)
+                if known is None:
+                    continue
+            targets[rank.pid] = known
+            if not rank.HasField("uid") and known.uid is not None:
+                rank.uid = known.uid
+        self._targets = targets
+        if self._taker is not None:
+            self._taker.dumper.forget({(t.pid, t.start_ns) for t in targets.values()})
+
+    def _involved(self, hung: set[int]) -> list[DumpTarget]:
+        """The hung ranks and the live ranks of the same job and owner (their stacks explain the hang)."""
+        jobs = {(self._ranks[pid].job_id, self._targets[pid].uid) for pid in hung if pid in self._targets}
+        return [t for pid, t in self._targets.items()
+                if self._ranks[pid].state != "exited"
+                and (pid in hung or (self._ranks[pid].job_id, t.uid) in jobs)]
+
+    def _record_incident(self, involved: list[DumpTarget], explanation: str) -> None:
+        reply = self._take(involved, native=False)
         reply.incident = explanation
         with self._lock:
             self._incident = reply
+            self._incident_owners = {t.pid: t.uid for t in involved}
         if self.incident_dir is not None:
             try:
-                self.incident_dir.mkdir(parents=True, exist_ok=True)
-                path = self.incident_dir / f"hang-{reply.taken_unix_ns}.json"
-                path.write_text(json_format.MessageToJson(reply))
+                path = write_private(self.incident_dir, f"hang-{reply.taken_unix_ns}.json",
+                                     json_format.MessageToJson(reply))
                 log.info("hang stacks saved", extra={"path": str(path)})
             except OSError as exc:
                 log.error("cannot save hang stacks", extra={"dir": str(self.incident_dir), "error": str(exc)})
 
-    def _live_ranks(self) -> list[pb.RankStats]:
-        return [r for r in self._ranks.values() if r.state != "exited"]
-
-    def _take(self, targets: list[pb.RankStats], native: bool) -> pb.StacksReply:
+    def _take(self, targets: list[DumpTarget], native: bool) -> pb.StacksReply:
         assert self._taker is not None
         started = time.monotonic()
         reply = self._taker.take(targets, native)
@@ -98,33 +174,68 @@ class HangService:
 
     # ------------------------------------------------------------ GetStacks
 
-    async def get_stacks(self, request: pb.GetStacksRequest, context: grpc.aio.ServicerContext) -> pb.StacksReply:
+    async def get_stacks(self, request: pb.GetStacksRequest, context: grpc.aio.ServicerContext,
+                         caller: Caller) -> pb.StacksReply:
+        if len(request.pids) > MAX_REQUEST_PIDS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{len(request.pids)} pids asked for; at most {MAX_REQUEST_PIDS} per request")
+        if not caller.admin and caller.uid is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"cannot tell who you are ({caller.reason}); stacks are shown only to the "
+                                "ranks' owner (connect from this host), root, or with the token")
         if self._taker is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot take stacks: {self._no_stacks_reason}")
         if not request.take_now:
-            with self._lock:
-                incident = self._incident
-            if incident is None:
-                await context.abort(
-                    grpc.StatusCode.NOT_FOUND,
-                    "no hang incident on this host yet; ask with take_now to take stacks now",
-                )
-            return incident
-        known = self._live_ranks()
-        if request.pids:
-            unknown = sorted(set(request.pids) - {r.pid for r in known})
-            if unknown:
-                await context.abort(
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    f"pid {', '.join(map(str, unknown))} is not a live rank on this host (only processes "
-                    f"with a tuiprof segment are dumped); known rank pids: "
-                    f"{', '.join(str(r.pid) for r in known) or 'none'}",
-                )
-            known = [r for r in known if r.pid in request.pids]
-        reply = await asyncio.to_thread(self._take, known, request.native)
+            return await self._incident_for(caller, context)
+        targets = await self._requested_targets(request, caller, context)
+        reply = await asyncio.to_thread(self._take, targets, request.native)
         if self._level != "ok":
-            reply.incident = self._explanation
+            reply.incident = self._explanation_for(caller, self._explanation)
         return reply
+
+    async def _requested_targets(self, request: pb.GetStacksRequest, caller: Caller,
+                                 context: grpc.aio.ServicerContext) -> list[DumpTarget]:
+        live = [t for pid, t in self._targets.items() if self._ranks[pid].state != "exited"]
+        if not request.pids:
+            return [t for t in live if caller.owns(t.uid)]
+        asked = set(request.pids)
+        unknown = sorted(asked - {t.pid for t in live})
+        if unknown:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"pid {_pids(unknown)} is not a live rank on this host (only processes "
+                f"with a tuiprof segment are dumped); known rank pids: "
+                f"{_pids(t.pid for t in live if caller.owns(t.uid)) or 'none'}",
+            )
+        foreign = sorted(t.pid for t in live if t.pid in asked and not caller.owns(t.uid))
+        if foreign:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"pid {_pids(foreign)} is not yours ({caller}): a rank's stacks are shown only to "
+                "its owner, root, or with the token",
+            )
+        return [t for t in live if t.pid in asked]
+
+    async def _incident_for(self, caller: Caller, context: grpc.aio.ServicerContext) -> pb.StacksReply:
+        with self._lock:
+            incident, owners = self._incident, self._incident_owners
+        if incident is None:
+            await _abort(context, grpc.StatusCode.NOT_FOUND,
+                         "no hang incident on this host yet; ask with take_now to take stacks now")
+        if caller.admin:
+            return incident
+        visible = merged_reply(incident.hostname, incident.taken_unix_ns,
+                               [r for r in incident.ranks if caller.owns(owners.get(r.pid))])
+        visible.incident = self._explanation_for(caller, incident.incident)
+        return visible
+
+    def _explanation_for(self, caller: Caller, explanation: str) -> str:
+        """``explanation`` without the exception text of ranks ``caller`` does not own."""
+        if caller.admin:
+            return explanation
+        foreign = [r.exception for pid, r in self._ranks.items()
+                   if r.exception and not caller.owns(r.uid if r.HasField("uid") else None)]
+        return hide_exception_text(explanation, foreign)
 
     @classmethod
     def attach(cls, config: "AgentConfig", agent: "Agent") -> "HangService":
@@ -133,3 +244,34 @@ class HangService:
                       config.trace_dir / "hangs", agent.hostname)
         agent.post_processors.append(service.process)
         return service
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
+    """``context.abort``, which always raises (grpc's type stubs do not say so)."""
+    await context.abort(code, details)
+    raise AssertionError("ServicerContext.abort returned")
+
+
+def _pids(pids: Iterable[int]) -> str:
+    return ", ".join(str(p) for p in pids)
+
+
+def write_private(directory: pathlib.Path, name: str, text: str) -> pathlib.Path:
+    """Write ``directory/name`` readable by the agent's user only, never through a link.
+
+    ``directory`` is created 0700 when missing; an existing one must be a real
+    directory owned by the agent's user (not a link someone planted), and the
+    file is created new (O_EXCL), so nothing existing is overwritten.
+    """
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(dir_fd).st_uid != os.geteuid():
+            raise PermissionError(f"{directory} is not owned by the agent's user")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return directory / name

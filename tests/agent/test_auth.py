@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import grpc
 import pytest
 
-from agentd.auth import BearerTokenInterceptor, is_loopback
+from agentd.auth import BearerTokenInterceptor, is_loopback, load_token
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from testkit.agents import running_agent
+from testkit.agents import running_agent, write_token
 from tuiprof.client.channel import open_channel
 
 TOKEN = "4f1c0ffee-0123456789abcdef"
@@ -38,7 +39,7 @@ async def first_snapshot(agent, token):
 
 
 async def test_token_agent_on_every_address_refuses_calls_without_the_token(tmp_path):
-    with running_agent(tmp_path, host="0.0.0.0", token=TOKEN) as agent:
+    with running_agent(tmp_path, host="0.0.0.0", token=TOKEN, extra_args=["--allow-plaintext-token"]) as agent:
         assert (await call_info(agent, TOKEN)).hostname
         assert (await first_snapshot(agent, TOKEN)).sequence >= 1
         for wrong in (None, "wrong", TOKEN[:-1], TOKEN + "x", TOKEN.upper()):
@@ -115,3 +116,19 @@ async def test_refused_calls_never_reach_the_handler(spy_server):
         reply = await stub.GetInfo(pb.GetInfoRequest(),
                                    metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=5)
     assert reply.hostname == "spy" and spy.calls == 1
+
+
+
+def test_a_group_readable_or_short_token_is_used_with_a_warning(tmp_path, caplog):
+    token_file = write_token(tmp_path, "abc123")
+    token_file.chmod(0o640)
+    with caplog.at_level(logging.WARNING, logger="agentd.auth"):
+        assert load_token(token_file) == "abc123"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert any("readable by its group" in w and f"chmod 600 {token_file}" in w for w in warnings)
+    assert any("fewer than 16 characters" in w for w in warnings)
+    caplog.clear()
+    good = write_token(tmp_path, TOKEN)
+    with caplog.at_level(logging.WARNING, logger="agentd.auth"):
+        assert load_token(good) == TOKEN
+    assert not caplog.records

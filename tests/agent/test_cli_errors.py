@@ -91,11 +91,27 @@ def test_metrics_port_in_use(tmp_path):
     assert_one_line(stderr, f"metrics port {port} on 127.0.0.1 is already in use", "--metrics-port")
 
 
+LONG_TOKEN = "0123456789abcdef0123"
+
+
 def test_address_not_on_this_machine(tmp_path):
-    status, stderr = run_agentd(["--host", "192.0.2.1", "--token-file",
-                                 str(write_token(tmp_path, "t0ken"))], tmp_path)
+    status, stderr = run_agentd(["--host", "192.0.2.1", "--allow-plaintext-token", "--token-file",
+                                 str(write_token(tmp_path, LONG_TOKEN))], tmp_path)
     assert status == 4
     assert_one_line(stderr, "cannot listen on 192.0.2.1")
+
+
+def test_a_token_beyond_loopback_needs_tls_or_the_plaintext_switch(tmp_path):
+    token_file = str(write_token(tmp_path, LONG_TOKEN))
+    status, stderr = run_agentd(["--host", "0.0.0.0", "--token-file", token_file], tmp_path)
+    assert status == 3
+    assert_one_line(stderr, "refusing to listen on 0.0.0.0 with a token but without TLS",
+                    "--tls-cert", "--allow-plaintext-token")
+    config = tmp_path / "agentd.toml"
+    config.write_text('allow_plaintext_token = "yes"\n')
+    status, stderr = run_agentd(["--config", str(config)], tmp_path)
+    assert status == 2
+    assert_one_line(stderr, "allow_plaintext_token must be true or false, got string 'yes'")
 
 
 def test_token_file_problems(tmp_path):

@@ -6,6 +6,7 @@ import grpc
 import pytest
 
 from agentd.agent import Agent
+from agentd.auth import CallerIdentifier
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.server import AgentServicer
@@ -27,8 +28,9 @@ class RecordingTraces:
 
 async def serve(traces, stacks):
     server = grpc.aio.server()
-    pb_grpc.add_AgentServicer_to_server(AgentServicer(Agent([], 1.0), pb.AgentInfo(), traces, stacks), server)
     port = server.add_insecure_port("127.0.0.1:0")
+    callers = CallerIdentifier(token_required=False, port=port)
+    pb_grpc.add_AgentServicer_to_server(AgentServicer(Agent([], 1.0), pb.AgentInfo(), callers, traces, stacks), server)
     await server.start()
     return server, f"127.0.0.1:{port}"
 

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from agentd.agent import Agent
+from agentd.auth import CallerIdentifier
 from agentd.collectors.base import Collector
 from agentd.hang import pyspy
 from agentd.hang.detector import Thresholds
@@ -94,9 +95,10 @@ async def serving(tmp_path, ranks):
     agent.start_collectors()
     runner = asyncio.create_task(agent.run())
     server = grpc.aio.server()
-    pb_grpc.add_AgentServicer_to_server(
-        AgentServicer(agent, static_info(agent, str(tmp_path)), None, service), server)
     port = server.add_insecure_port("127.0.0.1:0")
+    callers = CallerIdentifier(token_required=False, port=port)
+    pb_grpc.add_AgentServicer_to_server(
+        AgentServicer(agent, static_info(agent, str(tmp_path)), callers, None, service), server)
     await server.start()
     try:
         while agent.latest is None or not agent.latest.ranks:

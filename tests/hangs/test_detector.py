@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agentd.hang.detector import HangConfigError, HangDetector, Thresholds
+from agentd.hang.detector import PUBLISH_ALLOWANCE_S, HangConfigError, HangDetector, Thresholds, hide_exceptions
 from agentd import procfs
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -30,6 +30,13 @@ def detector(states=None, suspect=10, hang=30):
 
 def rank(r, steps=0, **kw):
     return pb.RankStats(pid=100 + r, rank=r, step_count=steps, state="running", **kw)
+
+
+def watched(d, clock, ranks, seconds):
+    """The status after the detector saw ``ranks`` (the same in-flight ops) for ``seconds``."""
+    d.observe(ranks)
+    clock.now += seconds
+    return d.observe(ranks)
 
 
 def test_steady_training_is_ok_and_a_stall_becomes_suspect_then_hung():
@@ -73,29 +80,36 @@ def test_an_unfinished_collective_names_the_rank_that_never_launched_it():
     d, clock = detector()
     nccl = [pb.NcclOpStats(op="AllReduce", comm_hash="3fa1c0ffee")]
     waiting = [pb.InflightOp(kind="nccl", op="all_reduce", comm_hash="3fa1c0ffee", sequence=1042, age_seconds=312)]
-    status = d.observe([rank(0, nccl=nccl, inflight=waiting), rank(1, nccl=nccl, inflight=waiting),
-                        rank(2, nccl=nccl)])
+    status = watched(d, clock, [rank(0, nccl=nccl, inflight=waiting), rank(1, nccl=nccl, inflight=waiting),
+                                rank(2, nccl=nccl)], 312)
     assert status.level == "hung"
     assert status.ranks[0].explanation == (
         "rank 0: all_reduce #1042 on comm 3fa1… launched 312 s ago, not finished")
     assert status.ranks[2].level == "hung"
     assert status.ranks[2].explanation == (
         "rank 2: never launched all_reduce #1042 on comm 3fa1… (ranks 0-1 launched it)")
-    gemm_only = d.observe([rank(0, inflight=[pb.InflightOp(kind="gemm", op="gemm", age_seconds=500)])])
+    gemm_only = watched(d, clock, [rank(0, inflight=[pb.InflightOp(kind="gemm", op="gemm", age_seconds=500)])], 500)
     assert gemm_only.level == "ok"
 
 
-def test_stopped_and_d_state_are_suspect_at_once_and_hung_after_the_timeout():
-    states = {100: "stopped", 101: "disk-sleep"}
-    d, clock = detector(states)
-    status = d.observe([rank(0), rank(1)])
-    assert [v.level for v in status.ranks] == ["suspect", "suspect"]
-    assert "stopped (SIGSTOP or a debugger)" in status.ranks[0].explanation
-    assert "D state" in status.ranks[1].explanation
-    clock.now += 31
-    assert d.observe([rank(0), rank(1)]).level == "hung"
-    states.clear()
-    assert d.observe([rank(0), rank(1)]).level == "ok"
+def test_a_claimed_age_counts_only_as_long_as_the_agent_watched_it():
+    """A forged "launched an hour ago" is not hung at once: the timeout runs from when the agent saw it."""
+    d, clock = detector(suspect=10, hang=30)
+    forged = [pb.InflightOp(kind="nccl", op="all_reduce", comm_hash="3fa1", sequence=9, age_seconds=3600)]
+    assert PUBLISH_ALLOWANCE_S < 10
+    assert d.observe([rank(0, inflight=forged)]).level == "ok"
+    clock.now += 10 - PUBLISH_ALLOWANCE_S
+    assert d.observe([rank(0, inflight=forged)]).level == "suspect"
+    clock.now += 20
+    status = d.observe([rank(0, inflight=forged)])
+    assert status.level == "hung" and "launched 30 s ago" in status.ranks[0].explanation
+    # A new operation (the next sequence number) starts from the allowance again.
+    forged[0].sequence = 10
+    assert d.observe([rank(0, inflight=forged)]).level == "ok"
+    # A reported age below what was watched is believed: watched 20 s, claims 5 s, not a suspect yet.
+    clock.now += 20
+    forged[0].age_seconds = 5
+    assert d.observe([rank(0, inflight=forged)]).level == "ok"
 
 
 def test_a_crash_is_reported_with_signal_and_exception():
@@ -117,7 +131,7 @@ def test_a_dead_thread_is_named_in_a_waiting_ranks_verdict_but_not_a_failure_aft
     d, clock = detector()
     waiting = [pb.InflightOp(kind="fr", op="gloo:all_reduce", comm_hash="pg0", sequence=7, age_seconds=40)]
     member = [pb.ProcessGroupProgress(id="0", last_enqueued=6, last_completed=6)]
-    status = d.observe([rank(0, inflight=waiting, exception=THREAD_DIED), rank(1, process_groups=member)])
+    status = watched(d, clock, [rank(0, inflight=waiting, exception=THREAD_DIED), rank(1, process_groups=member)], 40)
     assert [v.explanation for v in status.ranks] == [
         "rank 0: gloo:all_reduce #7 on comm pg0 launched 40 s ago, not finished; "
         "earlier an uncaught exception in thread prefetcher: ValueError: bad sample",
@@ -145,14 +159,25 @@ def test_a_clean_exit_of_the_whole_job_is_not_a_problem_but_one_rank_leaving_is(
 
 
 def test_collectives_are_compared_within_a_job():
-    d, _ = detector()
+    d, clock = detector()
     waiting = [pb.InflightOp(kind="nccl", op="all_reduce", comm_hash="aaaa", sequence=5, age_seconds=100)]
-    status = d.observe([
+    status = watched(d, clock, [
         rank(0, job_id="a", inflight=waiting), rank(1, job_id="a", nccl=[pb.NcclOpStats(comm_hash="aaaa")]),
         pb.RankStats(pid=201, rank=1, job_id="b", state="running", nccl=[pb.NcclOpStats(comm_hash="bbbb")]),
-    ])
+    ], 100)
     assert "never launched all_reduce #5" in status.ranks[1].explanation
     assert status.ranks[2].level == "ok"
+
+
+def test_other_users_exception_text_can_be_hidden_from_the_explanations():
+    d, clock = detector()
+    waiting = [pb.InflightOp(kind="fr", op="gloo:all_reduce", comm_hash="pg0", sequence=7, age_seconds=40)]
+    status = watched(d, clock, [rank(0, inflight=waiting, exception=THREAD_DIED), rank(1)], 40)
+    assert "bad sample" in status.explanation
+    hidden = hide_exceptions(status, [THREAD_DIED])
+    assert "bad sample" not in hidden.explanation and "bad sample" not in hidden.ranks[0].explanation
+    assert "an uncaught exception (text shown to its owner only)" in hidden.ranks[0].explanation
+    assert "bad sample" in status.ranks[0].explanation  # the original is untouched
 
 
 def test_thresholds_must_be_ordered():

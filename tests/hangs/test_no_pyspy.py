@@ -5,6 +5,7 @@ import sys
 import grpc
 import pytest
 
+from agentd.auth import Caller
 from agentd.hang import pyspy
 from agentd.hang.detector import Thresholds
 from agentd.hang.service import HangService
@@ -36,4 +37,4 @@ async def test_service_without_pyspy_judges_but_refuses_dumps(no_pyspy):
     (status,) = [c for c in snapshot.collectors if c.name == "stacks"]
     assert not status.available and "pip install py-spy" in status.reason
     with pytest.raises(grpc.aio.AbortError, match="FAILED_PRECONDITION: cannot take stacks: py-spy unusable"):
-        await service.get_stacks(pb.GetStacksRequest(take_now=True), AbortingContext())
+        await service.get_stacks(pb.GetStacksRequest(take_now=True), AbortingContext(), Caller.local(0))

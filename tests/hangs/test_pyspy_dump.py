@@ -7,7 +7,7 @@ import time
 import pytest
 
 from agentd.hang import pyspy
-from agentd.hang.stacks import StackTaker
+from agentd.hang.stacks import DumpTarget, StackTaker
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.stacks.merge import equivalence_classes, find_suspects, merge
 from agentd.stacks.wire import samples_from_ranks, tree_from_proto
@@ -59,7 +59,7 @@ def test_no_dump_of_a_gone_or_zombie_process(pyspy_binary):
 def test_host_tree_names_the_odd_rank(pyspy_binary, parked):
     procs = {r: parked("all_reduce_wait") for r in (0, 1, 2)}
     procs[3] = parked("stuck_in_loader")
-    targets = [pb.RankStats(pid=p.pid, rank=r) for r, p in procs.items()]
+    targets = [DumpTarget.pin(p.pid, r, None) for r, p in procs.items()]
     reply = StackTaker(pyspy_binary, "test-host").take(targets, native=False)
     for rank in reply.ranks:
         _require_ptrace(rank)
