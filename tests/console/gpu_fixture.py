@@ -137,6 +137,13 @@ def gpu_snapshot(hostname: str, host_index: int, sequence: int, *, idle: bool = 
         rank.pmu.scope = "process"
         rank.pmu.hardware_available = True
         rank.pmu.ipc = 0.81
+        hook = rank.hook
+        hook.cuda_timing = hook.nccl_plugin = hook.nccl_gpu_timers = True
+        hook.pending = 1 if idle else 0
+        if host_index == 0 and local == 0:  # planted: a ring that overflowed once
+            hook.dropped_records_total = 37
+        enqueued = 88120 if idle else 88000 + sequence
+        rank.process_groups.add(id="0", last_enqueued=enqueued, last_completed=enqueued - 1 if idle else enqueued)
     hang = snap.hang
     if idle:
         hang.level, hang.since_unix_ns = "hung", int((START_UNIX - 60) * 1e9)

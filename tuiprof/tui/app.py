@@ -164,7 +164,7 @@ class TuiprofApp(App[None]):
         from tuiprof.tui.screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.screen))
 
     def action_job_ops(self) -> None:
         from tuiprof.tui.screens.job_ops import JobOpsScreen

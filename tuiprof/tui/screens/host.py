@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static, TabbedContent, TabPane
 
+from tuiprof.analysis.rank_health import rank_notes, telemetry_off
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
 from tuiprof.model.messages import HostSnapshot, PmuStats, RankStats
@@ -19,6 +20,8 @@ from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import pair, reading, reasons, sparkline
 
 TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
+DETAIL_LINES = 4
+"""Lines of the detail bar (its height in the stylesheet)."""
 
 Cell = Text | str
 Row = tuple[str, list[Cell], dict[str, Reading]]
@@ -104,17 +107,26 @@ RANK_COLUMNS = ("Rank", "PID", "State", "Steps", "Step time", "GEMM", "NCCL busb
 def rank_rows(snapshot: HostSnapshot) -> list[Row]:
     rows: list[Row] = []
     for rank in snapshot.ranks:
-        busbw = [op.busbw_bytes_per_s for op in rank.nccl if not isinstance(op.busbw_bytes_per_s, Unavailable)]
-        oldest = rank.oldest_inflight
         rows.append((rank.label, [
             rank.label, str(rank.pid), _rank_state(rank), str(rank.step_count),
-            reading(rank.step_time_seconds, units.seconds), reading(rank.gemm_tflops, units.tflops),
-            reading(sum(busbw) / len(busbw), units.bytes_per_s) if busbw
-            else Text(units.NA, style="dim italic"),
-            f"{oldest.op} #{oldest.sequence} {units.seconds(oldest.age_seconds)}" if oldest else "none",
+            reading(rank.step_time_seconds, units.seconds), *_hook_cells(rank),
             units.seconds(rank.heartbeat_age_seconds),
         ], _readings(rank)))
     return rows
+
+
+def _hook_cells(rank: RankStats) -> list[Cell]:
+    """GEMM, NCCL busbw and oldest in flight: the hook library's figures, or why it has none."""
+    off = telemetry_off(rank)
+    if off:
+        return [Text(off, style="dim italic"), "", ""]
+    busbw = [op.busbw_bytes_per_s for op in rank.nccl if not isinstance(op.busbw_bytes_per_s, Unavailable)]
+    oldest = rank.oldest_inflight
+    return [
+        reading(rank.gemm_tflops, units.tflops),
+        reading(sum(busbw) / len(busbw), units.bytes_per_s) if busbw else Text(units.NA, style="dim italic"),
+        f"{oldest.op} #{oldest.sequence} {units.seconds(oldest.age_seconds)}" if oldest else "none",
+    ]
 
 
 OP_COLUMNS = ("Kind", "Op", "Detail", "Calls/s", "p50", "p99", "Max", "Throughput")
@@ -300,7 +312,8 @@ class HostScreen(Screen[None]):
             sync_rows(table, {})
             return
         title.update(f"GEMM and NCCL ops of {rank.label} (pid {rank.pid})")
-        rows = op_rows(rank) or [("none", [Text("no ops recorded yet", style="dim italic")]
+        empty = telemetry_off(rank) or "no ops recorded yet"
+        rows = op_rows(rank) or [("none", [Text(empty, style="dim italic")]
                                   + [""] * (len(OP_COLUMNS) - 1), {})]
         sync_rows(table, {key: cells for key, cells, _ in rows})
 
@@ -322,6 +335,7 @@ class HostScreen(Screen[None]):
         return self.query_one("#tabs", TabbedContent).active
 
     def update_detail(self) -> None:
+        """Why the highlighted row's n/a cells are n/a; for a rank, its telemetry's health first."""
         tab = self.active_tab()
         text = ""
         if tab in self._rows:
@@ -329,8 +343,14 @@ class HostScreen(Screen[None]):
             rows = self._rows[tab]
             if rows and 0 <= table.cursor_row < len(rows):
                 key, _, readings = rows[table.cursor_row]
-                text = "\n".join(f"{key}: {line}" for line in reasons(readings)[:3])
+                lines = self._rank_notes(table.cursor_row) if tab == "ranks" else []
+                text = "\n".join(f"{key}: {line}" for line in (lines + reasons(readings))[:DETAIL_LINES])
         self.query_one("#host-detail", Static).update(text)
+
+    def _rank_notes(self, row: int) -> list[str]:
+        snapshot = self.cluster.host(self.address).snapshot
+        ranks = snapshot.ranks if snapshot is not None else ()
+        return rank_notes(ranks[row]) if row < len(ranks) else []
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         snapshot = self.cluster.host(self.address).snapshot

@@ -1,0 +1,80 @@
+"""The hook's health and Flight Recorder progress, as the host view's ranks tab and `status --json` show them."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, Static
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.analysis.rank_health import flight_recorder, hook_reasons, rank_notes
+from tuiprof.client.sources import ReplaySource
+from tuiprof.model.cluster import ClusterState
+from tuiprof.model.events import SnapshotReceived
+from tuiprof.model.export import cluster_document
+from tuiprof.model.messages import HostSnapshot
+from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.screens.host import HostScreen
+
+INERT = "no shared memory segment: /dev/shm is full (ENOSPC)"
+
+
+def two_ranks() -> pb.HostSnapshot:
+    """Rank 0: GEMMs without CUDA events, a full ring, Flight Recorder on; rank 1: hook inert."""
+    message = pb.HostSnapshot(hostname="n1", sequence=2)
+    for name in ("host", "ranks"):
+        message.collectors.add(name=name, available=True)
+    message.cpu.idle_percent = 50.0
+    timed = message.ranks.add(pid=100, rank=0, state="running", step_count=5)
+    timed.hook.nccl_plugin = True
+    timed.hook.gemm_untimed_total, timed.hook.dropped_records_total = 640, 12
+    timed.gemm.add(op="cublasGemmEx", dtype="fp32", count_total=640)
+    timed.process_groups.add(id="0", last_enqueued=40, last_completed=38)
+    timed.process_groups.add(id="1", last_enqueued=7, last_completed=7)
+    inert = message.ranks.add(pid=101, rank=1, state="running", step_count=5)
+    inert.hook.inactive_reason = INERT
+    return message
+
+
+def test_hook_health_becomes_reasons() -> None:
+    snapshot = HostSnapshot.from_proto(two_ranks())
+    timed, inert = snapshot.ranks
+    assert hook_reasons(timed.hook) == ["640 GEMMs counted but not timed: no CUDA events",
+                                        "12 records dropped: ring full"]
+    assert flight_recorder(timed) == "Flight Recorder: pg 0 enqueued 40 completed 38 (2 pending) · " \
+                                     "pg 1 enqueued 7 completed 7"
+    assert rank_notes(inert) == [f"telemetry off: {INERT}"]  # nothing else: the hook counted nothing
+    healthy = HostSnapshot.from_proto(pb.HostSnapshot(ranks=[pb.RankStats(pid=5)])).ranks[0]
+    assert rank_notes(healthy) == []
+
+
+def test_status_json_has_the_hook_and_the_process_groups() -> None:
+    cluster = ClusterState(["n1"])
+    cluster.apply(SnapshotReceived("n1", 1.0, two_ranks()))
+    ranks = cluster_document(cluster)["hosts"][0]["ranks"]
+    assert ranks[0]["hook"]["dropped_records_total"] == 12 and ranks[0]["hook"]["cuda_timing"] is False
+    assert ranks[0]["process_groups"] == [{"id": "0", "last_enqueued": 40, "last_completed": 38},
+                                          {"id": "1", "last_enqueued": 7, "last_completed": 7}]
+    assert ranks[1]["hook"]["inactive_reason"] == INERT
+
+
+async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_figures_would_be() -> None:
+    app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_ranks())], speed=0))
+    async with app.run_test(size=(160, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.cluster.version:
+                break
+        app.show_host("n1", tab="ranks")
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, HostScreen)
+        detail = str(screen.query_one("#host-detail", Static).render())
+        assert "rank 0: 640 GEMMs counted but not timed: no CUDA events" in detail
+        assert "rank 0: 12 records dropped: ring full" in detail
+        assert "rank 0: Flight Recorder: pg 0 enqueued 40 completed 38 (2 pending)" in detail
+        table = screen.query_one("#ranks-table", DataTable)
+        gemm_column = 5
+        assert str(table.get_row_at(1)[gemm_column]) == f"telemetry off: {INERT}"
+        await pilot.press("j")
+        assert str(screen.query_one("#host-detail", Static).render()).startswith(f"rank 1: telemetry off: {INERT}")
+        ops = screen.query_one("#rank-ops-table", DataTable)
+        assert str(ops.get_row_at(0)[0]) == f"telemetry off: {INERT}"

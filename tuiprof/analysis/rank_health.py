@@ -1,0 +1,54 @@
+"""What a rank's telemetry can be trusted for: the hook library's health and Flight Recorder progress as sentences.
+
+Pure functions over the model's ``RankStats``; the host view's rank detail line
+shows them above the readings the agent could not take.
+"""
+
+from __future__ import annotations
+
+from tuiprof.model.messages import HookHealth, RankStats
+
+
+def telemetry_off(rank: RankStats) -> str | None:
+    """``telemetry off: <why>`` when the hook library is loaded but inert in this process, else None."""
+    reason = rank.hook.inactive_reason
+    return f"telemetry off: {reason}" if reason else None
+
+
+def hook_reasons(hook: HookHealth) -> list[str]:
+    """Why some GEMM/NCCL figures are missing or partial, one sentence per cause (none when all is well)."""
+    if hook.inactive_reason:
+        return [f"telemetry off: {hook.inactive_reason}"]
+    lines = []
+    if hook.gemm_untimed_total:
+        cause = "no CUDA event free" if hook.cuda_timing else "no CUDA events"
+        lines.append(f"{hook.gemm_untimed_total} GEMMs counted but not timed: {cause}")
+    if hook.nccl_untimed_total:
+        cause = "" if hook.nccl_gpu_timers else ": NCCL sent no GPU timer events"
+        lines.append(f"{hook.nccl_untimed_total} collectives finished without GPU timestamps{cause}")
+    if hook.dropped_records_total:
+        lines.append(f"{hook.dropped_records_total} records dropped: ring full")
+    if hook.slot_overflow_total:
+        lines.append(f"{hook.slot_overflow_total} records folded into the overflow slot: too many op kinds")
+    if hook.nccl_channel_shortfall_total:
+        lines.append(f"{hook.nccl_channel_shortfall_total} collectives finished with fewer kernel channels "
+                     "than announced")
+    if hook.nccl_late_channels_total:
+        lines.append(f"{hook.nccl_late_channels_total} kernel-channel events came after their collective finished")
+    return lines
+
+
+def flight_recorder(rank: RankStats) -> str | None:
+    """``Flight Recorder: pg 0 enqueued 12 completed 11 · …``; None when PyTorch's Flight Recorder is off."""
+    if not rank.process_groups:
+        return None
+    groups = [f"pg {g.id} enqueued {g.last_enqueued} completed {g.last_completed}"
+              + (f" ({g.last_enqueued - g.last_completed} pending)" if g.last_enqueued > g.last_completed else "")
+              for g in rank.process_groups]
+    return "Flight Recorder: " + " · ".join(groups)
+
+
+def rank_notes(rank: RankStats) -> list[str]:
+    """The rank's detail lines: hook health first, then its Flight Recorder progress."""
+    progress = flight_recorder(rank)
+    return hook_reasons(rank.hook) + ([progress] if progress else [])
