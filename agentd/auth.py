@@ -1,13 +1,19 @@
 """Who may talk to agentd: the loopback rule, the shared token, the gRPC check of it, the caller.
 
-Without a token the agent listens on loopback only, so only local users reach it,
-and each call's ``Caller`` is the uid the kernel says owns the calling socket
-(``agentd.peer``). With a token it may listen anywhere, and every gRPC call must
-present ``authorization: Bearer <token>``; a call without it is answered
-UNAUTHENTICATED by the interceptor before any handler runs, and a call with it
-is an administrator's. A token is sent in clear text unless TLS is on, so a
-token agent listening beyond loopback without TLS refuses to start unless told
-``--allow-plaintext-token``.
+Three kinds of caller (README, "Security"):
+
+- the token holder: a call with ``authorization: Bearer <token>`` when a token is
+  configured; an administrator, like root;
+- a local user: a call without a token whose socket the kernel says belongs to a
+  uid on this host (``agentd.peer``); root (uid 0) is an administrator;
+- anyone else: a call with a wrong token is refused UNAUTHENTICATED by the
+  interceptor before any handler runs; a call without a token from another
+  host is refused UNAUTHENTICATED by ``CallerIdentifier`` before the RPC does
+  anything.
+
+Without a token the agent listens on loopback only. A token is sent in clear
+text unless TLS is on, so a token agent listening beyond loopback without TLS
+refuses to start unless told ``--allow-plaintext-token``.
 """
 
 from __future__ import annotations
@@ -134,29 +140,37 @@ class Caller:
 
 
 class CallerIdentifier:
-    """Turns a call's context into its ``Caller``.
+    """Turns a call's context into its ``Caller``, or refuses it.
 
-    With a token configured, only calls that presented it get this far (the
-    interceptor refused the rest), so every caller is an admin. Without one the
-    agent listens on loopback only and the kernel names the calling socket's uid.
+    A call that carries an ``authorization`` header got past the token
+    interceptor, so it holds the token. Any other call is identified by the uid
+    the kernel reports for the calling socket; one from another host has no
+    such socket and is refused (with a token configured: UNAUTHENTICATED, as
+    before), or, on a loopback-only agent where that cannot happen unless the
+    lookup itself fails, served as an unidentified caller who sees no private data.
     """
 
     def __init__(self, token_required: bool, port: int) -> None:
         self._token_required = token_required
         self._port = port
 
-    def identify(self, context: grpc.aio.ServicerContext) -> Caller:
-        if self._token_required:
+    async def identify(self, context: grpc.aio.ServicerContext) -> Caller:
+        if self._token_required and any(key == "authorization" for key, _ in context.invocation_metadata() or ()):
             return Caller.token_holder()
         peer = context.peer()
         try:
             uid = grpc_peer_uid(peer, self._port)
         except PeerLookupError as exc:
             log.warning("cannot identify a caller", extra={"peer": peer, "reason": str(exc)})
-            return Caller.unidentified(str(exc))
-        if uid is None:
-            return Caller.unidentified(f"no socket on this host is the calling end of {peer}")
-        return Caller.local(uid)
+            uid, reason = None, str(exc)
+        else:
+            reason = f"no socket on this host is the calling end of {peer}"
+        if uid is not None:
+            return Caller.local(uid)
+        if self._token_required:
+            log.warning("refused call without a token from another host", extra={"peer": peer})
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSAL)
+        return Caller.unidentified(reason)
 
 
 _CURRENT_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("agentd_caller")
@@ -179,11 +193,13 @@ Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandl
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Lets a call through only when its ``authorization`` metadata is ``Bearer <token>``.
+    """Refuses a call whose ``authorization`` metadata is anything but ``Bearer <token>``.
 
     The comparison takes the same time however much of the token matches.
     A refused call gets a handler of the same shape that aborts at once, so the
-    real handler is never invoked.
+    real handler is never invoked. A call with no ``authorization`` at all goes
+    on to ``CallerIdentifier``, which serves it only from a local user (the
+    interceptor cannot see the peer address).
     """
 
     def __init__(self, token: str) -> None:
@@ -193,17 +209,19 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
-        if handler is None or self._authorized(handler_call_details):
+        if handler is None or self._acceptable(handler_call_details):
             return handler
         log.warning("refused call without a valid token",
                     extra={"method": handler_call_details.method})
         return _refusing_handler(handler)
 
-    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
+    def _acceptable(self, details: grpc.HandlerCallDetails) -> bool:
         presented = [
             value for key, value in (details.invocation_metadata or ())
             if key == "authorization"
         ]
+        if not presented:
+            return True  # no token: a local user's call, or refused by CallerIdentifier
         if len(presented) != 1:
             return False
         value = presented[0]

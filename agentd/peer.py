@@ -50,7 +50,7 @@ INET_DIAG_REQ_BYTECODE = 1
 # inet_diag bytecode operations (linux/inet_diag.h) and TCP states (net/tcp_states.h).
 _BC_S_GE, _BC_S_LE, _BC_D_GE, _BC_D_LE = 2, 3, 4, 5
 _TCP_LISTEN = 10
-_CONNECTED_STATES = (1 << 1) | (1 << 2) | (1 << 3)  # ESTABLISHED, SYN_SENT, SYN_RECV
+_CONNECTED_STATES = 1 << 1  # ESTABLISHED: a caller whose connection the server accepted
 _LISTEN_STATES = 1 << _TCP_LISTEN
 
 _NLMSGHDR = struct.Struct("=IHHII")

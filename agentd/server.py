@@ -5,7 +5,8 @@ Delegation seam (for the trace and hang areas): ``AgentServicer`` takes a
 implementing ``StacksService``. ``agentd.daemon.build_services`` constructs them;
 wiring one in is a one-line edit there. While one is None its RPCs answer
 UNIMPLEMENTED with a message saying so. The token interceptor (``agentd.auth``)
-refuses calls without the token before they get here.
+refuses calls with a wrong token before they get here; every RPC starts by
+identifying its caller, which refuses calls from other hosts without the token.
 
 Per call the servicer works out the ``Caller`` (``agentd.auth.CallerIdentifier``):
 the stacks service gets it as an argument; the trace service reads it with
@@ -128,6 +129,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         self._stacks = stacks
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.AgentInfo:
+        await self._callers.identify(context)  # refuses a call from another host without the token
         return agent_info(self._agent, self._static)
 
     async def Watch(
@@ -139,7 +141,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         (or not at all) skips snapshots instead of queueing them.
         """
         period_ns = request.interval_ms * 1_000_000
-        caller = self._callers.identify(context)
+        caller = await self._callers.identify(context)
         slot = self._agent.subscribe()
         peer = context.peer()
         log.info("watch started", extra={"peer": peer, "caller": str(caller), "interval_ms": request.interval_ms,
@@ -157,24 +159,25 @@ class AgentServicer(pb_grpc.AgentServicer):
             log.info("watch ended", extra={"peer": peer, "watchers": self._agent.watcher_count})
 
     async def CaptureTrace(self, request, context):
+        set_current_caller(await self._callers.identify(context))
         traces = await self._require(self._traces, "trace capture", "trace", context)
-        set_current_caller(self._callers.identify(context))
         return await traces.capture_trace(request, context)
 
     async def GetCaptureStatus(self, request, context):
+        set_current_caller(await self._callers.identify(context))
         traces = await self._require(self._traces, "trace capture", "trace", context)
-        set_current_caller(self._callers.identify(context))
         return await traces.get_capture_status(request, context)
 
     async def FetchFile(self, request, context):
+        set_current_caller(await self._callers.identify(context))
         traces = await self._require(self._traces, "file fetch", "trace", context)
-        set_current_caller(self._callers.identify(context))
         async for chunk in traces.fetch_file(request, context):
             yield chunk
 
     async def GetStacks(self, request, context):
+        caller = await self._callers.identify(context)
         stacks = await self._require(self._stacks, "stack dumps", "hang", context)
-        return await stacks.get_stacks(request, context, self._callers.identify(context))
+        return await stacks.get_stacks(request, context, caller)
 
     @staticmethod
     async def _require(service, feature: str, area: str, context: grpc.aio.ServicerContext):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 import grpc
 import pytest
 
-from agentd.auth import BearerTokenInterceptor, is_loopback, load_token
+from agentd.auth import BearerTokenInterceptor, Caller, CallerIdentifier, is_loopback, load_token
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from testkit.agents import running_agent, write_token
@@ -38,26 +39,70 @@ async def first_snapshot(agent, token):
             return snapshot
 
 
-async def test_token_agent_on_every_address_refuses_calls_without_the_token(tmp_path):
+async def test_token_agent_on_every_address_refuses_wrong_tokens(tmp_path):
     with running_agent(tmp_path, host="0.0.0.0", token=TOKEN, extra_args=["--allow-plaintext-token"]) as agent:
         assert (await call_info(agent, TOKEN)).hostname
         assert (await first_snapshot(agent, TOKEN)).sequence >= 1
-        for wrong in (None, "wrong", TOKEN[:-1], TOKEN + "x", TOKEN.upper()):
+        for wrong in ("wrong", TOKEN[:-1], TOKEN + "x", TOKEN.upper()):
             for call in (call_info, first_snapshot):
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await call(agent, wrong)
                 assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
                 assert "missing or wrong token" in caught.value.details()
         assert "refused call without a valid token" in agent.log()
+        # Without a token this test is a local user (root): the kernel names its socket's owner.
+        assert (await call_info(agent, None)).hostname
 
 
 async def test_token_from_the_environment(tmp_path):
     env = {**os.environ, "TUIPROF_TOKEN": TOKEN}
     with running_agent(tmp_path, host="127.0.0.2", env=env) as agent:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await call_info(agent, None)
+            await call_info(agent, "not-the-token")
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert (await call_info(agent, TOKEN)).hostname
+
+
+class PeerContext:
+    """The two things CallerIdentifier reads of a call: its peer and its metadata."""
+
+    def __init__(self, peer, metadata=()):
+        self._peer, self._metadata = peer, metadata
+
+    def peer(self):
+        return self._peer
+
+    def invocation_metadata(self):
+        return self._metadata
+
+    async def abort(self, code, details):
+        raise grpc.aio.AbortError(f"{code.name}: {details}")
+
+
+async def test_a_call_without_token_from_another_host_is_refused():
+    """192.0.2.7:40000 is no socket of this host (TEST-NET-1): the kernel knows no local owner."""
+    remote = PeerContext("ipv4:192.0.2.7:40000")
+    with pytest.raises(grpc.aio.AbortError, match="UNAUTHENTICATED: missing or wrong token"):
+        await CallerIdentifier(token_required=True, port=1779).identify(remote)
+    # A loopback-only agent cannot get such a call; if the lookup fails it serves nothing private.
+    caller = await CallerIdentifier(token_required=False, port=1779).identify(remote)
+    assert not caller.admin and caller.uid is None and "192.0.2.7:40000" in caller.reason
+    holder = PeerContext("ipv4:192.0.2.7:40000", (("authorization", f"Bearer {TOKEN}"),))
+    assert (await CallerIdentifier(token_required=True, port=1779).identify(holder)).admin
+
+
+async def test_a_local_caller_is_known_by_its_uid(tmp_path):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            host, client_port = client.getsockname()
+            local = PeerContext(f"ipv4:{host}:{client_port}")
+            caller = await CallerIdentifier(token_required=True, port=port).identify(local)
+    assert caller.uid == os.getuid() and caller.admin == (os.getuid() == 0)
+    assert Caller.local(1000).owns(1000) and not Caller.local(1000).owns(1001)
+    assert not Caller.local(1000).owns(None) and Caller.token_holder().owns(None)
 
 
 class SpyServicer(pb_grpc.AgentServicer):
@@ -89,13 +134,12 @@ async def spy_server():
 async def test_refused_calls_never_reach_the_handler(spy_server):
     spy, target = spy_server
     cases = [
-        (),                                                      # no metadata
         (("authorization", "wrong"),),
         (("authorization", f"Basic {TOKEN}"),),
         (("authorization", f"bearer {TOKEN}"),),                 # the scheme is exact
         (("authorization", f"Bearer {TOKEN} "),),
         (("authorization", f"Bearer {TOKEN}"), ("authorization", f"Bearer {TOKEN}")),  # ambiguous
-        (("x-token", TOKEN),),
+        (("authorization", ""),),
     ]
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.AgentStub(channel)
@@ -115,7 +159,10 @@ async def test_refused_calls_never_reach_the_handler(spy_server):
         assert spy.calls == 0
         reply = await stub.GetInfo(pb.GetInfoRequest(),
                                    metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=5)
-    assert reply.hostname == "spy" and spy.calls == 1
+        assert reply.hostname == "spy" and spy.calls == 1
+        # No token at all: on to the servicer, whose CallerIdentifier serves only local users.
+        assert (await stub.GetInfo(pb.GetInfoRequest(), metadata=(("x-token", TOKEN),), timeout=5)).hostname
+    assert spy.calls == 2
 
 
 

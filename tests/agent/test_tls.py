@@ -55,8 +55,8 @@ async def test_tls_agent_serves_clients_that_trust_its_certificate(tmp_path):
                     await get_info(channel)
                 assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
 
-        # TLS does not replace the token.
-        async with open_channel(agent.address, None, tls_ca=str(cert)) as channel:
+        # TLS does not replace the token: a wrong one is refused.
+        async with open_channel(agent.address, "not-the-token", tls_ca=str(cert)) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await get_info(channel)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED

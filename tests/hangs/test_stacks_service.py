@@ -5,13 +5,17 @@ import asyncio
 import json
 import os
 import signal
+import stat
 import sys
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 
+from agentd.hang.service import IncidentBudget, write_private
+from agentd.hang.stacks import DumpTarget, RankDumper
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.stacks.merge import equivalence_classes, find_suspects
@@ -138,3 +142,88 @@ async def test_the_same_rank_on_two_hosts_is_warned_about(agent_with_ranks):
     warnings = json.loads(out)["warnings"]
     assert len(warnings) == 4
     assert warnings[0].startswith("rank 0 is reported by 2 processes (127.0.0.1")
+
+
+# ---------------------------------------------------------------- bounded cost and pinned targets
+
+
+def test_concurrent_requests_for_a_rank_share_one_dump_and_the_rank_is_then_left_alone(parked, pyspy_binary):
+    proc = parked("all_reduce_wait")
+    dumper = RankDumper(pyspy_binary)
+    target = DumpTarget.pin(proc.pid, 0, None)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: dumper.stacks(target, native=False), range(4)))
+    assert dumper.dumps_run == 1
+    assert all(r.threads and r == results[0] for r in results), [r.error for r in results]
+    again = dumper.stacks(target, native=True)  # within the quiet gap: the last dump, said so
+    assert dumper.dumps_run == 1 and again.threads and "native frames not taken" in again.error
+    deadline = time.monotonic() + 10
+    while dumper.dumps_run == 1:
+        assert time.monotonic() < deadline, "no second dump after the quiet gap"
+        dumper.stacks(target, native=False)
+        time.sleep(0.2)
+
+
+def test_a_pid_that_names_another_process_now_is_not_dumped(parked, pyspy_binary):
+    proc = parked("all_reduce_wait")
+    now = DumpTarget.pin(proc.pid, 0, None)
+    assert now.uid == os.getuid()
+    registered_earlier = DumpTarget(proc.pid, 0, now.uid, now.start_ns - 60 * 1_000_000_000)
+    dumper = RankDumper(pyspy_binary)
+    stacks = dumper.stacks(registered_earlier, native=False)
+    assert not stacks.threads and "newer process" in stacks.error and dumper.dumps_run == 0
+    other_owner = DumpTarget(proc.pid, 0, now.uid + 1, now.start_ns)
+    assert "changed owner" in dumper.stacks(other_owner, native=False).error
+    proc.kill()
+    proc.wait()
+    assert "gone" in dumper.stacks(now, native=False).error and dumper.dumps_run == 0
+
+
+def test_incidents_are_capped_per_owner_and_window():
+    clock = [0.0]
+    budget = IncidentBudget(limit=2, window_s=100, clock=lambda: clock[0])
+    assert budget.allow({1000}) and budget.allow({1000})
+    assert not budget.allow({1000})
+    assert budget.allow({1001})              # another owner has its own budget
+    assert not budget.allow({1000, 1001})    # nothing spent when one owner is out
+    clock[0] = 101
+    assert budget.allow({1000, 1001})
+
+
+def test_incident_files_are_private_and_never_written_through_links(tmp_path):
+    path = write_private(tmp_path / "hangs", "hang-1.json", "{}")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "hangs").stat().st_mode) == 0o700
+    with pytest.raises(FileExistsError):
+        write_private(tmp_path / "hangs", "hang-1.json", "{}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "linked").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        write_private(tmp_path / "linked", "hang-2.json", "{}")
+    (tmp_path / "hangs" / "hang-3.json").symlink_to(elsewhere / "target")
+    with pytest.raises(FileExistsError):
+        write_private(tmp_path / "hangs", "hang-3.json", "{}")
+    assert not list(elsewhere.iterdir())
+
+
+async def test_an_incident_dumps_only_the_hung_job(agent_with_two_jobs, tmp_path):
+    address = agent_with_two_jobs
+    async with open_channel(address) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        snapshot = await stub.Watch(pb.WatchRequest(), timeout=10).read()
+        job_b = sorted(r.pid for r in snapshot.ranks if r.job_id == "b")
+        os.kill(job_b[0], signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    incident = await stub.GetStacks(pb.GetStacksRequest(take_now=False), timeout=30)
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == grpc.StatusCode.NOT_FOUND
+                    assert time.monotonic() < deadline, "no hang incident within 30 s"
+                    await asyncio.sleep(0.2)
+        finally:
+            os.kill(job_b[0], signal.SIGCONT)
+    assert sorted(r.pid for r in incident.ranks) == job_b
