@@ -217,10 +217,12 @@ SEGMENT_NAME = re.compile(
     rf"^{re.escape(SEGMENT_PREFIX)}([0-9]{{1,10}})-([0-9]{{1,10}})({re.escape(INERT_SUFFIX)})?$")
 
 # A writer updates a record in nanoseconds, but it may be preempted mid-update: a few
-# yields, then short sleeps, about 5 ms in all before a record is declared busy.
+# yields, then short sleeps, well under 1 ms in all before a record is declared busy
+# (the caller reads again next interval). Kept short: a hostile segment whose counter
+# stays odd costs this much per read, no more.
 DEF _YIELD_TRIES = 8
-DEF _READ_TRIES = 56
-DEF _BACKOFF_NS = 100000
+DEF _READ_TRIES = 16
+DEF _BACKOFF_NS = 50000
 
 cdef enum RecordState:
     PENDING = 0
@@ -534,7 +536,7 @@ cdef class Segment:
                 f"{self.path} is {st.st_size} bytes, smaller than a tuiprof segment header "
                 f"({sizeof(tp_header)} bytes): truncated or not a segment; delete it if its process is gone")
         cdef tp_header h
-        self._read_plain_header(&h)
+        self._read_plain_header(&h, False)
         if h.magic == 0:
             raise SegmentNotReadyError(f"{self.path}: the writer has not finished creating this segment yet")
         if h.magic != TP_MAGIC:
@@ -584,16 +586,21 @@ cdef class Segment:
                 f"{self.path}: the {what} stayed mid-update through every read (its writer died while "
                 "writing it, or never pauses); read it again later")
 
-    cdef _read_plain_header(self, tp_header *h):
-        """The header's words as they are now (the counters in it are not yet checked)."""
+    cdef _read_plain_header(self, tp_header *h, bint check_size=True):
+        """The header's words as they are now (the counters in it are not yet checked), after
+        checking the file still has a segment's size (it may be truncated at any time)."""
         self._check_open()
-        cdef ssize_t got
+        cdef ssize_t got = -1
+        cdef struct_stat st
         with nogil:
-            got = _pread_full(self.fd, <char *>h, sizeof(tp_header), 0)
+            if c_fstat(self.fd, &st) == 0:
+                got = _pread_full(self.fd, <char *>h, sizeof(tp_header), 0)
         if got < 0:
             raise SegmentError(f"cannot read segment {self.path}: {os.strerror(errno)}")
-        if <size_t>got != sizeof(tp_header):
-            raise self._truncated("header")
+        if <size_t>got != sizeof(tp_header) or check_size and <size_t>st.st_size != sizeof(tp_segment):
+            raise SegmentFormatError(
+                f"{self.path} is {st.st_size} bytes now but a segment is {sizeof(tp_segment)}: truncated "
+                "(or extended) under the reader, no longer a segment")
 
     cdef _read_array(self, size_t base, size_t size, size_t count, char *out, char *state, bint ring,
                      uint64_t first_index, str what):
@@ -619,6 +626,13 @@ cdef class Segment:
                       _text(h.hostname, sizeof(h.hostname)), h.start_ns, h.heartbeat_ns, h.writer_seq, h.flags,
                       h.slots_used, h.ring_head, counters, h.fatal_signal or None,
                       h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None)
+
+    def claimant(self) -> tuple:
+        """``(pid, start_ns)``: the process the header says made the segment, and when. Plain
+        words, written before the magic: readable even when the counters are mid-update."""
+        cdef tp_header h
+        self._read_plain_header(&h)
+        return h.pid, h.start_ns
 
     def heartbeat_ns(self) -> int:
         cdef tp_header h

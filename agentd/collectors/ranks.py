@@ -214,14 +214,14 @@ class RanksCollector(Collector):
         try:
             if (seg.device, seg.inode, seg.owner_uid) != (*candidate.identity[:2], candidate.owner):
                 raise native.SegmentError(f"{candidate.path} was replaced while it was opened")
-            header = seg.header()
-            rank_claims.check_header_pid(candidate, header.pid)
-            alive = rank_claims.live_process(candidate.pid, candidate.uid, header.start_ns, candidate.path)
+            pid, start_ns = seg.claimant()
+            rank_claims.check_header_pid(candidate, pid)
+            alive = rank_claims.live_process(candidate.pid, candidate.uid, start_ns, candidate.path)
         except BaseException:
             seg.close()
             raise
-        rank = _Rank(candidate, seg, header.start_ns)
-        rank.read_ns = header.start_ns  # first rates are since the segment's creation
+        rank = _Rank(candidate, seg, start_ns)
+        rank.read_ns = start_ns  # first rates are since the segment's creation
         if alive is None:
             rank.cpu_counters_reason = (f"CPU counters for pid {candidate.pid} could not be opened: no such process "
                                         "(ESRCH): it exited before the agent found its segment")

@@ -1,0 +1,253 @@
+"""Hostile files in the segment directory, against the ranks collector as the agent runs it (root).
+
+Real files (owned by a real second user where the attack needs one), real processes
+(root's and that user's), a real rank under `tuiprof run` beside every attack: each
+hostile file is refused (skipped, counted per reason, never reported) and the good
+rank is still reported next to it.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from agentd import procfs
+from agentd.collectors import rank_claims
+from agentd.collectors.ranks import RanksCollector
+from agentd.hang.detector import HangDetector, Thresholds
+from agentd.proto import tuiprof_agent_pb2 as pb
+from native.segment_forge import forged, plant, recorded_segment
+from native.support import segment_path, tuiprof_run
+from tuiprof_native import segment
+
+HOSTILE = "tuiprof-hostile"
+GOOD_RANK = ("import ctypes, os, sys; lib = ctypes.CDLL(os.environ['TUIPROF_HOOK_LIBRARY']); "
+             "lib.tuiprof_record_step(); print('ready', flush=True); sys.stdin.readline()")
+
+
+@pytest.fixture(scope="module")
+def hostile() -> tuple[int, int]:
+    """(uid, gid) of a real unprivileged user, created when missing."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the agent runs as root, and the attacks need files and processes of a second user")
+    try:
+        entry = pwd.getpwnam(HOSTILE)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", HOSTILE], check=True)
+        entry = pwd.getpwnam(HOSTILE)
+    return entry.pw_uid, entry.pw_gid
+
+
+@pytest.fixture(scope="module")
+def valid_bytes() -> bytes:
+    return recorded_segment()
+
+
+@pytest.fixture(scope="module")
+def good_rank() -> Iterator[subprocess.Popen]:
+    """A live rank under `tuiprof run` (root's), waiting on stdin."""
+    proc = tuiprof_run(sys.executable, "-c", GOOD_RANK, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.communicate("\n", timeout=10)
+    segment_path(proc.pid).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def shm_dir(good_rank) -> Iterator[pathlib.Path]:
+    """A segment directory on /dev/shm's tmpfs holding the good rank's segment (a hard link)."""
+    path = pathlib.Path(tempfile.mkdtemp(dir=segment.SEGMENT_DIR))
+    os.link(segment_path(good_rank.pid), path / segment_path(good_rank.pid).name)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.fixture
+def processes() -> Iterator[callable]:
+    """Start `sleep` processes (as root, or as another user with setpriv); all killed at the end."""
+    started: list[subprocess.Popen] = []
+
+    def start(user: tuple[int, int] | None = None) -> subprocess.Popen:
+        prefix = [] if user is None else ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups"]
+        proc = subprocess.Popen([*prefix, "sleep", "300"])
+        started.append(proc)
+        deadline = time.monotonic() + 10  # setpriv execs sleep: wait until the pid runs as that user
+        while procfs.real_uid(proc.pid) != (0 if user is None else user[0]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def collector(shm_dir) -> Iterator[RanksCollector]:
+    ranks = RanksCollector(0.1, directory=str(shm_dir), exited_keep_seconds=60)
+    yield ranks
+    ranks.close()
+
+
+def reported(collector: RanksCollector) -> dict[int, pb.RankStats]:
+    collector.collect()
+    snapshot = pb.HostSnapshot()
+    collector.fill(snapshot)
+    return {r.pid: r for r in snapshot.ranks}
+
+
+def test_a_copy_claiming_roots_process_is_refused(collector, shm_dir, good_rank, valid_bytes, hostile, processes):
+    root_process = processes()
+    mine = processes(hostile)
+    # the attack of issue 10: the user's own name, the header pointing at root's process
+    plant(shm_dir, f"tuiprof-{hostile[0]}-{root_process.pid}", forged(valid_bytes, root_process.pid), hostile)
+    # ... named as root's segment, but owned by the user
+    plant(shm_dir, f"tuiprof-0-{root_process.pid}", forged(valid_bytes, root_process.pid), hostile)
+    # ... the user's own live process in the name, root's pid in the header
+    plant(shm_dir, f"tuiprof-{hostile[0]}-{mine.pid}", forged(valid_bytes, root_process.pid), hostile)
+    ranks = reported(collector)
+    assert set(ranks) == {good_rank.pid}  # root's process is not a rank: GetStacks cannot reach it
+    assert collector.refused() == {rank_claims.PROCESS_UID: 1, rank_claims.OWNER: 1, rank_claims.HEADER_PID: 1}
+    assert ranks[good_rank.pid].state == "running" and ranks[good_rank.pid].step_count == 1
+
+
+def test_the_users_own_process_is_a_rank(collector, shm_dir, good_rank, valid_bytes, hostile, processes):
+    mine = processes(hostile)
+    plant(shm_dir, f"tuiprof-{hostile[0]}-{mine.pid}", forged(valid_bytes, mine.pid), hostile)
+    ranks = reported(collector)
+    assert set(ranks) == {good_rank.pid, mine.pid} and collector.refused() == {}
+    assert ranks[mine.pid].state == "running"
+
+
+def test_a_process_started_after_the_segment_is_not_its_writer(collector, shm_dir, good_rank, valid_bytes,
+                                                              processes):
+    later = processes()  # a pid reused by a process born after the segment claims to have started
+    plant(shm_dir, f"tuiprof-0-{later.pid}", forged(valid_bytes, later.pid, start_ns=time.time_ns() - 3600 * 10**9))
+    ranks = reported(collector)
+    assert ranks[later.pid].state == "exited"  # the claim is about a process that is gone: never a target
+    assert not ranks[later.pid].HasField("pmu") and "ESRCH" in ranks[later.pid].unavailable["pmu"]
+    assert good_rank.pid in ranks
+
+
+def test_a_fifo_or_a_link_cannot_block_or_redirect_the_collector(collector, shm_dir, good_rank, hostile):
+    fifo = shm_dir / f"tuiprof-{hostile[0]}-77"
+    os.mkfifo(fifo)
+    os.chown(fifo, *hostile)
+    (shm_dir / "tuiprof-0-78").symlink_to(segment_path(good_rank.pid))
+    done = threading.Event()
+    result: dict[int, pb.RankStats] = {}
+    worker = threading.Thread(target=lambda: (result.update(reported(collector)), done.set()), daemon=True)
+    worker.start()
+    assert done.wait(timeout=10), "the collector blocked on the FIFO"
+    assert set(result) == {good_rank.pid}
+    assert collector.refused() == {rank_claims.NOT_REGULAR: 2}
+
+
+def test_numbers_out_of_range_in_names_are_refused(collector, shm_dir, good_rank, valid_bytes):
+    for name in (f"tuiprof-0-{2**32 + 1}", f"tuiprof-0-{procfs.pid_max()}", f"tuiprof-{2**40}-5",
+                 f"tuiprof-0-{10**30}.inert"):
+        plant(shm_dir, name, valid_bytes)
+    assert set(reported(collector)) == {good_rank.pid}
+    assert collector.refused() == {rank_claims.BAD_NAME: 4}
+
+
+def test_a_segment_truncated_between_ticks(collector, shm_dir, good_rank, valid_bytes, processes):
+    target = processes()
+    path = plant(shm_dir, f"tuiprof-0-{target.pid}", forged(valid_bytes, target.pid))
+    assert set(reported(collector)) == {good_rank.pid, target.pid}
+    os.truncate(path, len(valid_bytes) // 2)  # while the collector holds it open
+    ranks = reported(collector)
+    assert set(ranks) == {good_rank.pid} and collector.refused() == {rank_claims.UNREADABLE: 1}
+    os.truncate(path, 100)
+    assert set(reported(collector)) == {good_rank.pid}
+
+
+TRUNCATED_UNDER_THE_READER = textwrap.dedent("""
+    import sys, time
+    from agentd.collectors.ranks import RanksCollector
+    collector = RanksCollector(0.1, directory=sys.argv[1])
+    ticks, deadline = 0, time.monotonic() + 3
+    while time.monotonic() < deadline:
+        collector.collect()
+        ticks += 1
+    print(ticks, flush=True)
+""")
+
+
+def test_truncation_while_the_collector_reads_never_kills_it(shm_dir, valid_bytes, processes):
+    """The agent's own process reads while the file shrinks and grows under it: no SIGBUS."""
+    target = processes()
+    path = plant(shm_dir, f"tuiprof-0-{target.pid}", forged(valid_bytes, target.pid))
+    agent = subprocess.Popen([sys.executable, "-c", TRUNCATED_UNDER_THE_READER, str(shm_dir)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    flips = 0
+    while agent.poll() is None:
+        os.truncate(path, 4096 if flips % 2 == 0 else len(valid_bytes))
+        flips += 1
+        time.sleep(0.0005)
+    out, err = agent.communicate(timeout=30)
+    assert agent.returncode == 0, f"collector died with {agent.returncode}: {err[-2000:]}"
+    assert int(out) > 10 and flips > 100
+
+
+def test_an_odd_sequence_left_by_a_dead_writer(collector, shm_dir, good_rank, valid_bytes, processes):
+    dead = processes()
+    dead.kill()
+    dead.wait(timeout=10)
+    live = processes()
+    plant(shm_dir, f"tuiprof-0-{dead.pid}", forged(valid_bytes, dead.pid, counters_seq=7))
+    stuck = plant(shm_dir, f"tuiprof-0-{live.pid}", forged(valid_bytes, live.pid, counters_seq=7))
+    started = time.monotonic()
+    ranks = reported(collector)
+    assert time.monotonic() - started < 2, "a record stuck mid-update must cost a bounded wait"
+    assert good_rank.pid in ranks and live.pid not in ranks  # unreadable this interval, not an error for all
+    assert ranks[dead.pid].state == "exited"
+    assert "died while writing its segment" in ranks[dead.pid].unavailable["exit_code"]
+    stuck.write_bytes(forged(valid_bytes, live.pid, counters_seq=2))  # the writer finished its update
+    assert reported(collector)[live.pid].state == "running"
+
+
+def test_a_blank_exception_file_is_no_exception(collector, shm_dir, good_rank):
+    name = segment_path(good_rank.pid).name
+    (shm_dir / f"{name}{segment.EXCEPTION_SUFFIX}").write_text(" \n\t\n")
+    rank = reported(collector)[good_rank.pid]
+    assert rank.exception == ""
+    exited = pb.RankStats(pid=good_rank.pid, rank=0, state="exited", exception=rank.exception)
+    detector = HangDetector(Thresholds(1.0, 2.0), state_of=lambda pid: procfs.GONE)
+    assert detector.observe([exited]).ranks[0].explanation  # the detector judges it (a blank text crashed it)
+
+
+def test_two_thousand_sparse_segments_cost_bounded_work(collector, shm_dir, good_rank, valid_bytes, hostile):
+    baseline_fds = None
+    reported(collector)
+    baseline_fds = len(os.listdir("/proc/self/fd"))
+    header = valid_bytes[:segment.HEADER_SIZE]
+    for n in range(2000):  # sparse: a header at most, the rest a hole; half never finished, half lying
+        path = shm_dir / f"tuiprof-{hostile[0]}-{n + 2}"
+        with open(path, "wb") as f:
+            if n % 2:
+                f.write(forged(header, pid=1))
+            f.truncate(segment.SEGMENT_SIZE)
+        os.chown(path, *hostile)
+    reported(collector)  # the first look opens the files each owner may have considered
+    cpu = time.process_time()
+    for _ in range(5):
+        ranks = reported(collector)
+    per_tick = (time.process_time() - cpu) / 5
+    assert set(ranks) == {good_rank.pid}
+    assert len(os.listdir("/proc/self/fd")) == baseline_fds  # no fd kept for a file not believed
+    refused = collector.refused()
+    assert refused[rank_claims.OVER_CAP] == 2000 - rank_claims.MAX_FILES_PER_OWNER
+    assert refused[rank_claims.HEADER_PID] == rank_claims.MAX_FILES_PER_OWNER // 2
+    assert per_tick < 0.25, f"{per_tick * 1000:.0f} ms of CPU per interval with 2000 hostile files"
