@@ -58,6 +58,7 @@ void tp_queue_free(tp_queue *q);
 void tp_queue_reset(tp_queue *q);          /* fork child only: no other thread exists */
 int tp_queue_push(tp_queue *q, const void *elem);  /* 0 when full */
 int tp_queue_pop(tp_queue *q, void *elem);         /* 0 when empty */
+int tp_queue_empty(tp_queue *q);                   /* a hint: nothing pushed and not yet popped */
 
 /* ---- records produced by hooks, consumed by the writer ----------------- */
 enum tp_record_type {

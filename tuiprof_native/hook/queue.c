@@ -97,3 +97,9 @@ int tp_queue_pop(tp_queue *q, void *elem)
         }
     }
 }
+
+int tp_queue_empty(tp_queue *q)
+{
+    uint64_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
+    return atomic_load_explicit(&q->head, memory_order_acquire) == tail;
+}

@@ -9,12 +9,15 @@
  * pass-through; the first two say why on stderr and in a note for the agent
  * (shm_files.c). */
 #define _GNU_SOURCE
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hook_internal.h"
 
@@ -24,9 +27,11 @@
 #define NCCL_OUTSTANDING 4096u
 #define BUSY_SLEEP_NS 100000L /* GEMMs to poll or collectives in flight */
 /* Nothing to do: sleep 1 ms, then twice as long each time up to 50 ms, and
- * back to 1 ms once work comes.  50 ms bounds the heartbeat's age and how
- * late an idle writer sees the first record of new work; an idle rank wakes
- * 20 times a second instead of 1000 (bench/native_idle.md). */
+ * back to 1 ms once work comes.  An idle rank's writer wakes 20 times a
+ * second instead of 1000 (bench/native_idle.md); 50 ms bounds the heartbeat's
+ * age.  A writer asleep longer than 1 ms is "parked" on a futex, and the
+ * first record submitted wakes it, so a burst after a quiet spell finds it
+ * draining the queue instead of overflowing it. */
 #define IDLE_SLEEP_MIN_NS 1000000L
 #define IDLE_SLEEP_MAX_NS 50000000L
 #define SWEEP_EVERY_NS 10000000ULL
@@ -37,6 +42,7 @@ static _Atomic int g_state;
 static _Atomic uint32_t g_flags;
 static _Atomic uint64_t g_drops;
 static _Atomic int g_flush_request, g_drained, g_stop;
+static _Atomic uint32_t g_parked; /* 1 while the writer sleeps on it (futex word) */
 static tp_queue *g_records;
 static pthread_t g_thread;
 
@@ -62,9 +68,21 @@ void tp_set_flag(uint32_t flag) { atomic_fetch_or(&g_flags, flag); }
 
 void tp_count_drop(void) { atomic_fetch_add_explicit(&g_drops, 1, memory_order_relaxed); }
 
+/* Wake a parked writer.  Producers pay one relaxed load while it is awake;
+ * a wake-up lost to a race costs at most one back-off sleep. */
+static void wake_writer(void)
+{
+    if (TP_UNLIKELY(atomic_load_explicit(&g_parked, memory_order_relaxed)) && atomic_exchange(&g_parked, 0))
+        syscall(SYS_futex, &g_parked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 void tp_submit(const tp_record *r)
 {
-    if (!g_records || !tp_queue_push(g_records, r)) tp_count_drop();
+    if (!g_records || !tp_queue_push(g_records, r)) {
+        tp_count_drop();
+        return;
+    }
+    wake_writer();
 }
 
 /* ---- writer ------------------------------------------------------------ */
@@ -282,6 +300,19 @@ static long sleep_after(int work, long *idle_ns)
     return ns;
 }
 
+static void writer_sleep(long ns)
+{
+    struct timespec ts = {0, ns};
+    if (ns <= IDLE_SLEEP_MIN_NS) {
+        nanosleep(&ts, NULL);
+        return;
+    }
+    atomic_store(&g_parked, 1);
+    if (tp_queue_empty(g_records) && !atomic_load(&g_stop))
+        syscall(SYS_futex, &g_parked, FUTEX_WAIT_PRIVATE, 1, &ts, NULL, 0); /* returns at once once woken */
+    atomic_store(&g_parked, 0);
+}
+
 static void *writer_main(void *arg)
 {
     (void)arg;
@@ -309,10 +340,7 @@ static void *writer_main(void *arg)
         tp_segment_heartbeat();
         if (flush && work == 0 && !gemms_pending()) atomic_store(&g_drained, flush);
         long sleep_ns = sleep_after(work, &idle_ns);
-        if (sleep_ns) {
-            struct timespec ts = {0, sleep_ns};
-            nanosleep(&ts, NULL);
-        }
+        if (sleep_ns) writer_sleep(sleep_ns);
     }
     return NULL;
 }
@@ -385,6 +413,7 @@ TP_EXPORT int tuiprof_flush(int timeout_ms)
     if (!tp_is_running()) return 0;
     int token = atomic_fetch_add(&g_flush_request, 1) + 1;
     atomic_store(&g_flush_request, token);
+    wake_writer();
     for (int waited = 0; waited < timeout_ms * 10; waited++) {
         if (atomic_load(&g_drained) >= token) return 1;
         struct timespec ts = {0, 100000L};
@@ -402,6 +431,7 @@ static void fork_child(void)
     atomic_store(&g_drained, 0);
     atomic_store(&g_drops, 0);
     atomic_store(&g_flags, 0);
+    atomic_store(&g_parked, 0);
     tp_segment_detach();
     free_writer_tables();
     g_stream_count = 0, g_outstanding_count = 0, g_inflight_published = 0, g_inflight_dirty = 0;
@@ -418,6 +448,7 @@ __attribute__((destructor)) static void on_unload(void)
     tp_set_flag(TP_FLAG_EXITED);
     tuiprof_flush(1000);
     atomic_store(&g_stop, 1);
+    wake_writer();
     /* Bounded: a writer stuck in a CUDA call during driver shutdown must not keep the
      * training process from exiting; the exit takes the thread with it. */
     struct timespec deadline;
