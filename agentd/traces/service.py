@@ -90,7 +90,7 @@ class CaptureService:
         """The service for ``agent``: its IPC endpoint runs (and closes) with the agent's collectors."""
         registry = Registry()
         service = cls(config.trace_dir, agent.hostname, registry)
-        collector = KinetoCollector(config.interval_seconds, registry, os.environ.get(SOCKET_DIR_ENV))
+        collector = KinetoCollector(config.interval_seconds, registry, config.kineto_socket_dir or os.environ.get(SOCKET_DIR_ENV))
         if config.dynolog_rpc_port is not None:
             collector.serve_rpc(_bind_rpc(config, registry, service.trace_dir))
         agent.runners.append(CollectorRunner(collector))
