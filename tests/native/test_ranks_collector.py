@@ -17,6 +17,18 @@ from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.support import segment_path, tuiprof_run, watch_rank
 from testkit.agents import running_agent
+from tuiprof_native import segment
+
+
+def test_mean_step_time_from_the_hooks_counters():
+    def counters(steps: int, total_ns: int) -> segment.Counters:
+        return segment.Counters(steps, total_ns, *[0] * 12)
+
+    assert rank_rates.mean_step_seconds(counters(1, 0), None) is None  # the first step closes no interval
+    assert rank_rates.mean_step_seconds(counters(3, 4_000_000_000), None) == pytest.approx(2.0)
+    assert rank_rates.mean_step_seconds(counters(5, 7_000_000_000), counters(3, 4_000_000_000)) == pytest.approx(1.5)
+    assert rank_rates.mean_step_seconds(counters(5, 7_000_000_000), counters(5, 7_000_000_000)) is None
+    assert rank_rates.mean_step_seconds(counters(6, 1), counters(5, 7_000_000_000)) is None  # went backwards
 
 
 def test_busbw_factors_are_nccl_tests():
@@ -69,6 +81,16 @@ async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_
         inflight = {op.kind: op for op in rank.inflight}
         assert inflight["nccl"].op == "AllReduce" and inflight["nccl"].sequence == 3
         assert inflight["gemm"].age_seconds > 0
+        # the hook's account of itself: timing it has, and what is launched and not finished (the job is
+        # stopped at READY, so the segment read now says what the agent read)
+        assert (rank.hook.cuda_timing, rank.hook.nccl_plugin, rank.hook.nccl_gpu_timers) == (True, True, True)
+        with segment.Segment(segment_path(pid)) as seg:
+            pending = sum(entry.pending for entry in seg.inflight())
+            counters = seg.header().counters
+        assert rank.hook.pending == pending >= 2
+        assert (rank.hook.gemm_untimed_total, rank.hook.dropped_records_total) == (counters.gemm_untimed,
+                                                                                   counters.dropped_records)
+        assert rank.hook.inactive_reason == ""
         with urllib.request.urlopen(f"{agent.metrics_url}/metrics", timeout=10) as response:
             text = response.read().decode()
         lines = [line for line in text.splitlines() if f'pid="{pid}"' in line]

@@ -8,6 +8,7 @@ rank is still reported next to it.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import pwd
@@ -18,7 +19,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -28,7 +29,7 @@ from agentd.collectors.ranks import RanksCollector
 from agentd.hang.detector import HangDetector, Thresholds
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.segment_forge import forged, plant, recorded_segment
-from native.support import segment_path, tuiprof_run
+from native.support import segment_path, tuiprof_run, tuiprof_run_argv
 from tuiprof_native import segment
 
 HOSTILE = "tuiprof-hostile"
@@ -74,7 +75,7 @@ def shm_dir(good_rank) -> Iterator[pathlib.Path]:
 
 
 @pytest.fixture
-def processes() -> Iterator[callable]:
+def processes() -> Iterator[Callable[..., subprocess.Popen]]:
     """Start `sleep` processes (as root, or as another user with setpriv); all killed at the end."""
     started: list[subprocess.Popen] = []
 
@@ -251,3 +252,72 @@ def test_two_thousand_sparse_segments_cost_bounded_work(collector, shm_dir, good
     assert refused[rank_claims.OVER_CAP] == 2000 - rank_claims.MAX_FILES_PER_OWNER
     assert refused[rank_claims.HEADER_PID] == rank_claims.MAX_FILES_PER_OWNER // 2
     assert per_tick < 0.25, f"{per_tick * 1000:.0f} ms of CPU per interval with 2000 hostile files"
+
+
+def test_inert_hook_notes_are_claims_too(collector, shm_dir, good_rank, hostile, processes):
+    quiet = processes()
+    gone = processes()
+    gone.kill()
+    gone.wait(timeout=10)
+    plant(shm_dir, f"tuiprof-0-{quiet.pid}{segment.INERT_SUFFIX}", b"a file is in the way at the segment path\n")
+    stale = plant(shm_dir, f"tuiprof-0-{gone.pid}{segment.INERT_SUFFIX}", b"shared memory full\n")
+    plant(shm_dir, f"tuiprof-0-{good_rank.pid + 1}{segment.INERT_SUFFIX}", b"lies\n", hostile)
+    ranks = reported(collector)
+    assert set(ranks) == {good_rank.pid, quiet.pid}
+    assert ranks[quiet.pid].hook.inactive_reason == "a file is in the way at the segment path"
+    assert ranks[quiet.pid].state == "running"
+    assert "inert" in ranks[quiet.pid].unavailable["step_time_seconds"]
+    assert not stale.exists()  # its process is gone: the note means nothing any more
+    assert collector.refused() == {rank_claims.OWNER: 1}
+    assert ranks[good_rank.pid].hook.inactive_reason == "" and ranks[good_rank.pid].hook.pending == 0
+
+
+# Inside `unshare --mount --fork`: a 64 KiB tmpfs on /dev/shm (filled to the last byte when
+# asked), the stand-in job under `tuiprof run` (its hook stays inert), and the ranks
+# collector as the agent runs it, before and after the job ends.
+INERT_JOB = textwrap.dedent("""
+    import json, os, subprocess, sys
+    from agentd.collectors.ranks import RanksCollector
+    from agentd.proto import tuiprof_agent_pb2 as pb
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", "/dev/shm"], check=True)
+    if sys.argv[1] == "fill":
+        fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"x" * 4096)
+        except OSError:
+            os.close(fd)
+    job = subprocess.Popen(sys.argv[2:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True)
+    while job.stdout.readline().strip() != "READY":
+        pass
+    collector = RanksCollector(0.1)
+    collector.collect()
+    snapshot = pb.HostSnapshot()
+    collector.fill(snapshot)
+    ranks = [[r.pid, r.state, r.hook.inactive_reason] for r in snapshot.ranks]
+    job.communicate("\\n", timeout=60)
+    collector.collect()
+    print(json.dumps({"pid": job.pid, "ranks": ranks, "left": sorted(os.listdir("/dev/shm"))}))
+""")
+
+
+@pytest.mark.parametrize("fill", [False, True], ids=["note-with-reason", "empty-note"])
+def test_a_job_whose_hook_stayed_inert_is_reported_with_the_reason(standins, fill):
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("mounting a small tmpfs on /dev/shm needs root and unshare(1)")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_USE_DAEMON"}
+    done = subprocess.run(["unshare", "--mount", "--fork", sys.executable, "-c", INERT_JOB,
+                           "fill" if fill else "room",
+                           *tuiprof_run_argv(str(standins / "driver"), str(standins / "libworkload.so"))],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    ((pid, state, reason),) = run["ranks"]
+    assert (pid, state) == (run["pid"], "running")
+    if fill:  # the hook could not even write its reason: the agent works it out
+        assert reason.startswith("the hook could not create its segment (")
+        assert reason.endswith(" MiB): /dev/shm has 0 B free of 64 KiB")
+    else:
+        assert reason.startswith("shared memory full: posix_fallocate of ")
+    assert run["left"] == (["filler"] if fill else [])  # the note went with its process
