@@ -33,7 +33,10 @@
 #define TP_EXCEPTION_SUFFIX ".exception"
 #define TP_FLIGHT_SUFFIX ".flight"
 /* Written by the hook instead of a segment when it has to stay inert (shared
- * memory full, a file in the way): one line saying why, read by the agent. */
+ * memory full, a file in the way), created O_EXCL|O_NOFOLLOW, mode 0600: one
+ * line saying why, ending in '\n' -- or empty when not even one page of
+ * shared memory was left for the line (statvfs of the directory tells why).
+ * Read and removed by the agent once the process is gone. */
 #define TP_INERT_SUFFIX ".inert"
 
 #define TP_MAX_SLOTS 512u      /* aggregate slots; the last one collects overflow */
