@@ -1,0 +1,117 @@
+"""What a user inside the test namespace does to the agent; one JSON document on stdout.
+
+Run as root or as the hostile user (tests/testkit/namespaces.py), e.g.
+
+    python tests/hostile/client.py --port 1779 stacks --pids 123
+    python tests/hostile/client.py --port 1779 snapshot --rank-pid 123 --with-exception
+
+gRPC errors are part of the answer (``{"code": "PERMISSION_DENIED", "details": ...}``),
+so a test asserts on a refusal the same way as on a reply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import time
+
+import grpc
+from google.protobuf import json_format
+
+from agentd import peer
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+
+
+def _call(function, *args, **kwargs) -> dict:
+    try:
+        reply = function(*args, **kwargs)
+    except grpc.RpcError as exc:
+        return {"code": exc.code().name, "details": exc.details()}
+    return {"code": "OK", "reply": json_format.MessageToDict(reply)}
+
+
+def info(stub, args) -> dict:
+    return _call(stub.GetInfo, pb.GetInfoRequest(), timeout=args.timeout)
+
+
+def snapshot(stub, args) -> dict:
+    """The first snapshot listing ``--rank-pid`` (with a non-empty exception if asked, as root sees it)."""
+    deadline = time.monotonic() + args.timeout
+    try:
+        for snap in stub.Watch(pb.WatchRequest(), timeout=args.timeout):
+            ranks = [r for r in snap.ranks if r.pid == args.rank_pid]
+            if ranks and (not args.with_exception or ranks[0].exception):
+                return {"code": "OK", "reply": json_format.MessageToDict(snap)}
+            if time.monotonic() > deadline:
+                break
+    except grpc.RpcError as exc:
+        return {"code": exc.code().name, "details": exc.details()}
+    return {"code": "NOT_SEEN", "details": f"no snapshot with rank pid {args.rank_pid}"}
+
+
+def stacks(stub, args) -> dict:
+    request = pb.GetStacksRequest(take_now=not args.incident, native=args.native, pids=args.pids)
+    return _call(stub.GetStacks, request, timeout=args.timeout)
+
+
+def many_pids(stub, args) -> dict:
+    """``--requests`` GetStacks calls, each naming ``--count`` pids; the codes seen."""
+    codes: dict[str, int] = {}
+    request = pb.GetStacksRequest(take_now=True, pids=range(1, args.count + 1))
+    for _ in range(args.requests):
+        code = _call(stub.GetStacks, request, timeout=args.timeout)["code"]
+        codes[code] = codes.get(code, 0) + 1
+    return {"code": "OK", "codes": codes}
+
+
+def healthz(_stub, args) -> dict:
+    started = time.monotonic()
+    connection = http.client.HTTPConnection("127.0.0.1", args.metrics_port, timeout=args.timeout)
+    try:
+        connection.request("GET", "/healthz")
+        status = connection.getresponse().status
+    except OSError as exc:
+        return {"code": "UNAVAILABLE", "details": str(exc)}
+    finally:
+        connection.close()
+    return {"code": "OK", "status": status, "seconds": time.monotonic() - started}
+
+
+def listener_owner(_stub, args) -> dict:
+    return {"code": "OK", "uid": peer.tcp_socket_uid(("127.0.0.1", args.port), None)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--timeout", type=float, default=20.0)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("info")
+    snap = commands.add_parser("snapshot")
+    snap.add_argument("--rank-pid", type=int, required=True)
+    snap.add_argument("--with-exception", action="store_true")
+    stack = commands.add_parser("stacks")
+    stack.add_argument("--pids", type=int, nargs="*", default=[])
+    stack.add_argument("--native", action="store_true")
+    stack.add_argument("--incident", action="store_true")
+    many = commands.add_parser("many-pids")
+    many.add_argument("--count", type=int, required=True)
+    many.add_argument("--requests", type=int, default=1)
+    health = commands.add_parser("healthz")
+    health.add_argument("--metrics-port", type=int, required=True)
+    commands.add_parser("listener-owner")
+    args = parser.parse_args()
+    actions = {"info": info, "snapshot": snapshot, "stacks": stacks, "many-pids": many_pids,
+               "healthz": healthz, "listener-owner": listener_owner}
+    with grpc.insecure_channel(f"127.0.0.1:{args.port}",
+                               options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
+        result = actions[args.command](pb_grpc.AgentStub(channel), args)
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""A private mount + network namespace with its own small /dev/shm, and a second real user.
+
+    with Namespace.create() as ns:
+        agent = ns.popen([AGENTD, "--port", "1779", ...])          # root, inside
+        ns.run([PYTHON, "client.py", "info"], user=hostile)       # the other user, inside
+
+Everything that must see the namespace's loopback and /dev/shm runs through
+``nsenter -t <holder> -m -n`` (and ``setpriv`` for the other user), which exec
+the command: a ``Popen``'s pid is the command's own pid. Needs root (unshare,
+mount, nsenter, setpriv from util-linux; ip from iproute2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pathlib
+import pwd
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+
+HOSTILE_USER = "tuiprof-hostile"
+SHM_SIZE = "8m"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+VENV_BIN = pathlib.Path(sys.executable).parent
+TOOLS = ("unshare", "nsenter", "setpriv", "ip", "mount")
+
+
+@dataclasses.dataclass(frozen=True)
+class User:
+    """A real unprivileged account (from the password database)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def lookup(cls, name: str) -> "User":
+        entry = pwd.getpwnam(name)
+        return cls(name, entry.pw_uid, entry.pw_gid)
+
+    def become(self) -> list[str]:
+        """The argv prefix that runs a command as this user with no supplementary groups."""
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--"]
+
+
+def unavailable_reason(user_name: str = HOSTILE_USER) -> str | None:
+    """Why the hostile tests cannot run here (None: they can)."""
+    if os.geteuid() != 0:
+        return "needs root: the hostile-user tests run the agent as root and attacks as a second real user"
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"needs {', '.join(missing)} (util-linux, iproute2)"
+    try:
+        pwd.getpwnam(user_name)
+    except KeyError:
+        return (f"no user {user_name!r}: tests/run.sh creates it as root "
+                f"(useradd -M -s /usr/sbin/nologin {user_name})")
+    return None
+
+
+@dataclasses.dataclass
+class Namespace:
+    """Mount + network namespaces held by a sleeping process; loopback up, private /dev/shm."""
+
+    holder: subprocess.Popen[bytes]
+
+    @classmethod
+    @contextlib.contextmanager
+    def create(cls) -> Iterator["Namespace"]:
+        setup = (f"ip link set lo up && mount -t tmpfs -o size={SHM_SIZE},mode=1777 tmpfs /dev/shm "
+                 "&& echo ready && exec sleep infinity")
+        holder = subprocess.Popen(["unshare", "--mount", "--net", "--propagation", "private", "--",
+                                   "sh", "-c", setup], stdout=subprocess.PIPE)
+        try:
+            assert holder.stdout is not None
+            line = holder.stdout.readline()
+            if line.strip() != b"ready":
+                raise RuntimeError(f"namespace setup failed (exit {holder.wait(10)})")
+            yield cls(holder)
+        finally:
+            holder.kill()
+            holder.wait(10)
+
+    def argv(self, command: Sequence[str], user: User | None = None) -> list[str]:
+        prefix = ["nsenter", "-t", str(self.holder.pid), "-m", "-n", "--"]
+        if user is not None:
+            prefix += user.become()
+        return prefix + [str(part) for part in command]
+
+    def env(self, user: User | None) -> dict[str, str]:
+        """This process's environment, with a HOME the user can use and no token."""
+        env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
+        if user is not None:
+            env["HOME"] = "/tmp"
+        return env
+
+    def popen(self, command: Sequence[str], user: User | None = None, **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("env", self.env(user))
+        return subprocess.Popen(self.argv(command, user), cwd=REPO, **kwargs)
+
+    def run(self, command: Sequence[str], user: User | None = None, timeout: float = 60,
+            **kwargs) -> subprocess.CompletedProcess[str]:
+        kwargs.setdefault("env", self.env(user))
+        return subprocess.run(self.argv(command, user), cwd=REPO, capture_output=True, text=True,
+                              timeout=timeout, **kwargs)
