@@ -48,8 +48,20 @@ async def test_stacks_screen_takes_merges_jumps_toggles_and_exports(agent_with_r
         await pilot.press("l")
         assert screen.lines and "stuck_in_loader.py:5" in str(screen.query_one("#stacks-classes", Static).render())
 
-        await pilot.press("n")  # native frames were not taken: this takes them again
-        await wait_for(lambda: screen._taken_native)
+        # Native frames were not taken: n takes stacks again. The agent leaves a rank it has
+        # just dumped alone for a while (py-spy stops the process) and serves the Python-only
+        # dump again, saying so; the screen shows why and r takes them once the pause is over.
+        taken = screen.report
+        await pilot.press("n")
+        await wait_for(lambda: screen.report is not taken)
+        for _ in range(30):
+            if screen._taken_native:
+                break
+            assert "native frames not taken" in str(screen.query_one("#stacks-status", Static).render())
+            await asyncio.sleep(1.0)
+            taken = screen.report
+            await pilot.press("r")
+            await wait_for(lambda: screen.report is not taken)
         await pilot.pause()
         assert any(f.native for c in screen.report.classes for f in c.frames)
 

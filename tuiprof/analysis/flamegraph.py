@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from agentd.stacks import ranksets
 from agentd.stacks.merge import MergedStacks, Node
+from tuiprof.analysis.stacks_report import frame_of
 
 FRAME_HEIGHT = 18
 FONT_SIZE = 12
@@ -68,7 +69,7 @@ def _layout(merged: MergedStacks, root: Node, depth: int, x: float, scale: float
         node, level, left = pending.pop()
         for child in node.sorted_children():
             span = child.ranks.bit_count() * scale
-            boxes.append((level, left, span, child.frame.label(), child.ranks, merged.missing(child)))
+            boxes.append((level, left, span, frame_of(child).label(), child.ranks, merged.missing(child)))
             pending.append((child, level + 1, left))
             left += span
 

@@ -7,12 +7,14 @@ console's export keys, so they never disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.stacks import ranksets
 from agentd.stacks.collectives import behind, findings
 from agentd.stacks.merge import (
     EquivalenceClass,
+    Frame,
     MergedStacks,
     Node,
     Suspect,
@@ -23,6 +25,13 @@ from agentd.stacks.merge import (
 )
 from agentd.stacks.wire import collectives_from_ranks, tree_from_proto
 from tuiprof.model.stacks import HostStacks
+
+
+def frame_of(node: Node) -> Frame:
+    """The frame of a node below a thread group's root (only roots are frame-less)."""
+    if node.frame is None:
+        raise ValueError("a thread group's root has no frame")
+    return node.frame
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def report_json(report: StacksReport) -> dict:
 
 
 def _node_json(merged: MergedStacks, root: Node, thread: str) -> dict:
-    top = {"thread": thread}
+    top: dict[str, Any] = {"thread": thread}
     pending = [(root, top)]
     while pending:
         node, out = pending.pop()
@@ -109,7 +118,8 @@ def _node_json(merged: MergedStacks, root: Node, thread: str) -> dict:
             count=node.ranks.bit_count(),
             missing=ranksets.fold(merged.missing(node)),
         )
-        children = out["children"] = []
+        children: list[dict[str, Any]] = []
+        out["children"] = children
         for child in node.sorted_children():
             children.append({})
             pending.append((child, children[-1]))
@@ -126,7 +136,7 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
         while pending:
             node, indent, last = pending.pop()
             missing = report.merged.missing(node)
-            text = f"{indent}{'└─ ' if last else '├─ '}{node.frame.label()}  [{ranksets.fold_short(node.ranks)}]"
+            text = f"{indent}{'└─ ' if last else '├─ '}{frame_of(node).label()}  [{ranksets.fold_short(node.ranks)}]"
             if missing:
                 text += f"  not: [{ranksets.fold_short(missing)}]"
             lines.append(text[:max_width])

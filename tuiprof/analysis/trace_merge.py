@@ -27,6 +27,7 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
 import msgspec
 
@@ -101,7 +102,7 @@ class TraceInput:
 @dataclass
 class _CollectiveHop:
     rank_index: int
-    pid: int
+    pid: int | str
     tid: int | str
     ts: float
 
@@ -227,14 +228,14 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
     if rank is None and trace.distributedInfo is not None:
         rank = trace.distributedInfo.rank
     extract = RankExtract(rank=rank, host=source.host, pid=source.pid, file=str(source.path))
-    unset = msgspec.UNSET
+    unset: Final = msgspec.UNSET  # Final: the type checker narrows ``x is unset`` like ``x is msgspec.UNSET``
     pids: dict[int | str, int] = {}
     labels: dict[int | str, str] = {}
     pid_base = (rank_index + 1) * _RANK_STRIDE
     flow_shift = rank_index << _FLOW_ID_SHIFT
     dropped: list[int] = []
-    gpu_collectives: list[Event] = []
-    cpu_collectives: list[Event] = []
+    gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start and duration
+    cpu_collectives: list[tuple[Event, str, float, float]] = []
     kinds: dict[str, str] = {}
     intervals, kernel_totals, cpu_totals, steps = (extract.intervals, extract.kernel_totals, extract.cpu_totals,
                                                    extract.steps)
@@ -242,7 +243,7 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
     for index, event in enumerate(events):
         original_pid = event.pid
         if event.ph == "M" and event.name in _DROPPED_METADATA:
-            if event.name == "process_name" and event.args is not unset:
+            if event.name == "process_name" and event.args is not unset and original_pid is not unset:
                 labels[original_pid] = str(msgspec.json.decode(event.args).get("name", ""))
             dropped.append(index)
             continue
@@ -261,6 +262,8 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
         if event.ph != "X" or dur is unset:
             continue
         cat, name = event.cat, event.name
+        if name is unset or cat is unset:
+            continue
         if cat in GPU_CATEGORIES:
             kind = kinds.get(name)
             if kind is None:
@@ -273,7 +276,7 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
                 totals[0] += 1
                 totals[1] += dur
             if kind == "communication":
-                gpu_collectives.append(event)
+                gpu_collectives.append((event, name, ts, dur))
         elif cat == "cpu_op":
             totals = cpu_totals.get(name)
             if totals is None:
@@ -282,14 +285,14 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
                 totals[0] += 1
                 totals[1] += dur
             if name.startswith(CPU_COLLECTIVE_PREFIXES):
-                cpu_collectives.append(event)
+                cpu_collectives.append((event, name, ts, dur))
         elif cat == "user_annotation" and name.startswith(STEP_PREFIXES):
             steps.append((name, ts, dur))
     for index in reversed(dropped):
         del events[index]
     extract.gpu_kernels = sum(len(spans) for spans in intervals.values())
     # CPU-only (gloo) ranks: their collectives are CPU ops; with GPUs, the NCCL kernels.
-    calls = sorted((_collective_call(e) for e in (gpu_collectives if extract.gpu_kernels else cpu_collectives)),
+    calls = sorted((_collective_call(*c) for c in (gpu_collectives if extract.gpu_kernels else cpu_collectives)),
                    key=lambda call: call.ts)
     extract.events = len(events)
     for original_pid, new_pid in pids.items():
@@ -316,9 +319,9 @@ def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
     return name or f"device {original_pid}"
 
 
-def _collective_call(event: Event) -> CollectiveCall:
+def _collective_call(event: Event, name: str, ts: float, dur: float) -> CollectiveCall:
     """The collective an event runs: its op and group from Kineto's args (timeline dumps: also its sequence number)."""
-    name, group, seq = event.name, "", None
+    group, seq = "", None
     if event.args is not msgspec.UNSET:
         try:
             args = _decode_collective(event.args)
@@ -327,7 +330,12 @@ def _collective_call(event: Event) -> CollectiveCall:
         name = args.collective or name
         group = args.group or args.comm or ""
         seq = args.seq
-    return CollectiveCall(group, name, seq, event.ts, event.ts + event.dur, event.pid, event.tid)
+    return CollectiveCall(group, name, seq, ts, ts + dur, _track(event.pid), _track(event.tid))
+
+
+def _track(value: int | str | msgspec.UnsetType) -> int | str:
+    """A pid or tid; "" for an event without one."""
+    return "" if value is msgspec.UNSET else value
 
 
 def _collective_flows(hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> list[Event]:

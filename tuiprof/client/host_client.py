@@ -23,7 +23,8 @@ from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, Snaps
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[HostEvent], None]
+Emit = Callable[[HostEvent], object]
+"""Receives every host event (what it returns is ignored)."""
 
 
 class HostClient:

@@ -1,12 +1,21 @@
-"""This host's agent, embedded in the console process (``tuiprof`` with no host given)."""
+"""This host's agent: embedded in the console process (``tuiprof`` with no host given), or
+the agentd already listening here, asked for its trace dir only when it is trustworthy."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import pathlib
+import pwd
+import stat
 from collections.abc import AsyncIterator
 
+from agentd import peer
 from agentd.address import AgentAddress
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.channel import ConnectionOptions
 
 
 class LocalAgentError(RuntimeError):
@@ -27,3 +36,77 @@ async def local_agent(interval_ms: int = 1000) -> AsyncIterator[AgentAddress]:
         yield agent.address
     finally:
         await asyncio.to_thread(agent.stop)
+
+
+class UntrustedAgentError(Exception):
+    """What listens on this host's agent port, or the folder it names, could be another user's."""
+
+
+def local_trace_dir(port: int, options: ConnectionOptions) -> str | None:
+    """The trace dir of the agentd listening on 127.0.0.1:``port``, resolved; None when nothing listens.
+
+    Anyone may listen on a free port once the agent is down, and a trace dir set
+    for a root job is where its traces get written. So the answer counts only
+    from a listening socket owned (per the kernel) by root or by the caller,
+    checked before and after asking, and names a folder that only root or the
+    caller can change: UntrustedAgentError says which check failed. RPC errors
+    (grpc.aio.AioRpcError) pass through.
+    """
+    address = AgentAddress("127.0.0.1", port)
+    if _trusted_listener(address) is None:
+        return None  # nothing listens: no agent on this host
+    trace_dir = asyncio.run(_ask_trace_dir(address, options))
+    if _trusted_listener(address) is None:
+        raise UntrustedAgentError(f"the agent on {address.target} stopped listening right after answering")
+    if not trace_dir:
+        return None
+    # Kineto compares the log file's path (which the agent resolves) with this prefix.
+    resolved = pathlib.Path(os.path.realpath(trace_dir))
+    _check_folder(resolved)
+    return str(resolved)
+
+
+async def _ask_trace_dir(address: AgentAddress, options: ConnectionOptions) -> str:
+    async with options.open(address) as channel:
+        info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=options.timeout)
+    return info.trace_dir
+
+
+def _trusted_listener(address: AgentAddress) -> int | None:
+    """The uid owning the socket listening on ``address`` (root or the caller), None when none listens."""
+    try:
+        uid = peer.tcp_socket_uid((address.host, address.port), None)
+    except peer.PeerLookupError as exc:
+        raise UntrustedAgentError(f"cannot tell who listens on {address.target}: {exc}") from exc
+    if uid is not None and uid not in (0, os.getuid()):
+        raise UntrustedAgentError(f"{address.target} is served by a process of {_user(uid)}, not by root "
+                                  "or you: not an agent to take a trace dir from")
+    return uid
+
+
+def _check_folder(path: pathlib.Path) -> None:
+    """``path`` and every folder above it are owned by root or the caller and writable by no one else
+    (a sticky folder such as /tmp may be, above the last level: others cannot rename what is not theirs)."""
+    trusted = (0, os.getuid())
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise UntrustedAgentError(f"the agent's trace dir {path} cannot be read: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise UntrustedAgentError(f"the agent's trace dir {path} is not a folder")
+    for folder in (path, *path.parents):
+        info = folder.stat()
+        if info.st_uid not in trusted:
+            raise UntrustedAgentError(f"the agent's trace dir {path} is not safe: {folder} belongs to "
+                                      f"{_user(info.st_uid)}")
+        others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if others_write and not (folder != path and info.st_mode & stat.S_ISVTX):
+            raise UntrustedAgentError(f"the agent's trace dir {path} is not safe: {folder} is writable by "
+                                      f"other users (mode {stat.filemode(info.st_mode)})")
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"

@@ -17,8 +17,10 @@ from tuiprof.model.events import HostEvent
 class EventSource(Protocol):
     """Runs until cancelled (or until a recording ends), reporting host events."""
 
-    hosts: list[str]
-    """The hosts known before any event arrives (the cluster view shows them at once)."""
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts known before any event arrives (the cluster view shows them at once)."""
+
     live: bool
 
     async def run(self, emit: Emit) -> None: ...

@@ -7,7 +7,9 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
 - KINETO_USE_DAEMON=1 (unless set): PyTorch polls agentd for on-demand traces;
 - KINETO_ONDEMAND_TRACE_DIR (unless set): the local agentd's trace dir, asked
   of the agent (newer Kineto writes on-demand traces only under /tmp or that
-  dir); left unset, silently, when no agent answers;
+  dir) with --token-file/--tls-ca (or $TUIPROF_TOKEN); left unset, silently,
+  when no agent listens, and with one line saying why when the port belongs to
+  another user's process or the folder is one that others can change;
 - PYTHONPATH: tuiprof's startup hook first (steps, GC pauses, DataLoader waits);
 then replaces itself with CMD (exec), so signals and the exit status are CMD's.
 """
@@ -15,7 +17,6 @@ then replaces itself with CMD (exec), so signals and the exit status are CMD's.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Mapping
@@ -24,10 +25,10 @@ from pathlib import Path
 import grpc
 
 import tuiprof_native
-from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
-from agentd.proto import tuiprof_agent_pb2 as pb, tuiprof_agent_pb2_grpc as pb_grpc
+from agentd.address import DEFAULT_AGENT_PORT
 from agentd.token import TokenFileError
 from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.local import UntrustedAgentError, local_trace_dir
 from tuiprof.client.targets import add_credential_arguments, connection
 
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
@@ -78,27 +79,23 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
     return out
 
 
-async def _ask_trace_dir(address: AgentAddress, options: ConnectionOptions) -> str:
-    async with options.open(address) as channel:
-        info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=options.timeout)
-    return info.trace_dir
-
-
 def agent_trace_dir(port: int, options: ConnectionOptions = ConnectionOptions(timeout=AGENT_LOOKUP_TIMEOUT_S)
                     ) -> str | None:
-    """The trace dir of the agentd on this host (GetInfo on 127.0.0.1:``port``), None when none answers.
+    """The trace dir of the agentd on this host (GetInfo on 127.0.0.1:``port``), None when none is usable.
 
     Never fails the launch: no agent is a normal set-up (silence); an agent
-    that answers with an error (a token is needed, say) gets one line on stderr."""
+    that answers with an error (a token is needed, say), or whose answer cannot
+    be trusted (another user's process on the port, a folder others can
+    change), gets one line on stderr saying why nothing is set."""
     try:
-        trace_dir = asyncio.run(_ask_trace_dir(AgentAddress("127.0.0.1", port), options))
+        return local_trace_dir(port, options)
     except grpc.aio.AioRpcError as exc:
         if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             print(f"tuiprof run: agentd on port {port} did not give its trace dir ({exc.code().name}: "
                   f"{exc.details()}); {TRACE_DIR_ENV} not set", file=sys.stderr)
-        return None
-    # Kineto compares the log file's path (which the agent resolves) with this prefix.
-    return os.path.realpath(trace_dir) if trace_dir else None
+    except UntrustedAgentError as exc:
+        print(f"tuiprof run: {exc}; {TRACE_DIR_ENV} not set", file=sys.stderr)
+    return None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

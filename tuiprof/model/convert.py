@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
@@ -32,7 +32,7 @@ _NESTED_MANY, _NESTED_ONE, _REPEATED, _OPTIONAL, _PLAIN = range(5)
 def _plan(cls: type, descriptor: Descriptor) -> tuple[tuple[str, int, Any], ...]:
     """How to fill each field of ``cls`` from a message of type ``descriptor`` (computed once)."""
     nested = _nested(cls)
-    steps = []
+    steps: list[tuple[str, int, Any]] = []
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
         proto_field = descriptor.fields_by_name[field.name]
         if field.name in nested:
@@ -65,7 +65,7 @@ def from_proto(
     if section_reasons:
         reasons = {**section_reasons, **reasons}
     kwargs: dict[str, Any] = {}
-    for name, kind, extra in _plan(cls, msg.DESCRIPTOR):
+    for name, kind, extra in _plan(cast(type, cls), msg.DESCRIPTOR):
         if kind == _OPTIONAL:
             value = present.get(name, _ABSENT)
             kwargs[name] = Unavailable(reasons.get(name, default_reason)) if value is _ABSENT else value

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from tuiprof.analysis.stacks_banner import hang_banner
@@ -20,6 +20,7 @@ from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.host_grid import GridColumn, HostGrid
 from tuiprof.tui.text import pair, reading, reasons, sparkline
+from tuiprof.tui.screens.base import ConsoleScreen
 
 TREND_WIDTH = 12
 
@@ -30,7 +31,7 @@ class Column:
     label: str
     width: int
     cell: Callable[[HostState, ClusterState], Text | str]
-    sort: Callable[[HostState], object]
+    sort: Callable[[HostState], Any]
 
 
 def _summary_cell(render: Callable[[HostSummary], Text]) -> Callable[[HostState, ClusterState], Text | str]:
@@ -117,7 +118,7 @@ class _LazyRows(Mapping[str, list]):
         return len(self.hosts)
 
 
-class ClusterScreen(Screen[None]):
+class ClusterScreen(ConsoleScreen):
     """Every watched host at a glance."""
 
     BINDINGS = [
@@ -162,7 +163,7 @@ class ClusterScreen(Screen[None]):
 
     @property
     def cluster(self) -> ClusterState:
-        return self.app.cluster  # type: ignore[attr-defined]
+        return self.console.cluster
 
     # ---------------------------------------------------------------- rendering
 
@@ -287,7 +288,7 @@ class ClusterScreen(Screen[None]):
     def action_open_host(self) -> None:
         address = self.selected_address()
         if address is not None:
-            self.app.show_host(address)  # type: ignore[attr-defined]
+            self.console.show_host(address)
 
     def action_filter(self) -> None:
         field = self.query_one("#filter", Input)

@@ -8,7 +8,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static, TabbedContent, TabPane
 
 from tuiprof.analysis.rank_health import rank_notes, telemetry_off
@@ -18,6 +17,7 @@ from tuiprof.model.messages import HostSnapshot, PmuStats, RankStats
 from tuiprof.model.values import Reading, Unavailable
 from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import pair, reading, reasons, sparkline
+from tuiprof.tui.screens.base import ConsoleScreen
 
 TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
 DETAIL_LINES = 4
@@ -29,7 +29,7 @@ Row = tuple[str, list[Cell], dict[str, Reading]]
 
 
 def gpu_rows(snapshot: HostSnapshot) -> list[Row]:
-    rows = []
+    rows: list[Row] = []
     for g in snapshot.gpus:
         throttle = ", ".join(g.clock_event_reasons) or ("none" if not isinstance(g.clock_event_reasons_mask, Unavailable) else units.NA)
         rows.append((f"gpu{g.index}", [
@@ -141,13 +141,14 @@ def op_rows(rank: RankStats) -> list[Row]:
             reading(op.latency.p50_seconds, units.seconds), reading(op.latency.p99_seconds, units.seconds),
             reading(op.latency.max_seconds, units.seconds), reading(op.tflops, units.tflops),
         ], {**_readings(op), **_readings(op.latency)}))
-    for op in rank.nccl:
-        detail = " ".join(p for p in (op.dtype, op.algorithm, op.protocol, f"comm {op.comm_hash}×{op.comm_size}") if p)
-        rows.append((f"nccl {op.op} {op.dtype} {op.comm_hash}", [
-            "nccl", op.op, detail, units.per_s(op.count_per_s, ""),
-            reading(op.latency.p50_seconds, units.seconds), reading(op.latency.p99_seconds, units.seconds),
-            reading(op.latency.max_seconds, units.seconds), reading(op.busbw_bytes_per_s, units.bytes_per_s),
-        ], {**_readings(op), **_readings(op.latency)}))
+    for nccl in rank.nccl:
+        parts = (nccl.dtype, nccl.algorithm, nccl.protocol, f"comm {nccl.comm_hash}×{nccl.comm_size}")
+        detail = " ".join(p for p in parts if p)
+        rows.append((f"nccl {nccl.op} {nccl.dtype} {nccl.comm_hash}", [
+            "nccl", nccl.op, detail, units.per_s(nccl.count_per_s, ""),
+            reading(nccl.latency.p50_seconds, units.seconds), reading(nccl.latency.p99_seconds, units.seconds),
+            reading(nccl.latency.max_seconds, units.seconds), reading(nccl.busbw_bytes_per_s, units.bytes_per_s),
+        ], {**_readings(nccl), **_readings(nccl.latency)}))
     return rows
 
 
@@ -190,7 +191,7 @@ def _title(state: HostState) -> str:
     return state.name if state.name == state.address else f"{state.name} ({state.address})"
 
 
-class HostScreen(Screen[None]):
+class HostScreen(ConsoleScreen):
     """Everything one agent reports, in tabs (1-6 switch, Esc goes back)."""
 
     BINDINGS = [
@@ -215,7 +216,7 @@ class HostScreen(Screen[None]):
 
     @property
     def cluster(self) -> ClusterState:
-        return self.app.cluster  # type: ignore[attr-defined]
+        return self.console.cluster
 
     def shows(self, address: str) -> bool:
         """Only this host's own data changes what this screen draws."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from tuiprof.analysis.job_ops import OpRow, job_ops
 from tuiprof.model import units
 from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import reading
+from tuiprof.tui.screens.base import ConsoleScreen
 
 COLUMNS = ("Host", "Rank", "Kind", "Op", "Calls/s", "p50", "p99", "Throughput", "vs median")
 
@@ -34,7 +34,7 @@ def _cells(row: OpRow) -> list[Text | str]:
     return cells
 
 
-class JobOpsScreen(Screen[None]):
+class JobOpsScreen(ConsoleScreen):
     """Per rank, per op latency across all hosts; Enter opens the row's host."""
 
     BINDINGS = [
@@ -60,7 +60,7 @@ class JobOpsScreen(Screen[None]):
         self.refresh_data()
 
     def refresh_data(self) -> None:
-        rows = job_ops(self.app.cluster)  # type: ignore[attr-defined]
+        rows = job_ops(self.console.cluster)
         self._rows = rows
         table = self.query_one("#ops", DataTable)
         sync_rows(table, {f"{r.host}/{r.rank}/{r.kind}/{r.op}": _cells(r) for r in rows})
@@ -75,7 +75,7 @@ class JobOpsScreen(Screen[None]):
     def action_open_host(self) -> None:
         table = self.query_one("#ops", DataTable)
         if self._rows and 0 <= table.cursor_row < len(self._rows):
-            self.app.show_host(self._rows[table.cursor_row].host, tab="ranks")  # type: ignore[attr-defined]
+            self.console.show_host(self._rows[table.cursor_row].host, tab="ranks")
 
     def on_data_table_row_selected(self, _: DataTable.RowSelected) -> None:
         self.action_open_host()

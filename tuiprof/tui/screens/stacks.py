@@ -18,25 +18,32 @@ from textual import work
 from textual.app import ComposeResult
 from textual.worker import Worker, WorkerState
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from agentd.address import AgentAddress
 from agentd.stacks import ranksets
 from agentd.stacks.merge import Node
-from agentd.stacks.verdicts import summarize
+from agentd.stacks.verdicts import summarize, who
 from tuiprof.analysis.flamegraph import flamegraph_svg
-from tuiprof.analysis.stacks_report import StacksReport, folded, job_report, job_verdicts
+from tuiprof.analysis.stacks_report import StacksReport, folded, frame_of, job_report, job_verdicts
 from tuiprof.client.stacks import gather_stacks
 from tuiprof.model.stacks import HostStacks, JobChoiceError
+from tuiprof.tui.screens.base import ConsoleScreen
 
 TAKE_TIMEOUT_S = 60.0
+MAX_RANK_ERRORS = 4
+"""Lines of per-rank errors in the status bar (the rest are counted)."""
 # Class colours, smallest class first: the odd ranks get the loudest ones.
 CLASS_STYLES = ("bold red", "bold magenta", "bold yellow", "bold cyan", "bold green", "bold blue")
 
 
-class StacksScreen(Screen[None]):
+def _rank_errors(hosts: list[HostStacks]) -> list[str]:
+    """``host rank N: why`` for every rank whose stacks came back incomplete or not at all."""
+    return [f"{h.host} {who(r)}: {r.error}" for h in hosts if h.reply is not None for r in h.reply.ranks if r.error]
+
+
+class StacksScreen(ConsoleScreen):
     """Every rank's stacks merged into one tree, coloured by class, so the odd rank stands out."""
 
     BINDINGS = [
@@ -83,23 +90,26 @@ class StacksScreen(Screen[None]):
     # ------------------------------------------------------------ taking
 
     def action_take(self) -> None:
-        if not self.app.source.live:
+        if not self.console.source.live:
             self._status("Stacks need live agents: this is a recording.")
             return
-        self._status(f"Taking stacks on {len(self.app.cluster.addresses())} host(s)"
+        self._status(f"Taking stacks on {len(self.console.cluster.addresses())} host(s)"
                      f"{' with native frames' if self.native else ''}…")
         self._take(self.native)
 
     @work(exclusive=True, group="stacks", exit_on_error=False)
     async def _take(self, native: bool) -> None:
-        addresses = [AgentAddress.parse(a) for a in self.app.cluster.addresses()]
+        addresses = [AgentAddress.parse(a) for a in self.console.cluster.addresses()]
         started = time.monotonic()
         try:
-            hosts = await gather_stacks(addresses, self.app.connection, True, native, TAKE_TIMEOUT_S, self.job)
+            hosts = await gather_stacks(addresses, self.console.connection, True, native, TAKE_TIMEOUT_S, self.job)
         except JobChoiceError as exc:  # several jobs: show the first, J cycles
             self.jobs, self.job = sorted(exc.jobs), sorted(exc.jobs)[0]
-            hosts = await gather_stacks(addresses, self.app.connection, True, native, TAKE_TIMEOUT_S, self.job)
-        self.hosts, self._taken_native = hosts, native
+            hosts = await gather_stacks(addresses, self.console.connection, True, native, TAKE_TIMEOUT_S, self.job)
+        # An agent may serve a rank's recent Python-only dump again (py-spy stops the process),
+        # with stacks and an error saying so: then native frames are not in hand.
+        served_again = any(r.error and r.threads for h in hosts if h.reply is not None for r in h.reply.ranks)
+        self.hosts, self._taken_native = hosts, native and not served_again
         self._show(f"taken in {time.monotonic() - started:.1f} s")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -113,12 +123,15 @@ class StacksScreen(Screen[None]):
         report = self.report = job_report(self.hosts, lines=self.lines, native=self.native and self._taken_native)
         failed = [f"{h.host}: {h.error}" for h in self.hosts if h.error]
         hang = [f"{h.host}: {text}" for h in self.hosts if (text := summarize(job_verdicts(h)))]
-        job = f"job {self.job or '(no id)'} ({self.jobs.index(self.job) + 1} of {len(self.jobs)}, J: next) · " \
+        job = f"job {self.job or '(no id)'} ({self._job_position() + 1} of {len(self.jobs)}, J: next) · " \
             if self.jobs else ""
         head = (f"{job}{report.merged.ranks.bit_count()} ranks on {len(self.hosts) - len(failed)} host(s)"
                 f" · native {'on' if self.native else 'off'} · lines {'on' if self.lines else 'off'}"
                 f"{' · ' + note if note else ''}")
-        self._status("\n".join([head, *hang, *(f"no stacks from {f}" for f in failed)]))
+        errors = _rank_errors(self.hosts)
+        shown = errors[:MAX_RANK_ERRORS] + ([f"… and {len(errors) - MAX_RANK_ERRORS} more"]
+                                            if len(errors) > MAX_RANK_ERRORS else [])
+        self._status("\n".join([head, *hang, *(f"no stacks from {f}" for f in failed), *shown]))
         styles = {c.ranks: CLASS_STYLES[i % len(CLASS_STYLES)]
                   for i, c in enumerate(report.classes) if i < len(report.classes) - 1}
         self._fill_tree(report, styles)
@@ -147,7 +160,7 @@ class StacksScreen(Screen[None]):
 
     @staticmethod
     def _label(node: Node, missing: int, styles: dict[int, str]) -> Text:
-        text = Text(node.frame.label(), style=styles.get(node.ranks, ""))
+        text = Text(frame_of(node).label(), style=styles.get(node.ranks, ""))
         text.append(f"  [{ranksets.fold_short(node.ranks)}] {node.ranks.bit_count()}", style="dim" if node.ranks not in styles else "")
         if missing:
             text.append(f"  not: [{ranksets.fold_short(missing)}]", style="italic")
@@ -188,8 +201,12 @@ class StacksScreen(Screen[None]):
         if len(self.jobs) < 2:
             self.notify("Only one job runs on these hosts.")
             return
-        self.job = self.jobs[(self.jobs.index(self.job) + 1) % len(self.jobs)]
+        self.job = self.jobs[(self._job_position() + 1) % len(self.jobs)]
         self.action_take()
+
+    def _job_position(self) -> int:
+        """Where the job shown is among ``jobs`` (the hosts run several)."""
+        return self.jobs.index(self.job) if self.job is not None else 0
 
     def action_toggle_native(self) -> None:
         self.native = not self.native

@@ -18,7 +18,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
@@ -27,6 +26,7 @@ from tuiprof.analysis.trace_merge import merge_capture
 from tuiprof.analysis.trace_summary import TraceSummary, render_text
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
 from tuiprof.model.capture import ClusterCapture, HostProgress
+from tuiprof.tui.screens.base import ConsoleScreen
 
 SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))
 
@@ -48,7 +48,7 @@ def _ranks(text: str) -> tuple[int, ...]:
         raise CaptureFormError(f"ranks must be comma-separated numbers (empty: the whole job), got {text!r}") from None
 
 
-class TracesScreen(Screen[None]):
+class TracesScreen(ConsoleScreen):
     BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("ctrl+r", "capture", "Capture")]
     DEFAULT_CSS = """
     TracesScreen #traces-form { height: auto; padding: 0 1; background: $boost; }
@@ -109,13 +109,16 @@ class TracesScreen(Screen[None]):
             raise CaptureFormError(f"start in ms must be a whole number, got {delay_text!r}")
         output = pathlib.Path(self.query_one("#traces-output", Input).value.strip() or ".")
         spec = CaptureSpec(kind=kind, ranks=_ranks(self.query_one("#traces-ranks", Input).value),
-                           start_delay_ms=int(delay_text) if kind == "kineto" else 0, **{span: amount})
+                           start_delay_ms=int(delay_text) if kind == "kineto" else 0,
+                           duration_ms=amount if span == "duration_ms" else None,
+                           iterations=amount if span == "iterations" else None,
+                           last_events=amount if span == "last_events" else None)
         return spec, output
 
     @on(Button.Pressed, "#traces-start")
     @on(Input.Submitted)
     def action_capture(self) -> None:
-        if not self.app.source.live:
+        if not self.console.source.live:
             self._status("Traces need live agents: this is a recording.")
             return
         try:
@@ -125,19 +128,19 @@ class TracesScreen(Screen[None]):
             return
         self.query_one("#traces-start", Button).disabled = True
         self.query_one("#traces-summary", Static).update("")
-        self._status(f"Capturing on {len(self.app.cluster.addresses())} host(s)…")
+        self._status(f"Capturing on {len(self.console.cluster.addresses())} host(s)…")
         self._run(spec, output)
 
     @work(exclusive=True, group="traces", exit_on_error=False)
     async def _run(self, spec: CaptureSpec, output: pathlib.Path) -> None:
-        addresses = [AgentAddress.parse(a) for a in self.app.cluster.addresses()]
+        addresses = [AgentAddress.parse(a) for a in self.console.cluster.addresses()]
         table = self.query_one(DataTable)
         table.clear()
         for address in addresses:
             table.add_row(str(address), "starting", "", "", "", key=str(address))
         output.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        capture = await capture_cluster(addresses, spec, output, self.app.connection, self._progress)
+        capture = await capture_cluster(addresses, spec, output, self.console.connection, self._progress)
         self.capture = capture
         lines = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
         lines += [f"{h.host} {t.label}: {t.state}: {t.reason}"
