@@ -50,9 +50,13 @@ def test_json_returns_both_hosts_and_exit_1_when_one_dies(tmp_path) -> None:
 
 def test_table_and_token(tmp_path) -> None:
     with running_agent(tmp_path, host="127.0.0.2", token="s3cret-token") as agent:
-        refused = status(agent.address.target)
+        wrong = tmp_path / "wrong"
+        wrong.mkdir()
+        refused = status(agent.address.target, "--token-file", str(write_token(wrong, "not-the-token")))
         assert refused.returncode == 1
         assert "DOWN" in refused.stdout and "wrong or missing token" in refused.stdout
+        # without a token a caller on this host is answered as the local user the kernel names
+        assert status(agent.address.target).returncode == 0
         token_file = write_token(tmp_path, "s3cret-token")
         table = status(agent.address.target, "--token-file", str(token_file))
         assert table.returncode == 0, table.stdout + table.stderr
