@@ -24,6 +24,7 @@ import grpc
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
+from agentd.auth import Caller, set_current_caller  # noqa: E402
 from agentd.kineto.registry import Registry  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2 as pb  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc  # noqa: E402
@@ -49,6 +50,7 @@ class SimulatedAgent(pb_grpc.AgentServicer):
         return self._reply()
 
     async def FetchFile(self, request, context):
+        set_current_caller(Caller.token_holder())  # as agentd's servicer does for a call with the token
         async for chunk in self.files.fetch_file(request, context):
             yield chunk
 

@@ -57,17 +57,6 @@ class Registrant:
         return self.pids[0]
 
 
-def privileged(caller_uid: int | None) -> bool:
-    """Whether the caller may trace any process: the token holder (``caller_uid`` None) or root."""
-    return caller_uid is None or caller_uid == 0
-
-
-def may_trace(caller_uid: int | None, owner_uid: int) -> bool:
-    """Whether a caller may trace, or read the traces of, a process of ``owner_uid``: a local user only
-    their own, the privileged any."""
-    return privileged(caller_uid) or caller_uid == owner_uid
-
-
 class RegistryFullError(Exception):
     """A new process polls while the registry (or its user's share) is full; it is not registered."""
 

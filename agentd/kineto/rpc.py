@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.kineto.ratelimit import CauseLimitedLogger
-from agentd.kineto.registry import BusyError, PendingConfig, Registry, may_trace
+from agentd.auth import Caller
+from agentd.kineto.registry import BusyError, PendingConfig, Registry
 from agentd.kineto import config as kineto_config
 from agentd.peer import PeerLookupError, tcp_socket_uid
 from agentd.procfs import real_uid, uses_cuda
@@ -228,29 +229,29 @@ class DynologRpc:
             self._limited.warning(exc.cause, "%s", exc, fields={"peer_uid": peer_uid})
             return exc.reply
 
-    def _caller(self, request: dict[str, Any], peer_uid: int | None) -> int | None:
-        """The uid the request acts for: None (all processes) with the agent's token, else the peer's."""
+    def _caller(self, request: dict[str, Any], peer_uid: int | None) -> Caller:
+        """Who the request acts for: the token holder (with the agent's token), else the peer's user."""
         if self.token is not None:
             token = request.get("token")
             if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
                 raise BadRequest("rpc-unauthorized", f"request without the agent's token (fn {request['fn'][:64]!r})")
-            return None
+            return Caller.token_holder()
         if peer_uid is None:
             raise BadRequest("rpc-unknown-caller", "cannot tell which local user is calling; refused "
                                                    "(a remote caller needs the agent's token)")
-        return peer_uid
+        return Caller.local(peer_uid)
 
-    def _dispatch(self, request: dict[str, Any], caller_uid: int | None) -> dict[str, Any]:
+    def _dispatch(self, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
         fn = request["fn"]
         if fn == "getStatus":
             return {"status": 1}
         if fn == "getVersion":
             return {"version": self.version}
         if fn == "setKinetOnDemandRequest":
-            return self._on_demand(request, caller_uid)
+            return self._on_demand(request, caller)
         raise BadRequest("rpc-unknown-fn", f"unknown fn {fn[:64]!r}")
 
-    def _on_demand(self, request: dict[str, Any], caller_uid: int | None) -> dict[str, Any]:
+    def _on_demand(self, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
         config, pids = request.get("config"), request.get("pids")
         if not isinstance(config, str) or not isinstance(pids, list) or len(pids) > MAX_PIDS:
             raise BadRequest("rpc-bad-request", f'setKinetOnDemandRequest needs "config" (text) and "pids" '
@@ -266,7 +267,7 @@ class DynologRpc:
         busy = 0
         agent_uid = os.geteuid()
         for entry in self.registry.match(str(job_id), set(pids) - {0}):
-            if not may_trace(caller_uid, entry.uid):
+            if not caller.owns(entry.uid):
                 continue  # another user's process: not shown to this caller either
             matched.append(entry.reported_pid)
             if len(triggered) >= limit or (agent_uid != 0 and entry.uid != agent_uid):
@@ -290,6 +291,6 @@ class DynologRpc:
                 continue
             triggered.append(entry.reported_pid)
         log.info("dyno on-demand request", extra={"matched": len(matched), "triggered": len(triggered), "busy": busy,
-                                                  "caller_uid": "token" if caller_uid is None else caller_uid})
+                                                  "caller": str(caller)})
         return {"activityProfilersBusy": busy, "activityProfilersTriggered": triggered, "eventProfilersBusy": 0,
                 "eventProfilersTriggered": [], "processesMatched": matched}

@@ -56,7 +56,7 @@ class Capture:
     deadline_unix: float
     message: str = ""
     created: float = field(default_factory=time.time)
-    # Who asked (None: the token holder); only they and the privileged follow it.
+    # The uid that asked (None: the token holder); only that user, root and the token holder follow it.
     requested_by: int | None = None
 
     @property

@@ -7,9 +7,10 @@ target's progress on every status call. A timeline capture dumps the hook
 library's event ring of each rank (``agentd.traces.timeline``) into the agent's
 own folders. Files are offered by FetchFile only once finished.
 
-Each call is made for a caller: ``caller_uid`` None is the token holder, 0 is
-root, both see everything; any other uid is a local user, who may trace, follow
-and fetch only what belongs to their own processes.
+Each call is made for a caller (``agentd.auth.current_caller()``, set by the
+servicer): root and the token holder see everything; a local user may trace,
+follow and fetch only what belongs to their own processes; an unidentified
+caller nothing private.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
-from agentd.auth import load_token
+from agentd.auth import Caller, current_caller, load_token
 from agentd.errors import BindError
 from agentd.kineto.collector import KinetoCollector
 from agentd.kineto.endpoint import SOCKET_DIR_ENV
-from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry, may_trace, privileged
+from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
 from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
@@ -104,10 +105,10 @@ class CaptureService:
 
     # ---------------------------------------------------------------- gRPC
 
-    async def capture_trace(self, request: pb.CaptureTraceRequest, context: grpc.aio.ServicerContext,
-                            caller_uid: int | None = None) -> pb.CaptureTraceReply:
+    async def capture_trace(self, request: pb.CaptureTraceRequest,
+                            context: grpc.aio.ServicerContext) -> pb.CaptureTraceReply:
         try:
-            capture = self.start(request, caller_uid)
+            capture = self.start(request, current_caller())
         except CaptureRequestError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except TraceDirError as exc:
@@ -116,24 +117,24 @@ class CaptureService:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"cannot prepare the capture: {reason(exc)}")
         return capture.to_proto(self.hostname)
 
-    async def get_capture_status(self, request: pb.CaptureStatusRequest, context: grpc.aio.ServicerContext,
-                                 caller_uid: int | None = None) -> pb.CaptureTraceReply:
+    async def get_capture_status(self, request: pb.CaptureStatusRequest,
+                                 context: grpc.aio.ServicerContext) -> pb.CaptureTraceReply:
         capture = self._captures.get(request.capture_id)
         if capture is None:
             await _abort(context, grpc.StatusCode.NOT_FOUND,
                          f"no capture {shown(request.capture_id)} on this agent (it keeps the last "
                          f"{KEEP_CAPTURES}; the agent may have restarted)")
-        if not (privileged(caller_uid) or capture.requested_by == caller_uid):
+        if not current_caller().owns(capture.requested_by):
             await _abort(context, grpc.StatusCode.PERMISSION_DENIED,
                          f"capture {shown(request.capture_id)} was started by another user")
         capture.refresh(self.registry)
         return capture.to_proto(self.hostname)
 
-    async def fetch_file(self, request: pb.FetchFileRequest, context: grpc.aio.ServicerContext,
-                         caller_uid: int | None = None) -> AsyncIterator[pb.FileChunk]:
+    async def fetch_file(self, request: pb.FetchFileRequest,
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[pb.FileChunk]:
         try:
             parts = relative_parts(request.path, "file")
-            check_may_fetch(caller_uid, parts)
+            check_may_fetch(current_caller(), parts)
             fd, total = await asyncio.to_thread(self.trace_dir.open_file, parts)
         except TracePathError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -160,7 +161,7 @@ class CaptureService:
 
     # ---------------------------------------------------------------- captures
 
-    def start(self, request: pb.CaptureTraceRequest, caller_uid: int | None = None) -> Capture:
+    def start(self, request: pb.CaptureTraceRequest, caller: Caller) -> Capture:
         """Check ``request`` whole (CaptureRequestError), then match processes and start the capture."""
         span = check_capture(request)
         self.trace_dir.prepare()
@@ -169,19 +170,19 @@ class CaptureService:
         capture: Capture
         if request.kind == pb.CaptureTraceRequest.TIMELINE:
             timeline_capture = timeline.start(request, span, capture_id, label, self.trace_dir, self.hostname,
-                                              caller_uid)
+                                              caller)
             if any(t.state not in FINAL_STATES for t in timeline_capture.targets):
                 task = asyncio.get_running_loop().create_task(timeline.run(timeline_capture))
                 self._tasks.add(task)
                 task.add_done_callback(lambda done: self._timeline_done(timeline_capture, done))
             capture = timeline_capture
         else:
-            capture = self._start_kineto(request, span, capture_id, label, caller_uid)
-        capture.requested_by = caller_uid
+            capture = self._start_kineto(request, span, capture_id, label, caller)
+        capture.requested_by = caller.uid
         self._remember(capture)
         log.info("capture started", extra={
             "capture_id": capture_id, "kind": pb.CaptureTraceRequest.Kind.Name(request.kind),
-            "caller_uid": "token" if caller_uid is None else caller_uid,
+            "caller": str(caller),
             "targets": len(capture.targets), "note": capture.message})
         return capture
 
@@ -196,7 +197,7 @@ class CaptureService:
                     target.fail(FAILED, f"the timeline dump failed: {type(error).__name__}")
 
     def _start_kineto(self, request: pb.CaptureTraceRequest, span: str, capture_id: str, label: str,
-                      caller_uid: int | None) -> Capture:
+                      caller: Caller) -> Capture:
         matched = self._match(request)
         now = time.time()
         if span == "duration_ms":
@@ -226,11 +227,10 @@ class CaptureService:
             with_modules=request.options.with_modules,
         )
         for registrant in matched:
-            capture.targets.append(self._offer(spec, label, registrant, caller_uid))
+            capture.targets.append(self._offer(spec, label, registrant, caller))
         return capture
 
-    def _offer(self, spec: kineto_config.TraceSpec, label: str, registrant: Registrant,
-               caller_uid: int | None) -> Target:
+    def _offer(self, spec: kineto_config.TraceSpec, label: str, registrant: Registrant, caller: Caller) -> Target:
         """Queue the config for one process, into its user's folder; or the target says why not."""
         facts = process_facts(registrant.host_pid)
         rank = self._rank_of(registrant.host_pid, facts.rank)
@@ -241,7 +241,7 @@ class CaptureService:
         written = kineto_config.kineto_file_name(name, registrant.reported_pid)
         target = Target(registrant.host_pid, rank, f"{registrant.uid if uid is None else uid}/{written}", WAITING,
                         registrant=registrant)
-        refusal = _refusal(registrant, uid, caller_uid)
+        refusal = _refusal(registrant, uid, caller)
         if refusal is not None:
             target.fail(*refusal)
             return target
@@ -319,7 +319,7 @@ def _some(values: Sequence[int]) -> str:
     return text + (f" (and {len(items) - SHOWN_IN_MESSAGES} more)" if len(items) > SHOWN_IN_MESSAGES else "")
 
 
-def _refusal(registrant: Registrant, uid: int | None, caller_uid: int | None) -> tuple[str, str] | None:
+def _refusal(registrant: Registrant, uid: int | None, caller: Caller) -> tuple[str, str] | None:
     """Why ``registrant`` (running as ``uid`` now, per /proc) gets no config from this caller; None: it may."""
     if uid is None:
         return FAILED, "the process exited before its config was queued"
@@ -330,21 +330,21 @@ def _refusal(registrant: Registrant, uid: int | None, caller_uid: int | None) ->
     if agent_uid != 0 and uid != agent_uid:
         return REFUSED, (f"the process belongs to uid {uid}; this agent runs as uid {agent_uid} and hands trace "
                          "configs only to its own user's processes (run agentd as root or as that user)")
-    if not may_trace(caller_uid, uid):
-        return REFUSED, (f"the process belongs to uid {uid}; you (uid {caller_uid}) may trace only your own "
-                         "processes")
+    if not caller.owns(uid):
+        return REFUSED, f"the process belongs to uid {uid}; you ({caller}) may trace only your own processes"
     return None
 
 
-def check_may_fetch(caller_uid: int | None, parts: tuple[str, ...]) -> None:
-    """TraceAccessError unless the caller may fetch ``parts``: a local user only from ``<uid>/`` and
+def check_may_fetch(caller: Caller, parts: tuple[str, ...]) -> None:
+    """TraceAccessError unless ``caller`` may fetch ``parts``: a local user only from ``<uid>/`` and
     ``timeline/<uid>/`` of their own uid; root and the token holder anything."""
     owner = owner_uid(parts)
-    if privileged(caller_uid) or (owner is not None and may_trace(caller_uid, owner)):
+    if caller.owns(owner):
         return
     where = "another user's" if owner is not None else "the agent's own"
-    raise TraceAccessError(f"{shown('/'.join(parts))} is in {where} folder; you (uid {caller_uid}) may fetch "
-                           f"only files under {caller_uid}/ and {TIMELINE_FOLDER}/{caller_uid}/")
+    mine = (f"; you ({caller}) may fetch only files under {caller.uid}/ and {TIMELINE_FOLDER}/{caller.uid}/"
+            if caller.uid is not None else f"; you are {caller} ({caller.reason}) and may fetch none")
+    raise TraceAccessError(f"{shown('/'.join(parts))} is in {where} folder{mine}")
 
 
 def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir) -> DynologRpc:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentd.kineto.registry import may_trace
+from agentd.auth import Caller
 from agentd.procfs import real_uid
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.capture import FAILED, REFUSED, SENT, WRITE_GRACE_SECONDS, WRITTEN, Capture, Target
@@ -48,7 +48,7 @@ class TimelineCapture(Capture):
 
 
 def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: str, trace_dir: TraceDir,
-          hostname: str, caller_uid: int | None) -> TimelineCapture:
+          hostname: str, caller: Caller) -> TimelineCapture:
     """Match ranks by their segments and plan the dump (``run`` performs it)."""
     now = time.time()
     start_unix = request.start_time_unix_ms / 1000 if request.start_time_unix_ms else now
@@ -82,7 +82,7 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: st
             continue
         if wanted_ranks and header.rank not in wanted_ranks:
             continue
-        capture.targets.append(_plan(capture, trace_dir, label, seg_file, header.rank, uid, caller_uid))
+        capture.targets.append(_plan(capture, trace_dir, label, seg_file, header.rank, uid, caller))
     if not capture.targets:
         capture.message = ("no processes matched: no tuiprof segment "
                            f"{'for those filters ' if wanted_pids or wanted_ranks or request.job_id else ''}"
@@ -109,14 +109,13 @@ def _verified_owner(seg_file: Any) -> int | None:
 
 
 def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, seg_file: Any, rank: int | None, uid: int,
-          caller_uid: int | None) -> Target:
+          caller: Caller) -> Target:
     """The target for one rank: its file in ``timeline/<uid>/``, or refused when the caller may not see it."""
     stem = f"rank{rank}-pid{seg_file.pid}" if rank is not None else f"pid{seg_file.pid}"
     folder = (TIMELINE_FOLDER, str(uid))
     target = Target(seg_file.pid, rank, "/".join((*folder, f"{label}-timeline-{stem}.json")), SENT)
-    if not may_trace(caller_uid, uid):
-        target.fail(REFUSED, f"the process belongs to uid {uid}; you (uid {caller_uid}) may capture only your own "
-                             "processes")
+    if not caller.owns(uid):
+        target.fail(REFUSED, f"the process belongs to uid {uid}; you ({caller}) may capture only your own processes")
         return target
     try:
         trace_dir.agent_folder(folder)

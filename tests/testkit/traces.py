@@ -133,8 +133,13 @@ def _wait_ready(process: subprocess.Popen[bytes], timeout: float = READY_TIMEOUT
         raise AssertionError(f"trainer {process.pid} not ready after {timeout} s")
 
 
-def run_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, timeout: float = 120.0, user: tuple[int, int] | None = None,
+            home: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`tuiprof ARGS` (as ``user`` when given, with ``home`` as its HOME)."""
     env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
-    return subprocess.run([sys.executable, "-m", "tuiprof.cli", *args], capture_output=True, text=True,
+    if home is not None:
+        env["HOME"] = str(home)
+    command = [sys.executable, "-m", "tuiprof.cli", *args]
+    return subprocess.run(as_user(user, command) if user is not None else command, capture_output=True, text=True,
                           timeout=timeout, env=env)
 

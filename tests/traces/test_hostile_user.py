@@ -68,8 +68,10 @@ print(json.dumps(json.loads(data) if data else None))
 
 
 class Setup:
-    def __init__(self, agent: RunningAgent, socket_dir: pathlib.Path, user: tuple[int, int], rpc_port: int) -> None:
+    def __init__(self, agent: RunningAgent, socket_dir: pathlib.Path, user: tuple[int, int], rpc_port: int,
+                 home: pathlib.Path) -> None:
         self.agent, self.socket_dir, self.user, self.rpc_port = agent, socket_dir, user, rpc_port
+        self.home = home  # the user's own folder (their HOME, and where their `tuiprof trace` writes)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,9 @@ def setup() -> Iterator[Setup]:
     user = hostile_user()
     base = pathlib.Path(tempfile.mkdtemp(prefix="tph", dir="/tmp"))
     base.chmod(0o711)
+    home = base / "home"
+    home.mkdir(mode=0o700)
+    os.chown(home, *user)
     socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tpk", dir="/tmp"))
     socket_dir.chmod(0o777)  # the trainers of both users bind their client sockets here
     rpc_port = free_port()
@@ -85,7 +90,7 @@ def setup() -> Iterator[Setup]:
     env["KINETO_IPC_SOCKET_DIR"] = str(socket_dir)
     try:
         with running_agent(base, env=env, extra_args=["--dynolog-rpc-port", str(rpc_port)]) as agent:
-            yield Setup(agent, socket_dir, user, rpc_port)
+            yield Setup(agent, socket_dir, user, rpc_port, home)
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
         shutil.rmtree(base, ignore_errors=True)
@@ -101,7 +106,7 @@ async def capture(agent: RunningAgent, request: pb.CaptureTraceRequest) -> pb.Ca
         return await pb_grpc.AgentStub(channel).CaptureTrace(request)
 
 
-async def test_injection_is_refused_and_the_users_trace_lands_in_their_own_folder(setup, tmp_path):
+async def test_injection_is_refused_and_the_users_trace_lands_in_their_own_folder(setup):
     uid, _ = setup.user
     with trainers(setup.socket_dir, [None], user=setup.user) as [trainer]:
         wait_registered(setup.agent, trainer.pid)
@@ -109,9 +114,11 @@ async def test_injection_is_refused_and_the_users_trace_lands_in_their_own_folde
             await capture(setup.agent, pb.CaptureTraceRequest(duration_ms=500, pids=[trainer.pid],
                                                               output_subdir=INJECTION))
         time.sleep(3)  # three polls: time enough to take a config, had one been queued
-        # Nothing was queued: the next capture is not BUSY, and is written into the user's folder.
+        # Nothing was queued: the next capture, the user's own through `tuiprof trace`, is not BUSY,
+        # and is written into the user's folder.
         result = run_cli("trace", setup.agent.address.target, "--duration-ms", "800", "--pids", str(trainer.pid),
-                         "--output", str(tmp_path), "--start-delay-ms", START_DELAY_MS, "--json")
+                         "--output", str(setup.home), "--start-delay-ms", START_DELAY_MS, "--json",
+                         user=setup.user, home=setup.home)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "output_subdir" in refused.value.details() and "\n" not in refused.value.details()
     assert not list(pathlib.Path("/tmp").glob(f"x_{trainer.pid}*.json"))
@@ -163,6 +170,56 @@ def test_a_symlink_swap_race_never_serves_a_file_from_outside(setup):
     # Both sides of the race were hit: the decoy was served, and a swapped path was refused.
     assert outcomes.get("decoy", 0) > 0 and outcomes.get("INVALID_ARGUMENT", 0) + outcomes.get("NOT_FOUND", 0) > 0, (
         outcomes, swaps)
+
+
+# The user's own gRPC calls: FetchFile of a path, CaptureTrace of a pid; prints the status code and details.
+GRPC_CLIENT = """
+import sys, grpc
+from agentd.proto import tuiprof_agent_pb2 as pb, tuiprof_agent_pb2_grpc as pb_grpc
+stub = pb_grpc.AgentStub(grpc.insecure_channel(sys.argv[1]))
+try:
+    if sys.argv[2] == "fetch":
+        data = b"".join(c.data for c in stub.FetchFile(pb.FetchFileRequest(path=sys.argv[3]), timeout=20))
+        print("OK", data.decode())
+    else:
+        reply = stub.CaptureTrace(pb.CaptureTraceRequest(duration_ms=100, pids=[int(sys.argv[3])], job_id="4243"),
+                                  timeout=20)
+        print("OK", "|".join(f"{t.state}: {t.reason}" for t in reply.targets))
+except grpc.RpcError as exc:
+    print(exc.code().name, exc.details())
+"""
+
+
+def as_hostile(setup: Setup, *args: str) -> str:
+    command = [sys.executable, "-c", GRPC_CLIENT, setup.agent.address.target, *args]
+    done = subprocess.run(as_user(setup.user, command), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_user_fetches_their_own_files_only_and_cannot_trace_roots_processes(setup):
+    uid, _ = setup.user
+    trace_dir = TraceDir(setup.agent.trace_dir)
+    trace_dir.prepare()
+    for owner in (0, uid):
+        folder = trace_dir.path / trace_dir.user_folder(owner)
+        (folder / "t.json").write_text(f"of {owner}")
+        os.chown(folder / "t.json", owner, -1)
+    assert as_hostile(setup, "fetch", f"{uid}/t.json") == f"OK of {uid}"
+    denied = as_hostile(setup, "fetch", "0/t.json")
+    assert denied.startswith("PERMISSION_DENIED '0/t.json' is in another user's folder; "
+                             f"you (uid {uid}) may fetch only files under {uid}/"), denied
+    client = KinetoClient(setup.socket_dir)  # a root process polling (job 4243: only this one)
+    try:
+        client.send(wire.poll_request(3, 4243, (os.getpid(),)))
+        assert client.reply() == wire.poll_reply("")
+        refused = as_hostile(setup, "capture", str(os.getpid()))
+        client.send(wire.poll_request(3, 4243, (os.getpid(),)))
+        assert client.reply() == wire.poll_reply("")  # nothing was queued for it
+    finally:
+        client.close()
+    assert refused == (f"OK refused: the process belongs to uid 0; you (uid {uid}) may trace only your own "
+                       "processes"), refused
 
 
 def dyno(setup: Setup, request: dict | str, user: tuple[int, int] | None = None) -> dict | None:

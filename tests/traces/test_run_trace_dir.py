@@ -63,9 +63,13 @@ def test_no_agent_leaves_it_unset_quietly():
 
 
 def test_an_agent_that_wants_a_token(tmp_path):
+    """A local caller is known by the kernel's uid for its socket, so it needs no token (agentd.auth);
+    a wrong token is still refused."""
     with running_agent(tmp_path, token="s3cret-token") as guarded:
-        refused = tuiprof_run(guarded.port, clean_env())
-        assert (refused.returncode, refused.stdout.strip()) == (0, "None")
-        assert "UNAUTHENTICATED" in refused.stderr and TRACE_DIR_ENV in refused.stderr
+        local = tuiprof_run(guarded.port, clean_env())
+        assert local.stdout.strip() == os.path.realpath(guarded.trace_dir), local.stderr
+        wrong = tuiprof_run(guarded.port, clean_env() | {"TUIPROF_TOKEN": "not-the-token"})
+        assert (wrong.returncode, wrong.stdout.strip()) == (0, "None")
+        assert "UNAUTHENTICATED" in wrong.stderr and TRACE_DIR_ENV in wrong.stderr
         allowed = tuiprof_run(guarded.port, clean_env() | {"TUIPROF_TOKEN": "s3cret-token"})
         assert allowed.stdout.strip() == os.path.realpath(guarded.trace_dir), allowed.stderr

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentd.auth import Caller
 from agentd.traces import beneath
 from agentd.traces.paths import TraceAccessError, TraceDir, TraceDirError, TracePathError, owner_uid, relative_parts
 from agentd.traces.service import check_may_fetch
@@ -78,14 +79,17 @@ def test_plain_names_only_in_client_paths():
 
 
 def test_a_local_user_fetches_only_from_their_own_folders():
-    check_may_fetch(1000, ("1000", "x.json"))
-    check_may_fetch(1000, ("timeline", "1000", "x.json"))
+    user = Caller.local(1000)
+    check_may_fetch(user, ("1000", "x.json"))
+    check_may_fetch(user, ("timeline", "1000", "x.json"))
     for parts in [("1001", "x.json"), ("timeline", "1001", "x.json"), ("done.json",), ("dyno", "x.json")]:
         with pytest.raises(TraceAccessError, match="you \\(uid 1000\\) may fetch only files under 1000/"):
-            check_may_fetch(1000, parts)
-    for privileged in (None, 0):  # the token holder and root
-        check_may_fetch(privileged, ("1001", "x.json"))
-        check_may_fetch(privileged, ("done.json",))
+            check_may_fetch(user, parts)
+        with pytest.raises(TraceAccessError, match="may fetch none"):
+            check_may_fetch(Caller.unidentified("the lookup failed"), parts)
+    for admin in (Caller.token_holder(), Caller.local(0)):
+        check_may_fetch(admin, ("1001", "x.json"))
+        check_may_fetch(admin, ("done.json",))
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ async def test_capture_output_subdir_that_is_not_a_plain_name_is_refused(agent, 
     assert "\n" not in raised.value.details()
 
 
-@pytest.mark.parametrize("path", ["../agentd.log", "/etc/passwd", "link-out/secret", "x.pt.trace.json.tmp"])
+@pytest.mark.parametrize("path", ["../agentd.log", "/etc/passwd", "link-out/secret", "x.pt.trace.json.tmp",
+                                  "d/" * 300 + "x.json", "x" * 5000, "a\nb"])
 async def test_fetch_outside_trace_dir_or_unfinished_is_refused(agent, tmp_path, path):
     (tmp_path / "secret").write_text("not for clients")
     (agent.trace_dir / "link-out").unlink(missing_ok=True)
@@ -37,6 +38,8 @@ async def test_fetch_outside_trace_dir_or_unfinished_is_refused(agent, tmp_path,
             async for _ in stub.FetchFile(pb.FetchFileRequest(path=path)):
                 pass
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = raised.value.details()
+    assert str(agent.trace_dir) not in details and len(details) < 300 and "\n" not in details
 
 
 async def test_fetch_streams_a_finished_file_from_an_offset(agent):
