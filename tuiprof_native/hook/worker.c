@@ -300,6 +300,14 @@ static long sleep_after(int work, long *idle_ns)
     return ns;
 }
 
+/* Checked after the writer marked itself parked: a record, flush or stop
+ * that came just before saw no flag and woke nobody. */
+static int nothing_asked(void)
+{
+    return tp_queue_empty(g_records) && atomic_load(&g_flush_request) == atomic_load(&g_drained) &&
+           !atomic_load(&g_stop);
+}
+
 static void writer_sleep(long ns)
 {
     struct timespec ts = {0, ns};
@@ -308,7 +316,7 @@ static void writer_sleep(long ns)
         return;
     }
     atomic_store(&g_parked, 1);
-    if (tp_queue_empty(g_records) && !atomic_load(&g_stop))
+    if (nothing_asked())
         syscall(SYS_futex, &g_parked, FUTEX_WAIT_PRIVATE, 1, &ts, NULL, 0); /* returns at once once woken */
     atomic_store(&g_parked, 0);
 }
