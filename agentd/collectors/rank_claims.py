@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 # 256 leaves room for many jobs while bounding what one owner's files cost per interval.
 MAX_FILES_PER_OWNER = 256
 NOTE_LIMIT = 4096  # an inert note is one line
+# The hook writes a segment's magic microseconds after creating the file; one still
+# without it this long after is junk (judged once, not reopened every interval).
+NOT_READY_LIMIT_NS = 2_000_000_000
+# A refused file is judged again when it changes, and at least this often anyway.
+REJUDGE_SECONDS = 60.0
 REFUSAL_LOGS_PER_MINUTE = 20
 
 # Why a file was refused (the keys refusals are counted under).
@@ -149,6 +154,14 @@ def live_process(pid: int, uid: int, claimed_start_ns: int, path: str) -> procfs
     return stat_
 
 
+def check_still_unready(candidate: Candidate, now_ns: int) -> None:
+    """A segment the writer has not finished: fine for a moment, refused once it stays so."""
+    age_s = (now_ns - candidate.changed_ns) / 1e9
+    if age_s * 1e9 >= NOT_READY_LIMIT_NS:
+        raise Refused(UNREADABLE, f"{candidate.path} is still not a finished segment {age_s:.0f} s after it was "
+                                  "last changed (no magic): not a segment being created")
+
+
 def read_note(candidate: Candidate) -> str:
     """The first line of an inert hook's note ("" when empty)."""
     text = read_owned_text(candidate.path, candidate.uid, NOTE_LIMIT)
@@ -182,7 +195,7 @@ class Refusals:
     ``REFUSAL_LOGS_PER_MINUTE`` a minute (the rest summed up in one line)."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[tuple[int, ...], str]] = {}  # path → (identity, reason) refused
+        self._seen: dict[str, tuple[tuple[int, ...], str, float]] = {}  # path → (identity, reason, when)
         self.counts: collections.Counter[str] = collections.Counter()
         self._over_cap: dict[int, int] = {}
         self._window_start = time.monotonic()
@@ -193,16 +206,17 @@ class Refusals:
         """Whether this very file (unchanged since) was refused before; counted again if so,
         without opening it: junk costs one lstat per interval."""
         seen = self._seen.get(candidate.path)
-        if seen is None or seen[0] != candidate.identity:
+        if seen is None or seen[0] != candidate.identity or time.monotonic() - seen[2] >= REJUDGE_SECONDS:
             return False
         self.counts[seen[1]] += 1
         return True
 
     def refuse(self, candidate: Candidate, refusal: Refused) -> None:
         self.counts[refusal.reason] += 1
-        if self._seen.get(candidate.path) == (candidate.identity, refusal.reason):
+        seen = self._seen.get(candidate.path)
+        self._seen[candidate.path] = (candidate.identity, refusal.reason, time.monotonic())
+        if seen is not None and seen[:2] == (candidate.identity, refusal.reason):
             return
-        self._seen[candidate.path] = (candidate.identity, refusal.reason)
         self._log("rank file refused", {"path": candidate.path, "why": refusal.reason, "reason": str(refusal)})
 
     def start_interval(self, scan_result: Scan) -> None:

@@ -210,7 +210,11 @@ class RanksCollector(Collector):
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
         rank_claims.check_file(candidate)
-        seg = native.Segment(candidate.path)
+        try:
+            seg = native.Segment(candidate.path)
+        except native.SegmentNotReadyError:
+            rank_claims.check_still_unready(candidate, time.time_ns())  # refused once it stays unfinished
+            raise
         try:
             if (seg.device, seg.inode, seg.owner_uid) != (*candidate.identity[:2], candidate.owner):
                 raise native.SegmentError(f"{candidate.path} was replaced while it was opened")

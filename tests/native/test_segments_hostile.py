@@ -229,6 +229,16 @@ def test_a_blank_exception_file_is_no_exception(collector, shm_dir, good_rank):
     assert detector.observe([exited]).ranks[0].explanation  # the detector judges it (a blank text crashed it)
 
 
+def test_a_segment_that_never_gets_its_magic_is_refused_once(collector, shm_dir, good_rank, hostile, monkeypatch):
+    path = shm_dir / f"tuiprof-{hostile[0]}-5"
+    path.write_bytes(bytes(segment.SEGMENT_SIZE))
+    os.chown(path, *hostile)
+    assert set(reported(collector)) == {good_rank.pid} and collector.refused() == {}  # maybe being created
+    monkeypatch.setattr(rank_claims, "NOT_READY_LIMIT_NS", 0)
+    assert set(reported(collector)) == {good_rank.pid}
+    assert collector.refused() == {rank_claims.UNREADABLE: 1}
+
+
 def test_two_thousand_sparse_segments_cost_bounded_work(collector, shm_dir, good_rank, valid_bytes, hostile):
     baseline_fds = None
     reported(collector)
