@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
 
-from agentd.kineto.registry import BusyError, PendingConfig, Registry
+from agentd.kineto.registry import MAX_ENTRIES_PER_UID, BusyError, PendingConfig, Registry, RegistryFullError
 from agentd.kineto import config as kineto_config
 
 
@@ -87,3 +88,27 @@ def test_one_entry_per_sending_process_whatever_pids_it_claims():
         registry.poll(0, (fake, 1), 77, 0, True)
     [entry] = registry.entries()
     assert entry.pids == (999, 1) and entry.polls == 1
+
+
+def test_registry_is_bounded_per_user_and_in_all():
+    registry = Registry(keepalive_seconds=0.05)
+    for pid in range(1, MAX_ENTRIES_PER_UID + 1):
+        registry.poll(0, (pid,), pid, 5, True)
+    with pytest.raises(RegistryFullError, match="1024 of uid 5"):
+        registry.poll(0, (99999,), 99999, 5, True)
+    registry.poll(0, (1, 2), 1, 5, True)  # a known process may still change its ancestry
+    registry.poll(0, (99999,), 99999, 6, True)  # another user still registers
+    time.sleep(0.1)
+    assert len(registry.expire()) == MAX_ENTRIES_PER_UID + 1
+    registry.poll(0, (99999,), 99999, 5, True)  # room again once they stopped polling
+
+
+def test_a_process_changing_its_job_at_every_poll_logs_once(caplog):
+    caplog.set_level(logging.INFO, logger="agentd.kineto.registry")
+    registry = Registry()
+    for job in range(1000):
+        registry.poll(job, (77,), 77, 0, True)
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "Kineto client registered", "re-registered: Kineto client registered again"]
+    [entry] = registry.entries()
+    assert entry.job_id == "999"
