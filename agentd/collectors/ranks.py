@@ -281,7 +281,7 @@ class RanksCollector(Collector):
 
     def _exited_mid_update(self, rank: _Rank, mono: float) -> None:
         """A rank whose process died while writing its counters: exited, its last reading kept."""
-        stats = rank.stats or pb.RankStats(pid=rank.pid)
+        stats = rank.stats or pb.RankStats(pid=rank.pid, uid=rank.candidate.uid)
         stats.state = "exited"
         rank_exit.fill_exit_unknown(stats, "the process died while writing its segment (its counters are left "
                                            "mid-update), so how it ended is unknown")
@@ -299,7 +299,7 @@ class RanksCollector(Collector):
             return []
         reason = rank_claims.read_note(candidate) or rank_claims.no_segment_reason(
             os.path.dirname(candidate.path), native.SEGMENT_SIZE)
-        stats = pb.RankStats(pid=candidate.pid, state=_RANK_STATES.get(alive.state, alive.state))
+        stats = pb.RankStats(pid=candidate.pid, uid=candidate.uid, state=_RANK_STATES.get(alive.state, alive.state))
         stats.hook.inactive_reason = reason
         rank = procfs.rank_from_environ(procfs.read_environ(candidate.pid))
         if rank is not None and rank <= _INT32_MAX:
@@ -323,7 +323,8 @@ class RanksCollector(Collector):
 
     def _rates(self, rank: _Rank, header, now_ns: int) -> pb.RankStats:
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
-        stats = pb.RankStats(pid=rank.pid, job_id=header.job_id, step_count=header.counters.step_count,
+        stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=header.job_id,
+                             step_count=header.counters.step_count,
                              heartbeat_age_seconds=max(0.0, (now_ns - header.heartbeat_ns) * 1e-9))
         for field in ("rank", "local_rank", "world_size"):
             value = getattr(header, field)

@@ -129,6 +129,7 @@ def test_the_users_own_process_is_a_rank(collector, shm_dir, good_rank, valid_by
     ranks = reported(collector)
     assert set(ranks) == {good_rank.pid, mine.pid} and collector.refused() == {}
     assert ranks[mine.pid].state == "running"
+    assert (ranks[mine.pid].uid, ranks[good_rank.pid].uid) == (hostile[0], 0)  # whose private fields they are
 
 
 def test_a_process_started_after_the_segment_is_not_its_writer(collector, shm_dir, good_rank, valid_bytes,
@@ -275,7 +276,7 @@ def test_inert_hook_notes_are_claims_too(collector, shm_dir, good_rank, hostile,
     ranks = reported(collector)
     assert set(ranks) == {good_rank.pid, quiet.pid}
     assert ranks[quiet.pid].hook.inactive_reason == "a file is in the way at the segment path"
-    assert ranks[quiet.pid].state == "running"
+    assert (ranks[quiet.pid].state, ranks[quiet.pid].uid) == ("running", 0)
     assert "inert" in ranks[quiet.pid].unavailable["step_time_seconds"]
     assert not stale.exists()  # its process is gone: the note means nothing any more
     assert collector.refused() == {rank_claims.OWNER: 1}
