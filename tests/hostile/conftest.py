@@ -14,7 +14,7 @@ races, full /dev/shm):
   ``HostileAgent`` (``port``, ``metrics_port``, ``trace_dir``, ``process``,
   ``client(...)``, ``assert_healthy()``);
 - ``run_as_hostile(argv)``: a command inside the namespace as the hostile user;
-- ``start_rank(user, secret)``: a real rank process (``tuiprof run``'s environment, one step recorded,
+- ``start_rank(user, secret)``: a real rank process (``tuiprof run``'s environment, a step every 0.1 s,
   a thread that died with ``secret`` in its exception) inside the namespace.
 
 Each case asserts the refusal and that the agent stays healthy (``/healthz`` answers
@@ -48,7 +48,8 @@ START_TIMEOUT_SECONDS = 30.0
 RANK_PROGRAM = """
 import ctypes, os, sys, threading, time
 import torch  # noqa: F401
-ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"]).tuiprof_record_step()
+lib = ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"])
+lib.tuiprof_record_step()
 def load_batch():
     raise ValueError(sys.argv[1])
 worker = threading.Thread(target=load_batch, name="loader")
@@ -56,7 +57,9 @@ worker.start()
 worker.join()
 print("ready", flush=True)
 def parked_in_rank_main():
-    time.sleep(1000)
+    while True:  # a step every 0.1 s: never hung unless stopped
+        time.sleep(0.1)
+        lib.tuiprof_record_step()
 parked_in_rank_main()
 """
 

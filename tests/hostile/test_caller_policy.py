@@ -19,7 +19,7 @@ def test_a_user_sees_roots_rank_metrics_but_not_its_exception_text(agent_in_name
     as_user = agent.client("snapshot", "--rank-pid", str(rank.pid), user=hostile_user)
     assert as_user["code"] == "OK", as_user
     (user_view,) = [r for r in as_user["reply"]["ranks"] if r["pid"] == rank.pid]
-    assert user_view["stepCount"] == root_view["stepCount"] == "1"  # the metrics are everyone's
+    assert int(user_view["stepCount"]) >= int(root_view["stepCount"]) >= 1  # the metrics are everyone's
     assert "exception" not in user_view
     assert user_view["unavailable"]["exception"].startswith("private: shown only to the rank's owner")
     assert ROOT_SECRET not in json.dumps(as_user)

@@ -1,0 +1,125 @@
+"""A second real user tries to make the root agent dump everyone, bloat, or give its place away."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import time
+
+from agentd.hang.service import MAX_INCIDENTS_PER_OWNER, MAX_REQUEST_PIDS
+from hostile.conftest import AGENTD, PYTHON
+
+LISTENER_PROGRAM = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+EMBEDDED_PROGRAM = """
+import sys, tempfile, time, pathlib
+from agentd.embedded import start_embedded_agent
+agent = start_embedded_agent(trace_dir=pathlib.Path(tempfile.mkdtemp()), host_kineto_socket=sys.argv[1] == "opt-in")
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        line = next(line for line in f if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def _started(process: subprocess.Popen[str]) -> subprocess.Popen[str]:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if line.strip() != "ready":
+        process.kill()
+        raise AssertionError(f"did not start: {line!r} {process.communicate(timeout=10)[1]}")
+    return process
+
+
+def test_a_users_listener_on_the_agents_port_is_told_apart_from_roots(namespace, hostile_user, agent_in_namespace,
+                                                                       tmp_path):
+    real = agent_in_namespace()
+    assert real.client("listener-owner")["uid"] == 0
+    squatted = real.port + 1
+    fake = _started(namespace.popen([PYTHON, "-c", LISTENER_PROGRAM, str(squatted)], user=hostile_user,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        done = namespace.run([PYTHON, "-c", "import sys; from agentd.peer import tcp_socket_uid; "
+                              "print(tcp_socket_uid(('127.0.0.1', int(sys.argv[1])), None))", str(squatted)])
+        assert done.stdout.strip() == str(hostile_user.uid), done.stderr
+        # And root's agent does not start on a port someone else holds.
+        refused = namespace.run([AGENTD, "--port", str(squatted), "--metrics-port", str(real.port + 2),
+                                 "--trace-dir", str(tmp_path / "second")])
+        assert refused.returncode == 4 and f"gRPC port {squatted} on 127.0.0.1 is already in use" in refused.stderr
+    finally:
+        fake.kill()
+        fake.wait(10)
+    real.assert_healthy(user=hostile_user)
+
+
+def test_oversized_requests_are_refused_before_they_cost_memory(agent_in_namespace, hostile_user):
+    agent = agent_in_namespace()
+    over = agent.client("many-pids", "--count", str(MAX_REQUEST_PIDS + 1), user=hostile_user)
+    assert over["codes"] == {"INVALID_ARGUMENT": 1}, over
+    before = _rss_bytes(agent.process.pid)
+    huge = agent.client("many-pids", "--count", "500000", "--requests", "150", user=hostile_user, timeout=240)
+    assert huge["codes"] == {"RESOURCE_EXHAUSTED": 150}, huge
+    grown = _rss_bytes(agent.process.pid) - before
+    assert grown < 32 * 1024 * 1024, f"agentd grew by {grown / 2**20:.0f} MiB"
+    agent.assert_healthy(user=hostile_user)
+
+
+def test_a_user_toggling_a_hang_causes_few_private_incidents_of_their_own_ranks(
+        agent_in_namespace, start_rank, hostile_user, run_as_hostile):
+    agent = agent_in_namespace("--hang-timeout-s", "1", "--hang-suspect-s", "1")
+    roots = start_rank(None, "root-rank")
+    theirs = start_rank(hostile_user, "their-rank")
+    for rank in (roots, theirs):
+        assert agent.client("snapshot", "--rank-pid", str(rank.pid))["code"] == "OK"
+    toggles = MAX_INCIDENTS_PER_OWNER + 3
+    for _ in range(toggles):
+        assert run_as_hostile(["kill", "-STOP", str(theirs.pid)]).returncode == 0
+        time.sleep(1.8)  # stopped: a suspect at once, hung past the 1 s timeout
+        assert run_as_hostile(["kill", "-CONT", str(theirs.pid)]).returncode == 0
+        time.sleep(0.8)
+    incidents = sorted((agent.trace_dir / "hangs").glob("hang-*.json"))
+    assert len(incidents) == MAX_INCIDENTS_PER_OWNER, (incidents, agent.log())
+    for path in incidents:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert [r["pid"] for r in json.loads(path.read_text())["ranks"]] == [theirs.pid]  # never root's rank
+        assert run_as_hostile(["cat", str(path)]).returncode != 0
+    assert agent.log().count("hang incidents capped") == 1
+    mine = agent.client("stacks", "--incident", user=hostile_user)
+    assert [r["pid"] for r in mine["reply"]["ranks"]] == [theirs.pid]
+    agent.assert_healthy(user=hostile_user)
+
+
+def test_a_users_console_leaves_the_host_kineto_socket_to_the_root_agent(namespace, hostile_user, agent_in_namespace):
+    console = _started(namespace.popen([PYTHON, "-c", EMBEDDED_PROGRAM, "default"], user=hostile_user,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        agent = agent_in_namespace()
+        (kineto,) = [c for c in agent.client("info")["reply"]["collectors"] if c["name"] == "kineto"]
+        assert kineto["available"] is True, kineto
+    finally:
+        console.kill()
+        console.wait(10)
+
+
+def test_a_console_that_opts_in_takes_the_host_kineto_socket(namespace, hostile_user, agent_in_namespace):
+    console = _started(namespace.popen([PYTHON, "-c", EMBEDDED_PROGRAM, "opt-in"], user=hostile_user,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        agent = agent_in_namespace()
+        (kineto,) = [c for c in agent.client("info")["reply"]["collectors"] if c["name"] == "kineto"]
+        assert kineto.get("available") is not True and "@dynolog@" in kineto["reason"], kineto
+    finally:
+        console.kill()
+        console.wait(10)
