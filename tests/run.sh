@@ -16,6 +16,12 @@ $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential python3-dev python3-venv git tmux procps \
     munge slurm-wlm prometheus prometheus-node-exporter >/dev/null
 
+# The hostile-local-user tests (tests/hostile) act as this second, unprivileged account;
+# without root they are skipped with that reason.
+if [ "$(id -u)" -eq 0 ] && ! id tuiprof-hostile >/dev/null 2>&1; then
+    useradd -M -s /usr/sbin/nologin tuiprof-hostile
+fi
+
 python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q -e '.[test]'
