@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import pathlib
+import stat
 import subprocess
 
 import pytest
@@ -53,6 +55,13 @@ def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(age
     doc = json.loads(result.stdout)
     [target] = doc["hosts"][0]["targets"]
     assert target["pid"] == workload.pid and target["rank"] == 3 and target["state"] == "written"
+    # Written by the agent into its own folder for the rank's user: timeline/<uid>/, 0700, the file 0600.
+    uid = os.getuid()
+    assert target["file"].startswith(f"timeline/{uid}/")
+    for path, mode in [(agent.trace_dir / "timeline" / str(uid), 0o700), (agent.trace_dir / target["file"], 0o600)]:
+        info = path.lstat()
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (os.geteuid(), mode), path
+    assert not list((agent.trace_dir / "timeline" / str(uid)).glob("*.tmp"))
     trace = json.loads(pathlib.Path(target["local"]).read_text())
     assert trace["distributedInfo"]["rank"] == 3
     kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
