@@ -151,6 +151,8 @@ class RanksCollector(Collector):
         inert: list[pb.RankStats] = []
         for candidate in found.candidates:
             try:
+                if self._refusals.still_refused(candidate):
+                    continue
                 if candidate.inert:
                     inert.extend(self._inert_rank(candidate))
                 else:
@@ -202,8 +204,6 @@ class RanksCollector(Collector):
             self._forget(rank, delete=False)
             rank = None
         if rank is None:
-            if self._refusals.still_refused(candidate):
-                return
             rank = self._open(candidate)
         self._sample(rank, now_ns, mono)
 
