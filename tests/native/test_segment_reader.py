@@ -7,9 +7,11 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
+from native.segment_forge import forged, recorded_segment
 from native.support import segment_path, tuiprof_run
 from tuiprof_native import segment
 
@@ -21,17 +23,9 @@ def write_copy(tmp_path, name: str, data: bytes):
 
 
 @pytest.fixture(scope="module")
-def valid_bytes(tmp_path_factory) -> bytes:
+def valid_bytes() -> bytes:
     """A real segment's bytes (a process that records one step)."""
-    script = ("import ctypes, os; lib = ctypes.CDLL(os.environ['TUIPROF_HOOK_LIBRARY']); "
-              "lib.tuiprof_record_step()")
-    proc = tuiprof_run(sys.executable, "-c", script)
-    assert proc.wait(timeout=60) == 0
-    path = segment_path(proc.pid)
-    try:
-        return path.read_bytes()
-    finally:
-        path.unlink()
+    return recorded_segment()
 
 
 def test_valid_copy_reads(tmp_path, valid_bytes):
@@ -71,6 +65,44 @@ def test_segment_still_being_created(tmp_path, valid_bytes):
 def test_missing_file(tmp_path):
     with pytest.raises(segment.SegmentError, match="cannot open segment"):
         segment.Segment(tmp_path / "tuiprof-0-7")
+
+
+def test_a_fifo_or_a_link_is_refused_without_blocking(tmp_path, valid_bytes):
+    os.mkfifo(tmp_path / "tuiprof-0-8")  # no writer: a blocking open would never return
+    with pytest.raises(segment.SegmentFormatError, match="not a regular file"):
+        segment.Segment(tmp_path / "tuiprof-0-8")
+    real = write_copy(tmp_path, "real", valid_bytes)
+    (tmp_path / "tuiprof-0-9").symlink_to(real)
+    with pytest.raises(segment.SegmentFormatError, match="symbolic link"):
+        segment.Segment(tmp_path / "tuiprof-0-9")
+
+
+def test_a_record_left_mid_update_is_a_busy_error_not_a_wait(tmp_path, valid_bytes):
+    path = write_copy(tmp_path, "tuiprof-0-10", forged(valid_bytes, 10, counters_seq=5))
+    with segment.Segment(path) as seg:
+        assert seg.claimant()[0] == 10  # who it claims to be stays readable
+        started = time.monotonic()
+        with pytest.raises(segment.SegmentBusyError, match="stayed mid-update"):
+            seg.header()
+        assert time.monotonic() - started < 0.5
+        path.write_bytes(forged(valid_bytes, 10, counters_seq=6))  # the writer finished
+        assert seg.header().counters.step_count == 1
+
+
+def test_a_segment_cut_after_it_was_opened(tmp_path, valid_bytes):
+    path = write_copy(tmp_path, "tuiprof-0-11", valid_bytes)
+    with segment.Segment(path) as seg:
+        os.truncate(path, 4096)
+        with pytest.raises(segment.SegmentFormatError, match="truncated"):
+            seg.slots()
+
+
+def test_names_parse_within_range():
+    assert segment.parse_name("tuiprof-1000-42") == (1000, 42, False)
+    assert segment.parse_name(f"tuiprof-0-7{segment.INERT_SUFFIX}") == (0, 7, True)
+    for name in (f"tuiprof-0-{2**31}", "tuiprof-0-0", f"tuiprof-{2**32 - 1}-5", "tuiprof-0-5.exception",
+                 "tuiprof-0-" + "9" * 40, "tuiprof--1-5"):
+        assert segment.parse_name(name) is None, name
 
 
 def test_discover_finds_only_segment_names(tmp_path, valid_bytes):
