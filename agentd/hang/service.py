@@ -183,11 +183,14 @@ class HangService:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 f"cannot tell who you are ({caller.reason}); stacks are shown only to the "
                                 "ranks' owner (connect from this host), root, or with the token")
-        if self._taker is None:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot take stacks: {self._no_stacks_reason}")
+        taker = self._taker
+        if taker is None:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"cannot take stacks: {self._no_stacks_reason}")
         if not request.take_now:
             return await self._incident_for(caller, context)
         targets = await self._requested_targets(request, caller, context)
+        # Wait out the ranks' quiet gaps here, on the event loop (no thread held), then share one dump.
+        await asyncio.sleep(max((taker.dumper.ready_in(t) for t in targets), default=0.0))
         reply = await asyncio.to_thread(self._take, targets, request.native)
         if self._level != "ok":
             reply.incident = self._explanation_for(caller, self._explanation)

@@ -10,7 +10,10 @@ py-spy stops the target while it reads it, so dumps are a cost to the training
 job. ``RankDumper`` keeps that cost bounded however many clients ask: requests
 for a rank while its dump runs share that dump, and after a dump the rank is
 left alone for ``1 / MAX_DUTY`` times as long as the dump took (at least
-``MIN_GAP_SECONDS``); requests in that gap get the last dump.
+``MIN_GAP_SECONDS``, at most ``MAX_GAP_SECONDS``). A caller waits out that gap
+(``ready_in``) and then shares the next dump, so a client asking in a loop gets
+one dump per gap and costs the agent next to nothing; a request that still
+lands in the gap gets the last dump.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ MAX_PARALLEL_DUMPS = min(8, os.cpu_count() or 1)
 # At most this share of a rank's time is spent stopped under py-spy.
 MAX_DUTY = 0.02
 MIN_GAP_SECONDS = 1.0
+MAX_GAP_SECONDS = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +116,12 @@ class RankDumper:
                 del self._running[key]
         return _copy(stacks)
 
+    def ready_in(self, target: DumpTarget) -> float:
+        """Seconds until ``target`` may be dumped again (0: now)."""
+        with self._lock:
+            last = self._last.get((target.pid, target.start_ns))
+            return 0.0 if last is None else max(0.0, last.quiet_until - self._clock())
+
     def forget(self, live: set[tuple[int, int]]) -> None:
         """Drop what is kept of processes that are no longer ranks."""
         with self._lock:
@@ -131,7 +141,7 @@ class RankDumper:
         with self._lock:
             self.dumps_run += 1
             self._last[(target.pid, target.start_ns)] = _LastDump(
-                stacks, native, self._clock() + max(MIN_GAP_SECONDS, took / MAX_DUTY))
+                stacks, native, self._clock() + min(MAX_GAP_SECONDS, max(MIN_GAP_SECONDS, took / MAX_DUTY)))
         return stacks
 
 

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from agentd.hang.service import IncidentBudget, write_private
-from agentd.hang.stacks import DumpTarget, RankDumper
+from agentd.hang.stacks import MIN_GAP_SECONDS, DumpTarget, RankDumper
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.stacks.merge import equivalence_classes, find_suspects
@@ -227,3 +227,15 @@ async def test_an_incident_dumps_only_the_hung_job(agent_with_two_jobs, tmp_path
         finally:
             os.kill(job_b[0], signal.SIGCONT)
     assert sorted(r.pid for r in incident.ranks) == job_b
+
+
+async def test_a_request_in_a_ranks_quiet_gap_waits_for_its_next_dump(agent_with_ranks):
+    address, procs, _ = agent_with_ranks
+    request = pb.GetStacksRequest(take_now=True, pids=[procs[0].pid])
+    async with open_channel(address) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        first = await stub.GetStacks(request, timeout=60)
+        second = await stub.GetStacks(request, timeout=60)
+    assert first.ranks[0].threads and second.ranks[0].threads
+    # A fresh dump, taken no sooner than the quiet gap after the first one.
+    assert second.taken_unix_ns - first.taken_unix_ns >= MIN_GAP_SECONDS * 1e9
