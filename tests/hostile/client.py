@@ -84,9 +84,27 @@ def listener_owner(_stub, args) -> dict:
     return {"code": "OK", "uid": peer.tcp_socket_uid(("127.0.0.1", args.port), None)}
 
 
+class _Metadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds fixed metadata (the token) to every call."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    def _details(self, details):
+        return details._replace(metadata=tuple(details.metadata or ()) + self._metadata)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--token", help="send `authorization: Bearer TOKEN` with every call")
     parser.add_argument("--timeout", type=float, default=20.0)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info")
@@ -106,8 +124,11 @@ def main() -> int:
     args = parser.parse_args()
     actions = {"info": info, "snapshot": snapshot, "stacks": stacks, "many-pids": many_pids,
                "healthz": healthz, "listener-owner": listener_owner}
-    with grpc.insecure_channel(f"127.0.0.1:{args.port}",
+    with grpc.insecure_channel(f"{args.host}:{args.port}",
                                options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
+        if args.token:
+            metadata = (("authorization", f"Bearer {args.token}"),)
+            channel = grpc.intercept_channel(channel, _Metadata(metadata))
         result = actions[args.command](pb_grpc.AgentStub(channel), args)
     json.dump(result, sys.stdout)
     return 0

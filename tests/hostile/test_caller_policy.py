@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hostile.conftest import CLIENT, PYTHON
+from testkit.namespaces import Namespace
+
 ROOT_SECRET = "root-secret-7f3a"
 HOSTILE_SECRET = "hostile-own-91c2"
 
@@ -45,4 +48,26 @@ def test_a_user_gets_stacks_of_their_own_ranks_only(agent_in_namespace, start_ra
 
     as_root = agent.client("stacks")
     assert sorted(r["pid"] for r in as_root["reply"]["ranks"]) == sorted([roots.pid, theirs.pid])
+    agent.assert_healthy(user=hostile_user)
+
+
+def test_without_a_token_only_local_users_are_served(namespace, agent_in_namespace, hostile_user, tmp_path):
+    """Agent on every address with a token; a caller on another host (namespace) and one on this host."""
+    token = "0f4c2d9e8b7a65413f2e1d0c9b8a7f6e"
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    agent = agent_in_namespace("--host", "0.0.0.0", "--token-file", str(token_file), "--allow-plaintext-token")
+    with Namespace.create() as remote:
+        address, _ = namespace.link(remote)
+        ask = [PYTHON, CLIENT, "--host", address, "--port", str(agent.port)]
+        refused = json.loads(remote.run([*ask, "info"]).stdout)
+        assert refused["code"] == "UNAUTHENTICATED" and "missing or wrong token" in refused["details"]
+        wrong = json.loads(remote.run([*ask, "--token", "not-it", "info"]).stdout)
+        assert wrong["code"] == "UNAUTHENTICATED"
+        served = json.loads(remote.run([*ask, "--token", token, "info"]).stdout)
+        assert served["code"] == "OK"
+    assert agent.client("info", user=hostile_user)["code"] == "OK"  # a local user, no token
+    theirs = agent.client("stacks", user=hostile_user)  # served as that user: no ranks of theirs here
+    assert theirs["code"] == "OK" and not theirs["reply"].get("ranks"), theirs
     agent.assert_healthy(user=hostile_user)

@@ -85,6 +85,19 @@ class Namespace:
             holder.kill()
             holder.wait(10)
 
+    def link(self, other: "Namespace") -> tuple[str, str]:
+        """A point-to-point link (veth) to ``other``: (this side's address, the other's), a /30."""
+        octet = self.holder.pid % 250 + 1
+        mine, theirs = f"10.{octet}.0.1", f"10.{octet}.0.2"
+        here, there = f"tpa{self.holder.pid}"[:15], f"tpb{self.holder.pid}"[:15]
+        subprocess.run(["ip", "link", "add", here, "netns", str(self.holder.pid), "type", "veth",
+                        "peer", "name", there, "netns", str(other.holder.pid)], check=True)
+        for ns, device, address in ((self, here, mine), (other, there, theirs)):
+            for step in (["ip", "addr", "add", f"{address}/30", "dev", device], ["ip", "link", "set", device, "up"]):
+                done = ns.run(step)
+                assert done.returncode == 0, done.stderr
+        return mine, theirs
+
     def argv(self, command: Sequence[str], user: User | None = None) -> list[str]:
         prefix = ["nsenter", "-t", str(self.holder.pid), "-m", "-n", "--"]
         if user is not None:
