@@ -71,10 +71,10 @@ def _assess(ranks: Iterable[RankCollectives]) -> dict[int, tuple[str, bool]]:
             continue
         front = max(launched, key=lambda op: op.sequence)
         joined = ranksets.mask_of(r for r, op in latest.items() if op and op.sequence >= front.sequence)
-        for rank, op in sorted(latest.items()):
-            text = _finding(op, front, joined, rank, len(members))
-            if text and rank not in result:
-                result[rank] = (text, not joined >> rank & 1)
+        for member, op in sorted(latest.items()):
+            text = _finding(op, front, joined, member, len(members))
+            if text and member not in result:
+                result[member] = (text, not joined >> member & 1)
     return result
 
 

@@ -85,7 +85,11 @@ class Node:
 
     def sorted_children(self) -> list["Node"]:
         """Children with the most ranks first, then by label (a stable display order)."""
-        return sorted(self.children.values(), key=lambda n: (-n.ranks.bit_count(), n.frame.label()))
+        return [node for _, node in self.sorted_items()]
+
+    def sorted_items(self) -> list[tuple[Frame, "Node"]]:
+        """``(frame, child)`` in the order of ``sorted_children``."""
+        return sorted(self.children.items(), key=lambda item: (-item[1].ranks.bit_count(), item[0].label()))
 
 
 @dataclass
@@ -218,8 +222,7 @@ def project(merged: MergedStacks, *, lines: bool, native: bool) -> MergedStacks:
         pending = [(root, new_root)]
         while pending:
             node, into = pending.pop()
-            for child in node.children.values():
-                frame = child.frame
+            for frame, child in node.children.items():
                 if frame.native and not native:
                     pending.append((child, into))
                     continue
@@ -261,8 +264,8 @@ def walk(root: Node) -> Iterator[tuple[tuple[Frame, ...], Node]]:
     while pending:
         path, node = pending.pop()
         yield path, node
-        for child in reversed(node.sorted_children()):
-            pending.append((path + (child.frame,), child))
+        for frame, child in reversed(node.sorted_items()):
+            pending.append((path + (frame,), child))
 
 
 def equivalence_classes(merged: MergedStacks, thread: str | None = None) -> list[EquivalenceClass]:
