@@ -273,6 +273,8 @@ def hide_exception_text(text: str, exceptions: Sequence[str]) -> str:
 def _exception_summary(exception: str) -> str:
     """'an uncaught exception[ in thread T]: <its last line>' from the startup hook's traceback text."""
     lines = exception.strip().splitlines()
+    if not lines:  # the ranks collector drops blank text; a blank claim must still not stop detection
+        return "an uncaught exception (no text recorded)"
     where = ""
     if lines[0].startswith("Exception in thread ") and lines[0].endswith(":"):
         where = f" in thread {lines[0].removeprefix('Exception in thread ').removesuffix(':')}"

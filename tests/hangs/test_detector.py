@@ -207,3 +207,10 @@ def _wait_for_state(pid: int, state: str) -> None:
     while procfs.state_of(pid) != state:
         assert time.monotonic() < deadline, f"pid {pid} never became {state}: {procfs.state_of(pid)}"
         time.sleep(0.01)
+
+
+def test_a_blank_exception_text_does_not_stop_detection():
+    d, _ = detector({101: "gone"})
+    status = d.observe([rank(0), pb.RankStats(pid=101, rank=1, state="exited", exit_code=1, exception=" \n\t\n")])
+    assert status.ranks[1].level == "exited"
+    assert status.ranks[1].explanation == "rank 1: exited with code 1 after an uncaught exception (no text recorded)"
