@@ -51,21 +51,25 @@ async def test_get_stacks_refuses_processes_that_are_not_ranks(agent_with_ranks)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+async def _first_incident(stub) -> pb.StacksReply:
+    """The hang incident the agent kept, once it has one (NOT_FOUND until then; 30 s at most)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return await stub.GetStacks(pb.GetStacksRequest(take_now=False), timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND
+            assert time.monotonic() < deadline, "no hang incident within 30 s"
+            await asyncio.sleep(0.2)
+
+
 async def test_a_stopped_rank_becomes_a_hang_incident_with_stacks(agent_with_ranks):
     address, procs, tmp_path = agent_with_ranks
     os.kill(procs[2].pid, signal.SIGSTOP)
     try:
         async with open_channel(address) as channel:
             stub = pb_grpc.AgentStub(channel)
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    incident = await stub.GetStacks(pb.GetStacksRequest(take_now=False), timeout=30)
-                    break
-                except grpc.aio.AioRpcError as exc:
-                    assert exc.code() == grpc.StatusCode.NOT_FOUND
-                    assert time.monotonic() < deadline, "no hang incident within 30 s"
-                    await asyncio.sleep(0.2)
+            incident = await _first_incident(stub)
             call = stub.Watch(pb.WatchRequest(), timeout=10)
             snapshot = await call.read()
             call.cancel()
@@ -215,15 +219,7 @@ async def test_an_incident_dumps_only_the_hung_job(agent_with_two_jobs, tmp_path
         job_b = sorted(r.pid for r in snapshot.ranks if r.job_id == "b")
         os.kill(job_b[0], signal.SIGSTOP)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    incident = await stub.GetStacks(pb.GetStacksRequest(take_now=False), timeout=30)
-                    break
-                except grpc.aio.AioRpcError as exc:
-                    assert exc.code() == grpc.StatusCode.NOT_FOUND
-                    assert time.monotonic() < deadline, "no hang incident within 30 s"
-                    await asyncio.sleep(0.2)
+            incident = await _first_incident(stub)
         finally:
             os.kill(job_b[0], signal.SIGCONT)
     assert sorted(r.pid for r in incident.ranks) == job_b
