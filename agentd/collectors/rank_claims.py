@@ -154,6 +154,28 @@ def live_process(pid: int, uid: int, claimed_start_ns: int, path: str) -> procfs
     return stat_
 
 
+def open_verified(candidate: Candidate, layout: Any) -> tuple[Any, int, procfs.ProcessStat | None]:
+    """Open a segment and check its claim: (the open ``layout.Segment``, its verified start, its live
+    process or None when gone). Raises Refused, or ``layout.SegmentError`` (not ready yet, replaced,
+    not a segment). ``layout`` is ``tuiprof_native.segment``."""
+    check_file(candidate)
+    try:
+        seg = layout.Segment(candidate.path)
+    except layout.SegmentNotReadyError:
+        check_still_unready(candidate, time.time_ns())  # refused once it stays unfinished
+        raise
+    try:
+        if (seg.device, seg.inode, seg.owner_uid) != (*candidate.identity[:2], candidate.owner):
+            raise layout.SegmentError(f"{candidate.path} was replaced while it was opened")
+        pid, start_ns = seg.claimant()
+        check_header_pid(candidate, pid)
+        alive = live_process(candidate.pid, candidate.uid, start_ns, candidate.path)
+    except BaseException:
+        seg.close()
+        raise
+    return seg, start_ns, alive
+
+
 def check_still_unready(candidate: Candidate, now_ns: int) -> None:
     """A segment the writer has not finished: fine for a moment, refused once it stays so."""
     age_s = (now_ns - candidate.changed_ns) / 1e9

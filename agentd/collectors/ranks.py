@@ -209,21 +209,7 @@ class RanksCollector(Collector):
 
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
-        rank_claims.check_file(candidate)
-        try:
-            seg = native.Segment(candidate.path)
-        except native.SegmentNotReadyError:
-            rank_claims.check_still_unready(candidate, time.time_ns())  # refused once it stays unfinished
-            raise
-        try:
-            if (seg.device, seg.inode, seg.owner_uid) != (*candidate.identity[:2], candidate.owner):
-                raise native.SegmentError(f"{candidate.path} was replaced while it was opened")
-            pid, start_ns = seg.claimant()
-            rank_claims.check_header_pid(candidate, pid)
-            alive = rank_claims.live_process(candidate.pid, candidate.uid, start_ns, candidate.path)
-        except BaseException:
-            seg.close()
-            raise
+        seg, start_ns, alive = rank_claims.open_verified(candidate, native)
         rank = _Rank(candidate, seg, start_ns)
         rank.read_ns = start_ns  # first rates are since the segment's creation
         if alive is None:

@@ -1,6 +1,6 @@
 """Timeline captures: the hook library's event ring of each rank, read from shared memory.
 
-No cooperation from the training process is needed: the agent maps each
+No cooperation from the training process is needed: the agent reads each
 rank's segment, and either dumps the ring's last N events now, or notes the
 ring position at the start time, waits the duration, and dumps what was added.
 The file is Kineto-shaped Chrome JSON (``baseTimeNanoseconds``, ``distributedInfo``,
@@ -9,20 +9,26 @@ GEMMs and collectives are GPU ``kernel`` events (collectives named ``nccl:<op>``
 steps are ``ProfilerStep#<n>`` annotations. Files go into the agent's own folder
 ``timeline/<uid>/`` for the uid the kernel gives for the rank's process, and are
 written whole or not at all (``TraceDir.write_file``).
+
+A segment is a claim any local user can make: only those the kernel confirms
+(``agentd.collectors.rank_claims``, the ranks collector's checks) are dumped,
+each through the file opened when it was verified, and a caller who is not an
+administrator gets only the timelines of their own processes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.auth import Caller
-from agentd.procfs import real_uid
+from agentd.collectors import rank_claims
+from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.capture import FAILED, REFUSED, SENT, WRITE_GRACE_SECONDS, WRITTEN, Capture, Target
 from agentd.traces.paths import TIMELINE_FOLDER, TraceDir, TraceDirError, reason
@@ -40,7 +46,7 @@ class TimelineCapture(Capture):
     span: str = "last_events"
     duration_ms: int = 0
     last_events: int = 0
-    segment_paths: dict[int, str] = field(default_factory=dict)  # pid → segment file
+    segments: dict[int, Any] = field(default_factory=dict)  # pid → its verified segment, open until ``run`` ends
     hostname: str = ""
 
     def refresh(self, registry: object) -> None:
@@ -49,7 +55,7 @@ class TimelineCapture(Capture):
 
 def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: str, trace_dir: TraceDir,
           hostname: str, caller: Caller) -> TimelineCapture:
-    """Match ranks by their segments and plan the dump (``run`` performs it)."""
+    """Match ranks by their verified segments and plan the dump (``run`` performs it)."""
     now = time.time()
     start_unix = request.start_time_unix_ms / 1000 if request.start_time_unix_ms else now
     end = max(start_unix, now) + request.duration_ms / 1000 if span == "duration_ms" else now
@@ -63,26 +69,21 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: st
         capture.message = f"timeline capture unavailable: the segment reader is not built ({exc})"
         return capture
     wanted_pids, wanted_ranks = set(request.pids), set(request.ranks)
-    for seg_file in segment.discover():
-        if wanted_pids and seg_file.pid not in wanted_pids:
-            continue
+    refused: collections.Counter[str] = collections.Counter()
+    for candidate in _candidates(segment, wanted_pids, refused):
         if len(capture.targets) == MAX_TARGETS:
             capture.message = f"only the first {MAX_TARGETS} matching ranks are dumped; name pids or ranks"
             break
-        uid = _verified_owner(seg_file)
-        if uid is None:
+        opened = _open_verified(candidate, segment, refused)
+        if opened is None:
             continue
-        try:
-            with segment.Segment(seg_file.path) as seg:
-                header = seg.header()
-        except OSError as exc:
-            log.info("segment skipped", extra={"pid": seg_file.pid, "reason": str(exc)})
+        seg, header = opened
+        if (request.job_id and header.job_id != request.job_id) or (wanted_ranks and header.rank not in wanted_ranks):
+            seg.close()
             continue
-        if request.job_id and header.job_id != request.job_id:
-            continue
-        if wanted_ranks and header.rank not in wanted_ranks:
-            continue
-        capture.targets.append(_plan(capture, trace_dir, label, seg_file, header.rank, uid, caller))
+        capture.targets.append(_plan(capture, trace_dir, label, candidate, header.rank, seg, caller))
+    if refused:
+        log.info("rank segments refused for a timeline", extra={"capture_id": capture_id, "refused": dict(refused)})
     if not capture.targets:
         capture.message = ("no processes matched: no tuiprof segment "
                            f"{'for those filters ' if wanted_pids or wanted_ranks or request.job_id else ''}"
@@ -90,46 +91,76 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: st
     return capture
 
 
-def _verified_owner(seg_file: Any) -> int | None:
-    """The uid of the segment's process, when the kernel agrees with the segment's name and file owner.
-
-    Segments are files any user can create under any name: one that claims
-    another user's pid is not dumped into that user's folder.
-    """
-    uid = real_uid(seg_file.pid)
+def _candidates(segment: Any, wanted_pids: set[int], refused: collections.Counter[str]) -> list[Candidate]:
+    """The segment files (not inert notes) that may be the wanted ranks, by pid; at most
+    ``rank_claims.MAX_FILES_PER_OWNER`` per owner, like the ranks collector's scan."""
     try:
-        file_uid = os.lstat(seg_file.path).st_uid
-    except OSError:
-        return None
-    if uid is None or uid != seg_file.uid or file_uid != uid:
-        log.info("segment skipped", extra={"pid": seg_file.pid, "reason": (
-            f"named for uid {seg_file.uid}, file owned by uid {file_uid}, process run by uid {uid}")})
-        return None
-    return uid
+        found = rank_claims.scan(segment.SEGMENT_DIR, segment, set())
+    except FileNotFoundError:
+        return []
+    refused.update(found.refused)
+    return sorted((c for c in found.candidates if not c.inert and (not wanted_pids or c.pid in wanted_pids)),
+                  key=lambda c: c.pid)
 
 
-def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, seg_file: Any, rank: int | None, uid: int,
-          caller: Caller) -> Target:
-    """The target for one rank: its file in ``timeline/<uid>/``, or refused when the caller may not see it."""
-    stem = f"rank{rank}-pid{seg_file.pid}" if rank is not None else f"pid{seg_file.pid}"
-    folder = (TIMELINE_FOLDER, str(uid))
-    target = Target(seg_file.pid, rank, "/".join((*folder, f"{label}-timeline-{stem}.json")), SENT)
-    if not caller.owns(uid):
-        target.fail(REFUSED, f"the process belongs to uid {uid}; you ({caller}) may capture only your own processes")
+def _open_verified(candidate: Candidate, segment: Any, refused: collections.Counter[str]) -> tuple[Any, Any] | None:
+    """The open segment of a live rank whose claim the kernel confirms (``rank_claims``), and its
+    header; None otherwise. Segments are files any user can create under any name: one that claims
+    another process or user is never dumped, nor attributed to that process."""
+    try:
+        seg, _, alive = rank_claims.open_verified(candidate, segment)
+    except Refused as refusal:
+        refused[refusal.reason] += 1
+        return None
+    except segment.SegmentFormatError:
+        refused[rank_claims.UNREADABLE] += 1
+        return None
+    except segment.SegmentError as exc:  # being created, busy, or gone since the scan
+        log.info("segment skipped", extra={"pid": candidate.pid, "reason": str(exc)})
+        return None
+    if alive is None:  # the process is gone: nothing left that the kernel can vouch for
+        seg.close()
+        return None
+    try:
+        return seg, seg.header()
+    except segment.SegmentError as exc:
+        seg.close()
+        log.info("segment skipped", extra={"pid": candidate.pid, "reason": str(exc)})
+        return None
+
+
+def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, candidate: Candidate, rank: int | None,
+          seg: Any, caller: Caller) -> Target:
+    """The target for one rank: its file in ``timeline/<uid>/``, or refused when the caller may not see it.
+    ``seg`` (open, verified) is kept for ``run`` when the target is planned, closed otherwise."""
+    stem = f"rank{rank}-pid{candidate.pid}" if rank is not None else f"pid{candidate.pid}"
+    folder = (TIMELINE_FOLDER, str(candidate.uid))
+    target = Target(candidate.pid, rank, "/".join((*folder, f"{label}-timeline-{stem}.json")), SENT)
+    if not caller.owns(candidate.uid):
+        seg.close()
+        target.fail(REFUSED, f"the process belongs to uid {candidate.uid}; you ({caller}) may capture only your "
+                             "own processes")
         return target
     try:
         trace_dir.agent_folder(folder)
     except (OSError, TraceDirError) as exc:
+        seg.close()
         target.fail(FAILED, f"cannot create {'/'.join(folder)}/ under the trace dir: {reason(exc)}")
         return target
-    capture.segment_paths[seg_file.pid] = seg_file.path
+    capture.segments[candidate.pid] = seg
     return target
 
 
 async def run(capture: TimelineCapture) -> None:
-    """Dump every target's events, then mark it written (or failed with the reason)."""
-    from tuiprof_native import segment  # type: ignore[attr-defined]
+    """Dump every target's events, then mark it written (or failed with the reason); closes the segments."""
+    try:
+        await _dump_all(capture)
+    finally:
+        for seg in capture.segments.values():
+            seg.close()
 
+
+async def _dump_all(capture: TimelineCapture) -> None:
     window: tuple[int, int] | None = None
     heads: dict[int, int] = {}
     if capture.span == "duration_ms":
@@ -140,8 +171,7 @@ async def run(capture: TimelineCapture) -> None:
             if target.state != SENT:
                 continue
             try:
-                with segment.Segment(capture.segment_paths[target.pid]) as seg:
-                    heads[target.pid] = seg.header().ring_head
+                heads[target.pid] = capture.segments[target.pid].header().ring_head
             except OSError as exc:
                 target.fail(FAILED, f"cannot read the segment: {reason(exc)}")
         await asyncio.sleep(capture.duration_ms / 1000)
@@ -150,17 +180,18 @@ async def run(capture: TimelineCapture) -> None:
         if target.state != SENT:
             continue
         try:
-            await asyncio.to_thread(_dump, capture, target, heads.get(target.pid, 0), window, segment)
+            await asyncio.to_thread(_dump, capture, target, heads.get(target.pid, 0), window)
             target.state = WRITTEN
-        except OSError as exc:
+        except (OSError, Refused) as exc:
             target.fail(FAILED, f"cannot dump the timeline: {reason(exc)}")
 
 
-def _dump(capture: TimelineCapture, target: Target, since: int, window: tuple[int, int] | None,
-          segment: Any) -> None:
-    with segment.Segment(capture.segment_paths[target.pid]) as seg:
-        header = seg.header()
-        events = seg.events(since=since)
+def _dump(capture: TimelineCapture, target: Target, since: int, window: tuple[int, int] | None) -> None:
+    seg = capture.segments[target.pid]
+    header = seg.header()
+    if header.pid != target.pid:  # rewritten since it was verified: the events are not that process's
+        raise Refused(rank_claims.HEADER_PID, f"the segment of pid {target.pid} now names pid {header.pid}")
+    events = seg.events(since=since)
     if window is None:
         events = events[-capture.last_events:]
     else:

@@ -11,14 +11,21 @@ import collections
 import json
 import os
 import pathlib
+import shutil
 import stat
 import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
 
 import pytest
 
+from agentd import procfs
 from native.conftest import standins  # noqa: F401  (the stand-in GPU libraries, built with gcc)
-from native.support import segment_path, tuiprof_run
-from testkit.traces import run_cli
+from native.segment_forge import forged, plant
+from native.support import segment_path, tuiprof_run, wait_for
+from testkit.traces import as_user, hostile_user, run_cli
+from tuiprof_native import segment
 
 pytestmark = pytest.mark.slow
 
@@ -95,3 +102,71 @@ def test_duration_dump_holds_only_events_inside_the_window(agent, workload, tmp_
     [target] = json.loads(result.stdout)["hosts"][0]["targets"]
     trace = json.loads(pathlib.Path(target["local"]).read_text())
     assert [e for e in trace["traceEvents"] if e.get("cat") == "kernel"] == []
+
+
+@pytest.fixture
+def hostile_home() -> Iterator[tuple[tuple[int, int], pathlib.Path]]:
+    """The attacker (a real unprivileged user) and a folder of theirs (HOME and --output)."""
+    user = hostile_user()
+    base = pathlib.Path(tempfile.mkdtemp(prefix="tpt", dir="/tmp"))
+    base.chmod(0o711)
+    home = base / "home"
+    home.mkdir(mode=0o700)
+    os.chown(home, *user)
+    yield user, home
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def hostile_sleepers(hostile_home) -> Iterator[list[subprocess.Popen]]:
+    """Two live processes of the attacker, to name forged segments after."""
+    user, _ = hostile_home
+    started = [subprocess.Popen(as_user(user, ["sleep", "300"])) for _ in range(2)]
+    try:
+        for proc in started:
+            wait_for(lambda: procfs.real_uid(proc.pid) == user[0])  # noqa: B023  (waited on at once)
+        yield started
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def timeline_targets(agent, output: pathlib.Path, *args: str, user=None, home=None) -> list[dict]:
+    result = run_cli("trace", agent.address.target, "--kind", "timeline", "--last-events", "100",
+                     "--output", str(output), "--json", *args, user=user, home=home)
+    doc = json.loads(result.stdout)
+    return doc["hosts"][0]["targets"]
+
+
+def test_forged_segments_are_never_dumped_and_a_user_gets_only_their_own(agent, workload, hostile_home,
+                                                                        hostile_sleepers, tmp_path):
+    user, home = hostile_home
+    uid = user[0]
+    mine, reused = hostile_sleepers
+    real = segment_path(workload.pid).read_bytes()  # root's rank 3: any valid segment bytes will do
+    shm = pathlib.Path(segment.SEGMENT_DIR)
+    forgeries = [
+        # root's rank's events under the attacker's own process (the header still names root's pid)
+        plant(shm, f"tuiprof-{uid}-{mine.pid}", real, user),
+        # root's process claimed as the attacker's
+        plant(shm, f"tuiprof-{uid}-{workload.pid}", forged(real, workload.pid), user),
+        # a segment "from before" a process that now has its pid (started an hour before it)
+        plant(shm, f"tuiprof-{uid}-{reused.pid}", forged(real, reused.pid, time.time_ns() - 3600 * 10**9), user),
+    ]
+    try:
+        every_claim = "--pids", f"{workload.pid},{mine.pid},{reused.pid}"  # other tests' ranks may be live
+        everything = timeline_targets(agent, tmp_path, *every_claim)
+        assert [(t["pid"], t["state"]) for t in everything] == [(workload.pid, "written")]
+        assert everything[0]["file"].startswith("timeline/0/")
+        for pid in (mine.pid, reused.pid):
+            assert timeline_targets(agent, tmp_path, "--pids", str(pid)) == []
+        # The attacker asking as themself: root's rank refused, no forgery dumped for them either.
+        theirs = timeline_targets(agent, home, *every_claim, user=user, home=home)
+        assert [(t["pid"], t["state"]) for t in theirs] == [(workload.pid, "refused")]
+        assert f"belongs to uid 0; you (uid {uid})" in theirs[0]["reason"]
+        assert not (agent.trace_dir / "timeline" / str(uid)).exists()
+        assert "rank segments refused for a timeline" in agent.log()
+    finally:
+        for path in forgeries:
+            path.unlink()
