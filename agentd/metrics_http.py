@@ -14,6 +14,7 @@ import http.server
 import logging
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -59,9 +60,7 @@ class MetricsServer:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         except socket.gaierror as exc:
             raise BindError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
-        server_class = type("_Server", (http.server.ThreadingHTTPServer,),
-                            {"address_family": family, "daemon_threads": True,
-                             "request_queue_size": LISTEN_BACKLOG})
+        server_class = type("_FamilyServer", (_Server,), {"address_family": family})
         try:
             self._server = server_class((host, port), handler)
         except OSError as exc:
@@ -104,6 +103,21 @@ class MetricsServer:
         if snapshot is None:
             return 503, "starting: no snapshot yet\n"
         return 200, self._renderer(snapshot, self._info(), self._agent.collector_runs())
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
+        """A client that resets or drops its connection (or its TLS session) mid-request is normal
+        life for a server: one debug line. Anything else is a bug of ours, logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, ssl.SSLError)):
+            log.debug("http client dropped the connection", extra={"client": client_address[0], "reason": str(error)})
+        else:
+            log.error("http request failed", extra={"client": client_address[0], "error": repr(error)},
+                      exc_info=error)
 
 
 def _handler_class(owner: MetricsServer) -> type[http.server.BaseHTTPRequestHandler]:

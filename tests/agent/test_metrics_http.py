@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
 import time
 
 import httpx
@@ -94,3 +95,24 @@ def test_metrics_carry_each_collectors_timing_measured_by_its_runner():
     assert duration and 0 < float(duration[1]) < 1.0
     assert 'tuiprof_collector_success{hostname="h",collector="tick"} 1\n' in text
     assert 'tuiprof_collector_success{hostname="h",collector="tick"} 0\n' in failed
+
+
+def reset_mid_request(port: int, path: str) -> None:
+    """Send a request, then close with SO_LINGER 0 (an RST, not a FIN) before reading the reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+        client.sendall(f"GET {path} HTTP/1.1\r\nHost: agent\r\n\r\n".encode())
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_clients_resetting_mid_request_leave_no_traceback_and_the_server_answering(tmp_path):
+    with running_agent(tmp_path, extra_args=["--log-format", "json"]) as agent:
+        port = int(agent.metrics_url.rsplit(":", 1)[1])
+        for _ in range(25):
+            for path in ("/healthz", "/metrics"):
+                reset_mid_request(port, path)
+        with httpx.Client(base_url=agent.metrics_url, timeout=5) as http:
+            assert http.get("/healthz").status_code == 200
+            assert http.get("/metrics").status_code == 200
+    log_text = agent.log()
+    assert "Traceback" not in log_text and "Exception occurred" not in log_text, log_text[-3000:]
+    assert all(json.loads(line) for line in log_text.splitlines())  # nothing but structured lines
