@@ -26,7 +26,8 @@ were never measured.
 Labels are kept bounded: states and levels come from fixed sets (hang levels are
 one series per level, the StateSet pattern); free text appears only in the
 ``reason`` labels of collector_up / pmu_hardware_available, which the agent
-writes itself and which change only when a collector breaks or recovers.
+writes itself and which change only when a collector breaks or recovers;
+``tuiprof_rank_segments_refused``'s ``reason`` is one of ``rank_claims.REASONS``.
 
 The output is built section by section (one function per part of the snapshot,
 listed in ``SECTIONS``); per-rank families belong in a section of their own.
@@ -39,6 +40,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from agentd.collectors import rank_claims
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectRun
 
@@ -379,6 +381,16 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
             _latency(out, "rank_nccl", "collective", c, coll.latency)
 
 
+def _rank_segments(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
+    """Rank segment files the ranks collector refused, per reason: someone planting files shows here."""
+    refused = out("rank_segments_refused", "gauge",
+                  "Files under rank segment names refused in the latest interval (their claims fail the "
+                  "kernel's checks), per reason code.")
+    for entry in snapshot.rank_segments_refused:
+        if entry.reason in rank_claims.REASONS:  # a fixed set: a label value never comes from the files
+            refused.add({**host, "reason": entry.reason}, entry.files)
+
+
 HANG_LEVELS = ("ok", "suspect", "hung")
 RANK_HANG_LEVELS = (*HANG_LEVELS, "exited")
 
@@ -414,7 +426,7 @@ def _collector_runs(out: Families, runs: Mapping[str, CollectRun], host: Labels)
 Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]
 
 # One renderer per part of the snapshot; per-rank families (GEMM, NCCL) get their own.
-SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu, _ranks, _hang)
+SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu, _ranks, _rank_segments, _hang)
 
 
 def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo,

@@ -54,6 +54,7 @@ HEADER_PID = "header-pid"        # the header names another pid than the file na
 PROCESS_UID = "process-uid"      # the process runs as another user than the claim
 UNREADABLE = "unreadable"        # not a segment of this layout: foreign, truncated, corrupt
 OVER_CAP = "over-cap"            # more than MAX_FILES_PER_OWNER files of one owner
+REASONS = (BAD_NAME, NOT_REGULAR, OWNER, HEADER_PID, PROCESS_UID, UNREADABLE, OVER_CAP)  # the whole set
 
 
 class Refused(Exception):

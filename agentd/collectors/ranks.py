@@ -179,6 +179,9 @@ class RanksCollector(Collector):
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         with self._lock:
             snapshot.ranks.extend(self._latest)
+            snapshot.rank_segments_refused.extend(
+                pb.RankSegmentsRefused(reason=reason, files=self._refused.get(reason, 0))
+                for reason in rank_claims.REASONS)
 
     def close(self) -> None:
         for rank in list(self._ranks.values()):

@@ -80,7 +80,7 @@ class WatchRequest(_message.Message):
     def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
 
 class HostSnapshot(_message.Message):
-    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang")
+    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class HostSnapshot(_message.Message):
     PMU_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     HANG_FIELD_NUMBER: _ClassVar[int]
+    RANK_SEGMENTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     timestamp_unix_ns: int
     sequence: int
@@ -105,7 +106,16 @@ class HostSnapshot(_message.Message):
     pmu: PmuStats
     ranks: _containers.RepeatedCompositeFieldContainer[RankStats]
     hang: HangStatus
-    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ...) -> None: ...
+    rank_segments_refused: _containers.RepeatedCompositeFieldContainer[RankSegmentsRefused]
+    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ...) -> None: ...
+
+class RankSegmentsRefused(_message.Message):
+    __slots__ = ("reason", "files")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    files: int
+    def __init__(self, reason: _Optional[str] = ..., files: _Optional[int] = ...) -> None: ...
 
 class CpuCoreStats(_message.Message):
     __slots__ = ("cpu", "user_percent", "system_percent", "idle_percent", "iowait_percent", "unavailable")

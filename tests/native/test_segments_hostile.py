@@ -27,6 +27,7 @@ from agentd import procfs
 from agentd.collectors import rank_claims
 from agentd.collectors.ranks import RanksCollector
 from agentd.hang.detector import HangDetector, Thresholds
+from agentd.prometheus import render_metrics
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.segment_forge import forged, plant, recorded_segment
 from native.support import segment_path, tuiprof_run, tuiprof_run_argv
@@ -121,6 +122,21 @@ def test_a_copy_claiming_roots_process_is_refused(collector, shm_dir, good_rank,
     assert set(ranks) == {good_rank.pid}  # root's process is not a rank: GetStacks cannot reach it
     assert collector.refused() == {rank_claims.PROCESS_UID: 1, rank_claims.OWNER: 1, rank_claims.HEADER_PID: 1}
     assert ranks[good_rank.pid].state == "running" and ranks[good_rank.pid].step_count == 1
+
+
+def test_refusals_per_reason_reach_the_snapshot_and_metrics(collector, shm_dir, valid_bytes, hostile, processes):
+    root_process = processes()
+    plant(shm_dir, f"tuiprof-0-{root_process.pid}", forged(valid_bytes, root_process.pid), hostile)
+    plant(shm_dir, f"tuiprof-0-{procfs.pid_max()}", valid_bytes)
+    collector.collect()
+    snapshot = pb.HostSnapshot(hostname="h")
+    collector.fill(snapshot)
+    # every reason code, in the fixed order, 0 where nothing was refused: the admin's alert needs no absent series
+    assert [(e.reason, e.files) for e in snapshot.rank_segments_refused] == [
+        (reason, {rank_claims.OWNER: 1, rank_claims.BAD_NAME: 1}.get(reason, 0)) for reason in rank_claims.REASONS]
+    text = render_metrics(snapshot, pb.AgentInfo())
+    assert 'tuiprof_rank_segments_refused{hostname="h",reason="owner"} 1\n' in text
+    assert 'tuiprof_rank_segments_refused{hostname="h",reason="header-pid"} 0\n' in text
 
 
 def test_the_users_own_process_is_a_rank(collector, shm_dir, good_rank, valid_bytes, hostile, processes):

@@ -297,6 +297,14 @@ class HangStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class RankSegmentsRefused:
+    """``tuiprof.v1.RankSegmentsRefused``."""
+
+    reason: str
+    files: int
+
+
+@dataclass(frozen=True, slots=True)
 class HostSnapshot(behaviour.HostSnapshotMixin):
     """``tuiprof.v1.HostSnapshot``."""
 
@@ -312,7 +320,8 @@ class HostSnapshot(behaviour.HostSnapshotMixin):
     pmu: PmuStats
     ranks: tuple[RankStats, ...]
     hang: HangStatus
-    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus}
+    rank_segments_refused: tuple[RankSegmentsRefused, ...]
+    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused}
 
 
 @dataclass(frozen=True, slots=True)
