@@ -4,6 +4,7 @@ Run as root or as the hostile user (tests/testkit/namespaces.py), e.g.
 
     python tests/hostile/client.py --port 1779 stacks --pids 123
     python tests/hostile/client.py --port 1779 snapshot --rank-pid 123 --with-exception
+    python tests/hostile/client.py --port 1779 fetch-race --path 1001/real/shadow --seconds 2
 
 gRPC errors are part of the answer (``{"code": "PERMISSION_DENIED", "details": ...}``),
 so a test asserts on a refusal the same way as on a reply.
@@ -67,6 +68,38 @@ def many_pids(stub, args) -> dict:
     return {"code": "OK", "codes": codes}
 
 
+def capture(stub, args) -> dict:
+    request = pb.CaptureTraceRequest(duration_ms=args.duration_ms, pids=args.pids, job_id=args.job_id,
+                                     output_subdir=args.output_subdir)
+    return _call(stub.CaptureTrace, request, timeout=args.timeout)
+
+
+def _fetched(stub, path: str, timeout: float) -> tuple[str, str]:
+    """(gRPC code name, the file's text: "" unless OK) of one FetchFile."""
+    try:
+        chunks = stub.FetchFile(pb.FetchFileRequest(path=path), timeout=timeout)
+        return "OK", b"".join(chunk.data for chunk in chunks).decode(errors="replace")
+    except grpc.RpcError as exc:
+        return exc.code().name, exc.details()
+
+
+def fetch(stub, args) -> dict:
+    code, text = _fetched(stub, args.path, args.timeout)
+    return {"code": code, "text": text} if code == "OK" else {"code": code, "details": text}
+
+
+def fetch_race(stub, args) -> dict:
+    """FetchFile of ``--path`` over and over for ``--seconds``: how often each outcome came
+    (a served file counts under its text, a refusal under its code)."""
+    outcomes: dict[str, int] = {}
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        code, text = _fetched(stub, args.path, args.timeout)
+        key = text if code == "OK" else code
+        outcomes[key] = outcomes.get(key, 0) + 1
+    return {"code": "OK", "outcomes": outcomes}
+
+
 def healthz(_stub, args) -> dict:
     started = time.monotonic()
     connection = http.client.HTTPConnection("127.0.0.1", args.metrics_port, timeout=args.timeout)
@@ -118,12 +151,23 @@ def main() -> int:
     many = commands.add_parser("many-pids")
     many.add_argument("--count", type=int, required=True)
     many.add_argument("--requests", type=int, default=1)
+    trace = commands.add_parser("capture")
+    trace.add_argument("--pids", type=int, nargs="*", default=[])
+    trace.add_argument("--duration-ms", type=int, default=500)
+    trace.add_argument("--job-id", default="")
+    trace.add_argument("--output-subdir", default="")
+    fetched = commands.add_parser("fetch")
+    fetched.add_argument("--path", required=True)
+    race = commands.add_parser("fetch-race")
+    race.add_argument("--path", required=True)
+    race.add_argument("--seconds", type=float, required=True)
     health = commands.add_parser("healthz")
     health.add_argument("--metrics-port", type=int, required=True)
     commands.add_parser("listener-owner")
     args = parser.parse_args()
     actions = {"info": info, "snapshot": snapshot, "stacks": stacks, "many-pids": many_pids,
-               "healthz": healthz, "listener-owner": listener_owner}
+               "capture": capture, "fetch": fetch, "fetch-race": fetch_race, "healthz": healthz,
+               "listener-owner": listener_owner}
     with grpc.insecure_channel(f"{args.host}:{args.port}",
                                options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
         if args.token:

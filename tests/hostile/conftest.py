@@ -10,9 +10,10 @@ races, full /dev/shm):
 
 - ``hostile_user``: the ``User`` (name, uid, gid);
 - ``namespace``: the ``Namespace`` (``run``/``popen``/``argv``, optionally as a user);
-- ``agent_in_namespace(*extra_args)``: starts the root agent in it, returns a
+- ``agent_in_namespace(*extra_args, env=None)``: starts the root agent in it, returns a
   ``HostileAgent`` (``port``, ``metrics_port``, ``trace_dir``, ``process``,
-  ``client(...)``, ``assert_healthy()``);
+  ``client(...)``, ``assert_healthy()``); its trace dir's parents are 0711, as a
+  real one's are, so the other user reaches their own folder in it;
 - ``run_as_hostile(argv)``: a command inside the namespace as the hostile user;
 - ``start_rank(user, secret)``: a real rank process (``tuiprof run``'s environment, a step every 0.1 s,
   a thread that died with ``secret`` in its exception) inside the namespace.
@@ -26,8 +27,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 
@@ -107,19 +110,23 @@ class HostileAgent:
 
 
 @pytest.fixture
-def agent_in_namespace(namespace, tmp_path) -> Iterator[Callable[..., HostileAgent]]:
+def agent_in_namespace(namespace) -> Iterator[Callable[..., HostileAgent]]:
     started: list[HostileAgent] = []
+    # Not under pytest's tmp_path (0700 parents): the other user must reach their folder in the trace dir.
+    base = pathlib.Path(tempfile.mkdtemp(prefix="tph", dir="/tmp"))
+    base.chmod(0o711)
 
-    def start(*extra_args: str) -> HostileAgent:
+    def start(*extra_args: str, env: dict[str, str] | None = None) -> HostileAgent:
+        """``env``: the agent's environment (default: this process's, without a token)."""
         port, metrics_port = free_port(), free_port()
-        trace_dir = tmp_path / f"agent-{port}" / "traces"
-        trace_dir.parent.mkdir(parents=True)
+        trace_dir = base / f"agent-{port}" / "traces"
+        trace_dir.parent.mkdir(mode=0o711)
         log_path = trace_dir.parent / "agentd.log"
         with open(log_path, "wb") as log_file:
             process = namespace.popen(
                 [AGENTD, "--interval-ms", "200", "--host", "127.0.0.1", "--port", str(port),
                  "--metrics-port", str(metrics_port), "--trace-dir", str(trace_dir), *extra_args],
-                stdout=subprocess.DEVNULL, stderr=log_file)
+                stdout=subprocess.DEVNULL, stderr=log_file, env=env or namespace.env(None))
         agent = HostileAgent(namespace, process, port, metrics_port, trace_dir, log_path)
         started.append(agent)
         _wait_serving(agent)
@@ -128,6 +135,7 @@ def agent_in_namespace(namespace, tmp_path) -> Iterator[Callable[..., HostileAge
     yield start
     for agent in started:
         stop_process(agent.process)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _wait_serving(agent: HostileAgent) -> None:
