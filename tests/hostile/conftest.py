@@ -48,6 +48,16 @@ HEALTHY_WITHIN_SECONDS = 1.0
 START_TIMEOUT_SECONDS = 30.0
 
 # torch is imported because the startup hook records uncaught exceptions only in torch programs.
+def wait_ready(process: subprocess.Popen[str]) -> subprocess.Popen[str]:
+    """``process`` once it printed ``ready`` (killed, with its stderr in the failure, otherwise)."""
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if line.strip() != "ready":
+        process.kill()
+        raise AssertionError(f"did not start: {line!r} {process.communicate(timeout=10)[1]}")
+    return process
+
+
 RANK_PROGRAM = """
 import ctypes, os, sys, threading, time
 import torch  # noqa: F401
@@ -168,12 +178,7 @@ def start_rank(namespace) -> Iterator[Callable[..., subprocess.Popen[str]]]:
         rank = namespace.popen([PYTHON, "-c", RANK_PROGRAM, secret], user=user, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ranks.append(rank)
-        assert rank.stdout is not None
-        line = rank.stdout.readline()
-        if line.strip() != "ready":
-            rank.kill()
-            raise AssertionError(f"rank did not start: {line!r} {rank.communicate(timeout=10)[1]}")
-        return rank
+        return wait_ready(rank)
 
     yield start
     for rank in ranks:

@@ -7,8 +7,10 @@ import stat
 import subprocess
 import time
 
+import pytest
+
 from agentd.hang.service import MAX_INCIDENTS_PER_OWNER, MAX_REQUEST_PIDS
-from hostile.conftest import AGENTD, PYTHON
+from hostile.conftest import AGENTD, PYTHON, wait_ready
 
 LISTENER_PROGRAM = """
 import socket, sys, time
@@ -34,21 +36,12 @@ def _rss_bytes(pid: int) -> int:
     return int(line.split()[1]) * 1024
 
 
-def _started(process: subprocess.Popen[str]) -> subprocess.Popen[str]:
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if line.strip() != "ready":
-        process.kill()
-        raise AssertionError(f"did not start: {line!r} {process.communicate(timeout=10)[1]}")
-    return process
-
-
 def test_a_users_listener_on_the_agents_port_is_told_apart_from_roots(namespace, hostile_user, agent_in_namespace,
                                                                        tmp_path):
     real = agent_in_namespace()
     assert real.client("listener-owner")["uid"] == 0
     squatted = real.port + 1
-    fake = _started(namespace.popen([PYTHON, "-c", LISTENER_PROGRAM, str(squatted)], user=hostile_user,
+    fake = wait_ready(namespace.popen([PYTHON, "-c", LISTENER_PROGRAM, str(squatted)], user=hostile_user,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         done = namespace.run([PYTHON, "-c", "import sys; from agentd.peer import tcp_socket_uid; "
@@ -101,25 +94,19 @@ def test_a_user_toggling_a_hang_causes_few_private_incidents_of_their_own_ranks(
     agent.assert_healthy(user=hostile_user)
 
 
-def test_a_users_console_leaves_the_host_kineto_socket_to_the_root_agent(namespace, hostile_user, agent_in_namespace):
-    console = _started(namespace.popen([PYTHON, "-c", EMBEDDED_PROGRAM, "default"], user=hostile_user,
+@pytest.mark.parametrize("mode", ["default", "opt-in"])
+def test_a_users_console_takes_the_host_kineto_socket_only_when_it_opts_in(namespace, hostile_user,
+                                                                           agent_in_namespace, mode):
+    """By default a user's embedded agent leaves @dynolog@ to the root agent; opting in takes it first."""
+    console = wait_ready(namespace.popen([PYTHON, "-c", EMBEDDED_PROGRAM, mode], user=hostile_user,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         agent = agent_in_namespace()
         (kineto,) = [c for c in agent.client("info")["reply"]["collectors"] if c["name"] == "kineto"]
-        assert kineto["available"] is True, kineto
-    finally:
-        console.kill()
-        console.wait(10)
-
-
-def test_a_console_that_opts_in_takes_the_host_kineto_socket(namespace, hostile_user, agent_in_namespace):
-    console = _started(namespace.popen([PYTHON, "-c", EMBEDDED_PROGRAM, "opt-in"], user=hostile_user,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        agent = agent_in_namespace()
-        (kineto,) = [c for c in agent.client("info")["reply"]["collectors"] if c["name"] == "kineto"]
-        assert kineto.get("available") is not True and "@dynolog@" in kineto["reason"], kineto
+        if mode == "default":
+            assert kineto["available"] is True, kineto
+        else:
+            assert kineto.get("available") is not True and "@dynolog@" in kineto["reason"], kineto
     finally:
         console.kill()
         console.wait(10)

@@ -69,3 +69,18 @@ async def watch_snapshot(agent, predicate: Callable[[pb.HostSnapshot], bool],
                 call.cancel()
                 return snapshot
     raise AssertionError("no matching snapshot")
+
+
+# Python source that a test script run inside `unshare --mount --fork` starts with: a 64 KiB
+# tmpfs on /dev/shm, filled to the last byte when the script's first argument is "fill".
+SMALL_SHM_SETUP = """
+import os, subprocess, sys
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", "/dev/shm"], check=True)
+if sys.argv[1] == "fill":
+    fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError:
+        os.close(fd)
+"""

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from native.support import HOOK, segment_path, tuiprof_run, tuiprof_run_argv, wait_for
+from native.support import HOOK, SMALL_SHM_SETUP, segment_path, tuiprof_run, tuiprof_run_argv, wait_for
 from tuiprof_native import segment
 
 SEGMENT_MIB = f"{segment.SEGMENT_SIZE / 2**20:.1f}"
@@ -44,17 +44,9 @@ TRAIN = textwrap.dedent("""
 
 # Runs inside `unshare --mount --fork`: a 64 KiB tmpfs on /dev/shm (optionally filled
 # to the last byte), the command with stdin closed, then what it left in /dev/shm.
-SMALL_SHM = textwrap.dedent("""
-    import json, os, subprocess, sys
-    fill, command = sys.argv[1] == "fill", sys.argv[2:]
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", "/dev/shm"], check=True)
-    if fill:
-        fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"x" * 4096)
-        except OSError:
-            os.close(fd)
+SMALL_SHM = SMALL_SHM_SETUP + textwrap.dedent("""
+    import json
+    command = sys.argv[2:]
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     out, err = proc.communicate(timeout=300)

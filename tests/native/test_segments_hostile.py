@@ -30,7 +30,7 @@ from agentd.hang.detector import HangDetector, Thresholds
 from agentd.prometheus import render_metrics
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.segment_forge import forged, plant, recorded_segment
-from native.support import segment_path, tuiprof_run, tuiprof_run_argv
+from native.support import SMALL_SHM_SETUP, segment_path, tuiprof_run, tuiprof_run_argv
 from tuiprof_native import segment
 
 HOSTILE = "tuiprof-hostile"
@@ -302,18 +302,10 @@ def test_inert_hook_notes_are_claims_too(collector, shm_dir, good_rank, hostile,
 # Inside `unshare --mount --fork`: a 64 KiB tmpfs on /dev/shm (filled to the last byte when
 # asked), the stand-in job under `tuiprof run` (its hook stays inert), and the ranks
 # collector as the agent runs it, before and after the job ends.
-INERT_JOB = textwrap.dedent("""
-    import json, os, subprocess, sys
+INERT_JOB = SMALL_SHM_SETUP + textwrap.dedent("""
+    import json
     from agentd.collectors.ranks import RanksCollector
     from agentd.proto import tuiprof_agent_pb2 as pb
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", "/dev/shm"], check=True)
-    if sys.argv[1] == "fill":
-        fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"x" * 4096)
-        except OSError:
-            os.close(fd)
     job = subprocess.Popen(sys.argv[2:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                            text=True)
     while job.stdout.readline().strip() != "READY":
