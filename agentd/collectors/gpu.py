@@ -43,6 +43,10 @@ KIB = 1024
 ALL_LINKS = 0xFFFFFFFF
 # GPM windows shorter than this give garbage (nvml.h: internal refresh ~100 ms).
 MIN_GPM_WINDOW_SECONDS = 0.5
+# Ticks are timer-driven and jitter by a few ms: a 0.4999 s window at --interval-ms 500 is
+# a 0.5 s window. Shorter ticks (down to the agent's 100 ms) skip sampling until the window
+# has grown past the minimum, so every interval the agent accepts gets GPM metrics.
+GPM_WINDOW_TOLERANCE_SECONDS = 0.05
 
 # NVML answers that will not change while the process lives: remembered per (GPU, call).
 _PERMANENT_ERRORS = (
@@ -431,8 +435,9 @@ class GpuCollector(Collector):
     def _gpm(self, device: _Device, gpm: _Gpm, stats: pb.GpuStats) -> None:
         """Take this tick's GPM sample into the other buffer; metrics over (previous, this)."""
         now = self._clock()
-        if gpm.newest >= 0 and now - gpm.newest_at < MIN_GPM_WINDOW_SECONDS:
-            put_unavailable(stats, GPM_FIELDS, f"GPM window under {MIN_GPM_WINDOW_SECONDS} s (interval too short)")
+        if gpm.newest >= 0 and now - gpm.newest_at < MIN_GPM_WINDOW_SECONDS - GPM_WINDOW_TOLERANCE_SECONDS:
+            put_unavailable(stats, GPM_FIELDS, f"GPM window under {MIN_GPM_WINDOW_SECONDS} s (interval too short): "
+                                               f"{now - gpm.newest_at:.2f} s so far, measured over the next ticks")
             return
         target = 1 - gpm.newest if gpm.newest >= 0 else 0
         taken = self._call(device.index, "gpm_sample", pynvml.nvmlGpmSampleGet, device.handle, gpm.samples[target])

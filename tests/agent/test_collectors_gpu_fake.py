@@ -396,10 +396,26 @@ def test_a_gpm_window_under_half_a_second_is_not_sampled(fake: FakeNvml) -> None
     tick(collector)
     fake.advance(0.2)
     short = tick(collector)[0]
-    assert short.unavailable["sm_active_percent"] == "GPM window under 0.5 s (interval too short)"
+    assert short.unavailable["sm_active_percent"] == ("GPM window under 0.5 s (interval too short): "
+                                                      "0.20 s so far, measured over the next ticks")
     assert len([s for s in fake.sampled if s[0] == 0]) == 1  # no sample taken for the short window
     fake.advance(0.4)
     assert tick(collector)[0].gpm_window_seconds == pytest.approx(0.6)
+    collector.close()
+
+
+def test_gpm_at_500_ms_with_timer_jitter_gives_a_window_every_tick(fake: FakeNvml) -> None:
+    """Windows of 0.4999 s (a timer firing early) are 0.5 s windows: none is dropped, none doubles."""
+    collector = gpu.GpuCollector(0.5, clock=fake.clock)
+    tick(collector)
+    windows = []
+    for jitter in (-0.0001, 0.0002, -0.003, 0.001, -0.0001, 0.0):
+        fake.advance(0.5 + jitter)
+        stats = tick(collector)[0]
+        assert "sm_active_percent" not in stats.unavailable
+        windows.append(stats.gpm_window_seconds)
+    assert windows == pytest.approx([0.4999, 0.5002, 0.497, 0.501, 0.4999, 0.5], abs=1e-6)
+    assert len([s for s in fake.sampled if s[0] == 0]) == 7  # one sample per tick
     collector.close()
 
 
