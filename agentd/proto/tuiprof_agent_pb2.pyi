@@ -393,18 +393,20 @@ class PmuStats(_message.Message):
     def __init__(self, scope: _Optional[str] = ..., hardware_available: _Optional[bool] = ..., hardware_reason: _Optional[str] = ..., mips: _Optional[float] = ..., mega_cycles_per_s: _Optional[float] = ..., ipc: _Optional[float] = ..., cache_misses_per_s: _Optional[float] = ..., cache_miss_percent: _Optional[float] = ..., branch_misses_per_s: _Optional[float] = ..., task_clock_cpus: _Optional[float] = ..., context_switches_per_s: _Optional[float] = ..., page_faults_per_s: _Optional[float] = ..., cpu_migrations_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class LatencyStats(_message.Message):
-    __slots__ = ("avg_seconds", "min_seconds", "max_seconds", "p50_seconds", "p99_seconds")
+    __slots__ = ("avg_seconds", "min_seconds", "max_seconds", "p50_seconds", "p99_seconds", "min_max_exact")
     AVG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
     P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_MAX_EXACT_FIELD_NUMBER: _ClassVar[int]
     avg_seconds: float
     min_seconds: float
     max_seconds: float
     p50_seconds: float
     p99_seconds: float
-    def __init__(self, avg_seconds: _Optional[float] = ..., min_seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ...) -> None: ...
+    min_max_exact: bool
+    def __init__(self, avg_seconds: _Optional[float] = ..., min_seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ..., min_max_exact: _Optional[bool] = ...) -> None: ...
 
 class GemmOpStats(_message.Message):
     __slots__ = ("op", "dtype", "shape", "count_total", "count_per_s", "tflops", "flops_total", "latency")
@@ -471,7 +473,7 @@ class InflightOp(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class RankStats(_message.Message):
-    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "unavailable")
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -501,6 +503,7 @@ class RankStats(_message.Message):
     PROCESS_GROUPS_FIELD_NUMBER: _ClassVar[int]
     HOOK_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
@@ -524,8 +527,9 @@ class RankStats(_message.Message):
     process_groups: _containers.RepeatedCompositeFieldContainer[ProcessGroupProgress]
     hook: HookHealth
     uid: int
+    interval_seconds: float
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class HookHealth(_message.Message):
     __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason")

@@ -172,6 +172,7 @@ class LatencyStats:
     max_seconds: Reading
     p50_seconds: Reading
     p99_seconds: Reading
+    min_max_exact: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +273,7 @@ class RankStats(behaviour.RankStatsMixin):
     process_groups: tuple[ProcessGroupProgress, ...]
     hook: HookHealth
     uid: Reading
+    interval_seconds: Reading
     NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth}
 
 
