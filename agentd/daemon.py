@@ -95,11 +95,23 @@ def _prepare_trace_dir(path: pathlib.Path) -> None:
         ) from None
 
 
+def _check_distinct_ports(config: AgentConfig) -> None:
+    """Both servers on one port would fail as "in use (another agentd?)": say what is wrong."""
+    if config.port != 0 and config.port == config.metrics_port:
+        raise ConfigError(f"--port and --metrics-port are both {config.port}; "
+                          "gRPC and /metrics need two different ports")
+
+
 def _probe_grpc_port(host: str, port: int) -> None:
-    """Raise the BindError grpc would hit, with its cause (grpc itself only says "failed")."""
+    """Raise the BindError grpc would hit, with its cause (grpc itself only says "failed").
+
+    The probe binds as grpc does, with SO_REUSEADDR: connections of a just-stopped
+    agent left in TIME_WAIT must not stop its restart (a listening socket still does).
+    """
     try:
         for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
             with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(address)
     except socket.gaierror as exc:
         raise BindError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
@@ -144,6 +156,7 @@ class Daemon:
         tls = _load_tls(config)
         check_exposure(config.host, token, tls is not None, config.allow_plaintext_token)
         _prepare_trace_dir(config.trace_dir)
+        _check_distinct_ports(config)
 
         # Bind every port and open the sink before any collector starts, so that
         # these mistakes end agentd at once with one line and nothing else logged.

@@ -91,6 +91,13 @@ def test_metrics_port_in_use(tmp_path):
     assert_one_line(stderr, f"metrics port {port} on 127.0.0.1 is already in use", "--metrics-port")
 
 
+def test_one_port_for_grpc_and_metrics(tmp_path):
+    port = free_port()
+    status, stderr = run_agentd(["--port", str(port), "--metrics-port", str(port)], tmp_path)
+    assert status == 2
+    assert_one_line(stderr, f"--port and --metrics-port are both {port}", "two different ports")
+
+
 LONG_TOKEN = "0123456789abcdef0123"
 
 
