@@ -85,14 +85,10 @@ class HangService:
         self.detector = HangDetector(thresholds)
         self.incident_dir = incident_dir
         self.incidents = IncidentBudget()
-        try:
-            binary = pyspy.find_pyspy()
-            self._taker: StackTaker | None = StackTaker(binary, hostname)
-            self._no_stacks_reason = ""
-            log.info("stack dumps by py-spy", extra={"binary": str(binary), "version": pyspy.pyspy_version(binary)})
-        except (pyspy.PySpyMissing, OSError, subprocess.SubprocessError) as exc:
-            self._taker, self._no_stacks_reason = None, f"py-spy unusable: {exc}"
-            log.warning("no stack dumps", extra={"reason": self._no_stacks_reason})
+        self._hostname = hostname
+        self._taker: StackTaker | None = None
+        self._no_stacks_reason = ""
+        self._locate_pyspy()
         self._ranks: dict[int, pb.RankStats] = {}
         self._targets: dict[int, DumpTarget] = {}
         self._level, self._explanation = "", ""
@@ -100,6 +96,17 @@ class HangService:
         self._incident: pb.StacksReply | None = None
         self._incident_owners: dict[int, int | None] = {}  # pid → uid of the incident's ranks
         self._lock = threading.Lock()
+
+    def _locate_pyspy(self) -> None:
+        """Find py-spy; without it stacks are refused with the reason until a later look finds it."""
+        try:
+            binary = pyspy.find_pyspy()
+            self._taker = StackTaker(binary, self._hostname)
+            self._no_stacks_reason = ""
+            log.info("stack dumps by py-spy", extra={"binary": str(binary), "version": pyspy.pyspy_version(binary)})
+        except (pyspy.PySpyMissing, OSError, subprocess.SubprocessError) as exc:
+            self._taker, self._no_stacks_reason = None, f"py-spy unusable: {exc}"
+            log.warning("no stack dumps", extra={"reason": self._no_stacks_reason})
 
     # ------------------------------------------------------------ snapshots
 
@@ -183,6 +190,8 @@ class HangService:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 f"cannot tell who you are ({caller.reason}); stacks are shown only to the "
                                 "ranks' owner (connect from this host), root, or with the token")
+        if self._taker is None:  # installed since the last look? (no restart needed)
+            await asyncio.to_thread(self._locate_pyspy)
         taker = self._taker
         if taker is None:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"cannot take stacks: {self._no_stacks_reason}")
