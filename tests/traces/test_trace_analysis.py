@@ -9,8 +9,8 @@ import pathlib
 import pytest
 
 from tuiprof.analysis.trace_collectives import CLOCK_SLACK_US, CollectiveCall, best_shift, match_calls
-from tuiprof.analysis.trace_merge import TraceFormatError, TraceInput, merge_traces
-from tuiprof.analysis.trace_summary import covered, overlap, summarize, union
+from tuiprof.analysis.trace_merge import TraceFormatError, TraceInput, merge_traces, trace_header
+from tuiprof.analysis.trace_summary import NO_GPU_EVENTS, covered, overlap, short_name, summarize, union
 
 BASE0 = 1_795_000_000_000_000_000  # ns
 BASE1 = BASE0 + 2_000  # rank 1's clock base is 2 µs later (its all-reduces still overlap rank 0's)
@@ -127,7 +127,7 @@ def test_cpu_only_trace_reports_gpu_split_unavailable(tmp_path):
     summary = summarize(merge_traces([TraceInput(path, "h", 0, 4242)], tmp_path / "m.json.gz").ranks)
     [rank] = summary.ranks
     assert rank.compute_us is None and rank.idle_us is None
-    assert "no GPU kernels" in rank.unavailable["compute_us"]
+    assert rank.unavailable["compute_us"] == NO_GPU_EVENTS
     assert [(t.name, t.total_us) for t in rank.top_cpu_ops] == [("aten::mm", 3.0)]
 
 
@@ -138,8 +138,8 @@ def test_unreadable_input_names_the_file(tmp_path):
         merge_traces([TraceInput(bad)], tmp_path / "m.json.gz")
 
 
-def call(name: str, end: float, seq: int | None = None) -> CollectiveCall:
-    return CollectiveCall("pg0", name, seq, end - 5, end, 1, 1)
+def call(name: str, end: float, seq: int | None = None, on_gpu: bool = False) -> CollectiveCall:
+    return CollectiveCall("pg0", name, seq, end - 5, end, 1, 1, on_gpu)
 
 
 def test_collectives_matched_across_windows_cut_at_different_calls():
@@ -173,7 +173,79 @@ def test_collectives_of_windows_that_do_not_overlap_are_not_paired():
     keys0, keys1 = match_calls([[call("allreduce", t) for t in (0.0, 10_000.0, 20_000.0)],
                                 [call("allreduce", t) for t in (800.0, 18_000.0, 20_010.0)]])
     assert keys0 == keys1
-    waiting = CollectiveCall("pg0", "allreduce", None, -7_000.0, 10_000.0, 1, 1)
+    waiting = CollectiveCall("pg0", "allreduce", None, -7_000.0, 10_000.0, 1, 1, True)
     keys0, keys1 = match_calls([[waiting, call("allreduce", 20_000.0)],
                                 [call("allreduce", t) for t in (10_010.0, 20_010.0)]])
     assert keys0 == keys1
+
+
+def test_gpu_collectives_that_do_not_overlap_are_not_one_operation():
+    # Seen on 2 x H200: rank 1's NCCL kernel ended 116 ms before rank 0's started; the span
+    # fallback (meant for gloo's CPU ops) paired them into a 164 ms "straggler".
+    def calls(spans, on_gpu):
+        return [CollectiveCall("pg0", "allreduce", None, start, end, 1, 1, on_gpu) for start, end in spans]
+
+    rank0 = [(0.0, 5_000.0), (150_000.0, 164_000.0), (195_000.0, 200_000.0)]
+    rank1 = [(1_000.0, 5_000.0), (10_000.0, 34_000.0), (190_000.0, 200_000.0)]
+    keys0, keys1 = match_calls([calls(rank0, True), calls(rank1, True)])
+    assert [a == b for a, b in zip(keys0, keys1)] == [True, False, True]
+    # As CPU ops (gloo ends once enqueued) the middle pair lies inside both ranks' spans: one collective.
+    keys0, keys1 = match_calls([calls(rank0, False), calls(rank1, False)])
+    assert keys0 == keys1
+
+
+def test_flow_chains_run_forward_in_time(tmp_path):
+    # Rank 1 starts the all-reduce first: its hop must be the chain's start.
+    nccl = {"Collective name": "allreduce", "Process Group Name": "0"}
+    zero = write_trace(tmp_path / "r0.json", BASE0, [kernel("ncclKernel_AllReduce", 50, 30, **nccl)], rank=0)
+    one = write_trace(tmp_path / "r1.json", BASE0, [kernel("ncclKernel_AllReduce", 20, 60, **nccl)], rank=1)
+    result = merge_traces([TraceInput(zero), TraceInput(one)], tmp_path / "m.json.gz")
+    doc = json.loads(gzip.decompress(result.output.read_bytes()))
+    flows = sorted((e for e in doc["traceEvents"] if e.get("cat") == "collective"), key=lambda e: "stf".index(e["ph"]))
+    assert [f["ph"] for f in flows] == ["s", "f"]
+    assert flows[0]["ts"] < flows[1]["ts"]
+    summary = summarize(result.ranks)
+    assert "carry no sequence number" in summary.collective_matching
+    assert summary.worst_collectives[0].last_rank == 0
+
+
+def test_old_kineto_category_spellings_are_gpu_work(tmp_path):
+    events = [kernel("volta_sgemm_128x64_nn", 10, 30, cat="Kernel"), kernel("Memcpy HtoD", 40, 10, cat="Memcpy"),
+              kernel("Memset (Device)", 50, 5, cat="Memset"),
+              {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 4242, "tid": 4242, "ts": 5, "dur": 40}]
+    path = write_trace(tmp_path / "old.json", BASE0, events, rank=0)
+    [rank] = summarize(merge_traces([TraceInput(path)], tmp_path / "m.json.gz").ranks).ranks
+    assert (rank.gpu_kernels, rank.compute_us, rank.memory_us) == (3, 30.0, 15.0)
+    assert ("aten::mm", 2, 43.0) in [(t.name, t.count, t.total_us) for t in rank.top_cpu_ops]
+
+
+def test_base_time_written_after_the_events_is_found(tmp_path):
+    # Kineto (mid-2024 to early 2025) wrote baseTimeNanoseconds at the end, after megabytes of events.
+    filler = [kernel(f"k{i}", 10 + i, 1) for i in range(20_000)]
+    doc = {"schemaVersion": 1, "traceEvents": filler, "baseTimeNanoseconds": BASE0}
+    path = tmp_path / "late.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert len(json.dumps(filler)) > 1 << 20
+    assert trace_header(path).base_time_ns == BASE0
+    assert merge_traces([TraceInput(path)], tmp_path / "m.json.gz").base_time_ns == BASE0
+
+
+def test_truncated_gzip_and_non_trace_json_say_what_they_are(tmp_path):
+    good = write_trace(tmp_path / "r0.json.gz", BASE0, RANK0, rank=0, gz=True)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(good.read_bytes()[:-40])
+    with pytest.raises(TraceFormatError, match="cut.json.gz: truncated gzip"):
+        merge_traces([TraceInput(cut)], tmp_path / "m.json.gz")
+    other = tmp_path / "package.json"
+    other.write_text('{"name": "x", "version": "1"}')
+    with pytest.raises(TraceFormatError, match="package.json: not a Kineto/Chrome trace"):
+        merge_traces([TraceInput(other)], tmp_path / "m.json.gz")
+
+
+def test_kernel_signatures_are_shortened_for_the_terminal():
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+            "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+    assert short_name(name) == "at::native::vectorized_elementwise_kernel<…>"
+    assert len(short_name("x" * 500)) == 60 and short_name("x" * 500).endswith("…")
+    assert short_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)") == \
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

@@ -8,10 +8,11 @@ together on every rank (nobody leaves before the last one arrives), so each
 rank's numbering is shifted to the offset that best lines its end times up
 with the lowest rank's (smallest median gap, a few calls either way, only
 when that clearly beats no shift). Calls so paired must also be able to be one
-collective: either they overlap in time (NCCL kernels do: the first rank waits
-inside its kernel for the last), or each lies within the other ranks' traced
-spans of collectives (CPU ops such as gloo's end once enqueued, so a late rank's
-op may follow the others' by any delay). Windows that do not overlap share no
+collective: GPU kernels only when they overlap in time (NCCL kernels do: the
+first rank waits inside its kernel for the last; two kernels apart in time are
+two operations, however the numbering lines up), CPU ops also when each lies
+within the other ranks' traced spans of collectives (CPU ops such as gloo's end
+once enqueued, so a late rank's op may follow the others' by any delay). Windows that do not overlap share no
 collective, however the numbering lines up (seen on 2 x H200: two ranks'
 5-iteration windows 200 ms apart).
 """
@@ -43,6 +44,7 @@ class CollectiveCall:
     end: float
     pid: int | str
     tid: int | str
+    on_gpu: bool  # a GPU kernel (NCCL): waits inside itself for the last rank
 
 
 def best_shift(ends: list[float], reference: list[float]) -> int:
@@ -92,8 +94,8 @@ def match_calls(calls_by_rank: list[list[CollectiveCall]]) -> list[list[Key]]:
         for occurrence, members in occurrences.items():
             calls = [calls_by_rank[r][p] for r, p in members]
             overlapping = max(c.ts for c in calls) <= min(c.end for c in calls) + CLOCK_SLACK_US
-            together = overlapping or all(spans[other][0] <= call.ts and call.end <= spans[other][1]
-                                          for call in calls for other, _ in members)
+            together = overlapping or (not any(c.on_gpu for c in calls) and all(
+                spans[other][0] <= call.ts and call.end <= spans[other][1] for call in calls for other, _ in members))
             for r, p in members:  # calls that cannot be one collective keep a key of their own rank: not linked
                 keys[r][p] = (group, name, str(occurrence) if together else f"{occurrence}@{r}")
     return keys

@@ -14,19 +14,22 @@ extracts the summary needs. Per rank:
 - flow ids are made unique per rank (Kineto reuses small ids in every file).
 
 Across ranks, each collective (matched by ``trace_collectives``) is linked
-with one flow chain (``s`` → ``t`` … → ``f``) from the lowest rank to the highest.
+with one flow chain (``s`` → ``t`` … → ``f``) in the order the ranks started it.
 """
 
 from __future__ import annotations
 
 import gzip
 import multiprocessing
+from multiprocessing import resource_tracker
 import os
 import pathlib
 import re
+import sys
+import zlib
 from concurrent.futures import ProcessPoolExecutor
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import msgspec
@@ -34,12 +37,17 @@ import msgspec
 from tuiprof.analysis.trace_collectives import CollectiveCall, match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
 from tuiprof.analysis.trace_summary import (
-    GPU_CATEGORIES, RankExtract, RankResult, TraceSummary, kernel_kind, summarize, summarize_rank,
+    CPU_OP_CATEGORIES, GPU_CATEGORIES, RankExtract, RankResult, TraceSummary, kernel_kind, summarize, summarize_rank,
 )
 from tuiprof.model.capture import ClusterCapture
 
 _BASE_PATTERN = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
-_HEAD_BYTES = 64 * 1024
+# distributedInfo's own fields come before its nested lists and objects (pg_config).
+_DISTRIBUTED_PATTERN = re.compile(rb'"distributedInfo"\s*:\s*\{([^{}]*)')
+_RANK_PATTERN = re.compile(rb'"rank"\s*:\s*(\d+)')
+_WORLD_PATTERN = re.compile(rb'"world_size"\s*:\s*(\d+)')
+_CHUNK_BYTES = 1 << 20
+_OVERLAP_BYTES = 4096
 _RANK_STRIDE = 1000  # merged pid = (rank index + 1) * stride + ordinal
 _FLOW_ID_SHIFT = 32
 _DROPPED_METADATA = frozenset({"process_name", "process_sort_index", "process_labels"})
@@ -72,7 +80,7 @@ class _Distributed(msgspec.Struct):
 
 
 class _TraceFile(msgspec.Struct):
-    traceEvents: list[Event] = []
+    traceEvents: list[Event]
     baseTimeNanoseconds: int = 0
     distributedInfo: _Distributed | None = None
 
@@ -128,24 +136,79 @@ class _RankPart:
 
 def _read_bytes(path: pathlib.Path) -> bytes:
     data = path.read_bytes()
-    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise TraceFormatError(f"{path}: truncated gzip (the file ends before its end marker): "
+                               "copy it again once it is completely written") from None
+    except (OSError, zlib.error) as exc:
+        raise TraceFormatError(f"{path}: not a readable gzip file ({exc})") from None
 
 
-def base_time_ns(path: pathlib.Path) -> int:
-    """The file's ``baseTimeNanoseconds`` from its head (Kineto writes it before the events); 0 when absent."""
+@dataclass(frozen=True)
+class TraceHeader:
+    """The per-file facts the merge needs before any events: wall-clock base and rank."""
+
+    base_time_ns: int  # 0: the file has none (older Kineto wrote absolute µs timestamps)
+    rank: int | None
+    world_size: int | None
+
+
+def _chunks(path: pathlib.Path) -> Iterator[bytes]:
+    """The file's bytes, decompressed when gzipped, in pieces of 1 MiB."""
     with open(path, "rb") as raw:
         gzipped = raw.read(2) == b"\x1f\x8b"
-    with (gzip.open(path, "rb") if gzipped else open(path, "rb")) as f:
-        head = f.read(_HEAD_BYTES)
-    match = _BASE_PATTERN.search(head)
-    return int(match.group(1)) if match else 0
+    try:
+        with (gzip.open(path, "rb") if gzipped else open(path, "rb")) as f:
+            while chunk := f.read(_CHUNK_BYTES):
+                yield chunk
+    except EOFError:
+        raise TraceFormatError(f"{path}: truncated gzip (the file ends before its end marker): "
+                               "copy it again once it is completely written") from None
+    except (OSError, zlib.error) as exc:
+        raise TraceFormatError(f"{path}: not a readable gzip file ({exc})") from None
+
+
+def trace_header(path: pathlib.Path) -> TraceHeader:
+    """``baseTimeNanoseconds`` and ``distributedInfo`` wherever the file has them.
+
+    Kineto wrote ``baseTimeNanoseconds`` near the head, then (mid-2024 to
+    early 2025) after the events, at the very end: the file is scanned until
+    both are found, keeping an overlap so a key split between chunks is seen.
+    """
+    base: int | None = None
+    dist: re.Match[bytes] | None = None
+    carry = b""
+    for chunk in _chunks(path):
+        window = carry + chunk
+        if base is None and (match := _BASE_PATTERN.search(window)):
+            base = int(match.group(1))
+        if dist is None:
+            dist = _DISTRIBUTED_PATTERN.search(window)
+        if base is not None and dist is not None:
+            break
+        carry = window[-_OVERLAP_BYTES:]
+    rank = world = None
+    if dist is not None:
+        rank_match, world_match = _RANK_PATTERN.search(dist.group(1)), _WORLD_PATTERN.search(dist.group(1))
+        rank = int(rank_match.group(1)) if rank_match else None
+        world = int(world_match.group(1)) if world_match else None
+    return TraceHeader(base or 0, rank, world)
 
 
 def _load(path: pathlib.Path) -> _TraceFile:
     try:
         return _decode_file(_read_bytes(path))
-    except (msgspec.DecodeError, OSError, EOFError) as exc:
-        raise TraceFormatError(f"{path}: not a readable Chrome trace: {exc}") from None
+    except msgspec.ValidationError as exc:
+        raise TraceFormatError(f"{path}: not a Kineto/Chrome trace ({exc}); "
+                               "give the .json or .json.gz file the profiler wrote") from None
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(f"{path}: not JSON ({exc}); give the .json or .json.gz file the profiler wrote") \
+            from None
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: int | None = None) -> MergeResult:
@@ -154,8 +217,9 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
     Ranks are rewritten and compressed in ``workers`` processes (default: one
     per CPU, at most one per rank) and written in rank order as they finish.
     """
-    sources = list(inputs)
-    bases = [base_time_ns(s.path) for s in sources]
+    headers = [(source, trace_header(source.path)) for source in inputs]
+    sources = [source if source.rank is not None else replace(source, rank=header.rank) for source, header in headers]
+    bases = [header.base_time_ns for _, header in headers]
     origin = min(bases, default=0)
     order = sorted(range(len(sources)), key=lambda i: (sources[i].rank is None, sources[i].rank or 0,
                                                        sources[i].host, sources[i].pid or 0, str(sources[i].path)))
@@ -170,6 +234,7 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
                                   b'{"ph":"M","name":"tuiprof_merge","pid":0,"tid":0,"args":{"origin_unix_ns":%d}}'
                                   % (origin, origin)))
         if workers > 1:
+            _start_resource_tracker()
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
                 calls = _write_parts(pool.map(_rank_part, jobs), writer, result)
         else:
@@ -185,6 +250,29 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
                       for r in result.ranks]
         writer.close(tail + b'],"tuiprof":' + _encode({"origin_unix_ns": origin, "ranks": ranks_json}) + b"}")
     return result
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker with a real stderr.
+
+    The tracker is spawned with ``sys.stderr.fileno()``; inside the console
+    (Textual) ``sys.stderr`` is a capture whose ``fileno()`` is -1, and the
+    pool's first spawn failed with "bad value(s) in fds_to_keep", leaving its
+    semaphores behind. The tracker then writes to /dev/null, not over the screen.
+    """
+    try:
+        usable = sys.stderr is not None and sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError):
+        usable = False
+    if usable:
+        return
+    saved = sys.stderr
+    with open(os.devnull, "w") as devnull:
+        sys.stderr = devnull
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            sys.stderr = saved
 
 
 MERGED_NAME = "merged.trace.json.gz"
@@ -216,7 +304,8 @@ def _rank_part(job: tuple[TraceInput, int, float]) -> _RankPart:
     source, rank_index, shift_us = job
     chunk, extract, calls = _rewrite(source, rank_index, shift_us)
     piece = compress_piece(b"," + chunk if chunk else b"")
-    result = RankResult(summarize_rank(extract), [], extract.kernel_totals)  # collectives: keyed across ranks
+    result = RankResult(summarize_rank(extract), [], extract.kernel_totals,  # collectives: keyed across ranks
+                        unsequenced_collectives=sum(call.seq is None for call in calls))
     return _RankPart(piece, result, calls, extract.events)
 
 
@@ -277,7 +366,7 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
                 totals[1] += dur
             if kind == "communication":
                 gpu_collectives.append((event, name, ts, dur))
-        elif cat == "cpu_op":
+        elif cat in CPU_OP_CATEGORIES:
             totals = cpu_totals.get(name)
             if totals is None:
                 cpu_totals[name] = [1, dur]
@@ -292,7 +381,8 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
         del events[index]
     extract.gpu_kernels = sum(len(spans) for spans in intervals.values())
     # CPU-only (gloo) ranks: their collectives are CPU ops; with GPUs, the NCCL kernels.
-    calls = sorted((_collective_call(*c) for c in (gpu_collectives if extract.gpu_kernels else cpu_collectives)),
+    on_gpu = bool(extract.gpu_kernels)
+    calls = sorted((_collective_call(*c, on_gpu) for c in (gpu_collectives if on_gpu else cpu_collectives)),
                    key=lambda call: call.ts)
     extract.events = len(events)
     for original_pid, new_pid in pids.items():
@@ -319,7 +409,7 @@ def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
     return name or f"device {original_pid}"
 
 
-def _collective_call(event: Event, name: str, ts: float, dur: float) -> CollectiveCall:
+def _collective_call(event: Event, name: str, ts: float, dur: float, on_gpu: bool) -> CollectiveCall:
     """The collective an event runs: its op and group from Kineto's args (timeline dumps: also its sequence number)."""
     group, seq = "", None
     if event.args is not msgspec.UNSET:
@@ -330,7 +420,7 @@ def _collective_call(event: Event, name: str, ts: float, dur: float) -> Collecti
         name = args.collective or name
         group = args.group or args.comm or ""
         seq = args.seq
-    return CollectiveCall(group, name, seq, ts, ts + dur, _track(event.pid), _track(event.tid))
+    return CollectiveCall(group, name, seq, ts, ts + dur, _track(event.pid), _track(event.tid), on_gpu)
 
 
 def _track(value: int | str | msgspec.UnsetType) -> int | str:
@@ -339,13 +429,14 @@ def _track(value: int | str | msgspec.UnsetType) -> int | str:
 
 
 def _collective_flows(hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> list[Event]:
-    """One flow chain per collective seen on two or more ranks, lowest rank first."""
+    """One flow chain per collective seen on two or more ranks, in time order (Perfetto drops a flow
+    whose end comes before its start)."""
     flows: list[Event] = []
     flow_id = 1
     for key, chain in hops.items():
         if len({hop.rank_index for hop in chain}) < 2:
             continue
-        chain.sort(key=lambda hop: hop.rank_index)
+        chain.sort(key=lambda hop: (hop.ts, hop.rank_index))
         name = f"{key[1]} #{key[2]}"
         for position, hop in enumerate(chain):
             ph = "s" if position == 0 else ("f" if position == len(chain) - 1 else "t")

@@ -18,8 +18,14 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "gpu_memset"})
+# Every spelling Kineto has written: PyTorch 1.8-1.9 used "Kernel", "Memcpy", "Memset",
+# "Runtime" and "Operator"; later versions the snake_case names. GPU-side annotations
+# (gpu_user_annotation) span kernels and are not kernels; runtime and sync calls
+# (cuda_runtime/Runtime, cuda_driver, cuda_sync) are CPU-side.
+MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+GPU_CATEGORIES = frozenset({"kernel", "Kernel"}) | MEMORY_CATEGORIES
+CPU_OP_CATEGORIES = frozenset({"cpu_op", "Operator"})
+NO_GPU_EVENTS = "no GPU kernel, memcpy or memset events in the trace"
 TOP = 10
 
 Interval = tuple[float, float]
@@ -89,6 +95,7 @@ class TraceSummary:
     worst_collectives: list[CollectiveSkew]
     last_starts: dict[str, int]  # rank → how often it was the last to start a collective
     top_kernels: list[TimeShare]
+    collective_matching: str  # how calls were paired across ranks; "" with no collectives
 
 
 def union(intervals: list[Interval]) -> list[Interval]:
@@ -154,7 +161,7 @@ def summarize_rank(extract: RankExtract) -> RankSummary:
         summary.unavailable["step_time_us"] = reason
     summary.top_cpu_ops = _top(extract.cpu_totals)
     if not extract.gpu_kernels:
-        why = "no GPU kernels in the trace (CPU-only build, or no GPU work in the traced span)"
+        why = NO_GPU_EVENTS
         for key in ("span_us", "compute_us", "communication_us", "memory_us", "idle_us", "overlap_percent",
                     "compute_vs_median_percent"):
             summary.unavailable[key] = why
@@ -182,6 +189,7 @@ class RankResult:
     summary: RankSummary
     collectives: list[tuple[tuple[str, ...], float]]  # key, start ts
     kernel_totals: dict[str, list[float]]
+    unsequenced_collectives: int = 0  # calls whose trace gave no sequence number (matched by order and time)
 
 
 def summarize(results: list[RankResult]) -> TraceSummary:
@@ -213,11 +221,46 @@ def summarize(results: list[RankResult]) -> TraceSummary:
             entry = job_kernels.setdefault(name, [0, 0.0])
             entry[0] += count
             entry[1] += total
-    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), _top(job_kernels))
+    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), _top(job_kernels),
+                        _collective_matching(results))
+
+
+def _collective_matching(results: list[RankResult]) -> str:
+    calls = sum(len(r.collectives) for r in results)
+    unsequenced = sum(r.unsequenced_collectives for r in results)
+    if not calls:
+        return ""
+    if not unsequenced:
+        return "by sequence number"
+    return (f"{unsequenced} of {calls} collective calls carry no sequence number (Kineto traces do not record "
+            "one): paired by order per group and op, GPU kernels only where they overlap in time")
 
 
 def summary_json(summary: TraceSummary) -> dict[str, Any]:
     return asdict(summary)
+
+
+SHORT_NAME = 60
+
+
+def short_name(name: str, width: int = SHORT_NAME) -> str:
+    """A kernel's C++ signature cut for a terminal line: template arguments as ``<…>``, no
+    parameter list, at most ``width`` characters (``--json`` keeps the full name)."""
+    text, depth = [], 0
+    for char in name:
+        if char == "<":
+            depth += 1
+            if depth == 1:
+                text.append("<…>")
+        elif char == ">" and depth:
+            depth -= 1
+        elif not depth:
+            text.append(char)
+    short = "".join(text)
+    if short.endswith(")") and "(" in short:
+        short = short[:short.index("(")]
+    short = short.removeprefix("void ").strip() or name
+    return short if len(short) <= width else short[:width - 1] + "…"
 
 
 def _us(value: float | None) -> str:
@@ -244,9 +287,10 @@ def render_text(summary: TraceSummary) -> str:
         top = r.top_kernels or r.top_cpu_ops
         if top:
             label = "top kernels" if r.top_kernels else "top CPU ops (inclusive)"
-            lines.append(f"  {label}: " + ", ".join(f"{t.name} {_us(t.total_us)} ×{t.count}" for t in top[:5]))
+            lines.append(f"  {label}: " + ", ".join(f"{short_name(t.name)} {_us(t.total_us)} ×{t.count}" for t in top[:5]))
     if summary.worst_collectives:
-        lines.append(f"collectives compared across ranks: {summary.collectives_compared}; largest start skew:")
+        lines.append(f"collectives compared across ranks: {summary.collectives_compared} "
+                     f"({summary.collective_matching}); largest start skew:")
         for s in summary.worst_collectives[:5]:
-            lines.append(f"  {s.name} #{s.occurrence}: {s.skew_us / 1000:.3f} ms, last to start: rank {s.last_rank}")
+            lines.append(f"  {short_name(s.name)} #{s.occurrence}: {s.skew_us / 1000:.3f} ms, last to start: rank {s.last_rank}")
     return "\n".join(lines) + "\n"
