@@ -231,14 +231,18 @@ def _exit_matters(
     if verdict.level != EXITED:
         return False
     status_known = rank.HasField("exit_signal") or rank.HasField("exit_code")
-    failed = rank.HasField("exit_signal") or (rank.HasField("exit_code") and rank.exit_code != 0) or (
+    # SIGTERM is how launchers and schedulers stop a job: a failure only while its job runs on.
+    killed = rank.HasField("exit_signal") and (rank.exit_signal != signal.SIGTERM or bool(rank.exception))
+    failed = killed or (rank.HasField("exit_code") and rank.exit_code != 0) or (
         rank.exception and not status_known)  # exit code 0 after a thread's exception: the program finished
     others_run = any(r.job_id == rank.job_id and v.level != EXITED for r, v in zip(ranks, verdicts))
     return bool(failed) or others_run
 
 
 def _exit_text(rank: pb.RankStats, state: str) -> str:
-    if rank.HasField("exit_signal"):
+    if rank.HasField("exit_signal") and rank.exit_signal == signal.SIGTERM:
+        text = f"stopped by signal {rank.exit_signal} (SIGTERM)"
+    elif rank.HasField("exit_signal"):
         text = f"killed by signal {rank.exit_signal} ({_signal_name(rank.exit_signal)})"
     elif rank.HasField("exit_code"):
         text = f"exited with code {rank.exit_code}"
