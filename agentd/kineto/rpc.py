@@ -1,63 +1,75 @@
-"""dynolog's TCP RPC (port 1778), so an existing ``dyno gputrace`` works against agentd. Off by default.
+"""dynolog's TCP RPC (port 1778), so the stock ``dyno`` CLI works against agentd. Off by default.
 
 Framing as dynolog: an int32 little-endian length, then that many bytes of JSON
 with an ``"fn"`` key; one request per connection; replies are compact JSON with
-sorted keys. Deliberate deviations, for safety: it listens only where agentd's
-gRPC listens (loopback unless a token is configured) and, with a token, a
-request must carry ``"token"``; without one, the caller is the local user the
-kernel says owns the connecting socket (``agentd.peer``), who may trigger only
-their own processes (root and the token holder any). The client's config keeps
-only known keys with plain values (``ALLOWED_KEYS``); ``ACTIVITIES_LOG_FILE``
-names a file in the traced user's folder of agentd's trace dir (dynolog relays
-it verbatim, which lets any caller make trainers write anywhere). Requests are
-bounded (size, nesting, list lengths; no NaN or Infinity). A bad request gets
-no reply, as with dynolog — or ``{"status": "failed"}`` for a malformed
-on-demand request — and one rate-limited log line per cause, never a traceback.
+sorted keys. It listens on both loopbacks, 127.0.0.1 and ::1 (``dyno``'s default
+``--hostname localhost`` resolves to ::1 first on Debian) and never elsewhere,
+whatever the gRPC side does: the caller is the local user the kernel says owns
+the connecting socket (``agentd.peer``), who may trigger only their own
+processes (root any). Every option ``dyno gputrace`` sends is honoured; a key
+agentd does not pass on, a bad value or a log file outside the traced user's
+folder of the trace dir refuses the whole request with a ``"refused"`` reason
+that ``dyno`` prints (dynolog relays configs verbatim, which lets any caller make
+trainers write anywhere). ``dcgmProfPause``/``dcgmProfResume`` answer as dynolog
+without DCGM. Requests are bounded (size, nesting, list lengths; no NaN or
+Infinity). A bad request gets no reply, as with dynolog — or ``{"status": "failed"}``
+for a malformed on-demand request — and one rate-limited log line per cause,
+never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import errno
 import json
 import logging
+import os
 import pathlib
+import posixpath
 import re
+import secrets
 import socket
 import struct
 import time
-import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from agentd.kineto.ratelimit import CauseLimitedLogger
 from agentd.auth import Caller
-from agentd.kineto.registry import BusyError, PendingConfig, Registry
 from agentd.kineto import config as kineto_config
+from agentd.kineto.ratelimit import CauseLimitedLogger
+from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
 from agentd.peer import PeerLookupError, tcp_socket_uid
 from agentd.procfs import real_uid, uses_cuda
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 1778
+LOOPBACKS = ("127.0.0.1", "::1")
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_NESTING = 8
 MAX_PIDS = 4096
 MAX_PID = 1 << 22
 MAX_JOB_ID = (1 << 63) - 1
 MAX_CONFIG_LINES = 64
+MAX_PAUSE_SECONDS = 24 * 3600
 READ_TIMEOUT_SECONDS = 5.0
-# The keys a client's config may set; anything else (files: ACTIVITIES_LOG_FILE,
-# EVENTS_LOG_FILE, PROFILE_MEMORY, ...) is dropped: agentd picks the path.
+LOG_FILE_KEY = "ACTIVITIES_LOG_FILE"
+# The keys a client's config may set (every one ``dyno gputrace`` sends, and the
+# other plain trace knobs). Anything else (EVENTS_LOG_FILE, ...) refuses the request.
 ALLOWED_KEYS = frozenset({
     "ACTIVITY_TYPES", "ACTIVITIES_DURATION_MSECS", "ACTIVITIES_DURATION_SECS", "ACTIVITIES_ITERATIONS",
     "ACTIVITIES_WARMUP_PERIOD_SECS", "ACTIVITIES_WARMUP_ITERATIONS", "PROFILE_START_TIME",
     "PROFILE_START_ITERATION", "PROFILE_START_ITERATION_ROUNDUP", "PROFILE_REPORT_INPUT_SHAPES",
-    "PROFILE_PROFILE_MEMORY", "PROFILE_WITH_STACK", "PROFILE_WITH_FLOPS", "PROFILE_WITH_MODULES",
-    "REQUEST_TRACE_ID", "REQUEST_GROUP_TRACE_ID",
+    "PROFILE_PROFILE_MEMORY", "PROFILE_MEMORY", "PROFILE_MEMORY_DURATION_MSECS", "PROFILE_WITH_STACK",
+    "PROFILE_WITH_FLOPS", "PROFILE_WITH_MODULES", "REQUEST_TRACE_ID", "REQUEST_GROUP_TRACE_ID",
 })
-_KEY = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# Options that need libkineto's Python tracer: without python_function among the
+# activity types the trace has neither Python frames nor module events.
+PYTHON_TRACER_KEYS = ("PROFILE_WITH_STACK", "PROFILE_WITH_MODULES")
+_TRUE = frozenset({"1", "t", "true", "y", "yes"})  # libkineto's true spellings (any case)
 _VALUE = re.compile(r"[A-Za-z0-9._,:+-]{0,256}")
+_LOG_FILE = re.compile(r"/[A-Za-z0-9._/+-]{1,1023}")
 FAILED: dict[str, Any] = {"status": "failed"}
 
 # The folder a uid's traces go into (created on demand), from the trace area.
@@ -73,37 +85,81 @@ class BadRequest(ValueError):
         self.reply = reply
 
 
+def _result(matched: list[int], triggered: list[int], busy: int) -> dict[str, Any]:
+    """An on-demand reply with dynolog's five keys."""
+    return {"activityProfilersBusy": busy, "activityProfilersTriggered": triggered, "eventProfilersBusy": 0,
+            "eventProfilersTriggered": [], "processesMatched": matched}
+
+
+class Refused(BadRequest):
+    """An on-demand request agentd will not carry out: ``dyno`` prints the reply, ``"refused"`` says why,
+    and the empty ``processesMatched`` keeps ``dyno`` from failing on a missing key."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("rpc-refused", message, {**_result([], [], 0), "refused": message})
+
+
 def _reply(value: dict[str, Any]) -> bytes:
     body = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     return struct.pack("<i", len(body)) + body
 
 
-def client_config_lines(text: str) -> list[str]:
-    """The client's ``KEY=value`` lines whose keys are allowed, each checked to be one plain line;
-    BadRequest naming the first line that is not."""
-    lines = []
-    raw_lines = text.splitlines()
+@dataclass(frozen=True)
+class ClientConfig:
+    """A client's on-demand config, checked: its ``KEY=value`` lines but the log file, and the log file."""
+
+    lines: list[str]
+    log_file: str | None
+
+    def text(self, log_file: str, cuda: bool, trace_id: str) -> str:
+        """The config for one process writing to ``log_file``: activity types set (with Python functions
+        when stacks or modules are asked for) and a ``REQUEST_TRACE_ID`` appended, as dynolog does."""
+        lines = [f"{LOG_FILE_KEY}={log_file}", *self.lines]
+        if not self._has("ACTIVITY_TYPES"):
+            types = kineto_config.activity_types(cuda, with_stack=any(self._true(k) for k in PYTHON_TRACER_KEYS))
+            lines.append("ACTIVITY_TYPES=" + ",".join(types))
+        if not self._has("REQUEST_TRACE_ID"):
+            lines.append(f"REQUEST_TRACE_ID={trace_id}")
+        for line in lines:
+            kineto_config.check_line(line)
+        return "\n".join(lines) + "\n"
+
+    def _has(self, key: str) -> bool:
+        return any(line.startswith(key + "=") for line in self.lines)
+
+    def _true(self, key: str) -> bool:
+        return any(line.lower() in {f"{key.lower()}={t}" for t in _TRUE} for line in self.lines)
+
+
+def client_config(text: str, now_ms: int) -> ClientConfig:
+    """The client's config checked line by line; Refused naming the first line agentd will not pass on."""
+    raw_lines = [line for line in text.splitlines() if line.split("#", 1)[0].strip()]
     if len(raw_lines) > MAX_CONFIG_LINES:
-        raise BadRequest("rpc-bad-config", f"config has {len(raw_lines)} lines; at most {MAX_CONFIG_LINES}", FAILED)
+        raise Refused(f"config has {len(raw_lines)} lines; at most {MAX_CONFIG_LINES}")
+    lines: list[str] = []
+    log_file = None
     for raw in raw_lines:
-        key, sep, value = (piece.strip() for piece in raw.partition("="))
-        if not key or key not in ALLOWED_KEYS:
+        key, sep, value = (piece.strip() for piece in raw.split("#", 1)[0].partition("="))
+        if key == LOG_FILE_KEY:
+            log_file = _checked_log_file(value)
             continue
+        if key not in ALLOWED_KEYS:
+            raise Refused(f"agentd does not pass {key[:64]} on to trainers; accepted keys: "
+                          f"{LOG_FILE_KEY}, {', '.join(sorted(ALLOWED_KEYS))}")
         if not sep or not _VALUE.fullmatch(value):
-            raise BadRequest("rpc-bad-config", f"config line for {key} must be {key}=<letters, digits, . _ , : + ->",
-                             FAILED)
+            raise Refused(f"config line for {key} must be {key}=<letters, digits, . _ , : + ->")
+        if key == "PROFILE_START_TIME" and value.isdigit() and 0 < int(value) < now_ms:
+            raise Refused(f"profile start time {value} is {(now_ms - int(value)) / 1000:.1f} s in the past; "
+                          f"give 0 (start after the next poll) or a time at least 10 s ahead")
         lines.append(f"{key}={value}")
-    return lines
+    return ClientConfig(lines, log_file)
 
 
-def sanitized_config(lines: list[str], log_file: str, cuda: bool) -> str:
-    """The allowed client lines, writing to ``log_file``, with activity types set."""
-    if not any(line.startswith("ACTIVITY_TYPES=") for line in lines):
-        lines = [*lines, "ACTIVITY_TYPES=" + ",".join(kineto_config.activity_types(cuda, with_stack=False))]
-    lines = [f"ACTIVITIES_LOG_FILE={log_file}", *lines]
-    for line in lines:
-        kineto_config.check_line(line)
-    return "\n".join(lines) + "\n"
+def _checked_log_file(value: str) -> str:
+    """An absolute, normalized log file path of plain characters; Refused otherwise."""
+    if not _LOG_FILE.fullmatch(value) or posixpath.normpath(value) != value:
+        raise Refused(f"log file {value[:200]!r} must be an absolute path without '..', '//' or unusual characters")
+    return value
 
 
 def _no_constant(name: str) -> None:
@@ -158,40 +214,57 @@ def _int_field(request: dict[str, Any], key: str, default: int, low: int, high: 
     return value
 
 
-class DynologRpc:
-    """Answers getStatus, getVersion and setKinetOnDemandRequest on an already bound socket."""
+def _inside(path: str, folder: pathlib.Path) -> bool:
+    return path.startswith(str(folder).rstrip("/") + "/")
 
-    def __init__(self, sock: socket.socket, registry: Registry, user_folder: UserFolder, token: str | None,
+
+def bind_loopbacks(port: int) -> list[socket.socket]:
+    """Listening sockets on 127.0.0.1 and ::1 at the same ``port`` (0: one free port for both);
+    ::1 is left out, with a log line, on a host without IPv6 loopback. OSError as from bind."""
+    v4 = socket.create_server((LOOPBACKS[0], port), family=socket.AF_INET)
+    try:
+        v6 = socket.create_server((LOOPBACKS[1], v4.getsockname()[1]), family=socket.AF_INET6)
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            v4.close()
+            raise
+        log.warning("dynolog RPC on 127.0.0.1 only: no IPv6 loopback", extra={"reason": exc.strerror})
+        return [v4]
+    return [v4, v6]
+
+
+class DynologRpc:
+    """Answers dyno's calls (status, version, gputrace, dcgm-pause/resume) on already bound sockets."""
+
+    def __init__(self, socks: list[socket.socket], registry: Registry, user_folder: UserFolder,
                  version: str) -> None:
-        self.sock = sock
+        self.socks = socks
         self.registry = registry
         self.user_folder = user_folder
-        self.token = token
         self.version = version
         self._limited = CauseLimitedLogger(log)
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
 
     @classmethod
-    def bind(cls, host: str, port: int, registry: Registry, user_folder: UserFolder, token: str | None,
-             version: str) -> "DynologRpc":
-        """Bind now (so a taken port fails agentd's start at once); OSError as from bind."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server((host.strip("[]"), port), family=family, reuse_port=False)
-        return cls(sock, registry, user_folder, token, version)
+    def bind(cls, port: int, registry: Registry, user_folder: UserFolder, version: str) -> "DynologRpc":
+        """Bind both loopbacks now (so a taken port fails agentd's start at once); OSError as from bind."""
+        return cls(bind_loopbacks(port), registry, user_folder, version)
 
     @property
     def port(self) -> int:
-        return int(self.sock.getsockname()[1])
+        return int(self.socks[0].getsockname()[1])
 
     async def serve(self) -> None:
-        self._server = await asyncio.start_server(self._handle, sock=self.sock)
-        log.info("dynolog RPC listening", extra={"port": self.port, "token_required": self.token is not None})
+        for sock in self.socks:
+            self._servers.append(await asyncio.start_server(self._handle, sock=sock))
+        log.info("dynolog RPC listening", extra={"port": self.port,
+                                                 "addresses": ",".join(s.getsockname()[0] for s in self.socks)})
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        else:
-            self.sock.close()
+        for server in self._servers:
+            server.close()
+        for sock in self.socks:
+            sock.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -224,22 +297,12 @@ class DynologRpc:
         or None (no reply, as dynolog); a refused request logs one line for its cause."""
         try:
             request = decode(body)
-            return self._dispatch(request, self._caller(request, peer_uid))
+            if peer_uid is None:
+                raise BadRequest("rpc-unknown-caller", "cannot tell which local user is calling; refused")
+            return self._dispatch(request, Caller.local(peer_uid))
         except BadRequest as exc:
             self._limited.warning(exc.cause, "%s", exc, fields={"peer_uid": peer_uid})
             return exc.reply
-
-    def _caller(self, request: dict[str, Any], peer_uid: int | None) -> Caller:
-        """Who the request acts for: the token holder (with the agent's token), else the peer's user."""
-        if self.token is not None:
-            token = request.get("token")
-            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.token.encode()):
-                raise BadRequest("rpc-unauthorized", f"request without the agent's token (fn {request['fn'][:64]!r})")
-            return Caller.token_holder()
-        if peer_uid is None:
-            raise BadRequest("rpc-unknown-caller", "cannot tell which local user is calling; refused "
-                                                   "(a remote caller needs the agent's token)")
-        return Caller.local(peer_uid)
 
     def _dispatch(self, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
         fn = request["fn"]
@@ -249,7 +312,19 @@ class DynologRpc:
             return {"version": self.version}
         if fn == "setKinetOnDemandRequest":
             return self._on_demand(request, caller)
+        if fn in ("dcgmProfPause", "dcgmProfResume"):
+            return self._dcgm(fn, request, caller)
         raise BadRequest("rpc-unknown-fn", f"unknown fn {fn[:64]!r}")
+
+    def _dcgm(self, fn: str, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
+        """dynolog's answer without DCGM: ``false``, nothing paused — agentd runs no DCGM profiling that could
+        hold the counters Nsight Compute needs, and its own NVML GPM sampling is not paused by this call."""
+        if fn == "dcgmProfPause" and "duration_s" not in request:
+            return FAILED  # as dynolog
+        if fn == "dcgmProfPause":
+            _int_field(request, "duration_s", 0, 0, MAX_PAUSE_SECONDS)
+        log.info("dyno %s answered false: agentd runs no DCGM profiling", fn, extra={"caller": str(caller)})
+        return {"status": False}
 
     def _on_demand(self, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
         config, pids = request.get("config"), request.get("pids")
@@ -260,29 +335,18 @@ class DynologRpc:
             raise BadRequest("rpc-bad-request", f"pids must be integers 0-{MAX_PID - 1}", FAILED)
         job_id = _int_field(request, "job_id", 0, 0, MAX_JOB_ID)
         limit = _int_field(request, "process_limit", 1000, 1, MAX_PIDS)
-        lines = client_config_lines(config)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        matched: list[int] = []
+        checked = client_config(config, int(time.time() * 1000))
+        entries = [e for e in self.registry.match(str(job_id), set(pids) - {0}) if caller.owns(e.uid)]
+        # Another user's processes are neither traced nor shown to this caller.
+        targets = self._log_files(checked, [e for e in entries if self._traceable(e)])
         triggered: list[int] = []
         busy = 0
-        agent_uid = os.geteuid()
-        for entry in self.registry.match(str(job_id), set(pids) - {0}):
-            if not caller.owns(entry.uid):
-                continue  # another user's process: not shown to this caller either
-            matched.append(entry.reported_pid)
-            if len(triggered) >= limit or (agent_uid != 0 and entry.uid != agent_uid):
-                continue
-            if real_uid(entry.host_pid) != entry.uid:
-                continue  # gone, or no longer the user it polled as
+        for entry, log_file in targets:
+            if len(triggered) >= limit:
+                break
             try:
-                folder = self.user_folder(entry.uid)
-            except OSError as exc:
-                self._limited.warning("rpc-trace-dir", "cannot create the folder for uid %d: %s", entry.uid,
-                                      exc.strerror)
-                continue
-            log_file = str(folder / f"dyno-{stamp}-pid{entry.host_pid}.pt.trace.json")
-            try:
-                self.registry.offer(entry, PendingConfig(sanitized_config(lines, log_file, uses_cuda(entry.host_pid))))
+                text = checked.text(log_file, uses_cuda(entry.host_pid), str(secrets.randbits(63)))
+                self.registry.offer(entry, PendingConfig(text))
             except kineto_config.ConfigValueError as exc:
                 self._limited.warning("rpc-trace-dir", "the trace dir cannot be named in a config: %s", exc)
                 continue
@@ -290,7 +354,32 @@ class DynologRpc:
                 busy += 1
                 continue
             triggered.append(entry.reported_pid)
-        log.info("dyno on-demand request", extra={"matched": len(matched), "triggered": len(triggered), "busy": busy,
-                                                  "caller": str(caller)})
-        return {"activityProfilersBusy": busy, "activityProfilersTriggered": triggered, "eventProfilersBusy": 0,
-                "eventProfilersTriggered": [], "processesMatched": matched}
+        log.info("dyno on-demand request", extra={"matched": len(entries), "triggered": len(triggered),
+                                                  "busy": busy, "caller": str(caller)})
+        return _result([e.reported_pid for e in entries], triggered, busy)
+
+    def _traceable(self, entry: Registrant) -> bool:
+        """Whether agentd may hand this process a config: its own user's (or any, as root), still alive as that user."""
+        agent_uid = os.geteuid()
+        return (agent_uid == 0 or entry.uid == agent_uid) and real_uid(entry.host_pid) == entry.uid
+
+    def _log_files(self, checked: ClientConfig, entries: list[Registrant]) -> list[tuple[Registrant, str]]:
+        """Each entry with the file it writes: the client's log file, which must lie in the traced user's
+        folder (Refused otherwise), or a name agentd picks there."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        targets = []
+        for entry in entries:
+            try:
+                folder = self.user_folder(entry.uid)
+            except OSError as exc:
+                self._limited.warning("rpc-trace-dir", "cannot create the folder for uid %d: %s", entry.uid,
+                                      exc.strerror)
+                continue
+            if checked.log_file is None:
+                targets.append((entry, str(folder / f"dyno-{stamp}-pid{entry.host_pid}.pt.trace.json")))
+            elif _inside(checked.log_file, folder):
+                targets.append((entry, checked.log_file))
+            else:
+                raise Refused(f"log file {checked.log_file} is outside the trace folder of uid {entry.uid}; "
+                              f"give --log-file {folder}/<name>.json (Kineto adds _<pid> before .json)")
+        return targets

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
-from agentd.auth import Caller, current_caller, load_token
+from agentd.auth import Caller, current_caller
 from agentd.errors import BindError
 from agentd.kineto.collector import KinetoCollector
 from agentd.kineto.endpoint import SOCKET_DIR_ENV
@@ -355,8 +355,7 @@ def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir) ->
     port = config.dynolog_rpc_port
     assert port is not None
     try:
-        return DynologRpc.bind(config.host, port, registry, trace_dir.user_folder_path,
-                               load_token(config.token_file), version)
+        return DynologRpc.bind(port, registry, trace_dir.user_folder_path, version)
     except OSError as exc:
-        raise BindError.for_port("dynolog RPC", config.host, port, exc, "--dynolog-rpc-port") from None
+        raise BindError.for_port("dynolog RPC", "127.0.0.1 and ::1", port, exc, "--dynolog-rpc-port") from None
 

@@ -177,7 +177,7 @@ def test_random_dynolog_requests_get_a_reply_or_nothing_never_an_exception(tmp_p
     registry = Registry()
     registry.poll(0, (os.getpid(),), os.getpid(), os.getuid(), True)
     with socket.socket() as unused:
-        rpc = DynologRpc(unused, registry, lambda uid: tmp_path / str(uid), None, "v")
+        rpc = DynologRpc([unused], registry, lambda uid: tmp_path / str(uid), "v")
         answer = rpc.answer(body, peer_uid)
     assert answer is None or isinstance(answer, dict)
     pending = registry.entries()[0].pending
