@@ -13,7 +13,7 @@ import importlib
 import sys
 
 # Module names under tuiprof.commands, in the order `tuiprof --help` lists them.
-COMMANDS: tuple[str, ...] = ("console", "status", "record", "replay", "stacks", "trace", "run")
+COMMANDS: tuple[str, ...] = ("console", "status", "record", "replay", "stacks", "trace", "analyze", "run")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -271,8 +271,9 @@ def render_text(summary: TraceSummary) -> str:
     """The summary as the CLI prints it."""
     lines = []
     for r in summary.ranks:
-        who = f"rank {r.rank}" if r.rank is not None else f"pid {r.pid}"
-        lines.append(f"{who} on {r.host or '?'}: {r.events} events, {r.gpu_kernels} GPU kernels")
+        who = f"rank {r.rank}" if r.rank is not None else (f"pid {r.pid}" if r.pid is not None else "unknown rank")
+        lines.append(f"{who} {'on ' + r.host if r.host else 'in ' + r.file}: {r.events} events, "
+                     f"{r.gpu_kernels} GPU kernels")
         if r.compute_us is not None:
             overlap_text = "n/a" if r.overlap_percent is None else f"{r.overlap_percent:.1f}%"
             lines.append(f"  GPU span {_us(r.span_us)}: compute {_us(r.compute_us)}, communication "

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from agentd.address import AgentAddress
 from agentd.token import TokenFileError
-from tuiprof.analysis.trace_merge import TraceFormatError, merge_capture
+from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
 from tuiprof.analysis.trace_summary import render_text, summary_json
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
 from tuiprof.client.targets import add_target_arguments, addresses, connection
@@ -101,6 +101,12 @@ def _host_json(host: HostProgress) -> dict:
     }
 
 
+def merged_json(merged: MergeResult) -> dict:
+    """The ``merged`` part of the ``--json`` document (``tuiprof analyze`` prints the same)."""
+    return {"path": str(merged.output), "events": merged.events, "base_time_ns": merged.base_time_ns,
+            "linked_collectives": merged.linked_collectives}
+
+
 def _describe(host: HostProgress) -> str:
     if host.error:
         return f"[red]{host.error}[/]"
@@ -161,8 +167,7 @@ def run(args: argparse.Namespace) -> int:
         except TraceFormatError as exc:
             print(f"tuiprof trace: {exc}", file=sys.stderr)
             return 1
-        document["merged"] = {"path": str(merged.output), "events": merged.events,
-                              "base_time_ns": merged.base_time_ns, "linked_collectives": merged.linked_collectives}
+        document["merged"] = merged_json(merged)
         document["summary"] = summary_json(summary)
         document["seconds"]["merge_and_summary"] = round(time.monotonic() - fetched, 3)
         text.append(render_text(summary))

@@ -1,0 +1,134 @@
+"""``tuiprof analyze``: the summary (and optionally the merged timeline) of traces already on disk.
+
+Takes files or folders of Kineto traces (``.json``/``.json.gz``, any PyTorch
+2.x) and the hook's timeline dumps, groups them into ranks from each file's
+``distributedInfo`` (else a ``rank<N>`` in the file name), and prints what
+``tuiprof trace`` prints after a capture. Exit status 0, or 2 with one line when
+an input is not a trace, is cut short, or the files come from different jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from tuiprof.analysis.trace_merge import (
+    MERGED_NAME, MergeResult, TraceFormatError, TraceInput, merge_traces, trace_header,
+)
+from tuiprof.analysis.trace_summary import NO_GPU_EVENTS, render_text, summarize, summary_json
+from tuiprof.commands.trace import merged_json
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+class AnalyzeInputError(ValueError):
+    """The inputs cannot be analysed together; the message says which file and what to do."""
+
+
+@dataclass(frozen=True)
+class _File:
+    path: pathlib.Path
+    rank: int | None
+    world_size: int | None
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "analyze", help="summarise (and merge) Kineto traces or timeline dumps already on disk",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("paths", nargs="+", type=pathlib.Path, metavar="PATH",
+                        help="trace files (.json, .json.gz) or folders holding them")
+    parser.add_argument("--output", type=pathlib.Path, metavar="FILE",
+                        help=f"also write the merged timeline here (a folder: FILE/{MERGED_NAME}); "
+                             "open it in ui.perfetto.dev")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (as `tuiprof trace --json`)")
+    parser.set_defaults(func=run)
+
+
+def trace_files(paths: list[pathlib.Path]) -> list[pathlib.Path]:
+    """Every trace file named, or inside a folder named, in a stable order."""
+    found: list[pathlib.Path] = []
+    for path in paths:
+        if path.is_dir():
+            inside = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+            if not inside:
+                raise AnalyzeInputError(f"{path}: no .json or .json.gz files in this folder")
+            found += inside
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise AnalyzeInputError(f"{path}: no such file or folder")
+    return list(dict.fromkeys(found))
+
+
+def _identify(path: pathlib.Path) -> _File:
+    header = trace_header(path)
+    rank = header.rank
+    if rank is None and (match := _RANK_IN_NAME.search(path.name)):
+        rank = int(match.group(1))
+    return _File(path, rank, header.world_size)
+
+
+def check_one_job(files: list[_File]) -> None:
+    """Refuse files of different jobs: two files claiming one rank, or different world sizes."""
+    by_rank: dict[int, pathlib.Path] = {}
+    sizes: dict[int, pathlib.Path] = {}
+    for f in files:
+        if f.rank is not None:
+            if f.rank in by_rank:
+                raise AnalyzeInputError(f"mixed jobs: {by_rank[f.rank]} and {f.path} are both rank {f.rank}; "
+                                        "analyse one job's files at a time")
+            by_rank[f.rank] = f.path
+        if f.world_size is not None:
+            sizes.setdefault(f.world_size, f.path)
+    if len(sizes) > 1:
+        described = ", ".join(f"{path} has world size {size}" for size, path in sizes.items())
+        raise AnalyzeInputError(f"mixed jobs: {described}; analyse one job's files at a time")
+
+
+def _merge(files: list[_File], output: pathlib.Path | None) -> MergeResult:
+    inputs = [TraceInput(f.path, rank=f.rank) for f in files]
+    if output is not None:
+        if output.is_dir():
+            output = output / MERGED_NAME
+        return merge_traces(inputs, output)
+    with tempfile.TemporaryDirectory(prefix="tuiprof-analyze-") as scratch:
+        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    try:
+        files = [_identify(path) for path in trace_files(args.paths)]
+        check_one_job(files)
+        merged = _merge(files, args.output)
+    except (AnalyzeInputError, TraceFormatError) as exc:
+        print(f"tuiprof analyze: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"tuiprof analyze: cannot write --output {args.output}: {exc.strerror}", file=sys.stderr)
+        return 2
+    summary = summarize(merged.ranks)
+    for rank in summary.ranks:
+        if not rank.gpu_kernels:
+            print(f"tuiprof analyze: {rank.file}: {NO_GPU_EVENTS}: the GPU split is unavailable", file=sys.stderr)
+    kept = args.output is not None
+    if args.json:
+        document = {"files": [str(f.path) for f in files], "merged": merged_json(merged) if kept else None,
+                    "summary": summary_json(summary),
+                    "seconds": {"merge_and_summary": round(time.monotonic() - started, 3)}}
+        json.dump(document, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render_text(summary))
+    if kept:
+        sys.stdout.write(f"merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)\n")
+    return 0
