@@ -1,8 +1,10 @@
-"""`tuiprof trace` argument errors (exit 2) and unreachable agents (exit 1), without PyTorch."""
+"""`tuiprof trace` argument errors (exit 2) and unreachable agents (exit 1), and `tuiprof analyze` on real traces, without PyTorch."""
 
 from __future__ import annotations
 
 import json
+import pathlib
+import shutil
 
 import pytest
 
@@ -31,3 +33,52 @@ def test_unreachable_agent_exits_1_and_says_so(tmp_path):
     assert result.returncode == 1
     [host] = json.loads(result.stdout)["hosts"]
     assert host["host"] == f"127.0.0.1:{port}" and host["error"].startswith("cannot connect")
+
+
+CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
+
+
+def test_analyze_a_folder_of_real_traces_writes_the_merged_timeline(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for name in ("hta_nccl_rank0.json.gz", "hta_nccl_rank1.json.gz"):
+        shutil.copy(CORPUS / name, folder / name)
+    result = run_cli("analyze", str(folder), "--output", str(tmp_path / "m.json.gz"), "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [r["rank"] for r in document["summary"]["ranks"]] == [0, 1]
+    assert document["merged"]["path"] == str(tmp_path / "m.json.gz") and document["merged"]["linked_collectives"] > 0
+    assert set(document["summary"]) >= {"ranks", "worst_collectives", "collective_matching", "top_kernels"}
+    text = run_cli("analyze", str(folder))
+    assert text.returncode == 0 and "rank 1 in" in text.stdout
+    # Terminal lines stay short; --json keeps the full kernel names.
+    assert max(len(line) for line in text.stdout.splitlines()) < 500
+    assert "…" in text.stdout
+
+
+def test_analyze_a_trace_without_gpu_events_says_so(tmp_path):
+    result = run_cli("analyze", str(CORPUS / "hta_gloo_cpu_only_rank34.json.gz"))
+    assert result.returncode == 0
+    assert "no GPU kernel, memcpy or memset events in the trace" in result.stderr
+    assert "GPU split: n/a (no GPU kernel" in result.stdout
+
+
+def test_analyze_bad_input_exits_2_with_one_line(tmp_path):
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes((CORPUS / "hta_alexnet.json.gz").read_bytes()[:5000])
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"hello": 1}')
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        ([str(cut)], "cut.json.gz: truncated gzip"),
+        ([str(notes)], "notes.json: not a Kineto/Chrome trace"),
+        ([str(empty)], "no .json or .json.gz files in this folder"),
+        ([str(tmp_path / "missing.json")], "missing.json: no such file or folder"),
+        ([str(CORPUS / "hta_nccl_rank0.json.gz"), str(CORPUS / "hta_alexnet.json.gz")], "mixed jobs:"),
+    ]
+    for paths, message in cases:
+        result = run_cli("analyze", *paths)
+        assert result.returncode == 2, (paths, result.stderr)
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "Traceback" not in result.stderr
