@@ -2,6 +2,9 @@
 
 Collectors sample on their own threads (``agentd.runner``); this module only
 assembles what they last sampled, on the asyncio loop that also serves gRPC.
+Collectors clocked by snapshots (rates of cumulative counters) are sampled by
+the snapshot tick itself, in a worker thread, right before each snapshot:
+every operation they count lands in exactly one published interval.
 Watchers (gRPC ``Watch`` streams, the JSON sink) each own a ``LatestSlot``:
 publishing overwrites the slot, so a watcher that falls behind skips snapshots
 and never holds more than one, however slow it is.
@@ -85,6 +88,11 @@ class Agent:
         """Each collector's latest collect() as its runner timed it (collectors that never ran are absent)."""
         return {runner.name: run for runner in self.runners if (run := runner.last_run) is not None}
 
+    def collect_for_snapshot(self) -> None:
+        """Sample the collectors clocked by snapshots (blocking: call it off the event loop)."""
+        for runner in self.runners:
+            runner.collect_for_snapshot()
+
     def describe(self, info: pb.AgentInfo) -> None:
         """Let every collector add what it knows to ``info`` (GPUs, driver versions)."""
         for runner in self.runners:
@@ -140,6 +148,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         deadline = loop.time()
         while True:
+            await asyncio.to_thread(self.collect_for_snapshot)
             self.publish(self.snapshot())
             deadline += self.interval_seconds
             now = loop.time()

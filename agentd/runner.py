@@ -81,13 +81,16 @@ def load_collectors(entries: Iterable[str], interval_seconds: float) -> list[Col
 
 
 class CollectorRunner:
-    """Calls one collector's ``collect()`` every ``interval_seconds`` on its own thread."""
+    """Calls one collector's ``collect()`` every ``interval_seconds`` on its own thread, or,
+    for a collector clocked by snapshots, whenever the agent asks (``collect_for_snapshot``)."""
 
     def __init__(self, collector: Collector, clock: Callable[[], float] = time.monotonic) -> None:
         self.collector = collector
         self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pulled = False  # started, and sampled by the snapshot tick
+        self._collect_lock = threading.Lock()  # a pulled collect() and close() never overlap
         self._error: str | None = None
         self._collected = threading.Event()
         # Replaced whole by the collector thread, read by others: None until the first collect().
@@ -103,6 +106,9 @@ class CollectorRunner:
         """Start sampling, unless the collector says it cannot work here."""
         if not self._safe_status().available:
             return
+        if self.collector.clocked_by_snapshots:
+            self._pulled = True
+            return
         self._thread = threading.Thread(
             target=self._loop, name=f"collector-{self.name}", daemon=True
         )
@@ -112,10 +118,17 @@ class CollectorRunner:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        try:
-            self.collector.close()
-        except Exception:
-            log.exception("collector close failed", extra={"collector": self.name})
+        with self._collect_lock:
+            try:
+                self.collector.close()
+            except Exception:
+                log.exception("collector close failed", extra={"collector": self.name})
+
+    def collect_for_snapshot(self) -> None:
+        """One sample for the coming snapshot, when the collector is clocked by snapshots."""
+        with self._collect_lock:
+            if self._pulled and not self._stop.is_set():
+                self._collect_once()
 
     def wait_first_sample(self, timeout: float) -> bool:
         return self._collected.wait(timeout)

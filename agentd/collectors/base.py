@@ -4,6 +4,13 @@ The agent runs each collector's ``collect()`` on that collector's own schedule
 (its own thread, so a slow NVML call never delays the host metrics) and, once
 per agent interval, calls ``fill()`` on every collector to assemble one
 ``HostSnapshot``. ``fill`` copies the latest finished sample; it never samples.
+
+A collector whose samples are deltas of cumulative counters (the ranks'
+operations) is instead sampled by the snapshot tick itself
+(``clocked_by_snapshots``): one ``collect()`` right before each snapshot, so
+each published interval holds exactly what happened since the previous one.
+On its own timer, two samples between two snapshots would lose the first
+one's delta, and a snapshot between no new samples would repeat a delta.
 A collector that cannot work reports it through ``status()`` (available=False
 and a reason) and fills nothing: absent, never zero.
 """
@@ -19,6 +26,8 @@ class Collector(abc.ABC):
     """One source of metrics (host, gpu, pmu, ranks, ...)."""
 
     name: str
+    # Sampled once per snapshot, by the snapshot tick, instead of on its own thread.
+    clocked_by_snapshots: bool = False
 
     def __init__(self, interval_seconds: float) -> None:
         self.interval_seconds = interval_seconds
@@ -29,7 +38,7 @@ class Collector(abc.ABC):
 
     @abc.abstractmethod
     def collect(self) -> None:
-        """Take one sample (called from this collector's own thread)."""
+        """Take one sample (called from this collector's own thread, or the snapshot tick's)."""
 
     @abc.abstractmethod
     def fill(self, snapshot: pb.HostSnapshot) -> None:

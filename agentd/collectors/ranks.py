@@ -29,6 +29,13 @@ inheriting into threads and children created later), opened when its segment
 is verified, read once per interval into ``RankStats.pmu``, and closed when
 the rank is seen to exit (after that final reading). A rank whose counters
 cannot be opened has ``pmu`` unset and ``unavailable["pmu"]`` saying why.
+
+The collector is clocked by snapshots: each snapshot's reading is compared with
+the previous snapshot's, so every finished operation lands in exactly one
+published interval (``RankStats.interval_seconds`` says its span). A rank not
+read this interval (a writer mid-update, or exited after its final reading) is
+reported without the previous interval's figures, with the reason; what it did
+is counted in the next reading, never twice.
 """
 
 from __future__ import annotations
@@ -66,6 +73,12 @@ _RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exi
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
+_PER_INTERVAL_FIELDS = ("gemm_tflops", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu")
+_NOT_READ_BUSY = "the segment was mid-update when read: this interval's work is counted in the next one"
+_NOT_READ_EXITED = "the process has exited: its work was counted in its final reading"
+_NCCL_SINGLE_RANK = "world size 1: NCCL does no communication"
+_NCCL_NO_PLUGIN = ("NCCL has not loaded the tuiprof profiler plugin in this process (no communicator created yet, "
+                   "or an NCCL without the profiler plugin interface)")
 
 
 @dataclasses.dataclass
@@ -116,6 +129,7 @@ class RanksCollector(Collector):
     """Discovers rank segments, believes those the kernel confirms, reports per-rank rates."""
 
     name = "ranks"
+    clocked_by_snapshots = True
 
     def __init__(self, interval_seconds: float, directory: str | None = None,
                  exited_keep_seconds: float = 30.0) -> None:
@@ -149,14 +163,15 @@ class RanksCollector(Collector):
         found = rank_claims.scan(self.directory, native, set(self._ranks))
         self._refusals.start_interval(found)
         inert: list[pb.RankStats] = []
+        read: set[str] = set()  # ranks whose counters this interval's figures come from
         for candidate in found.candidates:
             try:
                 if self._refusals.still_refused(candidate):
                     continue
                 if candidate.inert:
                     inert.extend(self._inert_rank(candidate))
-                else:
-                    self._follow(candidate, now_ns, mono)
+                elif self._follow(candidate, now_ns, mono):
+                    read.add(candidate.path)
             except Refused as refusal:
                 self._refuse(candidate, refusal)
             except native.SegmentFormatError as exc:
@@ -170,7 +185,8 @@ class RanksCollector(Collector):
         self._refusals.forget_missing(present)
         self._unreadable = {p: r for p, r in self._unreadable.items() if p in present}
         followed = {r.pid for r in self._ranks.values()}
-        latest = [r.stats for r in sorted(self._ranks.values(), key=lambda r: r.pid) if r.stats is not None]
+        latest = [r.stats if r.path in read else _not_read(r.stats, exited=r.exited_at is not None)
+                  for r in sorted(self._ranks.values(), key=lambda r: r.pid) if r.stats is not None]
         latest += [r for r in inert if r.pid not in followed]  # a segment beats a stale note
         with self._lock:
             self._latest = latest
@@ -201,14 +217,15 @@ class RanksCollector(Collector):
             log.warning("rank segment unreadable this interval", extra={"path": path, "reason": str(exc)})
         self._unreadable[path] = str(exc)
 
-    def _follow(self, candidate: Candidate, now_ns: int, mono: float) -> None:
+    def _follow(self, candidate: Candidate, now_ns: int, mono: float) -> bool:
+        """Open (the first time) and read one rank; whether its counters were read."""
         rank = self._ranks.get(candidate.path)
         if rank is not None and not rank.same_file(candidate):  # replaced under the same name: a new claim
             self._forget(rank, delete=False)
             rank = None
         if rank is None:
             rank = self._open(candidate)
-        self._sample(rank, now_ns, mono)
+        return self._sample(rank, now_ns, mono)
 
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
@@ -243,9 +260,10 @@ class RanksCollector(Collector):
         if delete:
             _unlink(rank.path)
 
-    def _sample(self, rank: _Rank, now_ns: int, mono: float) -> None:
+    def _sample(self, rank: _Rank, now_ns: int, mono: float) -> bool:
+        """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
         if rank.exited_at is not None:
-            return  # its last report stands until it is cleaned up
+            return False  # its final reading was published; it is reported exited until cleaned up
         alive = rank_claims.live_process(rank.pid, rank.candidate.uid, rank.start_ns, rank.path)
         try:
             header = rank.seg.header()
@@ -253,7 +271,7 @@ class RanksCollector(Collector):
             if alive is not None:
                 raise  # a live writer mid-update: the last report stands, the next interval reads again
             self._exited_mid_update(rank, mono)
-            return
+            return False
         rank_claims.check_header_pid(rank.candidate, header.pid)
         stats = self._rates(rank, header, now_ns)
         self._cpu_counters(rank, stats)
@@ -267,6 +285,7 @@ class RanksCollector(Collector):
         else:
             stats.state = _RANK_STATES.get(alive.state, alive.state)
         rank.stats = stats
+        return True
 
     def _exited_mid_update(self, rank: _Rank, mono: float) -> None:
         """A rank whose process died while writing its counters: exited, its last reading kept."""
@@ -312,7 +331,7 @@ class RanksCollector(Collector):
 
     def _rates(self, rank: _Rank, header, now_ns: int) -> pb.RankStats:
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
-        stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=header.job_id,
+        stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=header.job_id, interval_seconds=seconds,
                              step_count=header.counters.step_count,
                              heartbeat_age_seconds=max(0.0, (now_ns - header.heartbeat_ns) * 1e-9))
         for field in ("rank", "local_rank", "world_size"):
@@ -345,6 +364,7 @@ class RanksCollector(Collector):
                 stream=entry.key if entry.kind == "gemm" else 0,
                 age_seconds=max(0.0, (now_ns - entry.launched_ns) * 1e-9)))
         stats.hook.CopyFrom(hook_health(header, inflight))
+        _nccl_reason(stats)
         self._host_rates(rank, header, stats, seconds)
         rank.slots = slots
         rank.counters = header.counters
@@ -368,6 +388,46 @@ class RanksCollector(Collector):
             before.gc_pause_total_ns if before else 0, now.gc_pause_total_ns, seconds), 1e-9))
         put(stats, "dataloader_wait_seconds_per_s", scaled(counter_rate(
             before.dataloader_wait_total_ns if before else 0, now.dataloader_wait_total_ns, seconds), 1e-9))
+
+
+def _nccl_reason(stats: pb.RankStats) -> None:
+    """Why a rank has no NCCL figures, when it has none: a single rank, or no profiler plugin."""
+    if stats.nccl:
+        return
+    if stats.HasField("world_size") and stats.world_size == 1:
+        stats.unavailable["nccl"] = _NCCL_SINGLE_RANK
+    elif not stats.hook.nccl_plugin:
+        stats.unavailable["nccl"] = _NCCL_NO_PLUGIN
+
+
+def _not_read(stats: pb.RankStats, exited: bool) -> pb.RankStats:
+    """A rank's report for an interval in which its counters were not read: who it is and how
+    it stands, never the previous interval's figures again (they were published once).
+
+    An exited rank keeps its per-op totals (with nothing done since); a live one whose
+    segment was busy has its ops in the next reading."""
+    out = pb.RankStats()
+    out.CopyFrom(stats)
+    reason = _NOT_READ_EXITED if exited else _NOT_READ_BUSY
+    out.ClearField("interval_seconds")
+    for field in _PER_INTERVAL_FIELDS:
+        out.ClearField(field)
+        out.unavailable[field] = reason
+    if not exited:
+        del out.gemm[:]
+        del out.nccl[:]
+        out.unavailable["gemm"] = out.unavailable["nccl"] = reason
+        return out
+    for gemm in out.gemm:
+        gemm.count_per_s = 0.0
+        gemm.ClearField("tflops")
+        gemm.ClearField("latency")
+    for nccl in out.nccl:
+        nccl.count_per_s = 0.0
+        nccl.ClearField("algbw_bytes_per_s")
+        nccl.ClearField("busbw_bytes_per_s")
+        nccl.ClearField("latency")
+    return out
 
 
 def hook_health(header, inflight) -> pb.HookHealth:

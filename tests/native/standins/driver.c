@@ -1,14 +1,17 @@
 /* Runs the stand-in workload the way PyTorch reaches cuBLAS: the library is
  * dlopened RTLD_LOCAL, so its cuBLAS/CUDA dependencies are not in the global
- * scope.  Prints the workload's JSON line, then "READY", and waits for a line
- * on stdin before exiting (so the test can look at the live segment). */
+ * scope.  Prints the workload's JSON line, then "READY"; given CALLS and
+ * PAUSE_US, then runs that many more GEMMs PAUSE_US apart and prints "DONE".
+ * Waits for a line on stdin before exiting (so the test can look at the live
+ * segment). */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s libworkload.so\n", argv[0]);
+    if (argc != 2 && argc != 4) {
+        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US]\n", argv[0]);
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -20,6 +23,12 @@ int main(int argc, char **argv)
     if (!run || run(stdout) != 0) return 1;
     printf("READY\n");
     fflush(stdout);
+    if (argc == 4) {
+        int (*stream)(int, int) = (int (*)(int, int))dlsym(lib, "run_gemm_stream");
+        if (!stream || stream(atoi(argv[2]), atoi(argv[3])) != 0) return 1;
+        printf("DONE\n");
+        fflush(stdout);
+    }
     char line[16];
     if (!fgets(line, sizeof(line), stdin)) return 0;
     return 0;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cublasCreate_v2(void **h);
 int cublasSetStream_v2(void *h, void *stream);
@@ -148,5 +149,23 @@ int run_workload(FILE *out)
             "\"unexpected_nccl_handles\": %ld, \"stalled_stream\": %lu}\n",
             worst, getattr_same, nccl_events, standin_nccl_unexpected_handles(), (unsigned long)(uintptr_t)s2);
     fflush(out);
+    return 0;
+}
+
+/* `calls` x Sgemm 16x16x16 (the same group as above) on a stream of its own,
+ * `pause_us` apart: GEMMs that keep finishing while an agent samples, so a
+ * test can count them across published intervals. */
+int run_gemm_stream(int calls, int pause_us)
+{
+    const float one = 1, zero = 0;
+    void *h;
+    cublasCreate_v2(&h);
+    cublasSetStream_v2(h, standin_stream_create());
+    float *A = matrix(256, 11), *B = matrix(256, 12), *C = matrix(256, 0);
+    for (int i = 0; i < calls; i++) {
+        cublasSgemm_v2(h, 0, 0, 16, 16, 16, &one, A, 16, B, 16, &zero, C, 16);
+        usleep((unsigned)pause_us);
+    }
+    free(A), free(B), free(C);
     return 0;
 }

@@ -1,0 +1,73 @@
+"""Every finished operation of a rank lands in exactly one published interval.
+
+A real Agent publishes snapshots on its own clock while a stand-in job under
+`tuiprof run` keeps finishing GEMMs; the ranks collector is configured with an
+interval faster and slower than the publisher's (the two timers that used to
+lose and repeat samples). Every published snapshot is kept (a post-processor
+sees each one before it is published) and the GEMMs each interval reports
+(``count_per_s`` x ``interval_seconds``) are added up: they must equal the
+segment's total, interval by interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import pytest
+
+from agentd.agent import Agent
+from agentd.collectors.ranks import RanksCollector
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.runner import CollectorRunner
+from native.support import tuiprof_run
+
+PUBLISH_SECONDS = 0.05
+STREAM_CALLS = 300
+SGEMM = ("cublasSgemm_v2", "b=1 m=16 n=16 k=16")  # 2 in the fixed workload, then the stream
+
+
+def _sgemm(rank: pb.RankStats) -> pb.GemmOpStats | None:
+    return next((g for g in rank.gemm if (g.op, g.shape) == SGEMM), None)
+
+
+async def _published_while_the_job_runs(standins, collector_seconds: float, cleanup_segments) -> list[pb.RankStats]:
+    """The job's RankStats in every snapshot an Agent published while it ran (and a few after)."""
+    proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), str(STREAM_CALLS), "2000",
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    cleanup_segments.append(proc.pid)
+    published: list[pb.HostSnapshot] = []
+    agent = Agent([CollectorRunner(RanksCollector(collector_seconds))], PUBLISH_SECONDS)
+    agent.post_processors.append(lambda snapshot: published.append(snapshot))
+    agent.start_collectors()
+    publisher = asyncio.create_task(agent.run())
+    try:
+        lines = await asyncio.wait_for(asyncio.to_thread(lambda: [proc.stdout.readline() for _ in range(3)]), 30)
+        assert [line.strip() for line in lines[1:]] == ["READY", "DONE"], lines
+        after = len(published)
+        while len(published) < after + 4:  # the last GEMMs folded and read
+            await asyncio.sleep(PUBLISH_SECONDS)
+    finally:
+        publisher.cancel()
+        agent.stop_collectors()
+        proc.communicate("\n", timeout=10)
+    return [r for snapshot in published for r in snapshot.ranks if r.pid == proc.pid]
+
+
+@pytest.mark.parametrize("collector_seconds", [0.03, 0.08], ids=["collector-faster", "collector-slower"])
+async def test_every_finished_gemm_is_in_exactly_one_published_interval(standins, cleanup_segments,
+                                                                        collector_seconds):
+    ranks = await _published_while_the_job_runs(standins, collector_seconds, cleanup_segments)
+    counted = previous_total = 0
+    for rank in ranks:
+        sgemm = _sgemm(rank)
+        if sgemm is None:  # none folded yet, or the segment was mid-update (counted in the next reading)
+            continue
+        in_interval = sgemm.count_per_s * rank.interval_seconds
+        assert in_interval == pytest.approx(sgemm.count_total - previous_total, abs=1e-6)
+        counted += round(in_interval)
+        previous_total = sgemm.count_total
+    assert previous_total == STREAM_CALLS + 2
+    assert counted == previous_total  # no interval lost, none published twice
+    intervals_with_gemms = sum(1 for r in ranks if (g := _sgemm(r)) is not None and g.count_per_s > 0)
+    assert intervals_with_gemms >= 5  # the stream really spanned many published intervals
