@@ -12,10 +12,12 @@ $SUDO apt-get update -qq
 # build tools for the Cython modules and the C hook library; tmux for the terminal
 # tests; munge + slurm for the SLURM tests; prometheus (with promtool) and
 # node_exporter for the metrics tests and the benchmark peer; util-linux (unshare,
-# nsenter, setpriv) and iproute2 for the hostile-user tests' namespaces.
+# nsenter, setpriv) and iproute2 for the hostile-user tests' namespaces; the Rust crates
+# that build dynolog's `dyno` CLI offline for tests/traces/test_dyno_cli.py.
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential python3-dev python3-venv git tmux procps util-linux iproute2 \
-    munge slurm-wlm prometheus prometheus-node-exporter >/dev/null
+    munge slurm-wlm prometheus prometheus-node-exporter \
+    librust-clap-3-dev librust-serde-json-dev librust-anyhow-dev >/dev/null
 
 # The hostile-local-user tests (tests/hostile) act as this second, unprivileged account;
 # without root they are skipped with that reason.
