@@ -129,7 +129,15 @@ def test_exited_rank_segment_is_cleaned_up(cleanup_segments):
         collector.collect()
         snapshot = pb.HostSnapshot()
         collector.fill(snapshot)
-        assert [r.state for r in snapshot.ranks if r.pid == proc.pid] == ["exited"]
+        [final] = [r for r in snapshot.ranks if r.pid == proc.pid]
+        assert final.state == "exited" and final.HasField("interval_seconds")  # its final reading
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        [after] = [r for r in snapshot.ranks if r.pid == proc.pid]
+        assert after.state == "exited" and after.step_count == 1
+        assert not after.HasField("interval_seconds")  # nothing read: the final interval is not published again
+        assert after.unavailable["gc_pause_seconds_per_s"] == "the process has exited: its work was counted in its final reading"
         time.sleep(0.35)
         collector.collect()
         assert not segment_path(proc.pid).exists()
@@ -138,3 +146,27 @@ def test_exited_rank_segment_is_cleaned_up(cleanup_segments):
         assert [r for r in snapshot.ranks if r.pid == proc.pid] == []
     finally:
         collector.close()
+
+
+def test_a_rank_without_nccl_says_why(cleanup_segments):
+    """World size 1: NCCL moves nothing, said so; otherwise: the profiler plugin was never loaded."""
+    single = tuiprof_run(sys.executable, "-c", SLEEPER, stdout=subprocess.PIPE, env={"WORLD_SIZE": "1"})
+    cleanup_segments.append(single.pid)
+    four_ranks = tuiprof_run(sys.executable, "-c", SLEEPER, stdout=subprocess.PIPE, env={"WORLD_SIZE": "4"})
+    cleanup_segments.append(four_ranks.pid)
+    collector = RanksCollector(0.1)
+    try:
+        for proc in (single, four_ranks):
+            assert proc.stdout.readline().strip() == "ready"
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        ranks = {r.pid: r for r in snapshot.ranks}
+        assert ranks[single.pid].unavailable["nccl"] == "world size 1: NCCL does no communication"
+        assert not ranks[four_ranks.pid].hook.nccl_plugin
+        assert ranks[four_ranks.pid].unavailable["nccl"].startswith("NCCL has not loaded the tuiprof profiler plugin")
+    finally:
+        collector.close()
+        for proc in (single, four_ranks):
+            proc.kill()
+            proc.wait(timeout=10)
