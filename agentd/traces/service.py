@@ -48,7 +48,7 @@ from agentd.traces.paths import (
 )
 from agentd.traces.requests import CaptureRequestError, check_capture
 from agentd.traces.iterations import SLACK_SECONDS, StepRates, common_start_iteration
-from agentd.procfs import process_facts, real_uid
+from agentd.procfs import process_facts, read_stat, real_uid
 
 if TYPE_CHECKING:
     from agentd.agent import Agent
@@ -275,14 +275,32 @@ class CaptureService:
         A launcher (torchrun's agent, a wrapper script) imports torch, so it polls
         too; but it has no rank, no steps and no GPU work: an iterations capture
         would wait on it in vain, and its empty trace would only clutter the merge.
+        Processes that have exited are no targets either (see ``_running``).
         """
-        matched = self.registry.match(request.job_id, set(request.pids))
+        matched = [r for r in self.registry.match(request.job_id, set(request.pids)) if self._running(r)]
         ranks = {r.host_pid: self._rank_of(r.host_pid, process_facts(r.host_pid).rank) for r in matched}
         if request.ranks:
             wanted = set(request.ranks)
             matched = [r for r in matched if ranks[r.host_pid] in wanted]
         launchers = {pid for r in matched if ranks[r.host_pid] is not None for pid in r.pids[1:]}
         return [r for r in matched if ranks[r.host_pid] is not None or r.reported_pid not in launchers]
+
+    def _running(self, registrant: Registrant) -> bool:
+        """Whether the registrant's process still runs.
+
+        A registration outlives its process by up to a minute (until it misses
+        its polls); a rank the ranks collector reports exited, a process that is
+        gone or a zombie, or a pid reused since the last poll is not a target:
+        waiting on it only ends in a failure that blames the wrong thing.
+        """
+        stats = self._ranks.get(registrant.host_pid)
+        if stats is not None and stats.state == "exited":
+            return False
+        stat = read_stat(registrant.host_pid)
+        if stat is None or not stat.alive:
+            return False
+        last_poll_ns = time.time_ns() - int((time.monotonic() - registrant.last_seen) * 1e9)
+        return stat.started_by(last_poll_ns)
 
     def _rank_of(self, pid: int, environ_rank: int | None) -> int | None:
         stats = self._ranks.get(pid)

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from testkit.agents import stop_process
-from testkit.traces import TRAINER, kineto_env, run_cli, wait_registered
+from testkit.traces import TRAINER, kineto_env, run_cli, trainers, wait_registered
 
 pytestmark = pytest.mark.slow
 WORKERS_TIMEOUT_SECONDS = 120.0
@@ -63,3 +63,25 @@ def test_iterations_capture_traces_the_ranks_not_their_launcher(agent, torchrun,
     assert sorted(t["pid"] for t in targets) == workers
     assert sorted(t["rank"] for t in targets) == [0, 1]
     assert [r["rank"] for r in doc["summary"]["ranks"]] == [0, 1]
+
+
+def test_a_rank_that_exited_is_not_a_target(agent, socket_dir, tmp_path):
+    # A job ends: for up to a minute its registration outlives it. A capture then waited ~22 s on
+    # the dead rank and failed with a reason that blamed `tuiprof run`.
+    finished = subprocess.Popen([sys.executable, str(TRAINER), "--seconds", "3"], env=kineto_env(socket_dir),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_registered(agent, finished.pid)
+        assert finished.wait(60) == 0
+    finally:
+        stop_process(finished)
+    with trainers(socket_dir, [None]) as [running]:
+        wait_registered(agent, running.pid)
+        started = time.monotonic()
+        result = run_cli("trace", agent.address.target, "--iterations", "1", "--output", str(tmp_path),
+                         "--timeout", "60", "--json")
+        elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr + result.stdout
+    targets = json.loads(result.stdout)["hosts"][0]["targets"]
+    assert [t["pid"] for t in targets] == [running.pid]
+    assert elapsed < 20, f"the capture took {elapsed:.1f} s"
