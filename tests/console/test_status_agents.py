@@ -54,14 +54,14 @@ def test_table_and_token(tmp_path) -> None:
         wrong.mkdir()
         refused = status(agent.address.target, "--token-file", str(write_token(wrong, "not-the-token")))
         assert refused.returncode == 1
-        assert "DOWN" in refused.stdout and "wrong or missing token" in refused.stdout
+        assert "DOWN" in refused.stdout and "the agent does not accept this token" in refused.stdout
         # without a token a caller on this host is answered as the local user the kernel names
         assert status(agent.address.target).returncode == 0
         token_file = write_token(tmp_path, "s3cret-token")
         table = status(agent.address.target, "--token-file", str(token_file))
         assert table.returncode == 0, table.stdout + table.stderr
         assert "tuiprof status" in table.stdout
-        assert "ok" in table.stdout
+        assert "│ up " in table.stdout
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ class HostClient:
                 await self._session()
                 error = "the agent closed the stream"
             except grpc.aio.AioRpcError as exc:
-                error = describe_rpc_error(exc, self.options.timeout)
+                error = describe_rpc_error(exc, self.options.timeout, self.options.token is not None)
             except TimeoutError:
                 error = f"no snapshot for {self._stall:g} s"
             self._emit(HostUnreachable(self.host, self._clock(), error))
@@ -82,7 +82,7 @@ class HostClient:
             async with asyncio.timeout(deadline):
                 await self._session(note, until)
         except grpc.aio.AioRpcError as exc:
-            self._emit(HostUnreachable(self.host, self._clock(), describe_rpc_error(exc, deadline)))
+            self._emit(HostUnreachable(self.host, self._clock(), describe_rpc_error(exc, deadline, self.options.token is not None)))
         except TimeoutError:
             if not answered:
                 self._emit(HostUnreachable(self.host, self._clock(), f"no answer within {deadline:g} s"))

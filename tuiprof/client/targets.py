@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 
 from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
 from agentd.token import read_token
@@ -65,9 +66,23 @@ def addresses(args: argparse.Namespace) -> list[AgentAddress]:
 def connection(args: argparse.Namespace, interval_ms: int = 0, timeout: float = 5.0) -> ConnectionOptions:
     """The one set of connection options every agent of this command is reached with.
 
-    Raises TokenFileError when ``--token-file`` cannot be used.
+    Raises TokenFileError when ``--token-file`` cannot be used, TargetError when ``--tls-ca`` cannot.
     """
+    if args.tls_ca is not None:
+        _check_tls_ca(args.tls_ca)
     return ConnectionOptions(
         token=read_token(args.token_file), tls_ca=args.tls_ca,
         interval_ms=interval_ms, timeout=timeout,
     )
+
+
+def _check_tls_ca(path: str) -> None:
+    """A ``--tls-ca`` that is a readable PEM certificate (grpc would fail later, less clearly)."""
+    try:
+        text = pathlib.Path(path).read_bytes()
+    except OSError as exc:
+        raise TargetError(f"--tls-ca {path}: cannot read it: {exc.strerror}; "
+                          "give the CA certificate (PEM) that signed the agents' certificates") from None
+    if b"-----BEGIN CERTIFICATE-----" not in text:
+        raise TargetError(f"--tls-ca {path}: not a PEM certificate; "
+                          "give the CA certificate (PEM) that signed the agents' certificates")

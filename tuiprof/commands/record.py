@@ -17,7 +17,7 @@ from tuiprof.client.targets import TargetError
 from tuiprof.commands.console import _add_interval, source_from_args
 from tuiprof.client.targets import add_target_arguments
 from tuiprof.model import record
-from tuiprof.model.events import HostEvent
+from tuiprof.model.events import HostEvent, HostUnreachable
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,15 +34,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-async def _record(args: argparse.Namespace, out) -> int:
+async def _record(args: argparse.Namespace, out) -> tuple[int, dict[str, str]]:
+    """Record until ``--duration`` ends; the count of events and why each host is down at the end."""
     source, _ = source_from_args(args)
     count = 0
+    down: dict[str, str] = {}
 
     def write(event: HostEvent) -> None:
         nonlocal count
         out.write(record.encode(event) + "\n")
         out.flush()
         count += 1
+        if isinstance(event, HostUnreachable):
+            down[event.host] = event.error
+        else:
+            down.pop(event.host, None)
 
     task = asyncio.ensure_future(source.run(write))
     try:
@@ -53,7 +59,7 @@ async def _record(args: argparse.Namespace, out) -> int:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    return count
+    return count, down
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,11 +73,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with out:
         try:
-            count = asyncio.run(_record(args, out))
+            count, down = asyncio.run(_record(args, out))
         except (TargetError, TokenFileError, LocalAgentError) as exc:
             print(f"tuiprof record: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             return 0
     print(f"recorded {count} events to {args.file}", file=sys.stderr)
-    return 0
+    for host, error in down.items():
+        print(f"tuiprof record: {host}: unreachable: {error}", file=sys.stderr)
+    return 1 if down else 0

@@ -33,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
     if not events:
         print(f"tuiprof replay: {args.file} holds no events", file=sys.stderr)
         return 2
+    if not sys.stdout.isatty():
+        print("tuiprof replay: stdout is not a terminal; replay draws the console "
+              "(read the NDJSON itself for scripts)", file=sys.stderr)
+        return 2
     from tuiprof.tui.app import TuiprofApp
 
     app = TuiprofApp(ReplaySource(events, speed=args.speed))

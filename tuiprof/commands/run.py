@@ -29,7 +29,7 @@ from agentd.address import DEFAULT_AGENT_PORT
 from agentd.token import TokenFileError
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import UntrustedAgentError, local_trace_dir
-from tuiprof.client.targets import add_credential_arguments, connection
+from tuiprof.client.targets import TargetError, add_credential_arguments, connection
 
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         if args.kineto_daemon and TRACE_DIR_ENV not in os.environ:
             trace_dir = agent_trace_dir(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
         env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon, trace_dir=trace_dir)
-    except TokenFileError as exc:
+    except (TokenFileError, TargetError) as exc:
         print(f"tuiprof run: {exc}", file=sys.stderr)
         return 2
     except LaunchError as exc:

@@ -4,7 +4,8 @@ Each agent takes its local ranks' stacks (py-spy) and pre-merges them; this
 command merges the hosts' trees, lists the equivalence classes (ranks with the
 same stack) smallest first, and names the suspects, using the ranks' in-flight
 collectives where the hook library reports them. Exit status 0 when every host
-answered, 1 when some did not, 2 on bad arguments.
+answered and none reports a hang, 1 when some host did not answer, 2 on bad
+arguments, 3 when an agent reports a rank of the job hung or suspect.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import json
 import sys
 
+from agentd.hang.detector import HUNG, SUSPECT
 from agentd.stacks import ranksets
 from agentd.stacks.verdicts import summarize
 from agentd.token import TokenFileError
@@ -111,6 +113,17 @@ async def _gather(args: argparse.Namespace) -> list[HostStacks]:
         return await gather_stacks([address], options, not args.incident, args.native, args.timeout, args.job)
 
 
+NO_RANKS = "no ranks on these hosts: no stacks to merge (start the job with `tuiprof run`)"
+HANG_EXIT_STATUS = 3
+
+
+def exit_status(hosts: list[HostStacks]) -> int:
+    """3: a hang is reported (what scripts wait for); else 1: a host did not answer; else 0."""
+    if any(v.level in (SUSPECT, HUNG) for h in hosts for v in job_verdicts(h)):
+        return HANG_EXIT_STATUS
+    return 0 if all(h.error is None for h in hosts) else 1
+
+
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         print(f"tuiprof stacks: --timeout {args.timeout}: expected a positive number of seconds", file=sys.stderr)
@@ -121,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"tuiprof stacks: {exc}", file=sys.stderr)
         return 2
     report = job_report(hosts, lines=args.lines, native=args.native)
+    if report.merged.ranks == 0 and not args.json:
+        print("\n".join(_host_lines(hosts) + [f"tuiprof stacks: {NO_RANKS}"]), file=sys.stderr)
+        return exit_status(hosts)
     if args.svg:
         try:
             with open(args.svg, "w") as out:
@@ -136,4 +152,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n".join(_host_lines(hosts) + [f"warning: {w}" for w in duplicate_ranks(hosts)]) + "\n\n")
         sys.stdout.write(render_text(report))
-    return 0 if all(h.error is None for h in hosts) else 1
+    return exit_status(hosts)

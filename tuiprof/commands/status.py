@@ -15,6 +15,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(cluster_document(cluster), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        Console().print(table(cluster))
+        print_table(table(cluster))
         for line in notes(cluster):
             print(line)
     return 0 if all(state.reachable for state in cluster.hosts()) else 1
@@ -111,8 +112,19 @@ def table(cluster: ClusterState) -> Table:
         if state.summary is None:
             result.add_row(state.address, "[bold red]DOWN[/]", *[""] * 10)
         else:
-            result.add_row(state.name, "[green]ok[/]", *_cells(state.summary))
+            result.add_row(state.name, "[green]up[/]", *_cells(state.summary))
     return result
+
+
+UNLIMITED_WIDTH = 10_000
+
+
+def print_table(rendered: Table) -> None:
+    """On a terminal fit its width; into a pipe or file the whole table, never cut to "C…"."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = Measurement.get(console, console.options.update_width(UNLIMITED_WIDTH), rendered).maximum
+    console.print(rendered)
 
 
 def notes(cluster: ClusterState) -> list[str]:

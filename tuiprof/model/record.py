@@ -65,16 +65,16 @@ def read(path: str | pathlib.Path) -> Iterator[HostEvent]:
     """The events of a recording, in file order."""
     path = pathlib.Path(path)
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")  # decoded line by line: a binary file is a bad line, not a crash
     except OSError as exc:
         raise RecordFormatError(f"cannot open recording {path}: {exc.strerror}") from exc
     with handle:
-        for number, text in enumerate(handle, 1):
-            if not text.strip():
+        for number, raw in enumerate(handle, 1):
+            if not raw.strip():
                 continue
             try:
-                yield decode(text)
-            except (ValueError, TypeError) as exc:
+                yield decode(raw.decode("utf-8"))
+            except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
                 raise RecordFormatError(
                     f"{path}:{number}: not a tuiprof recording line ({exc}); "
                     "record one with `tuiprof record FILE`"

@@ -168,6 +168,8 @@ class StacksScreen(ConsoleScreen):
 
     @staticmethod
     def _classes_text(report: StacksReport, styles: dict[int, str]) -> Text:
+        if report.thread is None:
+            return Text("No ranks on these hosts: no stacks to merge (start the job with `tuiprof run`).")
         text = Text(f"Classes of {report.thread} (smallest first):\n")
         for c in report.classes:
             text.append(f"{c.count:>5}  [{ranksets.fold_short(c.ranks)}]  {c.where()}\n", style=styles.get(c.ranks, ""))
@@ -236,6 +238,9 @@ class StacksScreen(ConsoleScreen):
     def _export(self, suffix: str, render) -> None:
         if self.report is None:
             self.notify("No stacks yet: press r to take them.", severity="warning")
+            return
+        if not self.report.merged.ranks:
+            self.notify("No stacks to export: these hosts have no ranks.", severity="warning")
             return
         path = self.export_dir / f"tuiprof-stacks-{time.strftime('%Y%m%d-%H%M%S')}.{suffix}"
         try:
