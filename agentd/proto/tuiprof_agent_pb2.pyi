@@ -393,20 +393,22 @@ class PmuStats(_message.Message):
     def __init__(self, scope: _Optional[str] = ..., hardware_available: _Optional[bool] = ..., hardware_reason: _Optional[str] = ..., mips: _Optional[float] = ..., mega_cycles_per_s: _Optional[float] = ..., ipc: _Optional[float] = ..., cache_misses_per_s: _Optional[float] = ..., cache_miss_percent: _Optional[float] = ..., branch_misses_per_s: _Optional[float] = ..., task_clock_cpus: _Optional[float] = ..., context_switches_per_s: _Optional[float] = ..., page_faults_per_s: _Optional[float] = ..., cpu_migrations_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class LatencyStats(_message.Message):
-    __slots__ = ("avg_seconds", "min_seconds", "max_seconds", "p50_seconds", "p99_seconds", "min_max_exact")
+    __slots__ = ("avg_seconds", "min_seconds", "max_seconds", "p50_seconds", "p99_seconds", "min_exact", "max_exact")
     AVG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
     P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
-    MIN_MAX_EXACT_FIELD_NUMBER: _ClassVar[int]
+    MIN_EXACT_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXACT_FIELD_NUMBER: _ClassVar[int]
     avg_seconds: float
     min_seconds: float
     max_seconds: float
     p50_seconds: float
     p99_seconds: float
-    min_max_exact: bool
-    def __init__(self, avg_seconds: _Optional[float] = ..., min_seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ..., min_max_exact: _Optional[bool] = ...) -> None: ...
+    min_exact: bool
+    max_exact: bool
+    def __init__(self, avg_seconds: _Optional[float] = ..., min_seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ..., min_exact: _Optional[bool] = ..., max_exact: _Optional[bool] = ...) -> None: ...
 
 class GemmOpStats(_message.Message):
     __slots__ = ("op", "dtype", "shape", "count_total", "count_per_s", "tflops", "flops_total", "latency")

@@ -172,7 +172,8 @@ class LatencyStats:
     max_seconds: Reading
     p50_seconds: Reading
     p99_seconds: Reading
-    min_max_exact: bool
+    min_exact: bool
+    max_exact: bool
 
 
 @dataclass(frozen=True, slots=True)
