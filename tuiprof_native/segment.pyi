@@ -84,6 +84,8 @@ class Slot:
     total_ns: int
     min_ns: int | None
     max_ns: int | None
+    min_at_timed: int | None
+    max_at_timed: int | None
     bytes: int
     flops: int
     timed_bytes: int

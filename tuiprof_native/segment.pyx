@@ -146,6 +146,7 @@ cdef extern from "tuiprof_segment.h":
         uint64_t count
         uint64_t timed_count
         uint64_t total_ns, min_ns, max_ns
+        uint64_t min_at_timed, max_at_timed
         uint64_t bytes
         uint64_t flops
         uint64_t timed_bytes
@@ -310,6 +311,9 @@ class Slot:
     total_ns: int
     min_ns: int | None
     max_ns: int | None
+    # timed_count right after the call that set min_ns / max_ns (None when nothing was timed)
+    min_at_timed: int | None
+    max_at_timed: int | None
     bytes: int
     flops: int
     timed_bytes: int
@@ -724,6 +728,7 @@ cdef object _slot(const tp_slot *s):
                 _text(s.algo, sizeof(s.algo)), _text(s.proto, sizeof(s.proto)), s.nranks, s.b, s.m, s.n, s.k,
                 s.comm_hash, s.count, s.timed_count, s.total_ns,
                 s.min_ns if s.timed_count else None, s.max_ns if s.timed_count else None,
+                s.min_at_timed if s.timed_count else None, s.max_at_timed if s.timed_count else None,
                 s.bytes, s.flops, s.timed_bytes, s.timed_flops,
                 tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)))
 

@@ -14,14 +14,17 @@ Definitions (the same as xpu-timer's and nccl-tests'):
   AllReduce, x (n-1)/n for AllGather and ReduceScatter, x 1 otherwise.
 - Step time = the median over recent intervals of each interval's mean
   step-to-step time (exact per step while steps are slower than the interval).
-- Latency percentiles and min/max come from the interval's histogram delta:
-  buckets are powers of two, a percentile is interpolated inside its bucket,
-  min/max are the interval's lowest/highest bucket edges clamped to the
-  segment's lifetime min/max (exact when a bucket holds one value).
+- Latency percentiles come from the interval's histogram delta: buckets are
+  powers of two, a percentile is interpolated inside its bucket (an estimate).
+- Latency min/max: exact when the slot's lifetime min/max was set by a call of
+  this interval (the hook records the timed count at which it set each);
+  otherwise a bound: the interval's lowest/highest bucket edge clamped to the
+  lifetime min/max, and ``min_exact``/``max_exact`` say so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -59,8 +62,16 @@ def percentile_ns(hist: Sequence[int], q: float) -> float | None:
     return _bucket_edges(len(hist) - 1)[1]
 
 
-def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: int | None,
-            lifetime_max: int | None) -> pb.LatencyStats:
+@dataclasses.dataclass(frozen=True)
+class Extreme:
+    """A slot's lifetime min or max, and whether a call of this interval set it."""
+
+    ns: int | None
+    in_interval: bool
+
+
+def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: Extreme,
+            lifetime_max: Extreme) -> pb.LatencyStats:
     """Latency of the interval's timed ops (empty message when none were timed)."""
     stats = pb.LatencyStats()
     p50, p99 = percentile_ns(hist_delta, 0.50), percentile_ns(hist_delta, 0.99)
@@ -69,10 +80,12 @@ def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: 
     used = [i for i, n in enumerate(hist_delta) if n]
     low = _bucket_edges(used[0])[0]
     high = _bucket_edges(used[-1])[1]
-    if lifetime_min is not None:
-        low = max(low, lifetime_min)
-    if lifetime_max is not None:
-        high = min(high, lifetime_max)
+    if lifetime_min.ns is not None:
+        low = lifetime_min.ns if lifetime_min.in_interval else max(low, lifetime_min.ns)
+        stats.min_exact = lifetime_min.in_interval
+    if lifetime_max.ns is not None:
+        high = lifetime_max.ns if lifetime_max.in_interval else min(high, lifetime_max.ns)
+        stats.max_exact = lifetime_max.in_interval
     stats.avg_seconds = total_ns / timed * NS
     stats.min_seconds = low * NS
     stats.max_seconds = high * NS
@@ -100,7 +113,11 @@ class SlotDelta:
         self.hist = [a - (b if before else 0) for a, b in zip(now.hist, before.hist if before else now.hist)]
 
     def latency(self) -> pb.LatencyStats:
-        return latency(self.hist, self.total_ns, self.timed, self.slot.min_ns, self.slot.max_ns)
+        timed_before = self.slot.timed_count - self.timed
+        s = self.slot
+        return latency(self.hist, self.total_ns, self.timed,
+                       Extreme(s.min_ns, s.min_at_timed is not None and s.min_at_timed > timed_before),
+                       Extreme(s.max_ns, s.max_at_timed is not None and s.max_at_timed > timed_before))
 
 
 def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:

@@ -71,3 +71,18 @@ async def test_every_finished_gemm_is_in_exactly_one_published_interval(standins
     assert counted == previous_total  # no interval lost, none published twice
     intervals_with_gemms = sum(1 for r in ranks if (g := _sgemm(r)) is not None and g.count_per_s > 0)
     assert intervals_with_gemms >= 5  # the stream really spanned many published intervals
+
+
+SGEMM_KERNEL_NS = 10000 + 2 * 16 * 16 * 16 // 100  # the stand-in cuBLAS's kernel time for this shape
+
+
+async def test_latency_min_max_are_the_calls_own_times_where_set_in_the_interval(standins, cleanup_segments):
+    """Every stand-in Sgemm takes 10081 ns (bucket [8192, 16384) ns): the interval that holds the first
+    calls shows exactly that, flagged exact; later intervals show the lifetime value as a bound."""
+    ranks = await _published_while_the_job_runs(standins, PUBLISH_SECONDS, cleanup_segments)
+    latencies = [g.latency for r in ranks if (g := _sgemm(r)) is not None and g.count_per_s > 0]
+    first, later = latencies[0], latencies[1:]
+    assert (first.min_seconds, first.max_seconds) == (SGEMM_KERNEL_NS * 1e-9, SGEMM_KERNEL_NS * 1e-9)
+    assert first.min_exact and first.max_exact
+    assert later and all(not (lat.min_exact or lat.max_exact) for lat in later)
+    assert all(lat.max_seconds == SGEMM_KERNEL_NS * 1e-9 for lat in later)  # clamped: tighter than 16384 ns

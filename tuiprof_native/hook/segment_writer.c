@@ -249,8 +249,8 @@ void tp_segment_fold(const tp_record *r, uint32_t kind)
         s->total_ns += r->dur_ns;
         s->timed_bytes += r->bytes;
         s->timed_flops += r->flops;
-        if (r->dur_ns < s->min_ns) s->min_ns = r->dur_ns;
-        if (r->dur_ns > s->max_ns) s->max_ns = r->dur_ns;
+        if (r->dur_ns < s->min_ns) s->min_ns = r->dur_ns, s->min_at_timed = s->timed_count;
+        if (r->dur_ns > s->max_ns) s->max_ns = r->dur_ns, s->max_at_timed = s->timed_count;
         s->hist[tp_hist_bucket(r->dur_ns)]++;
     }
     tp_write_end(&s->seq);

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 3u
+#define TP_LAYOUT_VERSION 4u
 
 #define TP_SEGMENT_DIR "/dev/shm"
 #define TP_SEGMENT_PREFIX "tuiprof-" /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid> */
@@ -131,6 +131,10 @@ typedef struct tp_slot {
     uint64_t count;               /* calls */
     uint64_t timed_count;         /* calls with a measured duration */
     uint64_t total_ns, min_ns, max_ns;  /* over timed calls */
+    /* timed_count right after the call that set min_ns / max_ns: a reader whose
+     * previous reading's timed_count is lower knows that extreme fell in its
+     * interval, so the interval's min / max is exact, not a histogram edge. */
+    uint64_t min_at_timed, max_at_timed;
     uint64_t bytes;               /* NCCL: nccl-tests "size" summed over calls */
     uint64_t flops;               /* GEMM: 2*b*m*n*k summed over calls */
     uint64_t timed_bytes;         /* bytes / flops of the timed calls only */
