@@ -411,7 +411,7 @@ class LatencyStats(_message.Message):
     def __init__(self, avg_seconds: _Optional[float] = ..., min_seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ..., min_exact: _Optional[bool] = ..., max_exact: _Optional[bool] = ...) -> None: ...
 
 class GemmOpStats(_message.Message):
-    __slots__ = ("op", "dtype", "shape", "count_total", "count_per_s", "tflops", "flops_total", "latency")
+    __slots__ = ("op", "dtype", "shape", "count_total", "count_per_s", "tflops", "flops_total", "latency", "first_call_seconds")
     OP_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
@@ -420,6 +420,7 @@ class GemmOpStats(_message.Message):
     TFLOPS_FIELD_NUMBER: _ClassVar[int]
     FLOPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     LATENCY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_CALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     op: str
     dtype: str
     shape: str
@@ -428,7 +429,8 @@ class GemmOpStats(_message.Message):
     tflops: float
     flops_total: float
     latency: LatencyStats
-    def __init__(self, op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[str] = ..., count_total: _Optional[int] = ..., count_per_s: _Optional[float] = ..., tflops: _Optional[float] = ..., flops_total: _Optional[float] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ...) -> None: ...
+    first_call_seconds: float
+    def __init__(self, op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[str] = ..., count_total: _Optional[int] = ..., count_per_s: _Optional[float] = ..., tflops: _Optional[float] = ..., flops_total: _Optional[float] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_call_seconds: _Optional[float] = ...) -> None: ...
 
 class NcclOpStats(_message.Message):
     __slots__ = ("op", "dtype", "algorithm", "protocol", "comm_hash", "comm_size", "count_total", "count_per_s", "bytes_total", "algbw_bytes_per_s", "busbw_bytes_per_s", "latency")

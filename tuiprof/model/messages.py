@@ -188,6 +188,7 @@ class GemmOpStats:
     tflops: Reading
     flops_total: float
     latency: LatencyStats
+    first_call_seconds: Reading
     NESTED: ClassVar[dict[str, type]] = {"latency": LatencyStats}
 
 
