@@ -72,9 +72,41 @@ async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_
         assert "rank 0: 12 records dropped: ring full" in detail
         assert "rank 0: Flight Recorder: pg 0 enqueued 40 completed 38 (2 pending)" in detail
         table = screen.query_one("#ranks-table", DataTable)
-        gemm_column = 5
+        gemm_column = 6
         assert str(table.get_row_at(1)[gemm_column]) == f"telemetry off: {INERT}"
         await pilot.press("j")
         assert str(screen.query_one("#host-detail", Static).render()).startswith(f"rank 1: telemetry off: {INERT}")
         ops = screen.query_one("#rank-ops-table", DataTable)
         assert str(ops.get_row_at(0)[0]) == f"telemetry off: {INERT}"
+
+
+def two_jobs_one_rank_number() -> pb.HostSnapshot:
+    """Two jobs on one host, each with a rank 0: only job b's rank has ops."""
+    message = pb.HostSnapshot(hostname="n1", sequence=2)
+    for name in ("host", "ranks"):
+        message.collectors.add(name=name, available=True)
+    message.ranks.add(pid=18916, rank=0, job_id="a", state="running", step_count=3)
+    other = message.ranks.add(pid=18918, rank=0, job_id="b", state="running", step_count=9)
+    other.gemm.add(op="cublasLtMatmul", dtype="bf16", count_total=90)
+    return message
+
+
+async def test_two_jobs_with_the_same_rank_number_get_a_row_each_and_their_own_ops() -> None:
+    app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_jobs_one_rank_number())], speed=0))
+    async with app.run_test(size=(160, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.cluster.version:
+                break
+        app.show_host("n1", tab="ranks")
+        await pilot.pause(0.1)
+        screen = app.screen
+        table = screen.query_one("#ranks-table", DataTable)
+        rows = [[str(cell) for cell in table.get_row_at(i)[:3]] for i in range(table.row_count)]
+        assert rows == [["rank 0 (pid 18916)", "18916", "a"], ["rank 0 (pid 18918)", "18918", "b"]]
+        title = screen.query_one("#rank-ops-title")
+        assert str(title.render()) == "GEMM and NCCL ops of rank 0 (pid 18916, job a)"
+        await pilot.press("j")
+        assert str(title.render()) == "GEMM and NCCL ops of rank 0 (pid 18918, job b)"
+        ops = screen.query_one("#rank-ops-table", DataTable)
+        assert "cublasLtMatmul" in [str(c) for c in ops.get_row_at(0)]

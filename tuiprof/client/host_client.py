@@ -27,6 +27,26 @@ Emit = Callable[[HostEvent], object]
 """Receives every host event (what it returns is ignored)."""
 
 
+class RetryNow:
+    """Cuts short the backoff wait of every client sharing it (the console's "reconnect now" key)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def trigger(self) -> None:
+        """Wake every client waiting to reconnect; later waits run their full delay again."""
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until triggered; True when triggered."""
+        try:
+            await asyncio.wait_for(self._event.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+
 class HostClient:
     """Watches one agent until cancelled."""
 
@@ -37,6 +57,7 @@ class HostClient:
         emit: Emit,
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.time,
+        retry: RetryNow | None = None,
     ) -> None:
         self.address = address
         self.host = str(address)
@@ -44,6 +65,7 @@ class HostClient:
         self._emit = emit
         self._backoff = backoff or Backoff()
         self._clock = clock
+        self._retry = retry or RetryNow()
         self._stall = self._stall_timeout()
 
     async def run(self) -> None:
@@ -59,7 +81,8 @@ class HostClient:
             self._emit(HostUnreachable(self.host, self._clock(), error))
             delay = self._backoff.next()
             log.info("host unreachable", extra={"host": self.host, "error": error, "retry_s": delay})
-            await asyncio.sleep(delay)
+            if await self._retry.sleep(delay):
+                self._backoff.reset()  # asked to retry now: start the backoff over
 
     def _stall_timeout(self, agent_interval: float = 1.0) -> float:
         interval = self.options.interval_ms / 1000 or agent_interval
@@ -111,9 +134,9 @@ class HostClient:
 
 
 async def watch_all(
-    addresses: list[AgentAddress], options: ConnectionOptions, emit: Emit
+    addresses: list[AgentAddress], options: ConnectionOptions, emit: Emit, retry: RetryNow | None = None
 ) -> None:
-    """Run one client per address until cancelled (then all are cancelled)."""
+    """Run one client per address until cancelled (then all are cancelled); ``retry`` wakes them."""
     async with asyncio.TaskGroup() as group:
         for address in addresses:
-            group.create_task(HostClient(address, options, emit).run(), name=f"watch {address}")
+            group.create_task(HostClient(address, options, emit, retry=retry).run(), name=f"watch {address}")

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from agentd.address import AgentAddress
 from tuiprof.client.channel import ConnectionOptions
-from tuiprof.client.host_client import Emit, watch_all
+from tuiprof.client.host_client import Emit, RetryNow, watch_all
 from tuiprof.model.events import HostEvent
 
 
@@ -33,13 +33,14 @@ class LiveSource:
     addresses: list[AgentAddress]
     options: ConnectionOptions
     live: bool = True
+    retry: RetryNow = field(default_factory=RetryNow)
 
     @property
     def hosts(self) -> list[str]:
         return [str(a) for a in self.addresses]
 
     async def run(self, emit: Emit) -> None:
-        await watch_all(self.addresses, self.options, emit)
+        await watch_all(self.addresses, self.options, emit, self.retry)
 
 
 @dataclass
@@ -49,12 +50,13 @@ class LocalSource:
     options: ConnectionOptions
     live: bool = True
     hosts: list[str] = field(default_factory=list)
+    retry: RetryNow = field(default_factory=RetryNow)
 
     async def run(self, emit: Emit) -> None:
         from tuiprof.client.local import local_agent
 
         async with local_agent(self.options.interval_ms) as address:
-            await watch_all([address], self.options, emit)
+            await watch_all([address], self.options, emit, self.retry)
 
 
 @dataclass

@@ -35,7 +35,9 @@ _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "!=": operator.ne,
     "<": operator.lt, ">": operator.gt, "=": operator.eq,
 }
-_TERM = re.compile(r"^([a-z]+)(<=|>=|!=|<|>|=)(.+)$")
+_TERM = re.compile(r"^([a-z]+)(<=|>=|!=|<|>|=)(.+)$", re.IGNORECASE)
+_OPERATOR_CHARS = set("<>=!")  # never in a host name: a term holding one is meant as a comparison
+HANG_LEVELS = ("ok", "suspect", "hung")
 
 
 class FilterError(ValueError):
@@ -79,12 +81,17 @@ Term = Comparison | NameContains | HangIs
 def _parse_term(text: str) -> Term:
     match = _TERM.match(text)
     if match is None:
+        if _OPERATOR_CHARS & set(text):
+            raise FilterError(f"{text!r}: not a comparison; write FIELD OP NUMBER, e.g. util<10")
         return NameContains(text.lower())
     key, op, value = match.groups()
+    key = key.lower()
     if key == "hang":
         if op not in ("=", "!="):
             raise FilterError(f"{text!r}: hang compares with = or != (e.g. hang=hung)")
-        return HangIs(value, negate=op == "!=")
+        if value.lower() not in HANG_LEVELS:
+            raise FilterError(f"{text!r}: unknown hang level {value!r}; levels: {', '.join(HANG_LEVELS)}")
+        return HangIs(value.lower(), negate=op == "!=")
     if key not in FIELDS:
         known = ", ".join([*FIELDS, "hang"])
         raise FilterError(f"{text!r}: unknown field {key!r}; known fields: {known}")

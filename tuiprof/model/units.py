@@ -19,7 +19,9 @@ def _scaled(value: float, base: float, names: tuple[str, ...]) -> tuple[float, s
 
 
 def _number(value: float) -> str:
-    """Three significant digits, enough to compare hosts at a glance."""
+    """Three significant digits, enough to compare hosts at a glance; zero is ``0``."""
+    if value == 0:
+        return "0"
     if abs(value) >= 100:
         return f"{value:.0f}"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
@@ -47,7 +49,7 @@ def per_s(value: Reading, unit: str = "/s") -> str:
     if isinstance(value, Unavailable):
         return NA
     scaled, prefix = _scaled(float(value), 1000.0, _DECIMAL)
-    return f"{_number(scaled)} {prefix}{unit}"
+    return f"{_number(scaled)} {prefix}{unit}".rstrip()  # no unit (a count): no trailing space
 
 
 def seconds(value: Reading) -> str:
@@ -55,6 +57,8 @@ def seconds(value: Reading) -> str:
     if isinstance(value, Unavailable):
         return NA
     v = float(value)
+    if v == 0:
+        return "0 s"
     if v < 1e-3:
         return f"{_number(v * 1e6)} µs"
     if v < 1:

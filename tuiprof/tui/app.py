@@ -60,6 +60,7 @@ class TuiprofApp(App[None]):
         Binding("s", "stacks", "Stacks"),
         Binding("T", "toggle_theme", "Light/dark", show=False),
         Binding("space", "toggle_replay", "Pause/play"),
+        Binding("R", "reconnect", "Reconnect now", show=False),
     ]
 
     def __init__(
@@ -186,9 +187,11 @@ class TuiprofApp(App[None]):
             self.push_screen(screen_type())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Pause/play exists only over a recording."""
+        """Pause/play exists only over a recording, reconnecting only over live agents."""
         if action == "toggle_replay":
             return not self.source.live
+        if action == "reconnect":
+            return self.source.live
         return True
 
     def action_toggle_replay(self) -> None:
@@ -199,6 +202,12 @@ class TuiprofApp(App[None]):
         else:
             source.pause()  # type: ignore[attr-defined]
             self.sub_title = "replay · paused"
+
+    def action_reconnect(self) -> None:
+        """Hosts that are down try again at once instead of at the end of their backoff."""
+        self.source.retry.trigger()  # type: ignore[attr-defined]
+        down = sum(1 for h in self.cluster.hosts() if h.reachable is False)
+        self.notify(f"reconnecting {down} host(s) now" if down else "every host is connected")
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"

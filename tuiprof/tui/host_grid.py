@@ -90,6 +90,7 @@ class HostGrid(ScrollView, can_focus=True):
         self._index: dict[str, int] = {}
         self._strips: dict[str, tuple[Sequence[Cell], Strip, Strip]] = {}
         self.cursor = 0
+        self._sorted: tuple[str, bool] | None = None  # column key, descending
         self._first_width = MARGIN + self.columns[0].width + GAP
         self._rest_width = sum(c.width + GAP for c in self.columns[1:])
 
@@ -122,6 +123,19 @@ class HostGrid(ScrollView, can_focus=True):
             self._strips.clear()
             self.virtual_size = Size(self._first_width + self._rest_width, len(self._keys) + 1)
             self.refresh()
+
+    def mark_sorted(self, column: str, descending: bool) -> None:
+        """Mark ``column``'s header as the sort key (underlined, with its direction where it fits)."""
+        if self._sorted != (column, descending):
+            self._sorted = (column, descending)
+            self.refresh_line(0)
+
+    def _header_label(self, column: GridColumn) -> Text:
+        if self._sorted is None or self._sorted[0] != column.key:
+            return Text(column.label)
+        arrow = "↓" if self._sorted[1] else "↑"
+        label = f"{column.label}{arrow}" if len(column.label) < column.width else column.label
+        return Text(label, style="underline")
 
     def set_rows(self, rows: Mapping[str, Sequence[Cell]]) -> None:
         """Show ``rows`` in their order; the cursor stays on its key when it is still there."""
@@ -181,7 +195,7 @@ class HostGrid(ScrollView, can_focus=True):
         base = self.rich_style
         if y == 0:
             header = self.get_component_rich_style("host-grid--header")
-            labels = [Text(c.label) for c in self.columns]
+            labels = [self._header_label(c) for c in self.columns]
             first = self._render_cells(labels[:1], self.columns[:1], MARGIN)
             rest = self._render_cells(labels[1:], self.columns[1:])
             return self._line(first, rest, base + header)

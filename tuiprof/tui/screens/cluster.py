@@ -67,11 +67,21 @@ def _short_age(seconds: float) -> str:
     return f"{seconds / 60:.0f}m" if seconds < 3600 else f"{seconds / 3600:.0f}h"
 
 
-def _trend(state: HostState, cluster: ClusterState) -> str:
-    history = cluster.history(state.address)
-    series = "gpu_util" if history.numbers("gpu_util") else "cpu"
-    # fixed width, so the sparkline grows from the right
-    return sparkline(history.numbers(series), TREND_WIDTH, top=100.0).rjust(TREND_WIDTH)
+def _trend_series(state: HostState, cluster: ClusterState) -> str:
+    """GPU utilization where the host has GPU samples, else CPU busy (the detail line says which)."""
+    return "gpu_util" if cluster.history(state.address).numbers("gpu_util") else "cpu"
+
+
+WORST_MARKER_NOTE = ("▼ the host most in need of attention (down, hung or suspect first, then the lowest "
+                     "GPU utilization, then the slowest step); w jumps here")
+TREND_NAMES = {"gpu_util": "mean GPU utilization", "cpu": "CPU busy (no GPU readings)"}
+
+
+def _trend(state: HostState, cluster: ClusterState) -> Text:
+    series = _trend_series(state, cluster)
+    # fixed width, so the sparkline grows from the right; CPU in another colour than GPU
+    line = sparkline(cluster.history(state.address).numbers(series), TREND_WIDTH, top=100.0).rjust(TREND_WIDTH)
+    return Text(line, style="" if series == "gpu_util" else "cyan")
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -86,7 +96,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("gpumem", "GPU mem", 15, _summary_cell(lambda m: pair(m.gpu_memory_used_bytes, m.gpu_memory_total_bytes, units.bytes_)), _by("gpu_memory_used_bytes")),
     Column("busbw", "NCCL busbw", 10, _summary_cell(lambda m: reading(m.nccl_busbw_bytes_per_s, units.bytes_per_s)), _by("nccl_busbw_bytes_per_s")),
     Column("step", "Step", 8, _summary_cell(lambda m: reading(m.step_time_seconds, units.seconds)), _by("step_time_seconds")),
-    Column("trend", "Util trend", TREND_WIDTH, _trend, _by("gpu_util_mean")),
+    Column("trend", "Trend", TREND_WIDTH, _trend, _by("gpu_util_mean")),
 )
 
 
@@ -246,7 +256,10 @@ class ClusterScreen(ConsoleScreen):
         up = sum(1 for h in self.cluster.hosts() if h.reachable)
         column = COLUMNS[self.sort_column]
         arrow = "↓" if self.reverse else "↑"
+        self.grid.mark_sorted(column.key, self.reverse)
         parts = [f"{up}/{total} hosts up", f"sort {column.label} {arrow}"]
+        if self.worst_host() is not None:
+            parts.append("▼ worst host (w)")
         if self.host_filter.text:
             parts.append(f"filter '{self.host_filter.text}': {shown} shown")
         self.sub_title = " · ".join(parts)
@@ -268,10 +281,12 @@ class ClusterScreen(ConsoleScreen):
         label = state.name if state.name == address else f"{state.name} ({address})"
         since = self.cluster.since_contact(state)
         contact = "never answered" if since is None else f"last contact {units.ago(since)}"
+        worst = self.worst_host()
+        marker = [WORST_MARKER_NOTE] if worst is not None and worst.address == address else []
         if not state.reachable:
             what = "connecting" if state.reachable is None else f"unreachable: {state.error}"
-            return f"{label}: {what} · {contact} · retrying with backoff"
-        lines = [f"{label}: up · {contact}"]
+            return "\n".join([f"{label}: {what} · {contact} · retrying with backoff (R: now)", *marker])
+        lines = [f"{label}: up · {contact} · trend: {TREND_NAMES[_trend_series(state, self.cluster)]}", *marker]
         if state.summary is not None:
             named = {f: getattr(state.summary, f) for f in HostSummary.__dataclass_fields__}
             lines.extend(reasons(named))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import collections
+from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -100,15 +101,22 @@ def io_rows(snapshot: HostSnapshot) -> list[Row]:
     return rows
 
 
-RANK_COLUMNS = ("Rank", "PID", "State", "Steps", "Step time", "GEMM", "NCCL busbw",
+RANK_COLUMNS = ("Rank", "PID", "Job", "State", "Steps", "Step time", "GEMM", "NCCL busbw",
                 "Oldest in flight", "Heartbeat")
+
+
+def rank_keys(ranks: Sequence[RankStats]) -> list[str]:
+    """One row key per rank process: its label, with the pid where two jobs share a rank number."""
+    counts = collections.Counter(rank.label for rank in ranks)
+    return [rank.label if counts[rank.label] == 1 else f"{rank.label} (pid {rank.pid})" for rank in ranks]
 
 
 def rank_rows(snapshot: HostSnapshot) -> list[Row]:
     rows: list[Row] = []
-    for rank in snapshot.ranks:
-        rows.append((rank.label, [
-            rank.label, str(rank.pid), _rank_state(rank), str(rank.step_count),
+    for key, rank in zip(rank_keys(snapshot.ranks), snapshot.ranks):
+        job = rank.job_id or Text("none", style="dim italic")
+        rows.append((key, [
+            key, str(rank.pid), job, _rank_state(rank), str(rank.step_count),
             reading(rank.step_time_seconds, units.seconds), *_hook_cells(rank),
             units.seconds(rank.heartbeat_age_seconds),
         ], _readings(rank)))
@@ -150,6 +158,12 @@ def op_rows(rank: RankStats) -> list[Row]:
             reading(nccl.latency.max_seconds, units.seconds), reading(nccl.busbw_bytes_per_s, units.bytes_per_s),
         ], {**_readings(nccl), **_readings(nccl.latency)}))
     return rows
+
+
+def _swap(used: Reading, total: Reading) -> str:
+    if total == 0:
+        return "no swap"
+    return f"swap {units.bytes_(used)}/{units.bytes_(total)}"
 
 
 def _rank_state(rank: RankStats) -> Text:
@@ -290,7 +304,7 @@ class HostScreen(ConsoleScreen):
             load = f"\nload {units.plain(cpu.load1)} {units.plain(cpu.load5)} {units.plain(cpu.load15)}"
             memory = state.snapshot.memory
             load += f" · memory {units.bytes_(memory.used_bytes)}/{units.bytes_(memory.total_bytes)}"
-            load += f" · swap {units.bytes_(memory.swap_used_bytes)}/{units.bytes_(memory.swap_total_bytes)}"
+            load += f" · {_swap(memory.swap_used_bytes, memory.swap_total_bytes)}"
             if state.snapshot.hang.level:
                 load += f" · hang: {state.snapshot.hang.level} {state.snapshot.hang.explanation}".rstrip()
         return f"{_title(state)} · up · {contact}{versions}{load}"
@@ -305,14 +319,14 @@ class HostScreen(ConsoleScreen):
 
     def _fill_rank_ops(self, snapshot: HostSnapshot) -> None:
         table = self.query_one("#rank-ops-table", DataTable)
-        cursor = self.query_one("#ranks-table", DataTable).cursor_row
-        rank = snapshot.ranks[cursor] if 0 <= cursor < len(snapshot.ranks) else None
+        rank = self._highlighted_rank(snapshot)
         title = self.query_one("#rank-ops-title", Label)
         if rank is None:
             title.update("")
             sync_rows(table, {})
             return
-        title.update(f"GEMM and NCCL ops of {rank.label} (pid {rank.pid})")
+        job = f", job {rank.job_id}" if rank.job_id else ""
+        title.update(f"GEMM and NCCL ops of {rank.label} (pid {rank.pid}{job})")
         empty = telemetry_off(rank) or "no ops recorded yet"
         rows = op_rows(rank) or [("none", [Text(empty, style="dim italic")]
                                   + [""] * (len(OP_COLUMNS) - 1), {})]
@@ -344,14 +358,23 @@ class HostScreen(ConsoleScreen):
             rows = self._rows[tab]
             if rows and 0 <= table.cursor_row < len(rows):
                 key, _, readings = rows[table.cursor_row]
-                lines = self._rank_notes(table.cursor_row) if tab == "ranks" else []
+                lines = self._rank_notes() if tab == "ranks" else []
                 text = "\n".join(f"{key}: {line}" for line in (lines + reasons(readings))[:DETAIL_LINES])
         self.query_one("#host-detail", Static).update(text)
 
-    def _rank_notes(self, row: int) -> list[str]:
+    def _highlighted_rank(self, snapshot: HostSnapshot) -> RankStats | None:
+        """The rank process of the highlighted row, found by its row key (not its position)."""
+        rows = self._rows.get("ranks", [])
+        cursor = self.query_one("#ranks-table", DataTable).cursor_row
+        if not 0 <= cursor < len(rows):
+            return None
+        by_key = dict(zip(rank_keys(snapshot.ranks), snapshot.ranks))
+        return by_key.get(rows[cursor][0])
+
+    def _rank_notes(self) -> list[str]:
         snapshot = self.cluster.host(self.address).snapshot
-        ranks = snapshot.ranks if snapshot is not None else ()
-        return rank_notes(ranks[row]) if row < len(ranks) else []
+        rank = self._highlighted_rank(snapshot) if snapshot is not None else None
+        return rank_notes(rank) if rank is not None else []
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         snapshot = self.cluster.host(self.address).snapshot
