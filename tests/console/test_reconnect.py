@@ -12,6 +12,7 @@ from tuiprof.client.host_client import HostClient, RetryNow
 from tuiprof.client.sources import LiveSource
 from tuiprof.model.events import HostUnreachable, InfoReceived
 from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.screens.help import key_groups
 
 
 async def _until(predicate, seconds: float) -> bool:
@@ -57,3 +58,4 @@ async def test_R_in_the_console_wakes_the_waiting_clients():
         await pilot.press("R")
         assert await asyncio.wait_for(waiting, 2) is True
         assert any("every host is connected" in n.message for n in app._notifications)
+        assert ("R", "Reconnect now") in key_groups(app.screen)["Everywhere"]  # listed by ?
