@@ -86,6 +86,7 @@ class Slot:
     max_ns: int | None
     min_at_timed: int | None
     max_at_timed: int | None
+    first_call_ns: int | None
     bytes: int
     flops: int
     timed_bytes: int
@@ -118,6 +119,7 @@ class Event:
     m: int
     n: int
     k: int
+    first_call: bool = ...
 
 @dataclass(frozen=True)
 class SegmentFile:

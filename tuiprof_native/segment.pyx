@@ -94,6 +94,7 @@ cdef extern from "tuiprof_segment.h":
     uint32_t TP_FLAG_NCCL_GPU_TIME
     uint32_t TP_FLAG_EXITED
     uint32_t TP_FLAG_EXIT_STATUS
+    uint32_t TP_EVENT_FIRST_CALL
 
     ctypedef struct tp_counters:
         uint64_t seq
@@ -147,6 +148,7 @@ cdef extern from "tuiprof_segment.h":
         uint64_t timed_count
         uint64_t total_ns, min_ns, max_ns
         uint64_t min_at_timed, max_at_timed
+        uint64_t first_ns
         uint64_t bytes
         uint64_t flops
         uint64_t timed_bytes
@@ -174,6 +176,7 @@ cdef extern from "tuiprof_segment.h":
         uint64_t op_seq
         uint64_t comm_hash
         int64_t b, m, n, k
+        uint32_t flags
 
     ctypedef struct tp_segment:
         tp_header header
@@ -314,6 +317,8 @@ class Slot:
     # timed_count right after the call that set min_ns / max_ns (None when nothing was timed)
     min_at_timed: int | None
     max_at_timed: int | None
+    # a GEMM slot's first call, kept out of the timed figures: it includes lazy module loading
+    first_call_ns: int | None
     bytes: int
     flops: int
     timed_bytes: int
@@ -348,6 +353,7 @@ class Event:
     m: int
     n: int
     k: int
+    first_call: bool = False  # a GEMM slot's first call: includes lazy module loading, not kernel time
 
 
 @dataclass(frozen=True)
@@ -729,6 +735,7 @@ cdef object _slot(const tp_slot *s):
                 s.comm_hash, s.count, s.timed_count, s.total_ns,
                 s.min_ns if s.timed_count else None, s.max_ns if s.timed_count else None,
                 s.min_at_timed if s.timed_count else None, s.max_at_timed if s.timed_count else None,
+                s.first_ns if s.first_ns else None,
                 s.bytes, s.flops, s.timed_bytes, s.timed_flops,
                 tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)))
 
@@ -736,4 +743,4 @@ cdef object _slot(const tp_slot *s):
 cdef object _event(const tp_event *e, uint64_t index):
     return Event(index, _kind(e.kind), _text(e.op, sizeof(e.op)), _text(e.dtype, sizeof(e.dtype)), e.rank,
                  e.start_ns, e.end_ns if e.end_ns else None, e.bytes, e.flops, e.op_seq, e.comm_hash,
-                 e.b, e.m, e.n, e.k)
+                 e.b, e.m, e.n, e.k, bool(e.flags & TP_EVENT_FIRST_CALL))

@@ -9,6 +9,8 @@ first time is compared with its segment's creation (all counters zero).
 Definitions (the same as xpu-timer's and nccl-tests'):
 - GEMM TFLOPS = FLOPs of the timed GEMMs / their summed kernel time: achieved
   kernel throughput, not FLOPs per wall-clock second.
+  A GEMM slot's first call is not among them: it includes lazy module loading
+  (the hook keeps it apart), and is reported as ``first_call_seconds``.
 - NCCL algbw = bytes / kernel time, with bytes the nccl-tests "size" (the whole
   buffer for AllGather and ReduceScatter); busbw = algbw x 2(n-1)/n for
   AllReduce, x (n-1)/n for AllGather and ReduceScatter, x 1 otherwise.
@@ -127,6 +129,8 @@ def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:
     if d.total_ns > 0:
         out.tflops = d.timed_flops / (d.total_ns * NS) / 1e12
     out.latency.CopyFrom(d.latency())
+    if s.first_call_ns is not None:
+        out.first_call_seconds = s.first_call_ns * NS
     return out
 
 

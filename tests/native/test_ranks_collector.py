@@ -89,7 +89,10 @@ async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_
         rank = await watch_rank(agent, pid, lambda r: len(r.nccl) == 4)
         assert rank.state == "running" and rank.heartbeat_age_seconds < 5
         gemm = {(g.op, g.shape): g for g in rank.gemm}
-        assert gemm[("cublasGemmEx", "b=1 m=64 n=32 k=16")].count_total == 5
+        gemm_ex = gemm[("cublasGemmEx", "b=1 m=64 n=32 k=16")]
+        assert gemm_ex.count_total == 5
+        # the stand-in's kernel time for the shape; the first call is shown apart, not in the latency
+        assert gemm_ex.first_call_seconds == pytest.approx((10_000 + 2 * 64 * 32 * 16 // 100) * 1e-9, abs=1e-9)
         assert gemm[("cublasLtMatmul", "b=2 m=16 n=8 k=4")].flops_total == 2 * 2 * 2 * 16 * 8 * 4
         allreduce = next(n for n in rank.nccl if n.op == "AllReduce")
         assert (allreduce.count_total, allreduce.algorithm, allreduce.comm_size) == (3, "RING", 4)

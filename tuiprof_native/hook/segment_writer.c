@@ -215,7 +215,7 @@ static tp_slot *slot_for(const tp_record *r, uint32_t kind)
     return o;
 }
 
-void tp_segment_event(const tp_record *r, uint32_t kind)
+static void write_event(const tp_record *r, uint32_t kind, uint32_t flags)
 {
     tp_header *h = &g_seg->header;
     uint64_t i = h->ring_head;
@@ -233,18 +233,25 @@ void tp_segment_event(const tp_record *r, uint32_t kind)
     e->op_seq = r->op_seq;
     e->comm_hash = kind == TP_KIND_NCCL ? r->stream : 0;
     e->b = r->b, e->m = r->m, e->n = r->n, e->k = r->k;
+    e->flags = flags;
     __atomic_store_n(&e->seq, 2 * i + 2, __ATOMIC_RELEASE);
     __atomic_store_n(&h->ring_head, i + 1, __ATOMIC_RELEASE);
 }
 
+void tp_segment_event(const tp_record *r, uint32_t kind) { write_event(r, kind, 0); }
+
 void tp_segment_fold(const tp_record *r, uint32_t kind)
 {
     tp_slot *s = slot_for(r, kind);
+    /* The overflow slot mixes keys: no first call of its own. */
+    int first = kind == TP_KIND_GEMM && s->count == 0 && s != &g_seg->slots[TP_MAX_SLOTS - 1];
     tp_write_begin(&s->seq);
     s->count++;
     s->bytes += r->bytes;
     s->flops += r->flops;
-    if (r->dur_ns != UINT64_MAX) {
+    if (first) {
+        if (r->dur_ns != UINT64_MAX) s->first_ns = r->dur_ns;
+    } else if (r->dur_ns != UINT64_MAX) {
         s->timed_count++;
         s->total_ns += r->dur_ns;
         s->timed_bytes += r->bytes;
@@ -254,5 +261,5 @@ void tp_segment_fold(const tp_record *r, uint32_t kind)
         s->hist[tp_hist_bucket(r->dur_ns)]++;
     }
     tp_write_end(&s->seq);
-    tp_segment_event(r, kind);
+    write_event(r, kind, first ? TP_EVENT_FIRST_CALL : 0);
 }
