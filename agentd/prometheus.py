@@ -272,12 +272,20 @@ def _pmu(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Lab
         out(name, "gauge", help).add(labels, optional(pmu, field, scale))
 
 
-_LATENCY_STATS = ("avg", "min", "max", "p50", "p99")
+# How each latency figure is known (see LatencyStats in the proto).
+_LATENCY_STATS = {
+    "avg": "exact",
+    "min": "exact when the slot's lifetime extreme fell in the interval, else a log2-bucket bound",
+    "max": "exact when the slot's lifetime extreme fell in the interval, else a log2-bucket bound",
+    "p50": "estimated from log2 buckets",
+    "p99": "estimated from log2 buckets",
+}
 
 
 def _latency(out: Families, prefix: str, what: str, labels: Labels, latency: pb.LatencyStats) -> None:
-    for stat in _LATENCY_STATS:
-        out(f"{prefix}_latency_{stat}_seconds", "gauge", f"{stat} kernel time of one {what} over the interval.").add(
+    for stat, how in _LATENCY_STATS.items():
+        out(f"{prefix}_latency_{stat}_seconds", "gauge",
+            f"{stat} kernel time of one {what} over the interval ({how}).").add(
             labels, optional(latency, f"{stat}_seconds"))
 
 
