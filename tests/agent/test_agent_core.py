@@ -224,3 +224,29 @@ def test_a_collector_failing_every_tick_logs_once_per_interval(caplog):
         assert wait_until(lambda: any(r.message == "collect recovered" for r in caplog.records))
     finally:
         runner.stop()
+
+
+class SnapshotClockedTick(TickCollector):
+    """A TickCollector sampled by the snapshot tick (as the ranks collector is)."""
+
+    clocked_by_snapshots = True
+
+
+async def test_a_collector_clocked_by_snapshots_is_sampled_once_per_snapshot_and_never_on_its_own():
+    tick = SnapshotClockedTick(0.01)  # on its own thread this would sample 5 times per snapshot
+    runner = CollectorRunner(tick)
+    agent = Agent([runner], 0.05)
+    published: list[pb.HostSnapshot] = []
+    agent.post_processors.append(published.append)
+    agent.start_collectors()
+    assert not any(t.name == "collector-tick" for t in threading.enumerate())
+    task = asyncio.create_task(agent.run())
+    try:
+        assert await asyncio.to_thread(wait_until, lambda: len(published) >= 6)
+    finally:
+        task.cancel()
+    assert [s.cpu.process_count for s in published[:6]] == [s.sequence for s in published[:6]] == [1, 2, 3, 4, 5, 6]
+    agent.stop_collectors()
+    samples = tick.samples
+    runner.collect_for_snapshot()  # stopped: no sample after close
+    assert tick.samples == samples and tick.closed
