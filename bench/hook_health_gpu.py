@@ -22,7 +22,6 @@ import json
 import os
 import pathlib
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -96,26 +95,58 @@ def driver(out: pathlib.Path) -> None:
 
 
 def compare(out: pathlib.Path, exit_code: int) -> dict:
+    """Each published interval against the program's own events for the calls that ended in it.
+
+    The GEMMs run back to back, so the program's call i ends at the burst's end minus the
+    event times of the calls after it; an interval (``timestamp - interval_seconds``,
+    ``timestamp``] is compared with the calls that ended inside it. The first call (module
+    loading) is the hook's ``first_call_seconds``, outside the rates, so it is left out here too.
+    """
     own = json.loads((out / "worker.json").read_text())
-    snapshots = [json.loads(line)["snapshot"] for line in (out / "snapshots.ndjson").read_text().splitlines()
-                 if '"event": "snapshot"' in line or '"event":"snapshot"' in line]
-    ranks = [r for s in snapshots for r in s.get("ranks", []) if r["pid"] == own["pid"]]
-    last = ranks[-1]
+    seconds = own["gemm_seconds"]
+    ends, at = [], own["burst_unix"][1]
+    for duration in reversed(seconds):
+        ends.append(at)
+        at -= duration
+    ends.reverse()
+    intervals, last = [], None
+    for line in (out / "snapshots.ndjson").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] != "snapshot":
+            continue
+        taken = int(event["snapshot"]["timestamp_unix_ns"]) / 1e9
+        for rank in event["snapshot"].get("ranks", []):
+            if rank["pid"] != own["pid"]:
+                continue
+            last = rank
+            for op in rank.get("gemm", []):
+                if op["dtype"] != "bf16" or "tflops" not in op:
+                    continue
+                since = taken - rank["interval_seconds"]
+                mine = [t for i, (t, end) in enumerate(zip(seconds, ends)) if i > 0 and since < end <= taken]
+                if not mine:
+                    continue
+                program_tflops = own["flops_per_call"] * len(mine) / sum(mine) / 1e12
+                latency = op["latency"]
+                intervals.append({
+                    "calls_program": len(mine), "tflops_ours": op["tflops"], "tflops_program": program_tflops,
+                    "tflops_diff_percent": 100 * (op["tflops"] - program_tflops) / program_tflops,
+                    "max_ours": latency.get("max_seconds"), "max_exact": latency.get("max_exact", False),
+                    "max_program": max(mine), "min_ours": latency.get("min_seconds"),
+                    "min_exact": latency.get("min_exact", False), "min_program": min(mine),
+                })
+    assert last is not None, "agentd never reported the worker"
     gemm = [op for op in last.get("gemm", []) if op["dtype"] == "bf16"]
     nccl = [op for op in last.get("nccl", []) if op["op"] == "AllReduce"]
-    own_tflops = own["flops_per_call"] / statistics.median(own["gemm_seconds"]) / 1e12
-    # intervals fully inside the burst: as many calls as the interval's length at the program's pace
-    per_s_full = 1 / statistics.mean(own["gemm_seconds"])
-    inside = [op["tflops"] for r in ranks for op in r.get("gemm", [])
-              if op["dtype"] == "bf16" and "tflops" in op and op["count_per_s"] > 0.9 * per_s_full]
     return {
         "worker_exit_code": exit_code,
         "gemm_count": {"ours": sum(int(op["count_total"]) for op in gemm), "program": own["gemm_calls"]},
         "allreduce_count": {"ours": sum(int(op["count_total"]) for op in nccl), "program": own["allreduces"]},
-        "tflops": {"program_median": own_tflops, "ours_full_intervals": inside,
-                   "diff_percent": [100 * (t - own_tflops) / own_tflops for t in inside]},
+        "first_call_seconds": {"ours": gemm[0].get("first_call_seconds") if gemm else None,
+                               "program": seconds[0]},
+        "intervals": intervals,
         "hook": last.get("hook", {}),
-        "intervals_seen": len(ranks),
+        "nccl_unavailable": last.get("unavailable", {}).get("nccl"),
     }
 
 
