@@ -384,7 +384,7 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
             out("rank_nccl_bytes_total", "counter", "Bytes moved (nccl-tests size).").add(c, coll.bytes_total)
             out("rank_nccl_algbw_bytes_per_second", "gauge", "Algorithm bandwidth over the interval.").add(
                 c, optional(coll, "algbw_bytes_per_s"))
-            out("rank_nccl_busbw_bytes_per_second", "gauge", "Bus bandwidth (nccl-tests factors) over the interval.").add(
+            out("rank_nccl_busbw_bytes_per_second", "gauge", "Bus bandwidth from NCCL kernel time (GPU timestamps, nccl-tests factors) over the interval; not call-to-call: below ~32 MiB a loop timed around the calls (nccl-tests) is lower.").add(
                 c, optional(coll, "busbw_bytes_per_s"))
             _latency(out, "rank_nccl", "collective", c, coll.latency)
 

@@ -101,7 +101,7 @@ def io_rows(snapshot: HostSnapshot) -> list[Row]:
     return rows
 
 
-RANK_COLUMNS = ("Rank", "PID", "Job", "State", "Steps", "Step time", "GEMM", "NCCL busbw",
+RANK_COLUMNS = ("Rank", "PID", "Job", "State", "Steps", "Step time", "GEMM", "busbw (kernel)",
                 "Oldest in flight", "Heartbeat")
 
 
@@ -195,7 +195,7 @@ HISTORY_SERIES: tuple[tuple[str, str, Callable[[Reading], str], float | None], .
     ("gpu_util", "GPU utilization (mean)", units.percent, 100.0),
     ("sm_active", "SM active (mean)", units.percent, 100.0),
     ("power", "GPU power (all GPUs)", units.watts, None),
-    ("busbw", "NCCL bus bandwidth (mean)", units.bytes_per_s, None),
+    ("busbw", "NCCL bus bandwidth from kernel time (mean)", units.bytes_per_s, None),
     ("step", "step time (median rank)", units.seconds, None),
 )
 """Series key, title, unit formatter, and the top of the scale (None: the series' own max)."""
