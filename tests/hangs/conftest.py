@@ -130,3 +130,12 @@ async def agent_with_two_jobs(tmp_path, parked, pyspy_binary):
     ranks += [("b", r, parked("other_job_wait").pid) for r in (0, 1)]
     async with serving(tmp_path, ranks) as address:
         yield address
+
+
+async def tuiprof_cli(*args: str) -> tuple[int, str, str]:
+    """``tuiprof ARGS…`` in a subprocess: exit status, stdout, stderr (two minutes at most)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tuiprof.cli", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(), err.decode()

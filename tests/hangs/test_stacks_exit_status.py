@@ -5,24 +5,16 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 
 from textual.widgets import Static
 
 from agentd.config import AgentConfig
 from agentd.daemon import Daemon
+from hangs.conftest import tuiprof_cli
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.sources import LiveSource
 from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.screens.stacks import StacksScreen
-
-
-async def _tuiprof(*args):
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tuiprof.cli", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    return proc.returncode, out.decode(), err.decode()
 
 
 @contextlib.asynccontextmanager
@@ -39,12 +31,12 @@ async def agent_without_ranks(tmp_path):
 
 async def test_stacks_exits_3_while_an_agent_reports_a_hang(agent_with_ranks):
     address, procs, _ = agent_with_ranks
-    code, _, err = await _tuiprof("stacks", "--json", address.target)
+    code, _, err = await tuiprof_cli("stacks", "--json", address.target)
     assert code == 0, err
     os.kill(procs[2].pid, signal.SIGSTOP)  # stopped: a suspect at once, hung after 2 s
     try:
         await asyncio.sleep(2.5)
-        code, out, err = await _tuiprof("stacks", address.target)
+        code, out, err = await tuiprof_cli("stacks", address.target)
     finally:
         os.kill(procs[2].pid, signal.SIGCONT)
     assert code == 3, out + err
@@ -54,7 +46,7 @@ async def test_stacks_exits_3_while_an_agent_reports_a_hang(agent_with_ranks):
 async def test_stacks_of_hosts_without_ranks_say_so(tmp_path):
     svg = tmp_path / "flame.svg"
     async with agent_without_ranks(tmp_path) as address:
-        code, out, err = await _tuiprof("stacks", "--svg", str(svg), address.target)
+        code, out, err = await tuiprof_cli("stacks", "--svg", str(svg), address.target)
     assert code == 0 and out == "", err
     assert err.splitlines()[-1] == ("tuiprof stacks: no ranks on these hosts: no stacks to merge "
                                     "(start the job with `tuiprof run`)")

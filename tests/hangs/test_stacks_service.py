@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import stat
-import sys
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.stacks.merge import equivalence_classes, find_suspects
 from agentd.stacks.wire import tree_from_proto
+from hangs.conftest import tuiprof_cli
 from tuiprof.client.channel import open_channel
 
 
@@ -86,18 +86,10 @@ async def test_a_stopped_rank_becomes_a_hang_incident_with_stacks(agent_with_ran
     assert len(saved) == 1 and "stuck_in_loader" in saved[0].read_text()
 
 
-async def _tuiprof(*args):
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tuiprof.cli", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    return proc.returncode, out.decode(), err.decode()
-
-
 async def test_tuiprof_stacks_json_names_the_suspect(agent_with_ranks, tmp_path):
     address, _, _ = agent_with_ranks
     svg = tmp_path / "flame.svg"
-    code, out, err = await _tuiprof("stacks", "--json", "--svg", str(svg), address.target)
+    code, out, err = await tuiprof_cli("stacks", "--json", "--svg", str(svg), address.target)
     assert code == 0, err
     doc = json.loads(out)
     assert doc["ranks"] == 4 and doc["thread"] == "MainThread"
@@ -112,12 +104,12 @@ async def test_tuiprof_stacks_json_names_the_suspect(agent_with_ranks, tmp_path)
 
 async def test_tuiprof_stacks_text_and_unreachable_host(agent_with_ranks):
     address, _, _ = agent_with_ranks
-    code, out, _ = await _tuiprof("stacks", address.target)
+    code, out, _ = await tuiprof_cli("stacks", address.target)
     assert code == 0
     assert "stuck_in_loader" in out and "not: [0-2]" in out and "Suspects:" in out
-    code, out, _ = await _tuiprof("stacks", "--folded", address.target)
+    code, out, _ = await tuiprof_cli("stacks", "--folded", address.target)
     assert any(line.startswith("MainThread;") and line.endswith(" 3") for line in out.splitlines())
-    code, out, _ = await _tuiprof("stacks", "--json", "--timeout", "5", address.target, "127.0.0.1:1")
+    code, out, _ = await tuiprof_cli("stacks", "--json", "--timeout", "5", address.target, "127.0.0.1:1")
     assert code == 1
     doc = json.loads(out)
     assert doc["hosts"][1]["error"].startswith("cannot connect")
@@ -126,22 +118,22 @@ async def test_tuiprof_stacks_text_and_unreachable_host(agent_with_ranks):
 
 async def test_tuiprof_stacks_refuses_to_mix_jobs_and_takes_the_chosen_one(agent_with_two_jobs):
     address = agent_with_two_jobs
-    code, out, err = await _tuiprof("stacks", "--json", address.target)
+    code, out, err = await tuiprof_cli("stacks", "--json", address.target)
     assert code == 2 and out == ""
     assert "these hosts run several jobs: a (4 ranks), b (2 ranks); choose one with --job ID" in err
-    code, out, err = await _tuiprof("stacks", "--json", "--job", "b", address.target)
+    code, out, err = await tuiprof_cli("stacks", "--json", "--job", "b", address.target)
     assert code == 0, err
     doc = json.loads(out)
     assert doc["ranks"] == 2 and doc["suspects"] == []
     assert [c["where"].split()[0] for c in doc["classes"]] == ["other_job_wait"]
-    code, out, err = await _tuiprof("stacks", "--json", "--job", "a", address.target)
+    code, out, err = await tuiprof_cli("stacks", "--json", "--job", "a", address.target)
     assert [s["ranks"] for s in json.loads(out)["suspects"]] == ["3"]
 
 
 async def test_the_same_rank_on_two_hosts_is_warned_about(agent_with_ranks):
     address, _, _ = agent_with_ranks
     same_agent_twice = f"localhost:{address.port}"  # the same agent under another name: its ranks twice
-    code, out, err = await _tuiprof("stacks", "--json", address.target, same_agent_twice)
+    code, out, err = await tuiprof_cli("stacks", "--json", address.target, same_agent_twice)
     assert code == 0, err
     warnings = json.loads(out)["warnings"]
     assert len(warnings) == 4

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from testkit.agents import RunningAgent, running_agent
+from testkit.ports import free_port
+from testkit.traces import trainers, wait_registered
 
 
 @pytest.fixture(scope="module")
@@ -28,3 +30,19 @@ def agent(tmp_path_factory: pytest.TempPathFactory, socket_dir: pathlib.Path) ->
     env["KINETO_IPC_SOCKET_DIR"] = str(socket_dir)
     with running_agent(tmp_path_factory.mktemp("agent"), env=env) as running:
         yield running
+
+
+@pytest.fixture
+def dynolog_served(tmp_path: pathlib.Path) -> Iterator[tuple[RunningAgent, int, int]]:
+    """(agent, its dynolog RPC port, the pid of a real PyTorch trainer polling it)."""
+    socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tpk", dir="/tmp"))
+    rpc_port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
+    env["KINETO_IPC_SOCKET_DIR"] = str(socket_dir)
+    try:
+        with running_agent(tmp_path, env=env, extra_args=["--dynolog-rpc-port", str(rpc_port)]) as agent, \
+                trainers(socket_dir, [None]) as [trainer]:
+            wait_registered(agent, trainer.pid)
+            yield agent, rpc_port, trainer.pid
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)

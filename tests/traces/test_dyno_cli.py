@@ -14,13 +14,10 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from testkit.agents import RunningAgent, running_agent
-from testkit.ports import free_port
-from testkit.traces import as_user, hostile_user, trainers, wait_registered
+from testkit.traces import as_user, hostile_user
 
 DEBIAN_CRATES = pathlib.Path("/usr/share/cargo/registry")
 CRATES = ("clap-3", "serde_json-", "anyhow-")
@@ -64,22 +61,6 @@ def dyno(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return TARGET_DIR / "release" / "dyno"
 
 
-@pytest.fixture
-def served(tmp_path: pathlib.Path) -> Iterator[tuple[RunningAgent, int, int]]:
-    """(agent, its dynolog RPC port, the pid of a real PyTorch trainer polling it)."""
-    socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tpk", dir="/tmp"))
-    rpc_port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
-    env["KINETO_IPC_SOCKET_DIR"] = str(socket_dir)
-    try:
-        with running_agent(tmp_path, env=env, extra_args=["--dynolog-rpc-port", str(rpc_port)]) as agent, \
-                trainers(socket_dir, [None]) as [trainer]:
-            wait_registered(agent, trainer.pid)
-            yield agent, rpc_port, trainer.pid
-    finally:
-        shutil.rmtree(socket_dir, ignore_errors=True)
-
-
 def run(binary: pathlib.Path, port: int, *args: str, user: tuple[int, int] | None = None) -> str:
     """dyno's stdout (default --hostname localhost: ::1 first on Debian); it must exit 0."""
     command = [str(binary), "--port", str(port), *args]
@@ -97,8 +78,8 @@ def wait_for_trace(path: pathlib.Path) -> dict:
 
 
 @pytest.mark.slow
-def test_dyno_status_version_dcgm_and_gputrace_by_duration_and_iterations_with_stacks(dyno, served):
-    agent, port, pid = served
+def test_dyno_status_version_dcgm_and_gputrace_by_duration_and_iterations_with_stacks(dyno, dynolog_served):
+    agent, port, pid = dynolog_served
     assert 'response = {"status":1}' in run(dyno, port, "status")
     assert 'response = {"version":"tuiprof-agentd' in run(dyno, port, "version")
     assert 'response = {"status":false}' in run(dyno, port, "dcgm-pause", "--duration-s", "5")
@@ -121,9 +102,9 @@ def test_dyno_status_version_dcgm_and_gputrace_by_duration_and_iterations_with_s
 
 
 @pytest.mark.slow
-def test_a_second_local_users_dyno_cannot_trace_roots_process(dyno, served):
+def test_a_second_local_users_dyno_cannot_trace_roots_process(dyno, dynolog_served):
     user = hostile_user()
-    agent, port, pid = served
+    agent, port, pid = dynolog_served
     out = run(dyno, port, "gputrace", "--log-file", str(agent.trace_dir / str(user[0]) / "x.json"),
               "--pids", str(pid), user=user)
     assert '"activityProfilersTriggered":[]' in out and '"processesMatched":[]' in out

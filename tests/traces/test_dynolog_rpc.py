@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import socket
 import struct
-import tempfile
 import time
 import asyncio
 
@@ -18,9 +16,6 @@ import pytest
 
 from agentd.kineto.registry import Registry
 from agentd.kineto.rpc import DynologRpc, client_config
-from testkit.agents import running_agent
-from testkit.ports import free_port
-from testkit.traces import trainers, wait_registered
 
 
 def call(port: int, request: dict | bytes, host: str = "127.0.0.1") -> dict | None:
@@ -39,43 +34,34 @@ def call(port: int, request: dict | bytes, host: str = "127.0.0.1") -> dict | No
 
 
 @pytest.mark.slow
-def test_dyno_style_on_demand_request_traces_a_real_trainer_into_the_trace_dir(tmp_path):
-    socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tpk", dir="/tmp"))
-    rpc_port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
-    env["KINETO_IPC_SOCKET_DIR"] = str(socket_dir)
-    try:
-        with running_agent(tmp_path, env=env, extra_args=["--dynolog-rpc-port", str(rpc_port)]) as agent, \
-                trainers(socket_dir, [None]) as [trainer]:
-            wait_registered(agent, trainer.pid)
-            assert call(rpc_port, {"fn": "getStatus"}) == {"status": 1}
-            assert call(rpc_port, {"fn": "getVersion"})["version"].startswith("tuiprof-agentd")
-            assert call(rpc_port, {"fn": "noSuchFn"}) is None
-            assert call(rpc_port, b"not json") is None
-            start = int(time.time() * 1000) + 4000
-            config = "\n".join([f"PROFILE_START_TIME={start}", "ACTIVITIES_DURATION_MSECS=500",
-                                "ACTIVITIES_WARMUP_PERIOD_SECS=1", "PROFILE_REPORT_INPUT_SHAPES=false"])
-            outside = call(rpc_port, {"fn": "setKinetOnDemandRequest", "job_id": 0, "pids": [trainer.pid],
-                                      "config": "ACTIVITIES_LOG_FILE=/etc/tuiprof-should-not-exist.json\n" + config})
-            assert outside is not None and "outside the trace folder of uid 0" in outside["refused"]
-            reply = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": config, "job_id": 0,
-                                    "pids": [trainer.pid], "process_limit": 3})
-            assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [trainer.pid],
-                             "eventProfilersBusy": 0, "eventProfilersTriggered": [],
-                             "processesMatched": [trainer.pid]}
-            deadline = time.monotonic() + 60
-            written: list[pathlib.Path] = []
-            while not written and time.monotonic() < deadline:
-                written = list(agent.trace_dir.glob(f"0/dyno-*-pid{trainer.pid}_{trainer.pid}.pt.trace.json"))
-                time.sleep(0.2)
-            assert written, f"no trace under {agent.trace_dir}: {list(agent.trace_dir.rglob('*'))}"
-            trace = json.loads(written[0].read_text())
-            assert any(e.get("name") == "aten::mm" for e in trace["traceEvents"])
-            assert not pathlib.Path("/etc/tuiprof-should-not-exist.json").exists()
-            none = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": "", "job_id": 0, "pids": [999999]})
-            assert none["processesMatched"] == [] and none["activityProfilersTriggered"] == []
-    finally:
-        shutil.rmtree(socket_dir, ignore_errors=True)
+def test_dyno_style_on_demand_request_traces_a_real_trainer_into_the_trace_dir(dynolog_served):
+    agent, rpc_port, pid = dynolog_served
+    assert call(rpc_port, {"fn": "getStatus"}) == {"status": 1}
+    assert call(rpc_port, {"fn": "getVersion"})["version"].startswith("tuiprof-agentd")
+    assert call(rpc_port, {"fn": "noSuchFn"}) is None
+    assert call(rpc_port, b"not json") is None
+    start = int(time.time() * 1000) + 4000
+    config = "\n".join([f"PROFILE_START_TIME={start}", "ACTIVITIES_DURATION_MSECS=500",
+                        "ACTIVITIES_WARMUP_PERIOD_SECS=1", "PROFILE_REPORT_INPUT_SHAPES=false"])
+    outside = call(rpc_port, {"fn": "setKinetOnDemandRequest", "job_id": 0, "pids": [pid],
+                              "config": "ACTIVITIES_LOG_FILE=/etc/tuiprof-should-not-exist.json\n" + config})
+    assert outside is not None and "outside the trace folder of uid 0" in outside["refused"]
+    reply = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": config, "job_id": 0,
+                            "pids": [pid], "process_limit": 3})
+    assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [pid],
+                     "eventProfilersBusy": 0, "eventProfilersTriggered": [],
+                     "processesMatched": [pid]}
+    deadline = time.monotonic() + 60
+    written: list[pathlib.Path] = []
+    while not written and time.monotonic() < deadline:
+        written = list(agent.trace_dir.glob(f"0/dyno-*-pid{pid}_{pid}.pt.trace.json"))
+        time.sleep(0.2)
+    assert written, f"no trace under {agent.trace_dir}: {list(agent.trace_dir.rglob('*'))}"
+    trace = json.loads(written[0].read_text())
+    assert any(e.get("name") == "aten::mm" for e in trace["traceEvents"])
+    assert not pathlib.Path("/etc/tuiprof-should-not-exist.json").exists()
+    none = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": "", "job_id": 0, "pids": [999999]})
+    assert none["processesMatched"] == [] and none["activityProfilersTriggered"] == []
 
 
 DYNO_DATA = pathlib.Path(__file__).parent / "data" / "dyno"
