@@ -135,20 +135,30 @@ def _agent(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
     )
 
 
-_CPU_MODES = (("user", "user_percent"), ("system", "system_percent"), ("idle", "idle_percent"), ("iowait", "iowait_percent"))
+_CORE_MODES = ("user", "system", "idle", "iowait")
+_CPU_MODES = (*_CORE_MODES, "nice", "irq", "softirq", "steal", "guest", "guest_nice")
 
 
 def _cpu(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
     if not snapshot.HasField("cpu"):
         return
     cpu = snapshot.cpu
-    total = out("cpu_usage_ratio", "gauge", "Share of all CPUs' time per mode over the last interval.")
-    for mode, field in _CPU_MODES:
-        total.add({**host, "mode": mode}, optional(cpu, field, 0.01))
+    total = out("cpu_usage_ratio", "gauge",
+                "Share of all CPUs' time per mode over the last interval (guest modes are inside user and nice).")
+    for mode in _CPU_MODES:
+        total.add({**host, "mode": mode}, optional(cpu, f"{mode}_percent", 0.01))
+    if cpu.HasField("seconds_total"):
+        seconds = out("cpu_seconds_total", "counter",
+                      "All CPUs' time per mode since boot (guest modes are inside user and nice).")
+        for mode in _CPU_MODES:
+            seconds.add({**host, "mode": mode}, getattr(cpu.seconds_total, mode))
     per_core = out("cpu_core_usage_ratio", "gauge", "Share of one CPU's time per mode over the last interval.")
     for core in cpu.cores:
-        for mode, field in _CPU_MODES:
-            per_core.add({**host, "cpu": str(core.cpu), "mode": mode}, optional(core, field, 0.01))
+        for mode in _CORE_MODES:
+            per_core.add({**host, "cpu": str(core.cpu), "mode": mode}, optional(core, f"{mode}_percent", 0.01))
+    out("uptime_seconds", "gauge", "Time since the host booted.").add(host, optional(cpu, "uptime_seconds"))
+    out("interrupts_total", "counter", "Hardware interrupts since boot, all CPUs.").add(host, optional(cpu, "interrupts_total"))
+    out("softirqs_total", "counter", "Softirqs since boot, all CPUs.").add(host, optional(cpu, "softirqs_total"))
     for period in ("1", "5", "15"):
         out(f"load{period}", "gauge", f"Load average over {period} minute(s).").add(host, optional(cpu, f"load{period}"))
     out("processes", "gauge", "Number of processes.").add(host, optional(cpu, "process_count"))
@@ -176,6 +186,8 @@ def _network(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host:
         ("network_transmit_errors_total", "tx_errors_total", "Transmit errors."),
         ("network_receive_drops_total", "rx_drops_total", "Received packets dropped."),
         ("network_transmit_drops_total", "tx_drops_total", "Outgoing packets dropped."),
+        ("network_receive_packets_total", "rx_packets_total", "Packets received."),
+        ("network_transmit_packets_total", "tx_packets_total", "Packets sent."),
     )
     for nic in snapshot.nics:
         for name, field, help in counters:

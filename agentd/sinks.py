@@ -4,15 +4,21 @@ dynolog's JSON logger prints ``time = ... data = {...}`` with floats as strings;
 here every line is a complete JSON object with real numbers, so ``jq`` and log
 shippers read it directly. Names follow dynolog where it has one:
 
-- CPU percent 0-100: ``cpu_u``, ``cpu_s``, ``cpu_i``, ``cpu_w`` (iowait), ``cpu_util``.
+- CPU percent 0-100: ``cpu_u``, ``cpu_s``, ``cpu_i``, ``cpu_w`` (iowait), ``cpu_util``,
+  ``cpu_guest``, ``cpu_guest_nice``; ``uptime`` in seconds.
+- CPU time per mode over ``interval_s`` in ms, all CPUs: ``cpu_u_ms`` (user), ``cpu_s_ms``
+  (system), ``cpu_n_ms`` (nice), ``cpu_w_ms`` (iowait), ``cpu_x_ms`` (irq), ``cpu_y_ms``
+  (softirq), ``cpu_z_ms`` (steal), ``cpu_guest_ms``, ``cpu_guest_nice_ms``.
 - Per NIC, deltas over ``interval_s`` like dynolog's: ``rx_bytes.<nic>``,
-  ``tx_bytes.<nic>``, ``rx_errors.<nic>``, ``tx_errors.<nic>``, ``rx_drops.<nic>``, ``tx_drops.<nic>``.
+  ``tx_bytes.<nic>``, ``rx_packets.<nic>``, ``tx_packets.<nic>``, ``rx_errors.<nic>``,
+  ``tx_errors.<nic>``, ``rx_drops.<nic>``, ``tx_drops.<nic>``.
 - PMU: ``mips``, ``mega_cycles_per_second`` (per-interval rates, where dynolog's are since start).
 - Per GPU, suffix ``.<index>``, DCGM-field names as dynolog logs them:
   ``gpu_frequency_mhz``, ``gpu_power_draw``, ``gpu_device_utilization``,
   ``gpu_memory_utilization``, ``sm_active_ratio`` ... (ratios 0-1),
   ``pcie_tx_bytes``/``nvlink_rx_bytes`` ... (bytes per second, as DCGM reports them).
-- Beyond dynolog: ``load1/5/15``, ``processes``, ``mem_*``/``swap_*`` bytes, per disk
+- Beyond dynolog: ``cpu_n``/``cpu_x``/``cpu_y``/``cpu_z`` percent (nice, irq, softirq, steal),
+  ``interrupts``/``softirqs`` deltas, ``load1/5/15``, ``processes``, ``mem_*``/``swap_*`` bytes, per disk
   ``read_bytes.<disk>``/``write_bytes.<disk>`` deltas and ``read_iops.<disk>``/``write_iops.<disk>``.
 
 A value that could not be read is left out (never written as 0); the
@@ -47,7 +53,15 @@ ROTATE_BYTES = 64 * 1024 * 1024
 _CPU = (("user_percent", "cpu_u", 1.0), ("system_percent", "cpu_s", 1.0),
         ("idle_percent", "cpu_i", 1.0), ("iowait_percent", "cpu_w", 1.0),
         ("load1", "load1", 1.0), ("load5", "load5", 1.0), ("load15", "load15", 1.0),
-        ("process_count", "processes", None))
+        ("process_count", "processes", None), ("uptime_seconds", "uptime", 1.0),
+        ("guest_percent", "cpu_guest", 1.0), ("guest_nice_percent", "cpu_guest_nice", 1.0),
+        ("nice_percent", "cpu_n", 1.0), ("irq_percent", "cpu_x", 1.0),
+        ("softirq_percent", "cpu_y", 1.0), ("steal_percent", "cpu_z", 1.0))
+# (CpuModeSeconds field, dynolog's name of its delta in milliseconds)
+_CPU_MS = (("user", "cpu_u_ms"), ("system", "cpu_s_ms"), ("nice", "cpu_n_ms"), ("iowait", "cpu_w_ms"),
+           ("irq", "cpu_x_ms"), ("softirq", "cpu_y_ms"), ("steal", "cpu_z_ms"),
+           ("guest", "cpu_guest_ms"), ("guest_nice", "cpu_guest_nice_ms"))
+_CPU_COUNTS = (("interrupts_total", "interrupts"), ("softirqs_total", "softirqs"))
 _MEMORY = (("total_bytes", "mem_total", None), ("used_bytes", "mem_used", None),
            ("available_bytes", "mem_available", None), ("swap_total_bytes", "swap_total", None),
            ("swap_used_bytes", "swap_used", None))
@@ -69,6 +83,7 @@ _GPU = (("utilization_percent", "gpu_device_utilization", 1.0),
         ("nvlink_tx_bytes_per_s", "nvlink_tx_bytes", 1.0),
         ("nvlink_rx_bytes_per_s", "nvlink_rx_bytes", 1.0))
 _NIC_TOTALS = (("rx_bytes_total", "rx_bytes"), ("tx_bytes_total", "tx_bytes"),
+               ("rx_packets_total", "rx_packets"), ("tx_packets_total", "tx_packets"),
                ("rx_errors_total", "rx_errors"), ("tx_errors_total", "tx_errors"),
                ("rx_drops_total", "rx_drops"), ("tx_drops_total", "tx_drops"))
 _DISK_TOTALS = (("read_bytes_total", "read_bytes"), ("write_bytes_total", "write_bytes"))
@@ -99,6 +114,18 @@ def _deltas(record: dict[str, Any], current: Iterable[Any], previous: Iterable[A
                     record[f"{name}.{item.name}"] = increase
 
 
+def _cpu_deltas(record: dict[str, Any], current: pb.CpuStats, previous: pb.CpuStats) -> None:
+    """CPU time per mode (ms) and interrupt counts since the previous record; none after a reset."""
+    if current.HasField("seconds_total") and previous.HasField("seconds_total"):
+        for mode, name in _CPU_MS:
+            increase = getattr(current.seconds_total, mode) - getattr(previous.seconds_total, mode)
+            if increase >= 0:
+                record[name] = round(increase * 1000.0, 3)
+    for field, name in _CPU_COUNTS:
+        if current.HasField(field) and previous.HasField(field) and getattr(current, field) >= getattr(previous, field):
+            record[name] = getattr(current, field) - getattr(previous, field)
+
+
 def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) -> dict[str, Any]:
     """One sink line for ``snapshot``; counter deltas need the ``previous`` line's snapshot."""
     record: dict[str, Any] = {
@@ -118,6 +145,7 @@ def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) 
         _copy(record, disk, _DISK_RATES, f".{disk.name}")
     if previous is not None:
         record["interval_s"] = (snapshot.timestamp_unix_ns - previous.timestamp_unix_ns) / 1e9
+        _cpu_deltas(record, snapshot.cpu, previous.cpu)
         _deltas(record, snapshot.nics, previous.nics, _NIC_TOTALS)
         _deltas(record, snapshot.disks, previous.disks, _DISK_TOTALS)
     for gpu in snapshot.gpus:

@@ -1,4 +1,4 @@
-"""Host metrics from psutil: CPU, load, memory, NICs, disks, process count.
+"""Host metrics from psutil and /proc: CPU, load, uptime, interrupts, memory, NICs, disks.
 
 Rates (CPU percentages, bytes/s, IOPS) are deltas between two consecutive
 samples divided by the time between them. The first sample of anything (the
@@ -41,14 +41,16 @@ class CpuTimes(NamedTuple):
     irq: float
     softirq: float
     steal: float
+    guest: float
+    guest_nice: float
 
     @classmethod
     def from_psutil(cls, times: object) -> CpuTimes:
         return cls(*(float(getattr(times, field, 0.0)) for field in cls._fields))
 
     def total(self) -> float:
-        """All time; guest time is already inside user/nice on Linux."""
-        return sum(self)
+        """All time; guest time is already inside user/nice on Linux, so it is not added again."""
+        return sum(self) - self.guest - self.guest_nice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,12 @@ class CpuShares:
     system_percent: float
     idle_percent: float
     iowait_percent: float
+    nice_percent: float
+    irq_percent: float
+    softirq_percent: float
+    steal_percent: float
+    guest_percent: float
+    guest_nice_percent: float
 
 
 def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | Unavailable:
@@ -73,7 +81,7 @@ def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | Unavailable
         delta = getattr(current, field) - getattr(previous, field)
         return min(100.0, max(0.0, 100.0 * delta / elapsed))
 
-    return CpuShares(share("user"), share("system"), share("idle"), share("iowait"))
+    return CpuShares(**{f"{mode}_percent": share(mode) for mode in CpuTimes._fields})
 
 
 def _counter(reading: snetio | sdiskio | None, field: str) -> int | None:
@@ -81,15 +89,38 @@ def _counter(reading: snetio | sdiskio | None, field: str) -> int | None:
     return None if reading is None else getattr(reading, field)
 
 
-_SHARE_FIELDS = ("user_percent", "system_percent", "idle_percent", "iowait_percent")
+# Per core only the four main modes are kept (the snapshot has one entry per core).
+_CORE_SHARE_FIELDS = ("user_percent", "system_percent", "idle_percent", "iowait_percent")
+_ALL_SHARE_FIELDS = tuple(f"{mode}_percent" for mode in CpuTimes._fields)
 
 
-def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats, shares: CpuShares | Unavailable) -> None:
+def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats, shares: CpuShares | Unavailable,
+                 fields: tuple[str, ...]) -> None:
     if isinstance(shares, Unavailable):
-        put_unavailable(message, _SHARE_FIELDS, shares.reason)
+        put_unavailable(message, fields, shares.reason)
         return
-    for field in _SHARE_FIELDS:
+    for field in fields:
         setattr(message, field, getattr(shares, field))
+
+
+def read_uptime(path: str = "/proc/uptime") -> float | Unavailable:
+    """Seconds since boot (the first number of /proc/uptime)."""
+    try:
+        with open(path, encoding="ascii") as file:
+            return float(file.read().split()[0])
+    except (OSError, ValueError, IndexError) as exc:
+        return Unavailable(f"cannot read {path}: {exc}")
+
+
+def read_interrupt_counts(path: str = "/proc/stat") -> dict[str, int] | Unavailable:
+    """The totals of the ``intr`` and ``softirq`` lines of /proc/stat (their first number)."""
+    try:
+        with open(path, encoding="ascii") as file:
+            counts = {words[0]: int(words[1]) for words in (line.split() for line in file)
+                      if len(words) > 1 and words[0] in ("intr", "softirq")}
+    except (OSError, ValueError) as exc:
+        return Unavailable(f"cannot read {path}: {exc}")
+    return counts
 
 
 class _Raw(NamedTuple):
@@ -167,17 +198,25 @@ class HostCollector(Collector):
     def _cpu_stats(previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
         cpu = pb.CpuStats()
         if previous is None:
-            _fill_shares(cpu, Unavailable(FIRST_SAMPLE))
+            _fill_shares(cpu, Unavailable(FIRST_SAMPLE), _ALL_SHARE_FIELDS)
         else:
-            _fill_shares(cpu, cpu_shares(previous.cpu_total, raw.cpu_total))
+            _fill_shares(cpu, cpu_shares(previous.cpu_total, raw.cpu_total), _ALL_SHARE_FIELDS)
         for index, times in enumerate(raw.cpu_cores):
             core = cpu.cores.add(cpu=index)
             if previous is None or index >= len(previous.cpu_cores):
-                _fill_shares(core, Unavailable(FIRST_SAMPLE))
+                _fill_shares(core, Unavailable(FIRST_SAMPLE), _CORE_SHARE_FIELDS)
             else:
-                _fill_shares(core, cpu_shares(previous.cpu_cores[index], times))
+                _fill_shares(core, cpu_shares(previous.cpu_cores[index], times), _CORE_SHARE_FIELDS)
+        cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**raw.cpu_total._asdict()))
         cpu.load1, cpu.load5, cpu.load15 = psutil.getloadavg()
         cpu.process_count = len(psutil.pids())
+        put(cpu, "uptime_seconds", read_uptime())
+        counts = read_interrupt_counts()
+        for field, line in (("interrupts_total", "intr"), ("softirqs_total", "softirq")):
+            if isinstance(counts, Unavailable):
+                put(cpu, field, counts)
+            else:
+                put(cpu, field, counts.get(line, Unavailable(f"/proc/stat has no {line} line")))
         return cpu
 
     @staticmethod
@@ -206,6 +245,8 @@ class HostCollector(Collector):
                 tx_errors_total=now.errout,
                 rx_drops_total=now.dropin,
                 tx_drops_total=now.dropout,
+                rx_packets_total=now.packets_recv,
+                tx_packets_total=now.packets_sent,
             )
             for field, counter in (("rx_bytes_per_s", "bytes_recv"), ("tx_bytes_per_s", "bytes_sent")):
                 put(nic, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))

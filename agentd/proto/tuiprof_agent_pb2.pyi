@@ -141,7 +141,7 @@ class CpuCoreStats(_message.Message):
     def __init__(self, cpu: _Optional[int] = ..., user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CpuStats(_message.Message):
-    __slots__ = ("user_percent", "system_percent", "idle_percent", "iowait_percent", "load1", "load5", "load15", "process_count", "cores", "unavailable")
+    __slots__ = ("user_percent", "system_percent", "idle_percent", "iowait_percent", "load1", "load5", "load15", "process_count", "cores", "nice_percent", "irq_percent", "softirq_percent", "steal_percent", "guest_percent", "guest_nice_percent", "uptime_seconds", "seconds_total", "interrupts_total", "softirqs_total", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +158,16 @@ class CpuStats(_message.Message):
     LOAD15_FIELD_NUMBER: _ClassVar[int]
     PROCESS_COUNT_FIELD_NUMBER: _ClassVar[int]
     CORES_FIELD_NUMBER: _ClassVar[int]
+    NICE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    IRQ_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SOFTIRQ_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    STEAL_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    GUEST_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    GUEST_NICE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SOFTIRQS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     user_percent: float
     system_percent: float
@@ -168,8 +178,42 @@ class CpuStats(_message.Message):
     load15: float
     process_count: int
     cores: _containers.RepeatedCompositeFieldContainer[CpuCoreStats]
+    nice_percent: float
+    irq_percent: float
+    softirq_percent: float
+    steal_percent: float
+    guest_percent: float
+    guest_nice_percent: float
+    uptime_seconds: float
+    seconds_total: CpuModeSeconds
+    interrupts_total: int
+    softirqs_total: int
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., load15: _Optional[float] = ..., process_count: _Optional[int] = ..., cores: _Optional[_Iterable[_Union[CpuCoreStats, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., load15: _Optional[float] = ..., process_count: _Optional[int] = ..., cores: _Optional[_Iterable[_Union[CpuCoreStats, _Mapping]]] = ..., nice_percent: _Optional[float] = ..., irq_percent: _Optional[float] = ..., softirq_percent: _Optional[float] = ..., steal_percent: _Optional[float] = ..., guest_percent: _Optional[float] = ..., guest_nice_percent: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., seconds_total: _Optional[_Union[CpuModeSeconds, _Mapping]] = ..., interrupts_total: _Optional[int] = ..., softirqs_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CpuModeSeconds(_message.Message):
+    __slots__ = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    NICE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
+    IOWAIT_FIELD_NUMBER: _ClassVar[int]
+    IRQ_FIELD_NUMBER: _ClassVar[int]
+    SOFTIRQ_FIELD_NUMBER: _ClassVar[int]
+    STEAL_FIELD_NUMBER: _ClassVar[int]
+    GUEST_FIELD_NUMBER: _ClassVar[int]
+    GUEST_NICE_FIELD_NUMBER: _ClassVar[int]
+    user: float
+    nice: float
+    system: float
+    idle: float
+    iowait: float
+    irq: float
+    softirq: float
+    steal: float
+    guest: float
+    guest_nice: float
+    def __init__(self, user: _Optional[float] = ..., nice: _Optional[float] = ..., system: _Optional[float] = ..., idle: _Optional[float] = ..., iowait: _Optional[float] = ..., irq: _Optional[float] = ..., softirq: _Optional[float] = ..., steal: _Optional[float] = ..., guest: _Optional[float] = ..., guest_nice: _Optional[float] = ...) -> None: ...
 
 class MemoryStats(_message.Message):
     __slots__ = ("total_bytes", "used_bytes", "available_bytes", "swap_total_bytes", "swap_used_bytes", "unavailable")
@@ -195,7 +239,7 @@ class MemoryStats(_message.Message):
     def __init__(self, total_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., available_bytes: _Optional[int] = ..., swap_total_bytes: _Optional[int] = ..., swap_used_bytes: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class NicStats(_message.Message):
-    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total", "rx_errors_total", "tx_errors_total", "rx_drops_total", "tx_drops_total", "unavailable")
+    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total", "rx_errors_total", "tx_errors_total", "rx_drops_total", "tx_drops_total", "rx_packets_total", "tx_packets_total", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +256,8 @@ class NicStats(_message.Message):
     TX_ERRORS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RX_DROPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     TX_DROPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     rx_bytes_per_s: float
@@ -222,8 +268,10 @@ class NicStats(_message.Message):
     tx_errors_total: int
     rx_drops_total: int
     tx_drops_total: int
+    rx_packets_total: int
+    tx_packets_total: int
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_errors_total: _Optional[int] = ..., tx_errors_total: _Optional[int] = ..., rx_drops_total: _Optional[int] = ..., tx_drops_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_errors_total: _Optional[int] = ..., tx_errors_total: _Optional[int] = ..., rx_drops_total: _Optional[int] = ..., tx_drops_total: _Optional[int] = ..., rx_packets_total: _Optional[int] = ..., tx_packets_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DiskStats(_message.Message):
     __slots__ = ("name", "read_bytes_per_s", "write_bytes_per_s", "read_iops", "write_iops", "read_bytes_total", "write_bytes_total", "busy_seconds_total", "busy_percent", "reads_total", "writes_total", "unavailable")

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from agentd.collectors.host import CpuTimes, HostCollector, cpu_shares
+from agentd.collectors.host import CpuTimes, HostCollector, cpu_shares, read_interrupt_counts, read_uptime
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -39,7 +39,8 @@ def test_first_sample_has_totals_and_says_rates_are_unavailable() -> None:
     snapshot = snapshot_of(collector)
     cpu = snapshot.cpu
     assert not cpu.HasField("user_percent")
-    assert dict(cpu.unavailable) == {f: FIRST_SAMPLE for f in ("user_percent", "system_percent", "idle_percent", "iowait_percent")}
+    modes = ("user", "system", "idle", "iowait", "nice", "irq", "softirq", "steal", "guest", "guest_nice")
+    assert dict(cpu.unavailable) == {f"{mode}_percent": FIRST_SAMPLE for mode in modes}
     assert len(cpu.cores) == psutil.cpu_count()
     assert all(core.unavailable["idle_percent"] == FIRST_SAMPLE for core in cpu.cores)
     assert cpu.load1 == pytest.approx(os.getloadavg()[0], abs=0.5)
@@ -146,8 +147,60 @@ def test_partitions_and_loop_devices_are_not_reported() -> None:
 
 
 def test_cpu_shares_of_two_readings() -> None:
-    before = CpuTimes(user=10, nice=0, system=5, idle=80, iowait=5, irq=0, softirq=0, steal=0)
-    after = CpuTimes(user=40, nice=0, system=15, idle=130, iowait=15, irq=0, softirq=0, steal=0)
-    shares = cpu_shares(before, after)
-    assert (shares.user_percent, shares.system_percent, shares.idle_percent, shares.iowait_percent) == (30.0, 10.0, 50.0, 10.0)
+    before = CpuTimes(user=10, nice=0, system=5, idle=80, iowait=5, irq=0, softirq=0, steal=0, guest=0, guest_nice=0)
+    after = CpuTimes(user=40, nice=0, system=15, idle=124, iowait=15, irq=2, softirq=2, steal=2, guest=20, guest_nice=0)
+    shares = cpu_shares(before, after)  # 100 s elapsed: guest is inside user, so not added to the total
+    assert (shares.user_percent, shares.system_percent, shares.idle_percent, shares.iowait_percent) == (30.0, 10.0, 44.0, 10.0)
+    assert (shares.irq_percent, shares.softirq_percent, shares.steal_percent, shares.guest_percent) == (2.0, 2.0, 2.0, 20.0)
     assert cpu_shares(after, before) == Unavailable(COUNTER_RESET)
+
+
+def proc_stat() -> dict[str, list[int]]:
+    """/proc/stat read here, independently of psutil and of the collector's parser."""
+    return {line.split()[0]: [int(word) for word in line.split()[1:]]
+            for line in pathlib.Path("/proc/stat").read_text().splitlines()}
+
+
+def test_uptime_mode_seconds_and_interrupt_counts_match_proc() -> None:
+    user_hz = os.sysconf("SC_CLK_TCK")
+    before = proc_stat()
+    uptime_before = float(pathlib.Path("/proc/uptime").read_text().split()[0])
+    collector = HostCollector(1.0)
+    collector.collect()
+    after = proc_stat()
+    uptime_after = float(pathlib.Path("/proc/uptime").read_text().split()[0])
+    cpu = snapshot_of(collector).cpu
+    assert uptime_before <= cpu.uptime_seconds <= uptime_after
+    assert before["intr"][0] <= cpu.interrupts_total <= after["intr"][0]
+    assert before["softirq"][0] <= cpu.softirqs_total <= after["softirq"][0]
+    # /proc/stat "cpu" columns: user nice system idle iowait irq softirq steal guest guest_nice, in ticks
+    modes = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+    for column, mode in enumerate(modes):
+        low, high = before["cpu"][column] / user_hz, after["cpu"][column] / user_hz
+        assert low - 0.01 <= getattr(cpu.seconds_total, mode) <= high + 0.01, mode
+
+
+def test_packet_counters_count_udp_datagrams_on_loopback() -> None:
+    collector = HostCollector(1.0)
+    collector.collect()
+    before = nic(snapshot_of(collector), "lo")
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    with receiver, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        for _ in range(200):
+            sender.sendto(b"x", receiver.getsockname())
+    collector.collect()
+    after = nic(snapshot_of(collector), "lo")
+    # Every datagram crosses lo once each way; other loopback traffic may add more.
+    assert after.rx_packets_total - before.rx_packets_total >= 200
+    assert after.tx_packets_total - before.tx_packets_total >= 200
+
+
+def test_unreadable_proc_files_give_reasons(tmp_path: pathlib.Path) -> None:
+    missing = str(tmp_path / "missing")
+    uptime = read_uptime(missing)
+    assert isinstance(uptime, Unavailable) and uptime.reason.startswith(f"cannot read {missing}")
+    assert isinstance(read_interrupt_counts(missing), Unavailable)
+    stat = tmp_path / "stat"
+    stat.write_text("cpu 1 2 3 4\nintr 77 1 2\n")
+    assert read_interrupt_counts(str(stat)) == {"intr": 77}

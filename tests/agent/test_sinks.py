@@ -17,8 +17,11 @@ def snapshot(sequence: int, at_s: float, lo_rx: int) -> pb.HostSnapshot:
     snap = pb.HostSnapshot(hostname="node1", sequence=sequence, timestamp_unix_ns=int(at_s * 1e9))
     snap.cpu.user_percent, snap.cpu.system_percent, snap.cpu.idle_percent = 12.5, 2.5, 80.0
     snap.cpu.unavailable["iowait_percent"] = "not reported by this kernel"
+    snap.cpu.uptime_seconds, snap.cpu.guest_percent, snap.cpu.steal_percent = at_s, 1.5, 0.5
+    snap.cpu.seconds_total.user, snap.cpu.seconds_total.steal = 10.0 * at_s, 0.25 * at_s
+    snap.cpu.interrupts_total = lo_rx * 2
     snap.memory.total_bytes = 8 << 30
-    snap.nics.add(name="lo", rx_bytes_total=lo_rx, tx_bytes_total=lo_rx)
+    snap.nics.add(name="lo", rx_bytes_total=lo_rx, tx_bytes_total=lo_rx, rx_packets_total=lo_rx // 100)
     snap.nics.add(name=f"new{sequence}", rx_bytes_total=5)
     gpu = snap.gpus.add(index=1, name="H200", uuid="GPU-1", sm_clock_hz=1.98e9, power_watts=350.0,
                         sm_active_percent=50.0, nvlink_rx_bytes_per_s=1e9)
@@ -39,6 +42,10 @@ def test_record_uses_dynolog_names_and_leaves_unreadable_values_out():
     assert record["rx_bytes.lo"] == 3000 and record["tx_bytes.lo"] == 3000  # per-interval deltas
     assert "rx_bytes.new2" not in record  # a device without a previous value has no delta
     assert record["interval_s"] == 1.0
+    assert record["uptime"] == 101.0 and record["cpu_guest"] == 1.5 and record["cpu_z"] == 0.5
+    assert record["cpu_u_ms"] == 10000.0 and record["cpu_z_ms"] == 250.0 and record["cpu_x_ms"] == 0.0
+    assert record["interrupts"] == 6000 and record["rx_packets.lo"] == 30
+    assert "tx_packets.lo" not in record and "softirqs" not in record  # never read: no delta, not 0
     assert record["mips"] == 1234.0
     assert record["gpu_name.1"] == "H200" and record["gpu_uuid.1"] == "GPU-1"
     assert record["gpu_frequency_mhz.1"] == 1980.0 and record["gpu_power_draw.1"] == 350.0
@@ -51,7 +58,8 @@ def test_record_uses_dynolog_names_and_leaves_unreadable_values_out():
 def test_first_record_and_counter_resets_have_no_deltas():
     assert not any(key.startswith("rx_bytes") for key in dynolog_record(snapshot(1, 1.0, 10), None))
     reset = dynolog_record(snapshot(2, 2.0, 5), snapshot(1, 1.0, 10))
-    assert "rx_bytes.lo" not in reset
+    assert "rx_bytes.lo" not in reset and "interrupts" not in reset
+    assert "cpu_u_ms" not in dynolog_record(snapshot(2, 1.0, 10), snapshot(1, 2.0, 10))  # CPU time went back
 
 
 def test_agent_writes_one_json_object_per_interval(tmp_path):
@@ -69,7 +77,10 @@ def test_agent_writes_one_json_object_per_interval(tmp_path):
     assert 0 <= later["cpu_u"] <= 100 and 0 <= later["cpu_i"] <= 100
     assert later["mem_total"] == psutil.virtual_memory().total
     assert 0.1 < later["interval_s"] < 0.5
-    assert "rx_bytes.lo" in later and later["rx_bytes.lo"] >= 0
+    assert "rx_bytes.lo" in later and later["rx_bytes.lo"] >= 0 and later["rx_packets.lo"] >= 0
+    assert later["uptime"] > 0 and later["interrupts"] > 0
+    # ms of CPU time in one interval: at most the interval times the CPUs (plus a tick of slack each)
+    assert 0 <= later["cpu_u_ms"] + later["cpu_s_ms"] <= (later["interval_s"] + 0.02) * 1000 * psutil.cpu_count()
     assert "gpu" in later.get("unavailable", {}) or any(k.startswith("gpu_name.") for k in later)
 
 

@@ -35,6 +35,22 @@ class CpuCoreStats(behaviour.CpuCoreStatsMixin):
 
 
 @dataclass(frozen=True, slots=True)
+class CpuModeSeconds:
+    """``tuiprof.v1.CpuModeSeconds``."""
+
+    user: float
+    nice: float
+    system: float
+    idle: float
+    iowait: float
+    irq: float
+    softirq: float
+    steal: float
+    guest: float
+    guest_nice: float
+
+
+@dataclass(frozen=True, slots=True)
 class CpuStats(behaviour.CpuStatsMixin):
     """``tuiprof.v1.CpuStats``."""
 
@@ -47,7 +63,17 @@ class CpuStats(behaviour.CpuStatsMixin):
     load15: Reading
     process_count: Reading
     cores: tuple[CpuCoreStats, ...]
-    NESTED: ClassVar[dict[str, type]] = {"cores": CpuCoreStats}
+    nice_percent: Reading
+    irq_percent: Reading
+    softirq_percent: Reading
+    steal_percent: Reading
+    guest_percent: Reading
+    guest_nice_percent: Reading
+    uptime_seconds: Reading
+    seconds_total: CpuModeSeconds
+    interrupts_total: Reading
+    softirqs_total: Reading
+    NESTED: ClassVar[dict[str, type]] = {"cores": CpuCoreStats, "seconds_total": CpuModeSeconds}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +100,8 @@ class NicStats:
     tx_errors_total: Reading
     rx_drops_total: Reading
     tx_drops_total: Reading
+    rx_packets_total: Reading
+    tx_packets_total: Reading
 
 
 @dataclass(frozen=True, slots=True)
