@@ -15,7 +15,7 @@ shippers read it directly. Names follow dynolog where it has one:
 - PMU: ``mips``, ``mega_cycles_per_second`` (per-interval rates, where dynolog's are since start).
 - Per GPU, suffix ``.<index>``, DCGM-field names as dynolog logs them:
   ``gpu_frequency_mhz``, ``gpu_power_draw``, ``gpu_device_utilization``,
-  ``gpu_memory_utilization``, ``sm_active_ratio`` ... (ratios 0-1),
+  ``gpu_memory_utilization``, ``sm_active_ratio``, ``graphics_engine_active_ratio`` ... (ratios 0-1),
   ``pcie_tx_bytes``/``nvlink_rx_bytes`` ... (bytes per second, as DCGM reports them).
 - Beyond dynolog: ``cpu_n``/``cpu_x``/``cpu_y``/``cpu_z`` percent (nice, irq, softirq, steal),
   ``interrupts``/``softirqs`` deltas, ``load1/5/15``, ``processes``, ``mem_*``/``swap_*`` bytes, per disk
@@ -79,6 +79,7 @@ _GPU = (("utilization_percent", "gpu_device_utilization", 1.0),
         ("dram_active_percent", "hbm_mem_bw_util", 0.01),
         ("fp16_active_percent", "fp16_active", 0.01), ("fp32_active_percent", "fp32_active", 0.01),
         ("fp64_active_percent", "fp64_active", 0.01),
+        ("graphics_active_percent", "graphics_engine_active_ratio", 0.01),
         ("pcie_tx_bytes_per_s", "pcie_tx_bytes", 1.0), ("pcie_rx_bytes_per_s", "pcie_rx_bytes", 1.0),
         ("nvlink_tx_bytes_per_s", "nvlink_tx_bytes", 1.0),
         ("nvlink_rx_bytes_per_s", "nvlink_rx_bytes", 1.0))

@@ -24,7 +24,7 @@ def snapshot(sequence: int, at_s: float, lo_rx: int) -> pb.HostSnapshot:
     snap.nics.add(name="lo", rx_bytes_total=lo_rx, tx_bytes_total=lo_rx, rx_packets_total=lo_rx // 100)
     snap.nics.add(name=f"new{sequence}", rx_bytes_total=5)
     gpu = snap.gpus.add(index=1, name="H200", uuid="GPU-1", sm_clock_hz=1.98e9, power_watts=350.0,
-                        sm_active_percent=50.0, nvlink_rx_bytes_per_s=1e9)
+                        sm_active_percent=50.0, graphics_active_percent=75.0, nvlink_rx_bytes_per_s=1e9)
     gpu.unavailable["tensor_active_percent"] = "GPM not supported"
     snap.pmu.mips = 1234.0
     snap.collectors.add(name="host", available=True)
@@ -50,6 +50,7 @@ def test_record_uses_dynolog_names_and_leaves_unreadable_values_out():
     assert record["gpu_name.1"] == "H200" and record["gpu_uuid.1"] == "GPU-1"
     assert record["gpu_frequency_mhz.1"] == 1980.0 and record["gpu_power_draw.1"] == 350.0
     assert record["sm_active_ratio.1"] == 0.5 and record["nvlink_rx_bytes.1"] == 1e9
+    assert record["graphics_engine_active_ratio.1"] == 0.75
     assert "tensorcore_active.1" not in record
     assert record["unavailable"] == {"ranks": "no ranks registered"}
     assert (record["hostname"], record["sequence"]) == ("node1", 2)
