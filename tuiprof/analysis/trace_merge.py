@@ -37,7 +37,8 @@ import msgspec
 from tuiprof.analysis.trace_collectives import CollectiveCall, match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
 from tuiprof.analysis.trace_summary import (
-    CPU_OP_CATEGORIES, GPU_CATEGORIES, RankExtract, RankResult, TraceSummary, kernel_kind, summarize, summarize_rank,
+    CPU_OP_CATEGORIES, GPU_CATEGORIES, KERNEL_CATEGORIES, RUNTIME_CATEGORIES, SHORT_KERNEL_US, RankExtract, RankResult,
+    StepWindow, TraceSummary, kernel_kind, step_window, summarize, summarize_rank,
 )
 from tuiprof.model.capture import ClusterCapture
 
@@ -92,7 +93,12 @@ class _CollectiveArgs(msgspec.Struct):
     comm: str | None = None
 
 
+class _Correlation(msgspec.Struct):
+    correlation: int | None = None
+
+
 _decode_file = msgspec.json.Decoder(_TraceFile).decode
+_decode_correlation = msgspec.json.Decoder(_Correlation).decode
 _decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
 _encode = msgspec.json.Encoder().encode
 
@@ -211,8 +217,12 @@ def _load(path: pathlib.Path) -> _TraceFile:
         raise TraceFormatError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: int | None = None) -> MergeResult:
+def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: int | None = None,
+                 steps: str = "all") -> MergeResult:
     """Write the merged, gzipped timeline to ``output``; return each rank's results for ``summarize``.
+
+    ``steps`` ("all" or "complete", see ``step_window``) chooses what the
+    summary counts; the merged timeline always keeps every event.
 
     Ranks are rewritten and compressed in ``workers`` processes (default: one
     per CPU, at most one per rank) and written in rank order as they finish.
@@ -223,7 +233,7 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
     origin = min(bases, default=0)
     order = sorted(range(len(sources)), key=lambda i: (sources[i].rank is None, sources[i].rank or 0,
                                                        sources[i].host, sources[i].pid or 0, str(sources[i].path)))
-    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0) for index, i in enumerate(order)]
+    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0, steps) for index, i in enumerate(order)]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     result = MergeResult(output, origin, 0)
     hops: dict[tuple[str, ...], list[_CollectiveHop]] = {}
@@ -278,13 +288,14 @@ def _start_resource_tracker() -> None:
 MERGED_NAME = "merged.trace.json.gz"
 
 
-def merge_capture(capture: ClusterCapture, output: pathlib.Path) -> tuple[MergeResult, TraceSummary]:
+def merge_capture(capture: ClusterCapture, output: pathlib.Path, steps: str = "all"
+                  ) -> tuple[MergeResult, TraceSummary]:
     """A capture's fetched files merged into ``output/merged.trace.json.gz``, and their summary.
 
     What ``tuiprof trace`` and the traces screen both do once the files are in.
     """
     inputs = [TraceInput(f.local, f.host, f.rank, f.pid) for f in capture.files]
-    merged = merge_traces(inputs, output / MERGED_NAME)
+    merged = merge_traces(inputs, output / MERGED_NAME, steps=steps)
     return merged, summarize(merged.ranks)
 
 
@@ -299,19 +310,54 @@ def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeRe
     return calls
 
 
-def _rank_part(job: tuple[TraceInput, int, float]) -> _RankPart:
+def _rank_part(job: tuple[TraceInput, int, float, str]) -> _RankPart:
     """One rank, start to end (runs in a worker process): rewrite, compress, summarise."""
-    source, rank_index, shift_us = job
-    chunk, extract, calls = _rewrite(source, rank_index, shift_us)
+    source, rank_index, shift_us, steps = job
+    chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps)
     piece = compress_piece(b"," + chunk if chunk else b"")
     result = RankResult(summarize_rank(extract), [], extract.kernel_totals,  # collectives: keyed across ranks
                         unsequenced_collectives=sum(call.seq is None for call in calls))
     return _RankPart(piece, result, calls, extract.events)
 
 
-def _rewrite(source: TraceInput, rank_index: int, shift_us: float
+def _correlation(event: Event) -> int | None:
+    if event.args is msgspec.UNSET:
+        return None
+    try:
+        return _decode_correlation(event.args).correlation
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _steps_and_launches(events: list[Event], shift_us: float
+                        ) -> tuple[list[tuple[str, float, float]], dict[int, float]]:
+    """The step annotations (name, ts, dur) and each runtime call's start by correlation id, on the shared base."""
+    steps: list[tuple[str, float, float]] = []
+    launches: dict[int, float] = {}
+    for event in events:
+        name, ts, dur = event.name, event.ts, event.dur
+        if event.ph != "X" or ts is msgspec.UNSET or dur is msgspec.UNSET or name is msgspec.UNSET:
+            continue
+        if event.cat in RUNTIME_CATEGORIES:
+            if (correlation := _correlation(event)) is not None:
+                launches[correlation] = ts + shift_us
+        elif event.cat == "user_annotation" and name.startswith(STEP_PREFIXES):
+            steps.append((name, ts + shift_us, dur))
+    return steps, launches
+
+
+def _in_window(steps: list[tuple[str, float, float]], window: StepWindow) -> list[tuple[str, float, float]]:
+    return [(name, ts, dur) for name, ts, dur in steps if window.contains(ts) and window.contains(ts + dur)]
+
+
+def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: str
              ) -> tuple[bytes, RankExtract, list[CollectiveCall]]:
-    """One rank's events moved onto the shared base and its own pids, plus its summary extract."""
+    """One rank's events moved onto the shared base and its own pids, plus its summary extract.
+
+    GPU events count when their launch call (paired by correlation id; the
+    event's own start when the launch is not in the trace) is in the window;
+    CPU ops when they start in it.
+    """
     trace = _load(source.path)
     rank = source.rank
     if rank is None and trace.distributedInfo is not None:
@@ -326,9 +372,11 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
     gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start and duration
     cpu_collectives: list[tuple[Event, str, float, float]] = []
     kinds: dict[str, str] = {}
-    intervals, kernel_totals, cpu_totals, steps = (extract.intervals, extract.kernel_totals, extract.cpu_totals,
-                                                   extract.steps)
+    intervals, kernel_totals, cpu_totals = extract.intervals, extract.kernel_totals, extract.cpu_totals
     events = trace.traceEvents
+    steps, launches = _steps_and_launches(events, shift_us)
+    window = step_window(steps, step_mode)
+    extract.steps, extract.window = _in_window(steps, window), window.description
     for index, event in enumerate(events):
         original_pid = event.pid
         if event.ph == "M" and event.name in _DROPPED_METADATA:
@@ -354,6 +402,16 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
         if name is unset or cat is unset:
             continue
         if cat in GPU_CATEGORIES:
+            correlation = _correlation(event)
+            launched = None if correlation is None else launches.get(correlation)
+            if not window.contains(ts if launched is None else launched):
+                extract.gpu_events_outside += 1
+                continue
+            if cat in KERNEL_CATEGORIES:
+                extract.kernels += 1
+                extract.short_kernels += dur < SHORT_KERNEL_US
+                if launched is not None:
+                    extract.launch_delays.append(ts - launched)
             kind = kinds.get(name)
             if kind is None:
                 kind = kinds[name] = kernel_kind(name, cat)
@@ -366,7 +424,7 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
                 totals[1] += dur
             if kind == "communication":
                 gpu_collectives.append((event, name, ts, dur))
-        elif cat in CPU_OP_CATEGORIES:
+        elif cat in CPU_OP_CATEGORIES and window.contains(ts):
             totals = cpu_totals.get(name)
             if totals is None:
                 cpu_totals[name] = [1, dur]
@@ -375,8 +433,6 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float
                 totals[1] += dur
             if name.startswith(CPU_COLLECTIVE_PREFIXES):
                 cpu_collectives.append((event, name, ts, dur))
-        elif cat == "user_annotation" and name.startswith(STEP_PREFIXES):
-            steps.append((name, ts, dur))
     for index in reversed(dropped):
         del events[index]
     extract.gpu_kernels = sum(len(spans) for spans in intervals.values())

@@ -13,6 +13,7 @@ with the reason, never 0.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -23,10 +24,15 @@ from typing import Any
 # (gpu_user_annotation) span kernels and are not kernels; runtime and sync calls
 # (cuda_runtime/Runtime, cuda_driver, cuda_sync) are CPU-side.
 MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
-GPU_CATEGORIES = frozenset({"kernel", "Kernel"}) | MEMORY_CATEGORIES
+KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
+GPU_CATEGORIES = KERNEL_CATEGORIES | MEMORY_CATEGORIES
+# CPU-side calls that launch GPU work; their ``correlation`` arg names the kernel/memcpy they queued.
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "Runtime", "cuda_driver"})
 CPU_OP_CATEGORIES = frozenset({"cpu_op", "Operator"})
 NO_GPU_EVENTS = "no GPU kernel, memcpy or memset events in the trace"
 TOP = 10
+SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch overhead
+STEP_MODES = ("all", "complete")
 
 Interval = tuple[float, float]
 
@@ -47,6 +53,68 @@ class RankExtract:
     kernel_totals: dict[str, list[float]] = field(default_factory=dict)  # name → [count, total µs]
     cpu_totals: dict[str, list[float]] = field(default_factory=dict)  # cpu_op name → [count, total µs]
     steps: list[tuple[str, float, float]] = field(default_factory=list)  # ProfilerStep#/Optimizer.step#: name, ts, dur
+    window: str = ""  # what was counted, e.g. "steps 1–9 of 10 (ProfilerStep#0–#8)"
+    gpu_events_outside: int = 0  # GPU events left out by the --steps window
+    launch_delays: list[float] = field(default_factory=list)  # kernel start − its launch call's start, µs
+    kernels: int = 0  # GPU kernels (not memcpy/memset) counted
+    short_kernels: int = 0  # of which shorter than SHORT_KERNEL_US
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """The part of a trace the figures count: GPU work launched (CPU ops starting) in [start, end].
+
+    ``--steps all``: the whole trace. ``--steps complete``: the ProfilerStep#
+    annotations but the last, which the profiler's stop cuts short (HTA drops
+    it by default too); the whole trace when it has no ProfilerStep#.
+    """
+
+    start: float
+    end: float
+    description: str
+
+    def contains(self, ts: float) -> bool:
+        return self.start <= ts <= self.end
+
+
+def step_window(steps: list[tuple[str, float, float]], mode: str) -> StepWindow:
+    """The window ``mode`` ("all" or "complete") selects from a rank's step annotations (name, ts, dur)."""
+    profiler = sorted((ts, ts + dur, name) for name, ts, dur in steps if name.startswith("ProfilerStep#"))
+    everything = float("-inf"), float("inf")
+    if not profiler:
+        return StepWindow(*everything, "whole trace (no ProfilerStep# annotations)")
+    if mode == "all":
+        return StepWindow(*everything, f"whole trace, all {len(profiler)} steps")
+    kept = profiler[:-1]
+    if not kept:
+        return StepWindow(0.0, -1.0, "no complete step: the only ProfilerStep# is the last, cut by the "
+                                     "profiler's stop (use --steps all)")
+    first, last = kept[0][2].removeprefix("ProfilerStep"), kept[-1][2].removeprefix("ProfilerStep")
+    return StepWindow(kept[0][0], kept[-1][1],
+                      f"steps 1–{len(kept)} of {len(profiler)} (ProfilerStep{first}–{last}; the last is cut "
+                      "by the profiler's stop)")
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """CUDA kernel launch delay (kernel start − its launch call's start) and short kernels."""
+
+    kernels: int
+    matched: int  # kernels whose launch call is in the trace (paired by correlation id)
+    median_delay_us: float | None
+    p95_delay_us: float | None
+    max_delay_us: float | None
+    short_kernels: int  # kernels shorter than SHORT_KERNEL_US
+    short_kernel_us: float = SHORT_KERNEL_US
+
+
+def launch_stats(kernels: int, delays: list[float], short: int) -> LaunchStats:
+    if not delays:
+        return LaunchStats(kernels, 0, None, None, None, short)
+    ordered = sorted(delays)
+    p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    return LaunchStats(kernels, len(ordered), round(statistics.median(ordered), 3), round(p95, 3),
+                       round(ordered[-1], 3), short)
 
 
 @dataclass(frozen=True)
@@ -73,6 +141,9 @@ class RankSummary:
     compute_vs_median_percent: float | None = None
     step_time_us: float | None = None
     steps: int = 0
+    window: str = ""  # what the figures count (--steps)
+    gpu_events_outside: int = 0
+    launches: LaunchStats | None = None
     top_kernels: list[TimeShare] = field(default_factory=list)
     top_cpu_ops: list[TimeShare] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -160,8 +231,13 @@ def summarize_rank(extract: RankExtract) -> RankSummary:
     if reason:
         summary.unavailable["step_time_us"] = reason
     summary.top_cpu_ops = _top(extract.cpu_totals)
+    summary.window, summary.gpu_events_outside = extract.window, extract.gpu_events_outside
+    if extract.kernels:
+        summary.launches = launch_stats(extract.kernels, extract.launch_delays, extract.short_kernels)
     if not extract.gpu_kernels:
         why = NO_GPU_EVENTS
+        if extract.gpu_events_outside:
+            why = f"no GPU events in the counted window ({extract.window}); --steps all counts the whole trace"
         for key in ("span_us", "compute_us", "communication_us", "memory_us", "idle_us", "overlap_percent",
                     "compute_vs_median_percent"):
             summary.unavailable[key] = why
@@ -267,13 +343,22 @@ def _us(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 1000:.2f} ms"
 
 
+def _launch_text(stats: LaunchStats) -> str:
+    short = f"{stats.short_kernels:,} of {stats.kernels:,} kernels shorter than {stats.short_kernel_us:g} µs"
+    if stats.median_delay_us is None:
+        return f"delay n/a (no kernel's launch call is in the trace); {short}"
+    return (f"delay median {stats.median_delay_us:.1f} µs, p95 {stats.p95_delay_us:.1f} µs, max "
+            f"{stats.max_delay_us:.1f} µs over {stats.matched:,} kernels; {short}")
+
+
 def render_text(summary: TraceSummary) -> str:
     """The summary as the CLI prints it."""
     lines = []
     for r in summary.ranks:
         who = f"rank {r.rank}" if r.rank is not None else (f"pid {r.pid}" if r.pid is not None else "unknown rank")
-        lines.append(f"{who} {'on ' + r.host if r.host else 'in ' + r.file}: {r.events} events, "
-                     f"{r.gpu_kernels} GPU kernels")
+        lines.append(f"{who} {'on ' + r.host if r.host else 'in ' + r.file}: {r.events} events; counted: "
+                     f"{r.window}, {r.gpu_kernels:,} GPU events"
+                     + (f" ({r.gpu_events_outside:,} outside)" if r.gpu_events_outside else ""))
         if r.compute_us is not None:
             overlap_text = "n/a" if r.overlap_percent is None else f"{r.overlap_percent:.1f}%"
             lines.append(f"  GPU span {_us(r.span_us)}: compute {_us(r.compute_us)}, communication "
@@ -283,6 +368,8 @@ def render_text(summary: TraceSummary) -> str:
                 lines.append(f"  compute vs median rank: {r.compute_vs_median_percent:+.1f}%")
         else:
             lines.append(f"  GPU split: n/a ({r.unavailable.get('compute_us')})")
+        if r.launches is not None:
+            lines.append(f"  kernel launches: {_launch_text(r.launches)}")
         if r.step_time_us is not None:
             lines.append(f"  step time {_us(r.step_time_us)} (median of {r.steps} steps)")
         top = r.top_kernels or r.top_cpu_ops

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from tuiprof.analysis.trace_merge import (
     MERGED_NAME, MergeResult, TraceFormatError, TraceInput, merge_traces, trace_header,
 )
-from tuiprof.analysis.trace_summary import NO_GPU_EVENTS, render_text, summarize, summary_json
-from tuiprof.commands.trace import merged_json
+from tuiprof.analysis.trace_summary import render_text, summarize, summary_json
+from tuiprof.commands.trace import add_steps_argument, merged_json
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -49,6 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", type=pathlib.Path, metavar="FILE",
                         help=f"also write the merged timeline here (a folder: FILE/{MERGED_NAME}); "
                              "open it in ui.perfetto.dev")
+    add_steps_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (as `tuiprof trace --json`)")
     parser.set_defaults(func=run)
 
@@ -94,14 +95,14 @@ def check_one_job(files: list[_File]) -> None:
         raise AnalyzeInputError(f"mixed jobs: {described}; analyse one job's files at a time")
 
 
-def _merge(files: list[_File], output: pathlib.Path | None) -> MergeResult:
+def _merge(files: list[_File], output: pathlib.Path | None, steps: str) -> MergeResult:
     inputs = [TraceInput(f.path, rank=f.rank) for f in files]
     if output is not None:
         if output.is_dir():
             output = output / MERGED_NAME
-        return merge_traces(inputs, output)
+        return merge_traces(inputs, output, steps=steps)
     with tempfile.TemporaryDirectory(prefix="tuiprof-analyze-") as scratch:
-        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME)
+        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=steps)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = [_identify(path) for path in trace_files(args.paths)]
         check_one_job(files)
-        merged = _merge(files, args.output)
+        merged = _merge(files, args.output, args.steps)
     except (AnalyzeInputError, TraceFormatError) as exc:
         print(f"tuiprof analyze: {exc}", file=sys.stderr)
         return 2
@@ -119,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
     summary = summarize(merged.ranks)
     for rank in summary.ranks:
         if not rank.gpu_kernels:
-            print(f"tuiprof analyze: {rank.file}: {NO_GPU_EVENTS}: the GPU split is unavailable", file=sys.stderr)
+            print(f"tuiprof analyze: {rank.file}: {rank.unavailable['compute_us']}: the GPU split is unavailable",
+                  file=sys.stderr)
     kept = args.output is not None
     if args.json:
         document = {"files": [str(f.path) for f in files], "merged": merged_json(merged) if kept else None,

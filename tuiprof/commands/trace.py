@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from agentd.address import AgentAddress
 from agentd.token import TokenFileError
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
-from tuiprof.analysis.trace_summary import render_text, summary_json
+from tuiprof.analysis.trace_summary import STEP_MODES, render_text, summary_json
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
 from tuiprof.client.targets import add_target_arguments, addresses, connection
 from tuiprof.model.capture import ClusterCapture, HostProgress
@@ -58,8 +58,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "covers libkineto's 5 s poll and its warmup)")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="seconds after the start to wait for files (default 120)")
+    add_steps_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     parser.set_defaults(func=run)
+
+
+def add_steps_argument(parser: argparse.ArgumentParser) -> None:
+    """``--steps``: which part of each trace the summary counts (the merged timeline keeps everything)."""
+    parser.add_argument("--steps", choices=STEP_MODES, default="all",
+                        help="what the summary counts: all = the whole trace (default); complete = only whole "
+                             "ProfilerStep# windows, dropping the last step, which the profiler's stop cuts short "
+                             "(HTA's default); GPU work counts by when it was launched")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -163,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             text.append(f"{host.host}: {host.error}")
     if capture.files:
         try:
-            merged, summary = merge_capture(capture, output)
+            merged, summary = merge_capture(capture, output, args.steps)
         except TraceFormatError as exc:
             print(f"tuiprof trace: {exc}", file=sys.stderr)
             return 1

@@ -1,0 +1,97 @@
+"""``--steps`` windows and kernel launch statistics on real corpus traces, checked against
+figures computed here straight from the raw events (correlation ids paired by hand)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+import statistics
+
+import pytest
+
+from testkit.traces import run_cli
+from tuiprof.analysis.trace_merge import TraceInput, merge_traces
+from tuiprof.analysis.trace_summary import summarize
+
+CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
+RANK0 = CORPUS / "hta_nccl_rank0.json.gz"  # ProfilerStep#551 and #552, 1,204 GPU events
+
+
+def raw(path: pathlib.Path) -> list[dict]:
+    return [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+
+
+def launches_by_correlation(events: list[dict]) -> dict[int, float]:
+    return {e["args"]["correlation"]: e["ts"] for e in events
+            if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+
+
+def gpu_events(events: list[dict]) -> list[dict]:
+    return [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+
+
+def summary_of(path: pathlib.Path, steps: str, tmp_path: pathlib.Path):
+    [rank] = summarize(merge_traces([TraceInput(path)], tmp_path / "m.json.gz", steps=steps).ranks).ranks
+    return rank
+
+
+def test_complete_steps_count_the_gpu_work_launched_in_all_but_the_last_step(tmp_path):
+    events = raw(RANK0)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    assert len(steps) == 2
+    start, end = steps[0]
+    launches = launches_by_correlation(events)
+    inside = [e for e in gpu_events(events)
+              if start <= launches.get(e["args"].get("correlation"), e["ts"]) <= end]
+    assert 0 < len(inside) < len(gpu_events(events)) == 1204
+
+    rank = summary_of(RANK0, "complete", tmp_path)
+    assert rank.window.startswith("steps 1–1 of 2 (ProfilerStep#551–#551")
+    assert rank.gpu_kernels == len(inside)
+    assert rank.gpu_events_outside == 1204 - len(inside)
+    assert rank.steps == 1 and rank.step_time_us == pytest.approx(end - start)
+    nccl = [e for e in inside if "nccl" in e["name"].lower()]
+    # The five SendRecv kernels of step 551 do not overlap each other: the sum is the union.
+    assert rank.communication_us == pytest.approx(sum(e["dur"] for e in nccl), abs=1e-3)
+
+    everything = summary_of(RANK0, "all", tmp_path)
+    assert everything.window == "whole trace, all 2 steps"
+    assert everything.gpu_kernels == 1204 and everything.gpu_events_outside == 0
+
+
+def test_launch_delay_and_short_kernels_match_the_raw_events(tmp_path):
+    events = raw(RANK0)
+    launches = launches_by_correlation(events)
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    delays = sorted(e["ts"] - launches[e["args"]["correlation"]] for e in kernels
+                    if e["args"].get("correlation") in launches)
+    assert len(delays) == len(kernels) == 1154  # every kernel's cudaLaunchKernel is in this trace
+
+    stats = summary_of(RANK0, "all", tmp_path).launches
+    assert stats is not None
+    assert stats.kernels == stats.matched == 1154
+    assert stats.median_delay_us == pytest.approx(statistics.median(delays), abs=1e-3)
+    assert stats.max_delay_us == pytest.approx(delays[-1], abs=1e-3)
+    assert delays[int(0.9 * len(delays))] <= stats.p95_delay_us <= delays[-1]
+    assert stats.short_kernels == sum(e["dur"] < 10 for e in kernels) > 0
+
+
+def test_a_trace_whose_only_step_is_the_last_counts_nothing_and_says_why(tmp_path):
+    rank = summary_of(CORPUS / "hta_triton.json.gz", "complete", tmp_path)
+    assert rank.gpu_kernels == 0 and rank.gpu_events_outside == 1
+    assert rank.compute_us is None and "use --steps all" in rank.unavailable["compute_us"]
+
+
+def test_analyze_prints_what_it_counted_in_text_and_json():
+    text = run_cli("analyze", str(RANK0), "--steps", "complete")
+    assert text.returncode == 0, text.stderr
+    assert "counted: steps 1–1 of 2 (ProfilerStep#551–#551" in text.stdout
+    assert "kernel launches: delay median" in text.stdout
+    document = json.loads(run_cli("analyze", str(RANK0), "--json").stdout)
+    [rank] = document["summary"]["ranks"]
+    assert rank["window"] == "whole trace, all 2 steps" and rank["gpu_kernels"] == 1204
+    assert rank["launches"]["matched"] == 1154
+    refused = run_cli("analyze", str(RANK0), "--steps", "some")
+    assert refused.returncode == 2 and "invalid choice: 'some'" in refused.stderr
