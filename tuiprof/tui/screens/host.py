@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Label, Static, TabbedCont
 from tuiprof.analysis.rank_health import rank_notes, telemetry_off
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
-from tuiprof.model.messages import HostSnapshot, PmuStats, RankStats
+from tuiprof.model.messages import GpuStats, HostSnapshot, PmuStats, RankStats
 from tuiprof.model.values import Reading, Unavailable
 from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import pair, reading, reasons, sparkline
@@ -53,6 +53,32 @@ def gpu_rows(snapshot: HostSnapshot) -> list[Row]:
 
 GPU_COLUMNS = ("GPU", "Name", "Util", "SM act", "SM occ", "Tensor", "Memory", "Power/limit",
                "Temp", "SM clk", "Mem clk", "Throttle", "NVLink rx/tx", "PCIe rx/tx")
+
+
+PROCESS_COLUMNS = ("PID", "Process", "GPU memory", "Share", "Rank", "Job")
+"""What the agent reports per GPU process (NVML's compute processes), and the rank
+whose pid it is. User, command line and SM share are not in the proto."""
+
+
+def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
+    """The GPU's compute processes, biggest memory first; a pid that is a rank names its rank and job."""
+    by_pid = {rank.pid: rank for rank in ranks}
+    rows: list[Row] = []
+    by_memory = sorted(gpu.processes, reverse=True, key=lambda p: -1.0 if isinstance(
+        p.used_memory_bytes, Unavailable) else float(p.used_memory_bytes))
+    for process in by_memory:
+        rank = by_pid.get(process.pid)
+        used = process.used_memory_bytes
+        share = (units.percent(100.0 * used / gpu.memory_total_bytes)
+                 if not isinstance(used, Unavailable) and not isinstance(gpu.memory_total_bytes, Unavailable)
+                 and gpu.memory_total_bytes > 0 else units.NA)
+        rows.append((str(process.pid), [
+            str(process.pid), process.name or Text("not visible", style="dim italic"),
+            reading(used, units.bytes_), share,
+            rank.label if rank else Text("not a rank", style="dim italic"),
+            (rank.job_id or Text("none", style="dim italic")) if rank else "",
+        ], {"used_memory_bytes": used}))
+    return rows
 
 
 def _readings(obj: object) -> dict[str, Reading]:
@@ -250,6 +276,12 @@ class HostScreen(ConsoleScreen):
                     table.add_columns(*columns)
                     table.fixed_columns = 1
                     yield table
+                    if tab == "gpus":  # the highlighted GPU's processes below its row
+                        yield Label(id="gpu-procs-title", classes="graph-label", markup=False)
+                        procs: DataTable[Cell] = DataTable(id="gpu-procs-table", cursor_type="none",
+                                                           zebra_stripes=True)
+                        procs.add_columns(*PROCESS_COLUMNS)
+                        yield procs
                     if tab == "ranks":  # the highlighted rank's ops below its row
                         yield Label(id="rank-ops-title", classes="graph-label", markup=False)
                         ops: DataTable[Cell] = DataTable(id="rank-ops-table", cursor_type="none", zebra_stripes=True)
@@ -283,6 +315,7 @@ class HostScreen(ConsoleScreen):
                        "no training processes (start them with `tuiprof run -- CMD`)")
             self._fill("pmu", pmu_rows(snapshot.pmu), snapshot.missing("pmu"), "no PMU readings")
             self._fill_rank_ops(snapshot)
+            self._fill_gpu_processes(snapshot)
         self._fill_history()
         self.update_detail()
 
@@ -330,6 +363,19 @@ class HostScreen(ConsoleScreen):
         empty = telemetry_off(rank) or "no ops recorded yet"
         rows = op_rows(rank) or [("none", [Text(empty, style="dim italic")]
                                   + [""] * (len(OP_COLUMNS) - 1), {})]
+        sync_rows(table, {key: cells for key, cells, _ in rows})
+
+    def _fill_gpu_processes(self, snapshot: HostSnapshot) -> None:
+        table = self.query_one("#gpu-procs-table", DataTable)
+        title = self.query_one("#gpu-procs-title", Label)
+        cursor = self.query_one("#gpus-table", DataTable).cursor_row
+        table.display = title.display = 0 <= cursor < len(snapshot.gpus)  # no GPU: the note above says why
+        if not table.display:
+            return
+        gpu = snapshot.gpus[cursor]
+        title.update(f"Processes on GPU {gpu.index} (user and command line: not reported by the agent)")
+        rows = gpu_process_rows(gpu, snapshot.ranks) or [
+            ("none", [Text("no compute processes", style="dim italic")] + [""] * (len(PROCESS_COLUMNS) - 1), {})]
         sync_rows(table, {key: cells for key, cells, _ in rows})
 
     def _fill_history(self) -> None:
@@ -380,6 +426,8 @@ class HostScreen(ConsoleScreen):
         snapshot = self.cluster.host(self.address).snapshot
         if event.data_table.id == "ranks-table" and snapshot is not None:
             self._fill_rank_ops(snapshot)
+        if event.data_table.id == "gpus-table" and snapshot is not None:
+            self._fill_gpu_processes(snapshot)
         self.update_detail()
 
     def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:

@@ -1,0 +1,54 @@
+"""The host view's GPUs tab lists the highlighted GPU's compute processes, naming the rank a pid belongs to."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, Label
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.client.sources import ReplaySource
+from tuiprof.model.events import SnapshotReceived
+from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.screens.host import HostScreen
+
+GIB = 2**30
+
+
+def two_gpus() -> pb.HostSnapshot:
+    """GPU 0: rank 3 of job 77, a non-rank process, and one in another pid namespace
+    whose memory NVML does not give; GPU 1: nothing running."""
+    message = pb.HostSnapshot(hostname="n1", sequence=1)
+    for name in ("host", "gpu", "ranks"):
+        message.collectors.add(name=name, available=True)
+    busy = message.gpus.add(index=0, name="NVIDIA H100", memory_total_bytes=80 * GIB)
+    busy.processes.add(pid=4100, name="python", used_memory_bytes=60 * GIB)
+    busy.processes.add(pid=5200, name="")
+    busy.processes.add(pid=6300, name="nvtop-probe", used_memory_bytes=GIB)
+    message.gpus.add(index=1, name="NVIDIA H100", memory_total_bytes=80 * GIB)
+    message.ranks.add(pid=4100, rank=3, job_id="77", state="running")
+    return message
+
+
+async def test_gpu_tab_lists_the_highlighted_gpus_processes_with_their_rank() -> None:
+    app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_gpus())], speed=0))
+    async with app.run_test(size=(160, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.cluster.version:
+                break
+        app.show_host("n1", tab="gpus")
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, HostScreen)
+        table = screen.query_one("#gpu-procs-table", DataTable)
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+        assert rows == [
+            ["4100", "python", "60.0 GiB", "75%", "rank 3", "77"],
+            ["6300", "nvtop-probe", "1.00 GiB", "1%", "not a rank", ""],
+            ["5200", "not visible", "n/a", "n/a", "not a rank", ""],
+        ]
+        title = screen.query_one("#gpu-procs-title", Label)
+        assert str(title.render()).startswith("Processes on GPU 0")
+        await pilot.press("j")
+        assert str(title.render()).startswith("Processes on GPU 1")
+        assert [str(cell) for cell in table.get_row_at(0)][0] == "no compute processes"
+        assert table.row_count == 1
