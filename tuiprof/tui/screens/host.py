@@ -281,6 +281,7 @@ class HostScreen(ConsoleScreen):
                         procs: DataTable[Cell] = DataTable(id="gpu-procs-table", cursor_type="none",
                                                            zebra_stripes=True)
                         procs.add_columns(*PROCESS_COLUMNS)
+                        procs.can_focus = False  # focus stays on the GPU rows (and leaves the tab with them)
                         yield procs
                     if tab == "ranks":  # the highlighted rank's ops below its row
                         yield Label(id="rank-ops-title", classes="graph-label", markup=False)
