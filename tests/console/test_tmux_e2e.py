@@ -125,10 +125,10 @@ def host_row(screen: str, name: str) -> str:
     return next((line for line in screen.splitlines() if line.split()[:1] == [name]), "")
 
 
-def test_connect_navigate_outage_and_recovery(agents, tmux) -> None:
+def test_connect_navigate_outage_and_recovery(agents, tmux, tmp_path) -> None:
     one, two = agents
     command = f"{sys.executable} -m tuiprof.cli connect {one.target} {two.target}"
-    env = "TERM=xterm-256color TEXTUAL_ANIMATIONS=none"
+    env = f"TERM=xterm-256color TEXTUAL_ANIMATIONS=none XDG_CONFIG_HOME={tmp_path}"  # not the user's settings
     tmux.run("new-session", "-d", "-s", "console", "-x", str(WIDTH), "-y", str(HEIGHT))
     tmux.run("set-option", "-t", "console", "remain-on-exit", "on")  # keep a crash on screen
     tmux.run("respawn-pane", "-k", "-t", "console", f"env {env} {command}")  # draws on stderr
@@ -158,12 +158,12 @@ def test_connect_navigate_outage_and_recovery(agents, tmux) -> None:
              10, "the console to quit")
 
 
-def test_no_host_means_this_host_through_an_embedded_agent(tmux) -> None:
+def test_no_host_means_this_host_through_an_embedded_agent(tmux, tmp_path) -> None:
     """`tuiprof` alone: no daemon to install, this machine's CPU/memory/NICs/disks on screen."""
     tmux.run("new-session", "-d", "-s", "console", "-x", str(WIDTH), "-y", str(HEIGHT))
     tmux.run("set-option", "-t", "console", "remain-on-exit", "on")
     tmux.run("respawn-pane", "-k", "-t", "console",
-             f"env TERM=xterm-256color TEXTUAL_ANIMATIONS=none {sys.executable} -m tuiprof.cli")
+             f"env TERM=xterm-256color TEXTUAL_ANIMATIONS=none XDG_CONFIG_HOME={tmp_path} {sys.executable} -m tuiprof.cli")
     screen = tmux.wait_screen(lambda s: "1/1 hosts up" in s and "%" in host_row(s, os.uname().nodename), 30,
                               "this host up")
     assert "127.0.0.1:" in screen  # the embedded agent's loopback address, in the detail line

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from agentd.token import TokenFileError
+from tuiprof.client.settings import SettingsFile
 from tuiprof.client.sources import EventSource, LiveSource, LocalSource
 from tuiprof.client.targets import (
     TargetError, add_connection_arguments, add_target_arguments, addresses, connection,
@@ -25,7 +26,8 @@ def add_top_level_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_interval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval", type=float, default=0.0, metavar="S",
-        help="seconds between snapshots (default: each agent's own interval)",
+        help="seconds between snapshots (default: each agent's own interval; the console "
+             "remembers the interval and uses it when this is not given)",
     )
 
 
@@ -52,6 +54,9 @@ def source_from_args(args: argparse.Namespace) -> tuple[EventSource, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    settings_file = SettingsFile()
+    if not args.interval:  # not given: the remembered one (a bad file is reported inside the console)
+        args.interval = settings_file.load()[0].interval_seconds
     try:
         source, options = source_from_args(args)
     except (TargetError, TokenFileError) as exc:
@@ -63,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from tuiprof.tui.app import TuiprofApp  # Textual only for the interactive console
 
-    app = TuiprofApp(source, connection=options)  # type: ignore[arg-type]
+    app = TuiprofApp(source, connection=options, settings_file=settings_file)  # type: ignore[arg-type]
+    app.remember(interval_seconds=args.interval)
     app.run()
     return app.return_code or 0

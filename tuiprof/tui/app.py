@@ -14,6 +14,7 @@ move rows or the title, which can wait.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import pathlib
 import time
@@ -26,9 +27,11 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.settings import SettingsFile
 from tuiprof.client.sources import EventSource
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostEvent, SnapshotReceived
+from tuiprof.model.settings import Settings
 from tuiprof.tui.messages import EventsPending, SourceEnded
 from tuiprof.tui.palette import GoToProvider
 
@@ -68,8 +71,13 @@ class TuiprofApp(App[None]):
         source: EventSource,
         connection: ConnectionOptions | None = None,
         clock: Callable[[], float] = time.time,
+        settings_file: SettingsFile | None = None,
     ) -> None:
         super().__init__()
+        self.settings_file = settings_file
+        """Where the settings are loaded from and saved to; None: defaults, nothing saved (tests)."""
+        self.settings, warning = settings_file.load() if settings_file else (Settings(), None)
+        self._warnings = [warning] if warning else []
         self.source = source
         self.connection = connection or ConnectionOptions()
         """How screens that make their own calls (traces, stacks) reach the agents."""
@@ -85,7 +93,13 @@ class TuiprofApp(App[None]):
     def on_mount(self) -> None:
         from tuiprof.tui.screens.cluster import ClusterScreen
 
-        self.push_screen(ClusterScreen())
+        if self.settings.theme in self.available_themes:
+            self.theme = self.settings.theme
+        else:
+            self._warnings.append(f"unknown theme '{self.settings.theme}' in the settings; using {self.theme}")
+        self.push_screen(ClusterScreen(self.settings))
+        for warning in self._warnings:
+            self.notify(warning, title="Settings", severity="warning", markup=False)
         self._pump()
         if self.source.live:
             self.set_interval(1.0, self._tick)
@@ -211,6 +225,21 @@ class TuiprofApp(App[None]):
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def watch_theme(self, theme: str) -> None:
+        """Any theme change (T or the palette's theme picker) is remembered."""
+        self.remember(theme=theme)
+
+    def remember(self, **changes: object) -> None:
+        """Change settings and save them when they changed (a failed save says why, once per change)."""
+        settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
+        if settings == self.settings:
+            return
+        self.settings = settings
+        if self.settings_file is not None:
+            failed = self.settings_file.save(settings)
+            if failed:
+                self.notify(failed, title="Settings", severity="warning", markup=False)
 
     def show_host(self, address: str, tab: str | None = None) -> None:
         """Drill into one host (from the cluster view, the op view or the palette)."""

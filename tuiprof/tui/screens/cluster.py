@@ -16,6 +16,7 @@ from tuiprof.analysis.stacks_banner import hang_banner
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState, worst_first
 from tuiprof.model.filter import FilterError, HostFilter
+from tuiprof.model.settings import Settings
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.host_grid import GridColumn, HostGrid
@@ -145,11 +146,19 @@ class ClusterScreen(ConsoleScreen):
         Binding("G", "edge(True)", "Bottom", show=False),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings = Settings()) -> None:
         super().__init__()
-        self.sort_column = 0
-        self.reverse = False
-        self.host_filter = HostFilter.parse("")
+        keys = [column.key for column in COLUMNS]
+        self.sort_column = keys.index(settings.sort) if settings.sort in keys else 0
+        self.reverse = settings.reverse
+        unused = [] if settings.sort in keys else [f"saved sort column '{settings.sort}' not known"]
+        try:
+            self.host_filter = HostFilter.parse(settings.filter)
+        except FilterError as exc:  # a hand-edited file: start unfiltered rather than not at all
+            self.host_filter = HostFilter.parse("")
+            unused.append(f"saved filter not used: {exc}")
+        self._settings_warning = "; ".join(unused)
+        """What of the saved settings could not be used (said once the screen is up)."""
         self._row_cache: dict[str, tuple[HostState, Flags, list[Text | str]]] = {}
         """Per host: the state and flags its cells were made from, and the cells."""
         self._detail = ""
@@ -166,6 +175,8 @@ class ClusterScreen(ConsoleScreen):
         yield Footer()
 
     def on_mount(self) -> None:
+        if self._settings_warning:
+            self.notify(self._settings_warning, title="Settings", severity="warning", markup=False)
         self.refresh_data()
 
     def on_screen_resume(self) -> None:
@@ -198,6 +209,8 @@ class ClusterScreen(ConsoleScreen):
         self._update_titles(len(hosts))
         self.update_detail()
         self.update_hang_banner()
+        # every sort, invert and filter change ends here; unchanged settings are not written
+        self.console.remember(sort=COLUMNS[self.sort_column].key, reverse=self.reverse, filter=self.host_filter.text)
 
     def update_hang_banner(self) -> None:
         """The job-wide hang line over the table: the worst level, since when, which ranks.

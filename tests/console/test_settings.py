@@ -1,0 +1,97 @@
+"""Settings that stay: theme, sort, filter and interval saved under $XDG_CONFIG_HOME/tuiprof and loaded at start."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from console.recordings import GPU_FIXTURE
+from tuiprof.client.settings import SettingsFile
+from tuiprof.client.sources import ReplaySource
+from tuiprof.model import record
+from tuiprof.model.settings import Settings
+from tuiprof.tui.app import TuiprofApp
+from tuiprof.tui.screens.cluster import ClusterScreen
+
+
+@pytest.fixture
+def config_home(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _app() -> TuiprofApp:
+    return TuiprofApp(ReplaySource(list(record.read(GPU_FIXTURE)), speed=0), settings_file=SettingsFile())
+
+
+def _warnings(app: TuiprofApp) -> list[str]:
+    return [n.message for n in app._notifications if n.severity == "warning"]
+
+
+async def test_sort_theme_and_filter_come_back_in_the_next_console(config_home: pathlib.Path) -> None:
+    first = _app()
+    async with first.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.1)
+        assert first.theme == "textual-dark"
+        await pilot.press("full_stop", "I", "slash", *"util<10", "enter", "T")
+        await pilot.pause(0.1)
+        await pilot.press("q")
+    saved = config_home / "tuiprof" / "settings.toml"
+    assert saved.is_file()
+    assert [p.name for p in saved.parent.iterdir()] == ["settings.toml"]  # the temporary file was renamed
+
+    second = _app()
+    async with second.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.1)
+        screen = second.screen
+        assert isinstance(screen, ClusterScreen)
+        assert (screen.sort_column, screen.reverse, screen.host_filter.text) == (1, True, "util<10")
+        assert second.theme == "textual-light"
+        assert _warnings(second) == []
+
+
+@pytest.mark.parametrize("text, why", [
+    ("theme = [", "Invalid value"),
+    ("reverse = 'yes'", "'reverse' = 'yes': expected a bool"),
+    ("colour = 'red'", "unknown key 'colour'"),
+])
+async def test_a_bad_settings_file_gives_one_warning_and_the_defaults(
+        config_home: pathlib.Path, text: str, why: str) -> None:
+    path = config_home / "tuiprof" / "settings.toml"
+    path.parent.mkdir()
+    path.write_text(text + "\n")
+    app = _app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        assert (screen.sort_column, screen.reverse, screen.host_filter.text) == (0, False, "")
+        [warning] = _warnings(app)
+        assert warning.startswith(f"settings file {path} not used (") and why in warning
+
+
+async def test_a_saved_filter_the_console_cannot_parse_is_named_and_dropped(config_home: pathlib.Path) -> None:
+    SettingsFile().save(Settings(filter="util<<", sort="nosuch"))
+    app = _app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        assert (screen.sort_column, screen.host_filter.text) == (0, "")
+        [warning] = _warnings(app)
+        assert "saved sort column 'nosuch' not known" in warning and "saved filter not used" in warning
+
+
+def test_interval_round_trips_and_a_missing_file_is_the_defaults(config_home: pathlib.Path) -> None:
+    store = SettingsFile()
+    assert store.path == config_home / "tuiprof" / "settings.toml"
+    assert store.load() == (Settings(), None)
+    assert store.save(Settings(interval_seconds=2.5, filter='host "a\\b"')) is None
+    assert store.load() == (Settings(interval_seconds=2.5, filter='host "a\\b"'), None)
+
+
+def test_an_unwritable_config_dir_is_one_line_not_a_traceback(config_home: pathlib.Path) -> None:
+    (config_home / "tuiprof").write_text("a file where the directory should be")
+    failed = SettingsFile().save(Settings())
+    assert failed is not None and failed.startswith("cannot save the settings to ")
