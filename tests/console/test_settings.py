@@ -7,6 +7,7 @@ import pathlib
 import pytest
 
 from console.recordings import GPU_FIXTURE
+from tuiprof.cli import build_parser
 from tuiprof.client.settings import SettingsFile
 from tuiprof.client.sources import ReplaySource
 from tuiprof.model import record
@@ -95,3 +96,12 @@ def test_an_unwritable_config_dir_is_one_line_not_a_traceback(config_home: pathl
     (config_home / "tuiprof").write_text("a file where the directory should be")
     failed = SettingsFile().save(Settings())
     assert failed is not None and failed.startswith("cannot save the settings to ")
+
+
+def test_the_console_takes_the_saved_interval_unless_given_one(config_home: pathlib.Path, capsys) -> None:
+    """Up to the terminal check (pytest's stdout is none): the interval the live source would ask for."""
+    SettingsFile().save(Settings(interval_seconds=2.5))
+    for argv, expected in ((["connect", "127.0.0.1"], 2.5), (["connect", "127.0.0.1", "--interval", "0.5"], 0.5)):
+        args = build_parser().parse_args(argv)
+        assert args.func(args) == 2 and "not a terminal" in capsys.readouterr().err
+        assert args.interval == expected
