@@ -86,8 +86,9 @@ def test_prometheus_scrapes_host_metrics_from_agentd(prometheus: str, agent: Run
     hostname = memory[0]["metric"]["hostname"]
     assert hostname
 
-    modes = query_until(prometheus, "tuiprof_cpu_usage_ratio", enough=4)
-    assert {series["metric"]["mode"] for series in modes} == {"user", "system", "idle", "iowait"}
+    modes = query_until(prometheus, "tuiprof_cpu_usage_ratio", enough=10)
+    assert {series["metric"]["mode"] for series in modes} == {
+        "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice"}
     assert 0.0 < sum(float(series["value"][1]) for series in modes) <= 1.0 + 1e-9
 
     cores = query_until(prometheus, 'tuiprof_cpu_core_usage_ratio{mode="idle"}', enough=psutil.cpu_count())
