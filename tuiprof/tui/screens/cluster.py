@@ -209,8 +209,11 @@ class ClusterScreen(ConsoleScreen):
         self._update_titles(len(hosts))
         self.update_detail()
         self.update_hang_banner()
-        # every sort, invert and filter change ends here; unchanged settings are not written
+
+    def _view_changed(self) -> None:
+        """Redraw after a sort, invert or filter change, and remember the choice for the next console."""
         self.console.remember(sort=COLUMNS[self.sort_column].key, reverse=self.reverse, filter=self.host_filter.text)
+        self.refresh_data()
 
     def update_hang_banner(self) -> None:
         """The job-wide hang line over the table: the worst level, since when, which ranks.
@@ -331,7 +334,7 @@ class ClusterScreen(ConsoleScreen):
             self.notify(str(exc), title="Bad filter", severity="error", markup=False)
             return
         self._close_filter()
-        self.refresh_data()
+        self._view_changed()
 
     def _close_filter(self) -> None:
         field = self.query_one("#filter", Input)
@@ -344,15 +347,15 @@ class ClusterScreen(ConsoleScreen):
             return
         if self.host_filter.text:
             self.host_filter = HostFilter.parse("")
-            self.refresh_data()
+            self._view_changed()
 
     def action_sort(self, step: int) -> None:
         self.sort_column = (self.sort_column + step) % len(COLUMNS)
-        self.refresh_data()
+        self._view_changed()
 
     def action_invert(self) -> None:
         self.reverse = not self.reverse
-        self.refresh_data()
+        self._view_changed()
 
     def action_worst(self) -> None:
         worst = self.worst_host()
@@ -361,7 +364,7 @@ class ClusterScreen(ConsoleScreen):
             return
         if worst.address not in self.grid.keys:
             self.host_filter = HostFilter.parse("")
-            self.refresh_data()
+            self._view_changed()
         self.grid.move_cursor(self.grid.keys.index(worst.address))
 
     def action_cursor(self, step: int) -> None:
@@ -376,4 +379,4 @@ class ClusterScreen(ConsoleScreen):
         if index == self.sort_column:
             self.reverse = not self.reverse
         self.sort_column = index
-        self.refresh_data()
+        self._view_changed()
