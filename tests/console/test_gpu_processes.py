@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.widgets import DataTable, Label
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from console.conftest import open_host_tab
 from tuiprof.client.sources import ReplaySource
 from tuiprof.model.events import SnapshotReceived
 from tuiprof.tui.app import TuiprofApp
@@ -31,13 +32,7 @@ def two_gpus() -> pb.HostSnapshot:
 async def test_gpu_tab_lists_the_highlighted_gpus_processes_with_their_rank() -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_gpus())], speed=0))
     async with app.run_test(size=(160, 40)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.02)
-            if app.cluster.version:
-                break
-        app.show_host("n1", tab="gpus")
-        await pilot.pause(0.1)
-        screen = app.screen
+        screen = await open_host_tab(app, pilot, "gpus")
         assert isinstance(screen, HostScreen)
         table = screen.query_one("#gpu-procs-table", DataTable)
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]

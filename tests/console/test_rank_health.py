@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from console.conftest import open_host_tab
 from tuiprof.analysis.rank_health import flight_recorder, hook_reasons, rank_notes
 from tuiprof.client.sources import ReplaySource
 from tuiprof.model.cluster import ClusterState
@@ -57,21 +57,10 @@ def test_status_json_has_the_hook_and_the_process_groups() -> None:
     assert ranks[1]["hook"]["inactive_reason"] == INERT
 
 
-async def _ranks_tab(app: TuiprofApp, pilot) -> Screen:
-    """The ranks tab of host n1, once the replayed snapshot is in."""
-    for _ in range(50):
-        await pilot.pause(0.02)
-        if app.cluster.version:
-            break
-    app.show_host("n1", tab="ranks")
-    await pilot.pause(0.1)
-    return app.screen
-
-
 async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_figures_would_be() -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_ranks())], speed=0))
     async with app.run_test(size=(160, 40)) as pilot:
-        screen = await _ranks_tab(app, pilot)
+        screen = await open_host_tab(app, pilot, "ranks")
         assert isinstance(screen, HostScreen)
         detail = str(screen.query_one("#host-detail", Static).render())
         assert "rank 0: 640 GEMMs counted but not timed: no CUDA events" in detail
@@ -100,7 +89,7 @@ def two_jobs_one_rank_number() -> pb.HostSnapshot:
 async def test_two_jobs_with_the_same_rank_number_get_a_row_each_and_their_own_ops() -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_jobs_one_rank_number())], speed=0))
     async with app.run_test(size=(160, 40)) as pilot:
-        screen = await _ranks_tab(app, pilot)
+        screen = await open_host_tab(app, pilot, "ranks")
         table = screen.query_one("#ranks-table", DataTable)
         rows = [[str(cell) for cell in table.get_row_at(i)[:3]] for i in range(table.row_count)]
         assert rows == [["rank 0 (pid 18916)", "18916", "a"], ["rank 0 (pid 18918)", "18918", "b"]]
