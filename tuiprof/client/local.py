@@ -23,13 +23,16 @@ class LocalAgentError(RuntimeError):
 
 
 @contextlib.asynccontextmanager
-async def local_agent(interval_ms: int = 1000) -> AsyncIterator[AgentAddress]:
-    """Start the embedded agent (in its own thread), yield its address, stop it on exit."""
+async def local_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = None) -> AsyncIterator[AgentAddress]:
+    """Start the embedded agent (in its own thread), yield its address, stop it on exit.
+
+    ``trace_dir``: where it writes traces (default: the agent's own default).
+    """
     from agentd.embedded import start_embedded_agent
     from agentd.errors import AgentdError
 
     try:
-        agent = await asyncio.to_thread(start_embedded_agent, interval_ms or 1000)
+        agent = await asyncio.to_thread(start_embedded_agent, interval_ms or 1000, trace_dir)
     except AgentdError as exc:
         raise LocalAgentError(f"cannot start the embedded agent: {exc}") from exc
     try:

@@ -14,6 +14,7 @@ import asyncio
 import json
 import pathlib
 import sys
+import tempfile
 import time
 
 from rich.console import Console
@@ -24,6 +25,8 @@ from agentd.token import TokenFileError
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
 from tuiprof.analysis.trace_summary import STEP_MODES, render_text, summary_json
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.local import LocalAgentError, local_agent
 from tuiprof.client.targets import add_target_arguments, addresses, connection
 from tuiprof.model.capture import ClusterCapture, HostProgress
 
@@ -34,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[0],
     )
     parser.add_argument("hosts", nargs="*", metavar="HOST[:PORT]",
-                        help="agents to trace (default: this host's agentd on 127.0.0.1)")
+                        help="agents to trace (default: this host, through an embedded agent)")
     add_target_arguments(parser, hosts=False)
     span = parser.add_mutually_exclusive_group(required=True)
     span.add_argument("--duration-ms", type=int, metavar="N", help="trace N milliseconds")
@@ -126,8 +129,19 @@ def _describe(host: HostProgress) -> str:
 
 async def _capture_with_progress(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path,
                                  console: Console) -> ClusterCapture:
-    targets = addresses(args) or [AgentAddress("127.0.0.1", args.port)]
+    targets = addresses(args)
     options = connection(args)
+    if targets:
+        return await _capture_hosts(args, targets, spec, output, options, console)
+    # The embedded agent lives only for this command and its files are fetched into
+    # --output, so it writes them into a folder removed when the command ends.
+    with tempfile.TemporaryDirectory(prefix="tuiprof-trace-agent-") as agent_dir:
+        async with local_agent(trace_dir=pathlib.Path(agent_dir)) as address:
+            return await _capture_hosts(args, [address], spec, output, options, console)
+
+
+async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], spec: CaptureSpec,
+                         output: pathlib.Path, options: ConnectionOptions, console: Console) -> ClusterCapture:
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), console=console, disable=args.json) as progress:
         tasks: dict[str, TaskID] = {str(a): progress.add_task(str(a), total=None, status="starting") for a in targets}
@@ -150,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         started = time.monotonic()
         capture = asyncio.run(_capture_with_progress(args, spec, output, console))
         fetched = time.monotonic()
-    except (ValueError, TokenFileError) as exc:  # includes TargetError (bad host, SLURM job)
+    except (ValueError, TokenFileError, LocalAgentError) as exc:  # ValueError includes TargetError
         print(f"tuiprof trace: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
