@@ -48,6 +48,19 @@ def test_json_returns_both_hosts_and_exit_1_when_one_dies(tmp_path) -> None:
         assert down["cpu"] is None
 
 
+def test_two_agents_on_one_machine_are_told_apart_by_address(tmp_path) -> None:
+    hostname = socket.gethostname()
+    with running_agent(tmp_path, host="127.0.0.1") as one, running_agent(tmp_path, host="127.0.0.2") as two:
+        result = status(one.address.target, two.address.target)
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if "│ up " in line]
+        labels = [row.split("│")[1].strip() for row in rows]
+        assert labels == [f"{hostname}@{one.address.target}", f"{hostname}@{two.address.target}"]
+        # One agent alone keeps the plain hostname.
+        alone = status(one.address.target)
+        assert [row.split("│")[1].strip() for row in alone.stdout.splitlines() if "│ up " in row] == [hostname]
+
+
 def test_table_and_token(tmp_path) -> None:
     with running_agent(tmp_path, host="127.0.0.2", token="s3cret-token") as agent:
         wrong = tmp_path / "wrong"

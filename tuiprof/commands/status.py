@@ -108,11 +108,12 @@ def table(cluster: ClusterState) -> Table:
                  "Power", "GPU mem", "NCCL busbw", "Step", "Hang"):
         result.add_column(name, justify="left" if name in ("Host", "State") else "right",
                           no_wrap=name in ("Host", "State"))
+    shared = cluster.shared_names()
     for state in cluster.hosts():
         if state.summary is None:
             result.add_row(state.address, "[bold red]DOWN[/]", *[""] * 10)
         else:
-            result.add_row(state.name, "[green]up[/]", *_cells(state.summary))
+            result.add_row(cluster.label(state, shared), "[green]up[/]", *_cells(state.summary))
     return result
 
 
@@ -130,6 +131,7 @@ def print_table(rendered: Table) -> None:
 def notes(cluster: ClusterState) -> list[str]:
     """Why each DOWN host is down and each n/a cell is n/a, one line per host and reason."""
     lines = []
+    shared = cluster.shared_names()
     for state in cluster.hosts():
         if state.summary is None:
             lines.append(f"{state.address}: unreachable: {state.error}")
@@ -140,5 +142,5 @@ def notes(cluster: ClusterState) -> list[str]:
             if isinstance(value, Unavailable):
                 reasons.setdefault(value.reason, []).append(field)
         for reason, fields in reasons.items():
-            lines.append(f"{state.name}: n/a {', '.join(fields)}: {reason}")
+            lines.append(f"{cluster.label(state, shared)}: n/a {', '.join(fields)}: {reason}")
     return lines

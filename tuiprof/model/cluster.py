@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -83,7 +84,7 @@ class ClusterState:
         self.now = max(self.now, event.at)
         if isinstance(event, SnapshotReceived):
             summary = summarize(event.message)
-            self._history[event.host].extend(history_samples(summary))
+            self._history[event.host].extend(history_samples(summary), event.at)
             new = dataclasses.replace(
                 old, reachable=True, error="", last_contact=event.at,
                 message=event.message, summary=summary,
@@ -117,6 +118,17 @@ class ClusterState:
 
     def addresses(self) -> list[str]:
         return list(self._hosts)
+
+    def shared_names(self) -> set[str]:
+        """Hostnames two or more watched agents answer with (two agents on one machine)."""
+        counts = Counter(state.name for state in self._hosts.values())
+        return {name for name, count in counts.items() if count > 1}
+
+    def label(self, state: HostState, shared: set[str] | None = None) -> str:
+        """The host's name, told apart by its address when another agent has the same name
+        (``shared``: ``shared_names()``, passed in when labelling many hosts)."""
+        shared = self.shared_names() if shared is None else shared
+        return f"{state.name}@{state.address}" if state.name in shared else state.name
 
     def since_contact(self, state: HostState) -> float | None:
         return None if state.last_contact is None else self.now - state.last_contact

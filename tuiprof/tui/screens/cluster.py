@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -200,8 +199,7 @@ class ClusterScreen(ConsoleScreen):
     def refresh_data(self) -> None:
         hosts = self.visible_hosts()
         worst = self.worst_host()
-        counts = Counter(h.name for h in self.cluster.hosts())
-        shared = {name for name, count in counts.items() if count > 1}
+        shared = self.cluster.shared_names()
         flags = {h.address: self._flags(h, worst, shared) for h in hosts}
         # Rows are made lazily: the grid asks only for the rows it draws.
         self.grid.set_first_width(max([12, *(len(_host_label(h, flags[h.address])) for h in hosts)]))
