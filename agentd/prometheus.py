@@ -156,12 +156,29 @@ def _cpu(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Lab
     for core in cpu.cores:
         for mode in _CORE_MODES:
             per_core.add({**host, "cpu": str(core.cpu), "mode": mode}, optional(core, f"{mode}_percent", 0.01))
+    _numa_nodes(out, cpu, host)
     out("uptime_seconds", "gauge", "Time since the host booted.").add(host, optional(cpu, "uptime_seconds"))
     out("interrupts_total", "counter", "Hardware interrupts since boot, all CPUs.").add(host, optional(cpu, "interrupts_total"))
     out("softirqs_total", "counter", "Softirqs since boot, all CPUs.").add(host, optional(cpu, "softirqs_total"))
     for period in ("1", "5", "15"):
         out(f"load{period}", "gauge", f"Load average over {period} minute(s).").add(host, optional(cpu, f"load{period}"))
     out("processes", "gauge", "Number of processes.").add(host, optional(cpu, "process_count"))
+
+
+_NUMA_SHARE_MODES = ("user", "system", "idle")
+
+
+def _numa_nodes(out: Families, cpu: pb.CpuStats, host: Labels) -> None:
+    shares = out("numa_node_cpu_usage_ratio", "gauge",
+                 "Share of one NUMA node's CPUs' time per mode (user, system, idle) over the last interval.")
+    seconds = out("numa_node_cpu_seconds_total", "counter", "One NUMA node's CPUs' time per mode since boot.")
+    for node in cpu.numa_nodes:
+        labels = {**host, "node": str(node.node)}
+        for mode in _NUMA_SHARE_MODES:
+            shares.add({**labels, "mode": mode}, optional(node, f"{mode}_percent", 0.01))
+        if node.HasField("seconds_total"):
+            for mode in _CPU_MODES:
+                seconds.add({**labels, "mode": mode}, getattr(node.seconds_total, mode))
 
 
 def _memory(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
@@ -192,6 +209,20 @@ def _network(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host:
     for nic in snapshot.nics:
         for name, field, help in counters:
             out(name, "counter", help).add({**host, "nic": nic.name}, optional(nic, field))
+
+
+def _rdma(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
+    """RDMA port counters as sysfs names them (a fixed set per driver, so ``stat`` stays bounded)."""
+    port_counters = out("rdma_port_stat_total", "counter",
+                        "An RDMA port counter (sysfs ports/<port>/counters; port_*_data count 4-byte words).")
+    hw_counters = out("rdma_port_hw_stat_total", "counter",
+                      "A driver-specific RDMA port counter (sysfs ports/<port>/hw_counters).")
+    for port in snapshot.rdma.ports:
+        labels = {**host, "device": port.device, "port": str(port.port), "netdev": port.netdev}
+        for counter in port.counters:
+            port_counters.add({**labels, "stat": counter.name}, counter.value)
+        for counter in port.hw_counters:
+            hw_counters.add({**labels, "stat": counter.name}, counter.value)
 
 
 def _disks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
@@ -235,6 +266,11 @@ def _gpus(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
         )
         for name, field, scale, help in _GPU_GAUGES:
             out(name, "gauge", help).add(labels, optional(gpu, field, scale))
+        out("gpu_minor_number", "gauge", "NVML minor number: the GPU is /dev/nvidia<N>.").add(
+            labels, optional(gpu, "minor_number"))
+        out("gpu_nvml_failed_queries", "gauge",
+            "NVML queries of the latest sample that failed with an error that may pass (0: a complete sample).").add(
+            labels, optional(gpu, "nvml_failed_queries"))
         pipes = out("gpu_pipe_active_ratio", "gauge", "GPM: share of cycles a pipe (tensor, fp16, fp32, fp64) was active.")
         for pipe, field in _GPU_PIPES:
             pipes.add({**labels, "pipe": pipe}, optional(gpu, field, 0.01))
@@ -446,7 +482,7 @@ def _collector_runs(out: Families, runs: Mapping[str, CollectRun], host: Labels)
 Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]
 
 # One renderer per part of the snapshot; per-rank families (GEMM, NCCL) get their own.
-SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _disks, _gpus, _pmu, _ranks, _rank_segments, _hang)
+SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _rdma, _disks, _gpus, _pmu, _ranks, _rank_segments, _hang)
 
 
 def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo,

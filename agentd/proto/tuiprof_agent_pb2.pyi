@@ -80,7 +80,7 @@ class WatchRequest(_message.Message):
     def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
 
 class HostSnapshot(_message.Message):
-    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused")
+    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused", "rdma")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class HostSnapshot(_message.Message):
     RANKS_FIELD_NUMBER: _ClassVar[int]
     HANG_FIELD_NUMBER: _ClassVar[int]
     RANK_SEGMENTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    RDMA_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     timestamp_unix_ns: int
     sequence: int
@@ -107,7 +108,8 @@ class HostSnapshot(_message.Message):
     ranks: _containers.RepeatedCompositeFieldContainer[RankStats]
     hang: HangStatus
     rank_segments_refused: _containers.RepeatedCompositeFieldContainer[RankSegmentsRefused]
-    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ...) -> None: ...
+    rdma: RdmaStats
+    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ..., rdma: _Optional[_Union[RdmaStats, _Mapping]] = ...) -> None: ...
 
 class RankSegmentsRefused(_message.Message):
     __slots__ = ("reason", "files")
@@ -141,7 +143,7 @@ class CpuCoreStats(_message.Message):
     def __init__(self, cpu: _Optional[int] = ..., user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CpuStats(_message.Message):
-    __slots__ = ("user_percent", "system_percent", "idle_percent", "iowait_percent", "load1", "load5", "load15", "process_count", "cores", "nice_percent", "irq_percent", "softirq_percent", "steal_percent", "guest_percent", "guest_nice_percent", "uptime_seconds", "seconds_total", "interrupts_total", "softirqs_total", "unavailable")
+    __slots__ = ("user_percent", "system_percent", "idle_percent", "iowait_percent", "load1", "load5", "load15", "process_count", "cores", "nice_percent", "irq_percent", "softirq_percent", "steal_percent", "guest_percent", "guest_nice_percent", "uptime_seconds", "seconds_total", "interrupts_total", "softirqs_total", "numa_nodes", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +170,7 @@ class CpuStats(_message.Message):
     SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     SOFTIRQS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NUMA_NODES_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     user_percent: float
     system_percent: float
@@ -188,8 +191,73 @@ class CpuStats(_message.Message):
     seconds_total: CpuModeSeconds
     interrupts_total: int
     softirqs_total: int
+    numa_nodes: _containers.RepeatedCompositeFieldContainer[NumaNodeStats]
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., load15: _Optional[float] = ..., process_count: _Optional[int] = ..., cores: _Optional[_Iterable[_Union[CpuCoreStats, _Mapping]]] = ..., nice_percent: _Optional[float] = ..., irq_percent: _Optional[float] = ..., softirq_percent: _Optional[float] = ..., steal_percent: _Optional[float] = ..., guest_percent: _Optional[float] = ..., guest_nice_percent: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., seconds_total: _Optional[_Union[CpuModeSeconds, _Mapping]] = ..., interrupts_total: _Optional[int] = ..., softirqs_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., iowait_percent: _Optional[float] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., load15: _Optional[float] = ..., process_count: _Optional[int] = ..., cores: _Optional[_Iterable[_Union[CpuCoreStats, _Mapping]]] = ..., nice_percent: _Optional[float] = ..., irq_percent: _Optional[float] = ..., softirq_percent: _Optional[float] = ..., steal_percent: _Optional[float] = ..., guest_percent: _Optional[float] = ..., guest_nice_percent: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., seconds_total: _Optional[_Union[CpuModeSeconds, _Mapping]] = ..., interrupts_total: _Optional[int] = ..., softirqs_total: _Optional[int] = ..., numa_nodes: _Optional[_Iterable[_Union[NumaNodeStats, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class NumaNodeStats(_message.Message):
+    __slots__ = ("node", "cpus", "user_percent", "system_percent", "idle_percent", "seconds_total", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    USER_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    node: int
+    cpus: _containers.RepeatedScalarFieldContainer[int]
+    user_percent: float
+    system_percent: float
+    idle_percent: float
+    seconds_total: CpuModeSeconds
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, node: _Optional[int] = ..., cpus: _Optional[_Iterable[int]] = ..., user_percent: _Optional[float] = ..., system_percent: _Optional[float] = ..., idle_percent: _Optional[float] = ..., seconds_total: _Optional[_Union[CpuModeSeconds, _Mapping]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RdmaStats(_message.Message):
+    __slots__ = ("ports", "unavailable_reason")
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    ports: _containers.RepeatedCompositeFieldContainer[RdmaPortStats]
+    unavailable_reason: str
+    def __init__(self, ports: _Optional[_Iterable[_Union[RdmaPortStats, _Mapping]]] = ..., unavailable_reason: _Optional[str] = ...) -> None: ...
+
+class RdmaPortStats(_message.Message):
+    __slots__ = ("device", "port", "netdev", "counters", "hw_counters", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    NETDEV_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    HW_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    port: int
+    netdev: str
+    counters: _containers.RepeatedCompositeFieldContainer[RdmaCounter]
+    hw_counters: _containers.RepeatedCompositeFieldContainer[RdmaCounter]
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., netdev: _Optional[str] = ..., counters: _Optional[_Iterable[_Union[RdmaCounter, _Mapping]]] = ..., hw_counters: _Optional[_Iterable[_Union[RdmaCounter, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RdmaCounter(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: int
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
 
 class CpuModeSeconds(_message.Message):
     __slots__ = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
@@ -319,7 +387,7 @@ class GpuProcess(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class GpuStats(_message.Message):
-    __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "graphics_active_percent", "gpm_nvlink_rx_bytes_per_s", "gpm_nvlink_tx_bytes_per_s", "unavailable")
+    __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "graphics_active_percent", "gpm_nvlink_rx_bytes_per_s", "gpm_nvlink_tx_bytes_per_s", "minor_number", "nvml_failed_queries", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -362,6 +430,8 @@ class GpuStats(_message.Message):
     GRAPHICS_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     GPM_NVLINK_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     GPM_NVLINK_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MINOR_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    NVML_FAILED_QUERIES_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
@@ -398,8 +468,10 @@ class GpuStats(_message.Message):
     graphics_active_percent: float
     gpm_nvlink_rx_bytes_per_s: float
     gpm_nvlink_tx_bytes_per_s: float
+    minor_number: int
+    nvml_failed_queries: int
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hz: _Optional[float] = ..., memory_clock_hz: _Optional[float] = ..., clock_event_reasons_mask: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., ecc_corrected_total: _Optional[int] = ..., ecc_uncorrected_total: _Optional[int] = ..., nvlink_rx_bytes_per_s: _Optional[float] = ..., nvlink_tx_bytes_per_s: _Optional[float] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_s: _Optional[float] = ..., pcie_tx_bytes_per_s: _Optional[float] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., fp16_active_percent: _Optional[float] = ..., fp32_active_percent: _Optional[float] = ..., fp64_active_percent: _Optional[float] = ..., gpm_window_seconds: _Optional[float] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., graphics_active_percent: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_s: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hz: _Optional[float] = ..., memory_clock_hz: _Optional[float] = ..., clock_event_reasons_mask: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., ecc_corrected_total: _Optional[int] = ..., ecc_uncorrected_total: _Optional[int] = ..., nvlink_rx_bytes_per_s: _Optional[float] = ..., nvlink_tx_bytes_per_s: _Optional[float] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_s: _Optional[float] = ..., pcie_tx_bytes_per_s: _Optional[float] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., fp16_active_percent: _Optional[float] = ..., fp32_active_percent: _Optional[float] = ..., fp64_active_percent: _Optional[float] = ..., gpm_window_seconds: _Optional[float] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., graphics_active_percent: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_s: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_s: _Optional[float] = ..., minor_number: _Optional[int] = ..., nvml_failed_queries: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PmuStats(_message.Message):
     __slots__ = ("scope", "hardware_available", "hardware_reason", "mips", "mega_cycles_per_s", "ipc", "cache_misses_per_s", "cache_miss_percent", "branch_misses_per_s", "task_clock_cpus", "context_switches_per_s", "page_faults_per_s", "cpu_migrations_per_s", "unavailable")

@@ -51,6 +51,19 @@ class CpuModeSeconds:
 
 
 @dataclass(frozen=True, slots=True)
+class NumaNodeStats:
+    """``tuiprof.v1.NumaNodeStats``."""
+
+    node: int
+    cpus: tuple[int, ...]
+    user_percent: Reading
+    system_percent: Reading
+    idle_percent: Reading
+    seconds_total: CpuModeSeconds
+    NESTED: ClassVar[dict[str, type]] = {"seconds_total": CpuModeSeconds}
+
+
+@dataclass(frozen=True, slots=True)
 class CpuStats(behaviour.CpuStatsMixin):
     """``tuiprof.v1.CpuStats``."""
 
@@ -73,7 +86,8 @@ class CpuStats(behaviour.CpuStatsMixin):
     seconds_total: CpuModeSeconds
     interrupts_total: Reading
     softirqs_total: Reading
-    NESTED: ClassVar[dict[str, type]] = {"cores": CpuCoreStats, "seconds_total": CpuModeSeconds}
+    numa_nodes: tuple[NumaNodeStats, ...]
+    NESTED: ClassVar[dict[str, type]] = {"cores": CpuCoreStats, "seconds_total": CpuModeSeconds, "numa_nodes": NumaNodeStats}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +183,8 @@ class GpuStats:
     graphics_active_percent: Reading
     gpm_nvlink_rx_bytes_per_s: Reading
     gpm_nvlink_tx_bytes_per_s: Reading
+    minor_number: Reading
+    nvml_failed_queries: Reading
     NESTED: ClassVar[dict[str, type]] = {"processes": GpuProcess}
 
 
@@ -337,6 +353,35 @@ class RankSegmentsRefused:
 
 
 @dataclass(frozen=True, slots=True)
+class RdmaCounter:
+    """``tuiprof.v1.RdmaCounter``."""
+
+    name: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaPortStats:
+    """``tuiprof.v1.RdmaPortStats``."""
+
+    device: str
+    port: int
+    netdev: str
+    counters: tuple[RdmaCounter, ...]
+    hw_counters: tuple[RdmaCounter, ...]
+    NESTED: ClassVar[dict[str, type]] = {"counters": RdmaCounter, "hw_counters": RdmaCounter}
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaStats:
+    """``tuiprof.v1.RdmaStats``."""
+
+    ports: tuple[RdmaPortStats, ...]
+    unavailable_reason: str
+    NESTED: ClassVar[dict[str, type]] = {"ports": RdmaPortStats}
+
+
+@dataclass(frozen=True, slots=True)
 class HostSnapshot(behaviour.HostSnapshotMixin):
     """``tuiprof.v1.HostSnapshot``."""
 
@@ -353,7 +398,8 @@ class HostSnapshot(behaviour.HostSnapshotMixin):
     ranks: tuple[RankStats, ...]
     hang: HangStatus
     rank_segments_refused: tuple[RankSegmentsRefused, ...]
-    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused}
+    rdma: RdmaStats
+    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused, "rdma": RdmaStats}
 
 
 @dataclass(frozen=True, slots=True)
