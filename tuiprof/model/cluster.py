@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
+from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived, SummaryReceived
 from tuiprof.model.history import DEFAULT_CAPACITY, History
 from tuiprof.model.messages import AgentInfo, HostSnapshot
 from tuiprof.model.summary import HostSummary, summarize
@@ -89,6 +89,9 @@ class ClusterState:
                 old, reachable=True, error="", last_contact=event.at,
                 message=event.message, summary=summary,
             )
+        elif isinstance(event, SummaryReceived):
+            self._history[event.host].extend(history_samples(event.summary), event.at)
+            new = dataclasses.replace(old, reachable=True, error="", last_contact=event.at, summary=event.summary)
         elif isinstance(event, InfoReceived):
             info = AgentInfo.from_proto(event.message)
             new = dataclasses.replace(old, reachable=True, error="", last_contact=event.at, info=info)

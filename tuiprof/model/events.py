@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.model.summary import HostSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +29,22 @@ class SnapshotReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryReceived:
+    """A host's cluster-row figures computed elsewhere (by Prometheus), without a snapshot.
+
+    ``at`` is when the figures were sampled (the agent's snapshot time), not when they came.
+    """
+
+    host: str
+    at: float
+    summary: HostSummary
+
+
+@dataclass(frozen=True, slots=True)
 class HostUnreachable:
     host: str
     at: float
     error: str
 
 
-HostEvent = InfoReceived | SnapshotReceived | HostUnreachable
+HostEvent = InfoReceived | SnapshotReceived | SummaryReceived | HostUnreachable

@@ -36,8 +36,10 @@ def encode(event: HostEvent) -> str:
         line |= {"event": "snapshot", "snapshot": _to_dict(event.message)}
     elif isinstance(event, InfoReceived):
         line |= {"event": "info", "info": _to_dict(event.message)}
-    else:
+    elif isinstance(event, HostUnreachable):
         line |= {"event": "unreachable", "error": event.error}
+    else:  # rows from Prometheus: a recording holds what agents sent, nothing computed elsewhere
+        raise TypeError(f"not an agent event, not recorded: {event!r}")
     return json.dumps(line, separators=(",", ":"))
 
 
