@@ -9,14 +9,21 @@ shippers read it directly. Names follow dynolog where it has one:
 - CPU time per mode over ``interval_s`` in ms, all CPUs: ``cpu_u_ms`` (user), ``cpu_s_ms``
   (system), ``cpu_n_ms`` (nice), ``cpu_w_ms`` (iowait), ``cpu_x_ms`` (irq), ``cpu_y_ms``
   (softirq), ``cpu_z_ms`` (steal), ``cpu_guest_ms``, ``cpu_guest_nice_ms``.
+- Per NUMA node, percent 0-100 over the interval: ``cpu_u_node<N>``, ``cpu_s_node<N>``,
+  ``cpu_i_node<N>`` (dynolog writes them only on hosts with more than one socket; here for every node).
 - Per NIC, deltas over ``interval_s`` like dynolog's: ``rx_bytes.<nic>``,
   ``tx_bytes.<nic>``, ``rx_packets.<nic>``, ``tx_packets.<nic>``, ``rx_errors.<nic>``,
   ``tx_errors.<nic>``, ``rx_drops.<nic>``, ``tx_drops.<nic>``.
+- Per RDMA port, deltas over ``interval_s`` named as dynolog's RDMA monitor names them:
+  ``<netdev>.<counter>`` (the device name where sysfs names no netdev) for every file of the
+  port's ``counters/`` and ``hw_counters/``, e.g. ``ib0.port_rcv_errors``, ``ib0.np_cnp_sent``.
 - PMU: ``mips``, ``mega_cycles_per_second`` (per-interval rates, where dynolog's are since start).
 - Per GPU, suffix ``.<index>``, DCGM-field names as dynolog logs them:
   ``gpu_frequency_mhz``, ``gpu_power_draw``, ``gpu_device_utilization``,
   ``gpu_memory_utilization``, ``sm_active_ratio``, ``graphics_engine_active_ratio`` ... (ratios 0-1),
-  ``pcie_tx_bytes``/``nvlink_rx_bytes`` ... (bytes per second, as DCGM reports them).
+  ``pcie_tx_bytes``/``nvlink_rx_bytes`` ... (bytes per second, as DCGM reports them), ``minor_id``,
+  ``dcgm_error`` (1 when an NVML query of the sample failed with an error that may pass, as
+  dynolog's is 1 when a DCGM field came back blank; 0 for a complete sample).
 - Beyond dynolog: ``cpu_n``/``cpu_x``/``cpu_y``/``cpu_z`` percent (nice, irq, softirq, steal),
   ``interrupts``/``softirqs`` deltas, ``load1/5/15``, ``processes``, ``mem_*``/``swap_*`` bytes, per disk
   ``read_bytes.<disk>``/``write_bytes.<disk>`` deltas and ``read_iops.<disk>``/``write_iops.<disk>``.
@@ -82,7 +89,8 @@ _GPU = (("utilization_percent", "gpu_device_utilization", 1.0),
         ("graphics_active_percent", "graphics_engine_active_ratio", 0.01),
         ("pcie_tx_bytes_per_s", "pcie_tx_bytes", 1.0), ("pcie_rx_bytes_per_s", "pcie_rx_bytes", 1.0),
         ("nvlink_tx_bytes_per_s", "nvlink_tx_bytes", 1.0),
-        ("nvlink_rx_bytes_per_s", "nvlink_rx_bytes", 1.0))
+        ("nvlink_rx_bytes_per_s", "nvlink_rx_bytes", 1.0), ("minor_number", "minor_id", None))
+_NUMA_NODE = (("user_percent", "cpu_u", 1.0), ("system_percent", "cpu_s", 1.0), ("idle_percent", "cpu_i", 1.0))
 _NIC_TOTALS = (("rx_bytes_total", "rx_bytes"), ("tx_bytes_total", "tx_bytes"),
                ("rx_packets_total", "rx_packets"), ("tx_packets_total", "tx_packets"),
                ("rx_errors_total", "rx_errors"), ("tx_errors_total", "tx_errors"),
@@ -127,6 +135,35 @@ def _cpu_deltas(record: dict[str, Any], current: pb.CpuStats, previous: pb.CpuSt
             record[name] = getattr(current, field) - getattr(previous, field)
 
 
+def _numa_nodes(record: dict[str, Any], cpu: pb.CpuStats) -> None:
+    for node in cpu.numa_nodes:
+        _copy(record, node, _NUMA_NODE, f"_node{node.node}")
+
+
+def _rdma_key(port: pb.RdmaPortStats, counter: str) -> str:
+    return f"{port.netdev or port.device}.{counter}"
+
+
+def _rdma_deltas(record: dict[str, Any], current: pb.RdmaStats, previous: pb.RdmaStats) -> None:
+    """RDMA counter increases since the previous record, for counters present in both."""
+    before = {_rdma_key(port, c.name): c.value for port in previous.ports for c in (*port.counters, *port.hw_counters)}
+    for port in current.ports:
+        for counter in (*port.counters, *port.hw_counters):
+            key = _rdma_key(port, counter.name)
+            old = before.get(key)
+            if old is not None and counter.value >= old:
+                record[key] = counter.value - old
+
+
+def _gpu(record: dict[str, Any], gpu: pb.GpuStats) -> None:
+    suffix = f".{gpu.index}"
+    record["gpu_name" + suffix] = gpu.name
+    record["gpu_uuid" + suffix] = gpu.uuid
+    _copy(record, gpu, _GPU, suffix)
+    if gpu.HasField("nvml_failed_queries"):
+        record["dcgm_error" + suffix] = int(gpu.nvml_failed_queries > 0)
+
+
 def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) -> dict[str, Any]:
     """One sink line for ``snapshot``; counter deltas need the ``previous`` line's snapshot."""
     record: dict[str, Any] = {
@@ -138,6 +175,7 @@ def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) 
         _copy(record, snapshot.cpu, _CPU)
         if snapshot.cpu.HasField("idle_percent"):
             record["cpu_util"] = 100.0 - snapshot.cpu.idle_percent
+        _numa_nodes(record, snapshot.cpu)
     if snapshot.HasField("memory"):
         _copy(record, snapshot.memory, _MEMORY)
     if snapshot.HasField("pmu"):
@@ -149,11 +187,9 @@ def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) 
         _cpu_deltas(record, snapshot.cpu, previous.cpu)
         _deltas(record, snapshot.nics, previous.nics, _NIC_TOTALS)
         _deltas(record, snapshot.disks, previous.disks, _DISK_TOTALS)
+        _rdma_deltas(record, snapshot.rdma, previous.rdma)
     for gpu in snapshot.gpus:
-        suffix = f".{gpu.index}"
-        record["gpu_name" + suffix] = gpu.name
-        record["gpu_uuid" + suffix] = gpu.uuid
-        _copy(record, gpu, _GPU, suffix)
+        _gpu(record, gpu)
     unavailable = {s.name: s.reason for s in snapshot.collectors if not s.available}
     if unavailable:
         record["unavailable"] = unavailable

@@ -1,4 +1,8 @@
-"""Host metrics from psutil and /proc: CPU, load, uptime, interrupts, memory, NICs, disks.
+"""Host metrics from /proc, /sys and psutil: CPU (all, per core, per NUMA node), load, uptime,
+interrupts, memory, NICs, RDMA ports, disks.
+
+/proc/stat is read once per sample: CPU times (all CPUs and each online one) and the
+interrupt totals come from that one read.
 
 Rates (CPU percentages, bytes/s, IOPS) are deltas between two consecutive
 samples divided by the time between them. The first sample of anything (the
@@ -13,7 +17,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import psutil
 
@@ -45,8 +49,14 @@ class CpuTimes(NamedTuple):
     guest_nice: float
 
     @classmethod
-    def from_psutil(cls, times: object) -> CpuTimes:
-        return cls(*(float(getattr(times, field, 0.0)) for field in cls._fields))
+    def from_ticks(cls, ticks: list[int], ticks_per_second: int) -> CpuTimes:
+        """A /proc/stat cpu line's numbers (older kernels give fewer columns: the rest are 0)."""
+        columns = ticks[:len(cls._fields)] + [0] * (len(cls._fields) - len(ticks))
+        return cls(*(tick / ticks_per_second for tick in columns))
+
+    @classmethod
+    def summed(cls, parts: list[CpuTimes]) -> CpuTimes:
+        return cls(*(float(sum(column)) for column in zip(*parts, strict=True))) if parts else cls(*[0.0] * 10)
 
     def total(self) -> float:
         """All time; guest time is already inside user/nice on Linux, so it is not added again."""
@@ -92,9 +102,11 @@ def _counter(reading: snetio | sdiskio | None, field: str) -> int | None:
 # Per core only the four main modes are kept (the snapshot has one entry per core).
 _CORE_SHARE_FIELDS = ("user_percent", "system_percent", "idle_percent", "iowait_percent")
 _ALL_SHARE_FIELDS = tuple(f"{mode}_percent" for mode in CpuTimes._fields)
+# Per NUMA node, the three modes dynolog reports per node (cpu_{u,s,i}_node<N>).
+_NODE_SHARE_FIELDS = ("user_percent", "system_percent", "idle_percent")
 
 
-def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats, shares: CpuShares | Unavailable,
+def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats | pb.NumaNodeStats, shares: CpuShares | Unavailable,
                  fields: tuple[str, ...]) -> None:
     if isinstance(shares, Unavailable):
         put_unavailable(message, fields, shares.reason)
@@ -112,23 +124,152 @@ def read_uptime(path: str = "/proc/uptime") -> float | Unavailable:
         return Unavailable(f"cannot read {path}: {exc}")
 
 
-def read_interrupt_counts(path: str = "/proc/stat") -> dict[str, int] | Unavailable:
-    """The totals of the ``intr`` and ``softirq`` lines of /proc/stat (their first number)."""
+@dataclasses.dataclass(frozen=True)
+class ProcStat:
+    """One read of /proc/stat."""
+
+    total: CpuTimes                 # all CPUs
+    cpus: dict[int, CpuTimes]       # by CPU number; an offline CPU has no line
+    counts: dict[str, int]          # totals of the "intr" and "softirq" lines, where the kernel has them
+
+
+def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
+    total = CpuTimes.summed([])
+    cpus: dict[int, CpuTimes] = {}
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if name == "cpu":
+            total = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
+        elif name.startswith("cpu") and name[3:].isdigit():
+            cpus[int(name[3:])] = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
+        elif name in ("intr", "softirq"):
+            counts[name] = int(rest.split()[0])
+    return ProcStat(total, cpus, counts)
+
+
+def read_proc_stat(path: str = "/proc/stat") -> ProcStat:
+    """/proc/stat parsed (an OSError propagates: without it there are no CPU figures at all)."""
+    with open(path, encoding="ascii") as file:
+        return parse_proc_stat(file.read(), os.sysconf("SC_CLK_TCK"))
+
+
+NODE_ROOT = "/sys/devices/system/node"
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """A kernel CPU list such as ``0-3,8-11`` (empty for a node without CPUs)."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def read_numa_nodes(root: str = NODE_ROOT) -> dict[int, list[int]] | Unavailable:
+    """Each NUMA node's CPUs from ``node<N>/cpulist``; nodes without CPUs (memory-only) are left out."""
     try:
-        with open(path, encoding="ascii") as file:
-            counts = {words[0]: int(words[1]) for words in (line.split() for line in file)
-                      if len(words) > 1 and words[0] in ("intr", "softirq")}
-    except (OSError, ValueError) as exc:
-        return Unavailable(f"cannot read {path}: {exc}")
-    return counts
+        names = os.listdir(root)
+    except OSError as exc:
+        return Unavailable(f"the kernel exposes no NUMA nodes: cannot list {root} ({exc.strerror}); "
+                           "it is absent when the kernel is built without CONFIG_NUMA")
+    nodes: dict[int, list[int]] = {}
+    for name in names:
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        path = os.path.join(root, name, "cpulist")
+        try:
+            with open(path, encoding="ascii") as file:
+                cpus = parse_cpulist(file.read())
+        except (OSError, ValueError) as exc:
+            return Unavailable(f"cannot read {path}: {exc}")
+        if cpus:
+            nodes[int(name[4:])] = cpus
+    if not nodes:
+        return Unavailable(f"the kernel lists no NUMA node with CPUs under {root}")
+    return dict(sorted(nodes.items()))
+
+
+class NodeTimes(NamedTuple):
+    """One NUMA node's online CPUs and their summed times."""
+
+    cpus: tuple[int, ...]
+    times: CpuTimes
+
+
+def numa_times(nodes: dict[int, list[int]], stat: ProcStat) -> dict[int, NodeTimes]:
+    """Per node, the times of those of its CPUs that /proc/stat lists (the online ones)."""
+    result = {}
+    for node, cpus in nodes.items():
+        online = tuple(cpu for cpu in cpus if cpu in stat.cpus)
+        result[node] = NodeTimes(online, CpuTimes.summed([stat.cpus[cpu] for cpu in online]))
+    return result
+
+
+IB_ROOT = "/sys/class/infiniband"
+# Files of hw_counters/ that are settings, not counters (mlx5: how long a read is cached, in ms).
+_NOT_COUNTERS = frozenset({"lifespan"})
+
+
+def _read_counters(directory: str, into: Any, unavailable: Any, kind: str) -> None:
+    """Every counter file of ``directory`` into the repeated ``into``; unreadable ones with why."""
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return  # e.g. no hw_counters on this driver
+    for name in names:
+        if name in _NOT_COUNTERS:
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding="ascii") as file:
+                into.add(name=name, value=int(file.read().strip()))
+        except OSError as exc:  # some hw counters answer EINVAL/EOPNOTSUPP on some firmware
+            unavailable[f"{kind}/{name}"] = exc.strerror or str(exc)
+        except ValueError:
+            unavailable[f"{kind}/{name}"] = "not a number"
+
+
+def _netdev_of(device_dir: str) -> str:
+    """The network interface of an RDMA device (its PCI function's net/), empty when none."""
+    try:
+        return min(os.listdir(os.path.join(device_dir, "device", "net")))
+    except (OSError, ValueError):
+        return ""
+
+
+def read_rdma(root: str = IB_ROOT) -> pb.RdmaStats:
+    """Counters of every port of every RDMA device, read as they are (totals since the last reset)."""
+    try:
+        devices = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return pb.RdmaStats(unavailable_reason=f"no RDMA device: {root} is absent (no InfiniBand/RoCE driver loaded)")
+    except OSError as exc:
+        return pb.RdmaStats(unavailable_reason=f"cannot list {root}: {exc.strerror}")
+    if not devices:
+        return pb.RdmaStats(unavailable_reason=f"no RDMA device: {root} is empty")
+    stats = pb.RdmaStats()
+    for device in devices:
+        device_dir = os.path.join(root, device)
+        netdev = _netdev_of(device_dir)
+        try:
+            ports = sorted(int(port) for port in os.listdir(os.path.join(device_dir, "ports")) if port.isdigit())
+        except OSError:
+            continue  # a device being removed
+        for number in ports:
+            port = stats.ports.add(device=device, port=number, netdev=netdev)
+            port_dir = os.path.join(device_dir, "ports", str(number))
+            _read_counters(os.path.join(port_dir, "counters"), port.counters, port.unavailable, "counters")
+            _read_counters(os.path.join(port_dir, "hw_counters"), port.hw_counters, port.unavailable, "hw_counters")
+    return stats
 
 
 class _Raw(NamedTuple):
-    """One psutil reading of every monotonic counter the rates come from."""
+    """One reading of every monotonic counter the rates come from."""
 
     at: float
-    cpu_total: CpuTimes
-    cpu_cores: list[CpuTimes]
+    stat: ProcStat
+    numa: dict[int, NodeTimes] | Unavailable
     nics: dict[str, snetio]
     disks: dict[str, sdiskio]
 
@@ -156,6 +297,7 @@ class HostCollector(Collector):
         self._memory = pb.MemoryStats()
         self._nics: list[pb.NicStats] = []
         self._disks: list[pb.DiskStats] = []
+        self._rdma = pb.RdmaStats()
         self._sampled = False
 
     def status(self) -> pb.CollectorStatus:
@@ -168,9 +310,10 @@ class HostCollector(Collector):
         memory = self._memory_stats()
         nics = self._nic_stats(previous, raw)
         disks = self._disk_stats(previous, raw)
+        rdma = read_rdma()
         self._previous = raw
         with self._lock:
-            self._cpu, self._memory, self._nics, self._disks = cpu, memory, nics, disks
+            self._cpu, self._memory, self._nics, self._disks, self._rdma = cpu, memory, nics, disks, rdma
             self._sampled = True
 
     def fill(self, snapshot: pb.HostSnapshot) -> None:
@@ -181,43 +324,58 @@ class HostCollector(Collector):
             snapshot.memory.CopyFrom(self._memory)
             snapshot.nics.extend(self._nics)
             snapshot.disks.extend(self._disks)
+            snapshot.rdma.CopyFrom(self._rdma)
 
     def _read(self) -> _Raw:
         nics = psutil.net_io_counters(pernic=True, nowrap=True)
         disk_counters = psutil.disk_io_counters(perdisk=True, nowrap=True) or {}
         disks = {name: disk_counters[name] for name in whole_disks(sorted(disk_counters))}
-        return _Raw(
-            at=self._clock(),
-            cpu_total=CpuTimes.from_psutil(psutil.cpu_times()),
-            cpu_cores=[CpuTimes.from_psutil(times) for times in psutil.cpu_times(percpu=True)],
-            nics=nics,
-            disks=disks,
-        )
+        stat = read_proc_stat()
+        nodes = read_numa_nodes()
+        numa = nodes if isinstance(nodes, Unavailable) else numa_times(nodes, stat)
+        return _Raw(at=self._clock(), stat=stat, numa=numa, nics=nics, disks=disks)
 
     @staticmethod
     def _cpu_stats(previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
         cpu = pb.CpuStats()
+        stat = raw.stat
         if previous is None:
             _fill_shares(cpu, Unavailable(FIRST_SAMPLE), _ALL_SHARE_FIELDS)
         else:
-            _fill_shares(cpu, cpu_shares(previous.cpu_total, raw.cpu_total), _ALL_SHARE_FIELDS)
-        for index, times in enumerate(raw.cpu_cores):
-            core = cpu.cores.add(cpu=index)
-            if previous is None or index >= len(previous.cpu_cores):
-                _fill_shares(core, Unavailable(FIRST_SAMPLE), _CORE_SHARE_FIELDS)
-            else:
-                _fill_shares(core, cpu_shares(previous.cpu_cores[index], times), _CORE_SHARE_FIELDS)
-        cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**raw.cpu_total._asdict()))
+            _fill_shares(cpu, cpu_shares(previous.stat.total, stat.total), _ALL_SHARE_FIELDS)
+        for number, times in sorted(stat.cpus.items()):
+            core = cpu.cores.add(cpu=number)
+            before = previous.stat.cpus.get(number) if previous else None
+            shares = Unavailable(FIRST_SAMPLE) if before is None else cpu_shares(before, times)
+            _fill_shares(core, shares, _CORE_SHARE_FIELDS)
+        cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**stat.total._asdict()))
+        HostCollector._numa_stats(cpu, previous.numa if previous else None, raw.numa)
         cpu.load1, cpu.load5, cpu.load15 = psutil.getloadavg()
         cpu.process_count = len(psutil.pids())
         put(cpu, "uptime_seconds", read_uptime())
-        counts = read_interrupt_counts()
         for field, line in (("interrupts_total", "intr"), ("softirqs_total", "softirq")):
-            if isinstance(counts, Unavailable):
-                put(cpu, field, counts)
-            else:
-                put(cpu, field, counts.get(line, Unavailable(f"/proc/stat has no {line} line")))
+            put(cpu, field, stat.counts.get(line, Unavailable(f"/proc/stat has no {line} line")))
         return cpu
+
+    @staticmethod
+    def _numa_stats(cpu: pb.CpuStats, previous: dict[int, NodeTimes] | Unavailable | None,
+                    current: dict[int, NodeTimes] | Unavailable) -> None:
+        if isinstance(current, Unavailable):
+            cpu.unavailable["numa_nodes"] = current.reason
+            return
+        for node, now in current.items():
+            stats = cpu.numa_nodes.add(node=node, cpus=now.cpus)
+            stats.seconds_total.CopyFrom(pb.CpuModeSeconds(**now.times._asdict()))
+            before = None if previous is None or isinstance(previous, Unavailable) else previous.get(node)
+            if before is None:
+                shares: CpuShares | Unavailable = Unavailable(FIRST_SAMPLE)
+            elif before.cpus != now.cpus:
+                shares = Unavailable("the node's online CPUs changed since the previous sample")
+            elif not now.cpus:
+                shares = Unavailable("none of the node's CPUs is online")
+            else:
+                shares = cpu_shares(before.times, now.times)
+            _fill_shares(stats, shares, _NODE_SHARE_FIELDS)
 
     @staticmethod
     def _memory_stats() -> pb.MemoryStats:

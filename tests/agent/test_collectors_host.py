@@ -13,7 +13,18 @@ import time
 import psutil
 import pytest
 
-from agentd.collectors.host import CpuTimes, HostCollector, cpu_shares, read_interrupt_counts, read_uptime
+from agentd.collectors.host import (
+    IB_ROOT,
+    CpuTimes,
+    HostCollector,
+    cpu_shares,
+    parse_cpulist,
+    parse_proc_stat,
+    read_numa_nodes,
+    read_proc_stat,
+    read_rdma,
+    read_uptime,
+)
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -200,7 +211,127 @@ def test_unreadable_proc_files_give_reasons(tmp_path: pathlib.Path) -> None:
     missing = str(tmp_path / "missing")
     uptime = read_uptime(missing)
     assert isinstance(uptime, Unavailable) and uptime.reason.startswith(f"cannot read {missing}")
-    assert isinstance(read_interrupt_counts(missing), Unavailable)
-    stat = tmp_path / "stat"
-    stat.write_text("cpu 1 2 3 4\nintr 77 1 2\n")
-    assert read_interrupt_counts(str(stat)) == {"intr": 77}
+    with pytest.raises(FileNotFoundError):  # no CPU figures at all: the runner reports the failed collect
+        read_proc_stat(missing)
+
+
+def test_proc_stat_of_an_old_kernel_without_softirq_line_or_guest_columns() -> None:
+    stat = parse_proc_stat("cpu 100 2 30 400\ncpu0 60 1 10 200\ncpu3 40 1 20 200\nintr 77 1 2\n", 100)
+    assert stat.total == CpuTimes(1.0, 0.02, 0.3, 4.0, 0, 0, 0, 0, 0, 0)
+    assert sorted(stat.cpus) == [0, 3] and stat.cpus[3].system == 0.2
+    assert stat.counts == {"intr": 77}
+
+
+def test_proc_stat_is_read_once_per_sample() -> None:
+    opened: list[str] = []
+    watching = threading.Event()
+
+    def audit(event: str, args: tuple[object, ...]) -> None:
+        if watching.is_set() and event == "open" and args[0] == "/proc/stat":
+            opened.append(str(args[0]))
+
+    sys.addaudithook(audit)  # hooks cannot be removed: this one only records while the event is set
+    collector = HostCollector(1.0)
+    watching.set()
+    try:
+        collector.collect()
+        time.sleep(0.1)  # some CPU time passes between the two samples
+        collector.collect()
+    finally:
+        watching.clear()
+    assert opened == ["/proc/stat", "/proc/stat"]
+    cpu = snapshot_of(collector).cpu
+    assert cpu.HasField("interrupts_total") and cpu.HasField("user_percent") and cpu.cores
+
+
+def test_cpulists_as_the_kernel_writes_them() -> None:
+    assert parse_cpulist("0-3,8-11\n") == [0, 1, 2, 3, 8, 9, 10, 11]
+    assert parse_cpulist("5\n") == [5]
+    assert parse_cpulist("\n") == []
+
+
+def _fake_nodes(root: pathlib.Path, cpulists: dict[str, str]) -> None:
+    for name, cpulist in cpulists.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "cpulist").write_text(cpulist + "\n")
+    (root / "online").write_text("0-2\n")  # not a node directory
+
+
+def test_numa_nodes_of_a_fake_two_socket_host_and_of_a_kernel_without_numa(tmp_path: pathlib.Path) -> None:
+    _fake_nodes(tmp_path / "node", {"node0": "0-1,4", "node1": "2-3", "node2": ""})  # node2: memory only
+    assert read_numa_nodes(str(tmp_path / "node")) == {0: [0, 1, 4], 1: [2, 3]}
+    absent = read_numa_nodes(str(tmp_path / "absent"))
+    assert isinstance(absent, Unavailable) and "CONFIG_NUMA" in absent.reason
+    (tmp_path / "memory-only").mkdir()
+    _fake_nodes(tmp_path / "memory-only", {"node0": ""})
+    none = read_numa_nodes(str(tmp_path / "memory-only"))
+    assert isinstance(none, Unavailable) and "no NUMA node with CPUs" in none.reason
+
+
+def test_numa_node_times_are_the_sums_of_their_cpus_in_proc_stat() -> None:
+    nodes = read_numa_nodes()
+    if isinstance(nodes, Unavailable):
+        pytest.skip(f"this kernel has no NUMA information: {nodes.reason}")
+    user_hz = os.sysconf("SC_CLK_TCK")
+    before = proc_stat()
+    collector = HostCollector(1.0)
+    collector.collect()
+    after = proc_stat()
+    first = snapshot_of(collector).cpu
+    assert {node.node: list(node.cpus) for node in first.numa_nodes} == nodes
+    for node in first.numa_nodes:
+        assert node.unavailable["user_percent"] == FIRST_SAMPLE
+        low = sum(before[f"cpu{cpu}"][0] for cpu in node.cpus) / user_hz
+        high = sum(after[f"cpu{cpu}"][0] for cpu in node.cpus) / user_hz
+        assert low - 0.01 <= node.seconds_total.user <= high + 0.01
+    collector.collect()
+    for node in snapshot_of(collector).cpu.numa_nodes:
+        assert not node.unavailable
+        assert node.user_percent + node.system_percent + node.idle_percent <= 100.0 + 1e-6  # other modes: the rest
+        assert 0.0 <= node.idle_percent <= 100.0
+
+
+def _fake_rdma_device(root: pathlib.Path, name: str, netdev: str | None) -> pathlib.Path:
+    port = root / name / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (port / "hw_counters").mkdir()
+    if netdev:
+        (root / name / "device" / "net" / netdev).mkdir(parents=True)
+    return port
+
+
+def test_rdma_counters_of_a_fake_sysfs_tree(tmp_path: pathlib.Path) -> None:
+    port = _fake_rdma_device(tmp_path, "mlx5_0", "ens1f0np0")
+    (port / "counters" / "port_rcv_errors").write_text("7\n")
+    (port / "counters" / "port_xmit_data").write_text("123456789012\n")
+    (port / "hw_counters" / "np_cnp_sent").write_text("42\n")
+    (port / "hw_counters" / "lifespan").write_text("10\n")  # a setting, not a counter
+    (port / "hw_counters" / "rx_icrc_encapsulated").mkdir()  # unreadable as a number: an error with its reason
+    bare = _fake_rdma_device(tmp_path, "ibp1s0", None)
+    (bare / "counters" / "port_rcv_packets").write_text("5\n")
+    os.rmdir(bare / "hw_counters")  # a driver without hw counters
+    stats = read_rdma(str(tmp_path))
+    assert not stats.unavailable_reason
+    first, second = stats.ports
+    assert (first.device, first.port, first.netdev) == ("ibp1s0", 1, "")
+    assert [(c.name, c.value) for c in first.counters] == [("port_rcv_packets", 5)] and not first.hw_counters
+    assert (second.device, second.netdev) == ("mlx5_0", "ens1f0np0")
+    assert [(c.name, c.value) for c in second.counters] == [("port_rcv_errors", 7), ("port_xmit_data", 123456789012)]
+    assert [(c.name, c.value) for c in second.hw_counters] == [("np_cnp_sent", 42)]
+    assert dict(second.unavailable) == {"hw_counters/rx_icrc_encapsulated": "Is a directory"}
+
+
+def test_rdma_without_a_device_says_why(tmp_path: pathlib.Path) -> None:
+    assert "is absent" in read_rdma(str(tmp_path / "absent")).unavailable_reason
+    assert "is empty" in read_rdma(str(tmp_path)).unavailable_reason
+
+
+def test_rdma_of_this_host_from_the_collector() -> None:
+    collector = HostCollector(1.0)
+    collector.collect()
+    rdma = snapshot_of(collector).rdma
+    if os.path.isdir(IB_ROOT) and os.listdir(IB_ROOT):
+        assert rdma.ports and not rdma.unavailable_reason
+        assert {port.device for port in rdma.ports} == set(os.listdir(IB_ROOT))
+    else:
+        assert not rdma.ports and rdma.unavailable_reason.startswith("no RDMA device")

@@ -56,6 +56,35 @@ def test_record_uses_dynolog_names_and_leaves_unreadable_values_out():
     assert (record["hostname"], record["sequence"]) == ("node1", 2)
 
 
+def with_nodes_rdma_and_gpu_ids(snap: pb.HostSnapshot, rcv_errors: int) -> pb.HostSnapshot:
+    """``snap`` plus two NUMA nodes (one just seen), two RDMA ports and the GPU's ids and NVML errors."""
+    snap.cpu.numa_nodes.add(node=0, cpus=[0, 1], user_percent=30.0, system_percent=5.0, idle_percent=60.0)
+    node1 = snap.cpu.numa_nodes.add(node=1, cpus=[2, 3])
+    node1.unavailable["user_percent"] = "first sample"
+    ib = snap.rdma.ports.add(device="mlx5_0", port=1, netdev="ib0")
+    ib.counters.add(name="port_rcv_errors", value=rcv_errors)
+    ib.hw_counters.add(name="np_cnp_sent", value=10 * rcv_errors)
+    snap.rdma.ports.add(device="mlx5_1", port=1).counters.add(name="port_xmit_discards", value=rcv_errors)
+    snap.gpus[0].minor_number = 3
+    snap.gpus[0].nvml_failed_queries = rcv_errors % 2
+    return snap
+
+
+def test_numa_rdma_and_gpu_ids_under_dynolog_names():
+    first = with_nodes_rdma_and_gpu_ids(snapshot(1, 100.0, 1000), 4)
+    second = with_nodes_rdma_and_gpu_ids(snapshot(2, 101.0, 4000), 7)
+    record = dynolog_record(second, first)
+    assert (record["cpu_u_node0"], record["cpu_s_node0"], record["cpu_i_node0"]) == (30.0, 5.0, 60.0)
+    assert not any(key.endswith("_node1") for key in record)  # unavailable: absent, never 0
+    assert record["ib0.port_rcv_errors"] == 3 and record["ib0.np_cnp_sent"] == 30  # deltas, named by netdev
+    assert record["mlx5_1.port_xmit_discards"] == 3  # no netdev: named by the device
+    assert record["minor_id.1"] == 3 and record["dcgm_error.1"] == 1
+    assert dynolog_record(first, None)["dcgm_error.1"] == 0
+    assert not any(key.startswith("ib0.") for key in dynolog_record(first, None))  # no previous: no delta
+    reset = dynolog_record(with_nodes_rdma_and_gpu_ids(snapshot(3, 102.0, 5000), 1), second)
+    assert "ib0.port_rcv_errors" not in reset  # counters reset: no delta, not a negative one
+
+
 def test_first_record_and_counter_resets_have_no_deltas():
     assert not any(key.startswith("rx_bytes") for key in dynolog_record(snapshot(1, 1.0, 10), None))
     reset = dynolog_record(snapshot(2, 2.0, 5), snapshot(1, 1.0, 10))
