@@ -89,9 +89,12 @@ def test_analyze_prints_what_it_counted_in_text_and_json():
     assert text.returncode == 0, text.stderr
     assert "counted: steps 1–1 of 2 (ProfilerStep#551–#551" in text.stdout
     assert "kernel launches: delay median" in text.stdout
+    # HTA's idle breakdown for this window: stream 23 is idle 596.04 ms waiting on the host
+    assert "idle by stream (host wait / kernel wait / other): 23: 596.04 ms / 0.07 ms / 0.03 ms" in text.stdout
     document = json.loads(run_cli("analyze", str(RANK0), "--json").stdout)
     [rank] = document["summary"]["ranks"]
     assert rank["window"] == "whole trace, all 2 steps" and rank["gpu_kernels"] == 1204
     assert rank["launches"]["matched"] == 1154
+    assert {idle["stream"] for idle in rank["idle_by_stream"]} == {"7", "23", "25", "84", "203"}
     refused = run_cli("analyze", str(RANK0), "--steps", "some")
     assert refused.returncode == 2 and "invalid choice: 'some'" in refused.stderr

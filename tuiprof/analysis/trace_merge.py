@@ -93,12 +93,13 @@ class _CollectiveArgs(msgspec.Struct):
     comm: str | None = None
 
 
-class _Correlation(msgspec.Struct):
+class _GpuArgs(msgspec.Struct):
     correlation: int | None = None
+    stream: int | str | None = None
 
 
 _decode_file = msgspec.json.Decoder(_TraceFile).decode
-_decode_correlation = msgspec.json.Decoder(_Correlation).decode
+_decode_gpu_args = msgspec.json.Decoder(_GpuArgs).decode
 _decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
 _encode = msgspec.json.Encoder().encode
 
@@ -320,13 +321,16 @@ def _rank_part(job: tuple[TraceInput, int, float, str]) -> _RankPart:
     return _RankPart(piece, result, calls, extract.events)
 
 
-def _correlation(event: Event) -> int | None:
+_NO_GPU_ARGS = _GpuArgs()
+
+
+def _gpu_args(event: Event) -> _GpuArgs:
     if event.args is msgspec.UNSET:
-        return None
+        return _NO_GPU_ARGS
     try:
-        return _decode_correlation(event.args).correlation
+        return _decode_gpu_args(event.args)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+        return _NO_GPU_ARGS
 
 
 def _steps_and_launches(events: list[Event], shift_us: float
@@ -339,7 +343,7 @@ def _steps_and_launches(events: list[Event], shift_us: float
         if event.ph != "X" or ts is msgspec.UNSET or dur is msgspec.UNSET or name is msgspec.UNSET:
             continue
         if event.cat in RUNTIME_CATEGORIES:
-            if (correlation := _correlation(event)) is not None:
+            if (correlation := _gpu_args(event).correlation) is not None:
                 launches[correlation] = ts + shift_us
         elif event.cat == "user_annotation" and name.startswith(STEP_PREFIXES):
             steps.append((name, ts + shift_us, dur))
@@ -402,8 +406,8 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
         if name is unset or cat is unset:
             continue
         if cat in GPU_CATEGORIES:
-            correlation = _correlation(event)
-            launched = None if correlation is None else launches.get(correlation)
+            gpu_args = _gpu_args(event)
+            launched = None if gpu_args.correlation is None else launches.get(gpu_args.correlation)
             if not window.contains(ts if launched is None else launched):
                 extract.gpu_events_outside += 1
                 continue
@@ -416,6 +420,8 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
             if kind is None:
                 kind = kinds[name] = kernel_kind(name, cat)
             intervals[kind].append((ts, ts + dur))
+            stream = str(gpu_args.stream if gpu_args.stream is not None else _track(event.tid))
+            extract.streams.setdefault(stream, []).append((ts, ts + dur, launched))
             totals = kernel_totals.get(name)
             if totals is None:
                 kernel_totals[name] = [1, dur]

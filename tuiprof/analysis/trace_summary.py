@@ -32,9 +32,11 @@ CPU_OP_CATEGORIES = frozenset({"cpu_op", "Operator"})
 NO_GPU_EVENTS = "no GPU kernel, memcpy or memset events in the trace"
 TOP = 10
 SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch overhead
+KERNEL_WAIT_US = 30.0  # a gap shorter than this between queued kernels is launch overhead (HTA's default)
 STEP_MODES = ("all", "complete")
 
 Interval = tuple[float, float]
+StreamEvent = tuple[float, float, float | None]  # GPU event start, end, its launch call's start (None: not in the trace)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class RankExtract:
     launch_delays: list[float] = field(default_factory=list)  # kernel start − its launch call's start, µs
     kernels: int = 0  # GPU kernels (not memcpy/memset) counted
     short_kernels: int = 0  # of which shorter than SHORT_KERNEL_US
+    streams: dict[str, list[StreamEvent]] = field(default_factory=dict)  # GPU stream → its counted GPU events
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,35 @@ def launch_stats(kernels: int, delays: list[float], short: int) -> LaunchStats:
 
 
 @dataclass(frozen=True)
+class StreamIdle:
+    """The gaps between consecutive GPU events of one stream, by cause (HTA's idle time breakdown)."""
+
+    stream: str
+    host_wait_us: float  # the next event was launched after the previous one ended: the CPU was late
+    kernel_wait_us: float  # queued in time, gap under KERNEL_WAIT_US: launch overhead
+    other_us: float  # queued in time, longer gap (waits on events or other streams)
+
+    @property
+    def total_us(self) -> float:
+        return self.host_wait_us + self.kernel_wait_us + self.other_us
+
+
+def stream_idle(stream: str, events: list[StreamEvent]) -> StreamIdle:
+    """Classify each gap (start − the previous event's end, in start order) as HTA does."""
+    host = kernel = other = 0.0
+    ordered = sorted(events, key=lambda event: event[0])
+    for (_, previous_end, _), (start, _, launched) in zip(ordered, ordered[1:]):
+        gap = start - previous_end
+        if launched is not None and launched > previous_end:
+            host += gap
+        elif gap < KERNEL_WAIT_US:
+            kernel += gap
+        else:
+            other += gap
+    return StreamIdle(stream, round(host, 3), round(kernel, 3), round(other, 3))
+
+
+@dataclass(frozen=True)
 class TimeShare:
     name: str
     count: int
@@ -144,6 +176,7 @@ class RankSummary:
     window: str = ""  # what the figures count (--steps)
     gpu_events_outside: int = 0
     launches: LaunchStats | None = None
+    idle_by_stream: list[StreamIdle] = field(default_factory=list)  # most idle first
     top_kernels: list[TimeShare] = field(default_factory=list)
     top_cpu_ops: list[TimeShare] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -255,6 +288,8 @@ def summarize_rank(extract: RankExtract) -> RankSummary:
     else:
         summary.unavailable["overlap_percent"] = "no communication kernels in the trace"
     summary.top_kernels = _top(extract.kernel_totals)
+    summary.idle_by_stream = sorted((stream_idle(stream, events) for stream, events in extract.streams.items()),
+                                    key=lambda idle: (-idle.total_us, idle.stream))
     return summary
 
 
@@ -368,6 +403,10 @@ def render_text(summary: TraceSummary) -> str:
                 lines.append(f"  compute vs median rank: {r.compute_vs_median_percent:+.1f}%")
         else:
             lines.append(f"  GPU split: n/a ({r.unavailable.get('compute_us')})")
+        if r.idle_by_stream:
+            lines.append("  idle by stream (host wait / kernel wait / other): " + "; ".join(
+                f"{i.stream}: {_us(i.host_wait_us)} / {_us(i.kernel_wait_us)} / {_us(i.other_us)}"
+                for i in r.idle_by_stream[:4]))
         if r.launches is not None:
             lines.append(f"  kernel launches: {_launch_text(r.launches)}")
         if r.step_time_us is not None:
