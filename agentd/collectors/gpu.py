@@ -1,7 +1,8 @@
 """NVIDIA GPU metrics through NVML (nvidia-ml-py, module ``pynvml``).
 
 Every tick, per GPU: utilization, memory, power and limit, temperature,
-SM/memory clocks, clock-event (throttle) reasons, volatile ECC counts, NVLink
+SM/memory clocks, clock-event (throttle) reasons, volatile ECC counts, the minor
+number (read once), how many queries failed with an error that may pass, NVLink
 bytes from NVML's 64-bit counters (rates from deltas, no sleeping), compute
 processes with their memory, and on Hopper and newer the GPM metrics: two GPM
 sample buffers are used in turn, one ``nvmlGpmSampleGet`` per tick, and the
@@ -20,6 +21,7 @@ reason, every other method returns nothing, and the agent runs on.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import logging
@@ -187,6 +189,8 @@ class NvmlCalls:
 
     def __init__(self) -> None:
         self._permanent: dict[tuple[int, str], Unavailable] = {}
+        # Per GPU, calls that failed with an error that may pass (the collector zeroes it per sample).
+        self.failures: collections.Counter[int] = collections.Counter()
 
     def __call__(self, gpu: int, name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         known = self._permanent.get((gpu, name))
@@ -198,6 +202,8 @@ class NvmlCalls:
             unavailable = Unavailable(nvml_reason(error))
             if error.value in _PERMANENT_ERRORS:
                 self._permanent[(gpu, name)] = unavailable
+            else:
+                self.failures[gpu] += 1
             return unavailable
 
     def remember(self, gpu: int, name: str, code: int) -> None:
@@ -222,6 +228,7 @@ class _Device:
     handle: Any
     info: pb.GpuInfo
     gpm: _Gpm | None
+    minor_number: int | Unavailable  # /dev/nvidia<N>, fixed while the driver is loaded
     nvlink: dict[str, CounterReading] = dataclasses.field(default_factory=dict)  # direction -> KiB counter
     pcie: dict[str, float | Unavailable] = dataclasses.field(default_factory=dict)
     pcie_at: float = -math.inf
@@ -288,7 +295,8 @@ class GpuCollector(Collector):
             architecture="" if isinstance(architecture, Unavailable) else architecture_name(architecture),
             gpm_supported=gpm is not None,
         )
-        return _Device(index, handle, info, gpm)
+        minor_number = self._call(index, "minor_number", pynvml.nvmlDeviceGetMinorNumber, handle)
+        return _Device(index, handle, info, gpm, minor_number)
 
     def _open_gpm(self, index: int, handle: Any) -> _Gpm | None:
         support = self._call(index, "gpm_support", pynvml.nvmlGpmQueryDeviceSupport, handle)
@@ -353,6 +361,8 @@ class GpuCollector(Collector):
         index, handle, call = device.index, device.handle, self._call
         info = device.info
         stats = pb.GpuStats(index=index, name=info.name, uuid=info.uuid, pci_bus_id=info.pci_bus_id)
+        put(stats, "minor_number", device.minor_number)
+        call.failures[index] = 0
 
         rates = call(index, "utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
         put(stats, "utilization_percent", rates if isinstance(rates, Unavailable) else float(rates.gpu))
@@ -392,6 +402,7 @@ class GpuCollector(Collector):
                             f"GPM needs Hopper or newer ({info.architecture or 'unknown'})")
             self._pcie_fallback(device, stats)
         self._processes(device, stats)
+        stats.nvml_failed_queries = call.failures[index]
         return stats
 
     def _temperature(self, device: _Device) -> int | Unavailable:

@@ -59,6 +59,7 @@ class FakeGpu:
     gpm: bool
     nvlink: bool
     temperature_v: bool  # the versioned temperature call exists (newer drivers)
+    minor_number: int
     memory_total: int = 80 << 30
     errors: dict[str, int] = dataclasses.field(default_factory=dict)  # call -> NVML error on every call
     errors_once: dict[str, int] = dataclasses.field(default_factory=dict)  # call -> NVML error on the next call
@@ -66,10 +67,10 @@ class FakeGpu:
 
 
 HOPPER = FakeGpu(name=b"NVIDIA H200", uuid="GPU-h200", bus_id=b"00000000:19:00.0",
-                 architecture=pynvml.NVML_DEVICE_ARCH_HOPPER, gpm=True, nvlink=True, temperature_v=True,
+                 architecture=pynvml.NVML_DEVICE_ARCH_HOPPER, gpm=True, nvlink=True, temperature_v=True, minor_number=4,
                  memory_total=141 << 30, processes=[(os.getpid(), 1 << 30), (DEAD_PID, None)])
 AMPERE = FakeGpu(name=b"NVIDIA A100-SXM4-80GB", uuid="GPU-a100", bus_id=b"00000000:2A:00.0",
-                 architecture=pynvml.NVML_DEVICE_ARCH_AMPERE, gpm=False, nvlink=False, temperature_v=False,
+                 architecture=pynvml.NVML_DEVICE_ARCH_AMPERE, gpm=False, nvlink=False, temperature_v=False, minor_number=0,
                  errors={"nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED})
 
 
@@ -162,6 +163,10 @@ class FakeNvml:
     @nvml
     def nvmlDeviceGetArchitecture(self, handle: int) -> int:
         return self.gpus[handle].architecture
+
+    @nvml
+    def nvmlDeviceGetMinorNumber(self, handle: int) -> int:
+        return self.gpus[handle].minor_number
 
     @nvml
     def nvmlGpmQueryDeviceSupport(self, handle: int) -> pynvml.c_nvmlGpmSupport_t:
@@ -308,7 +313,9 @@ def test_start_up_reads_versions_and_static_facts(fake: FakeNvml) -> None:
 
 def test_a_hopper_gpu_gives_readings_rates_from_two_ticks_and_gpm(fake: FakeNvml) -> None:
     collector = gpu.GpuCollector(1.0, clock=fake.clock)
-    first = tick(collector)[0]
+    first, ampere = tick(collector)
+    assert (first.minor_number, ampere.minor_number) == (4, 0)
+    assert fake.count("nvmlDeviceGetMinorNumber", 0) == 1  # static: read at start-up only
     assert (first.utilization_percent, first.memory_utilization_percent) == (97.0, 41.0)
     assert (first.memory_used_bytes, first.memory_total_bytes) == (3 << 30, 141 << 30)  # the v2 memory call
     assert (first.power_watts, first.power_limit_watts, first.temperature_celsius) == (651.25, 700.0, 57.0)
@@ -363,6 +370,7 @@ def test_a_gpu_without_gpm_uses_the_slow_pcie_call_and_unsupported_calls_are_ask
     assert older.unavailable["power_limit_watts"] == "NVML: Not Supported"
     assert older.temperature_celsius == 33.0  # the unversioned call, on drivers without nvmlDeviceGetTemperatureV
     assert older.unavailable["nvlink_rx_bytes_total"] == "NVML: Not Supported"
+    assert older.nvml_failed_queries == 0  # "not supported" is a fact of the GPU, not a failed sample
     # Permanent answers are asked once; the working fallbacks every tick.
     assert fake.count("nvmlDeviceGetEnforcedPowerLimit", 1) == 1
     assert fake.count("nvmlDeviceGetTemperatureV", 1) == 1
@@ -385,8 +393,10 @@ def test_a_transient_error_is_a_reason_for_one_tick_and_retried(fake: FakeNvml) 
     assert not failed.HasField("utilization_percent")
     assert failed.unavailable["utilization_percent"] == failed.unavailable["memory_utilization_percent"] == "NVML: GPU is lost"
     assert failed.power_watts == 651.25  # the other readings of the tick stand
+    assert failed.nvml_failed_queries == 1  # dynolog's dcgm_error: the sample is incomplete
     fake.advance(1.0)
-    assert tick(collector)[0].utilization_percent == 97.0
+    recovered = tick(collector)[0]
+    assert recovered.utilization_percent == 97.0 and recovered.nvml_failed_queries == 0
     assert fake.count("nvmlDeviceGetUtilizationRates", 0) == 3
     collector.close()
 
