@@ -7,7 +7,7 @@ from tuiprof.model.values import Unavailable
 
 
 def samples(latencies: list[float], op: str = "AllReduce") -> list[OpSample]:
-    return [OpSample("h", f"rank {i}", "nccl", op, x) for i, x in enumerate(latencies)]
+    return [OpSample("h", "job", f"rank {i}", "nccl", op, x) for i, x in enumerate(latencies)]
 
 
 def test_one_slow_rank_is_flagged_first() -> None:

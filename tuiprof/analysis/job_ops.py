@@ -8,6 +8,7 @@ that difference is most of a core while the view is open.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -19,17 +20,45 @@ from tuiprof.model.values import Reading, Unavailable
 
 
 @dataclass(frozen=True, slots=True)
+class Extreme:
+    """An interval's lowest or highest latency, and whether a call really took it.
+
+    Not exact: the call fell in a histogram bucket, and this is the bucket's edge
+    (clamped to the op's lifetime extreme), so the real minimum is at least this
+    and the real maximum at most this.
+    """
+
+    seconds: Reading
+    exact: bool
+
+
+@dataclass(frozen=True, slots=True)
 class OpRow:
     host: str
+    job: str
+    pid: int
     rank: str
+    """``rank 3`` (``pid N`` when the rank is unknown)."""
     kind: str
     op: str
     count_per_s: float
     p50_seconds: Reading
     p99_seconds: Reading
+    min_seconds: Extreme
+    max_seconds: Extreme
+    first_call_seconds: Reading | None
+    """A GEMM slot's first call, which includes lazy module loading; None for collectives."""
     throughput: Reading
     """NCCL bus bandwidth (bytes/s) or GEMM TFLOP/s."""
     verdict: Verdict | None
+
+    @property
+    def key(self) -> str:
+        """Unique per row: two jobs' rank 0 on one host are two processes, two rows."""
+        return f"{self.host}/{self.job}/{self.pid}/{self.kind}/{self.op}"
+
+
+FIRST_CALL_NOT_TIMED = "the first call was not timed"
 
 
 def typical_latency(latency: pb.LatencyStats) -> Reading:
@@ -52,29 +81,59 @@ def _natural(label: str) -> tuple[str, int]:
     return (word, int(number)) if number.isdigit() else (label, -1)
 
 
+def _first_call(op: pb.GemmOpStats | pb.NcclOpStats) -> Reading | None:
+    if isinstance(op, pb.NcclOpStats):
+        return None
+    return reading(op, "first_call_seconds", FIRST_CALL_NOT_TIMED)
+
+
+def _rank_labels(cluster: ClusterState) -> dict[tuple[str, int], str]:
+    """``rank 0`` per (host, pid); ``rank 0 (pid N)`` where processes of one job on one host share a label."""
+    labels: dict[tuple[str, int], str] = {}
+    for state in cluster.hosts():
+        if state.message is None:
+            continue
+        ranks = state.message.ranks
+        shared = Counter((rank.job_id, who(rank)) for rank in ranks)
+        for rank in ranks:
+            label = who(rank)
+            labels[state.address, rank.pid] = label if shared[rank.job_id, label] == 1 else f"{label} (pid {rank.pid})"
+    return labels
+
+
 def job_ops(cluster: ClusterState) -> list[OpRow]:
-    """Every (host, rank, op) row; stragglers first, then by host and rank."""
-    raw: list[tuple[str, str, str, str, pb.GemmOpStats | pb.NcclOpStats]] = []
+    """Every (host, process, op) row; stragglers first, then by host, job and rank.
+
+    A process is its pid on its host, not its rank number: two jobs on one host
+    each have a rank 0. Stragglers are judged within each job.
+    """
+    raw: list[tuple[str, pb.RankStats, str, str, pb.GemmOpStats | pb.NcclOpStats]] = []
     for state in cluster.hosts():
         if state.message is None:
             continue
         for rank in state.message.ranks:
-            label = who(rank)
-            raw.extend((state.address, label, "gemm", _signature(op), op) for op in rank.gemm)
-            raw.extend((state.address, label, "nccl", _signature(op), op) for op in rank.nccl)
+            raw.extend((state.address, rank, "gemm", _signature(op), op) for op in rank.gemm)
+            raw.extend((state.address, rank, "nccl", _signature(op), op) for op in rank.nccl)
+    labels = _rank_labels(cluster)
     samples = [
-        OpSample(host, rank, kind, signature, latency)
+        OpSample(host, rank.job_id, labels[host, rank.pid], kind, signature, latency)
         if not isinstance(latency := typical_latency(op.latency), Unavailable) else None
         for host, rank, kind, signature, op in raw
     ]
     verdicts = {id(v.sample): v for v in judge(s for s in samples if s is not None)}
     rows = []
     for (host, rank, kind, signature, op), sample in zip(raw, samples):
+        latency = op.latency
         rows.append(OpRow(
-            host=host, rank=rank, kind=kind, op=signature, count_per_s=op.count_per_s,
-            p50_seconds=typical_latency(op.latency), p99_seconds=reading(op.latency, "p99_seconds"),
+            host=host, job=rank.job_id, pid=rank.pid, rank=labels[host, rank.pid], kind=kind, op=signature,
+            count_per_s=op.count_per_s,
+            p50_seconds=typical_latency(latency), p99_seconds=reading(latency, "p99_seconds"),
+            min_seconds=Extreme(reading(latency, "min_seconds"), latency.min_exact),
+            max_seconds=Extreme(reading(latency, "max_seconds"), latency.max_exact),
+            first_call_seconds=_first_call(op),
             throughput=reading(op, "busbw_bytes_per_s" if kind == "nccl" else "tflops"),
             verdict=verdicts.get(id(sample)) if sample is not None else None,
         ))
-    rows.sort(key=lambda r: (not (r.verdict and r.verdict.straggler), r.host, _natural(r.rank), r.kind, r.op))
+    rows.sort(key=lambda r: (not (r.verdict and r.verdict.straggler), r.host, r.job, _natural(r.rank), r.pid,
+                             r.kind, r.op))
     return rows

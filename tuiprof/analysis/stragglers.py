@@ -1,6 +1,6 @@
 """Straggler candidates: ranks whose GEMM or collective latency sits far from the job's median.
 
-Samples are grouped by what they measure (kind and op signature); within a group a
+Samples are grouped by job and by what they measure (kind and op signature); within a group a
 sample is a straggler when it exceeds the median by ``ratio`` AND by ``mads``
 median absolute deviations (the second test keeps a tight group's noise quiet;
 with a zero MAD only the ratio applies). Groups smaller than ``min_group`` get no
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class OpSample:
     host: str
+    job: str
+    """The rank's job id: ranks are compared only with ranks of their own job."""
     rank: str
     """Rank label, e.g. ``rank 3``."""
     kind: str
@@ -45,9 +47,9 @@ def judge(
     samples: Iterable[OpSample], ratio: float = 1.5, mads: float = 3.0, min_group: int = 3
 ) -> list[Verdict]:
     """A verdict for every sample in a group of at least ``min_group``; slowest first."""
-    groups: dict[tuple[str, str], list[OpSample]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[OpSample]] = defaultdict(list)
     for sample in samples:
-        groups[(sample.kind, sample.op)].append(sample)
+        groups[(sample.job, sample.kind, sample.op)].append(sample)
     verdicts: list[Verdict] = []
     for members in groups.values():
         if len(members) < min_group:

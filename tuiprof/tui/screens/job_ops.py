@@ -7,13 +7,26 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
-from tuiprof.analysis.job_ops import OpRow, job_ops
+from tuiprof.analysis.job_ops import Extreme, OpRow, job_ops
 from tuiprof.model import units
 from tuiprof.tui.tables import sync_rows
-from tuiprof.tui.text import reading
+from tuiprof.model.values import Unavailable
+from tuiprof.tui.text import reading, reasons
 from tuiprof.tui.screens.base import ConsoleScreen
 
-COLUMNS = ("Host", "Rank", "Kind", "Op", "Calls/s", "p50", "p99", "Throughput", "vs median")
+COLUMNS = ("Host", "Rank", "Kind", "Op", "Job", "Calls/s", "p50", "p99", "Min", "Max", "First call",
+           "Throughput", "vs median")
+
+LEGEND = ("≥ min, ≤ max: a histogram bucket's edge, no call's own time; "
+          "first call: a GEMM's first, which includes loading, kept out of the other figures")
+
+
+def _extreme(extreme: Extreme, bound: str) -> Text:
+    """A min or max; ``bound`` (``≥``/``≤``) in front when it is a bucket edge, not a call's time."""
+    cell = reading(extreme.seconds, units.seconds)
+    if extreme.exact or isinstance(extreme.seconds, Unavailable):
+        return cell
+    return Text(bound) + cell
 
 
 def _cells(row: OpRow) -> list[Text | str]:
@@ -24,14 +37,26 @@ def _cells(row: OpRow) -> list[Text | str]:
         versus = Text(f"{row.verdict.ratio:.2f}×")
         if row.verdict.straggler:
             versus = Text(f"{row.verdict.ratio:.2f}× STRAGGLER", style="bold red")
+    first_call = "" if row.first_call_seconds is None else reading(row.first_call_seconds, units.seconds)
     cells: list[Text | str] = [
-        row.host, row.rank, row.kind, row.op, units.per_s(row.count_per_s, ""),
+        row.host, row.rank, row.kind, row.op, row.job or Text("none", style="dim italic"),
+        units.per_s(row.count_per_s, ""),
         reading(row.p50_seconds, units.seconds), reading(row.p99_seconds, units.seconds),
+        _extreme(row.min_seconds, "≥"), _extreme(row.max_seconds, "≤"), first_call,
         throughput, versus,
     ]
     if row.verdict is not None and row.verdict.straggler:
         cells[:4] = [Text(str(c), style="bold red") for c in cells[:4]]
     return cells
+
+
+def _detail(row: OpRow) -> str:
+    """Which process the highlighted row is, and why its n/a cells are n/a."""
+    named = {"p50": row.p50_seconds, "p99": row.p99_seconds, "min": row.min_seconds.seconds,
+             "max": row.max_seconds.seconds, "throughput": row.throughput}
+    if row.first_call_seconds is not None:
+        named["first call"] = row.first_call_seconds
+    return " · ".join([f"{row.host} {row.rank} pid {row.pid} job {row.job or 'none'}", *reasons(named)])
 
 
 class JobOpsScreen(ConsoleScreen):
@@ -50,7 +75,8 @@ class JobOpsScreen(ConsoleScreen):
         table: DataTable[Text | str] = DataTable(id="ops", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
-        yield Footer()
+        yield Static(id="ops-detail", classes="detail", markup=False)
+        yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
 
     def on_mount(self) -> None:
         self.sub_title = "NCCL/GEMM across the job"
@@ -63,19 +89,32 @@ class JobOpsScreen(ConsoleScreen):
         rows = job_ops(self.console.cluster)
         self._rows = rows
         table = self.query_one("#ops", DataTable)
-        sync_rows(table, {f"{r.host}/{r.rank}/{r.kind}/{r.op}": _cells(r) for r in rows})
+        sync_rows(table, {r.key: _cells(r) for r in rows})
         stragglers = sum(1 for r in rows if r.verdict and r.verdict.straggler)
         if not rows:
             text = "no GEMM or NCCL ops reported yet (ranks appear once started with `tuiprof run -- CMD`)"
         else:
             text = (f"{len(rows)} rank×op rows · {stragglers} straggler candidate(s): "
-                    "latency ≥ 1.5× the median of the same op across ranks and beyond 3 MADs")
+                    "latency ≥ 1.5× the median of the same op across the job's ranks and beyond 3 MADs\n"
+                    + LEGEND)
         self.query_one("#ops-summary", Static).update(text)
+        self.update_detail()
+
+    def update_detail(self) -> None:
+        row = self._highlighted()
+        self.query_one("#ops-detail", Static).update(_detail(row) if row is not None else "")
+
+    def _highlighted(self) -> OpRow | None:
+        table = self.query_one("#ops", DataTable)
+        return self._rows[table.cursor_row] if self._rows and 0 <= table.cursor_row < len(self._rows) else None
+
+    def on_data_table_row_highlighted(self, _: DataTable.RowHighlighted) -> None:
+        self.update_detail()
 
     def action_open_host(self) -> None:
-        table = self.query_one("#ops", DataTable)
-        if self._rows and 0 <= table.cursor_row < len(self._rows):
-            self.console.show_host(self._rows[table.cursor_row].host, tab="ranks")
+        row = self._highlighted()
+        if row is not None:
+            self.console.show_host(row.host, tab="ranks")
 
     def on_data_table_row_selected(self, _: DataTable.RowSelected) -> None:
         self.action_open_host()
