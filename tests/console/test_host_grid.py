@@ -60,11 +60,29 @@ async def test_paging_and_edges_keep_the_cursor_on_screen() -> None:
         assert app.screen.address == "node-001"
 
 
-async def test_sideways_scroll_keeps_the_host_column() -> None:
+async def test_columns_collapse_by_priority_to_the_width() -> None:
+    """80 columns: the lowest-priority columns go (trend first), the row fits without scrolling."""
     app = many_hosts_app()
     async with app.run_test(size=(80, 24)) as pilot:
         grid = await settled_grid(pilot)
+        shown = [c.key for c in grid.shown_columns]
+        assert shown[:2] == ["host", "state"] and "util" in shown and "step" in shown
+        assert "trend" not in shown and "gpus" not in shown
+        dropped = [c for c in grid.columns if c.key not in shown]
+        assert max(c.priority for c in dropped) < min(c.priority for c in grid.shown_columns)
+        assert grid.virtual_size.width <= grid.size.width
+        await pilot.resize_terminal(200, 24)
+        await pilot.pause()
+        assert [c.key for c in grid.shown_columns] == [c.key for c in grid.columns]
+        assert "Trend" in visible_text(grid, 0)
+
+
+async def test_sideways_scroll_keeps_the_host_column_when_even_two_columns_do_not_fit() -> None:
+    app = many_hosts_app()
+    async with app.run_test(size=(24, 24)) as pilot:
+        grid = await settled_grid(pilot)
         grid.focus()
+        assert [c.key for c in grid.shown_columns] == ["host", "state"]
         before = visible_text(grid, 1)
         await pilot.press(*["right"] * 30)
         assert grid.scroll_offset.x > 0

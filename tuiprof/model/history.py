@@ -36,22 +36,42 @@ class Ring:
 
 
 class History:
-    """Named rings for one host, e.g. ``cpu``, ``gpu_util``, ``gpu3.power``."""
+    """Named rings for one host, e.g. ``cpu``, ``gpu_util``, ``gpu3.util``, sampled together.
+
+    Every ``extend`` is one sample time: each series gets a value then, a series
+    the sample lacks gets a gap, so every ring lines up with the newest times.
+    """
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self._capacity = capacity
         self._rings: dict[str, Ring] = {}
+        self._times: deque[float] = deque(maxlen=capacity)
 
-    def append(self, series: str, value: Reading) -> None:
-        ring = self._rings.get(series)
-        if ring is None:
-            ring = self._rings[series] = Ring(self._capacity)
-        ring.append(value)
-
-    def extend(self, samples: Iterable[tuple[str, Reading]]) -> None:
-        for series, value in samples:
-            self.append(series, value)
+    def extend(self, samples: Iterable[tuple[str, Reading]], at: float) -> None:
+        """One sample taken at ``at`` (Unix seconds)."""
+        self._times.append(at)
+        fresh = dict(samples)
+        for series, value in fresh.items():
+            if series not in self._rings:
+                self._rings[series] = Ring(self._capacity)
+            self._rings[series].append(value)
+        for series, ring in self._rings.items():
+            if series not in fresh:
+                ring.append(Unavailable("not in this sample"))
 
     def numbers(self, series: str) -> list[float]:
         ring = self._rings.get(series)
         return ring.numbers() if ring else []
+
+    def points(self, series: str) -> list[tuple[float, float]]:
+        """``(time, value)`` of the known values, oldest first (gaps dropped)."""
+        ring = self._rings.get(series)
+        if ring is None:
+            return []
+        values = ring.values()
+        times = list(self._times)[len(self._times) - len(values):]
+        return [(at, value) for at, value in zip(times, values) if value is not None]
+
+    def series(self, prefix: str) -> list[str]:
+        """Names of the series that start with ``prefix``, in the order they first came."""
+        return [name for name in self._rings if name.startswith(prefix)]

@@ -1,4 +1,5 @@
-"""The console's settings that stay between runs: theme, host sort, filter, refresh interval.
+"""The console's settings that stay between runs: theme, host sort, filter, refresh interval,
+hidden table columns and the history plots' window.
 
 Pure: parsing a decoded TOML table and writing TOML text; the file itself is
 read and written by ``tuiprof.client.settings``.
@@ -27,10 +28,15 @@ class Settings:
     """The cluster view's host filter, as typed."""
     interval_seconds: float = 0.0
     """Seconds between snapshots asked of the agents; 0: each agent's own interval."""
+    hidden_columns: tuple[str, ...] = ()
+    """Columns the user hid, as ``table.column`` keys (e.g. ``cluster.power``, ``gpus.Mem clk``)."""
+    history_window: str = "5 min"
+    """The history plots' time window (one of ``tuiprof.tui.plots.WINDOW_NAMES``; the console checks)."""
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "theme": (str,), "sort": (str,), "reverse": (bool,), "filter": (str,), "interval_seconds": (int, float),
+    "hidden_columns": (list,), "history_window": (str,),
 }
 
 
@@ -44,6 +50,10 @@ def from_table(table: Mapping[str, Any]) -> Settings:
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise SettingsError(f"'{key}' = {value!r}: expected a {kinds[0].__name__}")
         values[key] = value
+    hidden = values.get("hidden_columns", [])
+    if not all(isinstance(name, str) for name in hidden):
+        raise SettingsError(f"'hidden_columns' = {hidden!r}: expected a list of strings")
+    values["hidden_columns"] = tuple(hidden)
     interval = values.get("interval_seconds", 0.0)
     if not (math.isfinite(interval) and interval >= 0):
         raise SettingsError(f"'interval_seconds' = {interval}: expected 0 or more seconds")
@@ -55,6 +65,8 @@ def to_toml(settings: Settings) -> str:
     lines = ["# tuiprof console settings, written by the console when they change"]
     for field in dataclasses.fields(settings):
         value = getattr(settings, field.name)
-        text = ("true" if value else "false") if isinstance(value, bool) else json.dumps(value, ensure_ascii=False)
+        # JSON strings, numbers and arrays of strings are valid TOML too
+        text = ("true" if value else "false") if isinstance(value, bool) else json.dumps(
+            list(value) if isinstance(value, tuple) else value, ensure_ascii=False)
         lines.append(f"{field.name} = {text}")
     return "\n".join(lines) + "\n"

@@ -31,9 +31,12 @@ from tuiprof.client.settings import SettingsFile
 from tuiprof.client.sources import EventSource
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostEvent, SnapshotReceived
+from tuiprof.model.history import History
 from tuiprof.model.settings import Settings
+from tuiprof.tui.columns import ColumnsScreen, hidden_in, with_hidden
 from tuiprof.tui.messages import EventsPending, SourceEnded
 from tuiprof.tui.palette import GoToProvider
+from tuiprof.tui.plots import WINDOW_NAMES, detail_samples
 
 BACKGROUND_RENDER_HZ = 2.0
 SHOWN_RENDER_HZ = 10.0
@@ -46,6 +49,14 @@ FREEZE_AFTER_S = 15.0
 takes it out of Python's full collections, which otherwise re-scan it several
 times a minute: at 1024 hosts each one stopped the event loop for ~80 ms, and a
 key press or a frame waited that long (~20 ms frozen; bench/console_fleet.md)."""
+DETAIL_HOSTS = 64
+"""Per-GPU and per-core history is kept for the first this many hosts that answer, and for
+any host whose view is opened (from then on): kept for a whole fleet it would cost
+more memory than the rest of the console."""
+INTERVAL_KEYS = Binding.Group("Interval", compact=True)
+"""`-` and `+` show as one footer entry."""
+INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+"""The refresh intervals `-` and `+` step through (seconds between snapshots)."""
 
 
 class TuiprofApp(App[None]):
@@ -58,12 +69,14 @@ class TuiprofApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("n", "job_ops", "NCCL/GEMM"),
+        Binding("n", "job_ops", "Ops", tooltip="NCCL/GEMM ops across the job"),
         Binding("t", "traces", "Traces"),
         Binding("s", "stacks", "Stacks"),
         Binding("T", "toggle_theme", "Light/dark", show=False),
-        Binding("space", "toggle_replay", "Pause/play"),
+        Binding("space", "toggle_replay", "Pause", key_display="␣", tooltip="pause or play the recording"),
         Binding("R", "reconnect", "Reconnect now", show=False),
+        Binding("minus", "interval(-1)", "Shorter interval", key_display="-", group=INTERVAL_KEYS),
+        Binding("plus", "interval(1)", "Longer interval", key_display="+", group=INTERVAL_KEYS),
     ]
 
     def __init__(
@@ -88,11 +101,18 @@ class TuiprofApp(App[None]):
         self._last_render = 0.0
         self._render_timer: Timer | None = None
         self._render_due = 0.0
+        self.detail_history: dict[str, History] = {}
+        """Per-GPU and per-core series (``plots.detail_samples``) of the hosts shown in detail."""
         self.sub_title = "live" if source.live else "replay"
+        self._show_interval()
 
     def on_mount(self) -> None:
         from tuiprof.tui.screens.cluster import ClusterScreen
 
+        if self.settings.history_window not in WINDOW_NAMES:
+            self._warnings.append(f"unknown history window '{self.settings.history_window}' in the settings; "
+                                  f"using {Settings().history_window}")
+            self.settings = dataclasses.replace(self.settings, history_window=Settings().history_window)
         if self.settings.theme in self.available_themes:
             self.theme = self.settings.theme
         else:
@@ -124,6 +144,8 @@ class TuiprofApp(App[None]):
         events, self._inbox = self._inbox, []
         for event in events:
             self.cluster.apply(event)
+            if isinstance(event, SnapshotReceived):
+                self._keep_detail(event)
         self.schedule_render(shown=self._on_screen(events))
 
     def _on_screen(self, events: list[HostEvent]) -> bool:
@@ -132,6 +154,13 @@ class TuiprofApp(App[None]):
         shows = getattr(self.screen, "shows", None) if self.screen_stack else None
         return shows is not None and any(
             not isinstance(event, SnapshotReceived) or shows(event.host) for event in events)
+
+    def _keep_detail(self, event: SnapshotReceived) -> None:
+        history = self.detail_history.get(event.host)
+        if history is None and len(self.detail_history) < DETAIL_HOSTS:
+            history = self.detail_history[event.host] = History()
+        if history is not None:
+            history.extend(detail_samples(event.message), event.at)
 
     def on_source_ended(self, _: SourceEnded) -> None:
         self.schedule_render()
@@ -204,7 +233,7 @@ class TuiprofApp(App[None]):
         """Pause/play exists only over a recording, reconnecting only over live agents."""
         if action == "toggle_replay":
             return not self.source.live
-        if action == "reconnect":
+        if action in ("reconnect", "interval"):
             return self.source.live
         return True
 
@@ -222,6 +251,39 @@ class TuiprofApp(App[None]):
         self.source.retry.trigger()  # type: ignore[attr-defined]
         down = sum(1 for h in self.cluster.hosts() if h.reachable is False)
         self.notify(f"reconnecting {down} host(s) now" if down else "every host is connected")
+
+    def action_interval(self, step: int) -> None:
+        """Ask the agents for snapshots more (-1) or less (+1) often: the streams restart with it."""
+        current = self.settings.interval_seconds or 1.0  # the agent's own interval is 1 s by default
+        index = min(range(len(INTERVALS)), key=lambda i: abs(INTERVALS[i] - current))
+        interval = INTERVALS[max(0, min(len(INTERVALS) - 1, index + step))]
+        if interval == self.settings.interval_seconds:
+            return
+        self.remember(interval_seconds=interval)
+        options = dataclasses.replace(self.source.options, interval_ms=round(interval * 1000))  # type: ignore[attr-defined]
+        self.source = dataclasses.replace(self.source, options=options)  # type: ignore[type-var]
+        self.connection = options
+        self._show_interval()
+        self._pump()  # exclusive: the old streams are cancelled
+
+    def _show_interval(self) -> None:
+        """The refresh interval in the header's title (live only: a recording has its own pace)."""
+        if not self.source.live:
+            return
+        seconds = self.settings.interval_seconds
+        self.title = f"tuiprof · every {seconds:g} s" if seconds else "tuiprof · agent's interval"
+
+    def choose_columns(self, table: str, title: str, labels: list[str], apply: Callable[[set[str]], None]) -> None:
+        """The column chooser over ``table``'s ``labels``; the choice is applied and remembered."""
+        def chosen(hidden: frozenset[str] | None) -> None:
+            if hidden is not None:
+                apply(set(hidden))
+                self.remember(hidden_columns=with_hidden(table, self.settings.hidden_columns, hidden))
+
+        self.push_screen(ColumnsScreen(title, labels, self.hidden_columns(table)), chosen)
+
+    def hidden_columns(self, table: str) -> set[str]:
+        return hidden_in(table, self.settings.hidden_columns)
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
@@ -245,4 +307,5 @@ class TuiprofApp(App[None]):
         """Drill into one host (from the cluster view, the op view or the palette)."""
         from tuiprof.tui.screens.host import HostScreen
 
+        self.detail_history.setdefault(address, History())
         self.push_screen(HostScreen(address, tab=tab))

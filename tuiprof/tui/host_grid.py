@@ -7,7 +7,9 @@ cached strip only when its cells change (rows hand over their cells as a list
 whose identity changes with its content), only on-screen rows are ever rendered,
 and a repaint just crops and styles cached strips. Columns have fixed widths
 (wider text is cut with an ellipsis), so one row changing never re-lays out the
-others. The first column stays in place when scrolling sideways.
+others. Columns that do not fit the width collapse by priority (lowest first,
+``tables.fit_columns``), and columns the user hid are not drawn; the first column
+stays in place when scrolling sideways (only when even two columns do not fit).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tuiprof.tui.tables import fit_columns
+
 Cell = Text | str
 GAP = 2
 """Spaces between columns."""
@@ -36,6 +40,8 @@ class GridColumn:
     key: str
     label: str
     width: int
+    priority: int
+    """Higher stays longer when the grid is narrow; the first column always stays."""
 
 
 class HostGrid(ScrollView, can_focus=True):
@@ -91,6 +97,9 @@ class HostGrid(ScrollView, can_focus=True):
         self._strips: dict[str, tuple[Sequence[Cell], Strip, Strip]] = {}
         self.cursor = 0
         self._sorted: tuple[str, bool] | None = None  # column key, descending
+        self.hidden: frozenset[str] = frozenset()
+        """Keys of the columns the user hid."""
+        self._shown: list[int] = list(range(len(self.columns)))
         self._first_width = MARGIN + self.columns[0].width + GAP
         self._rest_width = sum(c.width + GAP for c in self.columns[1:])
 
@@ -114,15 +123,38 @@ class HostGrid(ScrollView, can_focus=True):
         index = next(i for i, c in enumerate(self.columns) if c.key == column)
         return self._rows[key][index]
 
+    @property
+    def shown_columns(self) -> list[GridColumn]:
+        """The columns drawn now (those that fit and are not hidden), in order."""
+        return [self.columns[i] for i in self._shown]
+
     def set_first_width(self, width: int) -> None:
         """Resize the first (fixed) column, e.g. to the longest host name."""
         if width != self.columns[0].width:
             first = self.columns[0]
-            self.columns = (GridColumn(first.key, first.label, width), *self.columns[1:])
-            self._first_width = MARGIN + width + GAP
-            self._strips.clear()
-            self.virtual_size = Size(self._first_width + self._rest_width, len(self._keys) + 1)
-            self.refresh()
+            self.columns = (GridColumn(first.key, first.label, width, first.priority), *self.columns[1:])
+            self._fit()
+
+    def set_hidden(self, keys: frozenset[str]) -> None:
+        """Hide the columns ``keys`` (the column chooser's choice)."""
+        self.hidden = keys
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """Choose the columns that fit the width, and re-render the rows with them."""
+        hidden = {i for i, c in enumerate(self.columns) if c.key in self.hidden}
+        room = self.size.width or 10_000  # not laid out yet: all, until the first resize
+        self._shown = fit_columns([c.priority for c in self.columns], [c.width for c in self.columns],
+                                  room - MARGIN, GAP, hidden)
+        shown = self.shown_columns
+        self._first_width = MARGIN + shown[0].width + GAP
+        self._rest_width = sum(c.width + GAP for c in shown[1:])
+        self._strips.clear()
+        self.virtual_size = Size(self._first_width + self._rest_width, len(self._keys) + 1)
+        self.refresh()
 
     def mark_sorted(self, column: str, descending: bool) -> None:
         """Mark ``column``'s header as the sort key (underlined, with its direction where it fits)."""
@@ -180,8 +212,9 @@ class HostGrid(ScrollView, can_focus=True):
         cached = self._strips.get(key)
         if cached is not None and cached[0] is cells:
             return cached[1], cached[2]
-        first = self._render_cells(cells[:1], self.columns[:1], MARGIN)
-        rest = self._render_cells(cells[1:], self.columns[1:])
+        shown = self.shown_columns
+        first = self._render_cells(cells[:1], shown[:1], MARGIN)
+        rest = self._render_cells([cells[i] for i in self._shown[1:]], shown[1:])
         self._strips[key] = (cells, first, rest)
         return first, rest
 
@@ -195,9 +228,10 @@ class HostGrid(ScrollView, can_focus=True):
         base = self.rich_style
         if y == 0:
             header = self.get_component_rich_style("host-grid--header")
-            labels = [self._header_label(c) for c in self.columns]
-            first = self._render_cells(labels[:1], self.columns[:1], MARGIN)
-            rest = self._render_cells(labels[1:], self.columns[1:])
+            shown = self.shown_columns
+            labels = [self._header_label(c) for c in shown]
+            first = self._render_cells(labels[:1], shown[:1], MARGIN)
+            rest = self._render_cells(labels[1:], shown[1:])
             return self._line(first, rest, base + header)
         index = int(self.scroll_offset.y) + y - 1
         if index >= len(self._keys):
@@ -246,7 +280,7 @@ class HostGrid(ScrollView, can_focus=True):
         if event.y == 0:
             x = event.x if event.x < self._first_width else event.x + int(self.scroll_offset.x)
             edge = MARGIN
-            for column in self.columns:
+            for column in self.shown_columns:
                 edge += column.width + GAP
                 if x < edge:
                     self.post_message(self.HeaderSelected(self, column.key))

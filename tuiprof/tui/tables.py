@@ -1,8 +1,10 @@
-"""Keeping a DataTable in step with fresh rows at the lowest redraw cost."""
+"""Keeping a DataTable in step with fresh rows at the lowest redraw cost, and its columns
+collapsing by priority to the terminal's width."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -49,3 +51,89 @@ def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Cell]]) -> None:
         table.add_row(*cells, key=key)
     if keys:
         table.move_cursor(row=keys.index(selected) if selected in rows else min(table.cursor_row, len(keys) - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class TableColumn:
+    """A column that may be dropped when the terminal is narrow: lowest ``priority`` first."""
+
+    label: str
+    priority: int
+    """Higher stays longer; the first column of a table always stays."""
+
+
+def fit_columns(priorities: Sequence[int], widths: Sequence[int], room: int, gap: int,
+                hidden: Collection[int] = ()) -> list[int]:
+    """Indices of the columns to show, in table order, so their ``widths`` plus a ``gap``
+    each fit in ``room``: the first column always, then by priority while they fit.
+
+    Columns in ``hidden`` (chosen by the user) are never shown. When not even one more
+    column fits next to the first, the highest-priority one is shown anyway (the table
+    scrolls sideways then) rather than a table of names only.
+    """
+    used = widths[0] + gap if widths else 0
+    candidates = sorted((i for i in range(1, len(widths)) if i not in hidden), key=lambda i: -priorities[i])
+    shown = [0] if widths else []
+    for index in candidates:
+        if used + widths[index] + gap <= room or len(shown) == 1:
+            shown.append(index)
+            used += widths[index] + gap
+    return sorted(shown)
+
+
+class FittedTable(DataTable[Cell]):
+    """A row-cursor DataTable whose columns collapse by priority to the width it has.
+
+    It keeps every column's cells (``show_rows``) and shows those that fit, and
+    not those the user hid (``hidden``: labels, from the column chooser).
+    """
+
+    def __init__(self, columns: Sequence[TableColumn], *, id: str, cursor: bool = True) -> None:
+        super().__init__(id=id, cursor_type="row" if cursor else "none", zebra_stripes=True)
+        self.all_columns = tuple(columns)
+        self.hidden: frozenset[str] = frozenset()
+        self._rows: dict[str, list[Text]] = {}
+        self._shown: list[int] = []
+        self.fixed_columns = 1
+
+    @property
+    def shown_labels(self) -> list[str]:
+        return [self.all_columns[i].label for i in self._shown]
+
+    def set_hidden(self, labels: Collection[str]) -> None:
+        self.hidden = frozenset(labels)
+        self._layout()
+
+    def show_rows(self, rows: Mapping[str, Sequence[Cell]]) -> None:
+        """Show ``rows`` (key → a cell per column of ``all_columns``), in order."""
+        self._rows = {key: [Text(c) if isinstance(c, str) else c for c in cells] for key, cells in rows.items()}
+        self._layout()
+
+    def on_resize(self) -> None:
+        self._layout()
+
+    def _layout(self) -> None:
+        widths = [max([cell_len(c.label), *(_width(cells[i]) for cells in self._rows.values() if i < len(cells))])
+                  for i, c in enumerate(self.all_columns)]
+        hidden = {i for i, c in enumerate(self.all_columns) if c.label in self.hidden}
+        room = self.size.width - (self.scrollbar_size_vertical if self.show_vertical_scrollbar else 0)
+        shown = fit_columns([c.priority for c in self.all_columns], widths, room or 10_000,
+                            2 * self.cell_padding, hidden)
+        if shown != self._shown:
+            selected = self.cursor_key
+            self._shown = shown
+            self.clear(columns=True)
+            self.add_columns(*(self.all_columns[i].label for i in shown))
+            sync_rows(self, self._projected())
+            if selected in self._rows:
+                self.move_cursor(row=list(self._rows).index(selected))
+            return
+        sync_rows(self, self._projected())
+
+    def _projected(self) -> dict[str, list[Cell]]:
+        return {key: [cells[i] for i in self._shown if i < len(cells)] for key, cells in self._rows.items()}
+
+    @property
+    def cursor_key(self) -> str | None:
+        rows = self.ordered_rows
+        return rows[self.cursor_row].key.value if rows and 0 <= self.cursor_row < len(rows) else None

@@ -30,6 +30,8 @@ class Column:
     key: str
     label: str
     width: int
+    priority: int
+    """Higher stays longer in a narrow terminal (the host name always stays)."""
     cell: Callable[[HostState, ClusterState], Text | str]
     sort: Callable[[HostState], Any]
 
@@ -85,18 +87,18 @@ def _trend(state: HostState, cluster: ClusterState) -> Text:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("host", "Host", 12, lambda s, _: s.name, lambda s: (0, s.name, s.address)),
-    Column("state", "State", 10, _state_cell, worst_first),
-    Column("cpu", "CPU", 4, _summary_cell(lambda m: reading(m.cpu_percent, units.percent)), _by("cpu_percent")),
-    Column("mem", "Mem", 4, _summary_cell(lambda m: reading(m.memory_percent, units.percent)), _by("memory_percent")),
-    Column("gpus", "GPUs", 4, _summary_cell(lambda m: reading(m.gpu_count, units.plain)), _by("gpu_count")),
-    Column("util", "Util avg/min", 12, _summary_cell(lambda m: pair(m.gpu_util_mean, m.gpu_util_min, units.percent)), _by("gpu_util_mean")),
-    Column("sm", "SM avg/min", 10, _summary_cell(lambda m: pair(m.sm_active_mean, m.sm_active_min, units.percent)), _by("sm_active_mean")),
-    Column("power", "Power", 7, _summary_cell(lambda m: reading(m.power_watts, units.watts)), _by("power_watts")),
-    Column("gpumem", "GPU mem", 15, _summary_cell(lambda m: pair(m.gpu_memory_used_bytes, m.gpu_memory_total_bytes, units.bytes_)), _by("gpu_memory_used_bytes")),
-    Column("busbw", "NCCL busbw", 10, _summary_cell(lambda m: reading(m.nccl_busbw_bytes_per_s, units.bytes_per_s)), _by("nccl_busbw_bytes_per_s")),
-    Column("step", "Step", 8, _summary_cell(lambda m: reading(m.step_time_seconds, units.seconds)), _by("step_time_seconds")),
-    Column("trend", "Trend", TREND_WIDTH, _trend, _by("gpu_util_mean")),
+    Column("host", "Host", 12, 100, lambda s, _: s.name, lambda s: (0, s.name, s.address)),
+    Column("state", "State", 10, 95, _state_cell, worst_first),
+    Column("cpu", "CPU", 4, 60, _summary_cell(lambda m: reading(m.cpu_percent, units.percent)), _by("cpu_percent")),
+    Column("mem", "Mem", 4, 55, _summary_cell(lambda m: reading(m.memory_percent, units.percent)), _by("memory_percent")),
+    Column("gpus", "GPUs", 4, 30, _summary_cell(lambda m: reading(m.gpu_count, units.plain)), _by("gpu_count")),
+    Column("util", "Util avg/min", 12, 90, _summary_cell(lambda m: pair(m.gpu_util_mean, m.gpu_util_min, units.percent)), _by("gpu_util_mean")),
+    Column("sm", "SM avg/min", 10, 65, _summary_cell(lambda m: pair(m.sm_active_mean, m.sm_active_min, units.percent)), _by("sm_active_mean")),
+    Column("power", "Power", 7, 35, _summary_cell(lambda m: reading(m.power_watts, units.watts)), _by("power_watts")),
+    Column("gpumem", "GPU mem", 15, 40, _summary_cell(lambda m: pair(m.gpu_memory_used_bytes, m.gpu_memory_total_bytes, units.bytes_)), _by("gpu_memory_used_bytes")),
+    Column("busbw", "NCCL busbw", 10, 45, _summary_cell(lambda m: reading(m.nccl_busbw_bytes_per_s, units.bytes_per_s)), _by("nccl_busbw_bytes_per_s")),
+    Column("step", "Step", 8, 80, _summary_cell(lambda m: reading(m.step_time_seconds, units.seconds)), _by("step_time_seconds")),
+    Column("trend", "Trend", TREND_WIDTH, 20, _trend, _by("gpu_util_mean")),
 )
 
 
@@ -128,17 +130,22 @@ class _LazyRows(Mapping[str, list]):
         return len(self.hosts)
 
 
+SORT_KEYS = Binding.Group("Sort", compact=True)
+"""`,` and `.` show as one footer entry (80 columns hold the footer only so)."""
+
+
 class ClusterScreen(ConsoleScreen):
     """Every watched host at a glance."""
 
     BINDINGS = [
-        Binding("enter", "open_host", "Host"),
+        Binding("enter", "open_host", "Host", show=False),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
-        Binding("comma", "sort(-1)", "Sort ←", key_display=","),
-        Binding("full_stop", "sort(1)", "Sort →", key_display="."),
-        Binding("I", "invert", "Invert"),
-        Binding("w", "worst", "Worst host"),
+        Binding("comma", "sort(-1)", "Sort ←", key_display=",", group=SORT_KEYS),
+        Binding("full_stop", "sort(1)", "Sort →", key_display=".", group=SORT_KEYS),
+        Binding("I", "invert", "Invert", show=False),
+        Binding("w", "worst", "Worst"),
+        Binding("C", "columns", "Columns", show=False),
         Binding("j", "cursor(1)", "Down", show=False),
         Binding("k", "cursor(-1)", "Up", show=False),
         Binding("g", "edge(False)", "Top", show=False),
@@ -161,7 +168,7 @@ class ClusterScreen(ConsoleScreen):
         self._row_cache: dict[str, tuple[HostState, Flags, list[Text | str]]] = {}
         """Per host: the state and flags its cells were made from, and the cells."""
         self._detail = ""
-        self.grid = HostGrid([GridColumn(c.key, c.label, c.width) for c in COLUMNS], id="hosts")
+        self.grid = HostGrid([GridColumn(c.key, c.label, c.width, c.priority) for c in COLUMNS], id="hosts")
         """Made here, not in compose, so ``shows`` can answer before the screen is mounted."""
 
     def compose(self) -> ComposeResult:
@@ -171,9 +178,10 @@ class ClusterScreen(ConsoleScreen):
         yield Static(id="detail", classes="detail", markup=False)  # data, not markup
         yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",
                     id="filter")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
 
     def on_mount(self) -> None:
+        self.grid.set_hidden(self._hidden_keys(self.console.hidden_columns("cluster")))
         if self._settings_warning:
             self.notify(self._settings_warning, title="Settings", severity="warning", markup=False)
         self.refresh_data()
@@ -364,6 +372,17 @@ class ClusterScreen(ConsoleScreen):
             self.host_filter = HostFilter.parse("")
             self._view_changed()
         self.grid.move_cursor(self.grid.keys.index(worst.address))
+
+    def action_columns(self) -> None:
+        """The column chooser; hidden columns are saved by label, as in the other tables."""
+        def apply(hidden: set[str]) -> None:
+            self.grid.set_hidden(self._hidden_keys(hidden))
+
+        self.console.choose_columns("cluster", "the host table", [c.label for c in COLUMNS], apply)
+
+    @staticmethod
+    def _hidden_keys(labels: set[str]) -> frozenset[str]:
+        return frozenset(c.key for c in COLUMNS if c.label in labels)
 
     def action_cursor(self, step: int) -> None:
         self.grid.action_cursor(step)

@@ -1,8 +1,9 @@
-"""The `?` screen: every key of the screen it was opened over, read from the bindings, and the filter language.
+"""The `?` screen: every key of the screen it was opened over, read from the bindings, what
+that screen's colours and markers mean, and the filter language.
 
 The key list is made from the live bindings (``Screen.active_bindings``: the
 focused widget's, the screen's and the app's, hidden ones included), so it
-cannot drift from what the keys do; only the filter language is prose.
+cannot drift from what the keys do; the legend and the filter language are prose.
 """
 
 from __future__ import annotations
@@ -18,8 +19,39 @@ from textual.widgets import Static
 
 from tuiprof.model.filter import help_text
 
+LEGEND: dict[str, list[str]] = {
+    "ClusterScreen": [
+        "[b]gpu-node-04 ▼[/b]  the host most in need of attention: down, hung or suspect first, then the "
+        "lowest GPU utilization, then the slowest step (w jumps there)",
+        "[u]Host↑[/u]  the sorted column, ↑ ascending, ↓ descending (, . choose, I inverts, a click sorts)",
+        "[green]up[/]  [dim]connecting[/]  [bold yellow]suspect[/]  [bold red]HUNG[/]  "
+        "[bold red]DOWN 12s[/] (time since last contact)",
+        "[dim]38%  41%[/]  a row dimmed: the host is down, these are its last known values",
+        "Trend  mean GPU utilization, 0-100 %; [cyan]▂▅▇[/] in cyan: CPU busy, on hosts without GPU readings",
+        "[bold on red] HUNG … [/] banner: ranks stopped in a collective; "
+        "[bold on yellow] SUSPECT … [/]: progress stalled, not yet hung",
+    ],
+    "HostScreen": [
+        "[green]running[/]  a rank in state running; [bold red]other states[/] in red",
+        "[dim italic]none[/] / [dim italic]not a rank[/]  no job id / a GPU process that is no known rank",
+        "Plots: time before now along the bottom, the unit in the title; z cycles the window "
+        "(1 min, 5 min, 15 min, all the console holds), shown in the title",
+        "Per-GPU and per-core plots: one line per GPU or core (the 8 busiest when more), named in the legend",
+    ],
+    "JobOpsScreen": [
+        "[bold red]STRAGGLER[/]  a rank's op at ≥ 1.5× the median of the same op and beyond 3 MADs",
+        "[dim]too few ranks[/]  fewer than three ranks run the op: no median to compare with",
+    ],
+    "StacksScreen": [
+        "Frames reached by the same set of ranks share a colour; the smallest classes get "
+        "[bold red]red[/], [bold magenta]magenta[/], [bold yellow]yellow[/] (the odd ranks stand out)",
+        "[N-M] ranks that reached the frame, then their count; [i]not: [..][/i] those that did not",
+    ],
+}
+"""What each screen's colours and markers mean (rich markup, drawn as the screen draws them)."""
 NOTES = """\
-n/a means the agent could not take the reading; the line under each table says why.
+[dim italic]n/a[/]  the agent could not take the reading; the line under each table says why.
+Columns that do not fit the terminal's width are dropped, least important first; C chooses columns.
 
 [b]Filter[/b] (cluster view, /)  words match host names; comparisons (all must hold), e.g. util<10 mem>90
 """
@@ -49,7 +81,7 @@ def key_groups(screen: Screen) -> dict[str, list[tuple[str, str]]]:
     for active in sorted(screen.active_bindings.values(), key=order):
         binding: Binding = active.binding
         section = _section(active.node, screen)
-        what = binding.description or binding.action
+        what = binding.tooltip or binding.description or binding.action  # the tooltip is the long form
         keys = sections.setdefault(section, {}).setdefault((what, binding.action), [])
         display = app.get_key_display(binding)
         if display not in keys:
@@ -90,6 +122,13 @@ def render_keys(groups: dict[str, list[tuple[str, str]]], width: int = WIDTH) ->
     return "\n".join(lines)
 
 
+def render_legend(entries: list[str]) -> str:
+    """The legend section (markup), or nothing for a screen without colours of its own."""
+    if not entries:
+        return ""
+    return "[b]Colours and markers[/b]\n" + "".join(f"  {entry}\n" for entry in entries) + "\n"
+
+
 class HelpScreen(ModalScreen[None]):
     """Every key of ``screen`` (the one `?` was pressed on), then the filter language."""
 
@@ -102,7 +141,8 @@ class HelpScreen(ModalScreen[None]):
     def __init__(self, screen: Screen) -> None:
         super().__init__()
         self.keys_text = render_keys(key_groups(screen))
+        self.legend_text = render_legend(LEGEND.get(type(screen).__name__, []))
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Static(f"{self.keys_text}\n{NOTES}{help_text()}", id="help-text")
+            yield Static(f"{self.keys_text}\n{self.legend_text}{NOTES}{help_text()}", id="help-text")

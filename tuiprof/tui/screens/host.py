@@ -16,8 +16,9 @@ from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
 from tuiprof.model.messages import GpuStats, HostSnapshot, PmuStats, RankStats
 from tuiprof.model.values import Reading, Unavailable
-from tuiprof.tui.tables import sync_rows
-from tuiprof.tui.text import pair, reading, reasons, sparkline
+from tuiprof.tui.plots import MAX_LINES, WINDOW_NAMES, HistoryPlot, Line, busiest
+from tuiprof.tui.tables import FittedTable, TableColumn
+from tuiprof.tui.text import pair, reading, reasons
 from tuiprof.tui.screens.base import ConsoleScreen
 
 TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
@@ -51,8 +52,14 @@ def gpu_rows(snapshot: HostSnapshot) -> list[Row]:
     return rows
 
 
-GPU_COLUMNS = ("GPU", "Name", "Util", "SM act", "SM occ", "Tensor", "Memory", "Power/limit",
-               "Temp", "SM clk", "Mem clk", "Throttle", "NVLink rx/tx", "PCIe rx/tx")
+GPU_COLUMNS = (
+    TableColumn("GPU", 100), TableColumn("Name", 20), TableColumn("Util", 90), TableColumn("SM act", 80),
+    TableColumn("SM occ", 40), TableColumn("Tensor", 45), TableColumn("Memory", 85),
+    TableColumn("Power/limit", 70), TableColumn("Temp", 60), TableColumn("SM clk", 30),
+    TableColumn("Mem clk", 25), TableColumn("Throttle", 50), TableColumn("NVLink rx/tx", 35),
+    TableColumn("PCIe rx/tx", 33),
+)
+"""Each column's priority: at a narrow width the lowest go first."""
 
 
 PROCESS_COLUMNS = ("PID", "Process", "GPU memory", "Share", "Rank", "Job")
@@ -88,7 +95,8 @@ def _readings(obj: object) -> dict[str, Reading]:
     }
 
 
-CORE_COLUMNS = ("CPU", "Busy", "User", "System", "IO wait")
+CORE_COLUMNS = (TableColumn("CPU", 100), TableColumn("Busy", 90), TableColumn("User", 70),
+                TableColumn("System", 60), TableColumn("IO wait", 50))
 
 
 def core_rows(snapshot: HostSnapshot) -> list[Row]:
@@ -106,7 +114,8 @@ def core_rows(snapshot: HostSnapshot) -> list[Row]:
     return rows
 
 
-IO_COLUMNS = ("Device", "Read/Rx", "Write/Tx", "Read/Write IOPS", "Busy", "Errors rx/tx")
+IO_COLUMNS = (TableColumn("Device", 100), TableColumn("Read/Rx", 90), TableColumn("Write/Tx", 85),
+              TableColumn("Read/Write IOPS", 60), TableColumn("Busy", 70), TableColumn("Errors rx/tx", 50))
 
 
 def io_rows(snapshot: HostSnapshot) -> list[Row]:
@@ -127,8 +136,11 @@ def io_rows(snapshot: HostSnapshot) -> list[Row]:
     return rows
 
 
-RANK_COLUMNS = ("Rank", "PID", "Job", "State", "Steps", "Step time", "GEMM", "busbw (kernel)",
-                "Oldest in flight", "Heartbeat")
+RANK_COLUMNS = (
+    TableColumn("Rank", 100), TableColumn("PID", 60), TableColumn("Job", 55), TableColumn("State", 95),
+    TableColumn("Steps", 50), TableColumn("Step time", 90), TableColumn("GEMM", 70),
+    TableColumn("busbw (kernel)", 75), TableColumn("Oldest in flight", 80), TableColumn("Heartbeat", 40),
+)
 
 
 def rank_keys(ranks: Sequence[RankStats]) -> list[str]:
@@ -163,7 +175,13 @@ def _hook_cells(rank: RankStats) -> list[Cell]:
     ]
 
 
-OP_COLUMNS = ("Kind", "Op", "Detail", "Calls/s", "p50", "p99", "Max", "Throughput")
+OP_COLUMNS = (
+    TableColumn("Kind", 100), TableColumn("Op", 95), TableColumn("Detail", 30), TableColumn("Calls/s", 60),
+    TableColumn("p50", 80), TableColumn("p99", 85), TableColumn("Max", 50), TableColumn("Throughput", 90),
+)
+PMU_COLUMNS = (TableColumn("Counter", 100), TableColumn("Value", 90))
+PROCESS_PRIORITY = {"PID": 100, "Process": 90, "GPU memory": 80, "Rank": 70, "Job": 60, "Share": 50}
+"""Priorities of ``PROCESS_COLUMNS`` (a column not listed goes first)."""
 
 
 def op_rows(rank: RankStats) -> list[Row]:
@@ -215,20 +233,39 @@ def pmu_rows(pmu: PmuStats) -> list[Row]:
     return rows
 
 
-HISTORY_SERIES: tuple[tuple[str, str, Callable[[Reading], str], float | None], ...] = (
-    ("cpu", "CPU busy", units.percent, 100.0),
-    ("memory", "memory used", units.percent, 100.0),
-    ("gpu_util", "GPU utilization (mean)", units.percent, 100.0),
-    ("sm_active", "SM active (mean)", units.percent, 100.0),
-    ("power", "GPU power (all GPUs)", units.watts, None),
-    ("busbw", "NCCL bus bandwidth from kernel time (mean)", units.bytes_per_s, None),
-    ("step", "step time (median rank)", units.seconds, None),
+Plot = tuple[str, str, Callable[[Reading], str], float | None]
+HISTORY_SERIES: tuple[Plot, ...] = (
+    ("cpu", "CPU busy (%)", units.percent, 100.0),
+    ("memory", "memory used (%)", units.percent, 100.0),
+    ("gpu_util", "GPU utilization, mean of the GPUs (%)", units.percent, 100.0),
+    ("sm_active", "SM active, mean of the GPUs (%)", units.percent, 100.0),
+    ("power", "GPU power, all GPUs (W)", units.watts, None),
+    ("busbw", "NCCL bus bandwidth from kernel time, mean (B/s)", units.bytes_per_s, None),
+    ("step", "step time, median rank (s)", units.seconds, None),
 )
-"""Series key, title, unit formatter, and the top of the scale (None: the series' own max)."""
+"""Host-wide series: key, title with the unit, tick formatter, and the top of the scale (None: the
+series' own max)."""
+DETAIL_SERIES: tuple[Plot, ...] = (
+    ("util", "GPU utilization per GPU (%)", units.percent, 100.0),
+    ("memory", "GPU memory used per GPU (%)", units.percent, 100.0),
+    ("power", "GPU power per GPU (W)", units.watts, None),
+    ("busy", "CPU busy per core (%)", units.percent, 100.0),
+)
+"""Per-GPU (``gpuN.util``) and per-core (``coreN.busy``) series of ``plots.detail_samples``: the
+part after the dot, the title, tick formatter and top of the scale."""
+
+
+def _table_name(table: FittedTable) -> str:
+    """The table's name in the saved hidden columns: ``gpus``, ``rank-ops``…"""
+    return (table.id or "").removesuffix("-table")
 
 
 def _title(state: HostState) -> str:
     return state.name if state.name == state.address else f"{state.name} ({state.address})"
+
+
+TAB_KEYS = Binding.Group("Tabs", compact=True)
+"""1-6 show as one footer entry (the tab bar names them)."""
 
 
 class HostScreen(ConsoleScreen):
@@ -236,12 +273,14 @@ class HostScreen(ConsoleScreen):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
-        Binding("1", "tab('gpus')", "GPUs"),
-        Binding("2", "tab('cpu')", "CPU"),
-        Binding("3", "tab('io')", "Net/Disk"),
-        Binding("4", "tab('ranks')", "Ranks"),
-        Binding("5", "tab('pmu')", "PMU"),
-        Binding("6", "tab('history')", "History"),
+        Binding("1", "tab('gpus')", "GPUs", group=TAB_KEYS),
+        Binding("2", "tab('cpu')", "CPU", group=TAB_KEYS),
+        Binding("3", "tab('io')", "Net/Disk", group=TAB_KEYS),
+        Binding("4", "tab('ranks')", "Ranks", group=TAB_KEYS),
+        Binding("5", "tab('pmu')", "PMU", group=TAB_KEYS),
+        Binding("6", "tab('history')", "History", group=TAB_KEYS),
+        Binding("z", "window", "Window", tooltip="the plots' time window: 1 min, 5 min, 15 min, all"),
+        Binding("C", "columns", "Columns", show=False),
         Binding("j", "cursor(1)", "Down", show=False),
         Binding("k", "cursor(-1)", "Up", show=False),
         Binding("h", "next_tab(-1)", "Prev tab", show=False),
@@ -269,35 +308,31 @@ class HostScreen(ConsoleScreen):
             for tab, title, columns in (
                 ("gpus", "GPUs", GPU_COLUMNS), ("cpu", "CPU", CORE_COLUMNS),
                 ("io", "Net/Disk", IO_COLUMNS), ("ranks", "Ranks", RANK_COLUMNS),
-                ("pmu", "PMU", ("Counter", "Value")),
+                ("pmu", "PMU", PMU_COLUMNS),
             ):
                 with TabPane(title, id=tab):
-                    table: DataTable[Cell] = DataTable(id=f"{tab}-table", cursor_type="row", zebra_stripes=True)
-                    table.add_columns(*columns)
-                    table.fixed_columns = 1
-                    yield table
+                    yield FittedTable(columns, id=f"{tab}-table")
                     if tab == "gpus":  # the highlighted GPU's processes below its row
                         yield Label(id="gpu-procs-title", classes="graph-label", markup=False)
-                        procs: DataTable[Cell] = DataTable(id="gpu-procs-table", cursor_type="none",
-                                                           zebra_stripes=True)
-                        procs.add_columns(*PROCESS_COLUMNS)
+                        procs = FittedTable([TableColumn(label, PROCESS_PRIORITY.get(label, 0))
+                                             for label in PROCESS_COLUMNS], id="gpu-procs-table", cursor=False)
                         procs.can_focus = False  # focus stays on the GPU rows (and leaves the tab with them)
                         yield procs
                     if tab == "ranks":  # the highlighted rank's ops below its row
                         yield Label(id="rank-ops-title", classes="graph-label", markup=False)
-                        ops: DataTable[Cell] = DataTable(id="rank-ops-table", cursor_type="none", zebra_stripes=True)
-                        ops.add_columns(*OP_COLUMNS)
-                        yield ops
+                        yield FittedTable(OP_COLUMNS, id="rank-ops-table", cursor=False)
             with TabPane("History", id="history"):
-                yield VerticalScroll(id="history-graphs")
+                with VerticalScroll(id="history-graphs"):
+                    for series, *_ in HISTORY_SERIES:
+                        yield HistoryPlot(id=f"plot-{series}")
+                    for series, *_ in DETAIL_SERIES:
+                        yield HistoryPlot(id=f"plot-each-{series}")
         yield Static(id="host-detail", classes="detail", markup=False)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
 
     def on_mount(self) -> None:
-        graphs = self.query_one("#history-graphs", VerticalScroll)
-        for series, *_ in HISTORY_SERIES:
-            graphs.mount(Label(id=f"label-{series}", classes="graph-label", markup=False))
-            graphs.mount(Static(id=f"spark-{series}", classes="graph", markup=False))
+        for table in self.query(FittedTable):
+            table.set_hidden(self.console.hidden_columns(_table_name(table)))
         self.refresh_data()
 
     def on_screen_resume(self) -> None:
@@ -344,30 +379,30 @@ class HostScreen(ConsoleScreen):
         return f"{_title(state)} · up · {contact}{versions}{load}"
 
     def _fill(self, tab: str, rows: list[Row], missing: Unavailable | None, empty: str) -> None:
-        table = self.query_one(f"#{tab}-table", DataTable)
+        table = self.query_one(f"#{tab}-table", FittedTable)
         if not rows:
             note = f"unavailable: {missing.reason}" if missing else empty
-            rows = [("none", [Text(note, style="dim italic")] + [""] * (len(table.columns) - 1), {})]
+            rows = [("none", [Text(note, style="dim italic")] + [""] * (len(table.all_columns) - 1), {})]
         self._rows[tab] = rows
-        sync_rows(table, {key: cells for key, cells, _ in rows})
+        table.show_rows({key: cells for key, cells, _ in rows})
 
     def _fill_rank_ops(self, snapshot: HostSnapshot) -> None:
-        table = self.query_one("#rank-ops-table", DataTable)
+        table = self.query_one("#rank-ops-table", FittedTable)
         rank = self._highlighted_rank(snapshot)
         title = self.query_one("#rank-ops-title", Label)
         if rank is None:
             title.update("")
-            sync_rows(table, {})
+            table.show_rows({})
             return
         job = f", job {rank.job_id}" if rank.job_id else ""
         title.update(f"GEMM and NCCL ops of {rank.label} (pid {rank.pid}{job})")
         empty = telemetry_off(rank) or "no ops recorded yet"
         rows = op_rows(rank) or [("none", [Text(empty, style="dim italic")]
                                   + [""] * (len(OP_COLUMNS) - 1), {})]
-        sync_rows(table, {key: cells for key, cells, _ in rows})
+        table.show_rows({key: cells for key, cells, _ in rows})
 
     def _fill_gpu_processes(self, snapshot: HostSnapshot) -> None:
-        table = self.query_one("#gpu-procs-table", DataTable)
+        table = self.query_one("#gpu-procs-table", FittedTable)
         title = self.query_one("#gpu-procs-title", Label)
         cursor = self.query_one("#gpus-table", DataTable).cursor_row
         table.display = title.display = 0 <= cursor < len(snapshot.gpus)  # no GPU: the note above says why
@@ -377,21 +412,25 @@ class HostScreen(ConsoleScreen):
         title.update(f"Processes on GPU {gpu.index} (user and command line: not reported by the agent)")
         rows = gpu_process_rows(gpu, snapshot.ranks) or [
             ("none", [Text("no compute processes", style="dim italic")] + [""] * (len(PROCESS_COLUMNS) - 1), {})]
-        sync_rows(table, {key: cells for key, cells, _ in rows})
+        table.show_rows({key: cells for key, cells, _ in rows})
 
     def _fill_history(self) -> None:
+        """The plots, drawn only while the History tab shows (a plot costs a full redraw)."""
+        if self.active_tab() != "history":
+            return
         history = self.cluster.history(self.address)
-        width = max(10, self.size.width - 4)
+        now, window = self.cluster.now, self.console.settings.history_window
         for series, title, formatter, top in HISTORY_SERIES:
-            values = history.numbers(series)
-            label = self.query_one(f"#label-{series}", Label)
-            if values:
-                scale = formatter(top if top is not None else max(values))
-                label.update(f"{title}: now {formatter(values[-1])} · min {formatter(min(values))} "
-                             f"· max {formatter(max(values))} · {len(values)} samples · scale 0-{scale}")
-            else:
-                label.update(f"{title}: no samples yet")
-            self.query_one(f"#spark-{series}", Static).update(sparkline(values, width, top=top))
+            line = Line(title, history.points(series))
+            self.query_one(f"#plot-{series}", HistoryPlot).show(title, [line], formatter, top, now, window)
+        detail = self.console.detail_history.get(self.address)
+        for part, title, formatter, top in DETAIL_SERIES:
+            names = [name for name in detail.series("") if name.endswith(f".{part}")] if detail else []
+            lines = [Line(name.split(".")[0], detail.points(name)) for name in names] if detail else []
+            kept = busiest(lines)
+            if len(kept) < len(lines):
+                title = f"{title}, the {MAX_LINES} busiest of {len(lines)}"
+            self.query_one(f"#plot-each-{part}", HistoryPlot).show(title, kept, formatter, top, now, window)
 
     def active_tab(self) -> str:
         return self.query_one("#tabs", TabbedContent).active
@@ -432,6 +471,7 @@ class HostScreen(ConsoleScreen):
         self.update_detail()
 
     def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        self._fill_history()
         self.update_detail()
 
     def action_tab(self, tab: str) -> None:
@@ -442,6 +482,23 @@ class HostScreen(ConsoleScreen):
     def action_next_tab(self, step: int) -> None:
         index = (TABS.index(self.active_tab()) + step) % len(TABS)
         self.action_tab(TABS[index])
+
+    def action_window(self) -> None:
+        """The next time window of the plots (1 min, 5 min, 15 min, all); remembered."""
+        index = WINDOW_NAMES.index(self.console.settings.history_window)
+        self.console.remember(history_window=WINDOW_NAMES[(index + 1) % len(WINDOW_NAMES)])
+        self.action_tab("history")
+        self._fill_history()
+
+    def action_columns(self) -> None:
+        """The column chooser over the current tab's table (on History: nothing to choose)."""
+        tab = self.active_tab()
+        if tab == "history":
+            self.notify("the History tab has plots, not columns")
+            return
+        table = self.query_one(f"#{tab}-table", FittedTable)
+        self.console.choose_columns(_table_name(table), f"the {tab} table",
+                                    [c.label for c in table.all_columns], table.set_hidden)
 
     def action_cursor(self, step: int) -> None:
         tab = self.active_tab()

@@ -48,14 +48,14 @@ class StacksScreen(ConsoleScreen):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
-        Binding("r", "take", "Take stacks now"),
-        Binding("j", "smallest", "Smallest class"),
-        Binding("n", "toggle_native", "Native frames"),
-        Binding("l", "toggle_lines", "Line numbers"),
-        Binding("e", "expand_all", "Expand all"),
-        Binding("c", "collapse_all", "Collapse all"),
-        Binding("f", "export_folded", "Export folded"),
-        Binding("g", "export_svg", "Export SVG"),
+        Binding("r", "take", "Retake", tooltip="Take stacks now"),
+        Binding("j", "smallest", "Smallest", tooltip="Jump to the smallest class"),
+        Binding("n", "toggle_native", "Native", tooltip="Native frames on/off"),
+        Binding("l", "toggle_lines", "Lines", tooltip="Line numbers on/off", show=False),
+        Binding("e", "expand_all", "Expand all", show=False),
+        Binding("c", "collapse_all", "Collapse all", show=False),
+        Binding("f", "export_folded", "Folded", tooltip="Export folded stacks", show=False),
+        Binding("g", "export_svg", "SVG", tooltip="Export a flame-graph SVG", show=False),
         Binding("J", "next_job", "Next job", show=False),
     ]
     DEFAULT_CSS = """
@@ -81,7 +81,7 @@ class StacksScreen(ConsoleScreen):
         yield Static("", id="stacks-status")
         yield Tree("stacks", id="stacks-tree")
         yield Static("", id="stacks-classes")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
 
     def on_mount(self) -> None:
         self.query_one(Tree).show_root = False
