@@ -142,6 +142,9 @@ class GpuProcess:
     pid: int
     name: str
     used_memory_bytes: Reading
+    user: str
+    command: str
+    sm_percent: Reading
 
 
 @dataclass(frozen=True, slots=True)
