@@ -13,7 +13,7 @@ info and every "not supported" / "function not found" / "no permission" answer
 are cached per GPU and call, so an unsupported call is made once. The slow
 calls stay off the hot path: ``nvmlDeviceGetPcieThroughput`` (20 ms, blocking)
 runs only on GPUs without GPM and only every ``slow_interval_seconds``;
-per-process utilization (1.7 ms) is not collected.
+per-process utilization (1.7 ms) is asked only of GPUs with compute processes.
 
 No driver or no GPU: ``status()`` is unavailable with NVML's error as the
 reason, every other method returns nothing, and the agent runs on.
@@ -254,7 +254,7 @@ class GpuCollector(Collector):
         self._initialized = False
         self._devices: list[_Device] = []
         self._stats: list[pb.GpuStats] = []
-        self._process_names: dict[int, str] = {}
+        self._processes = GpuProcesses(self._call, interval_seconds)
         self.driver_version = self.nvml_version = self.cuda_driver_version = ""
         self._start()
 
@@ -332,8 +332,7 @@ class GpuCollector(Collector):
         if self._reason:
             return
         stats = [self._sample(device) for device in self._devices]
-        seen = {process.pid for gpu in stats for process in gpu.processes}
-        self._process_names = {pid: name for pid, name in self._process_names.items() if pid in seen}
+        self._processes.keep_only({process.pid for gpu in stats for process in gpu.processes})
         with self._lock:
             self._stats = stats
 
@@ -401,7 +400,7 @@ class GpuCollector(Collector):
             put_unavailable(stats, (field for field in GPM_FIELDS if not field.startswith("pcie_")),
                             f"GPM needs Hopper or newer ({info.architecture or 'unknown'})")
             self._pcie_fallback(device, stats)
-        self._processes(device, stats)
+        self._processes.fill(device.index, device.handle, stats)
         stats.nvml_failed_queries = call.failures[index]
         return stats
 
@@ -483,26 +482,112 @@ class GpuCollector(Collector):
         for field, value in device.pcie.items():
             put(stats, field, value)
 
-    def _processes(self, device: _Device, stats: pb.GpuStats) -> None:
-        processes = self._call(device.index, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, device.handle)
+
+# ---------------------------------------------------------------- processes
+
+NOT_VISIBLE = "not visible to the agent (another PID namespace, or the process ended)"
+NO_UTILIZATION_SAMPLE = "NVML gave no utilization sample of this process in the interval"
+
+
+class ProcessFacts(NamedTuple):
+    """What /proc says about a GPU process (read once while it uses a GPU)."""
+
+    name: str
+    user: str | Unavailable
+    command: str | Unavailable
+
+
+def process_facts(pid: int) -> ProcessFacts:
+    """Name, owner and command line of ``pid``; why not, for what cannot be read."""
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            name = process.name()
+            user: str | Unavailable = process.username()
+            try:
+                arguments = process.cmdline()
+                command: str | Unavailable = " ".join(arguments) if arguments else Unavailable(
+                    "no command line (a kernel thread, or a zombie)")
+            except psutil.AccessDenied:
+                command = Unavailable("command line: permission denied (the agent is not root)")
+    except psutil.NoSuchProcess:
+        return ProcessFacts("", Unavailable(NOT_VISIBLE), Unavailable(NOT_VISIBLE))
+    except psutil.AccessDenied:
+        denied = Unavailable("permission denied (the agent is not root)")
+        return ProcessFacts("", denied, denied)
+    return ProcessFacts(name, user, command)
+
+
+def _utilization_samples(handle: Any, since_us: int) -> list[Any]:
+    """NVML's per-process utilization samples newer than ``since_us``; none is an answer, not an error."""
+    try:
+        return pynvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+    except pynvml.NVMLError as error:
+        if error.value == pynvml.NVML_ERROR_NOT_FOUND:
+            return []
+        raise
+
+
+class GpuProcesses:
+    """Each GPU's compute processes: pid, name, user, command line, GPU memory and SM share.
+
+    The SM share is the mean of NVML's utilization samples of the process over the
+    last interval, read from the newest sample seen before (NVML's own clock), so
+    every sample counts once; the first reading keeps only the last interval's.
+    """
+
+    def __init__(self, call: NvmlCalls, interval_seconds: float) -> None:
+        self._call = call
+        self._interval_us = round(interval_seconds * 1e6)
+        self._facts: dict[int, ProcessFacts] = {}
+        self._newest_sample_us: dict[int, int] = {}  # GPU index -> newest utilization sample read
+
+    def fill(self, gpu: int, handle: Any, stats: pb.GpuStats) -> None:
+        processes = self._call(gpu, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
         if isinstance(processes, Unavailable):
             stats.unavailable["processes"] = processes.reason
             return
+        shares = self._sm_shares(gpu, handle) if processes else {}
         for process in processes:
-            entry = stats.processes.add(pid=process.pid, name=self._process_name(process.pid))
-            if process.usedGpuMemory is None:
-                stats.unavailable[f"processes[{process.pid}].used_memory_bytes"] = "NVML gives no per-process memory here"
+            share = shares if isinstance(shares, Unavailable) else shares.get(process.pid, Unavailable(NO_UTILIZATION_SAMPLE))
+            self._add(stats, process, share)
+
+    def _add(self, stats: pb.GpuStats, process: Any, sm_share: float | Unavailable) -> None:
+        """One process entry; each reading it lacks goes into the GPU's unavailable map, with its reason."""
+        pid = process.pid
+        facts = self._facts.get(pid)
+        if facts is None:
+            facts = self._facts[pid] = process_facts(pid)
+        entry = stats.processes.add(pid=pid, name=facts.name)
+        memory = process.usedGpuMemory
+        readings = {
+            "user": facts.user, "command": facts.command, "sm_percent": sm_share,
+            "used_memory_bytes": Unavailable("NVML gives no per-process memory here") if memory is None else memory,
+        }
+        for field, value in readings.items():
+            if isinstance(value, Unavailable):
+                stats.unavailable[f"processes[{pid}].{field}"] = value.reason
             else:
-                entry.used_memory_bytes = process.usedGpuMemory
+                setattr(entry, field, value)
 
-    def _process_name(self, pid: int) -> str:
-        """Process name by PID (cached while the PID uses a GPU); empty when not visible (other PID namespace)."""
-        name = self._process_names.get(pid)
-        if name is None:
-            try:
-                name = psutil.Process(pid).name()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                name = ""
-            self._process_names[pid] = name
-        return name
+    def _sm_shares(self, gpu: int, handle: Any) -> dict[int, float] | Unavailable:
+        """pid -> mean SM utilization (%) of its samples in the last interval."""
+        since = self._newest_sample_us.get(gpu, 0)
+        samples = self._call(gpu, "process_utilization", _utilization_samples, handle, since)
+        if isinstance(samples, Unavailable):
+            return samples
+        # NVML may repeat the sample at ``since`` and, rarely, report garbage over 100 %.
+        fresh = [s for s in samples if s.timeStamp > since and 0 <= s.smUtil <= 100]
+        if not fresh:
+            return {}
+        newest = max(s.timeStamp for s in fresh)
+        self._newest_sample_us[gpu] = newest
+        per_pid: dict[int, list[float]] = collections.defaultdict(list)
+        for sample in fresh:
+            if sample.timeStamp > newest - self._interval_us:
+                per_pid[sample.pid].append(float(sample.smUtil))
+        return {pid: sum(values) / len(values) for pid, values in per_pid.items()}
 
+    def keep_only(self, pids: set[int]) -> None:
+        """Forget what was read of processes no longer on any GPU (their pids may be reused)."""
+        self._facts = {pid: facts for pid, facts in self._facts.items() if pid in pids}

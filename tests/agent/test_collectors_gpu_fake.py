@@ -64,6 +64,8 @@ class FakeGpu:
     errors: dict[str, int] = dataclasses.field(default_factory=dict)  # call -> NVML error on every call
     errors_once: dict[str, int] = dataclasses.field(default_factory=dict)  # call -> NVML error on the next call
     processes: list[tuple[int, int | None]] = dataclasses.field(default_factory=list)
+    # NVML's per-process utilization sample buffer: (NVML time us, pid, SM %), oldest first.
+    utilization_samples: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
 
 
 HOPPER = FakeGpu(name=b"NVIDIA H200", uuid="GPU-h200", bus_id=b"00000000:19:00.0",
@@ -255,6 +257,18 @@ class FakeNvml:
         return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[handle].processes]
 
     @nvml
+    def nvmlDeviceGetProcessUtilization(self, handle: int, last_seen_us: int) -> list[Any]:
+        samples = []
+        for at, pid, sm in self.gpus[handle].utilization_samples:
+            if at >= last_seen_us:  # NVML answers from the given time on, that sample included
+                sample = pynvml.c_nvmlProcessUtilizationSample_t()
+                sample.pid, sample.timeStamp, sample.smUtil = pid, at, sm
+                samples.append(sample)
+        if not samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return samples
+
+    @nvml
     def nvmlGpmSampleGet(self, handle: int, sample: Any) -> Any:
         self.sampled.append((handle, _address(sample), self.now_us))
         return sample
@@ -440,4 +454,41 @@ def test_start_up_failures_make_the_collector_unavailable_with_nvmls_reason(fake
     collector = gpu.GpuCollector(1.0, clock=fake.clock)
     assert (collector.status().available, collector.status().reason) == (False, reason)
     assert tick(collector) == []
+    collector.close()
+
+
+def test_processes_have_their_user_command_line_and_sm_share_of_the_interval(fake: FakeNvml) -> None:
+    me = psutil.Process()
+    fake.gpus[0].utilization_samples = [(START_US - 3_000_000, os.getpid(), 90),  # before the first interval
+                                        (START_US - 500_000, os.getpid(), 40), (START_US - 200_000, os.getpid(), 60)]
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    first = tick(collector)[0]
+    mine, dead = first.processes
+    assert (mine.user, mine.command, mine.sm_percent) == (me.username(), " ".join(me.cmdline()), 50.0)
+    assert (dead.user, dead.command, dead.HasField("sm_percent")) == ("", "", False)
+    for field in ("user", "command"):
+        assert first.unavailable[f"processes[{DEAD_PID}].{field}"] == gpu.NOT_VISIBLE
+    assert first.unavailable[f"processes[{DEAD_PID}].sm_percent"] == gpu.NO_UTILIZATION_SAMPLE
+    # The next interval counts only samples newer than those already read.
+    fake.gpus[0].utilization_samples.append((START_US + 800_000, os.getpid(), 20))
+    fake.advance(1.0)
+    assert tick(collector)[0].processes[0].sm_percent == 20.0
+    fake.advance(1.0)
+    idle = tick(collector)[0]
+    assert not idle.processes[0].HasField("sm_percent")
+    assert idle.unavailable[f"processes[{os.getpid()}].sm_percent"] == gpu.NO_UTILIZATION_SAMPLE
+    assert idle.nvml_failed_queries == 0  # no sample is NVML's answer, not a failed query
+    assert fake.count("nvmlDeviceGetProcessUtilization", 1) == 0  # a GPU without processes is not asked
+    collector.close()
+
+
+def test_a_gpu_without_per_process_utilization_says_why_and_is_asked_once(fake: FakeNvml) -> None:
+    fake.gpus[0].errors["nvmlDeviceGetProcessUtilization"] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    for _ in range(2):
+        stats = tick(collector)[0]
+        fake.advance(1.0)
+    assert stats.processes[0].user == psutil.Process().username()
+    assert stats.unavailable[f"processes[{os.getpid()}].sm_percent"] == "NVML: Not Supported"
+    assert fake.count("nvmlDeviceGetProcessUtilization", 0) == 1
     collector.close()
