@@ -67,6 +67,7 @@ class Agent:
         self._sequence = 0
         self._watchers: set[LatestSlot] = set()
         self.latest: pb.HostSnapshot | None = None
+        self.previous: pb.HostSnapshot | None = None  # the one before latest (per-interval deltas)
         self.latest_monotonic: float | None = None
         # Called on every assembled snapshot before it is published (e.g. hang verdicts,
         # which judge what the collectors filled in).
@@ -138,7 +139,7 @@ class Agent:
         return len(self._watchers)
 
     def publish(self, snapshot: pb.HostSnapshot) -> None:
-        self.latest = snapshot
+        self.previous, self.latest = self.latest, snapshot
         self.latest_monotonic = time.monotonic()
         for slot in self._watchers:
             slot.put(snapshot)

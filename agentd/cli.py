@@ -16,7 +16,7 @@ import sys
 from typing import Any, NoReturn
 
 from agentd.config import (
-    DEFAULT_CONFIG_FILE, FIELDS, LOG_FORMATS, MAX_INTERVAL_MS, MIN_INTERVAL_MS,
+    DEFAULT_CONFIG_FILE, FIELDS, LOG_FORMATS, MAX_INTERVAL_MS, METRIC_NAMINGS, MIN_INTERVAL_MS,
     AgentConfig, build_config, is_switch, parse_flag, read_config_file,
 )
 from agentd.daemon import Daemon
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "token_file": "FILE", "tls_cert": "FILE", "tls_key": "FILE",
                 "trace_dir": "DIR", "log_format": "{" + ",".join(LOG_FORMATS) + "}",
                 "json_sink": "-|FILE", "hang_timeout_s": "S", "hang_suspect_s": "S",
-                "dynolog_rpc_port": "PORT"}
+                "dynolog_rpc_port": "PORT", "metric_names": "{" + ",".join(METRIC_NAMINGS) + "}"}
     for key, field in FIELDS.items():
         if is_switch(key):
             parser.add_argument(f"--{key.replace('_', '-')}", dest=key, action="store_const", const=True,

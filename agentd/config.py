@@ -20,6 +20,8 @@ from agentd.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = pathlib.Path("/etc/tuiprof/agentd.toml")
 LOG_FORMATS = ("text", "json")
+# Names on /metrics: ours only, or dynolog's families (bare names, host_name label) first, then ours.
+METRIC_NAMINGS = ("tuiprof", "dynolog")
 MIN_INTERVAL_MS = 100
 MAX_INTERVAL_MS = 3_600_000
 
@@ -53,6 +55,7 @@ class AgentConfig:
     hang_suspect_s: int | None = None  # None: a fifth of hang_timeout_s
     # dynolog's RPC for the `dyno` CLI (agentd.kineto.rpc); None: not served.
     dynolog_rpc_port: int | None = None
+    metric_names: str = "tuiprof"
     # Directory of the Kineto IPC socket; None: $KINETO_IPC_SOCKET_DIR, else the
     # host-wide abstract name. Not a command-line key: the embedded agent of a
     # non-root console sets a private one (agentd.embedded).
@@ -126,6 +129,13 @@ def _log_format(value: Any) -> str:
     return text
 
 
+def _metric_names(value: Any) -> str:
+    text = _text(value)
+    if text not in METRIC_NAMINGS:
+        raise ValueError(f"one of {', '.join(METRIC_NAMINGS)}, got {text!r}")
+    return text
+
+
 def _describe(value: Any) -> str:
     kind = {bool: "boolean", int: "integer", float: "number", str: "string",
             list: "array", dict: "table"}.get(type(value), type(value).__name__)
@@ -158,6 +168,9 @@ FIELDS: dict[str, Field] = {
         Field("hang_timeout_s", _seconds, False, "seconds without progress before ranks are hung (stacks are taken)"),
         Field("hang_suspect_s", _seconds, False, "seconds without progress before ranks are suspects (default: a fifth of the timeout)"),
         Field("dynolog_rpc_port", _port, False, "also serve dynolog's RPC here (for the dyno CLI; usually 1778); off unless set"),
+        Field("metric_names", _metric_names, False,
+              "tuiprof, or dynolog: /metrics also serves dynolog's metric names and host_name label, "
+              "for dashboards built for dynolog"),
     )
 }
 

@@ -175,7 +175,7 @@ class Daemon:
             raise BindError(f"cannot listen on {target} for gRPC; check --host and --port") from None
         if config.metrics_port is not None:
             self._metrics = MetricsServer(config.host, config.metrics_port,
-                                          tls.http if tls is not None else None)
+                                          tls.http if tls is not None else None, config.metric_names)
         if config.json_sink is not None:
             self._sink = JsonLinesSink.open(config.json_sink)
 

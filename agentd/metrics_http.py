@@ -2,7 +2,8 @@
 
 A stdlib ``ThreadingHTTPServer`` on one daemon thread (plus one per open
 connection): no extra dependency, nothing on the asyncio loop that serves gRPC.
-The exposition text itself comes from ``agentd.prometheus.render_metrics``.
+The exposition text itself comes from ``agentd.prometheus.render_metrics``,
+after ``render_dynolog_metrics`` with ``--metric-names dynolog``.
 The endpoint is read-only and, like node_exporter's, needs no token; it listens
 on the same address as the gRPC port, so it is loopback-only unless a token is
 configured, and it speaks HTTPS with the gRPC port's certificate when TLS is on.
@@ -35,16 +36,33 @@ LISTEN_BACKLOG = 128
 # A snapshot older than this many intervals means the snapshot loop is stuck.
 STALE_INTERVALS = 3
 
-Renderer = Callable[[pb.HostSnapshot, pb.AgentInfo, Mapping[str, CollectRun]], str]
+# (latest snapshot, the one before it or None, GetInfo's answer, the collectors' runs) -> exposition text
+Renderer = Callable[[pb.HostSnapshot, pb.HostSnapshot | None, pb.AgentInfo, Mapping[str, CollectRun]], str]
 
 
-def load_renderer() -> Renderer | str:
-    """``render_metrics``, or the reason it cannot be loaded."""
+def load_renderer(metric_names: str) -> Renderer | str:
+    """The renderer for ``metric_names`` ("tuiprof" or "dynolog"), or the reason it cannot be loaded."""
     try:
-        from agentd.prometheus import render_metrics
+        from agentd.prometheus import render_dynolog_metrics, render_metrics
     except ImportError as exc:
         return f"metrics rendering is not available: {exc}"
-    return render_metrics
+    if metric_names == "dynolog":
+        return lambda latest, previous, info, runs: (render_dynolog_metrics(latest, previous)
+                                                     + render_metrics(latest, info, runs))
+    return lambda latest, previous, info, runs: render_metrics(latest, info, runs)
+
+
+def consecutive_snapshots(agent: Agent) -> tuple[pb.HostSnapshot | None, pb.HostSnapshot | None]:
+    """The agent's latest snapshot and the one just before it (None when it has none).
+
+    Read from another thread while the agent publishes: a pair that is not one interval
+    apart (read mid-publish) is read again; never a pair of the same snapshot.
+    """
+    for _ in range(3):
+        previous, latest = agent.previous, agent.latest
+        if latest is None or previous is None or previous.sequence + 1 == latest.sequence:
+            return latest, previous
+    return latest, None
 
 
 class MetricsServer:
@@ -53,8 +71,9 @@ class MetricsServer:
     _agent: Agent
     _info: Callable[[], pb.AgentInfo]
 
-    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
-        self._renderer = load_renderer()
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None,
+                 metric_names: str = "tuiprof") -> None:
+        self._renderer = load_renderer(metric_names)
         handler = _handler_class(self)
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
@@ -99,10 +118,10 @@ class MetricsServer:
     def metrics(self) -> tuple[int, str]:
         if isinstance(self._renderer, str):
             return 503, self._renderer + "\n"
-        snapshot = self._agent.latest
+        snapshot, previous = consecutive_snapshots(self._agent)
         if snapshot is None:
             return 503, "starting: no snapshot yet\n"
-        return 200, self._renderer(snapshot, self._info(), self._agent.collector_runs())
+        return 200, self._renderer(snapshot, previous, self._info(), self._agent.collector_runs())
 
 
 class _Server(http.server.ThreadingHTTPServer):

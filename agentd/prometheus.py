@@ -29,6 +29,12 @@ one series per level, the StateSet pattern); free text appears only in the
 writes itself and which change only when a collector breaks or recovers;
 ``tuiprof_rank_segments_refused``'s ``reason`` is one of ``rank_claims.REASONS``.
 
+``--metric-names dynolog`` puts dynolog's own Prometheus families first
+(``render_dynolog_metrics``): its bare names, its ``host_name`` label and, per
+NIC, its ``net`` label, with the values dynolog's JSON sink would log (from
+``agentd.sinks.dynolog_record``: per-interval deltas need the snapshot before
+the latest), so dashboards built for dynolog work unchanged.
+
 The output is built section by section (one function per part of the snapshot,
 listed in ``SECTIONS``); per-rank families belong in a section of their own.
 """
@@ -43,6 +49,7 @@ from typing import Any, Callable
 from agentd.collectors import rank_claims
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectRun
+from agentd.sinks import dynolog_record
 
 PREFIX = "tuiprof_"
 Labels = dict[str, str]
@@ -99,11 +106,12 @@ def format_family(family: Family) -> str:
 class Families:
     """Families by name, created on first use, in the order they were first used."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = PREFIX) -> None:
+        self._prefix = prefix
         self._families: dict[str, Family] = {}
 
     def __call__(self, name: str, kind: str, help: str) -> Family:
-        full = PREFIX + name
+        full = self._prefix + name
         family = self._families.get(full)
         if family is None:
             family = self._families[full] = Family(full, kind, help)
@@ -493,4 +501,38 @@ def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo,
     for section in SECTIONS:
         section(out, snapshot, info, host)
     _collector_runs(out, runs or {}, host)
+    return out.render()
+
+
+# dynolog's Prometheus families (all gauges) and what each holds, as its exporter registers them.
+DYNOLOG_HOST_GAUGES = {
+    "cpu_util": "Percent of all CPUs' time not idle over the last interval.",
+    "cpu_u": "Percent of all CPUs' time in user mode over the last interval.",
+    "cpu_s": "Percent of all CPUs' time in system mode over the last interval.",
+    "cpu_i": "Percent of all CPUs' time idle over the last interval.",
+    "mips": "Millions of instructions retired per second over the last interval.",
+    "mega_cycles_per_second": "Millions of unhalted CPU cycles per second over the last interval.",
+    "uptime": "Seconds since the host booted.",
+    **{f"cpu_{letter}_ms": f"Milliseconds of all CPUs' time in {mode} mode during the last interval (/proc/stat)."
+       for letter, mode in (("u", "user"), ("s", "system"), ("n", "nice"), ("w", "iowait"), ("x", "irq"),
+                            ("y", "softirq"))},
+}
+DYNOLOG_NIC_GAUGES = {
+    f"{direction}_{what}": f"{noun} {verb} on the interface during the last interval."
+    for direction, verb in (("rx", "received"), ("tx", "sent"))
+    for what, noun in (("bytes", "Bytes"), ("packets", "Packets"), ("errors", "Errors"), ("drops", "Packets dropped"))
+}
+
+
+def render_dynolog_metrics(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) -> str:
+    """dynolog's exposition for ``snapshot``: deltas (cpu_*_ms, NIC counts) need ``previous``, the one before."""
+    record = dynolog_record(snapshot, previous)
+    out = Families(prefix="")
+    host = {"host_name": snapshot.hostname}
+    for name, help in DYNOLOG_HOST_GAUGES.items():
+        out(name, "gauge", help).add(host, record.get(name))
+    for name, help in DYNOLOG_NIC_GAUGES.items():
+        family = out(name, "gauge", help)
+        for nic in snapshot.nics:
+            family.add({**host, "net": nic.name}, record.get(f"{name}.{nic.name}"))
     return out.render()

@@ -47,6 +47,7 @@ def test_help_documents_every_option_and_the_config_file():
     (["--interval-ms", "0"], 2, ["--interval-ms must be 100-3600000 milliseconds"]),
     (["--host", "0.0.0.0"], 3, ["refusing to listen on 0.0.0.0 without a token", "--token-file"]),
     (["--tls-key", "k.pem"], 2, ["tls_cert and tls_key go together"]),
+    (["--metric-names", "otel"], 2, ["--metric-names must be one of tuiprof, dynolog, got 'otel'"]),
 ])
 def test_bad_flags(tmp_path, args, code, fragments):
     status, stderr = run_agentd(args, tmp_path)

@@ -30,12 +30,13 @@ token_file = "secret/token"
 trace_dir = "/data/traces"
 log_format = "json"
 json_sink = "metrics.jsonl"
+metric_names = "dynolog"
 """)
     config = load_config(["--config", str(path)])
     assert config == AgentConfig(
         host="127.0.0.2", port=2001, metrics_port=2002, interval_ms=250,
         token_file=tmp_path / "secret/token", trace_dir=pathlib.Path("/data/traces"),
-        log_format="json", json_sink=str(tmp_path / "metrics.jsonl"),
+        log_format="json", json_sink=str(tmp_path / "metrics.jsonl"), metric_names="dynolog",
     )
     assert config.interval_seconds == 0.25
 
@@ -73,6 +74,7 @@ def test_json_sink_dash_means_stdout_in_the_file_too(tmp_path):
     ("host = 127", "host must be a string, got integer 127"),
     ('host = ""', "host must be a non-empty string"),
     ('log_format = "xml"', "log_format must be one of text, json, got 'xml'"),
+    ('metric_names = "otel"', "metric_names must be one of tuiprof, dynolog, got 'otel'"),
     ("token_file = [1]", "token_file must be a string, got array [1]"),
     ("[host]\nname = 'x'", "host must be a string, got a table"),
     ("bogus = 1", "unknown key 'bogus'; known keys: host, port,"),

@@ -8,13 +8,17 @@ import socket
 import subprocess
 import time
 
+import httpx
 import pytest
 
+from agentd.agent import Agent
 from agentd.collectors.gpu import GpuCollector
 from agentd.collectors.host import HostCollector
 from agentd.collectors.pmu import PmuCollector
-from agentd.prometheus import render_metrics
+from agentd.metrics_http import consecutive_snapshots
+from agentd.prometheus import DYNOLOG_HOST_GAUGES, DYNOLOG_NIC_GAUGES, render_dynolog_metrics, render_metrics
 from agentd.proto import tuiprof_agent_pb2 as pb
+from testkit.agents import running_agent
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt package prometheus)")
@@ -213,3 +217,83 @@ def test_hang_levels_are_one_series_per_level_and_absent_when_detection_is_off()
     rank_labels = next(labels for name, labels, _ in samples if name == "tuiprof_rank_hang_status")
     assert (rank_labels["pid"], rank_labels["rank"], rank_labels["local_rank"]) == ("42", "3", "1")  # joins rank_info
     assert not [name for name, _, _ in samples if name == "tuiprof_hang_since_timestamp_seconds"]  # since unknown
+
+
+def promtool_complaints(text: str) -> set[str]:
+    """promtool's lint lines for ``text`` (a text it cannot parse fails the test here)."""
+    result = promtool_check(text)
+    assert "error while linting" not in result.stderr, result.stderr
+    return set(result.stdout.splitlines() + result.stderr.splitlines())
+
+
+# dynolog's own names that promtool's lint dislikes; they are what dynolog dashboards query, so they stay.
+DYNOLOG_LINT = {f"{name} metric names should not contain abbreviated units"
+                for name in ("cpu_s", *(n for n in DYNOLOG_HOST_GAUGES if n.endswith("_ms")))}
+
+
+def two_live_snapshots() -> tuple[pb.HostSnapshot, pb.HostSnapshot]:
+    host = HostCollector(1.0)
+    previous = pb.HostSnapshot(hostname="node-a", sequence=1, timestamp_unix_ns=time.time_ns())
+    host.collect()
+    host.fill(previous)
+    time.sleep(0.2)
+    host.collect()
+    latest = pb.HostSnapshot(hostname="node-a", sequence=2, timestamp_unix_ns=time.time_ns())
+    host.fill(latest)
+    return previous, latest
+
+
+@needs_promtool
+def test_dynolog_names_labels_and_per_interval_values() -> None:
+    previous, latest = two_live_snapshots()
+    text = render_dynolog_metrics(latest, previous)
+    assert promtool_complaints(text) <= DYNOLOG_LINT  # parses; only dynolog's own names are linted
+    samples = {(name, labels.get("net")): (labels, value) for name, labels, value in parse(text)}
+    assert {name for name, _ in samples} == set(DYNOLOG_HOST_GAUGES) - {"mips", "mega_cycles_per_second"} \
+        | set(DYNOLOG_NIC_GAUGES)  # no PMU collector ran: its two gauges are absent, not 0
+    assert all(labels["host_name"] == "node-a" and set(labels) <= {"host_name", "net"}
+               for labels, _ in samples.values())
+    cpu = latest.cpu
+    assert samples[("cpu_u", None)][1] == pytest.approx(cpu.user_percent)
+    assert samples[("cpu_util", None)][1] == pytest.approx(100.0 - cpu.idle_percent)
+    user_ms = (cpu.seconds_total.user - previous.cpu.seconds_total.user) * 1000
+    assert samples[("cpu_u_ms", None)][1] == pytest.approx(user_ms, abs=0.001)
+    lo_now, lo_before = (next(n for n in s.nics if n.name == "lo") for s in (latest, previous))
+    assert samples[("rx_bytes", "lo")][1] == lo_now.rx_bytes_total - lo_before.rx_bytes_total
+    first = {name for name, _, _ in parse(render_dynolog_metrics(previous, None))}
+    assert "cpu_u_ms" not in first and "rx_bytes" not in first and "uptime" in first  # no previous: no deltas
+
+
+@needs_promtool
+def test_real_agent_serves_dynolog_names_only_when_asked(tmp_path) -> None:
+    def scrape(args: list[str]) -> str:
+        with running_agent(tmp_path, extra_args=args, interval_ms=200) as agent:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                text = httpx.get(f"{agent.metrics_url}/metrics", timeout=5).text
+                if "tuiprof_cpu_usage_ratio" in text and ("cpu_u_ms" in text or not args):
+                    return text
+                time.sleep(0.2)
+        raise AssertionError(f"no complete exposition within 20 s: {text[:500]}")
+
+    dynolog = scrape(["--metric-names", "dynolog"])
+    assert promtool_complaints(dynolog) <= DYNOLOG_LINT
+    names = {name: labels for name, labels, _ in parse(dynolog)}
+    assert names["cpu_u_ms"] == {"host_name": socket.gethostname()}
+    assert any(name == "rx_packets" and labels.get("net") == "lo" for name, labels, _ in parse(dynolog))
+    assert "tuiprof_cpu_usage_ratio" in names  # ours follow: nothing is lost by asking for dynolog's
+    ours = scrape([])
+    assert promtool_complaints(ours) == set()
+    assert not set(DYNOLOG_HOST_GAUGES) & {name for name, _, _ in parse(ours)}
+
+
+def test_the_pair_for_deltas_is_two_consecutive_snapshots() -> None:
+    agent = Agent([], interval_seconds=0.1, hostname="h")
+    assert consecutive_snapshots(agent) == (None, None)
+    for _ in range(3):
+        agent.publish(agent.snapshot())
+    latest, previous = consecutive_snapshots(agent)
+    assert latest is not None and previous is not None
+    assert (latest.sequence, previous.sequence) == (3, 2)
+    agent.previous = agent.latest  # as read half-way through a publish: never a pair of one snapshot
+    assert consecutive_snapshots(agent) == (agent.latest, None)

@@ -7,8 +7,10 @@ Prometheus's HTTP API, not the agent, for the host metrics.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -38,6 +40,12 @@ def agent(tmp_path: pathlib.Path) -> Iterator[RunningAgent]:
 
 @pytest.fixture
 def prometheus(tmp_path: pathlib.Path, agent: RunningAgent) -> Iterator[str]:
+    with prometheus_scraping(tmp_path, agent) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def prometheus_scraping(tmp_path: pathlib.Path, agent: RunningAgent) -> Iterator[str]:
     """Prometheus scraping ``agent`` every second; yields its base URL."""
     port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -105,3 +113,14 @@ def test_prometheus_scrapes_host_metrics_from_agentd(prometheus: str, agent: Run
         assert gpu_infos["data"]["result"] == []
     else:
         assert gpu_infos["data"]["result"]
+
+
+def test_prometheus_scrapes_dynolog_names_when_asked(tmp_path: pathlib.Path) -> None:
+    """A dashboard built for dynolog queries bare names by host_name (and net per NIC): they answer."""
+    with running_agent(tmp_path, interval_ms=500, extra_args=["--metric-names", "dynolog"]) as agent, \
+            prometheus_scraping(tmp_path, agent) as url:
+        user_ms = query_until(url, f'cpu_u_ms{{host_name="{socket.gethostname()}"}}')
+        assert 0.0 <= float(user_ms[0]["value"][1]) <= 500.0 * psutil.cpu_count() + 20.0  # ms in one 0.5 s interval
+        received = query_until(url, 'max_over_time(rx_bytes{net="lo"}[10s]) > 0')  # the scrapes' own traffic
+        assert received[0]["metric"]["host_name"] == socket.gethostname()
+        assert query_until(url, "uptime > 0") and query_until(url, "tuiprof_memory_total_bytes")
