@@ -5,6 +5,13 @@ One thread receives and answers each datagram at once (libkineto waits only
 config). Sends never block: a client that vanished or whose buffer is full
 loses that reply, the loop keeps serving. SO_PASSCRED gives the kernel's view
 of each sender (pid in our namespace, uid).
+
+A poll's type asks for event (PMU) configs, activity configs, or both: real
+libkineto asks for both, and for events only while an activity trace runs.
+dynolog answers the event part with the event config stored for the process, and
+its RPC only ever stores activity configs, so that part is always empty; agentd
+answers the same way (an events-only poll gets an empty config, and a pending
+activity config waits for the next poll that asks for activities).
 """
 
 from __future__ import annotations
