@@ -13,7 +13,9 @@ import importlib
 import sys
 
 # Module names under tuiprof.commands, in the order `tuiprof --help` lists them.
-COMMANDS: tuple[str, ...] = ("console", "status", "record", "replay", "stacks", "trace", "analyze", "run")
+COMMANDS: tuple[str, ...] = (
+    "console", "status", "record", "replay", "stacks", "trace", "analyze", "run", "prometheus_targets",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,6 +5,11 @@ snapshot whose per-second rates are filled in (an agent needs two samples for
 rates, so this is at most about one interval after it starts), for at most
 ``--timeout`` seconds; a host that answered without rates by then is shown with
 its rate fields unavailable. Exit status 0 when every host answered, else 1.
+
+With ``--prometheus URL`` the rows come from Prometheus instead (one query per
+column, aggregated by the server, no agent contacted): the same table and JSON
+document, a host without series or with stale series unreachable with the reason.
+Exit status 2 for bad input, Prometheus not answering included.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from agentd.token import TokenFileError
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import HostClient
 from tuiprof.client.local import LocalAgentError, local_agent
+from tuiprof.client.prometheus import FleetEvents, PrometheusClient, PrometheusError, fetch_fleet
+from tuiprof.client.prometheus_options import add_prometheus_arguments, prometheus_selection
 from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState
@@ -41,6 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "JSON document; exit 0 when every host answered, 1 otherwise.",
     )
     add_target_arguments(parser)
+    add_prometheus_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     parser.add_argument(
         "--timeout", type=float, default=5.0, metavar="S",
@@ -59,7 +67,22 @@ async def gather(targets: list[AgentAddress], options: ConnectionOptions, timeou
     return cluster
 
 
+async def from_prometheus(args: argparse.Namespace) -> ClusterState:
+    """One refresh of the Prometheus fleet view, as the cluster state the agents would give."""
+    selection = prometheus_selection(args)
+    events = FleetEvents(lambda node: str(AgentAddress(node, args.port)))
+    cluster = ClusterState(events.address_of(node) for node in selection.expected)
+    async with PrometheusClient(args.prometheus, timeout=args.timeout) as client:
+        view = await fetch_fleet(client, selection)
+    for event in events.events(view):
+        cluster.apply(event)
+    cluster.tick(view.evaluated_at)
+    return cluster
+
+
 async def _status(args: argparse.Namespace) -> ClusterState:
+    if args.prometheus or args.match is not None:
+        return await from_prometheus(args)
     options = connection(args, timeout=args.timeout)
     targets = addresses(args)
     if targets:
@@ -74,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         cluster = asyncio.run(_status(args))
-    except (TargetError, TokenFileError, LocalAgentError) as exc:
+    except (TargetError, TokenFileError, LocalAgentError, PrometheusError) as exc:
         print(f"tuiprof status: {exc}", file=sys.stderr)
         return 2
     if args.json:

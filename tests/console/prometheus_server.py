@@ -1,0 +1,149 @@
+"""A real Prometheus for console tests and benches: started on a free port with its own TSDB,
+optionally backfilled first with a synthetic fleet through ``promtool tsdb create-blocks-from openmetrics``.
+
+    with running_prometheus(tmp_path, file_sd=targets_json) as url: ...
+    backfill(tmp_path / "tsdb", fleet_openmetrics(10_000, gpus=1, at=[now - 30]))
+    with running_prometheus(tmp_path, storage=tmp_path / "tsdb") as url: ...
+
+The synthetic fleet writes the series the cluster view reads, with the names and
+labels agentd.prometheus exports (checked against a real agent's exposition by
+tests/console/test_prometheus_fleet.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import httpx
+
+from testkit.agents import stop_process
+from testkit.ports import free_port
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+READY_TIMEOUT_S = 60.0
+
+
+class PrometheusStartError(RuntimeError):
+    """Prometheus exited or never became ready; the message carries its log."""
+
+
+@contextlib.contextmanager
+def running_prometheus(
+    directory: pathlib.Path,
+    file_sd: pathlib.Path | None = None,
+    storage: pathlib.Path | None = None,
+    scrape_interval: str = "1s",
+) -> Iterator[str]:
+    """A Prometheus scraping the targets in ``file_sd`` (none when None) into ``storage``
+    (default ``directory/tsdb``); yields its base URL once ``/-/ready`` answers."""
+    assert PROMETHEUS is not None, "prometheus not installed (apt package prometheus)"
+    port = free_port()
+    config = directory / "prometheus.yml"
+    lines = [f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"]
+    if file_sd is not None:
+        lines.append("scrape_configs:\n  - job_name: tuiprof\n    file_sd_configs:\n"
+                     f"      - files: ['{file_sd}']\n        refresh_interval: 1s\n")
+    config.write_text("".join(lines))
+    log_path = directory / "prometheus.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={storage or directory / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=log_file, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, process, log_path)
+        yield url
+    finally:
+        stop_process(process)
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log_path: pathlib.Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise PrometheusStartError(f"prometheus exited with {process.returncode}:\n"
+                                       f"{log_path.read_text(errors='replace')}")
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise PrometheusStartError(f"prometheus not ready within {READY_TIMEOUT_S} s:\n"
+                               f"{log_path.read_text(errors='replace')}")
+
+
+def node_name(index: int) -> str:
+    return f"node-{index:05d}"
+
+
+def fleet_openmetrics(hosts: int, gpus: int, at: Sequence[float]) -> Iterator[str]:
+    """OpenMetrics text for ``hosts`` agents with ``gpus`` GPUs and one rank per GPU,
+    sampled at each time of ``at``: the series the cluster view reads, nothing else.
+
+    Node i's GPU utilization is ``i % 100`` percent (GPU 0 idle when i % 7 == 0, so
+    a row's min differs from its mean), so a test can check any row.
+    """
+    def family(name: str, kind: str, series: Iterator[tuple[str, float]]) -> Iterator[str]:
+        yield f"# TYPE {name} {kind}\n"
+        for labels, value in series:
+            for t in at:
+                yield f"{name}{{{labels}}} {value} {t:.3f}\n"
+
+    nodes = [node_name(i) for i in range(hosts)]
+
+    def per_host(value: float) -> Iterator[tuple[str, float]]:
+        return ((f'hostname="{n}"', value) for n in nodes)
+
+    def per_gpu(value: Callable[[int, int], float]) -> Iterator[tuple[str, float]]:
+        for i, n in enumerate(nodes):
+            for g in range(gpus):
+                yield f'hostname="{n}",gpu="{g}",uuid="GPU-{i}-{g}"', value(i, g)
+
+    def per_rank(value: float, extra: str = "") -> Iterator[tuple[str, float]]:
+        for i, n in enumerate(nodes):
+            for g in range(gpus):
+                yield f'hostname="{n}",pid="{1000 + g}",rank="{i * gpus + g}",local_rank="{g}"{extra}', value
+
+    def utilization(i: int, g: int) -> float:
+        return 0.0 if g == 0 and i % 7 == 0 else (i % 100) / 100
+
+    yield "# TYPE tuiprof_snapshot_timestamp_seconds gauge\n"  # its value is the sample's time
+    for n in nodes:
+        for t in at:
+            yield f'tuiprof_snapshot_timestamp_seconds{{hostname="{n}"}} {t:.3f} {t:.3f}\n'
+    yield from family("tuiprof_cpu_usage_ratio", "gauge", ((f'hostname="{n}",mode="idle"', 0.75) for n in nodes))
+    yield from family("tuiprof_memory_used_bytes", "gauge", per_host(64 * 2**30))
+    yield from family("tuiprof_memory_total_bytes", "gauge", per_host(256 * 2**30))
+    yield from family("tuiprof_gpu_info", "gauge", per_gpu(lambda i, g: 1))
+    yield from family("tuiprof_gpu_utilization_ratio", "gauge", per_gpu(utilization))
+    yield from family("tuiprof_gpu_power_watts", "gauge", per_gpu(lambda i, g: 300.0))
+    yield from family("tuiprof_rank_info", "gauge", per_rank(1, ',job_id="4242",state="running"'))
+    yield from family("tuiprof_rank_step_time_seconds", "gauge", per_rank(0.5))
+    yield from family("tuiprof_rank_nccl_busbw_bytes_per_second", "gauge", per_rank(2e11, ',op="AllReduce"'))
+    yield from family("tuiprof_hang_status", "gauge",
+                      ((f'hostname="{n}",level="{level}"', float(level == "ok"))
+                       for n in nodes for level in ("ok", "suspect", "hung")))
+    yield "# EOF\n"
+
+
+def backfill(storage: pathlib.Path, text: Iterator[str], work: pathlib.Path) -> None:
+    """Write ``text`` (OpenMetrics) into TSDB blocks under ``storage`` with promtool."""
+    assert PROMTOOL is not None, "promtool not installed (apt package prometheus)"
+    source = work / "fleet.om.txt"
+    with open(source, "w") as file:
+        file.writelines(text)
+    storage.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(storage)],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"promtool create-blocks-from openmetrics failed:\n{result.stdout}{result.stderr}")
+    source.unlink()

@@ -1,0 +1,271 @@
+"""The cluster view from a real Prometheus scraping real agents.
+
+Two agentd run in their own UTS namespaces, named after the loopback address each
+listens on (127.0.0.2, 127.0.0.3: a node name the console can also dial, as a
+cluster's DNS would resolve it), on the same ports, as on a real fleet. A third
+target is a frozen agent: agentd's own exposition of a snapshot taken long ago
+(the golden snapshot, GPUs and ranks included), as an agent whose sampling stopped
+while its HTTP endpoint still answers. A fourth target listens nowhere (Prometheus
+cannot scrape it), a fifth node is expected but not scraped at all. Prometheus
+finds the targets in a file written by ``tuiprof prometheus-targets``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import http.server
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+from google.protobuf import text_format
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.prometheus import render_metrics
+from console.prometheus_server import PROMETHEUS, running_prometheus
+from testkit.agents import agentd_command, healthz_status, stop_process
+from testkit.ports import free_port
+from tuiprof.cli import main
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.prometheus import (
+    NOT_SCRAPED, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource, column_queries,
+    fetch_fleet,
+)
+from tuiprof.model.events import HostUnreachable, SummaryReceived
+from tuiprof.model.summary import HostSummary, summarize
+from tuiprof.model.values import Unavailable
+
+NODE_A, NODE_B = "127.0.0.2", "127.0.0.3"
+FROZEN = "gpu-node-07"  # the golden snapshot's hostname
+UNSCRAPABLE = "127.0.0.4"  # a target where nothing listens
+UNSCRAPED = "127.0.0.5"  # expected (as a SLURM job's node would be), in no target file
+GOLDEN = pathlib.Path(__file__).parents[1] / "agent" / "data" / "metrics.golden.snapshot.txtpb"
+ROWS_TIMEOUT_S = 60.0
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt package prometheus)"),
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                       reason="naming agents needs root and unshare (UTS namespaces)"),
+]
+
+
+@dataclasses.dataclass
+class Fleet:
+    url: str
+    agent_port: int
+    metrics_port: int
+    frozen: pb.HostSnapshot
+
+    @property
+    def selection(self) -> HostSelection:
+        return HostSelection(expected=(NODE_A, NODE_B, FROZEN, UNSCRAPABLE, UNSCRAPED))
+
+    def address(self, node: str) -> str:
+        return f"{node}:{self.agent_port}"
+
+
+@contextlib.contextmanager
+def named_agent(directory: pathlib.Path, name: str, port: int, metrics_port: int) -> Iterator[None]:
+    """A real agentd whose host name is ``name``, listening on ``name``'s address."""
+    trace_dir = directory / f"traces-{name}"
+    command = agentd_command(["--host", name, "--port", str(port), "--metrics-port", str(metrics_port),
+                              "--interval-ms", "500", "--trace-dir", str(trace_dir)])
+    env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
+    with open(directory / f"agentd-{name}.log", "wb") as log:
+        process = subprocess.Popen(["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', name,
+                                    *command], stdout=subprocess.DEVNULL, stderr=log, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while healthz_status(name, metrics_port) != 200:
+            assert process.poll() is None and time.monotonic() < deadline, (
+                (directory / f"agentd-{name}.log").read_text(errors="replace"))
+            time.sleep(0.2)
+        yield
+    finally:
+        stop_process(process)
+
+
+@contextlib.contextmanager
+def frozen_agent(address: str, port: int, snapshot: pb.HostSnapshot) -> Iterator[None]:
+    """agentd's exposition of one old snapshot, served as /metrics (sampling stopped long ago)."""
+    body = render_metrics(snapshot, pb.AgentInfo(hostname=snapshot.hostname, agent_version="0.9.0")).encode()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((address, port), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def fetch(fleet: Fleet, selection: HostSelection | None = None) -> tuple[FleetView, int]:
+    """One refresh; also how many queries it sent."""
+    async def one() -> tuple[FleetView, int]:
+        async with PrometheusClient(fleet.url) as client:
+            view = await fetch_fleet(client, selection or fleet.selection)
+            return view, client.queries_sent
+    return asyncio.run(one())
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    directory = tmp_path_factory.mktemp("fleet")
+    port, metrics_port = free_port("0.0.0.0"), free_port("0.0.0.0")
+    frozen = text_format.Parse(GOLDEN.read_text(), pb.HostSnapshot())
+    targets = directory / "targets.json"
+    assert main(["prometheus-targets", NODE_A, NODE_B, f"127.0.0.6:{metrics_port}", UNSCRAPABLE,
+                 "--metrics-port", str(metrics_port), "--label", "cluster=test", "--output", str(targets)]) == 0
+    with (named_agent(directory, NODE_A, port, metrics_port), named_agent(directory, NODE_B, port, metrics_port),
+          frozen_agent("127.0.0.6", metrics_port, frozen),
+          running_prometheus(directory, file_sd=targets) as url):
+        fleet = Fleet(url, port, metrics_port, frozen)
+        deadline = time.monotonic() + ROWS_TIMEOUT_S
+        while set(fetch(fleet)[0].rows) != {NODE_A, NODE_B, FROZEN} or not fetch(fleet)[0].missing[
+                UNSCRAPABLE].startswith("Prometheus cannot scrape"):
+            assert time.monotonic() < deadline, f"Prometheus has not scraped the fleet: {fetch(fleet)[0]}"
+            time.sleep(0.5)
+        yield fleet
+
+
+def test_the_target_file_lists_every_node_with_its_labels(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    written = tmp_path / "t.json"
+    assert main(["prometheus-targets", NODE_A, f"{NODE_B}:19", "--metrics-port", "9779",
+                 "--label", "cluster=a", "-o", str(written)]) == 0
+    assert json.loads(written.read_text()) == [{"targets": [f"{NODE_A}:9779", f"{NODE_B}:19"],
+                                                "labels": {"cluster": "a"}}]
+    assert oct(written.stat().st_mode & 0o777) == "0o644"
+
+
+def test_live_agents_rows_come_from_prometheus_one_query_per_column(fleet: Fleet) -> None:
+    view, queries = fetch(fleet, HostSelection(expected=(NODE_A, NODE_B)))
+    assert queries == len(column_queries(fleet.selection))  # per column, not per host; none missing
+    assert set(view.rows) == {NODE_A, NODE_B} and not view.missing
+    total = psutil.virtual_memory().total
+    for node in (NODE_A, NODE_B):
+        summary = view.rows[node].summary
+        assert isinstance(summary.cpu_percent, float) and 0.0 <= summary.cpu_percent <= 100.0
+        assert isinstance(summary.memory_used_bytes, float) and 0 < summary.memory_used_bytes < total
+        assert summary.memory_percent == pytest.approx(100 * summary.memory_used_bytes / total)
+        # no GPU here: the GPU collector's own reason (from tuiprof_collector_up), not a zero
+        assert isinstance(summary.gpu_count, Unavailable) and summary.gpu_count.reason.startswith("NVML")
+        assert summary.gpu_util_mean == summary.gpu_count
+        assert isinstance(summary.step_time_seconds, Unavailable)
+        assert view.evaluated_at - view.rows[node].sampled_at < 10
+
+
+def test_frozen_agent_is_stale_with_the_figures_the_grpc_path_gives(fleet: Fleet) -> None:
+    view, _ = fetch(fleet)
+    row = view.rows[FROZEN]
+    assert row.sampled_at == pytest.approx(fleet.frozen.timestamp_unix_ns / 1e9)
+    expected = summarize(fleet.frozen)
+    for name in HostSummary.__dataclass_fields__:
+        got, want = getattr(row.summary, name), getattr(expected, name)
+        if isinstance(want, Unavailable):
+            assert isinstance(got, Unavailable), name
+        else:
+            assert got == pytest.approx(want), name
+    events = FleetEvents(fleet.address).events(view)
+    frozen = [e for e in events if e.host == fleet.address(FROZEN)]
+    assert isinstance(frozen[0], SummaryReceived) and frozen[0].summary == row.summary
+    assert isinstance(frozen[1], HostUnreachable) and frozen[1].error.startswith("stale: its newest snapshot")
+
+
+def test_hosts_without_series_are_unreachable_with_the_reason(fleet: Fleet) -> None:
+    view, queries = fetch(fleet)
+    assert queries == len(column_queries(fleet.selection)) + 1  # and one to learn why hosts are missing
+    assert view.missing[UNSCRAPED] == NOT_SCRAPED
+    assert view.missing[UNSCRAPABLE].startswith(f"Prometheus cannot scrape it (up == 0 for {UNSCRAPABLE}:")
+    assert set(view.missing) == {UNSCRAPED, UNSCRAPABLE}
+
+
+def test_match_selects_hosts_by_pattern(fleet: Fleet) -> None:
+    view, _ = fetch(fleet, HostSelection.matching(r"127\.0\.0\.[23]"))
+    assert set(view.rows) == {NODE_A, NODE_B} and not view.missing
+
+
+def test_status_json_keeps_one_entry_per_host(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["status", "--prometheus", fleet.url, "--port", str(fleet.agent_port), "--json",
+                 *fleet.selection.expected])
+    assert code == 1  # not every host is reachable
+    document = json.loads(capsys.readouterr().out)
+    hosts = {entry["host"]: entry for entry in document["hosts"]}
+    assert list(hosts) == [fleet.address(node) for node in fleet.selection.expected]
+    for node in (NODE_A, NODE_B):
+        assert hosts[fleet.address(node)]["reachable"] is True
+        assert hosts[fleet.address(node)]["error"] is None
+        assert 0 <= hosts[fleet.address(node)]["summary"]["cpu_percent"] <= 100
+    assert hosts[fleet.address(FROZEN)]["reachable"] is False
+    assert hosts[fleet.address(FROZEN)]["error"].startswith("stale:")
+    assert hosts[fleet.address(FROZEN)]["summary"]["step_time_seconds"] == 0.8125  # last figures kept
+    assert hosts[fleet.address(UNSCRAPED)] | {"error": None} == hosts[fleet.address(UNSCRAPED)] | {
+        "error": None, "reachable": False, "summary": None}
+    assert hosts[fleet.address(UNSCRAPED)]["error"] == NOT_SCRAPED
+
+
+def test_status_table_over_prometheus(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--prometheus", fleet.url, "--match", r"127\.0\.0\.[23]"]) == 0
+    out = capsys.readouterr().out
+    assert NODE_A in out and NODE_B in out and "DOWN" not in out
+
+
+async def test_console_shows_prometheus_rows_and_opens_only_the_host_asked_for(fleet: Fleet) -> None:
+    from tuiprof.tui.app import TuiprofApp
+    from tuiprof.tui.screens.cluster import ClusterScreen
+    from tuiprof.tui.screens.host import HostScreen
+
+    source = PrometheusSource(fleet.url, fleet.selection, ConnectionOptions(timeout=10), fleet.agent_port,
+                              refresh_s=1.0)
+    app = TuiprofApp(source)
+    async with app.run_test(size=(200, 50)) as pilot:
+        deadline = time.monotonic() + ROWS_TIMEOUT_S
+        while not all(app.cluster.host(fleet.address(n)).reachable is not None for n in fleet.selection.expected):
+            assert time.monotonic() < deadline, [h for h in app.cluster.hosts()]
+            await pilot.pause(0.2)
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        screen.refresh_data()
+        await pilot.pause()
+        assert str(screen.grid.cell(fleet.address(NODE_A), "state")) == "up"
+        assert str(screen.grid.cell(fleet.address(FROZEN), "state")).startswith("DOWN")
+        assert str(screen.grid.cell(fleet.address(UNSCRAPED), "state")).startswith("DOWN")
+        assert app.cluster.host(fleet.address(UNSCRAPABLE)).error.startswith("Prometheus cannot scrape it")
+        assert app.cluster.host(fleet.address(NODE_A)).message is None  # no agent contacted yet
+
+        screen.grid.move_cursor(screen.grid.keys.index(fleet.address(NODE_A)))
+        await pilot.press("enter")
+        assert isinstance(app.screen, HostScreen)
+        while app.cluster.host(fleet.address(NODE_A)).message is None:  # its agent, over gRPC
+            assert time.monotonic() < deadline + 30, app.cluster.host(fleet.address(NODE_A))
+            await pilot.pause(0.2)
+        opened = app.cluster.host(fleet.address(NODE_A)).message
+        assert opened is not None and opened.hostname == NODE_A
+        assert app.cluster.host(fleet.address(NODE_B)).message is None  # only the host asked for
+        assert list(source.attended()) == [fleet.address(NODE_A)]
+
+        await pilot.press("escape")
+        released = time.monotonic() + 10
+        while source.attended():  # closed at the next refresh after its screen closed
+            assert time.monotonic() < released
+            await pilot.pause(0.2)

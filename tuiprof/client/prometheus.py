@@ -1,0 +1,555 @@
+"""The cluster view from Prometheus: one PromQL instant query per column, aggregated by the server.
+
+Past about a thousand hosts the console stops holding a stream per agent and reads
+the fleet from the Prometheus (or Thanos, Mimir, VictoriaMetrics) that already
+scrapes the agents' ``/metrics``. Every refresh sends one instant query per figure
+of a cluster row, each aggregated ``by (hostname)`` on the server (the agents'
+series all carry a ``hostname`` label), so the console parses one number per host
+and column, whatever the number of GPUs and ranks behind it. The answers become the
+same ``HostSummary`` a gRPC snapshot gives (``model.summary``), and reach the cluster
+state as ``SummaryReceived`` events, so the cluster screen cannot tell the sources
+apart.
+
+What a row cannot say is said: a host expected (a SLURM job's node) without series
+is unreachable with the reason (``up == 0``: Prometheus cannot scrape it; else it
+is not scraped at all); a host whose newest snapshot is older than ``stale_after_s``
+is unreachable as stale, its last figures kept; a figure the agent did not export
+is unavailable with the collector's own reason where Prometheus has it
+(``tuiprof_collector_up``'s ``reason`` label).
+
+The console still talks to single agents over gRPC for what is asked for: a host
+drilled into is watched directly (``PrometheusSource.attend``) while its screen is
+open, and traces and stacks go to the agents as in direct mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import httpx
+import msgspec
+
+from agentd.address import AgentAddress
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.host_client import Emit, HostClient, RetryNow
+from tuiprof.model.behaviour import ratio_percent
+from tuiprof.model.events import HostEvent, HostUnreachable, SummaryReceived
+from tuiprof.model.summary import HostSummary
+from tuiprof.model.values import Reading, Unavailable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REFRESH_S = 5.0
+STALE_AFTER_S = 60.0
+"""A host whose newest snapshot in Prometheus is older than this is shown stale (unreachable,
+last figures kept): at the usual 15-30 s scrape interval that is two scrapes or more missed."""
+QUERY_TIMEOUT_S = 30.0
+
+NOT_EXPORTED = "not in Prometheus: the agent did not export it (the host view says why)"
+NOT_EVERY_GPU = "not in Prometheus for every GPU of the host (a partial sum would mislead)"
+NOT_SCRAPED = ("no tuiprof series in Prometheus: the agent is not scraped (add the node with "
+               "`tuiprof prometheus-targets`) or reports another hostname")
+
+
+class PrometheusError(Exception):
+    """Prometheus could not answer; the message says why and what to do."""
+
+
+class PrometheusUnreachableError(PrometheusError):
+    """Nothing answered at the URL."""
+
+
+class NotPrometheusError(PrometheusError):
+    """Something answered, but not with Prometheus's HTTP API."""
+
+
+class QueryRejectedError(PrometheusError):
+    """Prometheus refused a query (a bad ``--match`` pattern, a server limit)."""
+
+
+class BadPatternError(ValueError):
+    """A ``--match`` that is not a regular expression."""
+
+
+# ---------------------------------------------------------------- which hosts
+
+
+def promql_string(text: str) -> str:
+    """``text`` as a double-quoted PromQL string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+@dataclass(frozen=True)
+class HostSelection:
+    """The hosts a view covers: every host with series, those matching ``pattern``, or the
+    ``expected`` nodes (a SLURM job's, a host list), which are reported even without series.
+
+    Nodes match the ``hostname`` label exactly or as the first part of a dotted name
+    (SLURM's ``n1`` is the agent's ``n1.cluster.example``).
+    """
+
+    expected: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    @classmethod
+    def matching(cls, pattern: str) -> "HostSelection":
+        """Hosts whose whole ``hostname`` matches ``pattern`` (RE2 syntax, as Prometheus reads it)."""
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise BadPatternError(f"--match {pattern!r} is not a regular expression: {exc}; "
+                                  "give one such as 'gpu-node-0[0-9]+'") from None
+        return cls(pattern=pattern)
+
+    def matcher(self) -> str:
+        """The ``hostname`` label matcher selecting these hosts ("" for every host)."""
+        if self.pattern is not None:
+            return f"hostname=~{promql_string(self.pattern)}"
+        if self.expected:
+            names = "|".join(re.escape(name) for name in self.expected)
+            return f"hostname=~{promql_string(f'(?:{names})(?:[.].*)?')}"
+        return ""
+
+    def node_of(self, hostname: str) -> str:
+        """The expected node a ``hostname`` label stands for (itself when not expected)."""
+        if hostname in self._expected_set:
+            return hostname
+        if _is_ip_address(hostname):
+            return hostname
+        short = hostname.split(".", 1)[0]
+        return short if short in self._expected_set else hostname
+
+    @functools.cached_property
+    def _expected_set(self) -> frozenset[str]:
+        return frozenset(self.expected)
+
+
+# ---------------------------------------------------------------- the queries
+
+
+def _series(metric: str, selection: HostSelection, *matchers: str) -> str:
+    return f"{metric}{{{','.join(m for m in (selection.matcher(), *matchers) if m)}}}"
+
+
+def _per_gpu(metric: str, selection: HostSelection) -> str:
+    """One series per (host, GPU): a GPU scraped by two jobs is counted once."""
+    return f"max by (hostname, gpu) ({_series(metric, selection)})"
+
+
+def _complete_sum(metric: str, selection: HostSelection) -> str:
+    """The per-host sum, only where every GPU of the host has the figure."""
+    per_gpu = _per_gpu(metric, selection)
+    return (f"sum by (hostname) ({per_gpu}) and on (hostname) "
+            f"(count by (hostname) ({per_gpu}) == count by (hostname) ({_per_gpu('tuiprof_gpu_info', selection)}))")
+
+
+def column_queries(selection: HostSelection) -> dict[str, str]:
+    """The PromQL of every column, by name: each answers one number per ``hostname``
+    (``hang`` and ``collectors_down`` carry their answer in a label)."""
+    def per_rank(metric: str) -> str:
+        return f"max by (hostname, pid) ({_series(metric, selection)})"
+
+    idle = _series("tuiprof_cpu_usage_ratio", selection, 'mode="idle"')
+
+    return {
+        "sampled_at": f"max by (hostname) ({_series('tuiprof_snapshot_timestamp_seconds', selection)})",
+        "cpu_percent": f"100 * (1 - max by (hostname) ({idle}))",
+        "memory_used_bytes": f"max by (hostname) ({_series('tuiprof_memory_used_bytes', selection)})",
+        "memory_total_bytes": f"max by (hostname) ({_series('tuiprof_memory_total_bytes', selection)})",
+        "gpu_count": f"count by (hostname) ({_per_gpu('tuiprof_gpu_info', selection)})",
+        "gpu_util_mean": f"100 * avg by (hostname) ({_per_gpu('tuiprof_gpu_utilization_ratio', selection)})",
+        "gpu_util_min": f"100 * min by (hostname) ({_per_gpu('tuiprof_gpu_utilization_ratio', selection)})",
+        "sm_active_mean": f"100 * avg by (hostname) ({_per_gpu('tuiprof_gpu_sm_active_ratio', selection)})",
+        "sm_active_min": f"100 * min by (hostname) ({_per_gpu('tuiprof_gpu_sm_active_ratio', selection)})",
+        "power_watts": _complete_sum("tuiprof_gpu_power_watts", selection),
+        "gpu_memory_used_bytes": _complete_sum("tuiprof_gpu_memory_used_bytes", selection),
+        "gpu_memory_total_bytes": _complete_sum("tuiprof_gpu_memory_total_bytes", selection),
+        "rank_count": f"count by (hostname) ({per_rank('tuiprof_rank_info')})",
+        "nccl_busbw_bytes_per_s": f"avg by (hostname) ({_series('tuiprof_rank_nccl_busbw_bytes_per_second', selection)})",
+        "step_time_seconds": f"quantile by (hostname) (0.5, {per_rank('tuiprof_rank_step_time_seconds')})",
+        "hang": f"max by (hostname, level) ({_series('tuiprof_hang_status', selection)} == 1)",
+        "collectors_down": f"max by (hostname, collector, reason) ({_series('tuiprof_collector_up', selection)} == 0)",
+    }
+
+
+SCRAPE_FAILURES = "max by (instance, job) (up == 0)"
+"""Targets Prometheus cannot scrape now: why an expected host has no series."""
+
+
+# ---------------------------------------------------------------- the HTTP API
+
+
+class _Sample(msgspec.Struct):
+    metric: dict[str, str]
+    value: tuple[float, str]
+
+
+class _Vector(msgspec.Struct):
+    resultType: str
+    result: list[_Sample]
+
+
+class _Answer(msgspec.Struct):
+    status: str
+    data: _Vector | None = None
+    errorType: str = ""
+    error: str = ""
+
+
+_decode_answer = msgspec.json.Decoder(_Answer).decode
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """An instant vector: ``evaluated_at`` (the server's clock) and its samples."""
+
+    evaluated_at: float
+    samples: list[_Sample]
+
+
+class PrometheusClient:
+    """Instant queries against ``url`` (the server's base URL) over one HTTP connection pool."""
+
+    def __init__(self, url: str, timeout: float = QUERY_TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        if not re.match(r"https?://[^/]", self.url):
+            raise NotPrometheusError(f"--prometheus {url!r}: expected an http:// or https:// URL, "
+                                     "such as http://prometheus:9090")
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout)
+        self.queries_sent = 0
+
+    async def __aenter__(self) -> "PrometheusClient":
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._http.aclose()
+
+    async def query(self, promql: str) -> QueryResult:
+        """One instant query (POST, so long host lists fit); PrometheusError with the reason."""
+        self.queries_sent += 1
+        try:
+            reply = await self._http.post("/api/v1/query", data={"query": promql})
+        except httpx.TimeoutException:
+            raise PrometheusUnreachableError(
+                f"Prometheus at {self.url} did not answer within {self._http.timeout.read:g} s") from None
+        except httpx.HTTPError as exc:
+            raise PrometheusUnreachableError(
+                f"cannot reach Prometheus at {self.url}: {exc or type(exc).__name__}; "
+                "check the URL and that the server runs") from None
+        try:
+            answer = _decode_answer(reply.content)
+        except msgspec.DecodeError:
+            kind = reply.headers.get("content-type", "no content type").split(";")[0]
+            raise NotPrometheusError(
+                f"{self.url} is not a Prometheus HTTP API (POST /api/v1/query gave HTTP "
+                f"{reply.status_code}, {kind}); give the server's base URL, such as http://prometheus:9090"
+            ) from None
+        if answer.status != "success" or answer.data is None:
+            raise QueryRejectedError(f"Prometheus at {self.url} refused a query ({answer.errorType}): "
+                                     f"{answer.error}")
+        if answer.data.resultType != "vector":
+            raise NotPrometheusError(f"{self.url} answered an instant query with a {answer.data.resultType}, "
+                                     "not a vector; is it a Prometheus HTTP API?")
+        evaluated = answer.data.result[0].value[0] if answer.data.result else time.time()
+        return QueryResult(evaluated, answer.data.result)
+
+    async def check(self) -> None:
+        """Raise PrometheusError unless the URL answers PromQL (before a console starts)."""
+        await self.query("vector(1)")
+
+
+# ---------------------------------------------------------------- answers → rows
+
+
+@dataclass(frozen=True, slots=True)
+class HostRow:
+    """One host's figures as Prometheus has them: ``sampled_at`` is its newest snapshot's time."""
+
+    node: str
+    hostname: str
+    sampled_at: float
+    summary: HostSummary
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """One refresh: the rows of the hosts Prometheus has, and why each expected one is missing."""
+
+    evaluated_at: float
+    rows: dict[str, HostRow]
+    missing: dict[str, str]
+    query_seconds: float
+
+
+def _numbers(result: QueryResult) -> dict[str, float]:
+    values = {}
+    for sample in result.samples:
+        number = float(sample.value[1])
+        if number == number:  # NaN (0/0 on the server) is no figure
+            values[sample.metric.get("hostname", "")] = number
+    return values
+
+
+def _collector_gaps(result: QueryResult) -> dict[str, dict[str, str]]:
+    gaps: dict[str, dict[str, str]] = {}
+    for sample in result.samples:
+        labels = sample.metric
+        gaps.setdefault(labels.get("hostname", ""), {})[labels.get("collector", "")] = labels.get("reason", "")
+    return gaps
+
+
+def _labels_by_host(result: QueryResult, label: str) -> dict[str, str]:
+    return {s.metric.get("hostname", ""): s.metric.get(label, "") for s in result.samples}
+
+
+_COUNTS = frozenset({"gpu_count", "rank_count"})
+
+
+class _Columns:
+    """The answers of one refresh, and the reasons for what is not in them."""
+
+    def __init__(self, results: Mapping[str, QueryResult]) -> None:
+        self.numbers = {name: _numbers(result) for name, result in results.items()
+                        if name not in ("hang", "collectors_down")}
+        self.hang = _labels_by_host(results["hang"], "level")
+        self.gaps = _collector_gaps(results["collectors_down"])
+
+    def gap(self, host: str, collector: str, otherwise: str) -> Unavailable:
+        """Why ``collector``'s figures are missing: its own reason when it is down, else ``otherwise``."""
+        reasons = self.gaps.get(host, {})
+        if collector in reasons:
+            return Unavailable(reasons[collector] or f"{collector} collector unavailable")
+        return Unavailable(otherwise)
+
+    def get(self, column: str, host: str, missing: Unavailable) -> Reading:
+        value = self.numbers[column].get(host)
+        if value is None:
+            return missing
+        return int(value) if column in _COUNTS else value
+
+    def summary(self, host: str) -> HostSummary:
+        no_host = self.gap(host, "host", NOT_EXPORTED)
+        used = self.get("memory_used_bytes", host, no_host)
+        has_gpus = host in self.numbers["gpu_count"]
+        no_gpu = self.gap(host, "gpu", "no GPUs on this host")
+        gpu_missing = Unavailable(NOT_EXPORTED) if has_gpus else no_gpu
+        gpu_sum_missing = Unavailable(NOT_EVERY_GPU) if has_gpus else no_gpu
+        has_ranks = host in self.numbers["rank_count"]
+        no_ranks = self.gap(host, "ranks", "no training processes seen")
+        return HostSummary(
+            cpu_percent=self.get("cpu_percent", host, no_host),
+            memory_percent=ratio_percent(used, self.get("memory_total_bytes", host, no_host)),
+            memory_used_bytes=used,
+            gpu_count=self.get("gpu_count", host, no_gpu),
+            gpu_util_mean=self.get("gpu_util_mean", host, gpu_missing),
+            gpu_util_min=self.get("gpu_util_min", host, gpu_missing),
+            sm_active_mean=self.get("sm_active_mean", host, gpu_missing),
+            sm_active_min=self.get("sm_active_min", host, gpu_missing),
+            power_watts=self.get("power_watts", host, gpu_sum_missing),
+            gpu_memory_used_bytes=self.get("gpu_memory_used_bytes", host, gpu_sum_missing),
+            gpu_memory_total_bytes=self.get("gpu_memory_total_bytes", host, gpu_sum_missing),
+            nccl_busbw_bytes_per_s=self.get("nccl_busbw_bytes_per_s", host,
+                                            Unavailable("no NCCL collectives seen") if has_ranks else no_ranks),
+            step_time_seconds=self.get("step_time_seconds", host,
+                                       Unavailable(NOT_EXPORTED) if has_ranks else no_ranks),
+            hang_level=self.hang.get(host, ""),
+        )
+
+
+async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
+                      also_expected: Iterable[str] = ()) -> FleetView:
+    """Every column at once; rows keyed by node (``selection.node_of``), the expected nodes
+    (``selection.expected`` and ``also_expected``) without series in ``missing`` with the reason."""
+    started = time.perf_counter()
+    queries = column_queries(selection)
+    answers = await asyncio.gather(*(client.query(q) for q in queries.values()))
+    results = dict(zip(queries, answers))
+    query_seconds = time.perf_counter() - started
+    columns = _Columns(results)
+    rows = {}
+    for hostname, sampled_at in columns.numbers["sampled_at"].items():
+        node = selection.node_of(hostname)
+        rows[node] = HostRow(node, hostname, sampled_at, columns.summary(hostname))
+    absent = [node for node in dict.fromkeys((*selection.expected, *also_expected)) if node not in rows]
+    missing = await _why_missing(client, absent) if absent else {}
+    return FleetView(results["sampled_at"].evaluated_at, rows, missing, query_seconds)
+
+
+async def _why_missing(client: PrometheusClient, nodes: list[str]) -> dict[str, str]:
+    """Each node's reason: Prometheus cannot scrape it (``up == 0``), or does not scrape it at all.
+
+    A target is the node's when its host is the node's name, or the node's name is the
+    first part of it (SLURM's ``n1``, the target's ``n1.cluster.example``).
+    """
+    by_host: dict[str, str] = {}
+    by_short_name: dict[str, str] = {}
+    for sample in (await client.query(SCRAPE_FAILURES)).samples:
+        instance = sample.metric.get("instance", "")
+        host = AgentAddress.parse(instance).host if instance else ""
+        reason = (f"Prometheus cannot scrape it (up == 0 for {instance}, job {sample.metric.get('job', '?')}; "
+                  "its targets page says why)")
+        by_host.setdefault(host, reason)
+        if not _is_ip_address(host):
+            by_short_name.setdefault(host.split(".", 1)[0], reason)
+    return {node: by_host.get(node) or by_short_name.get(node) or NOT_SCRAPED for node in nodes}
+
+
+def _is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- rows → events
+
+
+def stale_reason(age: float) -> str:
+    return (f"stale: its newest snapshot in Prometheus is {age:.0f} s old (the agent stopped "
+            "sampling, or Prometheus stopped scraping it)")
+
+
+@dataclass
+class FleetEvents:
+    """Turns successive views into host events, each change once: a row only when its
+    snapshot is new, an unreachable host only when its reason changes."""
+
+    address_of: Callable[[str], str]
+    stale_after_s: float = STALE_AFTER_S
+    _sampled: dict[str, float] = field(default_factory=dict)
+    _errors: dict[str, str] = field(default_factory=dict)
+
+    def seen(self) -> list[str]:
+        """Nodes seen so far: a node that vanishes later is reported missing, not forgotten."""
+        return list(self._sampled)
+
+    def forget(self, node: str) -> None:
+        """Report the node afresh next time (its row was fed from elsewhere meanwhile)."""
+        self._sampled.pop(node, None)
+        self._errors.pop(node, None)
+
+    def events(self, view: FleetView, skip: Iterable[str] = ()) -> list[HostEvent]:
+        skipped = set(skip)
+        result: list[HostEvent] = []
+        for node, row in view.rows.items():
+            if node in skipped:
+                continue
+            address = self.address_of(node)
+            if self._sampled.get(node) != row.sampled_at:
+                self._sampled[node] = row.sampled_at
+                self._errors.pop(node, None)
+                result.append(SummaryReceived(address, row.sampled_at, row.summary))
+            age = view.evaluated_at - row.sampled_at
+            if age > self.stale_after_s:
+                self._unreachable(result, node, view.evaluated_at, stale_reason(age))
+        for node, reason in view.missing.items():
+            if node not in skipped:
+                self._sampled.setdefault(node, float("nan"))  # NaN: seen, no figure (never equal)
+                self._unreachable(result, node, view.evaluated_at, reason)
+        return result
+
+    def all_unreachable(self, at: float, error: str, skip: Iterable[str] = ()) -> list[HostEvent]:
+        """Prometheus itself failed: every known host is unknown now, for that reason."""
+        skipped = set(skip)
+        result: list[HostEvent] = []
+        for node in self._sampled:
+            if node not in skipped:
+                self._unreachable(result, node, at, error)
+        return result
+
+    def _unreachable(self, result: list[HostEvent], node: str, at: float, error: str) -> None:
+        # the age in a stale reason grows every refresh: compare the kind of reason, not its text
+        kind = error.split(":", 1)[0]
+        if self._errors.get(node, "").split(":", 1)[0] != kind:
+            result.append(HostUnreachable(self.address_of(node), at, error))
+        self._errors[node] = error
+
+
+# ---------------------------------------------------------------- the console's source
+
+
+@dataclass
+class PrometheusSource:
+    """The console's events from Prometheus every ``refresh_s``; hosts drilled into from their agents.
+
+    ``agent_port`` and ``options`` say how to reach an agent over gRPC (the cluster
+    state is keyed by agent address, so traces and stacks find them as in direct mode).
+    """
+
+    url: str
+    selection: HostSelection
+    options: ConnectionOptions
+    agent_port: int
+    refresh_s: float = DEFAULT_REFRESH_S
+    stale_after_s: float = STALE_AFTER_S
+    live: bool = True
+    retry: RetryNow = field(default_factory=RetryNow)
+    last_view: FleetView | None = None
+    _attended: dict[str, tuple[asyncio.Task[None], Callable[[], bool]]] = field(default_factory=dict)
+    _emit: Emit | None = None
+
+    def __post_init__(self) -> None:
+        self._events = FleetEvents(self.address, self.stale_after_s)
+        self._nodes: dict[str, str] = {}
+
+    def address(self, node: str) -> str:
+        address = str(AgentAddress(node, self.agent_port))
+        self._nodes[address] = node
+        return address
+
+    @property
+    def hosts(self) -> list[str]:
+        return [self.address(node) for node in self.selection.expected]
+
+    async def run(self, emit: Emit) -> None:
+        self._emit = emit
+        async with PrometheusClient(self.url) as client:
+            try:
+                while True:
+                    started = time.monotonic()
+                    await self.refresh(client, emit)
+                    await self.retry.sleep(max(0.0, self.refresh_s - (time.monotonic() - started)))
+            finally:
+                for task, _ in self._attended.values():
+                    task.cancel()
+
+    async def refresh(self, client: PrometheusClient, emit: Emit) -> None:
+        """One round of queries, turned into events (a failed round makes every host unknown)."""
+        self._release_closed()
+        attended = [self._nodes[a] for a in self._attended]
+        try:
+            view = await fetch_fleet(client, self.selection, self._events.seen())
+        except PrometheusError as exc:
+            log.warning("prometheus refresh failed", extra={"url": self.url, "error": str(exc)})
+            for event in self._events.all_unreachable(time.time(), str(exc), attended):
+                emit(event)
+            return
+        self.last_view = view
+        for event in self._events.events(view, attended):
+            emit(event)
+
+    def attended(self) -> list[str]:
+        """The hosts watched over gRPC now."""
+        return list(self._attended)
+
+    def attend(self, address: str, while_: Callable[[], bool]) -> None:
+        """Watch this host's agent over gRPC while ``while_()`` holds (its screen is open)."""
+        if address in self._attended or self._emit is None:
+            return
+        client = HostClient(AgentAddress.parse(address, self.agent_port), self.options, self._emit, retry=self.retry)
+        self._attended[address] = (asyncio.create_task(client.run(), name=f"watch {address}"), while_)
+
+    def _release_closed(self) -> None:
+        for address, (task, while_) in list(self._attended.items()):
+            if not while_():
+                task.cancel()
+                del self._attended[address]
+                self._events.forget(self._nodes.get(address, address))
