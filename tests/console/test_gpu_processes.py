@@ -21,9 +21,15 @@ def two_gpus() -> pb.HostSnapshot:
     for name in ("host", "gpu", "ranks"):
         message.collectors.add(name=name, available=True)
     busy = message.gpus.add(index=0, name="NVIDIA H100", memory_total_bytes=80 * GIB)
-    busy.processes.add(pid=4100, name="python", used_memory_bytes=60 * GIB)
+    busy.processes.add(pid=4100, name="python", used_memory_bytes=60 * GIB, user="alice",
+                       command="python train.py --lr 3e-4", sm_percent=87.0)
     busy.processes.add(pid=5200, name="")
-    busy.processes.add(pid=6300, name="nvtop-probe", used_memory_bytes=GIB)
+    for field in ("user", "command"):
+        busy.unavailable[f"processes[5200].{field}"] = "not visible to the agent (another PID namespace)"
+    busy.unavailable["processes[5200].used_memory_bytes"] = "NVML gives no per-process memory here"
+    busy.unavailable["processes[5200].sm_percent"] = "NVML: Not Supported"
+    busy.processes.add(pid=6300, name="nvtop-probe", used_memory_bytes=GIB, user="root", command="nvtop-probe -1")
+    busy.unavailable["processes[6300].sm_percent"] = "NVML gave no utilization sample of this process in the interval"
     message.gpus.add(index=1, name="NVIDIA H100", memory_total_bytes=80 * GIB)
     message.ranks.add(pid=4100, rank=3, job_id="77", state="running")
     return message
@@ -37,12 +43,17 @@ async def test_gpu_tab_lists_the_highlighted_gpus_processes_with_their_rank() ->
         table = screen.query_one("#gpu-procs-table", DataTable)
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
         assert rows == [
-            ["4100", "python", "60.0 GiB", "75%", "rank 3", "77"],
-            ["6300", "nvtop-probe", "1.00 GiB", "1%", "not a rank", ""],
-            ["5200", "not visible", "n/a", "n/a", "not a rank", ""],
+            ["4100", "alice", "python", "60.0 GiB", "75%", "87%", "rank 3", "77", "python train.py --lr 3e-4"],
+            ["6300", "root", "nvtop-probe", "1.00 GiB", "1%", "n/a", "not a rank", "", "nvtop-probe -1"],
+            ["5200", "n/a", "not visible", "n/a", "n/a", "n/a", "not a rank", "", "n/a"],
         ]
         title = screen.query_one("#gpu-procs-title", Label)
-        assert str(title.render()).startswith("Processes on GPU 0")
+        # Every n/a cell has its reason, as the agent gave it.
+        assert str(title.render()) == (
+            "Processes on GPU 0 · pid 6300: sm_percent: n/a (NVML gave no utilization sample of this process "
+            "in the interval); pid 5200: used_memory_bytes: n/a (NVML gives no per-process memory here); "
+            "pid 5200: sm_percent: n/a (NVML: Not Supported); pid 5200: user, command: n/a (not visible to the "
+            "agent (another PID namespace))")
         await pilot.press("j")
         assert str(title.render()).startswith("Processes on GPU 1")
         assert [str(cell) for cell in table.get_row_at(0)][0] == "no compute processes"

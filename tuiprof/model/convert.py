@@ -75,13 +75,36 @@ def from_proto(
             kwargs[name] = tuple(present.get(name, extra))
         elif kind == _NESTED_MANY:
             reason = reasons.get(name, default_reason)
-            kwargs[name] = tuple(from_proto(extra, item, reason) for item in present.get(name, ()))
+            items = present.get(name, ())
+            per_item = _item_reasons(reasons, name) if reasons else {}
+            kwargs[name] = tuple(
+                from_proto(extra, item, reason, per_item.get(_item_key(item)) if per_item else None) for item in items
+            )
         else:
             kwargs[name] = from_proto(extra, getattr(msg, name), reasons.get(name, default_reason))
     return cls(**kwargs)
 
 
 _ABSENT = object()
+
+
+def _item_reasons(reasons: dict[str, str], name: str) -> dict[str, dict[str, str]]:
+    """The reasons a message gives for one item of its repeated field ``name``, per item.
+
+    They are keyed ``name[<item key>].<field>`` (the agent's ``processes[4242].sm_percent``),
+    the item key being the value of the item's first field.
+    """
+    prefix = f"{name}["
+    per_item: dict[str, dict[str, str]] = {}
+    for key, reason in reasons.items():
+        if key.startswith(prefix):
+            item, _, field = key[len(prefix):].partition("].")
+            per_item.setdefault(item, {})[field] = reason
+    return per_item
+
+
+def _item_key(item: Message) -> str:
+    return str(getattr(item, item.DESCRIPTOR.fields[0].name))
 
 
 def to_json(obj: Any) -> dict[str, Any]:

@@ -7,7 +7,8 @@ stale. Every message reachable from the roots below becomes a dataclass named
 as in the proto, with one field per proto field:
 
 - a proto3 ``optional`` scalar is a ``Reading`` (the number, or ``Unavailable``
-  with the reason from the message's ``unavailable`` map);
+  with the reason from the message's ``unavailable`` map), an ``optional string``
+  the text or ``Unavailable``;
 - a plain scalar keeps its Python type, a repeated field is a tuple;
 - a message field is the nested dataclass (listed in ``NESTED`` for
   ``convert.from_proto``);
@@ -54,7 +55,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tuiprof.model import behaviour
-from tuiprof.model.values import Reading
+from tuiprof.model.values import Reading, Unavailable
 '''
 
 
@@ -100,7 +101,7 @@ def field_type(field: FieldDescriptor) -> str:
     if field.is_repeated:
         return f"tuple[{inner}, ...]"
     if field.message_type is None and field.has_presence:
-        return "Reading"
+        return "str | Unavailable" if inner == "str" else "Reading"
     return inner
 
 

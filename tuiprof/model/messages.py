@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tuiprof.model import behaviour
-from tuiprof.model.values import Reading
+from tuiprof.model.values import Reading, Unavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +142,8 @@ class GpuProcess:
     pid: int
     name: str
     used_memory_bytes: Reading
-    user: str
-    command: str
+    user: str | Unavailable
+    command: str | Unavailable
     sm_percent: Reading
 
 

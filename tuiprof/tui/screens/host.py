@@ -62,9 +62,13 @@ GPU_COLUMNS = (
 """Each column's priority: at a narrow width the lowest go first."""
 
 
-PROCESS_COLUMNS = ("PID", "Process", "GPU memory", "Share", "Rank", "Job")
-"""What the agent reports per GPU process (NVML's compute processes), and the rank
-whose pid it is. User, command line and SM share are not in the proto."""
+PROCESS_COLUMNS = ("PID", "User", "Process", "GPU memory", "Share", "SM", "Rank", "Job", "Command")
+"""What the agent reports per GPU process (NVML's compute processes and /proc), and the
+rank whose pid it is."""
+
+
+def _text(value: str | Unavailable) -> Text | str:
+    return Text(units.NA, style="dim italic") if isinstance(value, Unavailable) else value
 
 
 def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
@@ -79,13 +83,25 @@ def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
         share = (units.percent(100.0 * used / gpu.memory_total_bytes)
                  if not isinstance(used, Unavailable) and not isinstance(gpu.memory_total_bytes, Unavailable)
                  and gpu.memory_total_bytes > 0 else units.NA)
+        named: dict[str, Reading] = {"used_memory_bytes": used, "sm_percent": process.sm_percent}
+        named |= {name: text for name, text in (("user", process.user), ("command", process.command))
+                  if isinstance(text, Unavailable)}
         rows.append((str(process.pid), [
-            str(process.pid), process.name or Text("not visible", style="dim italic"),
-            reading(used, units.bytes_), share,
+            str(process.pid), _text(process.user), process.name or Text("not visible", style="dim italic"),
+            reading(used, units.bytes_), share, reading(process.sm_percent, units.percent),
             rank.label if rank else Text("not a rank", style="dim italic"),
             (rank.job_id or Text("none", style="dim italic")) if rank else "",
-        ], {"used_memory_bytes": used}))
+            _text(process.command),
+        ], named))
     return rows
+
+
+def process_notes(rows: Sequence[Row]) -> str:
+    """Why the processes' n/a cells are n/a: ``pid 5200: user, command: n/a (reason)``."""
+    notes = []
+    for key, _, named in rows:
+        notes += [f"pid {key}: {note}" for note in reasons(named)]
+    return "; ".join(notes)
 
 
 def _readings(obj: object) -> dict[str, Reading]:
@@ -180,7 +196,8 @@ OP_COLUMNS = (
     TableColumn("p50", 80), TableColumn("p99", 85), TableColumn("Max", 50), TableColumn("Throughput", 90),
 )
 PMU_COLUMNS = (TableColumn("Counter", 100), TableColumn("Value", 90))
-PROCESS_PRIORITY = {"PID": 100, "Process": 90, "GPU memory": 80, "Rank": 70, "Job": 60, "Share": 50}
+PROCESS_PRIORITY = {"PID": 100, "Process": 90, "GPU memory": 80, "SM": 75, "Rank": 70, "User": 65, "Job": 60,
+                    "Share": 50, "Command": 40}
 """Priorities of ``PROCESS_COLUMNS`` (a column not listed goes first)."""
 
 
@@ -409,8 +426,10 @@ class HostScreen(ConsoleScreen):
         if not table.display:
             return
         gpu = snapshot.gpus[cursor]
-        title.update(f"Processes on GPU {gpu.index} (user and command line: not reported by the agent)")
-        rows = gpu_process_rows(gpu, snapshot.ranks) or [
+        rows = gpu_process_rows(gpu, snapshot.ranks)
+        notes = process_notes(rows)
+        title.update(f"Processes on GPU {gpu.index}" + (f" · {notes}" if notes else ""))
+        rows = rows or [
             ("none", [Text("no compute processes", style="dim italic")] + [""] * (len(PROCESS_COLUMNS) - 1), {})]
         table.show_rows({key: cells for key, cells, _ in rows})
 
