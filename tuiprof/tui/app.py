@@ -308,4 +308,8 @@ class TuiprofApp(App[None]):
         from tuiprof.tui.screens.host import HostScreen
 
         self.detail_history.setdefault(address, History())
-        self.push_screen(HostScreen(address, tab=tab))
+        screen = HostScreen(address, tab=tab)
+        attend = getattr(self.source, "attend", None)
+        if attend is not None:  # Prometheus mode: the host's own agent over gRPC while its screen is open
+            attend(address, lambda: screen in self.screen_stack)
+        self.push_screen(screen)
