@@ -317,8 +317,18 @@ def _rank_part(job: tuple[TraceInput, int, float, str]) -> _RankPart:
     chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps)
     piece = compress_piece(b"," + chunk if chunk else b"")
     result = RankResult(summarize_rank(extract), [], extract.kernel_totals,  # collectives: keyed across ranks
-                        unsequenced_collectives=sum(call.seq is None for call in calls))
+                        unsequenced_collectives=sum(call.seq is None for call in calls),
+                        collective_totals=_collective_totals(calls) if extract.gpu_kernels
+                        else extract.cpu_collective_totals, cpu_totals=extract.cpu_totals)
     return _RankPart(piece, result, calls, extract.events)
+
+
+def _collective_totals(calls: list[CollectiveCall]) -> dict[str, list[float]]:
+    """Each collective op's calls and total time on this rank's NCCL kernels."""
+    totals: dict[str, list[float]] = {}
+    for call in calls:
+        _add(totals, call.name, call.end - call.ts)
+    return totals
 
 
 _NO_GPU_ARGS = _GpuArgs()
@@ -422,23 +432,16 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
             intervals[kind].append((ts, ts + dur))
             stream = str(gpu_args.stream if gpu_args.stream is not None else _track(event.tid))
             extract.streams.setdefault(stream, []).append((ts, ts + dur, launched))
-            totals = kernel_totals.get(name)
-            if totals is None:
-                kernel_totals[name] = [1, dur]
-            else:
-                totals[0] += 1
-                totals[1] += dur
+            _add(kernel_totals, name, dur)
             if kind == "communication":
                 gpu_collectives.append((event, name, ts, dur))
         elif cat in CPU_OP_CATEGORIES and window.contains(ts):
-            totals = cpu_totals.get(name)
-            if totals is None:
-                cpu_totals[name] = [1, dur]
-            else:
-                totals[0] += 1
-                totals[1] += dur
+            _add(cpu_totals, name, dur)
             if name.startswith(CPU_COLLECTIVE_PREFIXES):
                 cpu_collectives.append((event, name, ts, dur))
+                _add(extract.cpu_collective_totals, name, dur)
+        elif cat == "user_annotation" and name.startswith(CPU_COLLECTIVE_PREFIXES) and window.contains(ts):
+            _add(extract.cpu_collective_totals, name, dur)  # gloo:all_reduce spans the work c10d:: only enqueues
     for index in reversed(dropped):
         del events[index]
     extract.gpu_kernels = sum(len(spans) for spans in intervals.values())
@@ -455,6 +458,16 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
         events.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
                             args=msgspec.Raw(_encode({"sort_index": new_pid}))))
     return _encode(events)[1:-1], extract, calls
+
+
+def _add(totals: dict[str, list[float]], name: str, dur: float) -> None:
+    """One more call of ``name`` lasting ``dur`` µs in a name → [count, total µs] table."""
+    entry = totals.get(name)
+    if entry is None:
+        totals[name] = [1, dur]
+    else:
+        entry[0] += 1
+        entry[1] += dur
 
 
 def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:

@@ -54,6 +54,8 @@ class RankExtract:
         default_factory=lambda: {"compute": [], "communication": [], "memory": []})
     kernel_totals: dict[str, list[float]] = field(default_factory=dict)  # name → [count, total µs]
     cpu_totals: dict[str, list[float]] = field(default_factory=dict)  # cpu_op name → [count, total µs]
+    # CPU-only ranks' collectives (c10d:: ops and gloo: annotations) → [count, total µs]
+    cpu_collective_totals: dict[str, list[float]] = field(default_factory=dict)
     steps: list[tuple[str, float, float]] = field(default_factory=list)  # ProfilerStep#/Optimizer.step#: name, ts, dur
     window: str = ""  # what was counted, e.g. "steps 1–9 of 10 (ProfilerStep#0–#8)"
     gpu_events_outside: int = 0  # GPU events left out by the --steps window
@@ -301,6 +303,8 @@ class RankResult:
     collectives: list[tuple[tuple[str, ...], float]]  # key, start ts
     kernel_totals: dict[str, list[float]]
     unsequenced_collectives: int = 0  # calls whose trace gave no sequence number (matched by order and time)
+    collective_totals: dict[str, list[float]] = field(default_factory=dict)  # op → [calls, total µs]
+    cpu_totals: dict[str, list[float]] = field(default_factory=dict)  # cpu_op name → [count, inclusive µs]
 
 
 def summarize(results: list[RankResult]) -> TraceSummary:

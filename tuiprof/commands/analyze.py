@@ -3,8 +3,10 @@
 Takes files or folders of Kineto traces (``.json``/``.json.gz``, any PyTorch
 2.x) and the hook's timeline dumps, groups them into ranks from each file's
 ``distributedInfo`` (else a ``rank<N>`` in the file name), and prints what
-``tuiprof trace`` prints after a capture. Exit status 0, or 2 with one line when
-an input is not a trace, is cut short, or the files come from different jobs.
+``tuiprof trace`` prints after a capture. ``--diff A B`` compares two captures
+(each a file or a folder of rank files) instead. Exit status 0, or 2 with one
+line when an input is not a trace, is cut short, or the files come from
+different jobs.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from tuiprof.analysis.trace_merge import (
     MERGED_NAME, MergeResult, TraceFormatError, TraceInput, merge_traces, trace_header,
 )
-from tuiprof.analysis.trace_summary import render_text, summarize, summary_json
+from tuiprof.analysis.trace_diff import diff, diff_json, render_diff
+from tuiprof.analysis.trace_summary import RankResult, render_text, summarize, summary_json
 from tuiprof.commands.trace import add_steps_argument, merged_json
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -44,8 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "analyze", help="summarise (and merge) Kineto traces or timeline dumps already on disk",
         description=__doc__.split("\n\n")[0],
     )
-    parser.add_argument("paths", nargs="+", type=pathlib.Path, metavar="PATH",
+    parser.add_argument("paths", nargs="*", type=pathlib.Path, metavar="PATH",
                         help="trace files (.json, .json.gz) or folders holding them")
+    parser.add_argument("--diff", nargs=2, type=pathlib.Path, metavar=("A", "B"),
+                        help="compare two captures of one job (each a trace file or a folder of rank files): "
+                             "per-category, per-rank, per-collective and per-kernel time change from A to B")
     parser.add_argument("--output", type=pathlib.Path, metavar="FILE",
                         help=f"also write the merged timeline here (a folder: FILE/{MERGED_NAME}); "
                              "open it in ui.perfetto.dev")
@@ -105,12 +111,40 @@ def _merge(files: list[_File], output: pathlib.Path | None, steps: str) -> Merge
         return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=steps)
 
 
+def _capture(paths: list[pathlib.Path], output: pathlib.Path | None, steps: str
+             ) -> tuple[list[_File], MergeResult]:
+    files = [_identify(path) for path in trace_files(paths)]
+    check_one_job(files)
+    return files, _merge(files, output, steps)
+
+
+def _warn_unavailable(results: list[RankResult]) -> None:
+    for result in results:
+        rank = result.summary
+        if not rank.gpu_kernels:
+            print(f"tuiprof analyze: {rank.file}: {rank.unavailable['compute_us']}: the GPU split is unavailable",
+                  file=sys.stderr)
+
+
+def _usage_error(args: argparse.Namespace) -> str:
+    if args.diff and args.paths:
+        return "give either PATH… or --diff A B, not both"
+    if args.diff and args.output is not None:
+        return "--output writes one capture's merged timeline; it does not go with --diff"
+    if not args.diff and not args.paths:
+        return "give trace files or folders (PATH…), or --diff A B"
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
+    if message := _usage_error(args):
+        print(f"tuiprof analyze: {message}", file=sys.stderr)
+        return 2
+    if args.diff:
+        return _run_diff(args)
     started = time.monotonic()
     try:
-        files = [_identify(path) for path in trace_files(args.paths)]
-        check_one_job(files)
-        merged = _merge(files, args.output, args.steps)
+        files, merged = _capture(args.paths, args.output, args.steps)
     except (AnalyzeInputError, TraceFormatError) as exc:
         print(f"tuiprof analyze: {exc}", file=sys.stderr)
         return 2
@@ -118,10 +152,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tuiprof analyze: cannot write --output {args.output}: {exc.strerror}", file=sys.stderr)
         return 2
     summary = summarize(merged.ranks)
-    for rank in summary.ranks:
-        if not rank.gpu_kernels:
-            print(f"tuiprof analyze: {rank.file}: {rank.unavailable['compute_us']}: the GPU split is unavailable",
-                  file=sys.stderr)
+    _warn_unavailable(merged.ranks)
     kept = args.output is not None
     if args.json:
         document = {"files": [str(f.path) for f in files], "merged": merged_json(merged) if kept else None,
@@ -133,4 +164,26 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(render_text(summary))
     if kept:
         sys.stdout.write(f"merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)\n")
+    return 0
+
+
+def _run_diff(args: argparse.Namespace) -> int:
+    sides = []
+    try:
+        for side in args.diff:
+            files, merged = _capture([side], None, args.steps)
+            summarize(merged.ranks)  # fills each rank's compute against the job's median
+            sides.append((files, merged.ranks))
+    except (AnalyzeInputError, TraceFormatError) as exc:
+        print(f"tuiprof analyze: {exc}", file=sys.stderr)
+        return 2
+    (files_a, ranks_a), (files_b, ranks_b) = sides
+    result = diff(ranks_a, ranks_b)
+    if args.json:
+        document = {"a": [str(f.path) for f in files_a], "b": [str(f.path) for f in files_b],
+                    "diff": diff_json(result)}
+        json.dump(document, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render_diff(result))
     return 0
