@@ -24,7 +24,7 @@ from tuiprof.client.sources import ReplaySource
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import SnapshotReceived
 from tuiprof.tui.app import TuiprofApp
-from tuiprof.tui.screens.job_ops import COLUMNS, JobOpsScreen
+from tuiprof.tui.screens.job_ops import JobOpsScreen
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ async def _shown_apart(snapshot: pb.HostSnapshot, row_count: int, pid_a: int, pi
         assert isinstance(app.screen, JobOpsScreen)
         table = app.screen.query_one("#ops", DataTable)
         assert table.row_count == row_count
-        job = COLUMNS.index("Job")
+        job = [str(c.label) for c in table.columns.values()].index("Job")
         jobs = [str(table.get_row_at(i)[job]) for i in range(table.row_count)]
         assert jobs.count("job-a") == jobs.count("job-b") == row_count // 2
         detail = app.screen.query_one("#ops-detail")
