@@ -15,6 +15,11 @@ calls stay off the hot path: ``nvmlDeviceGetPcieThroughput`` (20 ms, blocking)
 runs only on GPUs without GPM and only every ``slow_interval_seconds``;
 per-process utilization (1.7 ms) is asked only of GPUs with compute processes.
 
+``pause_gpm(seconds)`` (dynolog's ``dyno dcgm-pause``) stops GPM sampling for that
+long, so that Nsight Compute can have the GPU's performance counters; the GPM fields
+say so and ``status()``'s reason names the end of the pause. ``resume_gpm`` ends it
+early. The first window after a pause starts afresh (it never spans the pause).
+
 No driver or no GPU: ``status()`` is unavailable with NVML's error as the
 reason, every other method returns nothing, and the agent runs on.
 """
@@ -29,6 +34,7 @@ import math
 import operator
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable, NamedTuple
 
 import psutil
@@ -220,6 +226,7 @@ class _Gpm:
     request: Any
     newest: int = -1           # index of the buffer holding the latest sample, -1 before the first
     newest_at: float = 0.0
+    pauses_seen: int = 0       # dcgm-pauses taken into account: a window never spans one
 
 
 @dataclasses.dataclass
@@ -255,6 +262,9 @@ class GpuCollector(Collector):
         self._devices: list[_Device] = []
         self._stats: list[pb.GpuStats] = []
         self._processes = GpuProcesses(self._call, interval_seconds)
+        self._gpm_paused_until: float | None = None  # self._clock() time; None: not paused
+        self._gpm_pause_reason = ""
+        self._gpm_pauses = 0
         self.driver_version = self.nvml_version = self.cuda_driver_version = ""
         self._start()
 
@@ -309,8 +319,44 @@ class GpuCollector(Collector):
 
     def status(self) -> pb.CollectorStatus:
         return pb.CollectorStatus(
-            name=self.name, available=not self._reason, reason=self._reason, interval_seconds=self.interval_seconds
+            name=self.name, available=not self._reason, reason=self._reason or self._gpm_pause(),
+            interval_seconds=self.interval_seconds
         )
+
+    # ------------------------------------------------------------ dcgm-pause
+
+    def pause_gpm(self, seconds: int) -> bool:
+        """Stop GPM sampling for ``seconds`` (so Nsight Compute can profile); False when no GPU has GPM."""
+        if not any(device.gpm is not None for device in self._devices):
+            return False
+        until_wall = datetime.fromtimestamp(time.time() + seconds, timezone.utc)
+        with self._lock:
+            self._gpm_paused_until = self._clock() + seconds
+            self._gpm_pauses += 1
+            self._gpm_pause_reason = f"GPM paused by dcgm-pause until {until_wall:%Y-%m-%d %H:%M:%S} UTC"
+        log.info("GPM sampling paused", extra={"seconds": seconds, "until": f"{until_wall:%H:%M:%S} UTC"})
+        return True
+
+    def resume_gpm(self) -> bool:
+        """End a pause now; False when no GPU has GPM."""
+        if not any(device.gpm is not None for device in self._devices):
+            return False
+        with self._lock:
+            was_paused, self._gpm_paused_until = self._gpm_paused_until is not None, None
+        if was_paused:
+            log.info("GPM sampling resumed by dcgm-resume")
+        return True
+
+    def _gpm_pause(self) -> str:
+        """The pause's reason while it lasts, else ""."""
+        return self._gpm_pause_state()[0]
+
+    def _gpm_pause_state(self) -> tuple[str, int]:
+        """The pause's reason while it lasts (else ""), and how many pauses there were."""
+        with self._lock:
+            if self._gpm_paused_until is not None and self._clock() >= self._gpm_paused_until:
+                self._gpm_paused_until = None
+            return self._gpm_pause_reason if self._gpm_paused_until is not None else "", self._gpm_pauses
 
     def info(self) -> list[pb.GpuInfo]:
         """Static facts per GPU for GetInfo (empty without a driver)."""
@@ -394,7 +440,12 @@ class GpuCollector(Collector):
             put(stats, field, call(index, field, pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, pynvml.NVML_VOLATILE_ECC))
 
         self._nvlink(device, stats)
-        if device.gpm is not None:
+        paused, pauses = self._gpm_pause_state()
+        if device.gpm is not None and device.gpm.pauses_seen != pauses:
+            device.gpm.newest, device.gpm.pauses_seen = -1, pauses  # the window after a pause starts afresh
+        if device.gpm is not None and paused:
+            put_unavailable(stats, GPM_FIELDS, paused)
+        elif device.gpm is not None:
             self._gpm(device, device.gpm, stats)
         else:
             put_unavailable(stats, (field for field in GPM_FIELDS if not field.startswith("pcie_")),

@@ -10,7 +10,10 @@ processes (root any). Every option ``dyno gputrace`` sends is honoured; a key
 agentd does not pass on, a bad value or a log file outside the traced user's
 folder of the trace dir refuses the whole request with a ``"refused"`` reason
 that ``dyno`` prints (dynolog relays configs verbatim, which lets any caller make
-trainers write anywhere). ``dcgmProfPause``/``dcgmProfResume`` answer as dynolog
+trainers write anywhere). ``dcgmProfPause``/``dcgmProfResume`` pause and resume
+agentd's own GPM sampling (``GpmPause``: the GPU collector) so that Nsight Compute
+can have the counters, answering ``true`` as dynolog does when it paused DCGM's
+profiling; ``false`` where there is nothing to pause (no GPU with GPM), as dynolog
 without DCGM. Requests are bounded (size, nesting, list lengths; no NaN or
 Infinity). A bad request gets no reply, as with dynolog — or ``{"status": "failed"}``
 for a malformed on-demand request — and one rate-limited log line per cause,
@@ -33,7 +36,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agentd.auth import Caller
 from agentd.kineto import config as kineto_config
@@ -233,22 +236,32 @@ def bind_loopbacks(port: int) -> list[socket.socket]:
     return [v4, v6]
 
 
+class GpmPause(Protocol):
+    """What dcgm-pause/resume act on (agentd.collectors.gpu.GpuCollector); each says whether it did."""
+
+    def pause_gpm(self, seconds: int) -> bool: ...
+
+    def resume_gpm(self) -> bool: ...
+
+
 class DynologRpc:
     """Answers dyno's calls (status, version, gputrace, dcgm-pause/resume) on already bound sockets."""
 
     def __init__(self, socks: list[socket.socket], registry: Registry, user_folder: UserFolder,
-                 version: str) -> None:
+                 version: str, gpm: GpmPause | None = None) -> None:
         self.socks = socks
         self.registry = registry
         self.user_folder = user_folder
         self.version = version
+        self.gpm = gpm  # None: no GPU collector runs, nothing to pause
         self._limited = CauseLimitedLogger(log)
         self._servers: list[asyncio.AbstractServer] = []
 
     @classmethod
-    def bind(cls, port: int, registry: Registry, user_folder: UserFolder, version: str) -> "DynologRpc":
+    def bind(cls, port: int, registry: Registry, user_folder: UserFolder, version: str,
+             gpm: GpmPause | None = None) -> "DynologRpc":
         """Bind both loopbacks now (so a taken port fails agentd's start at once); OSError as from bind."""
-        return cls(bind_loopbacks(port), registry, user_folder, version)
+        return cls(bind_loopbacks(port), registry, user_folder, version, gpm)
 
     @property
     def port(self) -> int:
@@ -317,14 +330,20 @@ class DynologRpc:
         raise BadRequest("rpc-unknown-fn", f"unknown fn {fn[:64]!r}")
 
     def _dcgm(self, fn: str, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        """dynolog's answer without DCGM: ``false``, nothing paused — agentd runs no DCGM profiling that could
-        hold the counters Nsight Compute needs, and its own NVML GPM sampling is not paused by this call."""
+        """Pause (for ``duration_s``) or resume GPM sampling; any local user may, as with dynolog: a pause
+        costs only GPM figures, for at most MAX_PAUSE_SECONDS, and is logged with its caller."""
         if fn == "dcgmProfPause" and "duration_s" not in request:
             return FAILED  # as dynolog
         if fn == "dcgmProfPause":
-            _int_field(request, "duration_s", 0, 0, MAX_PAUSE_SECONDS)
-        log.info("dyno %s answered false: agentd runs no DCGM profiling", fn, extra={"caller": str(caller)})
-        return {"status": False}
+            seconds = _int_field(request, "duration_s", 0, 0, MAX_PAUSE_SECONDS)
+            done = self.gpm is not None and self.gpm.pause_gpm(seconds)
+        else:
+            done = self.gpm is not None and self.gpm.resume_gpm()
+        if not done:
+            log.info("dyno %s answered false: no GPU with GPM sampling to pause", fn, extra={"caller": str(caller)})
+        else:
+            log.info("dyno %s done", fn, extra={"caller": str(caller)})
+        return {"status": done}
 
     def _on_demand(self, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
         config, pids = request.get("config"), request.get("pids")

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, NoReturn
 import grpc
 
 from agentd.auth import Caller, current_caller
+from agentd.collectors.gpu import GpuCollector
 from agentd.errors import BindError
 from agentd.kineto.collector import KinetoCollector
 from agentd.kineto.endpoint import SOCKET_DIR_ENV
 from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
-from agentd.kineto.rpc import DynologRpc
+from agentd.kineto.rpc import DynologRpc, GpmPause
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
 from agentd.kineto import config as kineto_config
@@ -93,7 +94,8 @@ class CaptureService:
         service = cls(config.trace_dir, agent.hostname, registry)
         collector = KinetoCollector(config.interval_seconds, registry, config.kineto_socket_dir or os.environ.get(SOCKET_DIR_ENV))
         if config.dynolog_rpc_port is not None:
-            collector.serve_rpc(_bind_rpc(config, registry, service.trace_dir))
+            gpu = next((r.collector for r in agent.runners if isinstance(r.collector, GpuCollector)), None)
+            collector.serve_rpc(_bind_rpc(config, registry, service.trace_dir, gpu))
         agent.runners.append(CollectorRunner(collector))
         agent.post_processors.append(service.observe)
         return service
@@ -365,7 +367,7 @@ def check_may_fetch(caller: Caller, parts: tuple[str, ...]) -> None:
     raise TraceAccessError(f"{shown('/'.join(parts))} is in {where} folder{mine}")
 
 
-def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir) -> DynologRpc:
+def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir, gpm: GpmPause | None) -> DynologRpc:
     try:
         version = f"tuiprof-agentd {metadata.version('tuiprof')}"
     except metadata.PackageNotFoundError:
@@ -373,7 +375,7 @@ def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir) ->
     port = config.dynolog_rpc_port
     assert port is not None
     try:
-        return DynologRpc.bind(port, registry, trace_dir.user_folder_path, version)
+        return DynologRpc.bind(port, registry, trace_dir.user_folder_path, version, gpm)
     except OSError as exc:
         raise BindError.for_port("dynolog RPC", "127.0.0.1 and ::1", port, exc, "--dynolog-rpc-port") from None
 

@@ -15,8 +15,10 @@ import collections
 import ctypes
 import dataclasses
 import inspect
+import json
 import math
 import os
+import pathlib
 import types
 from typing import Any
 
@@ -26,6 +28,8 @@ import pytest
 
 from agentd.collectors import gpu
 from agentd.collectors.readings import FIRST_SAMPLE
+from agentd.kineto.registry import Registry
+from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 KIB = 1024
@@ -491,4 +495,57 @@ def test_a_gpu_without_per_process_utilization_says_why_and_is_asked_once(fake: 
     assert stats.processes[0].user == psutil.Process().username()
     assert stats.unavailable[f"processes[{os.getpid()}].sm_percent"] == "NVML: Not Supported"
     assert fake.count("nvmlDeviceGetProcessUtilization", 0) == 1
+    collector.close()
+
+
+DYNO_DATA = pathlib.Path(__file__).parent.parent / "traces" / "data" / "dyno"
+
+
+def dyno_request(name: str) -> bytes:
+    """The JSON body the real `dyno` sent (tests/traces/data/dyno/README.md says how it was captured)."""
+    return (DYNO_DATA / f"{name}.bin").read_bytes()[4:]
+
+
+def test_dyno_dcgm_pause_stops_gpm_sampling_for_its_duration_and_resume_ends_it(fake: FakeNvml,
+                                                                                 tmp_path: pathlib.Path) -> None:
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    rpc = DynologRpc([], Registry(), lambda uid: tmp_path / str(uid), "v", gpm=collector)
+    tick(collector)
+    fake.advance(1.0)
+    assert tick(collector)[0].HasField("sm_active_percent")
+    assert json.loads(dyno_request("dcgm-pause"))["duration_s"] == 60
+    assert rpc.answer(dyno_request("dcgm-pause"), os.getuid()) == {"status": True}  # as dynolog when it paused
+    samples_before = len(fake.sampled)
+    fake.advance(1.0)
+    hopper, ampere = tick(collector)
+    reason = hopper.unavailable["sm_active_percent"]
+    assert reason.startswith("GPM paused by dcgm-pause until ") and reason.endswith(" UTC")
+    assert {hopper.unavailable[field] for field in gpu.GPM_FIELDS} == {reason}
+    assert collector.status().available and collector.status().reason == reason
+    assert hopper.power_watts == 651.25  # everything but GPM is still sampled
+    assert ampere.unavailable["sm_active_percent"] == "GPM needs Hopper or newer (Ampere)"
+    fake.advance(58.5)
+    tick(collector)
+    assert len(fake.sampled) == samples_before  # no GPM sample taken while paused
+    fake.advance(1.0)  # the 60 s are over
+    after = tick(collector)[0]
+    assert after.unavailable["sm_active_percent"] == FIRST_SAMPLE  # a fresh window, not one spanning the pause
+    assert collector.status().reason == ""
+    fake.advance(1.0)
+    assert tick(collector)[0].HasField("sm_active_percent")
+
+    assert rpc.answer(dyno_request("dcgm-pause"), os.getuid()) == {"status": True}
+    assert rpc.answer(dyno_request("dcgm-resume"), os.getuid()) == {"status": True}
+    fake.advance(1.0)
+    assert tick(collector)[0].unavailable["sm_active_percent"] == FIRST_SAMPLE  # resumed at once
+    collector.close()
+
+
+def test_dcgm_pause_without_a_gpm_gpu_answers_false(fake: FakeNvml, tmp_path: pathlib.Path) -> None:
+    fake.gpus[:] = [fake.gpus[1]]  # the A100 only
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    rpc = DynologRpc([], Registry(), lambda uid: tmp_path / str(uid), "v", gpm=collector)
+    assert rpc.answer(dyno_request("dcgm-pause"), os.getuid()) == {"status": False}  # as dynolog without DCGM
+    assert rpc.answer(dyno_request("dcgm-resume"), os.getuid()) == {"status": False}
+    assert collector.status().reason == ""
     collector.close()
