@@ -134,7 +134,7 @@ class ProcStat:
 
 
 def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
-    total = CpuTimes.summed([])
+    total: CpuTimes | None = None
     cpus: dict[int, CpuTimes] = {}
     counts: dict[str, int] = {}
     for line in text.splitlines():
@@ -145,7 +145,7 @@ def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
             cpus[int(name[3:])] = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
         elif name in ("intr", "softirq"):
             counts[name] = int(rest.split()[0])
-    return ProcStat(total, cpus, counts)
+    return ProcStat(total if total is not None else CpuTimes.summed(list(cpus.values())), cpus, counts)
 
 
 def read_proc_stat(path: str = "/proc/stat") -> ProcStat:
@@ -365,14 +365,15 @@ class HostCollector(Collector):
             return
         for node, now in current.items():
             stats = cpu.numa_nodes.add(node=node, cpus=now.cpus)
-            stats.seconds_total.CopyFrom(pb.CpuModeSeconds(**now.times._asdict()))
+            if now.cpus:  # a node whose CPUs are all offline has no time to report (not 0)
+                stats.seconds_total.CopyFrom(pb.CpuModeSeconds(**now.times._asdict()))
             before = None if previous is None or isinstance(previous, Unavailable) else previous.get(node)
-            if before is None:
-                shares: CpuShares | Unavailable = Unavailable(FIRST_SAMPLE)
+            if not now.cpus:
+                shares: CpuShares | Unavailable = Unavailable("none of the node's CPUs is online")
+            elif before is None:
+                shares = Unavailable(FIRST_SAMPLE)
             elif before.cpus != now.cpus:
                 shares = Unavailable("the node's online CPUs changed since the previous sample")
-            elif not now.cpus:
-                shares = Unavailable("none of the node's CPUs is online")
             else:
                 shares = cpu_shares(before.times, now.times)
             _fill_shares(stats, shares, _NODE_SHARE_FIELDS)

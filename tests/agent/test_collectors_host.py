@@ -17,6 +17,7 @@ from agentd.collectors.host import (
     IB_ROOT,
     CpuTimes,
     HostCollector,
+    NodeTimes,
     cpu_shares,
     parse_cpulist,
     parse_proc_stat,
@@ -242,6 +243,31 @@ def test_proc_stat_is_read_once_per_sample() -> None:
     assert opened == ["/proc/stat", "/proc/stat"]
     cpu = snapshot_of(collector).cpu
     assert cpu.HasField("interrupts_total") and cpu.HasField("user_percent") and cpu.cores
+
+
+def test_proc_stat_without_the_all_cpus_line_sums_the_cpus() -> None:
+    stat = parse_proc_stat("cpu0 60 1 10 200\ncpu1 40 1 20 200\n", 100)
+    assert stat.total.user == 1.0 and stat.total.idle == 4.0
+
+
+def test_numa_node_shares_need_the_same_online_cpus_in_both_samples() -> None:
+    def times(user: float, idle: float) -> CpuTimes:
+        return CpuTimes(user, 0, 0, idle, 0, 0, 0, 0, 0, 0)
+
+    before = {0: NodeTimes((0, 1), times(10, 90)), 1: NodeTimes((2, 3), times(5, 95)), 2: NodeTimes((), times(0, 0))}
+    after = {0: NodeTimes((0, 1), times(40, 160)), 1: NodeTimes((2,), times(7, 140)), 2: NodeTimes((), times(0, 0)),
+             3: NodeTimes((6,), times(1, 1))}
+    cpu = pb.CpuStats()
+    HostCollector._numa_stats(cpu, before, after)
+    node0, node1, node2, node3 = cpu.numa_nodes
+    assert (node0.user_percent, node0.idle_percent, node0.seconds_total.user) == (30.0, 70.0, 40.0)
+    assert node1.unavailable["user_percent"] == "the node's online CPUs changed since the previous sample"
+    assert node2.unavailable["idle_percent"] == "none of the node's CPUs is online"
+    assert not node2.HasField("seconds_total")  # no time to report, not 0
+    assert node3.unavailable["system_percent"] == FIRST_SAMPLE
+    without = pb.CpuStats()
+    HostCollector._numa_stats(without, None, Unavailable("no NUMA here"))
+    assert not without.numa_nodes and without.unavailable["numa_nodes"] == "no NUMA here"
 
 
 def test_cpulists_as_the_kernel_writes_them() -> None:
