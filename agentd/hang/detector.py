@@ -4,7 +4,8 @@ Signals, per rank: the oldest collective launched and not finished (from the
 hook library's NCCL in-flight table, and PyTorch Flight Recorder's counters
 for any backend where the startup hook publishes them), step progress (no optimizer step for
 ``STALL_FACTOR`` × the rank's recent median step time, and at least the
-configured seconds), and the process state read from /proc. CPU use is
+configured seconds), and the process state the ranks collector read from /proc
+in the same tick (after checking the pid still names the rank's process). CPU use is
 deliberately not a signal: a rank waiting in a CUDA sync spins, a culprit
 sleeping in Python looks idle. A rank is a *suspect* past the suspect level and
 *hung* past the hang timeout; a rank that is slow but still stepping is neither.
@@ -26,7 +27,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentd.procfs import GONE, state_of
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.stacks.verdicts import summarize, who as rank_label
 from agentd.stacks.collectives import findings, short_comm
@@ -106,12 +106,10 @@ class HangDetector:
         thresholds: Thresholds,
         clock: Callable[[], float] = time.monotonic,
         wall_clock_ns: Callable[[], int] = time.time_ns,
-        state_of: Callable[[int], str] = state_of,
     ) -> None:
         self.thresholds = thresholds
         self._clock = clock
         self._wall_ns = wall_clock_ns
-        self._state_of = state_of
         self._tracks: dict[int, _RankTrack] = {}
         self._inflight = InflightClock()
         self._since_ns = 0
@@ -144,13 +142,13 @@ class HangDetector:
         if rank.HasField("rank"):
             verdict.rank = rank.rank
         who = rank_label(rank)  # the prefix stacks_verdicts.finding strips
-        state = self._state_of(rank.pid)
-        if state in (GONE, "zombie", "dead") or rank.state == "exited":
+        state = rank.state
+        if state in ("exited", "zombie"):
             verdict.level, verdict.explanation = EXITED, f"{who}: {_exit_text(rank, state)}"
             return verdict
         self._track_steps(rank, track, now)
         reasons: list[tuple[str, str]] = []
-        if state in ("stopped", "tracing-stop", "disk-sleep"):
+        if state in ("stopped", "disk-sleep"):
             track.bad_state_since = track.bad_state_since or now
             held = now - track.bad_state_since
             what = ("in D state (uninterruptible I/O wait)" if state == "disk-sleep"

@@ -16,6 +16,7 @@ from agentd.hang.detector import Thresholds
 from agentd.hang.service import HangService
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from agentd import procfs
 from agentd.runner import CollectorRunner
 from agentd.server import AgentServicer, static_info
 from agentd.address import AgentAddress
@@ -83,7 +84,7 @@ class KnownRanks(Collector):
     def fill(self, snapshot):
         for job, rank, pid in self.ranks:
             size = sum(1 for j, _, _ in self.ranks if j == job)
-            snapshot.ranks.add(pid=pid, rank=rank, world_size=size, job_id=job, state="running")
+            snapshot.ranks.add(pid=pid, rank=rank, world_size=size, job_id=job, state=procfs.state_of(pid))
 
 
 @contextlib.asynccontextmanager

@@ -20,11 +20,9 @@ class Clock:
         return self.now
 
 
-def detector(states=None, suspect=10, hang=30):
+def detector(suspect=10, hang=30):
     clock = Clock()
-    states = states if states is not None else {}
-    d = HangDetector(Thresholds(suspect, hang), clock=clock, wall_clock_ns=lambda: int(clock.now * 1e9),
-                     state_of=lambda pid: states.get(pid, "sleeping"))
+    d = HangDetector(Thresholds(suspect, hang), clock=clock, wall_clock_ns=lambda: int(clock.now * 1e9))
     return d, clock
 
 
@@ -113,9 +111,9 @@ def test_a_claimed_age_counts_only_as_long_as_the_agent_watched_it():
 
 
 def test_a_crash_is_reported_with_signal_and_exception():
-    d, _ = detector({100: "gone", 101: "gone"})
+    d, _ = detector()
     status = d.observe([
-        rank(0, exit_signal=9),
+        pb.RankStats(pid=100, rank=0, state="exited", exit_signal=9),
         pb.RankStats(pid=101, rank=1, state="exited", exit_code=1,
                      exception="Traceback (most recent call last):\n  ...\nRuntimeError: boom\n"),
     ])
@@ -136,7 +134,7 @@ def test_a_dead_thread_is_named_in_a_waiting_ranks_verdict_but_not_a_failure_aft
         "rank 0: gloo:all_reduce #7 on comm pg0 launched 40 s ago, not finished; "
         "earlier an uncaught exception in thread prefetcher: ValueError: bad sample",
         "rank 1: never launched gloo:all_reduce #7 on comm pg0 (rank 0 launched it)"]
-    d, _ = detector({100: "gone", 101: "gone"})
+    d, _ = detector()
     done = d.observe([pb.RankStats(pid=100, rank=0, state="exited", exit_code=0, exception=THREAD_DIED),
                       pb.RankStats(pid=101, rank=1, state="exited", exit_code=0)])
     assert done.level == "ok"
@@ -145,17 +143,17 @@ def test_a_dead_thread_is_named_in_a_waiting_ranks_verdict_but_not_a_failure_aft
 
 
 def test_a_clean_exit_of_the_whole_job_is_not_a_problem_but_one_rank_leaving_is():
-    d, _ = detector({100: "gone", 101: "gone"})
+    d, _ = detector()
     done = d.observe([pb.RankStats(pid=100, rank=0, state="exited", exit_code=0),
                       pb.RankStats(pid=101, rank=1, state="exited", exit_code=0)])
     assert done.level == "ok" and [v.level for v in done.ranks] == ["exited", "exited"]
-    d, _ = detector({100: "gone"})
+    d, _ = detector()
     left = pb.RankStats(pid=100, rank=0, state="exited")
     left.unavailable["exit_code"] = "only the process's parent learns its exit status"
     status = d.observe([left, rank(1)])
     assert status.level == "suspect"
     assert status.ranks[0].explanation == (
-        "rank 0: process gone; exit status unknown (only the process's parent learns its exit status)")
+        "rank 0: process exited; exit status unknown (only the process's parent learns its exit status)")
 
 
 def test_collectives_are_compared_within_a_job():
@@ -210,7 +208,23 @@ def _wait_for_state(pid: int, state: str) -> None:
 
 
 def test_a_blank_exception_text_does_not_stop_detection():
-    d, _ = detector({101: "gone"})
+    d, _ = detector()
     status = d.observe([rank(0), pb.RankStats(pid=101, rank=1, state="exited", exit_code=1, exception=" \n\t\n")])
     assert status.ranks[1].level == "exited"
     assert status.ranks[1].explanation == "rank 1: exited with code 1 after an uncaught exception (no text recorded)"
+
+
+def test_the_state_is_the_collectors_reading_not_a_new_look_at_a_pid_that_may_be_reused():
+    """The ranks collector checked the pid against the process's start time in this tick; the
+    detector judges that reading, so a pid recycled by another process cannot change a verdict."""
+    d, clock = detector(suspect=10, hang=30)
+    pid_of_this_test = os.getpid()  # a live process: a fresh /proc look would say "running"
+    stopped = pb.RankStats(pid=pid_of_this_test, rank=0, state="stopped")
+    assert d.observe([stopped]).ranks[0].explanation == "rank 0: stopped (SIGSTOP or a debugger) for 0 s"
+    clock.now += 31
+    assert d.observe([stopped]).level == "hung"
+    exited = pb.RankStats(pid=pid_of_this_test, rank=0, state="exited", exit_code=0)
+    assert d.observe([exited]).ranks[0].level == "exited"
+    d, clock = detector(suspect=10, hang=30)
+    waiting = pb.RankStats(pid=pid_of_this_test, rank=0, state="disk-sleep")
+    assert "in D state (uninterruptible I/O wait) for 0 s" in d.observe([waiting]).ranks[0].explanation

@@ -242,7 +242,7 @@ def test_a_blank_exception_file_is_no_exception(collector, shm_dir, good_rank):
     rank = reported(collector)[good_rank.pid]
     assert rank.exception == ""
     exited = pb.RankStats(pid=good_rank.pid, rank=0, state="exited", exception=rank.exception)
-    detector = HangDetector(Thresholds(1.0, 2.0), state_of=lambda pid: procfs.GONE)
+    detector = HangDetector(Thresholds(1.0, 2.0))
     assert detector.observe([exited]).ranks[0].explanation  # the detector judges it (a blank text crashed it)
 
 
