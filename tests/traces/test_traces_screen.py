@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import pathlib
+import shutil
 
 import pytest
 from textual.widgets import DataTable, Input, Select, Static
 
-from testkit.traces import trainers, wait_registered
+from testkit.traces import run_cli, trainers, wait_registered
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.sources import LiveSource
+from tuiprof.model.capture import ClusterCapture, FetchedFile, HostProgress
 from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.screens.traces import TracesScreen
 
@@ -47,6 +50,10 @@ async def test_capture_dialog_follows_the_host_and_shows_summary_and_merged_file
             row = screen.query_one(DataTable).get_row(agent.address.target)
             assert row[:4] == [agent.address.target, "done", "0", "1"]
             summary_text = str(screen.query_one("#traces-summary", Static).render())
+            # The same capture counted again with the other step window: re-summarised, not re-captured
+            screen.query_one("#traces-steps", Select).value = "complete"
+            await wait_for(lambda: "Summary counts complete steps" in status(screen))
+            assert "counted: " in str(screen.query_one("#traces-summary", Static).render())
     assert screen.merged_path == tmp_path / "out" / "merged.trace.json.gz"
     assert "rank 0 on" in summary_text and str(screen.merged_path) in summary_text
     merged = json.loads(gzip.decompress(screen.merged_path.read_bytes()))
@@ -70,3 +77,39 @@ async def test_form_refuses_a_span_that_does_not_fit_the_kind(agent, tmp_path):
         await pilot.pause()
         assert status(screen) == "Cannot capture: the span must be a positive whole number, got '-5'"
         assert screen.capture is None and not list(tmp_path.iterdir())
+
+
+CORPUS_RANK0 = pathlib.Path(__file__).parent / "data" / "corpus" / "hta_nccl_rank0.json.gz"
+
+
+def counted_line(text: str) -> str:
+    return next(line for line in text.splitlines() if "counted: " in line).split("counted: ", 1)[1]
+
+
+async def test_steps_choice_counts_as_the_cli_does(agent, tmp_path):
+    """A capture whose fetched file is a real two-step trace: switching the Count choice re-summarises
+    it, and the counted line is the one `tuiprof analyze --steps` prints for the same file."""
+    local = tmp_path / "host" / CORPUS_RANK0.name
+    local.parent.mkdir()
+    shutil.copy(CORPUS_RANK0, local)
+    fetched = FetchedFile(host="gpu-host", pid=4242, rank=0, remote=CORPUS_RANK0.name, local=local)
+    app = TuiprofApp(LiveSource([agent.address], ConnectionOptions(timeout=10)))
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.push_screen(TracesScreen(output_root=tmp_path))
+        await pilot.pause()
+        screen = app.screen
+        screen.capture = ClusterCapture(0, [HostProgress("gpu-host", phase="done", files=[fetched])])
+        screen.merged_path = tmp_path / "merged.trace.json.gz"
+        texts = {}
+        for mode in ("complete", "all"):
+            screen.query_one("#traces-steps", Select).value = mode
+            await wait_for(lambda mode=mode: f"Summary counts {'complete' if mode == 'complete' else 'all'} steps"
+                           in status(screen))
+            await pilot.pause()
+            texts[mode] = str(screen.query_one("#traces-summary", Static).render())
+    for mode, text in texts.items():
+        cli = run_cli("analyze", str(CORPUS_RANK0), "--steps", mode)
+        assert cli.returncode == 0, cli.stderr
+        assert counted_line(text) == counted_line(cli.stdout)
+    assert counted_line(texts["complete"]).startswith("steps 1–1 of 2 (ProfilerStep#551–#551")
+    assert counted_line(texts["all"]) == "whole trace, all 2 steps, 1,204 GPU events"

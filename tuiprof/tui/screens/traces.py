@@ -6,6 +6,10 @@ ranks (empty: the whole job, every watched host). `enter` on the form (or the
 Capture button) starts it through the same code as ``tuiprof trace``: one
 start time for every host, progress per host as it goes, files fetched into
 the output directory, then the merged timeline's path and the summary.
+The Steps choice is ``--steps``: what the summary counts (all steps, or only
+complete ones, dropping the last as HTA does); changing it after a capture
+summarises the same files again, and the summary's "counted" line says what
+was counted.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from textual.worker import Worker, WorkerState
 
 from agentd.address import AgentAddress
 from tuiprof.analysis.trace_merge import merge_capture
-from tuiprof.analysis.trace_summary import TraceSummary, render_text
+from tuiprof.analysis.trace_summary import STEP_MODES, TraceSummary, render_text
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
 from tuiprof.model.capture import ClusterCapture, HostProgress
 from tuiprof.tui.screens.base import ConsoleScreen
 
 SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))
+STEP_LABELS = {"all": "all steps", "complete": "complete steps (drop the last)"}
 
 
 class CaptureFormError(ValueError):
@@ -56,6 +61,7 @@ class TracesScreen(ConsoleScreen):
     TracesScreen #traces-form Label { padding: 1 1 0 0; }
     TracesScreen #traces-form Input { width: 18; }
     TracesScreen #traces-form Select { width: 28; }
+    TracesScreen #traces-form #traces-steps { width: 36; }
     TracesScreen #traces-output { width: 1fr; }
     TracesScreen #traces-hosts { height: auto; max-height: 12; }
     TracesScreen #traces-summary { height: 1fr; padding: 0 1; overflow-y: auto; }
@@ -67,6 +73,7 @@ class TracesScreen(ConsoleScreen):
         self.capture: ClusterCapture | None = None
         self.summary: TraceSummary | None = None
         self.merged_path: pathlib.Path | None = None
+        self.problems: list[str] = []  # the capture's per-host problems, shown above the summary
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -78,6 +85,9 @@ class TracesScreen(ConsoleScreen):
                 yield Label("Span")
                 yield Select(SPANS, value="duration_ms", allow_blank=False, id="traces-span")
                 yield Input("1000", id="traces-amount")
+                yield Label("Count")
+                yield Select(((STEP_LABELS[mode], mode) for mode in STEP_MODES), value="all", allow_blank=False,
+                             id="traces-steps")
             with Horizontal():
                 yield Label("Ranks")
                 yield Input("", placeholder="all", id="traces-ranks")
@@ -142,20 +152,40 @@ class TracesScreen(ConsoleScreen):
         started = time.monotonic()
         capture = await capture_cluster(addresses, spec, output, self.console.connection, self._progress)
         self.capture = capture
-        lines = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
-        lines += [f"{h.host} {t.label}: {t.state}: {t.reason}"
-                  for h in capture.hosts for t in h.targets if t.state != "written"]
-        if capture.files:
-            merged, summary = await asyncio.to_thread(merge_capture, capture, output)
-            self.summary, self.merged_path = summary, merged.output
-            lines += [f"Merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)", "",
-                      render_text(summary)]
-        elif capture.matched == 0:
-            lines.insert(0, "No processes matched on any host.")
-        self.query_one("#traces-summary", Static).update("\n".join(lines))
+        problems = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
+        problems += [f"{h.host} {t.label}: {t.state}: {t.reason}"
+                     for h in capture.hosts for t in h.targets if t.state != "written"]
+        if not capture.files and capture.matched == 0:
+            problems.insert(0, "No processes matched on any host.")
+        self.problems = problems
+        summary = await self._merge(capture, output) if capture.files else []
+        self.query_one("#traces-summary", Static).update("\n".join(problems + summary))
         verdict = "every rank delivered" if capture.all_delivered else "not every rank delivered"
         self._status(f"Done in {time.monotonic() - started:.1f} s: {verdict}; files in {output}")
         self.query_one("#traces-start", Button).disabled = False
+
+    @property
+    def steps(self) -> str:
+        return str(self.query_one("#traces-steps", Select).value)
+
+    async def _merge(self, capture: ClusterCapture, output: pathlib.Path) -> list[str]:
+        """Merge and summarise the fetched files with the chosen step window (as ``tuiprof trace --steps``)."""
+        merged, summary = await asyncio.to_thread(merge_capture, capture, output, self.steps)
+        self.summary, self.merged_path = summary, merged.output
+        return [f"Merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)", "",
+                render_text(summary)]
+
+    @on(Select.Changed, "#traces-steps")
+    def _steps_changed(self) -> None:
+        if self.capture is not None and self.capture.files and self.merged_path is not None:
+            self._status(f"Summarising again: {STEP_LABELS[self.steps]}…")
+            self._resummarise(self.capture, self.merged_path.parent)
+
+    @work(exclusive=True, group="traces", exit_on_error=False)
+    async def _resummarise(self, capture: ClusterCapture, output: pathlib.Path) -> None:
+        lines = self.problems + await self._merge(capture, output)
+        self.query_one("#traces-summary", Static).update("\n".join(lines))
+        self._status(f"Summary counts {STEP_LABELS[self.steps]}; files in {output}")
 
     def _progress(self, host: HostProgress) -> None:
         table = self.query_one(DataTable)
