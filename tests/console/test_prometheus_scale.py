@@ -17,7 +17,6 @@ import pytest
 from console.prometheus_server import PROMETHEUS, PROMTOOL, backfill, fleet_openmetrics, node_name, running_prometheus
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.prometheus import HostSelection, PrometheusClient, PrometheusSource, column_queries, fetch_fleet
-from tuiprof.model.values import Unavailable
 
 HOSTS = 10_000
 
@@ -51,7 +50,9 @@ def test_ten_thousand_rows_from_one_query_per_column(prometheus: str) -> None:
         assert summary.gpu_util_mean == pytest.approx(utilization) and summary.gpu_util_min == pytest.approx(utilization)
         assert summary.gpu_count == 1 and summary.power_watts == 300.0 and summary.cpu_percent == 25.0
         assert summary.memory_percent == 25.0 and summary.step_time_seconds == 0.5 and summary.hang_level == "ok"
-        assert isinstance(summary.sm_active_mean, Unavailable)  # not in this TSDB: said, not 0
+        assert summary.sm_active_min == pytest.approx(utilization / 2)
+        assert summary.gpu_memory_used_bytes == 40 * 2**30 and summary.gpu_memory_total_bytes == 80 * 2**30
+        assert isinstance(summary.nccl_busbw_bytes_per_s, float)
     assert queries == len(column_queries(HostSelection()))  # per column, not per host
 
 

@@ -135,7 +135,8 @@ class HostSelection:
 
 
 def _series(metric: str, selection: HostSelection, *matchers: str) -> str:
-    return f"{metric}{{{','.join(m for m in (selection.matcher(), *matchers) if m)}}}"
+    selected = ",".join(m for m in (selection.matcher(), *matchers) if m)
+    return f"{metric}{{{selected}}}" if selected else metric
 
 
 def _per_gpu(metric: str, selection: HostSelection) -> str:
