@@ -310,6 +310,7 @@ def test_numa_node_times_are_the_sums_of_their_cpus_in_proc_stat() -> None:
         low = sum(before[f"cpu{cpu}"][0] for cpu in node.cpus) / user_hz
         high = sum(after[f"cpu{cpu}"][0] for cpu in node.cpus) / user_hz
         assert low - 0.01 <= node.seconds_total.user <= high + 0.01
+    time.sleep(0.1)  # some CPU time passes between the two samples
     collector.collect()
     for node in snapshot_of(collector).cpu.numa_nodes:
         assert not node.unavailable
