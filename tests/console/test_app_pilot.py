@@ -166,7 +166,7 @@ async def test_host_view_of_a_cpu_only_agent_says_why_gpus_are_missing() -> None
 
 
 async def test_job_ops_view_puts_the_straggler_first_and_enter_opens_its_host(gpu_app) -> None:
-    async with gpu_app.run_test(size=SIZE) as pilot:
+    async with gpu_app.run_test(size=(200, 50)) as pilot:  # wide enough for every column
         await settle(pilot, gpu_app)
         await pilot.press("n")
         await pilot.pause()
@@ -389,3 +389,111 @@ async def test_hang_banner_names_level_duration_and_host_and_only_shows_during_a
     async with healthy.run_test(size=SIZE) as pilot:
         await settle(pilot, healthy)
         assert not healthy.screen.query_one("#hang-banner", Static).display
+
+
+def plot_text(screen, selector: str) -> str:
+    from tuiprof.tui.plots import HistoryPlot
+
+    return str(screen.query_one(selector, HistoryPlot).render())
+
+
+async def test_history_plots_have_a_time_axis_units_and_a_window_z_cycles(gpu_app) -> None:
+    async with gpu_app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("enter", "6")
+        await pilot.pause(0.2)
+        screen = gpu_app.screen
+        cpu = plot_text(screen, "#plot-cpu")
+        assert "CPU busy (%) · window 5 min" in cpu
+        assert "100%" in cpu and "0%" in cpu and "now" in cpu and "-1m" in cpu  # units up, time along
+        per_gpu = plot_text(screen, "#plot-each-util")
+        assert "GPU utilization per GPU (%)" in per_gpu and "gpu0" in per_gpu and "gpu7" in per_gpu
+        assert "core0" in plot_text(screen, "#plot-each-busy")
+        for window in ("15 min", "all", "1 min", "5 min"):
+            await pilot.press("z")
+            await pilot.pause(0.05)
+            assert gpu_app.settings.history_window == window
+            assert f"window {window}" in plot_text(screen, "#plot-power")
+        await pilot.press("1", "z")  # from another tab: the plots come up
+        assert screen.active_tab() == "history"
+
+
+async def test_host_tables_drop_their_least_important_columns_at_80_columns(gpu_app) -> None:
+    from tuiprof.tui.tables import FittedTable
+
+    async with gpu_app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        table = gpu_app.screen.query_one("#gpus-table", FittedTable)
+        shown = table.shown_labels
+        assert shown[0] == "GPU" and {"Util", "Memory"} <= set(shown) and "Mem clk" not in shown
+        widths = sum(column.get_render_width(table) for column in table.columns.values())
+        assert widths <= table.size.width
+        await pilot.resize_terminal(250, 50)
+        await pilot.pause(0.2)
+        assert table.shown_labels == [c.label for c in table.all_columns]
+
+
+async def test_the_column_chooser_hides_and_shows_columns_of_the_current_table(gpu_app) -> None:
+    from textual.widgets import SelectionList
+
+    from tuiprof.tui.columns import ColumnsScreen
+    from tuiprof.tui.tables import FittedTable
+
+    async with gpu_app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot, gpu_app)
+        await pilot.press("C")
+        assert isinstance(gpu_app.screen, ColumnsScreen)
+        choices = gpu_app.screen.query_one(SelectionList)
+        assert "Host" not in choices.selected and {"CPU", "Trend"} <= set(choices.selected)
+        choices.deselect("CPU")
+        await pilot.press("escape")
+        grid = gpu_app.screen.query_one("#hosts", HostGrid)
+        assert "cpu" not in [c.key for c in grid.shown_columns] and "CPU" not in visible_header(grid)
+        assert gpu_app.settings.hidden_columns == ("cluster.CPU",)
+        await pilot.press("enter", "2", "C")  # the host view's CPU tab: its own columns
+        choices = gpu_app.screen.query_one(SelectionList)
+        assert set(choices.selected) == {"Busy", "User", "System", "IO wait"}
+        choices.deselect("System")
+        await pilot.press("escape")
+        table = gpu_app.screen.query_one("#cpu-table", FittedTable)
+        assert table.shown_labels == ["CPU", "Busy", "User", "IO wait"]
+        assert gpu_app.settings.hidden_columns == ("cluster.CPU", "cpu.System")
+        await pilot.press("6", "C")
+        assert isinstance(gpu_app.screen, HostScreen)  # plots have no columns to choose
+
+
+def visible_header(grid: HostGrid) -> str:
+    return grid.render_line(0).text
+
+
+async def test_interval_keys_restart_the_streams_at_the_new_interval(tmp_path) -> None:
+    """A real agent at 200 ms: `+` asks for one snapshot each 2 s instead, and the title says so."""
+    from testkit.agents import running_agent
+    from tuiprof.client.channel import ConnectionOptions
+    from tuiprof.client.sources import LiveSource
+
+    with running_agent(tmp_path, host="127.0.0.2", interval_ms=200) as agent:
+        app = TuiprofApp(LiveSource([agent.address], ConnectionOptions()))
+        host = agent.address.target
+        async with app.run_test(size=SIZE) as pilot:
+            assert app.title == "tuiprof · agent's interval"
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if len(app.cluster.history(host).points("memory")) >= 3:
+                    break
+            await pilot.press("plus")
+            assert app.title == "tuiprof · every 2 s" and app.settings.interval_seconds == 2.0
+            assert app.source.options.interval_ms == 2000
+            await pilot.pause(0.5)  # the new stream is up
+            before = len(app.cluster.history(host).points("memory"))
+            await pilot.pause(3.0)
+            assert len(app.cluster.history(host).points("memory")) - before <= 2  # 15 at the agent's 200 ms
+            await pilot.press("minus", "minus")
+            assert app.title == "tuiprof · every 0.5 s" and app.source.options.interval_ms == 500
+        assert not gpu_replay_has_interval_keys()
+
+
+def gpu_replay_has_interval_keys() -> bool:
+    return bool(replay_app().check_action("interval", (1,)))

@@ -1,4 +1,5 @@
-"""Settings that stay: theme, sort, filter and interval saved under $XDG_CONFIG_HOME/tuiprof and loaded at start."""
+"""Settings that stay: theme, sort, filter, interval, hidden columns and the plots' window saved
+under $XDG_CONFIG_HOME/tuiprof and loaded at start."""
 
 from __future__ import annotations
 
@@ -52,10 +53,39 @@ async def test_sort_theme_and_filter_come_back_in_the_next_console(config_home: 
         assert _warnings(second) == []
 
 
+async def test_hidden_columns_and_the_plot_window_come_back_in_the_next_console(config_home: pathlib.Path) -> None:
+    from textual.widgets import SelectionList
+
+    from tuiprof.tui.host_grid import HostGrid
+    from tuiprof.tui.tables import FittedTable
+
+    first = _app()
+    async with first.run_test(size=(200, 50)) as pilot:
+        await pilot.pause(0.1)
+        await pilot.press("C")
+        first.screen.query_one(SelectionList).deselect("Power")
+        await pilot.press("escape", "enter", "C")
+        first.screen.query_one(SelectionList).deselect("Name")
+        await pilot.press("escape", "z")
+        await pilot.pause(0.1)
+    assert 'hidden_columns = ["cluster.Power", "gpus.Name"]' in (config_home / "tuiprof" / "settings.toml").read_text()
+
+    second = _app()
+    async with second.run_test(size=(200, 50)) as pilot:
+        await pilot.pause(0.1)
+        assert "power" not in [c.key for c in second.screen.query_one("#hosts", HostGrid).shown_columns]
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert "Name" not in second.screen.query_one("#gpus-table", FittedTable).shown_labels
+        assert second.settings.history_window == "15 min" and _warnings(second) == []
+
+
 @pytest.mark.parametrize("text, why", [
     ("theme = [", "Invalid value"),
     ("reverse = 'yes'", "'reverse' = 'yes': expected a bool"),
     ("colour = 'red'", "unknown key 'colour'"),
+    ("hidden_columns = 'cluster.CPU'", "'hidden_columns' = 'cluster.CPU': expected a list"),
+    ("hidden_columns = [1]", "'hidden_columns' = [1]: expected a list of strings"),
 ])
 async def test_a_bad_settings_file_gives_one_warning_and_the_defaults(
         config_home: pathlib.Path, text: str, why: str) -> None:
@@ -84,12 +114,24 @@ async def test_a_saved_filter_the_console_cannot_parse_is_named_and_dropped(conf
         assert "saved sort column 'nosuch' not known" in warning and "saved filter not used" in warning
 
 
-def test_interval_round_trips_and_a_missing_file_is_the_defaults(config_home: pathlib.Path) -> None:
+def test_every_setting_round_trips_and_a_missing_file_is_the_defaults(config_home: pathlib.Path) -> None:
     store = SettingsFile()
     assert store.path == config_home / "tuiprof" / "settings.toml"
     assert store.load() == (Settings(), None)
-    assert store.save(Settings(interval_seconds=2.5, filter='host "a\\b"')) is None
-    assert store.load() == (Settings(interval_seconds=2.5, filter='host "a\\b"'), None)
+    changed = Settings(theme="nord", sort="util", reverse=True, filter='host "a\\b"', interval_seconds=2.5,
+                       hidden_columns=("cluster.Trend", 'gpus.Mem "clk"'), history_window="all")
+    assert all(getattr(changed, f) != getattr(Settings(), f) for f in Settings.__dataclass_fields__)
+    assert store.save(changed) is None
+    assert store.load() == (changed, None)
+
+
+async def test_an_unknown_plot_window_is_one_warning_and_the_default(config_home: pathlib.Path) -> None:
+    SettingsFile().save(Settings(history_window="2 days"))
+    app = _app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.1)
+        assert app.settings.history_window == "5 min"
+        assert _warnings(app) == ["unknown history window '2 days' in the settings; using 5 min"]
 
 
 def test_an_unwritable_config_dir_is_one_line_not_a_traceback(config_home: pathlib.Path) -> None:

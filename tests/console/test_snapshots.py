@@ -1,4 +1,4 @@
-"""SVG snapshots of each view at 80×24 and 200×60 (pytest-textual-snapshot), from recordings.
+"""SVG snapshots of each view at 80×24 and 200×50 (pytest-textual-snapshot), from recordings.
 
 Update after a deliberate visual change with ``pytest tests/console/test_snapshots.py
 --snapshot-update`` and review the SVGs.
@@ -10,7 +10,7 @@ import pytest
 
 from console.recordings import AGENTS_RECORDING, GPU_FIXTURE, replay_app
 
-SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((200, 60), id="200x60")]
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((200, 50), id="200x50")]
 
 VIEWS = {
     "cluster": [],
@@ -21,10 +21,14 @@ VIEWS = {
     "host-ranks": ["enter", "4"],
     "host-pmu": ["enter", "5"],
     "host-history": ["enter", "6"],
+    "host-history-1min": ["enter", "6", "z", "z", "z"],
+    "host-help": ["enter", "question_mark"],
     "job-ops": ["n"],
+    "stacks": ["s"],
     "help": ["question_mark"],
+    "columns": ["C"],
 }
-"""The Traces and Stacks screens belong to their own areas, which snapshot them."""
+"""The Traces screen belongs to its own area, which snapshots it (tests/traces)."""
 
 
 async def _settle(pilot) -> None:

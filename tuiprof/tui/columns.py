@@ -54,7 +54,7 @@ class ColumnsScreen(ModalScreen[frozenset[str]]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"Columns of {self.title_text} (space ticks, Esc closes)", markup=False)
+            yield Label(f"Columns of {self.title_text}\nspace shows/hides · Esc closes", markup=False)
             yield SelectionList[str](*((label, label, label not in self.hidden) for label in self.labels))
 
     def action_done(self) -> None:

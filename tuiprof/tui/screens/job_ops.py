@@ -9,13 +9,18 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from tuiprof.analysis.job_ops import Extreme, OpRow, job_ops
 from tuiprof.model import units
-from tuiprof.tui.tables import sync_rows
+from tuiprof.tui.tables import FittedTable, TableColumn
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.text import reading, reasons
 from tuiprof.tui.screens.base import ConsoleScreen
 
-COLUMNS = ("Host", "Rank", "Kind", "Op", "Job", "Calls/s", "p50", "p99", "Min", "Max", "First call",
-           "Throughput", "vs median")
+COLUMNS = (
+    TableColumn("Host", 100), TableColumn("Rank", 95), TableColumn("Kind", 60), TableColumn("Op", 90),
+    TableColumn("Job", 80), TableColumn("Calls/s", 40), TableColumn("p50", 70), TableColumn("p99", 75),
+    TableColumn("Min", 30), TableColumn("Max", 35), TableColumn("First call", 25), TableColumn("Throughput", 65),
+    TableColumn("vs median", 85),
+)
+"""Each column's priority: at a narrow width the lowest go first."""
 
 LEGEND = ("≥ min, ≤ max: a histogram bucket's edge, no call's own time; "
           "first call: a GEMM's first, which includes loading, kept out of the other figures")
@@ -67,19 +72,19 @@ class JobOpsScreen(ConsoleScreen):
         Binding("enter", "open_host", "Host"),
         Binding("j", "cursor(1)", "Down", show=False),
         Binding("k", "cursor(-1)", "Up", show=False),
+        Binding("C", "columns", "Columns", show=False),
     ]
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="ops-summary", classes="summary", markup=False)
-        table: DataTable[Text | str] = DataTable(id="ops", cursor_type="row", zebra_stripes=True)
-        table.add_columns(*COLUMNS)
-        yield table
+        yield FittedTable(COLUMNS, id="ops")
         yield Static(id="ops-detail", classes="detail", markup=False)
         yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
 
     def on_mount(self) -> None:
         self.sub_title = "NCCL/GEMM across the job"
+        self.query_one("#ops", FittedTable).set_hidden(self.console.hidden_columns("ops"))
         self.refresh_data()
 
     def on_screen_resume(self) -> None:
@@ -88,8 +93,8 @@ class JobOpsScreen(ConsoleScreen):
     def refresh_data(self) -> None:
         rows = job_ops(self.console.cluster)
         self._rows = rows
-        table = self.query_one("#ops", DataTable)
-        sync_rows(table, {r.key: _cells(r) for r in rows})
+        table = self.query_one("#ops", FittedTable)
+        table.show_rows({r.key: _cells(r) for r in rows})
         stragglers = sum(1 for r in rows if r.verdict and r.verdict.straggler)
         if not rows:
             text = "no GEMM or NCCL ops reported yet (ranks appear once started with `tuiprof run -- CMD`)"
@@ -118,6 +123,10 @@ class JobOpsScreen(ConsoleScreen):
 
     def on_data_table_row_selected(self, _: DataTable.RowSelected) -> None:
         self.action_open_host()
+
+    def action_columns(self) -> None:
+        table = self.query_one("#ops", FittedTable)
+        self.console.choose_columns("ops", "the op table", [c.label for c in COLUMNS], table.set_hidden)
 
     def action_cursor(self, step: int) -> None:
         table = self.query_one("#ops", DataTable)
