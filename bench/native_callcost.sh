@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# Host ns per intercepted cublasGemmEx, plain vs under libtuiprof_hook.so, with stand-in CUDA libraries.
-# Interleaved runs; prints each and the medians. Usage: bench/native_callcost.sh [calls] [rounds]
+# Host ns per intercepted cublasGemmEx, plain vs under libtuiprof_hook.so, with the stand-in CUDA
+# libraries (or, given CUDA=1, the ones the dynamic loader finds: see bench/native_callcost.c).
+# Three hooked variants, interleaved with plain runs: every call of the shape timed
+# (TUIPROF_GEMM_SAMPLE_EVERY=1), every call after the first 32 only counted (=1000000), and the
+# default sampling. Prints each run and the medians.
+# Usage: bench/native_callcost.sh [calls] [rounds]
 set -eu
 cd "$(dirname "$0")/.."
 N=${1:-1000000}; ROUNDS=${2:-5}
 W=bench/.work/callcost; mkdir -p $W; S=tests/native/standins
-gcc -O1 -shared -fPIC -o $W/libcudart.so $S/cudart.c
-gcc -O1 -shared -fPIC -o $W/libcublas.so $S/cublas.c -L$W -lcudart -Wl,-rpath,'$ORIGIN'
-gcc -O2 -o $W/callcost bench/native_callcost.c -L$W -lcublas -Wl,-rpath,'$ORIGIN'
+if [ "${CUDA:-0}" = 1 ]; then
+  gcc -O2 -DREAL_CUDA -o $W/callcost bench/native_callcost.c -lcublas -lcudart
+else
+  gcc -O1 -shared -fPIC -o $W/libcudart.so $S/cudart.c
+  gcc -O1 -shared -fPIC -o $W/libcublas.so $S/cublas.c -L$W -lcudart -Wl,-rpath,'$ORIGIN'
+  gcc -O2 -o $W/callcost bench/native_callcost.c -L$W -lcublas -Wl,-rpath,'$ORIGIN'
+fi
 HOOK=$PWD/tuiprof_native/libtuiprof_hook.so
-plain=(); hooked=()
+declare -A runs=([plain]="" [timed]="" [counted]="" [default]="")
+declare -A every=([timed]=1 [counted]=1000000 [default]="")
 for r in $(seq $ROUNDS); do
-  read -r ns _ < <($W/callcost $N); plain+=($ns)
-  read -r ns pid < <(LD_PRELOAD=$HOOK $W/callcost $N); hooked+=($ns)
-  rm -f /dev/shm/tuiprof-$(id -u)-$pid  # that run's segment
+  read -r ns _ < <($W/callcost $N); runs[plain]+=" $ns"
+  for v in timed counted default; do
+    read -r ns pid < <(env ${every[$v]:+TUIPROF_GEMM_SAMPLE_EVERY=${every[$v]}} LD_PRELOAD=$HOOK $W/callcost $N)
+    runs[$v]+=" $ns"
+    rm -f /dev/shm/tuiprof-$(id -u)-$pid  # that run's segment
+  done
 done
-echo "plain ns/call:  ${plain[*]}"; echo "hooked ns/call: ${hooked[*]}"
-python3 -c "import statistics,sys; p=[float(x) for x in sys.argv[1].split()]; h=[float(x) for x in sys.argv[2].split()]; print(f'median plain {statistics.median(p):.1f} ns, hooked {statistics.median(h):.1f} ns, hook cost {statistics.median(h)-statistics.median(p):.1f} ns per call')" "${plain[*]}" "${hooked[*]}"
+for v in plain timed counted default; do echo "$v ns/call:${runs[$v]}"; done
+python3 - "${runs[plain]}" "${runs[timed]}" "${runs[counted]}" "${runs[default]}" <<'PY'
+import statistics, sys
+plain, *hooked = ([float(x) for x in a.split()] for a in sys.argv[1:])
+base = statistics.median(plain)
+print(f"median plain {base:.1f} ns/call")
+for name, xs in zip(("timed every call", "counted only", "default sampling"), hooked):
+    print(f"{name}: median {statistics.median(xs):.1f} ns/call, hook cost {statistics.median(xs) - base:+.1f} ns")
+PY

@@ -65,6 +65,8 @@ class Header:
     counters: Counters
     fatal_signal: int | None
     exit_status: int | None
+    gemm_timed_first: int = ...
+    gemm_sample_every: int = ...
 
 @dataclass(frozen=True)
 class Slot:
@@ -120,6 +122,7 @@ class Event:
     n: int
     k: int
     first_call: bool = ...
+    stream: int = ...
 
 @dataclass(frozen=True)
 class SegmentFile:

@@ -133,6 +133,8 @@ cdef extern from "tuiprof_segment.h":
         uint64_t ring_head
         tp_counters counters
         int32_t exit_status
+        uint32_t gemm_timed_first
+        uint32_t gemm_sample_every
 
     ctypedef struct tp_slot:
         uint64_t seq
@@ -177,6 +179,7 @@ cdef extern from "tuiprof_segment.h":
         uint64_t comm_hash
         int64_t b, m, n, k
         uint32_t flags
+        uint64_t stream
 
     ctypedef struct tp_segment:
         tp_header header
@@ -294,6 +297,9 @@ class Header:
     counters: Counters
     fatal_signal: int | None  # the last fatal signal the process received (see the layout header)
     exit_status: int | None   # what the process passed to exit(), when it got that far
+    # GEMM timing sampling: every call of a shape timed until this many, then one in gemm_sample_every
+    gemm_timed_first: int = 0
+    gemm_sample_every: int = 1
 
 
 @dataclass(frozen=True)
@@ -354,6 +360,7 @@ class Event:
     n: int
     k: int
     first_call: bool = False  # a GEMM slot's first call: includes lazy module loading, not kernel time
+    stream: int = 0  # GEMM: the CUDA stream it ran on
 
 
 @dataclass(frozen=True)
@@ -635,7 +642,8 @@ cdef class Segment:
                       _opt_rank(h.world_size), _text(h.job_id, sizeof(h.job_id)),
                       _text(h.hostname, sizeof(h.hostname)), h.start_ns, h.heartbeat_ns, h.writer_seq, h.flags,
                       h.slots_used, h.ring_head, counters, h.fatal_signal or None,
-                      h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None)
+                      h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None, h.gemm_timed_first,
+                      h.gemm_sample_every)
 
     def claimant(self) -> tuple:
         """``(pid, start_ns)``: the process the header says made the segment, and when. Plain
@@ -743,4 +751,4 @@ cdef object _slot(const tp_slot *s):
 cdef object _event(const tp_event *e, uint64_t index):
     return Event(index, _kind(e.kind), _text(e.op, sizeof(e.op)), _text(e.dtype, sizeof(e.dtype)), e.rank,
                  e.start_ns, e.end_ns if e.end_ns else None, e.bytes, e.flops, e.op_seq, e.comm_hash,
-                 e.b, e.m, e.n, e.k, bool(e.flags & TP_EVENT_FIRST_CALL))
+                 e.b, e.m, e.n, e.k, bool(e.flags & TP_EVENT_FIRST_CALL), e.stream)

@@ -6,7 +6,14 @@ ring position at the start time, waits the duration, and dumps what was added.
 The file is Kineto-shaped Chrome JSON (``baseTimeNanoseconds``, ``distributedInfo``,
 ``traceEvents``) so the console merges and summarises it like a Kineto trace:
 GEMMs and collectives are GPU ``kernel`` events (collectives named ``nccl:<op>``),
-steps are ``ProfilerStep#<n>`` annotations. Files go into the agent's own folder
+one lane per CUDA stream for GEMMs and one for collectives, steps are
+``ProfilerStep#<n>`` annotations. GEMM times come from the GPU's own clock (the
+hook anchors it to the host's), so calls that ran back to back touch and idle time
+is the GPU's. A GEMM shape's first call includes lazy module loading: it is kept
+out of the kernels (category ``first_call``, "first call (includes loading)"), so
+compute time and the summaries leave it out. Only the GEMM calls the hook timed are
+events (every call of a shape up to ``tuiprof.gemm_timing.timed_first``, then one in
+``sample_every``); the rest are counted in the rank's figures, not here. Files go into the agent's own folder
 ``timeline/<uid>/`` for the uid the kernel gives for the rank's process, and are
 written whole or not at all (``TraceDir.write_file``).
 
@@ -36,7 +43,9 @@ from agentd.traces.paths import TIMELINE_FOLDER, TraceDir, TraceDirError, reason
 log = logging.getLogger(__name__)
 
 MAX_TARGETS = 4096
-GPU_TID = {"gemm": 1, "nccl": 2}  # one lane each, so GEMMs and collectives that overlap stay readable
+COLLECTIVES_TID = 1
+FIRST_GEMM_STREAM_TID = 2  # then one lane per CUDA stream, in the order the streams first appear
+FIRST_CALL = "first call (includes loading)"
 
 
 @dataclass
@@ -207,30 +216,52 @@ def chrome_trace(events: list[Any], header: Any, hostname: str) -> dict[str, Any
     base_ns = (min((e.start_ns for e in events), default=header.start_ns) // 1_000_000_000) * 1_000_000_000
     pid = header.pid
     trace_events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": GPU_TID["gemm"], "args": {"name": "GEMM"}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": GPU_TID["nccl"], "args": {"name": "collectives"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": COLLECTIVES_TID, "args": {"name": "collectives"}},
     ]
+    stream_tids: dict[int, int] = {}
     steps = 0
     for event in events:
         if event.end_ns is None:
             continue  # still in flight when dumped
         ts, dur = (event.start_ns - base_ns) / 1000, (event.end_ns - event.start_ns) / 1000
         if event.kind == "gemm":
-            trace_events.append({"ph": "X", "cat": "kernel", "name": event.op, "pid": pid, "tid": GPU_TID["gemm"],
-                                 "ts": ts, "dur": dur,
-                                 "args": {"dtype": event.dtype, "b": event.b, "m": event.m, "n": event.n,
-                                          "k": event.k, "flops": event.flops}})
+            trace_events.append(_gemm_event(event, pid, _stream_tid(stream_tids, trace_events, pid, event.stream),
+                                            ts, dur))
         elif event.kind == "nccl":
             trace_events.append({"ph": "X", "cat": "kernel", "name": f"nccl:{event.op}", "pid": pid,
-                                 "tid": GPU_TID["nccl"], "ts": ts, "dur": dur,
+                                 "tid": COLLECTIVES_TID, "ts": ts, "dur": dur,
                                  "args": {"Collective name": event.op, "dtype": event.dtype, "bytes": event.bytes,
                                           "seq": event.op_seq, "comm": f"{event.comm_hash:x}"}})
         elif event.kind == "step":
             steps += 1
             trace_events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{event.op_seq or steps}",
                                  "pid": pid, "tid": 0, "ts": ts, "dur": dur, "args": {}})
-    document: dict[str, Any] = {"schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": trace_events,
-                                "tuiprof": {"kind": "timeline", "host": hostname, "job_id": header.job_id}}
+    document: dict[str, Any] = {
+        "schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": trace_events,
+        "tuiprof": {"kind": "timeline", "host": hostname, "job_id": header.job_id,
+                    "gemm_timing": {"timed_first": header.gemm_timed_first,
+                                    "sample_every": header.gemm_sample_every}}}
     if header.rank is not None:
         document["distributedInfo"] = {"rank": header.rank, "world_size": header.world_size}
     return document
+
+
+def _stream_tid(stream_tids: dict[int, int], trace_events: list[dict[str, Any]], pid: int, stream: int) -> int:
+    """The lane of a CUDA stream's GEMMs, named when first used."""
+    tid = stream_tids.get(stream)
+    if tid is None:
+        tid = stream_tids[stream] = FIRST_GEMM_STREAM_TID + len(stream_tids)
+        trace_events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                             "args": {"name": f"GEMM stream 0x{stream:x}"}})
+    return tid
+
+
+def _gemm_event(event: Any, pid: int, tid: int, ts: float, dur: float) -> dict[str, Any]:
+    """A GEMM as a GPU kernel, or, for a shape's first call, as a slice outside the kernels."""
+    args: dict[str, Any] = {"dtype": event.dtype, "b": event.b, "m": event.m, "n": event.n, "k": event.k,
+                            "flops": event.flops}
+    if event.first_call:
+        return {"ph": "X", "cat": "first_call", "name": f"{event.op} ({FIRST_CALL})", "pid": pid, "tid": tid,
+                "ts": ts, "dur": dur, "args": {**args, "first_call": True}}
+    return {"ph": "X", "cat": "kernel", "name": event.op, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}

@@ -19,17 +19,18 @@ HOOK = pathlib.Path(segment.__file__).parent / "libtuiprof_hook.so"
 T = TypeVar("T")
 
 
-def tuiprof_run_argv(*command: str) -> list[str]:
-    """`tuiprof run --no-kineto-daemon -- COMMAND` (no agentd here to poll) as an argv."""
-    return [sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", "--", *command]
+def tuiprof_run_argv(*command: str, options: tuple[str, ...] = ()) -> list[str]:
+    """`tuiprof run --no-kineto-daemon [OPTIONS] -- COMMAND` (no agentd here to poll) as an argv."""
+    return [sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", *options, "--", *command]
 
 
-def tuiprof_run(*command: str, **popen) -> subprocess.Popen:
-    """Start `tuiprof run --no-kineto-daemon -- COMMAND`; it execs COMMAND, so the pid is COMMAND's."""
+def tuiprof_run(*command: str, options: tuple[str, ...] = (), **popen) -> subprocess.Popen:
+    """Start `tuiprof run --no-kineto-daemon [OPTIONS] -- COMMAND`; it execs COMMAND, so the pid is COMMAND's."""
     env = dict(os.environ)
     env.pop("KINETO_USE_DAEMON", None)
+    env.pop("TUIPROF_GEMM_SAMPLE_EVERY", None)
     env.update(popen.pop("env", {}))
-    return subprocess.Popen(tuiprof_run_argv(*command), env=env, text=True, **popen)
+    return subprocess.Popen(tuiprof_run_argv(*command, options=options), env=env, text=True, **popen)
 
 
 def segment_path(pid: int) -> pathlib.Path:

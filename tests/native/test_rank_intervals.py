@@ -31,10 +31,11 @@ def _sgemm(rank: pb.RankStats) -> pb.GemmOpStats | None:
     return next((g for g in rank.gemm if (g.op, g.shape) == SGEMM), None)
 
 
-async def _published_while_the_job_runs(standins, collector_seconds: float, cleanup_segments) -> list[pb.RankStats]:
+async def _published_while_the_job_runs(standins, collector_seconds: float, cleanup_segments,
+                                        options: tuple[str, ...] = ()) -> list[pb.RankStats]:
     """The job's RankStats in every snapshot an Agent published while it ran (and a few after)."""
     proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), str(STREAM_CALLS), "2000",
-                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                       options=options, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     cleanup_segments.append(proc.pid)
     published: list[pb.HostSnapshot] = []
     agent = Agent([CollectorRunner(RanksCollector(collector_seconds))], PUBLISH_SECONDS)
@@ -57,6 +58,7 @@ async def _published_while_the_job_runs(standins, collector_seconds: float, clea
 @pytest.mark.parametrize("collector_seconds", [0.03, 0.08], ids=["collector-faster", "collector-slower"])
 async def test_every_finished_gemm_is_in_exactly_one_published_interval(standins, cleanup_segments,
                                                                         collector_seconds):
+    # default sampling: most of the 302 calls are only counted (no record), yet each is in one interval
     ranks = await _published_while_the_job_runs(standins, collector_seconds, cleanup_segments)
     counted = previous_total = 0
     for rank in ranks:
@@ -78,8 +80,10 @@ SGEMM_KERNEL_NS = 10000 + 2 * 16 * 16 * 16 // 100  # the stand-in cuBLAS's kerne
 
 async def test_latency_min_max_are_the_calls_own_times_where_set_in_the_interval(standins, cleanup_segments):
     """Every stand-in Sgemm takes 10081 ns (bucket [8192, 16384) ns): the interval that holds the first
-    calls shows exactly that, flagged exact; later intervals show the lifetime value as a bound."""
-    ranks = await _published_while_the_job_runs(standins, PUBLISH_SECONDS, cleanup_segments)
+    calls shows exactly that, flagged exact; later intervals show the lifetime value as a bound.
+    Every call is timed here, so that every interval has timed calls."""
+    ranks = await _published_while_the_job_runs(standins, PUBLISH_SECONDS, cleanup_segments,
+                                                options=("--gemm-sample-every", "1"))
     latencies = [g.latency for r in ranks if (g := _sgemm(r)) is not None and g.count_per_s > 0]
     first, later = latencies[0], latencies[1:]
     assert (first.min_seconds, first.max_seconds) == (SGEMM_KERNEL_NS * 1e-9, SGEMM_KERNEL_NS * 1e-9)

@@ -29,12 +29,12 @@ from tuiprof_native import segment
 
 pytestmark = pytest.mark.slow
 
-GEMMS = {  # (op, dtype) -> (count, kernel µs)
-    ("cublasGemmEx", "bf16"): (5, 10.655),
-    ("cublasGemmStridedBatchedEx", "fp16"): (3, 10.040),
-    ("cublasSgemm_v2", "fp32"): (2, 10.081),
-    ("cublasLtMatmul", "bf16"): (4, 10.081),
-    ("cublasLtMatmul", "fp32"): (2, 10.020),
+GEMMS = {  # (op, dtype) -> (count, kernel µs); each shape's first call is apart ("first call (includes loading)")
+    ("cublasGemmEx", "bf16"): (4, 10.655),
+    ("cublasGemmStridedBatchedEx", "fp16"): (2, 10.040),
+    ("cublasSgemm_v2", "fp32"): (1, 10.081),
+    ("cublasLtMatmul", "bf16"): (3, 10.081),
+    ("cublasLtMatmul", "fp32"): (1, 10.020),
 }
 COLLECTIVES = {"AllReduce": (3, 50.0), "AllGather": (2, 20.0), "ReduceScatter": (1, 30.0), "Send": (2, 5.0)}
 
@@ -82,8 +82,19 @@ def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(age
     assert {key: (len(durs), round(durs[0], 3)) for key, durs in gemms.items()} == GEMMS
     assert all(len(set(durs)) == 1 for durs in gemms.values())
     assert {op: (len(durs), durs[0]) for op, durs in collectives.items()} == COLLECTIVES
+    first_calls = [e for e in trace["traceEvents"] if e.get("cat") == "first_call"]
+    assert sorted((e["name"], e["args"]["dtype"]) for e in first_calls) == sorted(
+        (f"{op} (first call (includes loading))", dtype) for op, dtype in GEMMS)
+    lanes = collections.defaultdict(list)  # GEMMs on one stream run one after another: no overlap in a lane
+    for event in trace["traceEvents"]:
+        if event.get("ph") == "X" and event.get("cat") in ("kernel", "first_call") and event["tid"] != 1:
+            lanes[event["tid"]].append((event["ts"], event["ts"] + event["dur"]))
+    assert len(lanes) == 1  # the stalled stream's GEMM never finished
+    for lane in lanes.values():
+        assert all(after[0] >= before[1] - 0.001 for before, after in zip(sorted(lane), sorted(lane)[1:]))
+    assert trace["tuiprof"]["gemm_timing"] == {"timed_first": 32, "sample_every": 16}
     [rank] = doc["summary"]["ranks"]
-    assert rank["rank"] == 3 and rank["gpu_kernels"] == 24
+    assert rank["rank"] == 3 and rank["gpu_kernels"] == 19
     # Communication time is the time covered by at least one collective (stand-in kernels may overlap).
     covered, end = 0.0, float("-inf")
     for event in sorted((e for e in kernels if e["name"].startswith("nccl:")), key=lambda e: e["ts"]):

@@ -11,6 +11,9 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
   when no agent listens, and with one line saying why when the port belongs to
   another user's process or the folder is one that others can change;
 - PYTHONPATH: tuiprof's startup hook first (steps, GC pauses, DataLoader waits);
+- TUIPROF_GEMM_SAMPLE_EVERY, with --gemm-sample-every N: the hook times every
+  call of a GEMM shape up to its 32nd, then one call in N (default 16; 1 times
+  every call); every call is counted either way;
 then replaces itself with CMD (exec), so signals and the exit status are CMD's.
 """
 
@@ -34,6 +37,8 @@ from tuiprof.client.targets import TargetError, add_credential_arguments, connec
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
 TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
+SAMPLE_EVERY_ENV = "TUIPROF_GEMM_SAMPLE_EVERY"
+SAMPLE_EVERY_MAX = 1_000_000  # TP_GEMM_SAMPLE_EVERY_MAX in the hook
 AGENT_LOOKUP_TIMEOUT_S = 2.0
 
 
@@ -52,11 +57,13 @@ def _prepend(value: str, existing: str | None, sep: str) -> str:
 
 
 def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
-                       library: Path = HOOK_LIBRARY, trace_dir: str | None = None) -> dict[str, str]:
+                       library: Path = HOOK_LIBRARY, trace_dir: str | None = None,
+                       gemm_sample_every: int | None = None) -> dict[str, str]:
     """The environment CMD runs in: ``env`` plus tuiprof's variables.
 
     ``trace_dir`` is the local agent's trace dir, where Kineto may then write
-    on-demand traces; a KINETO_ONDEMAND_TRACE_DIR the user set stands."""
+    on-demand traces; a KINETO_ONDEMAND_TRACE_DIR the user set stands.
+    ``gemm_sample_every`` (given) replaces any TUIPROF_GEMM_SAMPLE_EVERY."""
     if not library.is_file():
         raise LaunchError(
             f"{library} is missing: the compiled parts of tuiprof were not built; "
@@ -76,7 +83,20 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
             out.setdefault(TRACE_DIR_ENV, trace_dir)
     out["PYTHONPATH"] = _prepend(str(STARTUP_DIR), env.get("PYTHONPATH"), os.pathsep)
     out["TUIPROF_HOOK_LIBRARY"] = lib
+    if gemm_sample_every is not None:
+        out[SAMPLE_EVERY_ENV] = str(gemm_sample_every)
     return out
+
+
+def sample_period(text: str) -> int:
+    """--gemm-sample-every: a whole number from 1 to SAMPLE_EVERY_MAX."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= SAMPLE_EVERY_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {SAMPLE_EVERY_MAX}")
+    return value
 
 
 def agent_trace_dir(port: int, options: ConnectionOptions = ConnectionOptions(timeout=AGENT_LOOKUP_TIMEOUT_S)
@@ -112,6 +132,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--agent-port", type=int, default=DEFAULT_AGENT_PORT, metavar="PORT",
         help=f"port of this host's agentd, asked for its trace dir (default {DEFAULT_AGENT_PORT})")
+    parser.add_argument(
+        "--gemm-sample-every", type=sample_period, metavar="N",
+        help="time every call of a GEMM shape up to its 32nd, then one in N (default 16; 1: every call); "
+             "all calls are counted")
     add_credential_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
     parser.set_defaults(func=run)
@@ -128,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
         trace_dir = None
         if args.kineto_daemon and TRACE_DIR_ENV not in os.environ:
             trace_dir = agent_trace_dir(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
-        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon, trace_dir=trace_dir)
+        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon, trace_dir=trace_dir,
+                                 gemm_sample_every=args.gemm_sample_every)
     except (TokenFileError, TargetError) as exc:
         print(f"tuiprof run: {exc}", file=sys.stderr)
         return 2

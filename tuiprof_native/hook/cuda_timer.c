@@ -1,11 +1,22 @@
-/* Pooled CUDA event pairs on the caller's stream.
+/* Pooled CUDA event pairs on the caller's stream, placed on the GPU's clock.
  *
  * The CUDA runtime is never linked: its functions are looked up at runtime
  * in whichever libcudart the process already loaded.  Event pairs come from
  * a fixed pool (a lock-free free list); a GEMM that finds the pool empty, or
- * runs inside CUDA-graph capture, is counted but not timed. */
+ * runs inside CUDA-graph capture, is counted but not timed.
+ *
+ * Placement (the technique xpu-timer uses, per device here): the writer
+ * records an anchor event on a private idle stream and reads CLOCK_REALTIME
+ * around it until it completes; a call's start is then the anchor's CPU time
+ * plus elapsed(anchor -> start event), its end likewise with the stop event.
+ * Both come from the GPU's own clock, so calls that ran back to back on a
+ * stream are placed back to back and idle time is the GPU's.  The anchor is
+ * renewed every second (drift between the two clocks, float precision of
+ * the elapsed time); the previous one stays for calls launched before the
+ * new one was taken. */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "hook_internal.h"
 
@@ -22,7 +33,9 @@ typedef int (*get_device_fn)(int *device);
 typedef int (*set_device_fn)(int device);
 typedef int (*stream_capturing_fn)(void *stream, int *status);
 typedef int (*capture_mode_fn)(int *mode);
+typedef int (*stream_create_fn)(void **stream, unsigned flags);
 #define CAPTURE_MODE_RELAXED 2
+#define STREAM_NON_BLOCKING 1
 
 static struct {
     event_create_fn create;
@@ -34,6 +47,7 @@ static struct {
     set_device_fn set_device;
     stream_capturing_fn capturing; /* optional */
     capture_mode_fn exchange_capture_mode; /* optional */
+    stream_create_fn stream_create;         /* optional: without it, no GPU-clock placement */
 } cuda;
 
 typedef struct timer {
@@ -69,6 +83,7 @@ static int cuda_usable(void)
     cuda.set_device = (set_device_fn)tp_resolve("cudaSetDevice");
     cuda.capturing = (stream_capturing_fn)tp_resolve("cudaStreamIsCapturing");
     cuda.exchange_capture_mode = (capture_mode_fn)tp_resolve("cudaThreadExchangeStreamCaptureMode");
+    cuda.stream_create = (stream_create_fn)tp_resolve("cudaStreamCreateWithFlags");
     int ok = cuda.create && cuda.destroy && cuda.record && cuda.query && cuda.elapsed && cuda.get_device &&
              cuda.set_device;
     if (ok && !g_free) {
@@ -119,7 +134,96 @@ void tp_timer_stop(uint32_t i, void *stream) { cuda.record(g_timers[i].stop, str
 
 void tp_timer_abandon(uint32_t i) { tp_queue_push(g_free, &i); }
 
-int tp_timer_poll(uint32_t i, uint64_t *dur_ns)
+/* ---- anchors (writer thread only) -------------------------------------- */
+
+#define MAX_DEVICES 64
+#define ANCHOR_TRIES 3                 /* the tightest CPU window of these is kept */
+#define ANCHOR_WAIT_NS 2000000ULL      /* a try whose event is not done by then is dropped */
+#define REANCHOR_NS 1000000000ULL
+
+typedef struct anchor {
+    void *event;       /* the try kept; NULL: none */
+    uint64_t cpu_ns;   /* CLOCK_REALTIME of the event's GPU timestamp (window midpoint) */
+    uint64_t done_ns;  /* when it was seen complete: calls launched later ran after it */
+} anchor;
+
+typedef struct device_clock {
+    void *stream;
+    void *events[2][ANCHOR_TRIES]; /* two generations: the current anchor and the previous */
+    int generation;
+    anchor cur, prev;
+    int broken;                    /* stream or events could not be made: no placement */
+} device_clock;
+
+static device_clock g_clocks[MAX_DEVICES];
+
+static int make_clock(device_clock *c)
+{
+    if (!cuda.stream_create || cuda.stream_create(&c->stream, STREAM_NON_BLOCKING) != CUDA_SUCCESS) return 0;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < ANCHOR_TRIES; i++)
+            if (cuda.create(&c->events[g][i], 0) != CUDA_SUCCESS) return 0;
+    return 1;
+}
+
+/* A new anchor for the writer's current device: record, then spin on the
+ * event; its GPU timestamp lies between the record call and the completion
+ * seen, and the midpoint of the narrowest such window is kept. */
+static void take_anchor(device_clock *c)
+{
+    void **events = c->events[c->generation ^ 1];
+    anchor best = {0};
+    uint64_t best_window = UINT64_MAX;
+    for (int i = 0; i < ANCHOR_TRIES; i++) {
+        uint64_t t0 = tp_now_ns();
+        if (cuda.record(events[i], c->stream) != CUDA_SUCCESS) return;
+        uint64_t t2;
+        int q;
+        do {
+            q = cuda.query(events[i]);
+            t2 = tp_now_ns();
+        } while (q == CUDA_ERROR_NOT_READY && t2 - t0 < ANCHOR_WAIT_NS);
+        if (q != CUDA_SUCCESS) continue;
+        if (t2 - t0 < best_window) {
+            best_window = t2 - t0;
+            best = (anchor){events[i], t0 + (t2 - t0) / 2, t2};
+        }
+    }
+    if (!best.event) return;
+    c->generation ^= 1;
+    c->prev = c->cur;
+    c->cur = best;
+}
+
+/* The device's anchor for a call launched at `launched_ns`, renewed when
+ * due; NULL when the device has none. */
+static const anchor *anchor_for(int device, uint64_t launched_ns)
+{
+    if (device < 0 || device >= MAX_DEVICES) return NULL;
+    device_clock *c = &g_clocks[device];
+    if (c->broken) return NULL;
+    if (!c->stream && !make_clock(c)) {
+        c->broken = 1;
+        return NULL;
+    }
+    uint64_t now = tp_now_ns();
+    if (!c->cur.event || now - c->cur.done_ns > REANCHOR_NS) take_anchor(c);
+    if (c->cur.event && c->cur.done_ns <= launched_ns) return &c->cur;
+    if (c->prev.event && c->prev.done_ns <= launched_ns) return &c->prev;
+    return c->cur.event ? &c->cur : NULL; /* launched before any anchor: elapsed may be negative */
+}
+
+static int place(const anchor *a, void *event, uint64_t *at)
+{
+    float ms = 0;
+    if (cuda.elapsed(&ms, a->event, event) != CUDA_SUCCESS) return 0;
+    int64_t off = (int64_t)((double)ms * 1e6 + (ms < 0 ? -0.5 : 0.5));
+    if (off < 0 && (uint64_t)-off > a->cpu_ns) return 0;
+    *at = (uint64_t)((int64_t)a->cpu_ns + off);
+    return 1;
+}
+
+int tp_timer_poll(uint32_t i, uint64_t launched_ns, tp_gpu_span *span)
 {
     timer *t = &g_timers[i];
     if (t->device != g_writer_device) {
@@ -140,7 +244,12 @@ int tp_timer_poll(uint32_t i, uint64_t *dur_ns)
     if (q != CUDA_SUCCESS) return -1;
     float ms = 0;
     if (cuda.elapsed(&ms, t->start, t->stop) != CUDA_SUCCESS || ms < 0) return -1;
-    *dur_ns = (uint64_t)((double)ms * 1e6 + 0.5);
+    span->dur_ns = (uint64_t)((double)ms * 1e6 + 0.5);
+    span->start_ns = span->end_ns = 0;
+    const anchor *a = anchor_for(t->device, launched_ns);
+    if (!a || !place(a, t->start, &span->start_ns) || !place(a, t->stop, &span->end_ns) ||
+        span->end_ns < span->start_ns)
+        span->start_ns = span->end_ns = 0;
     return 1;
 }
 
@@ -151,6 +260,7 @@ void tp_timer_fork_child(void)
     /* The parent's events mean nothing in the child (CUDA does not survive
      * fork); forget them without touching the driver. */
     for (uint32_t i = 0; i < TIMER_COUNT; i++) g_timers[i].created = 0;
+    memset(g_clocks, 0, sizeof(g_clocks));
     if (g_free) fill_free_list();
     g_writer_device = -1;
 }

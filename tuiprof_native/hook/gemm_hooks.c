@@ -1,7 +1,10 @@
 /* LD_PRELOAD interposers for the cuBLAS / cuBLASLt GEMM entry points PyTorch
- * calls.  Each call: look up the caller's stream, take a pooled CUDA event
- * pair around the real call, and hand the launch to the writer thread, which
- * times it when the stop event completes.  FLOPs = 2*b*m*n*k. */
+ * calls.  Each call: look up the caller's stream, decide whether this call
+ * of its shape is timed (sampling, below), take a pooled CUDA event pair
+ * around the real call when it is, and hand the launch to the writer thread,
+ * which times it when the stop event completes.  Every call is counted (the
+ * ones not timed without a record: gemm_sampling.c).
+ * FLOPs = 2*b*m*n*k. */
 #include <stdio.h>
 #include <string.h>
 
@@ -33,20 +36,35 @@ const char *tp_cuda_dtype_name(int t, char *buf, size_t cap)
     }
 }
 
-void tp_gemm_begin(tp_gemm_call *c, void *stream, const char *op, int dtype, int64_t b, int64_t m, int64_t n,
-                       int64_t k)
+void tp_gemm_shape_record(tp_record *r, const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k)
 {
-    c->active = 1;
     char buf[TP_DTYPE_LEN];
-    tp_record *r = &c->rec;
     memset(r, 0, sizeof(*r));
     tp_copy_name(r->op, sizeof(r->op), op);
     tp_copy_name(r->dtype, sizeof(r->dtype), tp_cuda_dtype_name(dtype, buf, sizeof(buf)));
     r->b = b, r->m = m, r->n = n, r->k = k;
     r->flops = 2ULL * (uint64_t)b * (uint64_t)m * (uint64_t)n * (uint64_t)k;
-    r->stream = (uint64_t)(uintptr_t)stream;
-    r->launched_ns = tp_now_ns();
+}
+
+int tp_gemm_begin(tp_gemm_call *c, const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k)
+{
+    c->active = 1;
+    c->timed = 0;
+    tp_shape *e = tp_gemm_shape(op, dtype, b, m, n, k);
+    if (!tp_gemm_due_for_timing(e)) {
+        c->counted_in = e; /* counted only: no record, no clock read, no events */
+        return 0;
+    }
+    c->counted_in = NULL;
+    tp_gemm_shape_record(&c->rec, op, dtype, b, m, n, k);
+    return 1;
+}
+
+void tp_gemm_time(tp_gemm_call *c, void *stream)
+{
+    c->rec.stream = (uint64_t)(uintptr_t)stream;
     c->stream = stream;
+    c->rec.launched_ns = tp_now_ns();
     c->timed = tp_timer_acquire(stream, &c->timer);
 }
 
@@ -57,7 +75,12 @@ void tp_gemm_end(tp_gemm_call *c, int status)
         if (c->timed) tp_timer_abandon(c->timer);
         return;
     }
-    c->rec.op_seq = atomic_fetch_add_explicit(&g_gemm_launches, 1, memory_order_relaxed) + 1;
+    uint64_t seq = atomic_fetch_add_explicit(&g_gemm_launches, 1, memory_order_relaxed) + 1;
+    if (c->counted_in) {
+        tp_gemm_count_sampled_out(c->counted_in);
+        return;
+    }
+    c->rec.op_seq = seq;
     if (c->timed) {
         tp_timer_stop(c->timer, c->stream);
         c->rec.type = TP_REC_GEMM_LAUNCH;
@@ -84,9 +107,11 @@ static void *blas_stream(void *handle)
     {                                                                                     \
         NAME##_fn real = TP_REAL(NAME##_fn, #NAME);                                       \
         if (TP_UNLIKELY(!real)) return CUBLAS_STATUS_NOT_INITIALIZED;                     \
-        tp_gemm_call c = {0};                                                             \
-        if (tp_ensure_started()) /* inert: no stream look-up */                           \
-            tp_gemm_begin(&c, blas_stream(handle), #NAME, DTYPE, B, M, N, K);             \
+        tp_gemm_call c;                                                                   \
+        c.active = 0;                                                                     \
+        /* inert, or only counted: no stream look-up */                                   \
+        if (tp_ensure_started() && tp_gemm_begin(&c, #NAME, DTYPE, B, M, N, K))          \
+            tp_gemm_time(&c, blas_stream(handle));                                        \
         int status = real ARGS;                                                           \
         tp_gemm_end(&c, status);                                                          \
         return status;                                                                    \

@@ -63,7 +63,7 @@ int tp_queue_empty(tp_queue *q);                   /* a hint: nothing pushed and
 /* ---- records produced by hooks, consumed by the writer ----------------- */
 enum tp_record_type {
     TP_REC_GEMM_LAUNCH = 1, /* timed GEMM launched: timer index, stream */
-    TP_REC_GEMM_UNTIMED,    /* GEMM counted without timing */
+    TP_REC_GEMM_UNTIMED,    /* GEMM due for timing, counted without (no event, no CUDA) */
     TP_REC_NCCL_START,      /* collective enqueued (in-flight) */
     TP_REC_NCCL_DONE,       /* collective finished */
     TP_REC_STEP,
@@ -118,23 +118,48 @@ int tp_timer_acquire(void *stream, uint32_t *timer);    /* records start; 0: unt
 void tp_timer_stop(uint32_t timer, void *stream);       /* records stop */
 void tp_timer_abandon(uint32_t timer);
 /* writer side */
-int tp_timer_poll(uint32_t timer, uint64_t *dur_ns);     /* 1 done, 0 pending, -1 failed */
+typedef struct tp_gpu_span {
+    uint64_t dur_ns;              /* elapsed(start event -> stop event) */
+    uint64_t start_ns, end_ns;    /* CLOCK_REALTIME from the device's anchor; 0 when it has none */
+} tp_gpu_span;
+/* 1 done, 0 pending, -1 failed; `launched_ns`: when the start event was recorded */
+int tp_timer_poll(uint32_t timer, uint64_t launched_ns, tp_gpu_span *span);
 void tp_timer_release(uint32_t timer);
 void tp_timer_fork_child(void);
+
+/* ---- which GEMM calls are timed (gemm_sampling.c) --------------------- */
+/* The first TP_GEMM_TIMED_FIRST calls of each shape are timed, then one in
+ * TUIPROF_GEMM_SAMPLE_EVERY (read once, when the hook starts). */
+#define TP_GEMM_TIMED_FIRST 32u
+#define TP_GEMM_SAMPLE_EVERY_DEFAULT 16u
+#define TP_GEMM_SAMPLE_EVERY_MAX 1000000u
+typedef struct tp_shape tp_shape;
+void tp_gemm_sampling_init(void);
+uint32_t tp_gemm_sample_every(void);
+/* The calling thread's entry for a shape; NULL when it has none (time every call). */
+tp_shape *tp_gemm_shape(const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
+int tp_gemm_due_for_timing(tp_shape *e);  /* counts the call; 1: time it */
+void tp_gemm_count_sampled_out(tp_shape *e); /* after the call succeeded */
+int tp_gemm_harvest_counted(void);        /* writer: fold new counts into slots; 1 if any */
+void tp_gemm_sampling_fork_child(void);
 
 /* ---- GEMM calls (gemm_hooks.c) ----------------------------------------- */
 typedef struct tp_gemm_call {
     int active, timed;
+    tp_shape *counted_in; /* sampled out: counted here once the call succeeded */
     uint32_t timer;
     void *stream;
     tp_record rec;
 } tp_gemm_call;
-/* Around the real call: begin (only once tp_ensure_started() said yes) takes
- * the event pair, end hands the launch to the writer (a failed call is not an
- * op).  A zeroed call is inert. */
-void tp_gemm_begin(tp_gemm_call *c, void *stream, const char *op, int cuda_dtype, int64_t b, int64_t m, int64_t n,
-                   int64_t k);
+/* Around the real call (only once tp_ensure_started() said yes): begin
+ * counts the call and says whether it is timed; if so, tp_gemm_time takes
+ * the event pair on the call's stream; end hands the launch to the writer
+ * (a failed call is not an op).  A call with active = 0 is inert. */
+int tp_gemm_begin(tp_gemm_call *c, const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
+void tp_gemm_time(tp_gemm_call *c, void *stream);
 void tp_gemm_end(tp_gemm_call *c, int status);
+/* A zeroed record with the shape's op, dtype name, b, m, n, k and FLOPs. */
+void tp_gemm_shape_record(tp_record *r, const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
 const char *tp_cuda_dtype_name(int t, char *buf, size_t cap);
 
 /* ---- NCCL plugin (nccl_plugin.c) --------------------------------------- */
@@ -153,6 +178,7 @@ void tp_segment_detach(void);  /* fork child: forget the parent's mapping */
 void tp_segment_remove(void);  /* unmap and unlink (the writer could not start) */
 tp_segment *tp_segment_get(void);
 void tp_segment_fold(const tp_record *r, uint32_t kind);  /* slot + ring */
+void tp_segment_count(const tp_record *r, uint32_t kind, uint64_t calls); /* slot count only (GEMMs sampled out) */
 void tp_segment_event(const tp_record *r, uint32_t kind); /* ring only */
 void tp_counters_begin(void);
 void tp_counters_end(void);

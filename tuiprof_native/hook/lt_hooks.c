@@ -89,13 +89,14 @@ TP_EXPORT int cublasLtMatmul(void *handle, void *desc, const void *alpha, const 
 {
     lt_matmul_fn real = TP_REAL(lt_matmul_fn, "cublasLtMatmul");
     if (TP_UNLIKELY(!real)) return 1; /* CUBLAS_STATUS_NOT_INITIALIZED */
-    tp_gemm_call c = {0};
+    tp_gemm_call c;
+    c.active = 0;
     if (tp_ensure_started()) {
         const lt_shape *s = shape_of(desc, Adesc, Ddesc);
-        if (s)
-            tp_gemm_begin(&c, stream, "cublasLtMatmul", s->dtype, s->b, s->m, s->n, s->k);
-        else /* descriptors unreadable: still counted, shape unknown */
-            tp_gemm_begin(&c, stream, "cublasLtMatmul", -1, 0, 0, 0, 0);
+        /* descriptors unreadable: still counted, shape unknown */
+        int timed = s ? tp_gemm_begin(&c, "cublasLtMatmul", s->dtype, s->b, s->m, s->n, s->k)
+                      : tp_gemm_begin(&c, "cublasLtMatmul", -1, 0, 0, 0, 0);
+        if (timed) tp_gemm_time(&c, stream);
     }
     int status = real(handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace,
                       workspace_size, stream);

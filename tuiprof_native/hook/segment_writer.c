@@ -93,6 +93,8 @@ static void init_header(tp_header *h)
     h->max_inflight = TP_MAX_INFLIGHT;
     h->ring_capacity = TP_RING_CAPACITY;
     h->hist_buckets = TP_HIST_BUCKETS;
+    h->gemm_timed_first = TP_GEMM_TIMED_FIRST;
+    h->gemm_sample_every = tp_gemm_sample_every();
     fill_identity(h);
     h->start_ns = tp_now_ns();
     h->heartbeat_ns = h->start_ns;
@@ -234,11 +236,22 @@ static void write_event(const tp_record *r, uint32_t kind, uint32_t flags)
     e->comm_hash = kind == TP_KIND_NCCL ? r->stream : 0;
     e->b = r->b, e->m = r->m, e->n = r->n, e->k = r->k;
     e->flags = flags;
+    e->stream = kind == TP_KIND_GEMM ? r->stream : 0;
     __atomic_store_n(&e->seq, 2 * i + 2, __ATOMIC_RELEASE);
     __atomic_store_n(&h->ring_head, i + 1, __ATOMIC_RELEASE);
 }
 
 void tp_segment_event(const tp_record *r, uint32_t kind) { write_event(r, kind, 0); }
+
+void tp_segment_count(const tp_record *r, uint32_t kind, uint64_t calls)
+{
+    tp_slot *s = slot_for(r, kind);
+    tp_write_begin(&s->seq);
+    s->count += calls;
+    s->bytes += calls * r->bytes;
+    s->flops += calls * r->flops;
+    tp_write_end(&s->seq);
+}
 
 void tp_segment_fold(const tp_record *r, uint32_t kind)
 {

@@ -49,6 +49,7 @@ static pthread_t g_thread;
 /* Writer-private state. */
 typedef struct stream_fifo {
     uint64_t stream;
+    uint64_t last_end_ns; /* end of the last call placed on this stream */
     uint32_t head, tail; /* indices into timers[], mod GEMM_PENDING */
     uint32_t timers[GEMM_PENDING];
 } stream_fifo;
@@ -94,6 +95,7 @@ static stream_fifo *fifo_for(uint64_t stream)
     if (g_stream_count == MAX_STREAMS) return NULL;
     stream_fifo *f = &g_streams[g_stream_count++];
     f->stream = stream;
+    f->last_end_ns = 0;
     f->head = f->tail = 0;
     return f;
 }
@@ -178,6 +180,24 @@ static void handle_record(tp_record *r)
     }
 }
 
+/* Where a finished call sits in time: from the GPU's clock when its device
+ * has an anchor; else its end is now (within one poll interval).  A stream
+ * runs one call after another, so a start before the previous call's end
+ * (two anchors' small disagreement) is moved to that end. */
+static void place_gemm(stream_fifo *f, tp_record *r, const tp_gpu_span *span, uint64_t now)
+{
+    if (span->start_ns) {
+        r->start_ns = span->start_ns;
+        r->end_ns = span->end_ns;
+    } else {
+        r->end_ns = now;
+        r->start_ns = now - span->dur_ns < r->launched_ns ? r->launched_ns : now - span->dur_ns;
+    }
+    if (r->start_ns < f->last_end_ns) r->start_ns = f->last_end_ns;
+    if (r->end_ns < r->start_ns) r->end_ns = r->start_ns;
+    f->last_end_ns = r->end_ns;
+}
+
 /* Completed GEMMs, oldest first per stream (events on one stream complete
  * in order, so only each stream's head is queried). */
 static int poll_gemms(uint64_t now)
@@ -187,10 +207,10 @@ static int poll_gemms(uint64_t now)
         stream_fifo *f = &g_streams[s];
         while (f->head != f->tail) {
             uint32_t t = f->timers[f->head % GEMM_PENDING];
-            uint64_t dur = 0;
-            int st = tp_timer_poll(t, &dur);
-            if (st == 0) break;
             tp_record *r = &g_pending[t];
+            tp_gpu_span span;
+            int st = tp_timer_poll(t, r->launched_ns, &span);
+            if (st == 0) break;
             tp_timer_release(t);
             f->head++;
             done++;
@@ -200,10 +220,8 @@ static int poll_gemms(uint64_t now)
                 fold_untimed_gemm(r);
                 continue;
             }
-            /* The GPU end is observed now (within one poll interval). */
-            r->dur_ns = dur;
-            r->end_ns = now;
-            r->start_ns = now - dur < r->launched_ns ? r->launched_ns : now - dur;
+            r->dur_ns = span.dur_ns;
+            place_gemm(f, r, &span, now);
             tp_segment_fold(r, TP_KIND_GEMM);
         }
     }
@@ -336,6 +354,7 @@ static void *writer_main(void *arg)
         }
         uint64_t now = tp_now_ns();
         work += poll_gemms(now);
+        work += tp_gemm_harvest_counted();
         if (now - last_sweep > SWEEP_EVERY_NS) {
             tp_nccl_sweep(now);
             last_sweep = now;
@@ -371,6 +390,7 @@ static int start_writer(char *why, size_t cap)
         free_writer_tables();
         return -1;
     }
+    tp_gemm_sampling_init();
     if (tp_segment_create(why, cap) != 0) {
         free_writer_tables();
         return -1;
@@ -446,6 +466,7 @@ static void fork_child(void)
     if (g_records) tp_queue_reset(g_records);
     tp_timer_fork_child();
     tp_nccl_fork_child();
+    tp_gemm_sampling_fork_child();
 }
 
 __attribute__((constructor)) static void on_load(void) { pthread_atfork(NULL, NULL, fork_child); }

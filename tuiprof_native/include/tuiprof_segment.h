@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 4u
+#define TP_LAYOUT_VERSION 5u
 
 #define TP_SEGMENT_DIR "/dev/shm"
 #define TP_SEGMENT_PREFIX "tuiprof-" /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid> */
@@ -82,7 +82,8 @@ typedef struct tp_counters {
     uint64_t gc_pause_total_ns;
     uint64_t dataloader_count;    /* DataLoader next() calls observed */
     uint64_t dataloader_wait_total_ns;
-    uint64_t gemm_untimed;        /* GEMMs counted but not timed (no event free, no CUDA) */
+    uint64_t gemm_untimed;        /* GEMMs due for timing but not timed (no event free, no CUDA,
+                                   * graph capture); calls sampled out are not counted here */
     uint64_t nccl_untimed;        /* collectives finished without GPU timestamps */
     uint64_t dropped_records;     /* records lost because an internal queue was full */
     uint64_t slot_overflow;       /* records folded into the overflow slot */
@@ -116,8 +117,13 @@ typedef struct tp_header {
     uint64_t ring_head;           /* events ever written; event i is ring[i % cap] */
     tp_counters counters;
     int32_t exit_status;
-    uint32_t reserved0;
-    uint8_t reserved[120];
+    /* GEMM timing sampling, set once at creation: every call of a GEMM shape
+     * (per launching thread) is timed until gemm_timed_first calls, then one
+     * call in gemm_sample_every (1: every call).  The others are counted
+     * exactly (slot count, flops) but not timed and not in the ring. */
+    uint32_t gemm_timed_first;
+    uint32_t gemm_sample_every;
+    uint8_t reserved[116];
 } tp_header;
 
 /* Aggregate of one (kind, op, dtype, shape / communicator+algorithm) key. */
@@ -167,7 +173,10 @@ typedef struct tp_event {
     int32_t rank;                 /* NCCL: rank in its communicator; else the global rank */
     char op[TP_NAME_LEN];
     char dtype[TP_DTYPE_LEN];
-    uint64_t start_ns, end_ns;    /* CLOCK_REALTIME */
+    /* CLOCK_REALTIME.  A timed GEMM's are placed from the GPU's own clock:
+     * an anchor CUDA event paired with a CPU clock read, plus the elapsed
+     * GPU time from the anchor to the call's start / stop event. */
+    uint64_t start_ns, end_ns;
     uint64_t bytes;
     uint64_t flops;
     uint64_t op_seq;              /* NCCL sequence number */
@@ -175,6 +184,7 @@ typedef struct tp_event {
     int64_t b, m, n, k;
     uint32_t flags;               /* TP_EVENT_* */
     uint32_t reserved0;
+    uint64_t stream;              /* GEMM: the CUDA stream it ran on (one timeline lane each) */
 } tp_event;
 
 typedef struct tp_segment {

@@ -1,28 +1,85 @@
-/* Stand-in CUDA runtime for CI: streams are virtual clocks, events copy the
- * clock of the stream they are recorded on.  A stalled stream never
- * completes the events recorded on it (an op that hangs). */
+/* Stand-in CUDA runtime for CI: one device with a GPU clock, streams that
+ * run their work one item after another on it, events that take the time
+ * at which their stream reaches them.
+ *
+ * The GPU clock is virtual by default: it stands at 0 and only the streams'
+ * work moves them on, so every event completes at once and every duration is
+ * exactly the modelled kernel time.  With STANDIN_GPU_CLOCK=realtime:<skew_ns>
+ * it reads CLOCK_REALTIME + skew_ns (a GPU clock that disagrees with the
+ * host's by a known amount), and an event completes only once that clock has
+ * reached it: a test can then check where the hook places calls in time.
+ * A stalled stream never completes the events recorded on it (an op that
+ * hangs). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NOT_READY 600
 
 typedef struct standin_stream {
-    uint64_t clock_ns;
+    uint64_t busy_until; /* GPU time when the work queued so far ends */
     int stalled;
 } standin_stream;
 
 typedef struct standin_event {
-    uint64_t t;
-    int never;
+    uint64_t t; /* GPU time at which the stream reaches the event */
+    int recorded, never;
 } standin_event;
 
 static standin_stream default_stream;
-static long events_recorded;
+static __thread long events_recorded; /* by the calling thread (the hook's writer records anchors) */
+static int clock_mode = -1; /* -1 unread, 0 virtual, 1 realtime + skew */
+static int64_t clock_skew_ns;
 
 static standin_stream *resolve(void *s) { return s ? (standin_stream *)s : &default_stream; }
 
+static uint64_t gpu_now(void)
+{
+    if (clock_mode < 0) {
+        const char *v = getenv("STANDIN_GPU_CLOCK");
+        clock_mode = v && strncmp(v, "realtime:", 9) == 0;
+        if (clock_mode) clock_skew_ns = strtoll(v + 9, NULL, 10);
+    }
+    if (!clock_mode) return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + clock_skew_ns);
+}
+
+/* When the next item queued on `s` starts: after the stream's earlier work, and not before now. */
+static uint64_t next_start(standin_stream *s)
+{
+    uint64_t now = gpu_now();
+    return s->busy_until > now ? s->busy_until : now;
+}
+
 void *standin_stream_create(void) { return calloc(1, sizeof(standin_stream)); }
-void standin_stream_advance(void *s, uint64_t ns) { resolve(s)->clock_ns += ns; }
 void standin_stream_stall(void *s, int on) { resolve(s)->stalled = on; }
 long standin_events_recorded(void) { return events_recorded; }
+
+/* A kernel of `ns` on the stream (the stand-in cuBLAS calls this). */
+void standin_stream_advance(void *s, uint64_t ns)
+{
+    standin_stream *st = resolve(s);
+    st->busy_until = next_start(st) + ns;
+}
+
+/* The stream waits `ns` without running a kernel (as on another stream's
+ * event); returns the GPU time its next item starts at. */
+uint64_t standin_stream_wait(void *s, uint64_t ns)
+{
+    standin_stream *st = resolve(s);
+    st->busy_until = next_start(st) + ns;
+    return st->busy_until;
+}
+
+int cudaStreamCreateWithFlags(void **stream, unsigned flags)
+{
+    (void)flags;
+    *stream = standin_stream_create();
+    return *stream ? 0 : 2;
+}
 
 int cudaEventCreateWithFlags(void **event, unsigned flags)
 {
@@ -40,17 +97,28 @@ int cudaEventDestroy(void *event)
 int cudaEventRecord(void *event, void *stream)
 {
     standin_event *e = event;
-    e->t = resolve(stream)->clock_ns;
-    e->never = resolve(stream)->stalled;
-    __atomic_fetch_add(&events_recorded, 1, __ATOMIC_RELAXED);
+    standin_stream *s = resolve(stream);
+    e->t = next_start(s);
+    s->busy_until = e->t;
+    e->recorded = 1;
+    e->never = s->stalled;
+    events_recorded++;
     return 0;
 }
 
-int cudaEventQuery(void *event) { return ((standin_event *)event)->never ? 600 : 0; }
+int cudaEventQuery(void *event)
+{
+    standin_event *e = event;
+    return e->never || (clock_mode == 1 && e->t > gpu_now()) ? NOT_READY : 0;
+}
 
+/* Signed, like the GPU timestamps it subtracts. */
 int cudaEventElapsedTime(float *ms, void *start, void *stop)
 {
-    *ms = (float)((double)(((standin_event *)stop)->t - ((standin_event *)start)->t) / 1e6);
+    standin_event *a = start, *b = stop;
+    if (!a->recorded || !b->recorded) return 400; /* cudaErrorInvalidResourceHandle */
+    if (cudaEventQuery(a) || cudaEventQuery(b)) return NOT_READY;
+    *ms = (float)((double)(int64_t)(b->t - a->t) / 1e6);
     return 0;
 }
 

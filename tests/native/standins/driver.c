@@ -1,17 +1,19 @@
 /* Runs the stand-in workload the way PyTorch reaches cuBLAS: the library is
  * dlopened RTLD_LOCAL, so its cuBLAS/CUDA dependencies are not in the global
  * scope.  Prints the workload's JSON line, then "READY"; given CALLS and
- * PAUSE_US, then runs that many more GEMMs PAUSE_US apart and prints "DONE".
+ * PAUSE_US, then runs that many more GEMMs PAUSE_US apart and prints "DONE";
+ * given "timeline" CALLS, runs run_timeline and prints its line and "DONE".
  * Waits for a line on stdin before exiting (so the test can look at the live
  * segment). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int main(int argc, char **argv)
 {
     if (argc != 2 && argc != 4) {
-        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US]\n", argv[0]);
+        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS]\n", argv[0]);
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -23,7 +25,12 @@ int main(int argc, char **argv)
     if (!run || run(stdout) != 0) return 1;
     printf("READY\n");
     fflush(stdout);
-    if (argc == 4) {
+    if (argc == 4 && strcmp(argv[2], "timeline") == 0) {
+        int (*timeline)(FILE *, int, int, int) = (int (*)(FILE *, int, int, int))dlsym(lib, "run_timeline");
+        if (!timeline || timeline(stdout, atoi(argv[3]), 200000, 50) != 0) return 1;
+        printf("DONE\n");
+        fflush(stdout);
+    } else if (argc == 4) {
         int (*stream)(int, int) = (int (*)(int, int))dlsym(lib, "run_gemm_stream");
         if (!stream || stream(atoi(argv[2]), atoi(argv[3])) != 0) return 1;
         printf("DONE\n");

@@ -31,6 +31,8 @@ int cublasLtMatmul(void *h, void *dd, const void *alpha, const void *A, void *Ad
                    size_t wss, void *stream);
 long standin_lt_getattr_calls(void);
 void *standin_stream_create(void);
+uint64_t standin_stream_wait(void *s, uint64_t ns);
+uint64_t standin_kernel_ns(int64_t b, int64_t m, int64_t n, int64_t k);
 void standin_stream_stall(void *s, int on);
 long standin_events_recorded(void);
 void *standin_nccl_init(uint64_t comm_hash, int nranks, int rank);
@@ -166,6 +168,32 @@ int run_gemm_stream(int calls, int pause_us)
         cublasSgemm_v2(h, 0, 0, 16, 16, 16, &one, A, 16, B, 16, &zero, C, 16);
         usleep((unsigned)pause_us);
     }
+    free(A), free(B), free(C);
+    return 0;
+}
+
+/* For the GPU-clock placement check (run with STANDIN_GPU_CLOCK=realtime:...):
+ * `calls` x Sgemm 16x16x16 on a fresh stream, queued behind a `hold_us` wait
+ * so that they run back to back on the GPU, with the stream waiting `gap_us`
+ * before every 4th call.  Prints each call's GPU start and end time. */
+int run_timeline(FILE *out, int calls, int hold_us, int gap_us)
+{
+    const float one = 1, zero = 0;
+    void *h, *s = standin_stream_create();
+    cublasCreate_v2(&h);
+    cublasSetStream_v2(h, s);
+    float *A = matrix(256, 13), *B = matrix(256, 14), *C = matrix(256, 0);
+    standin_stream_wait(s, (uint64_t)hold_us * 1000);
+    fprintf(out, "{\"stream\": %lu, \"calls\": [", (unsigned long)(uintptr_t)s);
+    for (int i = 0; i < calls; i++) {
+        if (i && i % 4 == 0) standin_stream_wait(s, (uint64_t)gap_us * 1000);
+        uint64_t start = standin_stream_wait(s, 0);
+        cublasSgemm_v2(h, 0, 0, 16, 16, 16, &one, A, 16, B, 16, &zero, C, 16);
+        fprintf(out, "%s[%lu, %lu]", i ? ", " : "", (unsigned long)start,
+                (unsigned long)(start + standin_kernel_ns(1, 16, 16, 16)));
+    }
+    fprintf(out, "]}\n");
+    fflush(out);
     free(A), free(B), free(C);
     return 0;
 }

@@ -1,0 +1,98 @@
+"""GEMM timing sampling and GPU-clock placement of timeline events, against
+the stand-in libraries (tests/native/standins/).
+
+Sampling: every call of a shape is timed up to the header's gemm_timed_first,
+then one in gemm_sample_every; counts and FLOPs stay exact.  Placement: with
+STANDIN_GPU_CLOCK=realtime:<skew> the stand-in GPU clock runs <skew> ns off
+the host's, and the stand-in workload says where on that clock each of its
+calls ran: the hook's events must sit there (less the skew), back to back
+where the GPU ran them back to back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from native.support import segment_path, tuiprof_run, wait_for
+from tuiprof_native import segment
+
+SGEMM = ("cublasSgemm_v2", "fp32", 1, 16, 16, 16)  # the shape run_gemm_stream and run_timeline call
+SGEMM_NS = 10_000 + 2 * 16 * 16 * 16 // 100
+SGEMM_IN_WORKLOAD = 2  # run_workload's own calls of that shape, on the same thread
+SKEW_NS = -3_700_000_000  # the stand-in GPU clock is 3.7 s behind the host's
+GAP_NS = 50_000  # run_timeline's stream waits this long before every 4th call
+
+
+def start_driver(standins, cleanup_segments, *args: str, env: dict | None = None,
+                 options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict]:
+    proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), *args, options=options,
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or {})
+    cleanup_segments.append(proc.pid)
+    workload = json.loads(proc.stdout.readline())
+    assert proc.stdout.readline().strip() == "READY"
+    return proc, workload
+
+
+def sgemm_slot(seg):
+    return next((s for s in seg.slots() if (s.op, s.dtype, s.b, s.m, s.n, s.k) == SGEMM), None)
+
+
+def expected_timed(calls: int, first: int, every: int) -> int:
+    """Calls c = 1..calls timed by the rule: c <= first, or (c - first) a multiple of every."""
+    return sum(1 for c in range(1, calls + 1) if c <= first or (c - first) % every == 0)
+
+
+def test_sampling_times_the_first_calls_then_one_in_n_and_counts_all(standins, cleanup_segments):
+    proc, _ = start_driver(standins, cleanup_segments, "100", "0", options=("--gemm-sample-every", "8"))
+    try:
+        assert proc.stdout.readline().strip() == "DONE"
+        calls = SGEMM_IN_WORKLOAD + 100
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            header = seg.header()
+            assert (header.gemm_timed_first, header.gemm_sample_every) == (32, 8)
+            timed = expected_timed(calls, 32, 8)
+            assert timed == 32 + 8  # 33..102: 40, 48, ..., 96
+            assert wait_for(lambda: (s := sgemm_slot(seg)) is not None and s.timed_count == timed - 1)
+            s = sgemm_slot(seg)
+            assert (s.count, s.timed_count) == (calls, timed - 1)  # the first call is kept apart
+            assert s.flops == calls * 2 * 16 ** 3 and s.timed_flops == (timed - 1) * 2 * 16 ** 3
+            assert s.total_ns == (timed - 1) * SGEMM_NS
+            events = [e for e in seg.events(kind="gemm") if (e.op, e.dtype, e.b, e.m, e.n, e.k) == SGEMM]
+            assert len(events) == timed  # calls sampled out are counted, not in the ring
+            assert seg.header().counters.gemm_untimed == 0  # sampled out is not "untimed"
+    finally:
+        proc.communicate("\n", timeout=10)
+
+
+def test_a_bad_sampling_period_is_one_line_and_the_default(standins, cleanup_segments):
+    proc, _ = start_driver(standins, cleanup_segments, env={"TUIPROF_GEMM_SAMPLE_EVERY": "0"})
+    _, err = proc.communicate("\n", timeout=10)
+    assert proc.returncode == 0
+    assert err.strip() == ("tuiprof: TUIPROF_GEMM_SAMPLE_EVERY=0 is not a whole number from 1 to 1000000; "
+                           "timing 1 GEMM call in 16")
+    with segment.Segment(segment_path(proc.pid)) as seg:
+        assert seg.header().gemm_sample_every == 16
+
+
+def test_events_sit_where_the_gpu_clock_ran_them(standins, cleanup_segments):
+    proc, _ = start_driver(standins, cleanup_segments, "timeline", "12",
+                           env={"STANDIN_GPU_CLOCK": f"realtime:{SKEW_NS}"})
+    try:
+        ran = json.loads(proc.stdout.readline())
+        assert proc.stdout.readline().strip() == "DONE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            def on_stream() -> list:
+                return [e for e in seg.events(kind="gemm") if e.stream == ran["stream"]]
+            assert wait_for(lambda: len(on_stream()) == 12, timeout=20), on_stream()
+            events = on_stream()
+    finally:
+        proc.communicate("\n", timeout=10)
+    for event, (gpu_start, gpu_end) in zip(events, ran["calls"], strict=True):
+        # the anchor's CPU reading is the only error: well under the writer's 100 us poll
+        assert abs(event.start_ns - (gpu_start - SKEW_NS)) < 20_000, (event, gpu_start - SKEW_NS)
+        # elapsed times from the anchor travel as float ms: a few tens of ns of rounding
+        assert abs((event.end_ns - event.start_ns) - (gpu_end - gpu_start)) <= 100
+    for i, (before, after) in enumerate(zip(events, events[1:]), start=1):
+        assert after.start_ns >= before.end_ns  # one lane, no overlap
+        gap = GAP_NS if i % 4 == 0 else 0
+        assert abs((after.start_ns - before.end_ns) - gap) <= 100, (i, before, after)
