@@ -766,20 +766,52 @@ class CaptureTraceRequest(_message.Message):
     def __init__(self, kind: _Optional[_Union[CaptureTraceRequest.Kind, str]] = ..., duration_ms: _Optional[int] = ..., iterations: _Optional[int] = ..., last_events: _Optional[int] = ..., start_time_unix_ms: _Optional[int] = ..., pids: _Optional[_Iterable[int]] = ..., job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., options: _Optional[_Union[TraceOptions, _Mapping]] = ..., output_subdir: _Optional[str] = ...) -> None: ...
 
 class TraceTarget(_message.Message):
-    __slots__ = ("host", "pid", "rank", "state", "file", "reason")
+    __slots__ = ("host", "pid", "rank", "state", "file", "reason", "summary")
     HOST_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     FILE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
     host: str
     pid: int
     rank: int
     state: str
     file: str
     reason: str
-    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[str] = ..., file: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    summary: RankTraceSummary
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[str] = ..., file: _Optional[str] = ..., reason: _Optional[str] = ..., summary: _Optional[_Union[RankTraceSummary, _Mapping]] = ...) -> None: ...
+
+class RankTraceSummary(_message.Message):
+    __slots__ = ("result_json", "base_time_ns", "collectives", "error", "seconds")
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    BASE_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    result_json: str
+    base_time_ns: int
+    collectives: _containers.RepeatedCompositeFieldContainer[CollectiveTimings]
+    error: str
+    seconds: float
+    def __init__(self, result_json: _Optional[str] = ..., base_time_ns: _Optional[int] = ..., collectives: _Optional[_Iterable[_Union[CollectiveTimings, _Mapping]]] = ..., error: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class CollectiveTimings(_message.Message):
+    __slots__ = ("group", "op", "on_gpu", "seq", "start_us", "end_us")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    ON_GPU_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    START_US_FIELD_NUMBER: _ClassVar[int]
+    END_US_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    op: str
+    on_gpu: bool
+    seq: _containers.RepeatedScalarFieldContainer[int]
+    start_us: _containers.RepeatedScalarFieldContainer[float]
+    end_us: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, group: _Optional[str] = ..., op: _Optional[str] = ..., on_gpu: _Optional[bool] = ..., seq: _Optional[_Iterable[int]] = ..., start_us: _Optional[_Iterable[float]] = ..., end_us: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class CaptureStatusRequest(_message.Message):
     __slots__ = ("capture_id",)

@@ -440,6 +440,30 @@ class AgentInfo(behaviour.AgentInfoMixin):
 
 
 @dataclass(frozen=True, slots=True)
+class CollectiveTimings:
+    """``tuiprof.v1.CollectiveTimings``."""
+
+    group: str
+    op: str
+    on_gpu: bool
+    seq: tuple[int, ...]
+    start_us: tuple[float, ...]
+    end_us: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RankTraceSummary:
+    """``tuiprof.v1.RankTraceSummary``."""
+
+    result_json: str
+    base_time_ns: int
+    collectives: tuple[CollectiveTimings, ...]
+    error: str
+    seconds: float
+    NESTED: ClassVar[dict[str, type]] = {"collectives": CollectiveTimings}
+
+
+@dataclass(frozen=True, slots=True)
 class TraceTarget(behaviour.TraceTargetMixin):
     """``tuiprof.v1.TraceTarget``."""
 
@@ -449,3 +473,5 @@ class TraceTarget(behaviour.TraceTargetMixin):
     state: str
     file: str
     reason: str
+    summary: RankTraceSummary
+    NESTED: ClassVar[dict[str, type]] = {"summary": RankTraceSummary}
