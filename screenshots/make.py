@@ -1,4 +1,4 @@
-"""Render every console view at 120×40 from a recording into SVGs (used in the README).
+"""Render every console view at 120×40 (some at another size) from a recording into SVGs (used in the README).
 
     .venv/bin/python screenshots/make.py [RECORDING.ndjson [OUT_DIR]]
 
@@ -30,12 +30,16 @@ VIEWS: dict[str, list[str]] = {
     "host-history": ["enter", "6"],
     "job-ops": ["n"],
     "help": ["question_mark"],
+    "cluster-80x24": [],
+    "host-gpus-80x24": ["enter"],
 }
+SIZES = {"host-history": (120, 110), "cluster-80x24": (80, 24), "host-gpus-80x24": (80, 24)}
+"""Views shot at another size: every plot of the History tab; the smallest terminal the console is made for."""
 
 
 async def shoot(events: list[HostEvent], name: str, keys: list[str], out: pathlib.Path) -> pathlib.Path:
     app = TuiprofApp(ReplaySource(events, speed=0))
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZES.get(name, SIZE)) as pilot:
         for _ in range(200):
             await pilot.pause(0.02)
             if app.cluster.version and not app._inbox:
