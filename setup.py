@@ -20,8 +20,20 @@ HOOK_SOURCES = sorted(glob.glob(os.path.join(NATIVE, "hook", "*.c")))
 HOOK_LIBRARY = "libtuiprof_hook.so"
 
 
+# Cython's C for our two small modules is ~1 MB each; Python's default flags (-g -O3)
+# made compiling it most of `pip install .` (bench/install_time.md). -O2 without debug
+# info compiles in about half the time, and the modules only read counters and segments.
+EXTENSION_FLAGS = ["-O2", "-g0"]
+
+
 class BuildWithHookLibrary(build_ext):
-    """build_ext that also links the C interposition library into the package."""
+    """build_ext that also links the C interposition library into the package,
+    compiling the extensions in parallel (one per core) unless told otherwise (-j)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = True  # setuptools: as many jobs as CPUs
 
     def run(self) -> None:
         super().run()
@@ -54,6 +66,7 @@ extensions = [
         f"{NATIVE}.{os.path.splitext(os.path.basename(path))[0]}",
         [path],
         include_dirs=[os.path.join(NATIVE, "include")],
+        extra_compile_args=EXTENSION_FLAGS,
     )
     for path in sorted(glob.glob(os.path.join(NATIVE, "*.pyx")))
 ]
