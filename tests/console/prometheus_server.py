@@ -25,6 +25,7 @@ from testkit.agents import stop_process
 from testkit.ports import free_port
 
 PROMETHEUS = shutil.which("prometheus")
+RECORDING_RULES = pathlib.Path(__file__).parents[2] / "docs" / "prometheus" / "tuiprof-rules.yml"
 PROMTOOL = shutil.which("promtool")
 READY_TIMEOUT_S = 60.0
 
@@ -39,13 +40,17 @@ def running_prometheus(
     file_sd: pathlib.Path | None = None,
     storage: pathlib.Path | None = None,
     scrape_interval: str = "1s",
+    rule_files: Sequence[pathlib.Path] = (),
 ) -> Iterator[str]:
     """A Prometheus scraping the targets in ``file_sd`` (none when None) into ``storage``
-    (default ``directory/tsdb``); yields its base URL once ``/-/ready`` answers."""
+    (default ``directory/tsdb``), evaluating ``rule_files`` at the scrape interval;
+    yields its base URL once ``/-/ready`` answers."""
     assert PROMETHEUS is not None, "prometheus not installed (apt package prometheus)"
     port = free_port()
     config = directory / "prometheus.yml"
     lines = [f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"]
+    if rule_files:
+        lines.append("rule_files:\n" + "".join(f"  - '{path}'\n" for path in rule_files))
     if file_sd is not None:
         lines.append("scrape_configs:\n  - job_name: tuiprof\n    file_sd_configs:\n"
                      f"      - files: ['{file_sd}']\n        refresh_interval: 1s\n")

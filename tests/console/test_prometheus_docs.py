@@ -9,25 +9,12 @@ import subprocess
 import pytest
 
 from console.prometheus_server import PROMTOOL
-from tuiprof.client.prometheus import HostSelection, column_queries
+from tuiprof.client.prometheus import RECORDED, HostSelection, column_queries
 
 DOCS = pathlib.Path(__file__).parents[2] / "docs" / "prometheus"
 RULES = DOCS / "tuiprof-rules.yml"
 
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt package prometheus)")
-
-# recording rule → the cluster-view column it keeps as a series
-RECORDED_COLUMNS = {
-    "hostname:tuiprof_cpu_busy:percent": "cpu_percent",
-    "hostname:tuiprof_gpus:count": "gpu_count",
-    "hostname:tuiprof_gpu_utilization:avg_percent": "gpu_util_mean",
-    "hostname:tuiprof_gpu_utilization:min_percent": "gpu_util_min",
-    "hostname:tuiprof_gpu_sm_active:avg_percent": "sm_active_mean",
-    "hostname:tuiprof_gpu_sm_active:min_percent": "sm_active_min",
-    "hostname:tuiprof_gpu_power_watts:sum": "power_watts",
-    "hostname:tuiprof_rank_nccl_busbw_bytes_per_second:avg": "nccl_busbw_bytes_per_s",
-    "hostname:tuiprof_rank_step_time_seconds:median": "step_time_seconds",
-}
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -55,5 +42,5 @@ def test_rules_compute_what_their_tests_expect() -> None:
 def test_recording_rules_are_the_consoles_queries() -> None:
     recorded = dict(re.findall(r"- record: (\S+)\n\s+expr: (.+)", RULES.read_text()))
     queries = column_queries(HostSelection())
-    for rule, column in RECORDED_COLUMNS.items():
+    for column, rule in RECORDED.items():
         assert recorded[rule] == queries[column], rule

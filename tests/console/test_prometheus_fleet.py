@@ -31,14 +31,14 @@ from google.protobuf import text_format
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.prometheus import render_metrics
-from console.prometheus_server import PROMETHEUS, running_prometheus
+from console.prometheus_server import PROMETHEUS, RECORDING_RULES, running_prometheus
 from testkit.agents import agentd_command, healthz_status, stop_process
 from testkit.ports import free_port
 from tuiprof.cli import main
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.prometheus import (
     NOT_SCRAPED, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource, column_queries,
-    fetch_fleet,
+    fetch_fleet, recording_rules_loaded,
 )
 from tuiprof.model.events import HostUnreachable, SummaryReceived
 from tuiprof.model.summary import HostSummary, summarize
@@ -120,11 +120,11 @@ def frozen_agent(address: str, port: int, snapshot: pb.HostSnapshot) -> Iterator
         server.server_close()
 
 
-def fetch(fleet: Fleet, selection: HostSelection | None = None) -> tuple[FleetView, int]:
-    """One refresh; also how many queries it sent."""
+def fetch(fleet: Fleet, selection: HostSelection | None = None, recorded: bool = False) -> tuple[FleetView, int]:
+    """One refresh (from the recording rules' series if ``recorded``); also how many queries it sent."""
     async def one() -> tuple[FleetView, int]:
         async with PrometheusClient(fleet.url) as client:
-            view = await fetch_fleet(client, selection or fleet.selection)
+            view = await fetch_fleet(client, selection or fleet.selection, recorded=recorded)
             return view, client.queries_sent
     return asyncio.run(one())
 
@@ -139,7 +139,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                  "--metrics-port", str(metrics_port), "--label", "cluster=test", "--output", str(targets)]) == 0
     with (named_agent(directory, NODE_A, port, metrics_port), named_agent(directory, NODE_B, port, metrics_port),
           frozen_agent("127.0.0.6", metrics_port, frozen),
-          running_prometheus(directory, file_sd=targets) as url):
+          running_prometheus(directory, file_sd=targets, rule_files=[RECORDING_RULES]) as url):
         fleet = Fleet(url, port, metrics_port, frozen)
         deadline = time.monotonic() + ROWS_TIMEOUT_S
         while set(fetch(fleet)[0].rows) != {NODE_A, NODE_B, FROZEN} or not fetch(fleet)[0].missing[
@@ -269,3 +269,21 @@ async def test_console_shows_prometheus_rows_and_opens_only_the_host_asked_for(f
         while source.attended():  # closed at the next refresh after its screen closed
             assert time.monotonic() < released
             await pilot.pause(0.2)
+
+
+def test_recorded_series_give_the_rows_the_raw_queries_give(fleet: Fleet) -> None:
+    """With docs/prometheus/tuiprof-rules.yml loaded the console reads one series per host and
+    column; the figures are those of the same scrape aggregated at query time."""
+    async def loaded() -> bool:
+        async with PrometheusClient(fleet.url) as client:
+            return await recording_rules_loaded(client)
+    assert asyncio.run(loaded())
+    deadline = time.monotonic() + ROWS_TIMEOUT_S
+    while len(recorded := fetch(fleet, recorded=True)[0].rows) < 3:  # rules run a moment after the scrape
+        assert time.monotonic() < deadline, recorded
+        time.sleep(0.5)
+    raw = fetch(fleet)[0].rows
+    assert set(recorded) == set(raw) == {NODE_A, NODE_B, FROZEN}
+    assert recorded[FROZEN].summary == raw[FROZEN].summary  # its figures never change: every column, reasons too
+    for node in (NODE_A, NODE_B):
+        assert recorded[node].summary.gpu_count == raw[node].summary.gpu_count  # unavailable, same reason

@@ -151,9 +151,39 @@ def _complete_sum(metric: str, selection: HostSelection) -> str:
             f"(count by (hostname) ({per_gpu}) == count by (hostname) ({_per_gpu('tuiprof_gpu_info', selection)}))")
 
 
-def column_queries(selection: HostSelection) -> dict[str, str]:
+RECORDED: dict[str, str] = {
+    "cpu_percent": "hostname:tuiprof_cpu_busy:percent",
+    "gpu_count": "hostname:tuiprof_gpus:count",
+    "gpu_util_mean": "hostname:tuiprof_gpu_utilization:avg_percent",
+    "gpu_util_min": "hostname:tuiprof_gpu_utilization:min_percent",
+    "sm_active_mean": "hostname:tuiprof_gpu_sm_active:avg_percent",
+    "sm_active_min": "hostname:tuiprof_gpu_sm_active:min_percent",
+    "power_watts": "hostname:tuiprof_gpu_power_watts:sum",
+    "gpu_memory_used_bytes": "hostname:tuiprof_gpu_memory_used_bytes:sum",
+    "gpu_memory_total_bytes": "hostname:tuiprof_gpu_memory_total_bytes:sum",
+    "rank_count": "hostname:tuiprof_ranks:count",
+    "nccl_busbw_bytes_per_s": "hostname:tuiprof_rank_nccl_busbw_bytes_per_second:avg",
+    "step_time_seconds": "hostname:tuiprof_rank_step_time_seconds:median",
+}
+"""Columns kept as series by the recording rules of docs/prometheus/tuiprof-rules.yml (each
+rule's expression is the column's query; a test keeps them equal). Where the rules are
+loaded the console reads these series, one per host, instead of aggregating every GPU's
+and rank's series at each refresh."""
+RULES_PROBE = f"count({RECORDED['cpu_percent']})"
+"""Answers a sample where the recording rules are loaded (every agent exports CPU figures)."""
+
+
+def column_queries(selection: HostSelection, recorded: bool = False) -> dict[str, str]:
     """The PromQL of every column, by name: each answers one number per ``hostname``
-    (``hang`` and ``collectors_down`` carry their answer in a label)."""
+    (``hang`` and ``collectors_down`` carry their answer in a label); ``recorded``: read
+    the recording rules' series where there are some."""
+    queries = _aggregations(selection)
+    if recorded:
+        queries |= {column: _series(rule, selection) for column, rule in RECORDED.items()}
+    return queries
+
+
+def _aggregations(selection: HostSelection) -> dict[str, str]:
     def per_rank(metric: str) -> str:
         return f"max by (hostname, pid) ({_series(metric, selection)})"
 
@@ -364,12 +394,18 @@ class _Columns:
         )
 
 
+async def recording_rules_loaded(client: PrometheusClient) -> bool:
+    """Whether the server keeps tuiprof's recording rules (then ``fetch_fleet(recorded=True)``)."""
+    return bool((await client.query(RULES_PROBE)).samples)
+
+
 async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
-                      also_expected: Iterable[str] = ()) -> FleetView:
+                      also_expected: Iterable[str] = (), recorded: bool = False) -> FleetView:
     """Every column at once; rows keyed by node (``selection.node_of``), the expected nodes
-    (``selection.expected`` and ``also_expected``) without series in ``missing`` with the reason."""
+    (``selection.expected`` and ``also_expected``) without series in ``missing`` with the reason.
+    ``recorded``: read the recording rules' series (``recording_rules_loaded``)."""
     started = time.perf_counter()
-    queries = column_queries(selection)
+    queries = column_queries(selection, recorded)
     answers = await asyncio.gather(*(client.query(q) for q in queries.values()))
     results = dict(zip(queries, answers))
     query_seconds = time.perf_counter() - started
@@ -494,6 +530,8 @@ class PrometheusSource:
     live: bool = True
     retry: RetryNow = field(default_factory=RetryNow)
     last_view: FleetView | None = None
+    recorded: bool = False
+    """Whether the server keeps the recording rules (asked once, when the source starts)."""
     _attended: dict[str, tuple[asyncio.Task[None], Callable[[], bool]]] = field(default_factory=dict)
     _emit: Emit | None = None
 
@@ -514,6 +552,8 @@ class PrometheusSource:
         self._emit = emit
         async with PrometheusClient(self.url) as client:
             try:
+                self.recorded = await recording_rules_loaded(client)
+                log.info("prometheus fleet view", extra={"url": self.url, "recording_rules": self.recorded})
                 while True:
                     started = time.monotonic()
                     await self.refresh(client, emit)
@@ -527,7 +567,7 @@ class PrometheusSource:
         self._release_closed()
         attended = [self._nodes[a] for a in self._attended]
         try:
-            view = await fetch_fleet(client, self.selection, self._events.seen())
+            view = await fetch_fleet(client, self.selection, self._events.seen(), self.recorded)
         except PrometheusError as exc:
             log.warning("prometheus refresh failed", extra={"url": self.url, "error": str(exc)})
             for event in self._events.all_unreachable(time.time(), str(exc), attended):
