@@ -76,9 +76,12 @@ def query_until(base_url: str, promql: str, enough: int = 1) -> list[dict[str, A
     while time.monotonic() < deadline:
         try:
             reply = httpx.get(f"{base_url}/api/v1/query", params={"query": promql}, timeout=5)
-            last = reply.json()
-            if reply.status_code == 200 and len(last["data"]["result"]) >= enough:
-                return last["data"]["result"]
+            if reply.status_code != 200:  # e.g. 503 "Service Unavailable" (plain text) while it starts
+                last = f"{reply.status_code} {reply.text[:200]}"
+            else:
+                last = reply.json()
+                if len(last["data"]["result"]) >= enough:
+                    return last["data"]["result"]
         except httpx.TransportError as error:  # Prometheus still starting
             last = error
         time.sleep(0.5)
