@@ -10,6 +10,7 @@ belongs to another user) and ``failed`` (with the reason).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentd.kineto.registry import PendingConfig, Registrant, Registry
@@ -58,10 +59,16 @@ class Capture:
     created: float = field(default_factory=time.time)
     # The uid that asked (None: the token holder); only that user, root and the token holder follow it.
     requested_by: int | None = None
+    # What the summaries count: "all" or "complete" (``agentd.traces.analysis.summary.step_window``).
+    summary_steps: str = "all"
+    # Written file → the agent's summary of it (``agentd.traces.analysis.summarise``), filled off the event loop.
+    summaries: dict[str, pb.RankTraceSummary] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
-        return all(t.state in FINAL_STATES for t in self.targets)
+        """Every target is final and every written file summarised."""
+        return all(t.state in FINAL_STATES and (t.state != WRITTEN or t.file in self.summaries)
+                   for t in self.targets)
 
     def refresh(self, registry: Registry) -> None:
         """Move every unfinished target on from what the registry and the trace dir show now."""
@@ -105,8 +112,15 @@ class Capture:
                                 "which `tuiprof run` sets to the trace dir of the agent on the host it runs on) — "
                                 "see its stderr for a Kineto warning")
 
-    def to_proto(self, host: str) -> pb.CaptureTraceReply:
-        return pb.CaptureTraceReply(
+    def to_proto(self, host: str, may_read: Callable[[str], bool] = lambda file: False) -> pb.CaptureTraceReply:
+        """The reply; once done, each written file's summary where ``may_read(file)`` (the caller may fetch it)."""
+        done = self.done
+        reply = pb.CaptureTraceReply(
             capture_id=self.capture_id, targets=[t.to_proto(host) for t in self.targets],
-            done=self.done, message=self.message,
+            done=done, message=self.message,
         )
+        if done:
+            for target in reply.targets:
+                if target.file in self.summaries and may_read(target.file):
+                    target.summary.CopyFrom(self.summaries[target.file])
+        return reply

@@ -40,6 +40,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
 from agentd.kineto import config as kineto_config
 from agentd.traces import timeline
+from agentd.traces.analysis.summarise import Summariser
 from agentd.traces.capture import (
     BUSY, FAILED, FINAL_STATES, ITERATIONS_TIMEOUT_SECONDS, REFUSED, WAITING, WRITE_GRACE_SECONDS, Capture,
     Target,
@@ -86,6 +87,7 @@ class CaptureService:
         self._step_rates = StepRates()
         self._captures: OrderedDict[str, Capture] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.summariser = Summariser(self.trace_dir, hostname)
 
     @classmethod
     def attach(cls, config: "AgentConfig", agent: "Agent") -> "CaptureService":
@@ -117,7 +119,7 @@ class CaptureService:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except OSError as exc:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"cannot prepare the capture: {reason(exc)}")
-        return capture.to_proto(self.hostname)
+        return self._reply(capture, current_caller())
 
     async def get_capture_status(self, request: pb.CaptureStatusRequest,
                                  context: grpc.aio.ServicerContext) -> pb.CaptureTraceReply:
@@ -130,7 +132,13 @@ class CaptureService:
             await _abort(context, grpc.StatusCode.PERMISSION_DENIED,
                          f"capture {shown(request.capture_id)} was started by another user")
         capture.refresh(self.registry)
-        return capture.to_proto(self.hostname)
+        return self._reply(capture, current_caller())
+
+    def _reply(self, capture: Capture, caller: Caller) -> pb.CaptureTraceReply:
+        """The capture as it is now, its written files queued for their summaries; a summary only of a
+        file ``caller`` may fetch."""
+        self.summariser.schedule(capture)
+        return capture.to_proto(self.hostname, lambda file: _may_fetch(caller, file))
 
     async def fetch_file(self, request: pb.FetchFileRequest,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[pb.FileChunk]:
@@ -181,6 +189,8 @@ class CaptureService:
         else:
             capture = self._start_kineto(request, span, capture_id, label, caller)
         capture.requested_by = caller.uid
+        if request.summary_steps == pb.CaptureTraceRequest.COMPLETE_STEPS:
+            capture.summary_steps = "complete"
         self._remember(capture)
         log.info("capture started", extra={
             "capture_id": capture_id, "kind": pb.CaptureTraceRequest.Kind.Name(request.kind),
@@ -365,6 +375,14 @@ def check_may_fetch(caller: Caller, parts: tuple[str, ...]) -> None:
     mine = (f"; you ({caller}) may fetch only files under {caller.uid}/ and {TIMELINE_FOLDER}/{caller.uid}/"
             if caller.uid is not None else f"; you are {caller} ({caller.reason}) and may fetch none")
     raise TraceAccessError(f"{shown('/'.join(parts))} is in {where} folder{mine}")
+
+
+def _may_fetch(caller: Caller, file: str) -> bool:
+    try:
+        check_may_fetch(caller, relative_parts(file, "file"))
+    except (TraceAccessError, TracePathError):
+        return False
+    return True
 
 
 def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir, gpm: GpmPause | None) -> DynologRpc:

@@ -1,0 +1,230 @@
+"""From one rank's decoded Chrome trace to the extract its summary needs and its collective calls.
+
+One pass over the events (``RankExtractor.add`` per complete event) fills a
+``RankExtract``: GPU events count when their launch call (paired by
+correlation id; the event's own start when the launch is not in the trace) is
+in the ``--steps`` window, CPU ops when they start in it. The agent runs it on
+its ranks' files with each file's own time base; the console's merge runs it
+while rewriting events onto the shared base (``tuiprof.analysis.trace_merge``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from agentd.traces.analysis.summary import (
+    CPU_OP_CATEGORIES, GPU_CATEGORIES, KERNEL_CATEGORIES, RUNTIME_CATEGORIES, SHORT_KERNEL_US, RankExtract, RankResult,
+    StepWindow, kernel_kind, step_window, summarize_rank,
+)
+
+# CPU ops that are collectives (gloo, or c10d's dispatcher ops), linked when a rank has no GPU kernels.
+CPU_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
+STEP_PREFIXES = ("ProfilerStep#", "Optimizer.step#")
+
+
+class Event(msgspec.Struct, omit_defaults=True):
+    ph: str = ""
+    cat: str | msgspec.UnsetType = msgspec.UNSET
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    pid: int | str | msgspec.UnsetType = msgspec.UNSET
+    tid: int | str | msgspec.UnsetType = msgspec.UNSET
+    ts: float | msgspec.UnsetType = msgspec.UNSET
+    dur: float | msgspec.UnsetType = msgspec.UNSET
+    id: int | str | msgspec.UnsetType = msgspec.UNSET
+    bp: str | msgspec.UnsetType = msgspec.UNSET
+    s: str | msgspec.UnsetType = msgspec.UNSET
+    args: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+class Distributed(msgspec.Struct):
+    rank: int | None = None
+
+
+class TraceFile(msgspec.Struct):
+    traceEvents: list[Event]
+    baseTimeNanoseconds: int = 0
+    distributedInfo: Distributed | None = None
+
+
+class _CollectiveArgs(msgspec.Struct):
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    group: str | None = msgspec.field(default=None, name="Process Group Name")
+    seq: int | None = None
+    comm: str | None = None
+
+
+class _GpuArgs(msgspec.Struct):
+    correlation: int | None = None
+    stream: int | str | None = None
+
+
+decode_trace = msgspec.json.Decoder(TraceFile).decode
+_decode_gpu_args = msgspec.json.Decoder(_GpuArgs).decode
+_decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
+_NO_GPU_ARGS = _GpuArgs()
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    group: str
+    name: str
+    seq: int | None  # the real sequence number, when the trace has one
+    ts: float  # start, µs on the extract's time base
+    end: float
+    pid: int | str
+    tid: int | str
+    on_gpu: bool  # a GPU kernel (NCCL): waits inside itself for the last rank
+
+
+def gpu_args(event: Event) -> _GpuArgs:
+    if event.args is msgspec.UNSET:
+        return _NO_GPU_ARGS
+    try:
+        return _decode_gpu_args(event.args)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _NO_GPU_ARGS
+
+
+def track(value: int | str | msgspec.UnsetType) -> int | str:
+    """A pid or tid; "" for an event without one."""
+    return "" if value is msgspec.UNSET else value
+
+
+def _steps_and_launches(events: list[Event], shift_us: float
+                        ) -> tuple[list[tuple[str, float, float]], dict[int, float]]:
+    """The step annotations (name, ts, dur) and each runtime call's start by correlation id, shifted."""
+    steps: list[tuple[str, float, float]] = []
+    launches: dict[int, float] = {}
+    for event in events:
+        name, ts, dur = event.name, event.ts, event.dur
+        if event.ph != "X" or ts is msgspec.UNSET or dur is msgspec.UNSET or name is msgspec.UNSET:
+            continue
+        if event.cat in RUNTIME_CATEGORIES:
+            if (correlation := gpu_args(event).correlation) is not None:
+                launches[correlation] = ts + shift_us
+        elif event.cat == "user_annotation" and name.startswith(STEP_PREFIXES):
+            steps.append((name, ts + shift_us, dur))
+    return steps, launches
+
+
+def _in_window(steps: list[tuple[str, float, float]], window: StepWindow) -> list[tuple[str, float, float]]:
+    return [(name, ts, dur) for name, ts, dur in steps if window.contains(ts) and window.contains(ts + dur)]
+
+
+def _add(totals: dict[str, list[float]], name: str, dur: float) -> None:
+    """One more call of ``name`` lasting ``dur`` µs in a name → [count, total µs] table."""
+    entry = totals.get(name)
+    if entry is None:
+        totals[name] = [1, dur]
+    else:
+        entry[0] += 1
+        entry[1] += dur
+
+
+class RankExtractor:
+    """Fills ``extract`` from a rank's events, one complete event (``ph`` X) at a time.
+
+    ``events`` (all of the rank's) are scanned once up front for the step
+    annotations and launch calls; ``shift_us`` moves timestamps onto the
+    caller's time base (0: the file's own).
+    """
+
+    def __init__(self, extract: RankExtract, events: list[Event], shift_us: float, step_mode: str) -> None:
+        self.extract = extract
+        steps, self._launches = _steps_and_launches(events, shift_us)
+        self._window = step_window(steps, step_mode)
+        extract.steps, extract.window = _in_window(steps, self._window), self._window.description
+        self._kinds: dict[str, str] = {}
+        self._gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start, duration
+        self._cpu_collectives: list[tuple[Event, str, float, float]] = []
+
+    def add(self, event: Event, name: str, cat: str, ts: float, dur: float) -> None:
+        """One complete event with its name, category and (shifted) start and duration."""
+        extract, window = self.extract, self._window
+        if cat in GPU_CATEGORIES:
+            args = gpu_args(event)
+            launched = None if args.correlation is None else self._launches.get(args.correlation)
+            if not window.contains(ts if launched is None else launched):
+                extract.gpu_events_outside += 1
+                return
+            if cat in KERNEL_CATEGORIES:
+                extract.kernels += 1
+                extract.short_kernels += dur < SHORT_KERNEL_US
+                if launched is not None:
+                    extract.launch_delays.append(ts - launched)
+            kind = self._kinds.get(name)
+            if kind is None:
+                kind = self._kinds[name] = kernel_kind(name, cat)
+            extract.intervals[kind].append((ts, ts + dur))
+            stream = str(args.stream if args.stream is not None else track(event.tid))
+            extract.streams.setdefault(stream, []).append((ts, ts + dur, launched))
+            _add(extract.kernel_totals, name, dur)
+            if kind == "communication":
+                self._gpu_collectives.append((event, name, ts, dur))
+        elif cat in CPU_OP_CATEGORIES and window.contains(ts):
+            _add(extract.cpu_totals, name, dur)
+            if name.startswith(CPU_COLLECTIVE_PREFIXES):
+                self._cpu_collectives.append((event, name, ts, dur))
+                _add(extract.cpu_collective_totals, name, dur)
+        elif cat == "user_annotation" and name.startswith(CPU_COLLECTIVE_PREFIXES) and window.contains(ts):
+            _add(extract.cpu_collective_totals, name, dur)  # gloo:all_reduce spans the work c10d:: only enqueues
+
+    def finish(self) -> list[CollectiveCall]:
+        """The rank's collective calls in start order: its NCCL kernels, or on CPU-only (gloo) ranks its CPU ops."""
+        extract = self.extract
+        extract.gpu_kernels = sum(len(spans) for spans in extract.intervals.values())
+        on_gpu = bool(extract.gpu_kernels)
+        chosen = self._gpu_collectives if on_gpu else self._cpu_collectives
+        return sorted((_collective_call(*c, on_gpu) for c in chosen), key=lambda call: call.ts)
+
+
+def rank_result(extract: RankExtract, calls: list[CollectiveCall]) -> RankResult:
+    """The rank's own summary and totals; ``collectives`` is left for the cross-rank matching."""
+    totals = _collective_totals(calls) if extract.gpu_kernels else extract.cpu_collective_totals
+    return RankResult(summarize_rank(extract), [], extract.kernel_totals,
+                      unsequenced_collectives=sum(call.seq is None for call in calls),
+                      collective_totals=totals, cpu_totals=extract.cpu_totals)
+
+
+def extract_rank(trace: TraceFile, extract: RankExtract, step_mode: str) -> list[CollectiveCall]:
+    """Fill ``extract`` from a whole decoded trace on its own time base; return its collective calls."""
+    events = trace.traceEvents
+    extractor = RankExtractor(extract, events, 0.0, step_mode)
+    unset = msgspec.UNSET
+    for event in events:
+        if event.ph != "X":
+            continue
+        ts, dur, cat, name = event.ts, event.dur, event.cat, event.name
+        if ts is unset or dur is unset or cat is unset or name is unset:
+            continue
+        extractor.add(event, name, cat, ts, dur)
+    extract.events = sum(1 for event in events if not (event.ph == "M" and event.name in DROPPED_METADATA))
+    return extractor.finish()
+
+
+# Metadata the merge replaces with its own track names (not counted as the rank's events).
+DROPPED_METADATA = frozenset({"process_name", "process_sort_index", "process_labels"})
+
+
+def _collective_totals(calls: list[CollectiveCall]) -> dict[str, list[float]]:
+    """Each collective op's calls and total time on this rank's NCCL kernels."""
+    totals: dict[str, list[float]] = {}
+    for call in calls:
+        _add(totals, call.name, call.end - call.ts)
+    return totals
+
+
+def _collective_call(event: Event, name: str, ts: float, dur: float, on_gpu: bool) -> CollectiveCall:
+    """The collective an event runs: its op and group from Kineto's args (timeline dumps: also its sequence number)."""
+    group, seq = "", None
+    if event.args is not msgspec.UNSET:
+        try:
+            args = _decode_collective(event.args)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            args = _CollectiveArgs()
+        name = args.collective or name
+        group = args.group or args.comm or ""
+        seq = args.seq
+    return CollectiveCall(group, name, seq, ts, ts + dur, track(event.pid), track(event.tid), on_gpu)

@@ -1,0 +1,118 @@
+"""The agent summarises its ranks' trace files where they are, off the event loop, one at a time.
+
+``Summariser.schedule(capture)`` queues every written file of a capture that
+has no summary yet; one worker thread reads each (opened through the trace
+dir: no links, plain files of the folder's owner), decodes it, and stores a
+``RankTraceSummary`` — or one whose ``error`` says why there is none — in
+``capture.summaries``. One file at a time bounds the agent's memory to one
+decoded trace, and a file that decompresses past ``MAX_TRACE_BYTES`` is not
+decoded at all (its summary says so: fetch it and run ``tuiprof analyze``).
+Which caller may see a summary is decided when replying, as for FetchFile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gzip
+import logging
+import os
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import msgspec
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.traces.analysis.extract import decode_trace, extract_rank, rank_result
+from agentd.traces.analysis.summary import RankExtract
+from agentd.traces.analysis.wire import to_proto
+from agentd.traces.capture import WRITTEN, Capture, Target
+from agentd.traces.paths import TracePathError, TraceDir, reason, relative_parts
+
+log = logging.getLogger(__name__)
+
+# The most bytes (decompressed) of one trace the agent decodes: a decoded trace takes a few times its size.
+MAX_TRACE_BYTES = 1 << 30
+_READ_BYTES = 1 << 20
+
+
+class TraceTooLarge(Exception):
+    pass
+
+
+def read_trace(trace_dir: TraceDir, file: str, limit: int = MAX_TRACE_BYTES) -> bytes:
+    """The file's bytes, gunzipped when gzipped; TraceTooLarge past ``limit``."""
+    fd, _ = trace_dir.open_file(relative_parts(file, "file"))
+    with os.fdopen(fd, "rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
+        pieces, total = [], 0
+        while piece := stream.read(_READ_BYTES):
+            total += len(piece)
+            if total > limit:
+                raise TraceTooLarge(f"it holds more than {limit >> 20} MiB of JSON, more than the agent decodes; "
+                                    "fetch it (tuiprof trace --fetch all) and run tuiprof analyze")
+            pieces.append(piece)
+    return b"".join(pieces)
+
+
+def summarise_file(trace_dir: TraceDir, file: str, host: str, pid: int, rank: int | None,
+                   step_mode: str = "all") -> pb.RankTraceSummary:
+    """One rank's summary of ``file`` (relative to the trace dir), or one whose ``error`` says why there is none."""
+    started = time.monotonic()
+    try:
+        trace = decode_trace(read_trace(trace_dir, file))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return pb.RankTraceSummary(error=f"not a Kineto/Chrome trace ({exc})")
+    except EOFError:
+        return pb.RankTraceSummary(error="truncated gzip (the file ends before its end marker)")
+    except (TraceTooLarge, TracePathError) as exc:
+        return pb.RankTraceSummary(error=str(exc))
+    except (OSError, zlib.error) as exc:
+        return pb.RankTraceSummary(error=f"cannot read it: {reason(exc)}")
+    if rank is None and trace.distributedInfo is not None:
+        rank = trace.distributedInfo.rank
+    extract = RankExtract(rank=rank, host=host, pid=pid, file=file)
+    calls = extract_rank(trace, extract, step_mode)
+    return to_proto(rank_result(extract, calls), calls, trace.baseTimeNanoseconds, time.monotonic() - started)
+
+
+class Summariser:
+    """Summarises captures' written files on one worker thread (one file at a time per agent)."""
+
+    def __init__(self, trace_dir: TraceDir, hostname: str) -> None:
+        self.trace_dir = trace_dir
+        self.hostname = hostname
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace-summary")
+        self._queued: set[tuple[str, str]] = set()
+
+    def schedule(self, capture: Capture) -> None:
+        """Queue each written file of ``capture`` that has no summary and is not queued yet."""
+        loop = asyncio.get_running_loop()
+        for target in capture.targets:
+            key = (capture.capture_id, target.file)
+            if target.state != WRITTEN or target.file in capture.summaries or key in self._queued:
+                continue
+            self._queued.add(key)
+            future = loop.run_in_executor(self._pool, self._summarise, capture, target)
+            future.add_done_callback(functools.partial(self._forget, key))
+
+    def _forget(self, key: tuple[str, str], _: object) -> None:
+        self._queued.discard(key)
+
+    def _summarise(self, capture: Capture, target: Target) -> None:
+        try:
+            summary = summarise_file(self.trace_dir, target.file, self.hostname, target.pid, target.rank,
+                                     capture.summary_steps)
+        except Exception as exc:  # a bug here must not leave the capture waiting for this summary forever
+            log.exception("trace summary failed", extra={"capture_id": capture.capture_id, "file": target.file})
+            summary = pb.RankTraceSummary(error=f"the agent failed to summarise it ({type(exc).__name__}); "
+                                                "see the agent's log, or fetch the file and run tuiprof analyze")
+        capture.summaries[target.file] = summary
+        log.info("trace summarised", extra={"capture_id": capture.capture_id, "file": target.file,
+                                              "seconds": round(summary.seconds, 3), "error": summary.error or None})
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
