@@ -15,8 +15,11 @@ import subprocess
 import tempfile
 import time
 
+import grpc
 import pytest
 
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from testkit.traces import as_user, hostile_user
 
 DEBIAN_CRATES = pathlib.Path("/usr/share/cargo/registry")
@@ -82,8 +85,12 @@ def test_dyno_status_version_dcgm_and_gputrace_by_duration_and_iterations_with_s
     agent, port, pid = dynolog_served
     assert 'response = {"status":1}' in run(dyno, port, "status")
     assert 'response = {"version":"tuiprof-agentd' in run(dyno, port, "version")
-    assert 'response = {"status":false}' in run(dyno, port, "dcgm-pause", "--duration-s", "5")
-    assert 'response = {"status":false}' in run(dyno, port, "dcgm-resume")
+    # true where agentd paused its GPM sampling (a Hopper or newer GPU), false as dynolog without DCGM elsewhere
+    with grpc.insecure_channel(agent.address.target) as channel:
+        info = pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=10)
+    paused = "true" if any(gpu.gpm_supported for gpu in info.gpus) else "false"
+    assert f'response = {{"status":{paused}}}' in run(dyno, port, "dcgm-pause", "--duration-s", "5")
+    assert f'response = {{"status":{paused}}}' in run(dyno, port, "dcgm-resume")
     folder = agent.trace_dir / str(os.getuid())
     by_duration = run(dyno, port, "gputrace", "--log-file", str(folder / "d.json"), "--duration-ms", "500",
                       "--pids", str(pid))
