@@ -214,9 +214,13 @@ def _network(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host:
         ("network_receive_packets_total", "rx_packets_total", "Packets received."),
         ("network_transmit_packets_total", "tx_packets_total", "Packets sent."),
     )
+    ethtool = out("network_ethtool_stat_total", "counter",
+                  "A driver pause-frame counter (ethtool -S: tx_pause_ctrl_phy, tx_prio<N>_pause, tx_pause_storm_*).")
     for nic in snapshot.nics:
         for name, field, help in counters:
             out(name, "counter", help).add({**host, "nic": nic.name}, optional(nic, field))
+        for stat in nic.ethtool_stats:
+            ethtool.add({**host, "nic": nic.name, "stat": stat.name}, stat.value)
 
 
 def _rdma(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:

@@ -246,12 +246,12 @@ class RdmaPortStats(_message.Message):
     device: str
     port: int
     netdev: str
-    counters: _containers.RepeatedCompositeFieldContainer[RdmaCounter]
-    hw_counters: _containers.RepeatedCompositeFieldContainer[RdmaCounter]
+    counters: _containers.RepeatedCompositeFieldContainer[NamedCounter]
+    hw_counters: _containers.RepeatedCompositeFieldContainer[NamedCounter]
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., netdev: _Optional[str] = ..., counters: _Optional[_Iterable[_Union[RdmaCounter, _Mapping]]] = ..., hw_counters: _Optional[_Iterable[_Union[RdmaCounter, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., netdev: _Optional[str] = ..., counters: _Optional[_Iterable[_Union[NamedCounter, _Mapping]]] = ..., hw_counters: _Optional[_Iterable[_Union[NamedCounter, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
-class RdmaCounter(_message.Message):
+class NamedCounter(_message.Message):
     __slots__ = ("name", "value")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -307,7 +307,7 @@ class MemoryStats(_message.Message):
     def __init__(self, total_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., available_bytes: _Optional[int] = ..., swap_total_bytes: _Optional[int] = ..., swap_used_bytes: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class NicStats(_message.Message):
-    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total", "rx_errors_total", "tx_errors_total", "rx_drops_total", "tx_drops_total", "rx_packets_total", "tx_packets_total", "unavailable")
+    __slots__ = ("name", "rx_bytes_per_s", "tx_bytes_per_s", "rx_bytes_total", "tx_bytes_total", "rx_errors_total", "tx_errors_total", "rx_drops_total", "tx_drops_total", "rx_packets_total", "tx_packets_total", "ethtool_stats", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +326,7 @@ class NicStats(_message.Message):
     TX_DROPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     TX_PACKETS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ETHTOOL_STATS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     rx_bytes_per_s: float
@@ -338,8 +339,9 @@ class NicStats(_message.Message):
     tx_drops_total: int
     rx_packets_total: int
     tx_packets_total: int
+    ethtool_stats: _containers.RepeatedCompositeFieldContainer[NamedCounter]
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_errors_total: _Optional[int] = ..., tx_errors_total: _Optional[int] = ..., rx_drops_total: _Optional[int] = ..., tx_drops_total: _Optional[int] = ..., rx_packets_total: _Optional[int] = ..., tx_packets_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., rx_bytes_per_s: _Optional[float] = ..., tx_bytes_per_s: _Optional[float] = ..., rx_bytes_total: _Optional[int] = ..., tx_bytes_total: _Optional[int] = ..., rx_errors_total: _Optional[int] = ..., tx_errors_total: _Optional[int] = ..., rx_drops_total: _Optional[int] = ..., tx_drops_total: _Optional[int] = ..., rx_packets_total: _Optional[int] = ..., tx_packets_total: _Optional[int] = ..., ethtool_stats: _Optional[_Iterable[_Union[NamedCounter, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DiskStats(_message.Message):
     __slots__ = ("name", "read_bytes_per_s", "write_bytes_per_s", "read_iops", "write_iops", "read_bytes_total", "write_bytes_total", "busy_seconds_total", "busy_percent", "reads_total", "writes_total", "unavailable")

@@ -102,6 +102,14 @@ class MemoryStats(behaviour.MemoryStatsMixin):
 
 
 @dataclass(frozen=True, slots=True)
+class NamedCounter:
+    """``tuiprof.v1.NamedCounter``."""
+
+    name: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
 class NicStats:
     """``tuiprof.v1.NicStats``."""
 
@@ -116,6 +124,8 @@ class NicStats:
     tx_drops_total: Reading
     rx_packets_total: Reading
     tx_packets_total: Reading
+    ethtool_stats: tuple[NamedCounter, ...]
+    NESTED: ClassVar[dict[str, type]] = {"ethtool_stats": NamedCounter}
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,23 +366,15 @@ class RankSegmentsRefused:
 
 
 @dataclass(frozen=True, slots=True)
-class RdmaCounter:
-    """``tuiprof.v1.RdmaCounter``."""
-
-    name: str
-    value: int
-
-
-@dataclass(frozen=True, slots=True)
 class RdmaPortStats:
     """``tuiprof.v1.RdmaPortStats``."""
 
     device: str
     port: int
     netdev: str
-    counters: tuple[RdmaCounter, ...]
-    hw_counters: tuple[RdmaCounter, ...]
-    NESTED: ClassVar[dict[str, type]] = {"counters": RdmaCounter, "hw_counters": RdmaCounter}
+    counters: tuple[NamedCounter, ...]
+    hw_counters: tuple[NamedCounter, ...]
+    NESTED: ClassVar[dict[str, type]] = {"counters": NamedCounter, "hw_counters": NamedCounter}
 
 
 @dataclass(frozen=True, slots=True)
