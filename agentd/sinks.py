@@ -16,7 +16,8 @@ shippers read it directly. Names follow dynolog where it has one:
   ``tx_errors.<nic>``, ``rx_drops.<nic>``, ``tx_drops.<nic>``.
 - Per RDMA port, deltas over ``interval_s`` named as dynolog's RDMA monitor names them:
   ``<netdev>.<counter>`` (the device name where sysfs names no netdev) for every file of the
-  port's ``counters/`` and ``hw_counters/``, e.g. ``ib0.port_rcv_errors``, ``ib0.np_cnp_sent``.
+  port's ``counters/`` and ``hw_counters/``, e.g. ``ib0.port_rcv_errors``, ``ib0.np_cnp_sent``;
+  and per NIC its driver's pause-frame counters, ``<nic>.tx_prio3_pause`` ...
 - PMU: ``mips``, ``mega_cycles_per_second`` (per-interval rates, where dynolog's are since start).
 - Per GPU, suffix ``.<index>``, DCGM-field names as dynolog logs them:
   ``gpu_frequency_mhz``, ``gpu_power_draw``, ``gpu_device_utilization``,
@@ -140,19 +141,22 @@ def _numa_nodes(record: dict[str, Any], cpu: pb.CpuStats) -> None:
         _copy(record, node, _NUMA_NODE, f"_node{node.node}")
 
 
-def _rdma_key(port: pb.RdmaPortStats, counter: str) -> str:
-    return f"{port.netdev or port.device}.{counter}"
-
-
-def _rdma_deltas(record: dict[str, Any], current: pb.RdmaStats, previous: pb.RdmaStats) -> None:
-    """RDMA counter increases since the previous record, for counters present in both."""
-    before = {_rdma_key(port, c.name): c.value for port in previous.ports for c in (*port.counters, *port.hw_counters)}
-    for port in current.ports:
+def _driver_counters(snapshot: pb.HostSnapshot) -> dict[str, int]:
+    """RDMA port and NIC pause counters under dynolog's ``<interface>.<counter>`` keys."""
+    counters = {f"{nic.name}.{c.name}": c.value for nic in snapshot.nics for c in nic.ethtool_stats}
+    for port in snapshot.rdma.ports:
         for counter in (*port.counters, *port.hw_counters):
-            key = _rdma_key(port, counter.name)
-            old = before.get(key)
-            if old is not None and counter.value >= old:
-                record[key] = counter.value - old
+            counters[f"{port.netdev or port.device}.{counter.name}"] = counter.value
+    return counters
+
+
+def _driver_counter_deltas(record: dict[str, Any], current: pb.HostSnapshot, previous: pb.HostSnapshot) -> None:
+    """Driver counter increases since the previous record, for counters present in both."""
+    before = _driver_counters(previous)
+    for key, value in _driver_counters(current).items():
+        old = before.get(key)
+        if old is not None and value >= old:
+            record[key] = value - old
 
 
 def _gpu(record: dict[str, Any], gpu: pb.GpuStats) -> None:
@@ -187,7 +191,7 @@ def dynolog_record(snapshot: pb.HostSnapshot, previous: pb.HostSnapshot | None) 
         _cpu_deltas(record, snapshot.cpu, previous.cpu)
         _deltas(record, snapshot.nics, previous.nics, _NIC_TOTALS)
         _deltas(record, snapshot.disks, previous.disks, _DISK_TOTALS)
-        _rdma_deltas(record, snapshot.rdma, previous.rdma)
+        _driver_counter_deltas(record, snapshot, previous)
     for gpu in snapshot.gpus:
         _gpu(record, gpu)
     unavailable = {s.name: s.reason for s in snapshot.collectors if not s.available}

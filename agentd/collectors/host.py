@@ -1,5 +1,5 @@
-"""Host metrics from /proc, /sys and psutil: CPU (all, per core, per NUMA node), load, uptime,
-interrupts, memory, NICs, RDMA ports, disks.
+"""Host metrics from /proc, /sys, ethtool and psutil: CPU (all, per core, per NUMA node), load,
+uptime, interrupts, memory, NICs (with the driver's pause-frame counters), RDMA ports, disks.
 
 /proc/stat is read once per sample: CPU times (all CPUs and each online one) and the
 interrupt totals come from that one read.
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import psutil
 
 from agentd.collectors.base import Collector
+from agentd.collectors.ethtool import EthtoolStats
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -207,6 +208,27 @@ def numa_times(nodes: dict[int, list[int]], stat: ProcStat) -> dict[int, NodeTim
     return result
 
 
+# The ethtool statistics dynolog reads per NIC (pause frames sent: PFC storms on RoCE show here).
+PAUSE_COUNTERS = ("tx_pause_ctrl_phy", *(f"tx_prio{n}_pause" for n in range(8)),
+                  "tx_pause_storm_warning_events", "tx_pause_storm_error_events")
+
+
+def pause_counters(stats: dict[str, int] | Unavailable, driver: str) -> dict[str, int] | Unavailable:
+    """The PAUSE_COUNTERS among a NIC's ethtool statistics, or why there are none."""
+    if isinstance(stats, Unavailable):
+        return stats
+    chosen = {name: stats[name] for name in PAUSE_COUNTERS if name in stats}
+    return chosen or Unavailable(f"the driver ({driver}) has none of the pause counters dynolog reads")
+
+
+def nic_driver(nic: str, net_root: str = "/sys/class/net") -> str:
+    """The kernel driver behind a NIC (its device's ``driver`` link), "virtual NIC" when it has no device."""
+    try:
+        return os.path.basename(os.readlink(os.path.join(net_root, nic, "device", "driver")))
+    except OSError:
+        return "virtual NIC"
+
+
 IB_ROOT = "/sys/class/infiniband"
 # Files of hw_counters/ that are settings, not counters (mlx5: how long a read is cached, in ms).
 _NOT_COUNTERS = frozenset({"lifespan"})
@@ -298,6 +320,7 @@ class HostCollector(Collector):
         self._nics: list[pb.NicStats] = []
         self._disks: list[pb.DiskStats] = []
         self._rdma = pb.RdmaStats()
+        self._ethtool = EthtoolStats()
         self._sampled = False
 
     def status(self) -> pb.CollectorStatus:
@@ -390,8 +413,10 @@ class HostCollector(Collector):
             swap_used_bytes=swap.used,
         )
 
-    @staticmethod
-    def _nic_stats(previous: _Raw | None, raw: _Raw) -> list[pb.NicStats]:
+    def close(self) -> None:
+        self._ethtool.close()
+
+    def _nic_stats(self, previous: _Raw | None, raw: _Raw) -> list[pb.NicStats]:
         seconds = raw.at - previous.at if previous else 0.0
         nics = []
         for name, now in sorted(raw.nics.items()):
@@ -409,6 +434,11 @@ class HostCollector(Collector):
             )
             for field, counter in (("rx_bytes_per_s", "bytes_recv"), ("tx_bytes_per_s", "bytes_sent")):
                 put(nic, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
+            pauses = pause_counters(self._ethtool.read(name), nic_driver(name))
+            if isinstance(pauses, Unavailable):
+                nic.unavailable["ethtool_stats"] = pauses.reason
+            else:
+                nic.ethtool_stats.extend(pb.NamedCounter(name=key, value=value) for key, value in pauses.items())
             nics.append(nic)
         return nics
 

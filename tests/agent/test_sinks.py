@@ -57,7 +57,7 @@ def test_record_uses_dynolog_names_and_leaves_unreadable_values_out():
 
 
 def with_nodes_rdma_and_gpu_ids(snap: pb.HostSnapshot, rcv_errors: int) -> pb.HostSnapshot:
-    """``snap`` plus two NUMA nodes (one just seen), two RDMA ports and the GPU's ids and NVML errors."""
+    """``snap`` plus two NUMA nodes (one just seen), two RDMA ports, pause frames and the GPU's ids and errors."""
     snap.cpu.numa_nodes.add(node=0, cpus=[0, 1], user_percent=30.0, system_percent=5.0, idle_percent=60.0)
     node1 = snap.cpu.numa_nodes.add(node=1, cpus=[2, 3])
     node1.unavailable["user_percent"] = "first sample"
@@ -65,6 +65,7 @@ def with_nodes_rdma_and_gpu_ids(snap: pb.HostSnapshot, rcv_errors: int) -> pb.Ho
     ib.counters.add(name="port_rcv_errors", value=rcv_errors)
     ib.hw_counters.add(name="np_cnp_sent", value=10 * rcv_errors)
     snap.rdma.ports.add(device="mlx5_1", port=1).counters.add(name="port_xmit_discards", value=rcv_errors)
+    snap.nics[0].ethtool_stats.add(name="tx_prio3_pause", value=2 * rcv_errors)
     snap.gpus[0].minor_number = 3
     snap.gpus[0].nvml_failed_queries = rcv_errors % 2
     return snap
@@ -78,6 +79,7 @@ def test_numa_rdma_and_gpu_ids_under_dynolog_names():
     assert not any(key.endswith("_node1") for key in record)  # unavailable: absent, never 0
     assert record["ib0.port_rcv_errors"] == 3 and record["ib0.np_cnp_sent"] == 30  # deltas, named by netdev
     assert record["mlx5_1.port_xmit_discards"] == 3  # no netdev: named by the device
+    assert record["lo.tx_prio3_pause"] == 6  # the NIC driver's pause frames, as dynolog names them
     assert record["minor_id.1"] == 3 and record["dcgm_error.1"] == 1
     assert dynolog_record(first, None)["dcgm_error.1"] == 0
     assert not any(key.startswith("ib0.") for key in dynolog_record(first, None))  # no previous: no delta
@@ -108,7 +110,9 @@ def test_agent_writes_one_json_object_per_interval(tmp_path):
     assert later["mem_total"] == psutil.virtual_memory().total
     assert 0.1 < later["interval_s"] < 0.5
     assert "rx_bytes.lo" in later and later["rx_bytes.lo"] >= 0 and later["rx_packets.lo"] >= 0
-    assert later["uptime"] > 0 and later["interrupts"] > 0
+    assert later["uptime"] > 0
+    # one quiet 200 ms interval may see no interrupt (tickless idle); the whole run sees some
+    assert all(r["interrupts"] >= 0 for r in records[1:]) and sum(r["interrupts"] for r in records[1:]) > 0
     # ms of CPU time in one interval: at most the interval times the CPUs (plus a tick of slack each)
     assert 0 <= later["cpu_u_ms"] + later["cpu_s_ms"] <= (later["interval_s"] + 0.02) * 1000 * psutil.cpu_count()
     assert "gpu" in later.get("unavailable", {}) or any(k.startswith("gpu_name.") for k in later)

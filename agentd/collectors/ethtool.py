@@ -1,0 +1,96 @@
+"""A NIC driver's own statistics through the SIOCETHTOOL ioctl: what ``ethtool -S`` prints.
+
+Three requests, as ethtool makes them: ETHTOOL_GSSET_INFO (how many statistics the
+driver has), ETHTOOL_GSTRINGS (their names, 32 bytes each) and ETHTOOL_GSTATS (their
+values, u64 each). Names are kept per NIC and asked again only when the count
+changes (a driver reconfigured, e.g. more queues). No privilege is needed.
+
+The kernel writes as many values as the driver has *now*, whatever size the caller
+allowed for, so every buffer has room beyond the announced count and an answer of a
+different size is not used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import socket
+import struct
+
+from agentd.collectors.readings import Unavailable
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GSTRINGS = 0x1B
+ETHTOOL_GSTATS = 0x1D
+ETHTOOL_GSSET_INFO = 0x37
+ETH_SS_STATS = 1
+ETH_GSTRING_LEN = 32
+_IFNAMSIZ = 16
+_IFREQ = struct.Struct(f"{_IFNAMSIZ}sP")  # ifr_name, then ifr_data (a pointer) in the union
+_IFREQ_SIZE = 40  # sizeof(struct ifreq) on 64-bit Linux
+_SSET_INFO = struct.Struct("=IIQI")  # cmd, reserved, sset_mask, data[0]
+_GSTRINGS_HEAD = struct.Struct("=III")  # cmd, string_set, len
+_GSTATS_HEAD = struct.Struct("=II")  # cmd, n_stats (u64 values follow at offset 8)
+# Room beyond the announced count, for a driver that grows between two requests.
+_SLACK = 256
+
+
+class EthtoolStats:
+    """Reads NICs' driver statistics; one socket, names cached per NIC."""
+
+    def __init__(self) -> None:
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._names: dict[str, list[str]] = {}
+
+    def read(self, nic: str) -> dict[str, int] | Unavailable:
+        """Every statistic of ``nic`` by the driver's name, or why there are none."""
+        try:
+            count = self._count(nic)
+            if count == 0:
+                return Unavailable("the driver reports no ethtool statistics")
+            names = self._names.get(nic)
+            if names is None or len(names) != count:
+                names = self._names[nic] = self._strings(nic, count)
+            values = self._values(nic, count)
+        except OSError as exc:
+            self._names.pop(nic, None)
+            if exc.errno == errno.EOPNOTSUPP:
+                return Unavailable("the driver has no ethtool statistics")
+            return Unavailable(f"ethtool statistics cannot be read ({exc.strerror})")
+        if values is None or len(names) != count:
+            self._names.pop(nic, None)
+            return Unavailable("the driver's statistics changed while being read; read again next sample")
+        return dict(zip(names, values, strict=True))
+
+    def close(self) -> None:
+        self._socket.close()
+
+    def _request(self, nic: str, buffer: ctypes.Array[ctypes.c_char]) -> None:
+        ifreq = _IFREQ.pack(nic.encode()[:_IFNAMSIZ - 1], ctypes.addressof(buffer)).ljust(_IFREQ_SIZE, b"\0")
+        fcntl.ioctl(self._socket.fileno(), SIOCETHTOOL, ifreq)
+
+    def _count(self, nic: str) -> int:
+        buffer = ctypes.create_string_buffer(_SSET_INFO.pack(ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_STATS, 0))
+        self._request(nic, buffer)
+        _, _, mask, count = _SSET_INFO.unpack(buffer.raw[:_SSET_INFO.size])
+        return count if mask & (1 << ETH_SS_STATS) else 0
+
+    def _strings(self, nic: str, count: int) -> list[str]:
+        buffer = ctypes.create_string_buffer(_GSTRINGS_HEAD.size + (count + _SLACK) * ETH_GSTRING_LEN)
+        struct.pack_into(_GSTRINGS_HEAD.format, buffer, 0, ETHTOOL_GSTRINGS, ETH_SS_STATS, count)
+        self._request(nic, buffer)
+        written = _GSTRINGS_HEAD.unpack_from(buffer)[2]
+        raw = buffer.raw[_GSTRINGS_HEAD.size:]
+        return [raw[i * ETH_GSTRING_LEN:(i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0].decode(errors="replace")
+                for i in range(min(written, count + _SLACK))]
+
+    def _values(self, nic: str, count: int) -> list[int] | None:
+        """The values, or None when the driver answered with another count than ``count``."""
+        buffer = ctypes.create_string_buffer(_GSTATS_HEAD.size + (count + _SLACK) * 8)
+        struct.pack_into(_GSTATS_HEAD.format, buffer, 0, ETHTOOL_GSTATS, count)
+        self._request(nic, buffer)
+        written = _GSTATS_HEAD.unpack_from(buffer)[1]
+        if written != count:
+            return None
+        return list(struct.unpack_from(f"={count}Q", buffer, _GSTATS_HEAD.size))
