@@ -325,9 +325,12 @@ class GpuCollector(Collector):
 
     # ------------------------------------------------------------ dcgm-pause
 
+    def has_gpm(self) -> bool:
+        return any(device.gpm is not None for device in self._devices)
+
     def pause_gpm(self, seconds: int) -> bool:
         """Stop GPM sampling for ``seconds`` (so Nsight Compute can profile); False when no GPU has GPM."""
-        if not any(device.gpm is not None for device in self._devices):
+        if not self.has_gpm():
             return False
         until_wall = datetime.fromtimestamp(time.time() + seconds, timezone.utc)
         with self._lock:
@@ -339,13 +342,18 @@ class GpuCollector(Collector):
 
     def resume_gpm(self) -> bool:
         """End a pause now; False when no GPU has GPM."""
-        if not any(device.gpm is not None for device in self._devices):
+        if not self.has_gpm():
             return False
         with self._lock:
             was_paused, self._gpm_paused_until = self._gpm_paused_until is not None, None
         if was_paused:
             log.info("GPM sampling resumed by dcgm-resume")
         return True
+
+    def gpu_pids(self) -> set[int]:
+        """The processes on this host's GPUs at the latest sample (as NVML lists them)."""
+        with self._lock:
+            return {process.pid for stats in self._stats for process in stats.processes}
 
     def _gpm_pause(self) -> str:
         """The pause's reason while it lasts, else ""."""

@@ -14,7 +14,9 @@ trainers write anywhere). ``dcgmProfPause``/``dcgmProfResume`` pause and resume
 agentd's own GPM sampling (``GpmPause``: the GPU collector) so that Nsight Compute
 can have the counters, answering ``true`` as dynolog does when it paused DCGM's
 profiling; ``false`` where there is nothing to pause (no GPU with GPM), as dynolog
-without DCGM. Requests are bounded (size, nesting, list lengths; no NaN or
+without DCGM. Stricter than dynolog, which lets anyone pause: root may, another
+local user only while a process of theirs runs on a GPU of the host (the one they
+mean to profile); anyone else gets ``false`` with a ``"refused"`` reason. Requests are bounded (size, nesting, list lengths; no NaN or
 Infinity). A bad request gets no reply, as with dynolog — or ``{"status": "failed"}``
 for a malformed on-demand request — and one rate-limited log line per cause,
 never a traceback.
@@ -243,6 +245,10 @@ class GpmPause(Protocol):
 
     def resume_gpm(self) -> bool: ...
 
+    def gpu_pids(self) -> set[int]: ...
+
+    def has_gpm(self) -> bool: ...
+
 
 class DynologRpc:
     """Answers dyno's calls (status, version, gputrace, dcgm-pause/resume) on already bound sockets."""
@@ -330,20 +336,27 @@ class DynologRpc:
         raise BadRequest("rpc-unknown-fn", f"unknown fn {fn[:64]!r}")
 
     def _dcgm(self, fn: str, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        """Pause (for ``duration_s``) or resume GPM sampling; any local user may, as with dynolog: a pause
-        costs only GPM figures, for at most MAX_PAUSE_SECONDS, and is logged with its caller."""
+        """Pause (for ``duration_s``) or resume GPM sampling, for a caller who may (see the module
+        docstring); every pause and resume is logged with its caller."""
         if fn == "dcgmProfPause" and "duration_s" not in request:
             return FAILED  # as dynolog
-        if fn == "dcgmProfPause":
-            seconds = _int_field(request, "duration_s", 0, 0, MAX_PAUSE_SECONDS)
-            done = self.gpm is not None and self.gpm.pause_gpm(seconds)
-        else:
-            done = self.gpm is not None and self.gpm.resume_gpm()
-        if not done:
+        seconds = _int_field(request, "duration_s", 0, 0, MAX_PAUSE_SECONDS) if fn == "dcgmProfPause" else 0
+        if self.gpm is None or not self.gpm.has_gpm():
             log.info("dyno %s answered false: no GPU with GPM sampling to pause", fn, extra={"caller": str(caller)})
-        else:
-            log.info("dyno %s done", fn, extra={"caller": str(caller)})
+            return {"status": False}
+        if not self._may_pause(caller, self.gpm):
+            raise BadRequest("rpc-pause-refused", f"{caller} runs no process on this host's GPUs: only root or "
+                                                  "the owner of a GPU process may pause GPM sampling",
+                             {"status": False, "refused": f"you ({caller}) run no process on this host's GPUs; "
+                                                          "only root or the owner of a GPU process may pause or "
+                                                          "resume GPM sampling"})
+        done = self.gpm.pause_gpm(seconds) if fn == "dcgmProfPause" else self.gpm.resume_gpm()
+        log.info("dyno %s done", fn, extra={"caller": str(caller), "seconds": seconds})
         return {"status": done}
+
+    @staticmethod
+    def _may_pause(caller: Caller, gpm: GpmPause) -> bool:
+        return caller.admin or any(caller.owns(real_uid(pid)) for pid in gpm.gpu_pids())
 
     def _on_demand(self, request: dict[str, Any], caller: Caller) -> dict[str, Any]:
         config, pids = request.get("config"), request.get("pids")

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import pathlib
+import subprocess
 import types
 from typing import Any
 
@@ -549,3 +550,27 @@ def test_dcgm_pause_without_a_gpm_gpu_answers_false(fake: FakeNvml, tmp_path: pa
     assert rpc.answer(dyno_request("dcgm-resume"), os.getuid()) == {"status": False}
     assert collector.status().reason == ""
     collector.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts a process as another user (needs root)")
+def test_only_root_or_the_owner_of_a_gpu_process_may_pause_gpm(fake: FakeNvml, tmp_path: pathlib.Path) -> None:
+    nobody = 65534
+    sleeper = subprocess.Popen(["sleep", "30"], user=nobody)
+    try:
+        fake.gpus[0].processes = [(sleeper.pid, 1 << 20)]
+        collector = gpu.GpuCollector(1.0, clock=fake.clock)
+        rpc = DynologRpc([], Registry(), lambda uid: tmp_path / str(uid), "v", gpm=collector)
+        tick(collector)
+        refused = rpc.answer(dyno_request("dcgm-pause"), nobody - 1)
+        assert refused is not None and refused["status"] is False
+        assert "run no process on this host's GPUs" in refused["refused"]
+        assert collector.status().reason == ""  # nothing paused
+        assert rpc.answer(dyno_request("dcgm-pause"), nobody) == {"status": True}  # owns the GPU process
+        assert collector.status().reason.startswith("GPM paused by dcgm-pause until ")
+        assert rpc.answer(dyno_request("dcgm-resume"), nobody - 1)["status"] is False  # type: ignore[index]
+        assert rpc.answer(dyno_request("dcgm-resume"), 0) == {"status": True}  # root may always
+        assert collector.status().reason == ""
+        collector.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
