@@ -82,3 +82,13 @@ def test_two_real_nccl_ranks_merge_with_arrows_forward(tmp_path):
     assert summary.worst_collectives
     assert all(s.skew_us <= longest_kernel_us + CLOCK_SLACK_US for s in summary.worst_collectives)
     assert "no sequence number" in summary.collective_matching
+
+
+def test_summary_only_merge_gives_the_same_summary_and_links_without_the_events(tmp_path):
+    inputs = [TraceInput(CORPUS / "hta_nccl_rank0.json.gz"), TraceInput(CORPUS / "hta_nccl_rank1.json.gz")]
+    full = merge_traces(inputs, tmp_path / "full.json.gz", workers=1)
+    summary_only = merge_traces(inputs, tmp_path / "summary.json.gz", workers=1, timeline=False)
+    assert summarize(summary_only.ranks) == summarize(full.ranks)
+    assert summary_only.linked_collectives == full.linked_collectives > 0
+    frame = json.loads(gzip.decompress(summary_only.output.read_bytes()))
+    assert {e.get("cat") for e in frame["traceEvents"] if e.get("ph") != "M"} == {"collective"}

@@ -105,6 +105,15 @@ _encode = msgspec.json.Encoder().encode
 
 
 @dataclass(frozen=True)
+class TraceHeader:
+    """The per-file facts the merge needs before any events: wall-clock base and rank."""
+
+    base_time_ns: int  # 0: the file has none (older Kineto wrote absolute µs timestamps)
+    rank: int | None
+    world_size: int | None
+
+
+@dataclass(frozen=True)
 class TraceInput:
     """One rank's file and what the capture knows about it (rank may come from the file)."""
 
@@ -112,6 +121,7 @@ class TraceInput:
     host: str = ""
     rank: int | None = None
     pid: int | None = None
+    header: TraceHeader | None = None  # already read (``trace_header``); None: read it here
 
 
 @dataclass
@@ -152,15 +162,6 @@ def _read_bytes(path: pathlib.Path) -> bytes:
                                "copy it again once it is completely written") from None
     except (OSError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: not a readable gzip file ({exc})") from None
-
-
-@dataclass(frozen=True)
-class TraceHeader:
-    """The per-file facts the merge needs before any events: wall-clock base and rank."""
-
-    base_time_ns: int  # 0: the file has none (older Kineto wrote absolute µs timestamps)
-    rank: int | None
-    world_size: int | None
 
 
 def _chunks(path: pathlib.Path) -> Iterator[bytes]:
@@ -219,22 +220,25 @@ def _load(path: pathlib.Path) -> _TraceFile:
 
 
 def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: int | None = None,
-                 steps: str = "all") -> MergeResult:
+                 steps: str = "all", timeline: bool = True) -> MergeResult:
     """Write the merged, gzipped timeline to ``output``; return each rank's results for ``summarize``.
 
     ``steps`` ("all" or "complete", see ``step_window``) chooses what the
-    summary counts; the merged timeline always keeps every event.
+    summary counts; the merged timeline always keeps every event. With
+    ``timeline`` False only the summary is wanted: ``output`` gets the merged
+    file's frame and the collective links, no rank's events (not encoded nor
+    compressed).
 
     Ranks are rewritten and compressed in ``workers`` processes (default: one
     per CPU, at most one per rank) and written in rank order as they finish.
     """
-    headers = [(source, trace_header(source.path)) for source in inputs]
+    headers = [(source, source.header or trace_header(source.path)) for source in inputs]
     sources = [source if source.rank is not None else replace(source, rank=header.rank) for source, header in headers]
     bases = [header.base_time_ns for _, header in headers]
     origin = min(bases, default=0)
     order = sorted(range(len(sources)), key=lambda i: (sources[i].rank is None, sources[i].rank or 0,
                                                        sources[i].host, sources[i].pid or 0, str(sources[i].path)))
-    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0, steps) for index, i in enumerate(order)]
+    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0, steps, timeline) for index, i in enumerate(order)]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     result = MergeResult(output, origin, 0)
     hops: dict[tuple[str, ...], list[_CollectiveHop]] = {}
@@ -311,10 +315,10 @@ def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeRe
     return calls
 
 
-def _rank_part(job: tuple[TraceInput, int, float, str]) -> _RankPart:
+def _rank_part(job: tuple[TraceInput, int, float, str, bool]) -> _RankPart:
     """One rank, start to end (runs in a worker process): rewrite, compress, summarise."""
-    source, rank_index, shift_us, steps = job
-    chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps)
+    source, rank_index, shift_us, steps, timeline = job
+    chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps, timeline)
     piece = compress_piece(b"," + chunk if chunk else b"")
     result = RankResult(summarize_rank(extract), [], extract.kernel_totals,  # collectives: keyed across ranks
                         unsequenced_collectives=sum(call.seq is None for call in calls),
@@ -364,7 +368,7 @@ def _in_window(steps: list[tuple[str, float, float]], window: StepWindow) -> lis
     return [(name, ts, dur) for name, ts, dur in steps if window.contains(ts) and window.contains(ts + dur)]
 
 
-def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: str
+def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: str, timeline: bool = True
              ) -> tuple[bytes, RankExtract, list[CollectiveCall]]:
     """One rank's events moved onto the shared base and its own pids, plus its summary extract.
 
@@ -450,6 +454,8 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
     calls = sorted((_collective_call(*c, on_gpu) for c in (gpu_collectives if on_gpu else cpu_collectives)),
                    key=lambda call: call.ts)
     extract.events = len(events)
+    if not timeline:
+        return b"", extract, calls
     for original_pid, new_pid in pids.items():
         label = _label(original_pid, labels.get(original_pid, ""), source.pid)
         where = f"rank {rank}" if rank is not None else f"pid {source.pid or '?'}"

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from tuiprof.analysis.trace_merge import (
-    MERGED_NAME, MergeResult, TraceFormatError, TraceInput, merge_traces, trace_header,
+    MERGED_NAME, MergeResult, TraceFormatError, TraceHeader, TraceInput, merge_traces, trace_header,
 )
 from tuiprof.analysis.trace_diff import diff, diff_json, render_diff
 from tuiprof.analysis.trace_summary import RankResult, render_text, summarize, summary_json
@@ -39,7 +39,7 @@ class AnalyzeInputError(ValueError):
 class _File:
     path: pathlib.Path
     rank: int | None
-    world_size: int | None
+    header: TraceHeader
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -81,7 +81,7 @@ def _identify(path: pathlib.Path) -> _File:
     rank = header.rank
     if rank is None and (match := _RANK_IN_NAME.search(path.name)):
         rank = int(match.group(1))
-    return _File(path, rank, header.world_size)
+    return _File(path, rank, header)
 
 
 def check_one_job(files: list[_File]) -> None:
@@ -94,21 +94,21 @@ def check_one_job(files: list[_File]) -> None:
                 raise AnalyzeInputError(f"mixed jobs: {by_rank[f.rank]} and {f.path} are both rank {f.rank}; "
                                         "analyse one job's files at a time")
             by_rank[f.rank] = f.path
-        if f.world_size is not None:
-            sizes.setdefault(f.world_size, f.path)
+        if f.header.world_size is not None:
+            sizes.setdefault(f.header.world_size, f.path)
     if len(sizes) > 1:
         described = ", ".join(f"{path} has world size {size}" for size, path in sizes.items())
         raise AnalyzeInputError(f"mixed jobs: {described}; analyse one job's files at a time")
 
 
 def _merge(files: list[_File], output: pathlib.Path | None, steps: str) -> MergeResult:
-    inputs = [TraceInput(f.path, rank=f.rank) for f in files]
+    inputs = [TraceInput(f.path, rank=f.rank, header=f.header) for f in files]
     if output is not None:
         if output.is_dir():
             output = output / MERGED_NAME
         return merge_traces(inputs, output, steps=steps)
-    with tempfile.TemporaryDirectory(prefix="tuiprof-analyze-") as scratch:
-        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=steps)
+    with tempfile.TemporaryDirectory(prefix="tuiprof-analyze-") as scratch:  # the summary only
+        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=steps, timeline=False)
 
 
 def _capture(paths: list[pathlib.Path], output: pathlib.Path | None, steps: str
