@@ -317,6 +317,8 @@ class FleetView:
     rows: dict[str, HostRow]
     missing: dict[str, str]
     query_seconds: float
+    recorded: bool
+    """Whether the rows came from the recording rules' series."""
 
 
 def _numbers(result: QueryResult) -> dict[str, float]:
@@ -400,11 +402,14 @@ async def recording_rules_loaded(client: PrometheusClient) -> bool:
 
 
 async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
-                      also_expected: Iterable[str] = (), recorded: bool = False) -> FleetView:
+                      also_expected: Iterable[str] = (), recorded: bool | None = None) -> FleetView:
     """Every column at once; rows keyed by node (``selection.node_of``), the expected nodes
     (``selection.expected`` and ``also_expected``) without series in ``missing`` with the reason.
-    ``recorded``: read the recording rules' series (``recording_rules_loaded``)."""
+    ``recorded``: read the recording rules' series; None: where the server has them now
+    (asked every time: rules are loaded, evaluated first, or removed while a console runs)."""
     started = time.perf_counter()
+    if recorded is None:
+        recorded = await recording_rules_loaded(client)
     queries = column_queries(selection, recorded)
     answers = await asyncio.gather(*(client.query(q) for q in queries.values()))
     results = dict(zip(queries, answers))
@@ -416,7 +421,7 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
         rows[node] = HostRow(node, hostname, sampled_at, columns.summary(hostname))
     absent = [node for node in dict.fromkeys((*selection.expected, *also_expected)) if node not in rows]
     missing = await _why_missing(client, absent) if absent else {}
-    return FleetView(results["sampled_at"].evaluated_at, rows, missing, query_seconds)
+    return FleetView(results["sampled_at"].evaluated_at, rows, missing, query_seconds, recorded)
 
 
 async def _why_missing(client: PrometheusClient, nodes: list[str]) -> dict[str, str]:
@@ -530,8 +535,6 @@ class PrometheusSource:
     live: bool = True
     retry: RetryNow = field(default_factory=RetryNow)
     last_view: FleetView | None = None
-    recorded: bool = False
-    """Whether the server keeps the recording rules (asked once, when the source starts)."""
     _attended: dict[str, tuple[asyncio.Task[None], Callable[[], bool]]] = field(default_factory=dict)
     _emit: Emit | None = None
 
@@ -552,8 +555,6 @@ class PrometheusSource:
         self._emit = emit
         async with PrometheusClient(self.url) as client:
             try:
-                self.recorded = await recording_rules_loaded(client)
-                log.info("prometheus fleet view", extra={"url": self.url, "recording_rules": self.recorded})
                 while True:
                     started = time.monotonic()
                     await self.refresh(client, emit)
@@ -567,7 +568,7 @@ class PrometheusSource:
         self._release_closed()
         attended = [self._nodes[a] for a in self._attended]
         try:
-            view = await fetch_fleet(client, self.selection, self._events.seen(), self.recorded)
+            view = await fetch_fleet(client, self.selection, self._events.seen())
         except PrometheusError as exc:
             log.warning("prometheus refresh failed", extra={"url": self.url, "error": str(exc)})
             for event in self._events.all_unreachable(time.time(), str(exc), attended):

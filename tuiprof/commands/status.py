@@ -29,9 +29,7 @@ from agentd.token import TokenFileError
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import HostClient
 from tuiprof.client.local import LocalAgentError, local_agent
-from tuiprof.client.prometheus import (
-    FleetEvents, PrometheusClient, PrometheusError, fetch_fleet, recording_rules_loaded,
-)
+from tuiprof.client.prometheus import FleetEvents, PrometheusClient, PrometheusError, fetch_fleet
 from tuiprof.client.prometheus_options import add_prometheus_arguments, prometheus_selection
 from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
 from tuiprof.model import units
@@ -75,7 +73,7 @@ async def from_prometheus(args: argparse.Namespace) -> ClusterState:
     events = FleetEvents(lambda node: str(AgentAddress(node, args.port)))
     cluster = ClusterState(events.address_of(node) for node in selection.expected)
     async with PrometheusClient(args.prometheus, timeout=args.timeout) as client:
-        view = await fetch_fleet(client, selection, recorded=await recording_rules_loaded(client))
+        view = await fetch_fleet(client, selection)
     for event in events.events(view):
         cluster.apply(event)
     cluster.tick(view.evaluated_at)
