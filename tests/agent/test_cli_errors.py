@@ -36,7 +36,7 @@ def test_help_documents_every_option_and_the_config_file():
     result = subprocess.run(agentd_command(["--help"]), capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
     for option in ("--config", "--host", "--port", "--metrics-port", "--interval-ms", "--token-file",
-                   "--tls-cert", "--tls-key", "--trace-dir", "--log-format", "--json-sink",
+                   "--tls-cert", "--tls-key", "--trace-dir", "--log-format", "--json-sink", "--metric-names",
                    "/etc/tuiprof/agentd.toml", "TUIPROF_TOKEN", "exit status"):
         assert option in result.stdout
 
