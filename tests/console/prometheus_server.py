@@ -13,6 +13,7 @@ tests/console/test_prometheus_fleet.py).
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import httpx
 
-from testkit.agents import stop_process
+from testkit.agents import agentd_command, healthz_status, stop_process
 from testkit.ports import free_port
 
 PROMETHEUS = shutil.which("prometheus")
@@ -66,6 +67,30 @@ def running_prometheus(
     try:
         _wait_ready(url, process, log_path)
         yield url
+    finally:
+        stop_process(process)
+
+
+@contextlib.contextmanager
+def named_agent(directory: pathlib.Path, name: str, port: int, metrics_port: int,
+                address: str | None = None) -> Iterator[None]:
+    """A real agentd whose host name is ``name`` (its own UTS namespace: needs root and
+    unshare), listening on ``address`` (default: ``name``, an address or a resolvable name)."""
+    address = address or name
+    trace_dir = directory / f"traces-{name}"
+    command = agentd_command(["--host", address, "--port", str(port), "--metrics-port", str(metrics_port),
+                              "--interval-ms", "500", "--trace-dir", str(trace_dir)])
+    env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
+    log_path = directory / f"agentd-{name}.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', name,
+                                    *command], stdout=subprocess.DEVNULL, stderr=log, env=env)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while healthz_status(address, metrics_port) != 200:
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.2)
+        yield
     finally:
         stop_process(process)
 

@@ -20,7 +20,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -31,8 +30,7 @@ from google.protobuf import text_format
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.prometheus import render_metrics
-from console.prometheus_server import PROMETHEUS, RECORDING_RULES, running_prometheus
-from testkit.agents import agentd_command, healthz_status, stop_process
+from console.prometheus_server import PROMETHEUS, RECORDING_RULES, named_agent, running_prometheus
 from testkit.ports import free_port
 from tuiprof.cli import main
 from tuiprof.client.channel import ConnectionOptions
@@ -72,27 +70,6 @@ class Fleet:
 
     def address(self, node: str) -> str:
         return f"{node}:{self.agent_port}"
-
-
-@contextlib.contextmanager
-def named_agent(directory: pathlib.Path, name: str, port: int, metrics_port: int) -> Iterator[None]:
-    """A real agentd whose host name is ``name``, listening on ``name``'s address."""
-    trace_dir = directory / f"traces-{name}"
-    command = agentd_command(["--host", name, "--port", str(port), "--metrics-port", str(metrics_port),
-                              "--interval-ms", "500", "--trace-dir", str(trace_dir)])
-    env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
-    with open(directory / f"agentd-{name}.log", "wb") as log:
-        process = subprocess.Popen(["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', name,
-                                    *command], stdout=subprocess.DEVNULL, stderr=log, env=env)
-    try:
-        deadline = time.monotonic() + 30
-        while healthz_status(name, metrics_port) != 200:
-            assert process.poll() is None and time.monotonic() < deadline, (
-                (directory / f"agentd-{name}.log").read_text(errors="replace"))
-            time.sleep(0.2)
-        yield
-    finally:
-        stop_process(process)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,85 @@
+"""Successive Prometheus views become host events once per change (no Prometheus needed here:
+the views are what fetch_fleet returns; test_prometheus_fleet.py gets them from a real one)."""
+
+from __future__ import annotations
+
+from tuiprof.client.prometheus import NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection
+from tuiprof.model.cluster import ClusterState
+from tuiprof.model.events import HostUnreachable
+from tuiprof.model.summary import HostSummary
+from tuiprof.model.values import Unavailable
+
+SUMMARY = HostSummary(
+    cpu_percent=25.0, memory_percent=50.0, memory_used_bytes=8e9, gpu_count=Unavailable("NVML: no driver"),
+    gpu_util_mean=Unavailable("NVML: no driver"), gpu_util_min=Unavailable("NVML: no driver"),
+    sm_active_mean=Unavailable("NVML: no driver"), sm_active_min=Unavailable("NVML: no driver"),
+    power_watts=Unavailable("NVML: no driver"), gpu_memory_used_bytes=Unavailable("NVML: no driver"),
+    gpu_memory_total_bytes=Unavailable("NVML: no driver"), nccl_busbw_bytes_per_s=Unavailable("no ranks"),
+    step_time_seconds=Unavailable("no ranks"), hang_level="ok",
+)
+
+
+def view(at: float, sampled: dict[str, float], missing: dict[str, str] | None = None) -> FleetView:
+    rows = {node: HostRow(node, node, t, SUMMARY) for node, t in sampled.items()}
+    return FleetView(at, rows, missing or {}, query_seconds=0.01, recorded=False)
+
+
+def kinds(events: list) -> list[tuple[str, str]]:
+    return [(type(e).__name__, e.host) for e in events]
+
+
+def test_a_row_is_sent_once_per_new_snapshot() -> None:
+    events = FleetEvents(lambda node: f"{node}:1779")
+    assert kinds(events.events(view(100, {"n1": 99, "n2": 98}))) == [
+        ("SummaryReceived", "n1:1779"), ("SummaryReceived", "n2:1779")]
+    assert events.events(view(105, {"n1": 99, "n2": 98})) == []  # nothing new scraped
+    assert kinds(events.events(view(110, {"n1": 109, "n2": 98}))) == [("SummaryReceived", "n1:1779")]
+
+
+def test_stale_then_fresh_again() -> None:
+    events = FleetEvents(str, stale_after_s=60)
+    cluster = ClusterState([])
+    for event in events.events(view(100, {"n1": 99})):
+        cluster.apply(event)
+    stale = events.events(view(170, {"n1": 99}))
+    assert len(stale) == 1 and isinstance(stale[0], HostUnreachable)
+    assert stale[0].error == ("stale: its newest snapshot in Prometheus is 71 s old (the agent stopped "
+                              "sampling, or Prometheus stopped scraping it)")
+    cluster.apply(stale[0])
+    assert not cluster.host("n1").reachable and cluster.host("n1").summary == SUMMARY  # last figures kept
+    assert events.events(view(180, {"n1": 99})) == []  # still stale: said once, not every refresh
+    fresh = events.events(view(190, {"n1": 189}))
+    assert kinds(fresh) == [("SummaryReceived", "n1")]
+    cluster.apply(fresh[0])
+    assert cluster.host("n1").reachable and cluster.host("n1").last_contact == 189
+
+
+def test_a_host_that_vanishes_is_reported_with_the_reason() -> None:
+    events = FleetEvents(str)
+    events.events(view(100, {"n1": 99, "n2": 99}))
+    assert events.seen() == ["n1", "n2"]  # fetch_fleet asks why a seen host is missing later
+    gone = events.events(view(110, {"n1": 109}, {"n2": NOT_SCRAPED}))
+    assert kinds(gone) == [("SummaryReceived", "n1"), ("HostUnreachable", "n2")]
+    assert events.events(view(120, {"n1": 109}, {"n2": NOT_SCRAPED})) == []
+    back = events.events(view(130, {"n1": 109, "n2": 129}))
+    assert kinds(back) == [("SummaryReceived", "n2")]
+
+
+def test_prometheus_failing_makes_every_known_host_unknown_once() -> None:
+    events = FleetEvents(str)
+    events.events(view(100, {"n1": 99, "n2": 99}))
+    failed = events.all_unreachable(105, "cannot reach Prometheus at http://p:9090: refused", skip=["n2"])
+    assert kinds(failed) == [("HostUnreachable", "n1")]  # n2 is watched over gRPC meanwhile
+    assert events.all_unreachable(110, "cannot reach Prometheus at http://p:9090: refused") == [
+        HostUnreachable("n2", 110, "cannot reach Prometheus at http://p:9090: refused")]
+    assert kinds(events.events(view(115, {"n1": 114, "n2": 114}))) == [
+        ("SummaryReceived", "n1"), ("SummaryReceived", "n2")]
+
+
+def test_expected_nodes_match_short_and_dotted_hostnames() -> None:
+    selection = HostSelection(expected=("n1", "10.0.0.7"))
+    assert selection.node_of("n1.cluster.example") == "n1"
+    assert selection.node_of("n1") == "n1"
+    assert selection.node_of("10.0.0.7") == "10.0.0.7"
+    assert selection.node_of("10.0.0.8") == "10.0.0.8"  # an address is never shortened to "10"
+    assert selection.matcher() == 'hostname=~"(?:n1|10\\\\.0\\\\.0\\\\.7)(?:[.].*)?"'
