@@ -132,7 +132,7 @@ def test_injection_is_refused_and_the_users_trace_lands_in_their_own_folder(trac
         # and is written into the user's folder.
         result = namespace.run([PYTHON, "-m", "tuiprof.cli", "trace", f"127.0.0.1:{agent.port}", "--duration-ms",
                                 "800", "--pids", str(trainer.pid), "--output", str(user_home),
-                                "--start-delay-ms", START_DELAY_MS, "--json"],
+                                "--start-delay-ms", START_DELAY_MS, "--fetch", "all", "--json"],
                                user=hostile_user, env=namespace.env(hostile_user) | {"HOME": str(user_home)},
                                timeout=120)
     finally:

@@ -71,7 +71,7 @@ def test_ranks_trace_the_same_steps(agent, socket_dir, tmp_path):
             wait_registered(agent, pid)
         asyncio.run(wait_steps(agent, set(pids)))
         result = run_cli("trace", agent.address.target, "--iterations", "3", "--pids", ",".join(map(str, pids)),
-                         "--output", str(tmp_path), "--timeout", "60", "--json")
+                         "--output", str(tmp_path), "--timeout", "60", "--merge", "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     doc = json.loads(result.stdout)
     assert doc["hosts"][0]["message"].startswith("every process starts at iteration ")

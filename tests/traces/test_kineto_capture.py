@@ -33,7 +33,7 @@ def test_duration_trace_has_aten_mm_of_that_pid(agent, single_trainer, tmp_path)
     pid = single_trainer.pid
     before_ms = time.time() * 1000
     result = run_cli("trace", agent.address.target, "--duration-ms", "1000", "--pids", str(pid),
-                     "--output", str(tmp_path), "--start-delay-ms", START_DELAY_MS, "--json")
+                     "--output", str(tmp_path), "--start-delay-ms", START_DELAY_MS, "--merge", "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     doc = json.loads(result.stdout)
     assert doc["all_delivered"] is True
@@ -58,7 +58,7 @@ def test_duration_trace_has_aten_mm_of_that_pid(agent, single_trainer, tmp_path)
 
 def test_iterations_trace_covers_three_optimizer_steps(agent, single_trainer, tmp_path):
     result = run_cli("trace", agent.address.target, "--iterations", "3", "--pids", str(single_trainer.pid),
-                     "--output", str(tmp_path), "--json")
+                     "--output", str(tmp_path), "--fetch", "all", "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     doc = json.loads(result.stdout)
     [target] = doc["hosts"][0]["targets"]
@@ -84,7 +84,7 @@ def test_two_ranks_merge_into_one_timeline_with_linked_collectives(agent, socket
             wait_registered(agent, process.pid)
         pids = ",".join(str(p.pid) for p in processes)
         result = run_cli("trace", agent.address.target, "--duration-ms", "800", "--pids", pids,
-                         "--output", str(tmp_path), "--start-delay-ms", START_DELAY_MS, "--json")
+                         "--output", str(tmp_path), "--start-delay-ms", START_DELAY_MS, "--merge", "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     doc = json.loads(result.stdout)
     targets = doc["hosts"][0]["targets"]

@@ -57,7 +57,7 @@ def workload(standins):  # noqa: F811
 
 def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(agent, workload, tmp_path):
     result = run_cli("trace", agent.address.target, "--kind", "timeline", "--last-events", "1000",
-                     "--pids", str(workload.pid), "--output", str(tmp_path), "--json")
+                     "--pids", str(workload.pid), "--output", str(tmp_path), "--fetch", "all", "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     doc = json.loads(result.stdout)
     [target] = doc["hosts"][0]["targets"]
@@ -108,7 +108,7 @@ def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(age
 def test_duration_dump_holds_only_events_inside_the_window(agent, workload, tmp_path):
     # The workload finished its ops before READY, so a window opened now sees none of them.
     result = run_cli("trace", agent.address.target, "--kind", "timeline", "--duration-ms", "300",
-                     "--pids", str(workload.pid), "--output", str(tmp_path), "--json")
+                     "--pids", str(workload.pid), "--output", str(tmp_path), "--fetch", "all", "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     [target] = json.loads(result.stdout)["hosts"][0]["targets"]
     trace = json.loads(pathlib.Path(target["local"]).read_text())

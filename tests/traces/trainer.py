@@ -1,7 +1,8 @@
 """A small CPU training loop for the trace tests (run as a script, with KINETO_USE_DAEMON set).
 
 --world 2 joins a gloo process group (env RANK, MASTER_ADDR, MASTER_PORT) and
-all-reduces every step, so the ranks' traces share collectives.
+all-reduces every step, so the ranks' traces share collectives. The rank named
+by env TRAINER_SLOW_RANK sleeps 200 ms before each all-reduce: the others wait for it.
 """
 
 import argparse
@@ -31,6 +32,8 @@ while time.monotonic() < deadline:
     loss = model(x).square().mean()
     loss.backward()
     if args.world > 1:
+        if os.environ.get("TRAINER_SLOW_RANK") == os.environ["RANK"]:
+            time.sleep(0.2)
         for p in model.parameters():
             dist.all_reduce(p.grad)
     optimizer.step()

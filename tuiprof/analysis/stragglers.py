@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tuiprof.analysis.trace_summary import TraceSummary
+
 
 @dataclass(frozen=True, slots=True)
 class OpSample:
@@ -63,3 +65,52 @@ def judge(
             verdicts.append(Verdict(sample, median, len(members), far))
     verdicts.sort(key=lambda v: (not v.straggler, -v.ratio))
     return verdicts
+
+
+@dataclass(frozen=True)
+class TraceStraggler:
+    """A rank a trace summary points at, and why (or the typical rank to compare it with)."""
+
+    rank: int | None
+    host: str
+    file: str
+    why: str
+
+
+def trace_stragglers(summary: TraceSummary) -> list[TraceStraggler]:
+    """The ranks worth a closer look in a capture, and one typical rank to compare them with.
+
+    Stragglers: the rank the others waited for longest, summed over the
+    collectives with the largest start skew (each one's last rank to start kept
+    the others waiting that long), and any rank whose GPU compute time ``judge``
+    finds far above the median. The typical rank is the one least often last
+    whose compute is closest to the median. Nothing when the summary points at
+    no one.
+    """
+    ranks = {rank.rank: rank for rank in summary.ranks}
+    picked: dict[int | None, str] = {}
+    waited: dict[int | None, float] = {}
+    for skew in summary.worst_collectives:
+        waited[skew.last_rank] = waited.get(skew.last_rank, 0.0) + skew.skew_us
+    if waited and len(ranks) > 1:
+        rank, total_us = max(waited.items(), key=lambda item: item[1])
+        if rank in ranks:
+            picked[rank] = (f"the others waited {total_us / 1000:.1f} ms for it in the {len(summary.worst_collectives)} "
+                            f"collectives with the largest start skew (last to start "
+                            f"{summary.last_starts.get(str(rank), 0)} of {summary.collectives_compared} compared)")
+    samples = [OpSample(r.host, "", str(r.rank), "trace", "GPU compute", r.compute_us / 1e6)
+               for r in summary.ranks if r.compute_us is not None]
+    for verdict in judge(samples):
+        if verdict.straggler:
+            rank = int(verdict.sample.rank) if verdict.sample.rank != "None" else None
+            note = f"GPU compute {verdict.ratio:.2f}× the median rank's"
+            picked[rank] = f"{picked[rank]}; {note}" if rank in picked else note
+    if not picked:
+        return []
+    others = [r for r in summary.ranks if r.rank not in picked]
+    typical = min(others, key=lambda r: (summary.last_starts.get(str(r.rank), 0), abs(r.compute_vs_median_percent or 0),
+                                         r.rank or 0), default=None)
+    chosen = [TraceStraggler(rank, ranks[rank].host, ranks[rank].file, why) for rank, why in picked.items()]
+    if typical is not None:
+        chosen.append(TraceStraggler(typical.rank, typical.host, typical.file, "a typical rank to compare with"))
+    return chosen

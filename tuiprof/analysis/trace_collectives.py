@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+
+from agentd.traces.analysis.extract import CollectiveCall
 
 MAX_SHIFT = 3
 # Room (µs, shared wall clock) for the clock offset between NTP-synced hosts when calls
@@ -33,18 +34,7 @@ CLOCK_SLACK_US = 1000.0
 _SHIFTS = sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=abs)
 
 Key = tuple[str, str, str]  # group, op, occurrence
-
-
-@dataclass(frozen=True)
-class CollectiveCall:
-    group: str
-    name: str
-    seq: int | None  # the real sequence number, when the trace has one
-    ts: float  # start, µs on the shared base
-    end: float
-    pid: int | str
-    tid: int | str
-    on_gpu: bool  # a GPU kernel (NCCL): waits inside itself for the last rank
+__all__ = ["CLOCK_SLACK_US", "CollectiveCall", "Key", "best_shift", "match_calls"]
 
 
 def best_shift(ends: list[float], reference: list[float]) -> int:

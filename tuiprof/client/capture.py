@@ -1,10 +1,16 @@
-"""A cluster-wide capture: one start time for every agent, progress per host, every file fetched.
+"""A cluster-wide capture: one start time for every agent, progress per host, files fetched when asked.
 
 Shared by ``tuiprof trace`` and the console's traces screen: both call
-``capture_cluster`` with their connection options and a progress callback and
-get the fetched files back (the progress types are ``tuiprof.model.capture``).
-Each host is independent: one that cannot be reached, or whose ranks fail,
-does not stop the others; its error is kept for the summary and exit status.
+``capture_cluster`` with their connection options and a progress callback
+(the progress types are ``tuiprof.model.capture``). Each agent summarises its
+ranks' files itself and its last reply carries the summaries
+(``TraceTarget.summary``), so the files can stay on the nodes; given an
+``output`` folder every file is fetched into it as it is written, and
+``fetch_files`` fetches any subset later. Fetches stream in parallel,
+``FETCH_CONCURRENCY`` files at a time, each chunk written to disk as it
+arrives. Each host is independent: one that cannot be reached, or whose ranks
+fail, does not stop the others; its error is kept for the summary and exit
+status.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import asyncio
 import os
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -28,6 +34,9 @@ from tuiprof.model.capture import ClusterCapture, FetchedFile, HostProgress
 from tuiprof.model.messages import TraceTarget
 
 KINDS = {"kineto": pb.CaptureTraceRequest.KINETO, "timeline": pb.CaptureTraceRequest.TIMELINE}
+SUMMARY_STEPS = {"all": pb.CaptureTraceRequest.ALL_STEPS, "complete": pb.CaptureTraceRequest.COMPLETE_STEPS}
+# Files streamed at once by fetch_files: each holds about one 1 MiB chunk (plus gRPC's window) in memory.
+FETCH_CONCURRENCY = 16
 # libkineto polls every 5 s by default and then warms up; every host gets the same
 # start time this far ahead so all of them can take it.
 DEFAULT_START_DELAY_MS = 8000
@@ -51,6 +60,7 @@ class CaptureSpec:
     with_stack: bool = False
     with_flops: bool = False
     with_modules: bool = False
+    steps: str = "all"  # what the agents' summaries count (``--steps``)
     start_delay_ms: int = DEFAULT_START_DELAY_MS
     # Give up on files not written this long after the start (traced span included).
     timeout_s: float = 120.0
@@ -62,6 +72,7 @@ class CaptureSpec:
             options=pb.TraceOptions(record_shapes=self.record_shapes, profile_memory=self.profile_memory,
                                     with_stack=self.with_stack, with_flops=self.with_flops,
                                     with_modules=self.with_modules),
+            summary_steps=SUMMARY_STEPS[self.steps],
         )
         if self.iterations is not None:
             request.iterations = self.iterations
@@ -76,10 +87,11 @@ class CaptureSpec:
 ProgressCallback = Callable[[HostProgress], None]
 
 
-async def capture_cluster(addresses: list[AgentAddress], spec: CaptureSpec, output: pathlib.Path,
+async def capture_cluster(addresses: list[AgentAddress], spec: CaptureSpec, output: pathlib.Path | None,
                           options: ConnectionOptions,
                           on_progress: ProgressCallback = lambda progress: None) -> ClusterCapture:
-    """Start the same capture on every agent, follow it, and fetch each finished file into ``output/<host>/``."""
+    """Start the same capture on every agent and follow it until each agent has summarised its files;
+    with ``output``, also fetch each finished file into ``output/<host>/``."""
     start_ms = int(time.time() * 1000) + spec.start_delay_ms if spec.iterations is None else 0
     hosts = [HostProgress(str(a)) for a in addresses]
     await asyncio.gather(*(_capture_host(a, h, spec, start_ms, output, options, on_progress)
@@ -88,7 +100,7 @@ async def capture_cluster(addresses: list[AgentAddress], spec: CaptureSpec, outp
 
 
 async def _capture_host(address: AgentAddress, progress: HostProgress, spec: CaptureSpec, start_ms: int,
-                        output: pathlib.Path, options: ConnectionOptions,
+                        output: pathlib.Path | None, options: ConnectionOptions,
                         on_progress: ProgressCallback) -> None:
     give_up = time.monotonic() + spec.start_delay_ms / 1000 + spec.timeout_s
     try:
@@ -99,10 +111,11 @@ async def _capture_host(address: AgentAddress, progress: HostProgress, spec: Cap
             fetched: set[str] = set()
             while True:
                 progress.targets = [convert.from_proto(TraceTarget, t) for t in reply.targets]
-                for target in progress.targets:
-                    if target.state == "written" and target.file not in fetched:
-                        fetched.add(target.file)
-                        progress.files.append(await _fetch(stub, progress.host, target, output))
+                if output is not None:
+                    for target in progress.targets:
+                        if target.state == "written" and target.file not in fetched:
+                            fetched.add(target.file)
+                            progress.files.append(await _fetch(stub, progress.host, target, output))
                 on_progress(progress)
                 if reply.done:
                     break
@@ -126,11 +139,50 @@ async def _fetch(stub: pb_grpc.AgentStub, host: str, target: TraceTarget, output
     directory.mkdir(parents=True, exist_ok=True)
     local = directory / pathlib.PurePosixPath(target.file).name
     partial = local.with_name(local.name + ".part")
-    with open(partial, "wb") as out:
-        async for chunk in stub.FetchFile(pb.FetchFileRequest(path=target.file), timeout=RPC_TIMEOUT_SECONDS * 6):
-            out.write(chunk.data)
+    try:
+        with open(partial, "wb") as out:
+            async for chunk in stub.FetchFile(pb.FetchFileRequest(path=target.file), timeout=RPC_TIMEOUT_SECONDS * 6):
+                out.write(chunk.data)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, local)
     return FetchedFile(host, target.pid, target.rank_number, target.file, local)
+
+
+async def fetch_files(addresses: Iterable[AgentAddress], capture: ClusterCapture,
+                      wanted: Callable[[HostProgress, TraceTarget], bool], output: pathlib.Path,
+                      options: ConnectionOptions, concurrency: int = FETCH_CONCURRENCY) -> list[str]:
+    """Fetch every written file ``wanted`` picks (and not fetched yet) into ``output/<host>/``, at most
+    ``concurrency`` at a time; each lands in its host's ``files``. Returns one line per file that failed."""
+    by_host = {str(address): address for address in addresses}
+    gate = asyncio.Semaphore(concurrency)
+    jobs = []
+    for host in capture.hosts:
+        have = {f.remote for f in host.files}
+        picked = [t for t in host.targets if t.state == "written" and t.file not in have and wanted(host, t)]
+        if picked:
+            jobs.append(_fetch_host(by_host[host.host], host, picked, output, options, gate))
+    return [error for errors in await asyncio.gather(*jobs) for error in errors]
+
+
+async def _fetch_host(address: AgentAddress, host: HostProgress, targets: list[TraceTarget], output: pathlib.Path,
+                      options: ConnectionOptions, gate: asyncio.Semaphore) -> list[str]:
+    errors: list[str] = []
+    async with options.open(address) as channel:
+        stub = pb_grpc.AgentStub(channel)
+
+        async def one(target: TraceTarget) -> None:
+            async with gate:
+                try:
+                    host.files.append(await _fetch(stub, host.host, target, output))
+                except grpc.aio.AioRpcError as exc:
+                    errors.append(f"{host.host}:{target.file}: {describe_rpc_error(exc, RPC_TIMEOUT_SECONDS * 6)}")
+                except OSError as exc:
+                    errors.append(f"{host.host}:{target.file}: cannot write the fetched file: {exc}")
+
+        await asyncio.gather(*(one(target) for target in targets))
+    return errors
 
 
 def _safe_name(host: str) -> str:

@@ -1,10 +1,16 @@
-"""``tuiprof trace``: one synchronized capture across hosts, one merged timeline, one summary.
+"""``tuiprof trace``: one synchronized capture across hosts, summarised where the traces are.
 
-Every agent gets the same start time; each fetches its ranks' files into
-``--output/<host>/``; the command then writes ``--output/merged.trace.json.gz``
-(open it in ui.perfetto.dev) and prints where the time went. Exit status 0
-when every matched rank delivered its file, 1 when some did not (or nothing
-matched), 2 on bad arguments.
+Every agent gets the same start time, summarises its own ranks' files when
+they are written and sends the summaries back; the command reduces them into
+one summary (where the time went, collectives across ranks, stragglers) and
+lists each file with its host and path: the files stay on the nodes.
+``--fetch stragglers`` fetches only the ranks the straggler analysis points
+at, ``--fetch all`` every file, into ``--output/<host>/``; ``--merge`` fetches
+every file and writes ``--output/merged.trace.json.gz`` (open it in
+ui.perfetto.dev). With no host (an embedded agent for this command) every
+file is fetched. Exit status 0 when every matched rank wrote its file (and
+each file asked for was fetched), 1 when some did not (or nothing matched),
+2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -16,15 +22,18 @@ import pathlib
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from agentd.address import AgentAddress
 from agentd.token import TokenFileError
+from tuiprof.analysis.stragglers import TraceStraggler, trace_stragglers
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
+from tuiprof.analysis.trace_reduce import ReducedSummary, reduce_summaries, remote_ranks
 from tuiprof.analysis.trace_summary import STEP_MODES, render_text, summary_json
-from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
+from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import LocalAgentError, local_agent
 from tuiprof.client.targets import add_target_arguments, addresses, connection
@@ -51,6 +60,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--job-id", default="", metavar="ID", help="only processes of this SLURM job id")
     parser.add_argument("--output", type=pathlib.Path, metavar="DIR",
                         help="where to put fetched files and the merged trace (default ./tuiprof-trace-<time>)")
+    parser.add_argument("--fetch", choices=FETCH_CHOICES, metavar="{none,stragglers,all}",
+                        help="which files to fetch into --output: none (default: they stay on their nodes, listed "
+                             "with host and path), stragglers (the ranks the straggler analysis points at, and a "
+                             "typical rank to compare with) or all (the default with no host: the embedded agent's "
+                             "files go when the command ends)")
+    parser.add_argument("--merge", action="store_true",
+                        help="fetch every file and write --output/merged.trace.json.gz (for ui.perfetto.dev)")
     parser.add_argument("--record-shapes", action="store_true", help="record operator input shapes")
     parser.add_argument("--with-stack", action="store_true", help="record Python stacks")
     parser.add_argument("--profile-memory", action="store_true", help="record memory allocations")
@@ -64,6 +80,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_steps_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     parser.set_defaults(func=run)
+
+
+FETCH_CHOICES = ("none", "stragglers", "all")
 
 
 def add_steps_argument(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +119,7 @@ def spec_from_args(args: argparse.Namespace) -> CaptureSpec:
                        last_events=args.last_events, pids=args.pids, ranks=args.ranks, job_id=args.job_id,
                        record_shapes=args.record_shapes, profile_memory=args.profile_memory,
                        with_stack=args.with_stack, with_flops=args.with_flops, with_modules=args.with_modules,
+                       steps=args.steps,
                        start_delay_ms=args.start_delay_ms if args.kind == "kineto" else 0, timeout_s=args.timeout)
 
 
@@ -111,6 +131,26 @@ def _host_json(host: HostProgress) -> dict:
                      "local": next((str(f.local) for f in host.files if f.remote == t.file), None)}
                     for t in host.targets],
     }
+
+
+@dataclass
+class TraceRun:
+    """What the command did: the capture, the agents' summaries reduced, and what it fetched."""
+
+    capture: ClusterCapture
+    reduced: ReducedSummary
+    stragglers: list[TraceStraggler]
+    fetch: str  # none, stragglers or all
+    fetch_errors: list[str] = field(default_factory=list)
+    seconds: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def delivered(self) -> bool:
+        """Every matched rank wrote its file, and every file asked for is here."""
+        capture = self.capture
+        written = capture.matched > 0 and not any(h.error for h in capture.hosts) and all(
+            t.state == "written" for h in capture.hosts for t in h.targets)
+        return written and not self.fetch_errors
 
 
 def merged_json(merged: MergeResult) -> dict:
@@ -127,21 +167,40 @@ def _describe(host: HostProgress) -> str:
     return host.states_text()
 
 
-async def _capture_with_progress(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path,
-                                 console: Console) -> ClusterCapture:
+async def _trace(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path, console: Console) -> TraceRun:
     targets = addresses(args)
     options = connection(args)
+    fetch = "all" if args.merge else args.fetch
     if targets:
-        return await _capture_hosts(args, targets, spec, output, options, console)
-    # The embedded agent lives only for this command and its files are fetched into
-    # --output, so it writes them into a folder removed when the command ends.
+        return await _trace_hosts(args, targets, spec, output, options, console, fetch or "none")
+    # The embedded agent lives only for this command: it writes into a folder removed
+    # when the command ends, so its files are fetched into --output before that.
     with tempfile.TemporaryDirectory(prefix="tuiprof-trace-agent-") as agent_dir:
         async with local_agent(trace_dir=pathlib.Path(agent_dir)) as address:
-            return await _capture_hosts(args, [address], spec, output, options, console)
+            return await _trace_hosts(args, [address], spec, output, options, console, fetch or "all")
+
+
+async def _trace_hosts(args: argparse.Namespace, targets: list[AgentAddress], spec: CaptureSpec, output: pathlib.Path,
+                       options: ConnectionOptions, console: Console, fetch: str) -> TraceRun:
+    """Capture, reduce the agents' summaries, and fetch the files ``fetch`` names."""
+    started = time.monotonic()
+    capture = await _capture_hosts(args, targets, spec, options, console)
+    captured = time.monotonic()
+    reduced = reduce_summaries(remote_ranks(capture))
+    run = TraceRun(capture, reduced, trace_stragglers(reduced.summary), fetch)
+    reduce_done = time.monotonic()
+    if fetch != "none":
+        chosen = {(s.host, s.file) for s in run.stragglers}
+        run.fetch_errors = await fetch_files(
+            targets, capture, lambda host, target: fetch == "all" or (host.host, f"{host.host}:{target.file}") in chosen,
+            output, options)
+    run.seconds = {"capture_and_summaries": round(captured - started, 3), "reduce": round(reduce_done - captured, 3),
+                   "fetch": round(time.monotonic() - reduce_done, 3) if fetch != "none" else None, "merge": None}
+    return run
 
 
 async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], spec: CaptureSpec,
-                         output: pathlib.Path, options: ConnectionOptions, console: Console) -> ClusterCapture:
+                         options: ConnectionOptions, console: Console) -> ClusterCapture:
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), console=console, disable=args.json) as progress:
         tasks: dict[str, TaskID] = {str(a): progress.add_task(str(a), total=None, status="starting") for a in targets}
@@ -151,7 +210,7 @@ async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], 
             progress.update(tasks[host.host], total=total, completed=host.finished_targets,
                             status=_describe(host))
 
-        return await capture_cluster(targets, spec, output, options, update)
+        return await capture_cluster(targets, spec, None, options, update)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,19 +220,49 @@ def run(args: argparse.Namespace) -> int:
         output = args.output or pathlib.Path(f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}")
         if output.exists() and not output.is_dir():
             raise ValueError(f"--output {output} exists and is not a directory")
-        started = time.monotonic()
-        capture = asyncio.run(_capture_with_progress(args, spec, output, console))
-        fetched = time.monotonic()
+        if args.merge and args.fetch not in (None, "all"):
+            raise ValueError(f"--merge fetches every file; it does not go with --fetch {args.fetch}")
+        run_ = asyncio.run(_trace(args, spec, output, console))
     except (ValueError, TokenFileError, LocalAgentError) as exc:  # ValueError includes TargetError
         print(f"tuiprof trace: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"tuiprof trace: cannot use --output {args.output}: {exc.strerror}", file=sys.stderr)
         return 2
-    document: dict = {"start_time_unix_ms": capture.start_time_unix_ms, "output": str(output),
-                      "hosts": [_host_json(h) for h in capture.hosts], "merged": None, "summary": None,
-                      "all_delivered": capture.all_delivered,
-                      "seconds": {"capture_and_fetch": round(fetched - started, 3), "merge_and_summary": None}}
+    capture = run_.capture
+    merged: MergeResult | None = None
+    if args.merge and capture.files:
+        merging = time.monotonic()
+        try:
+            merged, _ = merge_capture(capture, output, args.steps)
+        except TraceFormatError as exc:
+            print(f"tuiprof trace: {exc}", file=sys.stderr)
+            return 1
+        run_.seconds["merge"] = round(time.monotonic() - merging, 3)
+    document = _document(run_, output, merged)
+    if args.json:
+        json.dump(document, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("\n".join(_text(run_, output, merged)) + "\n")
+    return 0 if run_.delivered else 1
+
+
+def _document(run: TraceRun, output: pathlib.Path, merged: MergeResult | None) -> dict:
+    capture, reduced = run.capture, run.reduced
+    return {"start_time_unix_ms": capture.start_time_unix_ms, "output": str(output) if capture.files else None,
+            "hosts": [_host_json(h) for h in capture.hosts],
+            "summary": summary_json(reduced.summary) if reduced.summary.ranks else None,
+            "without_summary": [{"host": r.host, "file": r.file, "rank": r.rank, "reason": why}
+                                for r, why in reduced.missing],
+            "stragglers": [{"rank": s.rank, "host": s.host, "file": s.file, "why": s.why} for s in run.stragglers],
+            "fetch": run.fetch, "fetch_errors": run.fetch_errors,
+            "merged": merged_json(merged) if merged is not None else None,
+            "all_delivered": run.delivered, "seconds": run.seconds}
+
+
+def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None) -> list[str]:
+    capture, reduced = run.capture, run.reduced
     text = []
     if capture.matched == 0 and not any(h.error for h in capture.hosts):
         text.append("no processes matched on any host:")
@@ -184,20 +273,23 @@ def run(args: argparse.Namespace) -> int:
                 text.append(f"{host.host} {target.label}: {target.state}: {target.reason}")
         if host.error:
             text.append(f"{host.host}: {host.error}")
-    if capture.files:
-        try:
-            merged, summary = merge_capture(capture, output, args.steps)
-        except TraceFormatError as exc:
-            print(f"tuiprof trace: {exc}", file=sys.stderr)
-            return 1
-        document["merged"] = merged_json(merged)
-        document["summary"] = summary_json(summary)
-        document["seconds"]["merge_and_summary"] = round(time.monotonic() - fetched, 3)
-        text.append(render_text(summary))
+    if reduced.summary.ranks:
+        text.append(render_text(reduced.summary).rstrip("\n"))
+    text += [f"no summary of {r.where}: {why}" for r, why in reduced.missing]
+    if run.stragglers:
+        text.append("stragglers:")
+        text += [f"  rank {s.rank} on {s.host}: {s.why}" for s in run.stragglers]
+    text += [f"cannot fetch {error}" for error in run.fetch_errors]
+    fetched = {(f.host, f.remote): f.local for f in capture.files}
+    written = [(h.host, t) for h in capture.hosts for t in h.targets if t.state == "written"]
+    if written:
+        text.append("trace files" + (f" (fetched into {output})" if fetched else
+                                     " (on their nodes: --fetch stragglers|all or --merge to fetch)") + ":")
+        text += [f"  {target.label}: {host}:{target.file}" + (f" -> {fetched[(host, target.file)]}"
+                                                                if (host, target.file) in fetched else "")
+                 for host, target in written]
+    if run.fetch == "stragglers" and fetched:
+        text.append(f"analyse them: tuiprof analyze {' '.join(str(p) for p in fetched.values())}")
+    if merged is not None:
         text.append(f"merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)")
-    if args.json:
-        json.dump(document, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write("\n".join(text) + "\n")
-    return 0 if capture.all_delivered else 1
+    return text

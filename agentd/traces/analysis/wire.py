@@ -45,12 +45,18 @@ def _timings(group: str, name: str, calls: list[CollectiveCall]) -> pb.Collectiv
 class Timings(Protocol):
     """The fields of ``CollectiveTimings`` read here (the proto message or the console's model of it)."""
 
-    group: str
-    op: str
-    on_gpu: bool
-    seq: Iterable[int]
-    start_us: Iterable[float]
-    end_us: Iterable[float]
+    @property
+    def group(self) -> str: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def on_gpu(self) -> bool: ...
+    @property
+    def seq(self) -> Iterable[int]: ...
+    @property
+    def start_us(self) -> Iterable[float]: ...
+    @property
+    def end_us(self) -> Iterable[float]: ...
 
 
 def from_wire(result_json: str, timings: Iterable[Timings], shift_us: float

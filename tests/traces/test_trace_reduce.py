@@ -1,0 +1,114 @@
+"""The console's reduce of agent summaries against the merge of the same files, and the straggler picks.
+
+The agent-side summariser (``agentd.traces.analysis.summarise``) runs here on real trace files in a real trace
+dir, as each node's agent does; the reduce gets only what the wire carries (``RankTraceSummary``) and must give
+the figures the merge of the files gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shutil
+
+import pytest
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.traces.analysis.summarise import summarise_file
+from agentd.traces.paths import TraceDir
+from tuiprof.analysis.stragglers import trace_stragglers
+from tuiprof.analysis.trace_merge import TraceInput, merge_traces
+from tuiprof.analysis.trace_reduce import NO_SUMMARY, RemoteRank, reduce_summaries
+from tuiprof.analysis.trace_summary import CollectiveSkew, RankSummary, TraceSummary, summarize, summary_json
+from tuiprof.model import convert
+from tuiprof.model.messages import RankTraceSummary
+
+from traces.test_trace_analysis import BASE0, BASE1, RANK0, RANK1, write_trace
+
+CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
+
+
+@pytest.fixture
+def trace_dir(tmp_path) -> TraceDir:
+    (tmp_path / "traces").mkdir()
+    directory = TraceDir(tmp_path / "traces")
+    directory.prepare()
+    return directory
+
+
+def on_node(trace_dir: TraceDir, source: pathlib.Path, host: str, rank: int | None) -> RemoteRank:
+    """``source`` written into the trace dir and summarised there, as the agent on ``host`` does."""
+    folder = trace_dir.user_folder(0)
+    name = f"{host}-{source.name}"
+    shutil.copy(source, trace_dir.path / folder / name)
+    summary = summarise_file(trace_dir, f"{folder}/{name}", host, 4242, rank)
+    return RemoteRank(host, 4242, rank, f"{folder}/{name}", convert.from_proto(RankTraceSummary, summary))
+
+
+def comparable(summary: TraceSummary) -> dict:
+    document = summary_json(summary)
+    for rank in document["ranks"]:
+        rank.pop("file")
+    return document
+
+
+def test_reduced_summaries_equal_the_merge_of_the_files(trace_dir, tmp_path):
+    # Rank 1's clock base is 2 µs after rank 0's: the reduce must line the ranks up as the merge does.
+    zero = write_trace(tmp_path / "r0.json", BASE0, RANK0, rank=0)
+    one = write_trace(tmp_path / "r1.json.gz", BASE1, RANK1, rank=1, gz=True)
+    ranks = [on_node(trace_dir, one, "host-b", None), on_node(trace_dir, zero, "host-a", 0)]
+    reduced = reduce_summaries(ranks)
+    merged = merge_traces([TraceInput(one, "host-b", None, 4242), TraceInput(zero, "host-a", 0, 4242)],
+                          tmp_path / "m.json.gz", workers=1)
+    assert reduced.missing == []
+    assert comparable(reduced.summary) == comparable(summarize(merged.ranks))
+    assert reduced.summary.collectives_compared == 2  # both all-reduces keyed across the two hosts
+    assert [r.file for r in reduced.summary.ranks] == [f"host-a:{ranks[1].file}", f"host-b:{ranks[0].file}"]
+
+
+def test_reduced_corpus_pair_equals_the_merge(trace_dir, tmp_path):
+    names = ["hta_nccl_rank0.json.gz", "hta_nccl_rank1.json.gz"]
+    ranks = [on_node(trace_dir, CORPUS / name, f"node{i}", None) for i, name in enumerate(names)]
+    merged = merge_traces([TraceInput(CORPUS / name, f"node{i}", None, 4242) for i, name in enumerate(names)],
+                          tmp_path / "m.json.gz", workers=1)
+    reduced = reduce_summaries(ranks)
+    expected = summarize(merged.ranks)
+    assert comparable(reduced.summary) == comparable(expected)
+    assert expected.collectives_compared > 0
+
+
+def test_ranks_without_a_summary_are_listed_with_the_reason(trace_dir, tmp_path):
+    (tmp_path / "notes.json").write_text('{"hello": 1}')
+    bad = on_node(trace_dir, tmp_path / "notes.json", "host-a", 0)
+    # What a reply carries for a file the caller may not fetch: no summary at all.
+    hidden = dataclasses.replace(bad, summary=convert.from_proto(RankTraceSummary, pb.RankTraceSummary()), rank=1)
+    reduced = reduce_summaries([bad, hidden])
+    assert reduced.summary.ranks == []
+    [(first, why_bad), (second, why_hidden)] = reduced.missing
+    assert first is bad and why_bad.startswith("not a Kineto/Chrome trace")
+    assert second is hidden and why_hidden == NO_SUMMARY
+
+
+def rank(number: int, compute_us: float | None = None) -> RankSummary:
+    return RankSummary(number, f"host{number}", 100 + number, f"host{number}:trace.json", 10, 1,
+                       compute_us=compute_us)
+
+
+def test_stragglers_the_rank_others_waited_for_and_a_typical_one():
+    skews = [CollectiveSkew("allreduce", "0", str(i), 4, 30_000.0, 2) for i in range(3)] + \
+            [CollectiveSkew("allreduce", "0", str(i), 4, 500.0, 0) for i in range(3, 9)]
+    summary = TraceSummary([rank(0), rank(1), rank(2), rank(3)], 9, skews, {"0": 6, "2": 3}, [], "by order")
+    [straggler, typical] = trace_stragglers(summary)
+    assert straggler.rank == 2 and straggler.why.startswith("the others waited 90.0 ms for it")
+    assert typical.rank == 1 and typical.why == "a typical rank to compare with" and typical.host == "host1"
+
+
+def test_stragglers_by_compute_and_none_when_nothing_stands_out():
+    ranks = [rank(i, 1000.0) for i in range(7)] + [rank(7, 2500.0)]
+    summary = summarize_like(ranks)
+    picks = trace_stragglers(summary)
+    assert [p.rank for p in picks][0] == 7 and picks[0].why == "GPU compute 2.50× the median rank's"
+    assert trace_stragglers(summarize_like([rank(i, 1000.0) for i in range(8)])) == []
+
+
+def summarize_like(ranks: list[RankSummary]) -> TraceSummary:
+    return TraceSummary(ranks, 0, [], {}, [], "")
