@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rich.text import Text
+from textual.visual import VisualType
+from textual.widgets import Static
 
 from tuiprof.model import units
 from tuiprof.model.values import Reading, Unavailable
@@ -45,3 +47,13 @@ def reasons(named: dict[str, Reading]) -> list[str]:
         if isinstance(value, Unavailable):
             grouped.setdefault(value.reason, []).append(name)
     return [f"{', '.join(names)}: n/a ({reason})" for reason, names in grouped.items()]
+
+
+def set_content(widget: Static, content: VisualType) -> None:
+    """Show ``content`` in ``widget``, redrawing nothing when it is what the widget shows.
+
+    ``Static.update`` always repaints (and re-lays out) the widget; a screen redrawn
+    every second with the same line would send it to the terminal every second.
+    """
+    if widget.content != content:
+        widget.update(content)

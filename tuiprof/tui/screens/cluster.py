@@ -19,7 +19,7 @@ from tuiprof.model.settings import Settings
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.host_grid import GridColumn, HostGrid
-from tuiprof.tui.text import pair, reading, reasons, sparkline
+from tuiprof.tui.text import pair, reading, reasons, set_content, sparkline
 from tuiprof.tui.screens.base import ConsoleScreen
 
 TREND_WIDTH = 12
@@ -237,7 +237,7 @@ class ClusterScreen(ConsoleScreen):
         widget.display = banner is not None
         if banner is not None:
             widget.set_classes(f"hang-{banner.level}")
-            widget.update(banner.text)
+            set_content(widget, banner.text)
 
     def _flags(self, state: HostState, worst: HostState | None, shared: set[str]) -> Flags:
         since = self.cluster.since_contact(state)
@@ -293,7 +293,7 @@ class ClusterScreen(ConsoleScreen):
         text = self.detail_text()
         if text != self._detail:  # new text means a new layout pass: only when it changed
             self._detail = text
-            self.query_one("#detail", Static).update(text)
+            set_content(self.query_one("#detail", Static), text)
 
     def detail_text(self) -> str:
         address = self.selected_address()

@@ -18,7 +18,7 @@ from tuiprof.model.messages import GpuStats, HostSnapshot, PmuStats, RankStats
 from tuiprof.model.values import Reading, Unavailable
 from tuiprof.tui.plots import MAX_LINES, WINDOW_NAMES, HistoryPlot, Line, busiest
 from tuiprof.tui.tables import FittedTable, TableColumn
-from tuiprof.tui.text import pair, reading, reasons
+from tuiprof.tui.text import pair, reading, reasons, set_content
 from tuiprof.tui.screens.base import ConsoleScreen
 
 TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
@@ -358,19 +358,30 @@ class HostScreen(ConsoleScreen):
     def refresh_data(self) -> None:
         state = self.cluster.host(self.address)
         self.sub_title = state.name
-        self.query_one("#host-summary", Static).update(self.summary_text(state))
-        snapshot = state.snapshot
-        if snapshot is not None:
-            self._fill("gpus", gpu_rows(snapshot), snapshot.missing("gpu"), "no GPUs")
-            self._fill("cpu", core_rows(snapshot), snapshot.missing("host"), "no CPU readings")
-            self._fill("io", io_rows(snapshot), snapshot.missing("host"), "no NICs or disks")
-            self._fill("ranks", rank_rows(snapshot), snapshot.missing("ranks"),
-                       "no training processes (start them with `tuiprof run -- CMD`)")
-            self._fill("pmu", pmu_rows(snapshot.pmu), snapshot.missing("pmu"), "no PMU readings")
-            self._fill_rank_ops(snapshot)
-            self._fill_gpu_processes(snapshot)
+        set_content(self.query_one("#host-summary", Static), self.summary_text(state))
+        self._fill_tab()
         self._fill_history()
         self.update_detail()
+
+    def _fill_tab(self) -> None:
+        """The tables of the tab on screen (the others are filled when they are shown)."""
+        snapshot = self.cluster.host(self.address).snapshot
+        if snapshot is None:
+            return
+        tab = self.active_tab()
+        if tab == "gpus":
+            self._fill("gpus", gpu_rows(snapshot), snapshot.missing("gpu"), "no GPUs")
+            self._fill_gpu_processes(snapshot)
+        elif tab == "cpu":
+            self._fill("cpu", core_rows(snapshot), snapshot.missing("host"), "no CPU readings")
+        elif tab == "io":
+            self._fill("io", io_rows(snapshot), snapshot.missing("host"), "no NICs or disks")
+        elif tab == "ranks":
+            self._fill("ranks", rank_rows(snapshot), snapshot.missing("ranks"),
+                       "no training processes (start them with `tuiprof run -- CMD`)")
+            self._fill_rank_ops(snapshot)
+        elif tab == "pmu":
+            self._fill("pmu", pmu_rows(snapshot.pmu), snapshot.missing("pmu"), "no PMU readings")
 
     def summary_text(self, state: HostState) -> str:
         since = self.cluster.since_contact(state)
@@ -408,11 +419,11 @@ class HostScreen(ConsoleScreen):
         rank = self._highlighted_rank(snapshot)
         title = self.query_one("#rank-ops-title", Label)
         if rank is None:
-            title.update("")
+            set_content(title, "")
             table.show_rows({})
             return
         job = f", job {rank.job_id}" if rank.job_id else ""
-        title.update(f"GEMM and NCCL ops of {rank.label} (pid {rank.pid}{job})")
+        set_content(title, f"GEMM and NCCL ops of {rank.label} (pid {rank.pid}{job})")
         empty = telemetry_off(rank) or "no ops recorded yet"
         rows = op_rows(rank) or [("none", [Text(empty, style="dim italic")]
                                   + [""] * (len(OP_COLUMNS) - 1), {})]
@@ -428,7 +439,7 @@ class HostScreen(ConsoleScreen):
         gpu = snapshot.gpus[cursor]
         rows = gpu_process_rows(gpu, snapshot.ranks)
         notes = process_notes(rows)
-        title.update(f"Processes on GPU {gpu.index}" + (f" · {notes}" if notes else ""))
+        set_content(title, f"Processes on GPU {gpu.index}" + (f" · {notes}" if notes else ""))
         rows = rows or [
             ("none", [Text("no compute processes", style="dim italic")] + [""] * (len(PROCESS_COLUMNS) - 1), {})]
         table.show_rows({key: cells for key, cells, _ in rows})
@@ -465,7 +476,7 @@ class HostScreen(ConsoleScreen):
                 key, _, readings = rows[table.cursor_row]
                 lines = self._rank_notes() if tab == "ranks" else []
                 text = "\n".join(f"{key}: {line}" for line in (lines + reasons(readings))[:DETAIL_LINES])
-        self.query_one("#host-detail", Static).update(text)
+        set_content(self.query_one("#host-detail", Static), text)
 
     def _highlighted_rank(self, snapshot: HostSnapshot) -> RankStats | None:
         """The rank process of the highlighted row, found by its row key (not its position)."""
@@ -490,6 +501,7 @@ class HostScreen(ConsoleScreen):
         self.update_detail()
 
     def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        self._fill_tab()
         self._fill_history()
         self.update_detail()
 

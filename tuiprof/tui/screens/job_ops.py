@@ -11,7 +11,7 @@ from tuiprof.analysis.job_ops import Extreme, OpRow, job_ops
 from tuiprof.model import units
 from tuiprof.tui.tables import FittedTable, TableColumn
 from tuiprof.model.values import Unavailable
-from tuiprof.tui.text import reading, reasons
+from tuiprof.tui.text import reading, reasons, set_content
 from tuiprof.tui.screens.base import ConsoleScreen
 
 COLUMNS = (
@@ -102,12 +102,12 @@ class JobOpsScreen(ConsoleScreen):
             text = (f"{len(rows)} rank×op rows · {stragglers} straggler candidate(s): "
                     "latency ≥ 1.5× the median of the same op across the job's ranks and beyond 3 MADs\n"
                     + LEGEND)
-        self.query_one("#ops-summary", Static).update(text)
+        set_content(self.query_one("#ops-summary", Static), text)
         self.update_detail()
 
     def update_detail(self) -> None:
         row = self._highlighted()
-        self.query_one("#ops-detail", Static).update(_detail(row) if row is not None else "")
+        set_content(self.query_one("#ops-detail", Static), _detail(row) if row is not None else "")
 
     def _highlighted(self) -> OpRow | None:
         table = self.query_one("#ops", DataTable)

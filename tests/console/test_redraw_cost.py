@@ -1,0 +1,61 @@
+"""The console repaints only what changed: a table row whose cells changed, a line whose text changed.
+
+Textual's own ``DataTable.update_cell`` and ``Static.update`` repaint the whole widget, which a
+terminal receives every second (bench/console_nvitop.md)."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+from textual.widgets import DataTable, Static
+
+from tuiprof.tui.tables import sync_rows
+from tuiprof.tui.text import set_content
+
+
+class Tables(App[None]):
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="t")
+        yield Static(id="line")
+
+
+def recording_refreshes(widget) -> list[tuple[Region, ...]]:
+    """Every ``refresh`` call of ``widget`` from now on: the regions it named (none: the whole widget)."""
+    calls: list[tuple[Region, ...]] = []
+    original = widget.refresh
+
+    def refresh(*regions, **kwargs):
+        calls.append(regions)
+        return original(*regions, **kwargs)
+
+    widget.refresh = refresh
+    return calls
+
+
+async def test_a_changed_cell_repaints_its_row_only_and_unchanged_rows_nothing() -> None:
+    app = Tables()
+    async with app.run_test(size=(80, 20)) as pilot:
+        table = app.query_one(DataTable)
+        table.add_columns("GPU", "Util", "Power")
+        rows = {"0": ["0", "97%", "651 W"], "1": ["1", "12%", "90.0 W"]}
+        sync_rows(table, rows)
+        await pilot.pause()
+        calls = recording_refreshes(table)
+        sync_rows(table, rows)
+        assert calls == []  # the same rows: nothing to repaint
+        sync_rows(table, {"0": ["0", "98%", "652 W"], "1": ["1", "12%", "90.0 W"]})
+        assert [str(table.get_cell_at((0, c))) for c in range(3)] == ["0", "98%", "652 W"]
+        [(region,)] = calls  # one repaint, of one region: row 0's line
+        assert region.height == 1 and region.y == table._get_row_region(0).y - table.scroll_offset.y
+
+
+async def test_the_same_text_is_not_repainted() -> None:
+    app = Tables()
+    async with app.run_test(size=(80, 20)):
+        line = app.query_one("#line", Static)
+        set_content(line, "load 1.00 · memory 3 GiB")
+        calls = recording_refreshes(line)
+        set_content(line, "load 1.00 · memory 3 GiB")
+        assert calls == []
+        set_content(line, "load 1.10 · memory 3 GiB")
+        assert len(calls) == 1 and str(line.render()) == "load 1.10 · memory 3 GiB"
