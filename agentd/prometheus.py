@@ -232,9 +232,9 @@ def _rdma(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
     for port in snapshot.rdma.ports:
         labels = {**host, "device": port.device, "port": str(port.port), "netdev": port.netdev}
         for counter in port.counters:
-            port_counters.add({**labels, "stat": counter.name}, counter.value)
+            port_counters.add({**labels, "stat": counter.name}, optional(counter, "value"))
         for counter in port.hw_counters:
-            hw_counters.add({**labels, "stat": counter.name}, counter.value)
+            hw_counters.add({**labels, "stat": counter.name}, optional(counter, "value"))
 
 
 def _disks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:

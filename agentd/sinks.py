@@ -146,7 +146,8 @@ def _driver_counters(snapshot: pb.HostSnapshot) -> dict[str, int]:
     counters = {f"{nic.name}.{c.name}": c.value for nic in snapshot.nics for c in nic.ethtool_stats}
     for port in snapshot.rdma.ports:
         for counter in (*port.counters, *port.hw_counters):
-            counters[f"{port.netdev or port.device}.{counter.name}"] = counter.value
+            if counter.HasField("value"):  # an unreadable counter has no delta
+                counters[f"{port.netdev or port.device}.{counter.name}"] = counter.value
     return counters
 
 

@@ -234,8 +234,8 @@ IB_ROOT = "/sys/class/infiniband"
 _NOT_COUNTERS = frozenset({"lifespan"})
 
 
-def _read_counters(directory: str, into: Any, unavailable: Any, kind: str) -> None:
-    """Every counter file of ``directory`` into the repeated ``into``; unreadable ones with why."""
+def _read_counters(directory: str, into: Any) -> None:
+    """Every counter file of ``directory`` into the repeated ``into``; an unreadable one says why."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -243,13 +243,14 @@ def _read_counters(directory: str, into: Any, unavailable: Any, kind: str) -> No
     for name in names:
         if name in _NOT_COUNTERS:
             continue
+        counter = into.add(name=name)
         try:
             with open(os.path.join(directory, name), encoding="ascii") as file:
-                into.add(name=name, value=int(file.read().strip()))
+                counter.value = int(file.read().strip())
         except OSError as exc:  # some hw counters answer EINVAL/EOPNOTSUPP on some firmware
-            unavailable[f"{kind}/{name}"] = exc.strerror or str(exc)
+            counter.unavailable["value"] = exc.strerror or str(exc)
         except ValueError:
-            unavailable[f"{kind}/{name}"] = "not a number"
+            counter.unavailable["value"] = "not a number"
 
 
 def _netdev_of(device_dir: str) -> str:
@@ -281,8 +282,8 @@ def read_rdma(root: str = IB_ROOT) -> pb.RdmaStats:
         for number in ports:
             port = stats.ports.add(device=device, port=number, netdev=netdev)
             port_dir = os.path.join(device_dir, "ports", str(number))
-            _read_counters(os.path.join(port_dir, "counters"), port.counters, port.unavailable, "counters")
-            _read_counters(os.path.join(port_dir, "hw_counters"), port.hw_counters, port.unavailable, "hw_counters")
+            _read_counters(os.path.join(port_dir, "counters"), port.counters)
+            _read_counters(os.path.join(port_dir, "hw_counters"), port.hw_counters)
     return stats
 
 

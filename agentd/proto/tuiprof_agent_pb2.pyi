@@ -229,7 +229,21 @@ class RdmaStats(_message.Message):
     def __init__(self, ports: _Optional[_Iterable[_Union[RdmaPortStats, _Mapping]]] = ..., unavailable_reason: _Optional[str] = ...) -> None: ...
 
 class RdmaPortStats(_message.Message):
-    __slots__ = ("device", "port", "netdev", "counters", "hw_counters", "unavailable")
+    __slots__ = ("device", "port", "netdev", "counters", "hw_counters")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    NETDEV_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    HW_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    device: str
+    port: int
+    netdev: str
+    counters: _containers.RepeatedCompositeFieldContainer[NamedCounter]
+    hw_counters: _containers.RepeatedCompositeFieldContainer[NamedCounter]
+    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., netdev: _Optional[str] = ..., counters: _Optional[_Iterable[_Union[NamedCounter, _Mapping]]] = ..., hw_counters: _Optional[_Iterable[_Union[NamedCounter, _Mapping]]] = ...) -> None: ...
+
+class NamedCounter(_message.Message):
+    __slots__ = ("name", "value", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -237,27 +251,13 @@ class RdmaPortStats(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    DEVICE_FIELD_NUMBER: _ClassVar[int]
-    PORT_FIELD_NUMBER: _ClassVar[int]
-    NETDEV_FIELD_NUMBER: _ClassVar[int]
-    COUNTERS_FIELD_NUMBER: _ClassVar[int]
-    HW_COUNTERS_FIELD_NUMBER: _ClassVar[int]
-    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
-    device: str
-    port: int
-    netdev: str
-    counters: _containers.RepeatedCompositeFieldContainer[NamedCounter]
-    hw_counters: _containers.RepeatedCompositeFieldContainer[NamedCounter]
-    unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, device: _Optional[str] = ..., port: _Optional[int] = ..., netdev: _Optional[str] = ..., counters: _Optional[_Iterable[_Union[NamedCounter, _Mapping]]] = ..., hw_counters: _Optional[_Iterable[_Union[NamedCounter, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
-
-class NamedCounter(_message.Message):
-    __slots__ = ("name", "value")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     value: int
-    def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CpuModeSeconds(_message.Message):
     __slots__ = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")

@@ -64,6 +64,7 @@ def with_nodes_rdma_and_gpu_ids(snap: pb.HostSnapshot, rcv_errors: int) -> pb.Ho
     ib = snap.rdma.ports.add(device="mlx5_0", port=1, netdev="ib0")
     ib.counters.add(name="port_rcv_errors", value=rcv_errors)
     ib.hw_counters.add(name="np_cnp_sent", value=10 * rcv_errors)
+    ib.hw_counters.add(name="rx_icrc_encapsulated").unavailable["value"] = "Invalid argument"
     snap.rdma.ports.add(device="mlx5_1", port=1).counters.add(name="port_xmit_discards", value=rcv_errors)
     snap.nics[0].ethtool_stats.add(name="tx_prio3_pause", value=2 * rcv_errors)
     snap.gpus[0].minor_number = 3
@@ -80,6 +81,7 @@ def test_numa_rdma_and_gpu_ids_under_dynolog_names():
     assert record["ib0.port_rcv_errors"] == 3 and record["ib0.np_cnp_sent"] == 30  # deltas, named by netdev
     assert record["mlx5_1.port_xmit_discards"] == 3  # no netdev: named by the device
     assert record["lo.tx_prio3_pause"] == 6  # the NIC driver's pause frames, as dynolog names them
+    assert "ib0.rx_icrc_encapsulated" not in record  # unreadable: absent, never 0
     assert record["minor_id.1"] == 3 and record["dcgm_error.1"] == 1
     assert dynolog_record(first, None)["dcgm_error.1"] == 0
     assert not any(key.startswith("ib0.") for key in dynolog_record(first, None))  # no previous: no delta

@@ -106,7 +106,7 @@ class NamedCounter:
     """``tuiprof.v1.NamedCounter``."""
 
     name: str
-    value: int
+    value: Reading
 
 
 @dataclass(frozen=True, slots=True)
