@@ -96,5 +96,8 @@ def plain(value: Reading, digits: int = 2) -> str:
 
 
 def ago(seconds_since: float) -> str:
-    """``12 s ago`` style age of a past event."""
-    return "just now" if seconds_since < 1e-3 else f"{seconds(seconds_since)} ago"
+    """``12 s ago`` style age of a past event, in whole seconds ("just now" under one):
+    finer steps would change the text on every redraw, and the terminal be sent it again."""
+    if seconds_since < 1:
+        return "just now"
+    return f"{int(seconds_since)} s ago" if seconds_since < 120 else f"{seconds(seconds_since)} ago"
