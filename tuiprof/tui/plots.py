@@ -56,15 +56,18 @@ def busiest(lines: Sequence[Line], keep: int = MAX_LINES) -> list[Line]:
     return [line for line in lines if id(line) in kept]
 
 
+def _duration(seconds: float) -> str:
+    """``30s``, ``5m``, ``1.5m``, ``2.5h``."""
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m" if seconds % 60 < 1 else f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
 def _age(seconds: float) -> str:
     """Tick label for ``seconds`` before now: ``now``, ``-30s``, ``-5m``, ``-1.5h``."""
-    if seconds < 0.5:
-        return "now"
-    if seconds < 60:
-        return f"-{seconds:.0f}s"
-    if seconds < 7200:
-        return f"-{seconds / 60:.0f}m" if seconds % 60 < 1 else f"-{seconds / 60:.1f}m"
-    return f"-{seconds / 3600:.1f}h"
+    return "now" if seconds < 0.5 else f"-{_duration(seconds)}"
 
 
 def time_ticks(span: float, count: int = 5) -> list[float]:
@@ -98,7 +101,8 @@ class HistoryPlot(PlotextPlot):
         plt.clear_figure()
         span = max(now - since, 1.0)
         oldest = min((p[0] for line in shown for p in line.points), default=now)
-        held = "" if seconds is None or oldest - since < seconds / 10 else f" ({_age(now - oldest)[1:] or '0s'} of history)"
+        # a window the history does not fill yet says how much it holds
+        held = "" if seconds is None or oldest - since < seconds / 10 else f" ({_duration(now - oldest)} of history)"
         plt.title(f"{title} · window {window}{held}" if shown else f"{title} · no samples in the window ({window})")
         for line in shown:
             plt.plot([at - now for at, _ in line.points], [value for _, value in line.points],

@@ -296,7 +296,7 @@ class HostScreen(ConsoleScreen):
         Binding("4", "tab('ranks')", "Ranks", group=TAB_KEYS),
         Binding("5", "tab('pmu')", "PMU", group=TAB_KEYS),
         Binding("6", "tab('history')", "History", group=TAB_KEYS),
-        Binding("z", "window", "Window", tooltip="the plots' time window: 1 min, 5 min, 15 min, all"),
+        Binding("z", "window", "Zoom", tooltip="Zoom the plots' time window: 1 min, 5 min, 15 min, all"),
         Binding("C", "columns", "Columns", show=False),
         Binding("j", "cursor(1)", "Down", show=False),
         Binding("k", "cursor(-1)", "Up", show=False),

@@ -50,7 +50,7 @@ class StacksScreen(ConsoleScreen):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("r", "take", "Retake", tooltip="Take stacks now"),
         Binding("j", "smallest", "Smallest", tooltip="Jump to the smallest class"),
-        Binding("n", "toggle_native", "Native", tooltip="Native frames on/off"),
+        Binding("n", "toggle_native", "Native", tooltip="Native frames on/off", show=False),
         Binding("l", "toggle_lines", "Lines", tooltip="Line numbers on/off", show=False),
         Binding("e", "expand_all", "Expand all", show=False),
         Binding("c", "collapse_all", "Collapse all", show=False),
