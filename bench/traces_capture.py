@@ -1,13 +1,26 @@
-"""Time from `tuiprof trace` start to every file fetched and merged, for 2, 16 and 64 agents.
+"""`tuiprof trace` start to summary printed, beyond the traced span: agents' summaries against fetching everything.
 
-    .venv/bin/python bench/traces_capture.py [--agents 2,16,64] [--events 20000]
+    .venv/bin/python bench/traces_capture.py [--agents 64] [--ranks 8] [--events 20000]
 
-The agents are simulated in one helper process (one gRPC server per agent on
-its own loopback port): CaptureTrace reports one rank per agent, whose file is
-finished when the traced span ends; FetchFile is agentd's real implementation
-(``CaptureService.fetch_file``) streaming a real Kineto-shaped trace from a
-trace dir. The CLI runs unchanged (`tuiprof trace HOST… --duration-ms 1000
---start-delay-ms 0 --json`); the figure is its wall time minus the 1 s span.
+The agents are simulated in one helper process (one gRPC server per agent on its
+own loopback port), each with ``--ranks`` ranks whose Kineto-shaped files
+(``traces_merge.generate``, ``--events`` events each) are finished when the
+traced span ends. FetchFile is agentd's real implementation
+(``CaptureService.fetch_file``). Two paths, in one run, with the unchanged CLI:
+
+- ``summaries`` (the default path since issue 15): each agent's last status
+  reply carries its ranks' summaries, made beforehand by agentd's real
+  summariser (``agentd.traces.analysis.summarise.summarise_file``) on the same
+  files; the agent reports them only after the time that took for its own ranks
+  (one file after another, as agentd does), so the CLI's wall time includes the
+  node-side work as if every node ran in parallel. The CLI: `tuiprof trace
+  HOST… --duration-ms 1000 --start-delay-ms 0 --json`.
+- ``fetch-all`` (the path before issue 15): agents send no summary; the CLI
+  fetches every file and merges them: `tuiprof trace HOST… --merge …`.
+
+Figures: CLI wall time minus the 1 s span, and the CLI's peak RSS (``wait4``'s
+``ru_maxrss``: the CLI process or, when larger, its largest child, e.g. a merge
+worker).
 """
 
 from __future__ import annotations
@@ -15,10 +28,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import grpc
 
@@ -28,22 +43,29 @@ from agentd.auth import Caller, set_current_caller  # noqa: E402
 from agentd.kineto.registry import Registry  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2 as pb  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc  # noqa: E402
+from agentd.traces.analysis.summarise import summarise_file  # noqa: E402
+from agentd.traces.paths import TraceDir  # noqa: E402
 from agentd.traces.service import CaptureService  # noqa: E402
 
 WORK = pathlib.Path(__file__).parent / ".work" / "capture"
 DURATION_MS = 1000
+PATHS = ("summaries", "fetch-all")
 
 
 class SimulatedAgent(pb_grpc.AgentServicer):
-    """One rank per agent; its trace is done when the span ends; files served by agentd's FetchFile."""
+    """``ranks`` ranks whose traces are written when the span ends; summaries (if any) after the agent's own
+    summarising time; files served by agentd's FetchFile."""
 
-    def __init__(self, rank: int, trace_dir: pathlib.Path) -> None:
-        self.rank = rank
-        self.files = CaptureService(trace_dir, f"sim{rank}", Registry())
-        self.done_at = 0.0
+    def __init__(self, index: int, ranks: int, trace_dir: pathlib.Path, with_summaries: bool) -> None:
+        self.host = f"sim{index}"
+        self.ranks = [index * ranks + local for local in range(ranks)]
+        self.files = CaptureService(trace_dir, self.host, Registry())
+        self.summaries = [_load_summary(trace_dir, rank) for rank in self.ranks] if with_summaries else []
+        self.summarising_seconds = sum(s.seconds for s in self.summaries)
+        self.written_at = float("inf")
 
     async def CaptureTrace(self, request, context):
-        self.done_at = request.start_time_unix_ms / 1000 + request.duration_ms / 1000
+        self.written_at = request.start_time_unix_ms / 1000 + request.duration_ms / 1000
         return self._reply()
 
     async def GetCaptureStatus(self, request, context):
@@ -55,17 +77,32 @@ class SimulatedAgent(pb_grpc.AgentServicer):
             yield chunk
 
     def _reply(self) -> pb.CaptureTraceReply:
-        written = time.time() >= self.done_at
-        target = pb.TraceTarget(host=f"sim{self.rank}", pid=1000 + self.rank, rank=self.rank,
-                                state="written" if written else "sent", file=f"rank{self.rank}.json")
-        return pb.CaptureTraceReply(capture_id="sim", targets=[target], done=written)
+        now = time.time()
+        written = now >= self.written_at
+        done = written and now >= self.written_at + self.summarising_seconds
+        reply = pb.CaptureTraceReply(capture_id="sim", done=done)
+        for position, rank in enumerate(self.ranks):
+            target = reply.targets.add(host=self.host, pid=1000 + rank, rank=rank,
+                                       state="written" if written else "sent", file=_name(rank))
+            if done and self.summaries:
+                target.summary.CopyFrom(self.summaries[position])
+        return reply
 
 
-async def serve(count: int, trace_dir: pathlib.Path) -> None:
+def _name(rank: int) -> str:
+    return f"rank{rank}.json"
+
+
+def _load_summary(trace_dir: pathlib.Path, rank: int) -> pb.RankTraceSummary:
+    return pb.RankTraceSummary.FromString((trace_dir / f"{_name(rank)}.summary.pb").read_bytes())
+
+
+async def serve(agents: int, ranks: int, directory: pathlib.Path, with_summaries: bool) -> None:
     servers, ports = [], []
-    for rank in range(count):
+    for index in range(agents):
         server = grpc.aio.server()
-        pb_grpc.add_AgentServicer_to_server(SimulatedAgent(rank, trace_dir / f"r{rank}"), server)
+        agent = SimulatedAgent(index, ranks, directory / f"a{index}", with_summaries)
+        pb_grpc.add_AgentServicer_to_server(agent, server)
         ports.append(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
         servers.append(server)
@@ -75,53 +112,76 @@ async def serve(count: int, trace_dir: pathlib.Path) -> None:
         await server.stop(0)
 
 
-def prepare(count: int, events: int) -> pathlib.Path:
+def _prepare_rank(job: tuple[pathlib.Path, int, int]) -> None:
+    """One rank's file and agentd's summary of it, made once and kept under bench/.work."""
     from traces_merge import generate
 
-    directory = WORK / f"{count}x{events}"
-    for rank in range(count):
-        path = directory / f"r{rank}" / f"rank{rank}.json"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            generate(path, rank, events, seed=rank)
+    folder, rank, events = job
+    path = folder / _name(rank)
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        generate(path, rank, events, seed=rank)
+    summary_path = folder / f"{_name(rank)}.summary.pb"
+    if not summary_path.exists():
+        summary = summarise_file(TraceDir(folder), _name(rank), f"sim{rank}", 1000 + rank, rank)
+        assert not summary.error, summary.error
+        summary_path.write_bytes(summary.SerializeToString())
+
+
+def prepare(agents: int, ranks: int, events: int) -> pathlib.Path:
+    directory = WORK / f"{agents}x{ranks}x{events}"
+    jobs = [(directory / f"a{index}", index * ranks + local, events) for index in range(agents) for local in range(ranks)]
+    with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(_prepare_rank, jobs))
     return directory
 
 
-def measure(count: int, events: int) -> dict:
-    directory = prepare(count, events)
-    helper = subprocess.Popen([sys.executable, __file__, "--serve", str(count), str(directory)],
+def measure(agents: int, ranks: int, events: int, path: str) -> dict:
+    directory = prepare(agents, ranks, events)
+    helper = subprocess.Popen([sys.executable, __file__, "--serve", str(agents), str(ranks), str(directory), path],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    output = WORK / f"out-{agents}x{ranks}-{path}"
+    extra = ["--merge"] if path == "fetch-all" else []
     try:
         ports = json.loads(helper.stdout.readline())
-        output = WORK / f"out-{count}"
         started = time.perf_counter()
-        result = subprocess.run([sys.executable, "-m", "tuiprof.cli", "trace", *[f"127.0.0.1:{p}" for p in ports],
-                                 "--duration-ms", str(DURATION_MS), "--start-delay-ms", "0", "--output", str(output),
-                                 "--json"], capture_output=True, text=True)
+        cli = subprocess.Popen([sys.executable, "-m", "tuiprof.cli", "trace", *[f"127.0.0.1:{p}" for p in ports],
+                                "--duration-ms", str(DURATION_MS), "--start-delay-ms", "0", "--output", str(output),
+                                "--json", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        stdout = cli.stdout.read()
+        _, status, usage = os.wait4(cli.pid, 0)
         wall = time.perf_counter() - started
     finally:
         helper.stdin.write("\n")
         helper.stdin.close()
-        helper.wait(30)
-    doc = json.loads(result.stdout)
-    fetched = sum(1 for h in doc["hosts"] for t in h["targets"] if t["local"])
-    size_mb = sum((directory / f"r{r}" / f"rank{r}.json").stat().st_size for r in range(count)) / 1e6
-    return {"agents": count, "exit": result.returncode, "fetched": fetched, "merged_events": doc["merged"]["events"],
-            "fetched_mb": round(size_mb, 1), "wall_seconds": round(wall, 2), **doc["seconds"],
-            "beyond_span_seconds": round(wall - DURATION_MS / 1000, 2)}
+        helper.wait(60)
+    doc = json.loads(stdout)
+    files = [directory / f"a{i}" / _name(i * ranks + r) for i in range(agents) for r in range(ranks)]
+    node_seconds = [sum(_load_summary(directory / f"a{i}", i * ranks + r).seconds for r in range(ranks))
+                    for i in range(agents)]
+    return {"path": path, "agents": agents, "ranks": agents * ranks, "exit": os.waitstatus_to_exitcode(status),
+            "summary_ranks": len((doc["summary"] or {}).get("ranks", [])), "summary_from": doc["summary_from"],
+            "fetched_files": sum(1 for h in doc["hosts"] for t in h["targets"] if t["local"]),
+            "trace_mb": round(sum(f.stat().st_size for f in files) / 1e6, 1),
+            "node_summarise_seconds_max": round(max(node_seconds), 2) if path == "summaries" else None,
+            "wall_seconds": round(wall, 2), "beyond_span_seconds": round(wall - DURATION_MS / 1000, 2),
+            "cli_peak_rss_mb": round(usage.ru_maxrss / 1024, 1), **doc["seconds"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--agents", default="2,16,64")
+    parser.add_argument("--agents", type=int, default=64)
+    parser.add_argument("--ranks", type=int, default=8, help="ranks per agent")
     parser.add_argument("--events", type=int, default=20000, help="events per rank's trace")
-    parser.add_argument("--serve", nargs=2, metavar=("COUNT", "DIR"))
+    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--serve", nargs=4, metavar=("AGENTS", "RANKS", "DIR", "PATH"))
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(int(args.serve[0]), pathlib.Path(args.serve[1])))
+        agents, ranks, directory, path = args.serve
+        asyncio.run(serve(int(agents), int(ranks), pathlib.Path(directory), path == "summaries"))
         return
-    for count in (int(c) for c in args.agents.split(",")):
-        print(json.dumps(measure(count, args.events)), flush=True)
+    for path in args.paths.split(","):
+        print(json.dumps(measure(args.agents, args.ranks, args.events, path)), flush=True)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ FETCH_CONCURRENCY = 16
 # start time this far ahead so all of them can take it.
 DEFAULT_START_DELAY_MS = 8000
 STATUS_PERIOD_SECONDS = 0.5
+# Once every file is written the agent only summarises (a second or so): asked more often then.
+SUMMARY_PERIOD_SECONDS = 0.1
 RPC_TIMEOUT_SECONDS = 10.0
 
 
@@ -122,7 +124,8 @@ async def _capture_host(address: AgentAddress, progress: HostProgress, spec: Cap
                 if time.monotonic() > give_up:
                     progress.error = f"gave up after {spec.timeout_s:g} s waiting for trace files"
                     break
-                await asyncio.sleep(STATUS_PERIOD_SECONDS)
+                files_in = bool(progress.targets) and progress.finished_targets == len(progress.targets)
+                await asyncio.sleep(SUMMARY_PERIOD_SECONDS if files_in else STATUS_PERIOD_SECONDS)
                 reply = await stub.GetCaptureStatus(pb.CaptureStatusRequest(capture_id=progress.capture_id),
                                                     timeout=RPC_TIMEOUT_SECONDS)
     except grpc.aio.AioRpcError as exc:

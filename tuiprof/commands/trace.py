@@ -32,7 +32,7 @@ from agentd.token import TokenFileError
 from tuiprof.analysis.stragglers import TraceStraggler, trace_stragglers
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
 from tuiprof.analysis.trace_reduce import ReducedSummary, reduce_summaries, remote_ranks
-from tuiprof.analysis.trace_summary import STEP_MODES, render_text, summary_json
+from tuiprof.analysis.trace_summary import STEP_MODES, TraceSummary, render_text, summary_json
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import LocalAgentError, local_agent
@@ -231,28 +231,32 @@ def run(args: argparse.Namespace) -> int:
         return 2
     capture = run_.capture
     merged: MergeResult | None = None
+    summary = run_.reduced.summary
     if args.merge and capture.files:
         merging = time.monotonic()
         try:
-            merged, _ = merge_capture(capture, output, args.steps)
+            merged, merged_summary = merge_capture(capture, output, args.steps)
         except TraceFormatError as exc:
             print(f"tuiprof trace: {exc}", file=sys.stderr)
             return 1
         run_.seconds["merge"] = round(time.monotonic() - merging, 3)
-    document = _document(run_, output, merged)
+        if run_.reduced.missing:  # some agents sent no summary (older agents): the files' own is whole
+            summary = merged_summary
+    document = _document(run_, output, merged, summary)
     if args.json:
         json.dump(document, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write("\n".join(_text(run_, output, merged)) + "\n")
+        sys.stdout.write("\n".join(_text(run_, output, merged, summary)) + "\n")
     return 0 if run_.delivered else 1
 
 
-def _document(run: TraceRun, output: pathlib.Path, merged: MergeResult | None) -> dict:
+def _document(run: TraceRun, output: pathlib.Path, merged: MergeResult | None, summary: TraceSummary) -> dict:
     capture, reduced = run.capture, run.reduced
     return {"start_time_unix_ms": capture.start_time_unix_ms, "output": str(output) if capture.files else None,
             "hosts": [_host_json(h) for h in capture.hosts],
-            "summary": summary_json(reduced.summary) if reduced.summary.ranks else None,
+            "summary": summary_json(summary) if summary.ranks else None,
+            "summary_from": "agents" if summary is reduced.summary else "merged files",
             "without_summary": [{"host": r.host, "file": r.file, "rank": r.rank, "reason": why}
                                 for r, why in reduced.missing],
             "stragglers": [{"rank": s.rank, "host": s.host, "file": s.file, "why": s.why} for s in run.stragglers],
@@ -261,7 +265,7 @@ def _document(run: TraceRun, output: pathlib.Path, merged: MergeResult | None) -
             "all_delivered": run.delivered, "seconds": run.seconds}
 
 
-def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None) -> list[str]:
+def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None, summary: TraceSummary) -> list[str]:
     capture, reduced = run.capture, run.reduced
     text = []
     if capture.matched == 0 and not any(h.error for h in capture.hosts):
@@ -273,9 +277,10 @@ def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None) -> li
                 text.append(f"{host.host} {target.label}: {target.state}: {target.reason}")
         if host.error:
             text.append(f"{host.host}: {host.error}")
-    if reduced.summary.ranks:
-        text.append(render_text(reduced.summary).rstrip("\n"))
-    text += [f"no summary of {r.where}: {why}" for r, why in reduced.missing]
+    if summary.ranks:
+        text.append(render_text(summary).rstrip("\n"))
+    if summary is reduced.summary:
+        text += [f"no summary of {r.where}: {why}" for r, why in reduced.missing]
     if run.stragglers:
         text.append("stragglers:")
         text += [f"  rank {s.rank} on {s.host}: {s.why}" for s in run.stragglers]
