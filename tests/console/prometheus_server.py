@@ -42,14 +42,19 @@ def running_prometheus(
     storage: pathlib.Path | None = None,
     scrape_interval: str = "1s",
     rule_files: Sequence[pathlib.Path] = (),
+    out_of_order_window: str = "",
 ) -> Iterator[str]:
     """A Prometheus scraping the targets in ``file_sd`` (none when None) into ``storage``
-    (default ``directory/tsdb``), evaluating ``rule_files`` at the scrape interval;
+    (default ``directory/tsdb``), evaluating ``rule_files`` at the scrape interval,
+    accepting samples up to ``out_of_order_window`` (e.g. "1h") older than the newest: rule
+    results over a backfill that reaches into the future are refused without it;
     yields its base URL once ``/-/ready`` answers."""
     assert PROMETHEUS is not None, "prometheus not installed (apt package prometheus)"
     port = free_port()
     config = directory / "prometheus.yml"
     lines = [f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"]
+    if out_of_order_window:  # appends older than a backfilled block's end are refused without it
+        lines.append(f"storage:\n  tsdb:\n    out_of_order_time_window: {out_of_order_window}\n")
     if rule_files:
         lines.append("rule_files:\n" + "".join(f"  - '{path}'\n" for path in rule_files))
     if file_sd is not None:
