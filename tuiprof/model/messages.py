@@ -246,6 +246,8 @@ class GemmOpStats:
     flops_total: float
     latency: LatencyStats
     first_call_seconds: Reading
+    timed_count_total: int
+    timed_count_interval: int
     NESTED: ClassVar[dict[str, type]] = {"latency": LatencyStats}
 
 
@@ -304,6 +306,8 @@ class HookHealth:
     nccl_late_channels_total: int
     pending: int
     inactive_reason: str
+    gemm_timed_first_calls: int
+    gemm_sample_every: int
 
 
 @dataclass(frozen=True, slots=True)
