@@ -131,6 +131,8 @@ def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:
     out.latency.CopyFrom(d.latency())
     if s.first_call_ns is not None:
         out.first_call_seconds = s.first_call_ns * NS
+    out.timed_count_total = s.timed_count
+    out.timed_count_interval = d.timed
     return out
 
 

@@ -440,7 +440,8 @@ def hook_health(header, inflight) -> pb.HookHealth:
         gemm_untimed_total=c.gemm_untimed, nccl_untimed_total=c.nccl_untimed,
         dropped_records_total=c.dropped_records, slot_overflow_total=c.slot_overflow,
         nccl_channel_shortfall_total=c.nccl_channel_shortfall, nccl_late_channels_total=c.nccl_late_channels,
-        pending=min(sum(e.pending for e in inflight), _UINT32_MAX))
+        pending=min(sum(e.pending for e in inflight), _UINT32_MAX),
+        gemm_timed_first_calls=header.gemm_timed_first, gemm_sample_every=header.gemm_sample_every)
 
 
 def _unlink(path: str) -> None:

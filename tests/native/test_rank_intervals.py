@@ -60,7 +60,7 @@ async def test_every_finished_gemm_is_in_exactly_one_published_interval(standins
                                                                         collector_seconds):
     # default sampling: most of the 302 calls are only counted (no record), yet each is in one interval
     ranks = await _published_while_the_job_runs(standins, collector_seconds, cleanup_segments)
-    counted = previous_total = 0
+    counted = previous_total = timed = 0
     for rank in ranks:
         sgemm = _sgemm(rank)
         if sgemm is None:  # none folded yet, or the segment was mid-update (counted in the next reading)
@@ -69,8 +69,12 @@ async def test_every_finished_gemm_is_in_exactly_one_published_interval(standins
         assert in_interval == pytest.approx(sgemm.count_total - previous_total, abs=1e-6)
         counted += round(in_interval)
         previous_total = sgemm.count_total
+        timed += sgemm.timed_count_interval
+        assert sgemm.timed_count_total == timed
     assert previous_total == STREAM_CALLS + 2
     assert counted == previous_total  # no interval lost, none published twice
+    # timed: calls 2..32 of the shape, then one in 16 (302 calls: 48, 64, ..., 288) -- the first apart
+    assert timed == 31 + 16
     intervals_with_gemms = sum(1 for r in ranks if (g := _sgemm(r)) is not None and g.count_per_s > 0)
     assert intervals_with_gemms >= 5  # the stream really spanned many published intervals
 

@@ -91,6 +91,7 @@ async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_
         gemm = {(g.op, g.shape): g for g in rank.gemm}
         gemm_ex = gemm[("cublasGemmEx", "b=1 m=64 n=32 k=16")]
         assert gemm_ex.count_total == 5
+        assert gemm_ex.timed_count_total == 4  # all timed (under the 32 always-timed calls), the first apart
         # the stand-in's kernel time for the shape; the first call is shown apart, not in the latency
         assert gemm_ex.first_call_seconds == pytest.approx((10_000 + 2 * 64 * 32 * 16 // 100) * 1e-9, abs=1e-9)
         assert gemm[("cublasLtMatmul", "b=2 m=16 n=8 k=4")].flops_total == 2 * 2 * 2 * 16 * 8 * 4
@@ -114,6 +115,7 @@ async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_
         assert (rank.hook.gemm_untimed_total, rank.hook.dropped_records_total) == (counters.gemm_untimed,
                                                                                    counters.dropped_records)
         assert rank.hook.inactive_reason == ""
+        assert (rank.hook.gemm_timed_first_calls, rank.hook.gemm_sample_every) == (32, 16)
         with urllib.request.urlopen(f"{agent.metrics_url}/metrics", timeout=10) as response:
             text = response.read().decode()
         lines = [line for line in text.splitlines() if f'pid="{pid}"' in line]
