@@ -492,8 +492,4 @@ async def test_interval_keys_restart_the_streams_at_the_new_interval(tmp_path) -
             assert len(app.cluster.history(host).points("memory")) - before <= 2  # 15 at the agent's 200 ms
             await pilot.press("minus", "minus")
             assert app.title == "tuiprof · every 0.5 s" and app.source.options.interval_ms == 500
-        assert not gpu_replay_has_interval_keys()
-
-
-def gpu_replay_has_interval_keys() -> bool:
-    return bool(replay_app().check_action("interval", (1,)))
+    assert replay_app().check_action("interval", (1,)) is False  # a recording keeps its own pace

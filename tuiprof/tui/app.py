@@ -49,10 +49,11 @@ FREEZE_AFTER_S = 15.0
 takes it out of Python's full collections, which otherwise re-scan it several
 times a minute: at 1024 hosts each one stopped the event loop for ~80 ms, and a
 key press or a frame waited that long (~20 ms frozen; bench/console_fleet.md)."""
-DETAIL_HOSTS = 64
+DETAIL_HOSTS = 8
 """Per-GPU and per-core history is kept for the first this many hosts that answer, and for
-any host whose view is opened (from then on): kept for a whole fleet it would cost
-more memory than the rest of the console."""
+any host whose view is opened (from then on): 1.3 MB a host of 96 cores and 8 GPUs
+(bench/console_detail_history.md), so a whole fleet's would cost more memory than the
+rest of the console."""
 INTERVAL_KEYS = Binding.Group("Interval", compact=True)
 """`-` and `+` show as one footer entry."""
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
