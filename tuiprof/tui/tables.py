@@ -82,7 +82,8 @@ class TableColumn:
 def fit_columns(priorities: Sequence[int], widths: Sequence[int], room: int, gap: int,
                 hidden: Collection[int] = ()) -> list[int]:
     """Indices of the columns to show, in table order, so their ``widths`` plus a ``gap``
-    each fit in ``room``: the first column always, then by priority while they fit.
+    each fit in ``room``: the first column always, then, highest priority first, each
+    that still fits (a wide column left out does not keep a narrower, lower one out).
 
     Columns in ``hidden`` (chosen by the user) are never shown. When not even one more
     column fits next to the first, the highest-priority one is shown anyway (the table
