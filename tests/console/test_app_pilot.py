@@ -493,3 +493,19 @@ async def test_interval_keys_restart_the_streams_at_the_new_interval(tmp_path) -
             await pilot.press("minus", "minus")
             assert app.title == "tuiprof · every 0.5 s" and app.source.options.interval_ms == 500
     assert replay_app().check_action("interval", (1,)) is False  # a recording keeps its own pace
+
+
+async def test_interval_keys_over_this_hosts_embedded_agent_save_it_for_the_next_start() -> None:
+    """Restarting the embedded agent would make it a new host (a new port): the console says when it applies."""
+    from tuiprof.client.channel import ConnectionOptions
+    from tuiprof.client.sources import LocalSource
+
+    source = LocalSource(ConnectionOptions(interval_ms=1000))
+    app = TuiprofApp(source)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.title == "tuiprof · every 1 s"
+        await pilot.press("plus")
+        assert app.settings.interval_seconds == 2.0
+        assert app.source is source and app.title == "tuiprof · every 1 s"  # still what the agent runs at
+        assert [n.message for n in app._notifications] == [
+            "interval 2 s saved: this host's embedded agent takes it at the next start"]

@@ -28,7 +28,7 @@ from textual.worker import Worker, WorkerState
 
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.settings import SettingsFile
-from tuiprof.client.sources import EventSource
+from tuiprof.client.sources import EventSource, LiveSource
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostEvent, SnapshotReceived
 from tuiprof.model.history import History
@@ -234,8 +234,10 @@ class TuiprofApp(App[None]):
         """Pause/play exists only over a recording, reconnecting only over live agents."""
         if action == "toggle_replay":
             return not self.source.live
-        if action in ("reconnect", "interval"):
+        if action == "reconnect":
             return self.source.live
+        if action == "interval":
+            return self._asks_agents() is not None
         return True
 
     def action_toggle_replay(self) -> None:
@@ -254,25 +256,41 @@ class TuiprofApp(App[None]):
         self.notify(f"reconnecting {down} host(s) now" if down else "every host is connected")
 
     def action_interval(self, step: int) -> None:
-        """Ask the agents for snapshots more (-1) or less (+1) often: the streams restart with it."""
+        """Ask the agents for snapshots more (-1) or less (+1) often, and remember it.
+
+        Remote agents: the streams restart at once with the new interval. The
+        embedded agent samples at the interval it was started with, and a restart
+        would make it a new host (a new port), so it takes the saved one at the
+        console's next start, as the notice says.
+        """
         current = self.settings.interval_seconds or 1.0  # the agent's own interval is 1 s by default
         index = min(range(len(INTERVALS)), key=lambda i: abs(INTERVALS[i] - current))
         interval = INTERVALS[max(0, min(len(INTERVALS) - 1, index + step))]
         if interval == self.settings.interval_seconds:
             return
         self.remember(interval_seconds=interval)
-        options = dataclasses.replace(self.source.options, interval_ms=round(interval * 1000))  # type: ignore[attr-defined]
-        self.source = dataclasses.replace(self.source, options=options)  # type: ignore[type-var]
+        if not isinstance(self.source, LiveSource):
+            self.notify(f"interval {interval:g} s saved: this host's embedded agent takes it at the next start",
+                        title="Interval")
+            return
+        options = dataclasses.replace(self.source.options, interval_ms=round(interval * 1000))
+        self.source = dataclasses.replace(self.source, options=options)
         self.connection = options
         self._show_interval()
         self._pump()  # exclusive: the old streams are cancelled
 
+    def _asks_agents(self) -> ConnectionOptions | None:
+        """The options a source asks agents for snapshots with (live agents, this host's);
+        None for a recording (its own pace) or a source that asks no agent."""
+        options = getattr(self.source, "options", None)
+        return options if self.source.live and isinstance(options, ConnectionOptions) else None
+
     def _show_interval(self) -> None:
-        """The refresh interval in the header's title (live only: a recording has its own pace)."""
-        if not self.source.live:
-            return
-        seconds = self.settings.interval_seconds
-        self.title = f"tuiprof · every {seconds:g} s" if seconds else "tuiprof · agent's interval"
+        """The interval in effect, in the header's title."""
+        options = self._asks_agents()
+        if options is not None:
+            seconds = options.interval_ms / 1000
+            self.title = f"tuiprof · every {seconds:g} s" if seconds else "tuiprof · agent's interval"
 
     def choose_columns(self, table: str, title: str, labels: list[str], apply: Callable[[set[str]], None]) -> None:
         """The column chooser over ``table``'s ``labels``; the choice is applied and remembered."""
