@@ -15,7 +15,7 @@ $SUDO apt-get update -qq
 # nsenter, setpriv) and iproute2 for the hostile-user tests' namespaces; the Rust crates
 # that build dynolog's `dyno` CLI offline for tests/traces/test_dyno_cli.py.
 $SUDO apt-get install -y -qq --no-install-recommends \
-    build-essential python3-dev python3-venv git tmux procps util-linux iproute2 \
+    build-essential python3-dev python3-venv git tmux procps util-linux iproute2 ethtool \
     munge slurm-wlm prometheus prometheus-node-exporter \
     librust-clap-3-dev librust-serde-json-dev librust-anyhow-dev >/dev/null
 
