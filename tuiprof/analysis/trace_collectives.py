@@ -20,8 +20,11 @@ collective, however the numbering lines up (seen on 2 x H200: two ranks'
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from agentd.traces.analysis.extract import CollectiveCall
 
@@ -34,7 +37,8 @@ CLOCK_SLACK_US = 1000.0
 _SHIFTS = sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=abs)
 
 Key = tuple[str, str, str]  # group, op, occurrence
-__all__ = ["CLOCK_SLACK_US", "CollectiveCall", "Key", "best_shift", "match_calls"]
+__all__ = ["CLOCK_SLACK_US", "CallColumns", "CollectiveCall", "Key", "best_shift", "match_calls", "occurrences",
+           "rank_span"]
 
 
 def best_shift(ends: list[float], reference: list[float]) -> int:
@@ -47,8 +51,9 @@ def best_shift(ends: list[float], reference: list[float]) -> int:
     needed = max(2, math.ceil(0.75 * min(len(ends), len(reference))))
     gaps_at: dict[int, float] = {}
     for shift in _SHIFTS:
-        gaps = [abs(end - reference[i + shift]) for i, end in enumerate(ends) if 0 <= i + shift < len(reference)]
-        if len(gaps) >= needed:
+        first, stop = max(0, -shift), min(len(ends), len(reference) - shift)
+        if stop - first >= needed:  # ends[i] against reference[i + shift] for every i both have
+            gaps = map(abs, map(operator.sub, ends[first:stop], reference[first + shift:stop + shift]))
             gaps_at[shift] = statistics.median(gaps)
     if not gaps_at:
         return 0
@@ -57,35 +62,81 @@ def best_shift(ends: list[float], reference: list[float]) -> int:
     return best if unshifted is None or gaps_at[best] <= unshifted / 2 else 0
 
 
+@dataclass(frozen=True, slots=True)
+class CallColumns:
+    """One rank's calls of one collective op on one group, in start order (µs on the shared clock)."""
+
+    starts: Sequence[float]
+    ends: Sequence[float]
+    seqs: Sequence[int] | None  # None: the trace does not give every call's sequence number
+    on_gpu: bool
+
+
+Span = tuple[float, float]  # a rank's first collective start and last end, widened by CLOCK_SLACK_US
+
+
+def rank_span(streams: Iterable[CallColumns]) -> Span:
+    streams = [s for s in streams if s.starts]
+    if not streams:
+        return (0.0, 0.0)
+    return (min(s.starts[0] for s in streams) - CLOCK_SLACK_US, max(max(s.ends) for s in streams) + CLOCK_SLACK_US)
+
+
+def occurrences(by_rank: dict[int, CallColumns], spans: Sequence[Span]) -> dict[int, list[str]]:
+    """For each rank's calls of one (group, op), the occurrence naming the same collective on every rank.
+
+    ``by_rank``: rank index → its calls; ``spans``: every rank's ``rank_span``.
+    A call that cannot be one collective with the others numbered alike gets an
+    occurrence of its own rank (``<n>@<rank index>``): it is not linked.
+    """
+    if all(columns.seqs is not None for columns in by_rank.values()):
+        return {r: [str(seq) for seq in columns.seqs or ()] for r, columns in by_rank.items()}
+    reference_rank = min(by_rank)
+    reference = list(by_rank[reference_rank].ends)
+    shifts = {r: 0 if r == reference_rank else best_shift(list(columns.ends), reference)
+              for r, columns in by_rank.items()}
+    lowest = min(shifts.values())
+    members: dict[int, list[int]] = defaultdict(list)  # occurrence → rank indices
+    for r, columns in by_rank.items():
+        offset = shifts[r] - lowest
+        for i in range(len(columns.starts)):
+            members[i + offset].append(r)
+    together: dict[int, bool] = {}
+    for occurrence, ranks in members.items():
+        starts = [by_rank[r].starts[occurrence - shifts[r] + lowest] for r in ranks]
+        ends = [by_rank[r].ends[occurrence - shifts[r] + lowest] for r in ranks]
+        if max(starts) <= min(ends) + CLOCK_SLACK_US:
+            together[occurrence] = True
+        else:  # CPU ops (gloo's end once enqueued): each call inside every member's traced span
+            together[occurrence] = not any(by_rank[r].on_gpu for r in ranks) and \
+                max(spans[r][0] for r in ranks) <= min(starts) and max(ends) <= min(spans[r][1] for r in ranks)
+    shared = {occurrence: str(occurrence) for occurrence, linked in together.items() if linked}
+    labels: dict[int, list[str]] = {}
+    for r, columns in by_rank.items():
+        offset = shifts[r] - lowest
+        labels[r] = [shared.get(i + offset) or f"{i + offset}@{r}" for i in range(len(columns.starts))]
+    return labels
+
+
 def match_calls(calls_by_rank: list[list[CollectiveCall]]) -> list[list[Key]]:
     """For each rank's calls (in time order), the key naming the same collective on every rank."""
-    streams: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    positions: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for rank_index, calls in enumerate(calls_by_rank):
         for position, call in enumerate(calls):
-            streams[(call.group, call.name)][rank_index].append(position)
+            positions[(call.group, call.name)][rank_index].append(position)
+    streams = {stream: {r: _columns([calls_by_rank[r][p] for p in places]) for r, places in by_rank.items()}
+               for stream, by_rank in positions.items()}
+    spans = [rank_span(streams[stream][r] for stream in streams if r in streams[stream])
+             for r in range(len(calls_by_rank))]
     keys: list[list[Key]] = [[("", "", "")] * len(calls) for calls in calls_by_rank]
-    spans = [(min(c.ts for c in calls) - CLOCK_SLACK_US, max(c.end for c in calls) + CLOCK_SLACK_US) if calls
-             else (0.0, 0.0) for calls in calls_by_rank]
     for (group, name), by_rank in streams.items():
-        if all(calls_by_rank[r][p].seq is not None for r, positions in by_rank.items() for p in positions):
-            for r, positions in by_rank.items():
-                for p in positions:
-                    keys[r][p] = (group, name, str(calls_by_rank[r][p].seq))
-            continue
-        reference_rank = min(by_rank)
-        reference = [calls_by_rank[reference_rank][p].end for p in by_rank[reference_rank]]
-        shifts = {r: 0 if r == reference_rank else best_shift([calls_by_rank[r][p].end for p in positions], reference)
-                  for r, positions in by_rank.items()}
-        lowest = min(shifts.values())
-        occurrences: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        for r, positions in by_rank.items():
-            for i, p in enumerate(positions):
-                occurrences[i + shifts[r] - lowest].append((r, p))
-        for occurrence, members in occurrences.items():
-            calls = [calls_by_rank[r][p] for r, p in members]
-            overlapping = max(c.ts for c in calls) <= min(c.end for c in calls) + CLOCK_SLACK_US
-            together = overlapping or (not any(c.on_gpu for c in calls) and all(
-                spans[other][0] <= call.ts and call.end <= spans[other][1] for call in calls for other, _ in members))
-            for r, p in members:  # calls that cannot be one collective keep a key of their own rank: not linked
-                keys[r][p] = (group, name, str(occurrence) if together else f"{occurrence}@{r}")
+        for r, labels in occurrences(by_rank, spans).items():
+            for place, label in zip(positions[(group, name)][r], labels):
+                keys[r][place] = (group, name, label)
     return keys
+
+
+def _columns(calls: list[CollectiveCall]) -> CallColumns:
+    seqs = [call.seq for call in calls if call.seq is not None]
+    return CallColumns([call.ts for call in calls], [call.end for call in calls],
+                       seqs if len(seqs) == len(calls) else None, any(call.on_gpu for call in calls))

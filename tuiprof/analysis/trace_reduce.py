@@ -11,10 +11,12 @@ grow with the number of ranks and calls, not with trace bytes.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
-from agentd.traces.analysis.wire import SummaryWireError, from_wire
-from tuiprof.analysis.trace_collectives import match_calls
+from agentd.traces.analysis.summary import RankResult
+from agentd.traces.analysis.wire import SummaryWireError, decode_result
+from tuiprof.analysis.trace_collectives import CallColumns, Key, occurrences, rank_span
 from tuiprof.analysis.trace_summary import TraceSummary, summarize
 from tuiprof.model.capture import ClusterCapture
 from tuiprof.model.messages import RankTraceSummary
@@ -62,23 +64,48 @@ def reduce_summaries(ranks: list[RemoteRank]) -> ReducedSummary:
         else:
             usable.append(rank)
     origin = min((rank.summary.base_time_ns for rank in usable), default=0)
-    decoded = []
+    decoded: list[tuple[RankResult, dict[Stream, CallColumns]]] = []
     for rank in usable:
         try:
-            result, calls = from_wire(rank.summary.result_json, rank.summary.collectives,
-                                      (rank.summary.base_time_ns - origin) / 1000.0)
+            result = decode_result(rank.summary.result_json)
+            streams = _streams(rank.summary, (rank.summary.base_time_ns - origin) / 1000.0)
         except SummaryWireError as exc:
             missing.append((rank, str(exc)))
             continue
         result.summary.host, result.summary.file, result.summary.pid = rank.host, rank.where, rank.pid
         if rank.rank is not None:
             result.summary.rank = rank.rank
-        decoded.append((result, calls))
+        decoded.append((result, streams))
     # In rank order, as the merge: the lowest rank is the reference the others' calls are lined up with.
     decoded.sort(key=lambda item: (item[0].summary.rank is None, item[0].summary.rank or 0, item[0].summary.host,
                                    item[0].summary.pid or 0, item[0].summary.file))
     results = [result for result, _ in decoded]
-    calls_by_rank = [calls for _, calls in decoded]
-    for result, calls, keys in zip(results, calls_by_rank, match_calls(calls_by_rank)):
-        result.collectives = [(key, call.ts) for key, call in zip(keys, calls)]
+    spans = [rank_span(streams.values()) for _, streams in decoded]
+    by_stream: dict[Stream, dict[int, CallColumns]] = defaultdict(dict)
+    for rank_index, (_, streams) in enumerate(decoded):
+        for stream, columns in streams.items():
+            by_stream[stream][rank_index] = columns
+    for (group, op), by_rank in by_stream.items():
+        labelled = occurrences(by_rank, spans)
+        # One key object per occurrence, shared by every rank's call of it.
+        keys: dict[str, Key] = {label: (group, op, label) for labels in labelled.values() for label in set(labels)}
+        for rank_index, labels in labelled.items():
+            results[rank_index].collectives += zip(map(keys.__getitem__, labels), by_rank[rank_index].starts)
     return ReducedSummary(summarize(results), missing)
+
+
+Stream = tuple[str, str]  # group, op
+
+
+def _streams(summary: RankTraceSummary, shift_us: float) -> dict[Stream, CallColumns]:
+    """The rank's calls per (group, op), moved by ``shift_us`` onto the shared clock."""
+    streams = {}
+    for timings in summary.collectives:
+        count = len(timings.start_us)
+        if len(timings.end_us) != count or (timings.seq and len(timings.seq) != count):
+            raise SummaryWireError(f"the agent's timings of {timings.op!r} have {count} starts, "
+                                   f"{len(timings.end_us)} ends and {len(timings.seq)} sequence numbers")
+        streams[(timings.group, timings.op)] = CallColumns(
+            [start + shift_us for start in timings.start_us], [end + shift_us for end in timings.end_us],
+            list(timings.seq) if timings.seq else None, timings.on_gpu)
+    return streams

@@ -66,7 +66,7 @@ _decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
 _NO_GPU_ARGS = _GpuArgs()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveCall:
     group: str
     name: str

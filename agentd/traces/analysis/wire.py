@@ -3,13 +3,11 @@
 The per-rank result travels as JSON of ``RankResult`` (one schema, the
 dataclasses of ``summary``); its collective calls travel as compact columns
 per (group, op) in µs from the file's ``baseTimeNanoseconds``, so the console
-can put every rank on one wall clock and key the calls across ranks.
+can put every rank on one wall clock and key the calls across ranks
+(``tuiprof.analysis.trace_reduce``).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import Protocol
 
 import msgspec
 
@@ -42,39 +40,10 @@ def _timings(group: str, name: str, calls: list[CollectiveCall]) -> pb.Collectiv
                                 start_us=[call.ts for call in calls], end_us=[call.end for call in calls])
 
 
-class Timings(Protocol):
-    """The fields of ``CollectiveTimings`` read here (the proto message or the console's model of it)."""
-
-    @property
-    def group(self) -> str: ...
-    @property
-    def op(self) -> str: ...
-    @property
-    def on_gpu(self) -> bool: ...
-    @property
-    def seq(self) -> Iterable[int]: ...
-    @property
-    def start_us(self) -> Iterable[float]: ...
-    @property
-    def end_us(self) -> Iterable[float]: ...
-
-
-def from_wire(result_json: str, timings: Iterable[Timings], shift_us: float
-              ) -> tuple[RankResult, list[CollectiveCall]]:
-    """The rank's result and its collective calls in start order, moved by ``shift_us`` onto the caller's base."""
+def decode_result(result_json: str) -> RankResult:
+    """The rank's result from ``RankTraceSummary.result_json``; SummaryWireError when it does not decode."""
     try:
-        result = _decode_result(result_json)
+        return _decode_result(result_json)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SummaryWireError(f"the agent's rank summary does not decode ({exc}): agent and console versions "
                                "may differ") from None
-    calls: list[CollectiveCall] = []
-    for stream in timings:
-        starts, ends = list(stream.start_us), list(stream.end_us)
-        seqs: list[int | None] = list(stream.seq) or [None] * len(starts)
-        if not len(starts) == len(ends) == len(seqs):
-            raise SummaryWireError(f"the agent's timings of {stream.op!r} have {len(starts)} starts, {len(ends)} "
-                                   f"ends and {len(list(stream.seq))} sequence numbers")
-        calls += [CollectiveCall(stream.group, stream.op, seq, start + shift_us, end + shift_us, "", "", stream.on_gpu)
-                  for seq, start, end in zip(seqs, starts, ends)]
-    calls.sort(key=lambda call: call.ts)
-    return result, calls
