@@ -11,9 +11,10 @@ traced span ends. FetchFile is agentd's real implementation
 - ``summaries`` (the default path since issue 15): each agent's last status
   reply carries its ranks' summaries, made beforehand by agentd's real
   summariser (``agentd.traces.analysis.summarise.summarise_file``) on the same
-  files; the agent reports them only after the time that took for its own ranks
-  (one file after another, as agentd does), so the CLI's wall time includes the
-  node-side work as if every node ran in parallel. The CLI: `tuiprof trace
+  files; every agent reports them only after the node-side time, measured in
+  the same run as agentd spends it (one agent's ranks' files summarised one
+  after another on one thread), so the CLI's wall time includes the node-side
+  work as if every node ran in parallel. The CLI: `tuiprof trace
   HOST… --duration-ms 1000 --start-delay-ms 0 --json`.
 - ``fetch-all`` (the path before issue 15): agents send no summary; the CLI
   fetches every file and merges them: `tuiprof trace HOST… --merge …`.
@@ -56,12 +57,13 @@ class SimulatedAgent(pb_grpc.AgentServicer):
     """``ranks`` ranks whose traces are written when the span ends; summaries (if any) after the agent's own
     summarising time; files served by agentd's FetchFile."""
 
-    def __init__(self, index: int, ranks: int, trace_dir: pathlib.Path, with_summaries: bool) -> None:
+    def __init__(self, index: int, ranks: int, trace_dir: pathlib.Path, summarising_seconds: float | None) -> None:
         self.host = f"sim{index}"
         self.ranks = [index * ranks + local for local in range(ranks)]
         self.files = CaptureService(trace_dir, self.host, Registry())
+        with_summaries = summarising_seconds is not None
         self.summaries = [_load_summary(trace_dir, rank) for rank in self.ranks] if with_summaries else []
-        self.summarising_seconds = sum(s.seconds for s in self.summaries)
+        self.summarising_seconds = summarising_seconds or 0.0
         self.written_at = float("inf")
 
     async def CaptureTrace(self, request, context):
@@ -97,11 +99,11 @@ def _load_summary(trace_dir: pathlib.Path, rank: int) -> pb.RankTraceSummary:
     return pb.RankTraceSummary.FromString((trace_dir / f"{_name(rank)}.summary.pb").read_bytes())
 
 
-async def serve(agents: int, ranks: int, directory: pathlib.Path, with_summaries: bool) -> None:
+async def serve(agents: int, ranks: int, directory: pathlib.Path, summarising_seconds: float | None) -> None:
     servers, ports = [], []
     for index in range(agents):
         server = grpc.aio.server()
-        agent = SimulatedAgent(index, ranks, directory / f"a{index}", with_summaries)
+        agent = SimulatedAgent(index, ranks, directory / f"a{index}", summarising_seconds)
         pb_grpc.add_AgentServicer_to_server(agent, server)
         ports.append(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
@@ -136,9 +138,20 @@ def prepare(agents: int, ranks: int, events: int) -> pathlib.Path:
     return directory
 
 
+def node_seconds(directory: pathlib.Path, ranks: int) -> float:
+    """What one agent spends summarising its ranks' files (agent 0's), one after another as agentd does."""
+    started = time.perf_counter()
+    for rank in range(ranks):
+        summary = summarise_file(TraceDir(directory / "a0"), _name(rank), "sim0", 1000 + rank, rank)
+        assert not summary.error, summary.error
+    return time.perf_counter() - started
+
+
 def measure(agents: int, ranks: int, events: int, path: str) -> dict:
     directory = prepare(agents, ranks, events)
-    helper = subprocess.Popen([sys.executable, __file__, "--serve", str(agents), str(ranks), str(directory), path],
+    on_node = node_seconds(directory, ranks) if path == "summaries" else None
+    helper = subprocess.Popen([sys.executable, __file__, "--serve", str(agents), str(ranks), str(directory),
+                               "" if on_node is None else f"{on_node:.3f}"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     output = WORK / f"out-{agents}x{ranks}-{path}"
     extra = ["--merge"] if path == "fetch-all" else []
@@ -157,13 +170,11 @@ def measure(agents: int, ranks: int, events: int, path: str) -> dict:
         helper.wait(60)
     doc = json.loads(stdout)
     files = [directory / f"a{i}" / _name(i * ranks + r) for i in range(agents) for r in range(ranks)]
-    node_seconds = [sum(_load_summary(directory / f"a{i}", i * ranks + r).seconds for r in range(ranks))
-                    for i in range(agents)]
     return {"path": path, "agents": agents, "ranks": agents * ranks, "exit": os.waitstatus_to_exitcode(status),
             "summary_ranks": len((doc["summary"] or {}).get("ranks", [])), "summary_from": doc["summary_from"],
             "fetched_files": sum(1 for h in doc["hosts"] for t in h["targets"] if t["local"]),
             "trace_mb": round(sum(f.stat().st_size for f in files) / 1e6, 1),
-            "node_summarise_seconds_max": round(max(node_seconds), 2) if path == "summaries" else None,
+            "node_summarise_seconds": None if on_node is None else round(on_node, 2),
             "wall_seconds": round(wall, 2), "beyond_span_seconds": round(wall - DURATION_MS / 1000, 2),
             "cli_peak_rss_mb": round(usage.ru_maxrss / 1024, 1), **doc["seconds"]}
 
@@ -174,11 +185,11 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8, help="ranks per agent")
     parser.add_argument("--events", type=int, default=20000, help="events per rank's trace")
     parser.add_argument("--paths", default=",".join(PATHS))
-    parser.add_argument("--serve", nargs=4, metavar=("AGENTS", "RANKS", "DIR", "PATH"))
+    parser.add_argument("--serve", nargs=4, metavar=("AGENTS", "RANKS", "DIR", "NODE_SECONDS"))
     args = parser.parse_args()
     if args.serve:
-        agents, ranks, directory, path = args.serve
-        asyncio.run(serve(int(agents), int(ranks), pathlib.Path(directory), path == "summaries"))
+        agents, ranks, directory, on_node = args.serve
+        asyncio.run(serve(int(agents), int(ranks), pathlib.Path(directory), float(on_node) if on_node else None))
         return
     for path in args.paths.split(","):
         print(json.dumps(measure(args.agents, args.ranks, args.events, path)), flush=True)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import pathlib
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
+import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
@@ -133,7 +133,9 @@ def _host_json(host: HostProgress) -> dict:
     }
 
 
-@dataclass
+# repr=False: asyncio.run reprs its main task, result included, when it restores the SIGINT
+# handler (Python 3.11's signal module); a capture of 512 ranks took 1.5 s to repr.
+@dataclass(repr=False)
 class TraceRun:
     """What the command did: the capture, the agents' summaries reduced, and what it fetched."""
 
@@ -244,8 +246,8 @@ def run(args: argparse.Namespace) -> int:
             summary = merged_summary
     document = _document(run_, output, merged, summary)
     if args.json:
-        json.dump(document, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        # msgspec: json.dump with indent is pure Python (0.5 s for 512 ranks' summaries)
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(document), indent=1).decode() + "\n")
     else:
         sys.stdout.write("\n".join(_text(run_, output, merged, summary)) + "\n")
     return 0 if run_.delivered else 1
