@@ -147,3 +147,31 @@ def test_the_console_takes_the_saved_interval_unless_given_one(config_home: path
         args = build_parser().parse_args(argv)
         assert args.func(args) == 2 and "not a terminal" in capsys.readouterr().err
         assert args.interval == expected
+
+
+def test_replay_neither_loads_nor_saves_the_users_settings(config_home: pathlib.Path, monkeypatch) -> None:
+    """A recording looks the same to whoever replays it, and replaying one leaves the live console's settings."""
+    import asyncio
+    import sys
+
+    saved = Settings(theme="textual-light", hidden_columns=("cluster.CPU",), history_window="all")
+    SettingsFile().save(saved)
+    path = config_home / "tuiprof" / "settings.toml"
+    before = path.read_text()
+    seen: dict[str, object] = {}
+
+    def run_headless(app: TuiprofApp) -> None:  # `tuiprof replay`'s app, driven as a user would
+        async def drive() -> None:
+            async with app.run_test(size=(120, 40)) as pilot:
+                await pilot.pause(0.1)
+                seen.update(theme=app.theme, settings=app.settings)
+                await pilot.press("T", "enter", "z")
+                await pilot.pause(0.1)
+        asyncio.run(drive())
+
+    monkeypatch.setattr(TuiprofApp, "run", run_headless)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    args = build_parser().parse_args(["replay", str(GPU_FIXTURE), "--speed", "0"])
+    assert args.func(args) == 0
+    assert seen == {"theme": "textual-dark", "settings": Settings()}
+    assert path.read_text() == before and [p.name for p in path.parent.iterdir()] == ["settings.toml"]
