@@ -13,6 +13,7 @@ import shutil
 import pytest
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.traces.analysis import stream
 from agentd.traces.analysis.summarise import summarise_file
 from agentd.traces.paths import TraceDir
 from tuiprof.analysis.stragglers import trace_stragglers
@@ -22,7 +23,7 @@ from tuiprof.analysis.trace_summary import CollectiveSkew, RankSummary, TraceSum
 from tuiprof.model import convert
 from tuiprof.model.messages import RankTraceSummary
 
-from traces.test_trace_analysis import BASE0, BASE1, RANK0, RANK1, write_trace
+from traces.test_trace_analysis import BASE0, BASE1, RANK0, RANK1, kernel, write_trace
 
 CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
 
@@ -65,7 +66,10 @@ def test_reduced_summaries_equal_the_merge_of_the_files(trace_dir, tmp_path):
     assert [r.file for r in reduced.summary.ranks] == [f"host-a:{ranks[1].file}", f"host-b:{ranks[0].file}"]
 
 
-def test_reduced_corpus_pair_equals_the_merge(trace_dir, tmp_path):
+@pytest.mark.parametrize("batch_bytes", [4096, stream.BATCH_BYTES])
+def test_reduced_corpus_pair_equals_the_merge(trace_dir, tmp_path, monkeypatch, batch_bytes):
+    # 4 KiB batches: the agent reads each file in hundreds of cuts (a cut inside an event would lose or break it).
+    monkeypatch.setattr(stream, "BATCH_BYTES", batch_bytes)
     names = ["hta_nccl_rank0.json.gz", "hta_nccl_rank1.json.gz"]
     ranks = [on_node(trace_dir, CORPUS / name, f"node{i}", None) for i, name in enumerate(names)]
     merged = merge_traces([TraceInput(CORPUS / name, f"node{i}", None, 4242) for i, name in enumerate(names)],
@@ -112,3 +116,25 @@ def test_stragglers_by_compute_and_none_when_nothing_stands_out():
 
 def summarize_like(ranks: list[RankSummary]) -> TraceSummary:
     return TraceSummary(ranks, 0, [], {}, [], "")
+
+
+def test_cuts_never_split_an_event(trace_dir, tmp_path, monkeypatch):
+    # "}, {" inside names and inside lists of objects in args, read in 64-byte batches: every event whole, once.
+    odd = [kernel("gemm}, {odd", 200 + i, 5, shapes=[{"m": i}, {"n": 2}], note="}, {") for i in range(40)]
+    zero = write_trace(tmp_path / "r0.json", BASE0, RANK0 + odd, rank=0)
+    one = write_trace(tmp_path / "r1.json", BASE1, RANK1 + odd, rank=1)
+    monkeypatch.setattr(stream, "BATCH_BYTES", 64)
+    reduced = reduce_summaries([on_node(trace_dir, zero, "host-a", 0), on_node(trace_dir, one, "host-b", 1)])
+    merged = merge_traces([TraceInput(zero, "host-a", 0, 4242), TraceInput(one, "host-b", 1, 4242)],
+                          tmp_path / "m.json.gz", workers=1)
+    assert comparable(reduced.summary) == comparable(summarize(merged.ranks))
+    assert reduced.summary.ranks[0].events == len(RANK0) + len(odd) + 3  # the 3 events write_trace adds
+    assert any(t.name == "gemm}, {odd" and t.count == 40 for t in reduced.summary.ranks[0].top_kernels)
+
+
+def test_a_truncated_file_gets_an_error_not_a_summary(trace_dir, tmp_path):
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes((CORPUS / "hta_nccl_rank0.json.gz").read_bytes()[:5000])
+    reduced = reduce_summaries([on_node(trace_dir, cut, "host-a", 0)])
+    [(_, why)] = reduced.missing
+    assert why == "truncated gzip (the file ends before its end marker)"

@@ -10,6 +10,7 @@ while rewriting events onto the shared base (``tuiprof.analysis.trace_merge``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import msgspec
@@ -60,7 +61,6 @@ class _GpuArgs(msgspec.Struct):
     stream: int | str | None = None
 
 
-decode_trace = msgspec.json.Decoder(TraceFile).decode
 _decode_gpu_args = msgspec.json.Decoder(_GpuArgs).decode
 _decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
 _NO_GPU_ARGS = _GpuArgs()
@@ -92,11 +92,9 @@ def track(value: int | str | msgspec.UnsetType) -> int | str:
     return "" if value is msgspec.UNSET else value
 
 
-def _steps_and_launches(events: list[Event], shift_us: float
-                        ) -> tuple[list[tuple[str, float, float]], dict[int, float]]:
-    """The step annotations (name, ts, dur) and each runtime call's start by correlation id, shifted."""
-    steps: list[tuple[str, float, float]] = []
-    launches: dict[int, float] = {}
+def steps_and_launches(events: Iterable[Event], shift_us: float, steps: list[tuple[str, float, float]],
+                       launches: dict[int, float]) -> None:
+    """Add the step annotations (name, ts, dur) and each runtime call's start by correlation id, shifted."""
     for event in events:
         name, ts, dur = event.name, event.ts, event.dur
         if event.ph != "X" or ts is msgspec.UNSET or dur is msgspec.UNSET or name is msgspec.UNSET:
@@ -106,7 +104,6 @@ def _steps_and_launches(events: list[Event], shift_us: float
                 launches[correlation] = ts + shift_us
         elif event.cat == "user_annotation" and name.startswith(STEP_PREFIXES):
             steps.append((name, ts + shift_us, dur))
-    return steps, launches
 
 
 def _in_window(steps: list[tuple[str, float, float]], window: StepWindow) -> list[tuple[str, float, float]]:
@@ -126,14 +123,14 @@ def _add(totals: dict[str, list[float]], name: str, dur: float) -> None:
 class RankExtractor:
     """Fills ``extract`` from a rank's events, one complete event (``ph`` X) at a time.
 
-    ``events`` (all of the rank's) are scanned once up front for the step
-    annotations and launch calls; ``shift_us`` moves timestamps onto the
-    caller's time base (0: the file's own).
+    ``steps`` and ``launches`` are the rank's, from ``steps_and_launches`` over
+    all its events first, on the caller's time base (0 shift: the file's own).
     """
 
-    def __init__(self, extract: RankExtract, events: list[Event], shift_us: float, step_mode: str) -> None:
+    def __init__(self, extract: RankExtract, steps: list[tuple[str, float, float]], launches: dict[int, float],
+                 step_mode: str) -> None:
         self.extract = extract
-        steps, self._launches = _steps_and_launches(events, shift_us)
+        self._launches = launches
         self._window = step_window(steps, step_mode)
         extract.steps, extract.window = _in_window(steps, self._window), self._window.description
         self._kinds: dict[str, str] = {}
@@ -188,19 +185,32 @@ def rank_result(extract: RankExtract, calls: list[CollectiveCall]) -> RankResult
                       collective_totals=totals, cpu_totals=extract.cpu_totals)
 
 
-def extract_rank(trace: TraceFile, extract: RankExtract, step_mode: str) -> list[CollectiveCall]:
-    """Fill ``extract`` from a whole decoded trace on its own time base; return its collective calls."""
-    events = trace.traceEvents
-    extractor = RankExtractor(extract, events, 0.0, step_mode)
+def extract_rank(batches: Callable[[], Iterable[list[Event]]], extract: RankExtract, step_mode: str
+                 ) -> list[CollectiveCall]:
+    """Fill ``extract`` from a rank's events on its own time base; return its collective calls.
+
+    ``batches()`` gives the events (in batches, e.g. read from the file piece by
+    piece) and is called twice: once for the steps and launch calls, once for
+    everything else.
+    """
+    steps: list[tuple[str, float, float]] = []
+    launches: dict[int, float] = {}
+    for batch in batches():
+        steps_and_launches(batch, 0.0, steps, launches)
+    extractor = RankExtractor(extract, steps, launches, step_mode)
     unset = msgspec.UNSET
-    for event in events:
-        if event.ph != "X":
-            continue
-        ts, dur, cat, name = event.ts, event.dur, event.cat, event.name
-        if ts is unset or dur is unset or cat is unset or name is unset:
-            continue
-        extractor.add(event, name, cat, ts, dur)
-    extract.events = sum(1 for event in events if not (event.ph == "M" and event.name in DROPPED_METADATA))
+    for batch in batches():
+        for event in batch:
+            if event.ph == "M":
+                extract.events += event.name not in DROPPED_METADATA
+                continue
+            extract.events += 1
+            if event.ph != "X":
+                continue
+            ts, dur, cat, name = event.ts, event.dur, event.cat, event.name
+            if ts is unset or dur is unset or cat is unset or name is unset:
+                continue
+            extractor.add(event, name, cat, ts, dur)
     return extractor.finish()
 
 

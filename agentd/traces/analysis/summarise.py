@@ -4,9 +4,10 @@
 has no summary yet; one worker thread reads each (opened through the trace
 dir: no links, plain files of the folder's owner), decodes it, and stores a
 ``RankTraceSummary`` — or one whose ``error`` says why there is none — in
-``capture.summaries``. One file at a time bounds the agent's memory to one
-decoded trace, and a file that decompresses past ``MAX_TRACE_BYTES`` is not
-decoded at all (its summary says so: fetch it and run ``tuiprof analyze``).
+``capture.summaries``. Files are read piece by piece (``stream``) and one at
+a time, so the agent holds one batch of events and one rank's extract, never a
+whole trace; a file that decompresses past ``MAX_TRACE_BYTES`` is left alone
+(its summary says so: fetch it and run ``tuiprof analyze``).
 Which caller may see a summary is decided when replying, as for FetchFile.
 """
 
@@ -19,12 +20,12 @@ import logging
 import os
 import time
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import msgspec
-
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.traces.analysis.extract import decode_trace, extract_rank, rank_result
+from agentd.traces.analysis.extract import extract_rank, rank_result
+from agentd.traces.analysis.stream import TraceFacts, TraceStreamError, event_batches
 from agentd.traces.analysis.summary import RankExtract
 from agentd.traces.analysis.wire import to_proto
 from agentd.traces.capture import WRITTEN, Capture, Target
@@ -32,8 +33,8 @@ from agentd.traces.paths import TracePathError, TraceDir, reason, relative_parts
 
 log = logging.getLogger(__name__)
 
-# The most bytes (decompressed) of one trace the agent decodes: a decoded trace takes a few times its size.
-MAX_TRACE_BYTES = 1 << 30
+# The most bytes (decompressed) of one trace the agent reads: beyond that, fetch it and analyse it elsewhere.
+MAX_TRACE_BYTES = 4 << 30
 _READ_BYTES = 1 << 20
 
 
@@ -41,42 +42,46 @@ class TraceTooLarge(Exception):
     pass
 
 
-def read_trace(trace_dir: TraceDir, file: str, limit: int = MAX_TRACE_BYTES) -> bytes:
-    """The file's bytes, gunzipped when gzipped; TraceTooLarge past ``limit``."""
+def trace_chunks(trace_dir: TraceDir, file: str, limit: int = MAX_TRACE_BYTES) -> Iterator[bytes]:
+    """The file's bytes in pieces, gunzipped when gzipped; TraceTooLarge past ``limit``."""
     fd, _ = trace_dir.open_file(relative_parts(file, "file"))
     with os.fdopen(fd, "rb") as raw:
         gzipped = raw.read(2) == b"\x1f\x8b"
         raw.seek(0)
         stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
-        pieces, total = [], 0
+        total = 0
         while piece := stream.read(_READ_BYTES):
             total += len(piece)
             if total > limit:
-                raise TraceTooLarge(f"it holds more than {limit >> 20} MiB of JSON, more than the agent decodes; "
+                raise TraceTooLarge(f"it holds more than {limit >> 30} GiB of JSON, more than the agent reads; "
                                     "fetch it (tuiprof trace --fetch all) and run tuiprof analyze")
-            pieces.append(piece)
-    return b"".join(pieces)
+            yield piece
 
 
 def summarise_file(trace_dir: TraceDir, file: str, host: str, pid: int, rank: int | None,
                    step_mode: str = "all") -> pb.RankTraceSummary:
-    """One rank's summary of ``file`` (relative to the trace dir), or one whose ``error`` says why there is none."""
+    """One rank's summary of ``file`` (relative to the trace dir), or one whose ``error`` says why there is none.
+
+    The file is read twice, piece by piece (``stream``): memory holds one batch
+    of events and the extract, never the whole trace.
+    """
     started = time.monotonic()
+    facts = TraceFacts()
+    extract = RankExtract(rank=rank, host=host, pid=pid, file=file)
     try:
-        trace = decode_trace(read_trace(trace_dir, file))
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return pb.RankTraceSummary(error=f"not a Kineto/Chrome trace ({exc})")
+        calls = extract_rank(lambda: event_batches(trace_chunks(trace_dir, file), facts), extract, step_mode)
+    except TraceStreamError as exc:
+        return pb.RankTraceSummary(error=str(exc))
     except EOFError:
         return pb.RankTraceSummary(error="truncated gzip (the file ends before its end marker)")
     except (TraceTooLarge, TracePathError) as exc:
         return pb.RankTraceSummary(error=str(exc))
     except (OSError, zlib.error) as exc:
         return pb.RankTraceSummary(error=f"cannot read it: {reason(exc)}")
-    if rank is None and trace.distributedInfo is not None:
-        rank = trace.distributedInfo.rank
-    extract = RankExtract(rank=rank, host=host, pid=pid, file=file)
-    calls = extract_rank(trace, extract, step_mode)
-    return to_proto(rank_result(extract, calls), calls, trace.baseTimeNanoseconds, time.monotonic() - started)
+    if extract.rank is None:
+        extract.rank = facts.rank
+    result = rank_result(extract, calls)
+    return to_proto(result, calls, facts.base_time_ns, time.monotonic() - started)
 
 
 class Summariser:

@@ -1,0 +1,92 @@
+"""A Chrome trace's events in batches, read in pieces: never the whole file in memory.
+
+The file is ``{…, "traceEvents": [event, event, …], …}``. What precedes the
+array (schemaVersion, distributedInfo, …) and what follows it (traceName,
+``baseTimeNanoseconds`` in mid-2024 Kineto) are decoded on their own; the
+array is cut into batches of about ``BATCH_BYTES`` at a ``}`` followed by
+``,`` and ``{`` — a cut is kept only when the batch before it decodes as a
+list of events, so a ``}, {`` inside a string or a nested list never splits an
+event (the cut moves to an earlier candidate, or the batch grows).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import msgspec
+
+from agentd.traces.analysis.extract import Event, TraceFile
+
+BATCH_BYTES = 4 << 20
+# Bytes before the event array (metadata, distributedInfo with its process groups) we look through.
+MAX_HEAD_BYTES = 64 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_CUTS_TRIED = 8
+
+_decode_events = msgspec.json.Decoder(list[Event]).decode
+_decode_file = msgspec.json.Decoder(TraceFile).decode
+
+
+class TraceStreamError(ValueError):
+    """Not a Chrome trace: the message says what is wrong."""
+
+
+@dataclass
+class TraceFacts:
+    """What the file says outside its events."""
+
+    base_time_ns: int = 0
+    rank: int | None = None
+
+
+def event_batches(chunks: Iterable[bytes], facts: TraceFacts) -> Iterator[list[Event]]:
+    """The trace's events, batch by batch, in file order; ``facts`` is filled once the last batch is out."""
+    pieces = iter(chunks)
+    buffer = b""
+    while (start := _EVENTS_KEY.search(buffer)) is None:
+        if len(buffer) > MAX_HEAD_BYTES:
+            raise TraceStreamError(f"not a Kineto/Chrome trace (no \"traceEvents\" array in the first "
+                                   f"{MAX_HEAD_BYTES >> 20} MiB)")
+        piece = next(pieces, None)
+        if piece is None:
+            raise TraceStreamError("not a Kineto/Chrome trace (no \"traceEvents\" array)")
+        buffer += piece
+    head = _decode(_decode_file, buffer[:start.start()] + b'"traceEvents":[]}')
+    buffer = buffer[start.end():]
+    for piece in pieces:
+        buffer += piece
+        if len(buffer) >= BATCH_BYTES:
+            batch, buffer = _cut(buffer)
+            if batch:
+                yield batch
+    tail = _decode(_decode_file, b'{"traceEvents":[' + buffer)
+    yield tail.traceEvents
+    facts.base_time_ns = head.baseTimeNanoseconds or tail.baseTimeNanoseconds
+    for part in (head, tail):
+        if part.distributedInfo is not None and part.distributedInfo.rank is not None:
+            facts.rank = part.distributedInfo.rank
+
+
+def _cut(buffer: bytes) -> tuple[list[Event], bytes]:
+    """The whole events at the start of ``buffer`` and the rest (no events: the buffer grows)."""
+    candidates = [match.start() + 1 for match in _CUT.finditer(buffer, max(0, len(buffer) - BATCH_BYTES // 2))]
+    for end in reversed(candidates[-_CUTS_TRIED:]):
+        try:
+            events = _decode_events(b"[" + buffer[:end] + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        rest = buffer[end:].lstrip()
+        return events, rest[1:]  # past the comma
+    return [], buffer
+
+
+def _decode(decode: Callable[[bytes], TraceFile], data: bytes) -> TraceFile:
+    try:
+        return decode(data)
+    except msgspec.ValidationError as exc:
+        raise TraceStreamError(f"not a Kineto/Chrome trace ({exc})") from None
+    except msgspec.DecodeError as exc:
+        raise TraceStreamError(f"not JSON ({exc})") from None
