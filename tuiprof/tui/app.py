@@ -37,6 +37,7 @@ from tuiprof.tui.columns import ColumnsScreen, hidden_in, with_hidden
 from tuiprof.tui.messages import EventsPending, SourceEnded
 from tuiprof.tui.palette import GoToProvider
 from tuiprof.tui.plots import WINDOW_NAMES, detail_samples
+from tuiprof.tui.terminal_diff import send_only_changes
 
 BACKGROUND_RENDER_HZ = 2.0
 SHOWN_RENDER_HZ = 10.0
@@ -109,6 +110,8 @@ class TuiprofApp(App[None]):
 
     def on_mount(self) -> None:
         from tuiprof.tui.screens.cluster import ClusterScreen
+
+        send_only_changes(self)  # a few changed cells a second, not whole lines (bench/console_nvitop.md)
 
         if self.settings.history_window not in WINDOW_NAMES:
             self._warnings.append(f"unknown history window '{self.settings.history_window}' in the settings; "
