@@ -28,7 +28,6 @@ VIEWS = {
     "help": ["question_mark"],
     "columns": ["C"],
 }
-"""The Traces screen belongs to its own area, which snapshots it (tests/traces)."""
 
 
 async def _settle(pilot) -> None:
@@ -49,6 +48,14 @@ def test_gpu_cluster_views(snap_compare, view: str, size: tuple[int, int]) -> No
 @pytest.mark.parametrize("view", ["cluster", "host-gpus", "host-cpu", "host-io"])
 def test_cpu_only_agents_views(snap_compare, view: str, size: tuple[int, int]) -> None:
     assert snap_compare(replay_app(AGENTS_RECORDING), press=VIEWS[view], terminal_size=size, run_before=_settle)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_traces_view(snap_compare, monkeypatch, size: tuple[int, int]) -> None:
+    """The capture form; its default output folder (the working directory and the time) pinned here."""
+    monkeypatch.chdir("/tmp")
+    monkeypatch.setattr("tuiprof.tui.screens.traces.time.strftime", lambda fmt: "20261124-031200")
+    assert snap_compare(replay_app(GPU_FIXTURE), press=["t"], terminal_size=size, run_before=_settle)
 
 
 def test_light_theme(snap_compare) -> None:

@@ -59,10 +59,9 @@ class TracesScreen(ConsoleScreen):
     TracesScreen #traces-form { height: auto; padding: 0 1; background: $boost; }
     TracesScreen #traces-form Horizontal { height: auto; }
     TracesScreen #traces-form Label { padding: 1 1 0 0; }
-    TracesScreen #traces-form Input { width: 18; }
-    TracesScreen #traces-form Select { width: 28; }
-    TracesScreen #traces-form #traces-steps { width: 36; }
-    TracesScreen #traces-output { width: 1fr; }
+    TracesScreen #traces-form Input { width: 1fr; }
+    TracesScreen #traces-form Select { width: 1fr; }
+    TracesScreen #traces-form #traces-amount, TracesScreen #traces-form #traces-delay { width: 12; }
     TracesScreen #traces-hosts { height: auto; max-height: 12; }
     TracesScreen #traces-summary { height: 1fr; padding: 0 1; overflow-y: auto; }
     """
@@ -80,19 +79,20 @@ class TracesScreen(ConsoleScreen):
         with Vertical(id="traces-form"):
             with Horizontal():
                 yield Label("Kind")
-                yield Select((("Kineto (PyTorch profiler)", "kineto"), ("timeline (hook ring)", "timeline")),
+                yield Select((("Kineto profiler", "kineto"), ("hook timeline", "timeline")),
                              value="kineto", allow_blank=False, id="traces-kind")
                 yield Label("Span")
                 yield Select(SPANS, value="duration_ms", allow_blank=False, id="traces-span")
                 yield Input("1000", id="traces-amount")
+            with Horizontal():  # three rows, each fitting 80 columns
                 yield Label("Count")
                 yield Select(((STEP_LABELS[mode], mode) for mode in STEP_MODES), value="all", allow_blank=False,
                              id="traces-steps")
-            with Horizontal():
                 yield Label("Ranks")
                 yield Input("", placeholder="all", id="traces-ranks")
                 yield Label("Start in ms")
                 yield Input(str(DEFAULT_START_DELAY_MS), id="traces-delay")
+            with Horizontal():
                 yield Label("Output")
                 yield Input(str(self.output_root / f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}"),
                             id="traces-output")
@@ -100,7 +100,7 @@ class TracesScreen(ConsoleScreen):
         yield Static("Choose what to trace, then Capture (ctrl+r).", id="traces-status")
         yield DataTable(id="traces-hosts", cursor_type="row")
         yield Static("", id="traces-summary")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("host", "phase", "ranks", "files", "detail")
