@@ -64,10 +64,9 @@ class Capture:
     # Written file → the agent's summary of it (``agentd.traces.analysis.summarise``), filled off the event loop.
     summaries: dict[str, pb.RankTraceSummary] = field(default_factory=dict)
 
-    @property
-    def done(self) -> bool:
-        """Every target is final and every written file summarised."""
-        return all(t.state in FINAL_STATES and (t.state != WRITTEN or t.file in self.summaries)
+    def done(self, may_read: Callable[[str], bool]) -> bool:
+        """Every target is final and every written file the caller ``may_read`` summarised."""
+        return all(t.state in FINAL_STATES and (t.state != WRITTEN or t.file in self.summaries or not may_read(t.file))
                    for t in self.targets)
 
     def refresh(self, registry: Registry) -> None:
@@ -112,9 +111,9 @@ class Capture:
                                 "which `tuiprof run` sets to the trace dir of the agent on the host it runs on) — "
                                 "see its stderr for a Kineto warning")
 
-    def to_proto(self, host: str, may_read: Callable[[str], bool] = lambda file: False) -> pb.CaptureTraceReply:
+    def to_proto(self, host: str, may_read: Callable[[str], bool]) -> pb.CaptureTraceReply:
         """The reply; once done, each written file's summary where ``may_read(file)`` (the caller may fetch it)."""
-        done = self.done
+        done = self.done(may_read)
         reply = pb.CaptureTraceReply(
             capture_id=self.capture_id, targets=[t.to_proto(host) for t in self.targets],
             done=done, message=self.message,

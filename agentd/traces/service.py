@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import pathlib
@@ -137,8 +138,9 @@ class CaptureService:
     def _reply(self, capture: Capture, caller: Caller) -> pb.CaptureTraceReply:
         """The capture as it is now, its written files queued for their summaries; a summary only of a
         file ``caller`` may fetch."""
-        self.summariser.schedule(capture)
-        return capture.to_proto(self.hostname, lambda file: _may_fetch(caller, file))
+        may_read = functools.partial(_may_fetch, caller)
+        self.summariser.schedule(capture, may_read)
+        return capture.to_proto(self.hostname, may_read)
 
     async def fetch_file(self, request: pb.FetchFileRequest,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[pb.FileChunk]:

@@ -151,6 +151,11 @@ async def _summarised_reply(service: CaptureService, capture: Capture, caller: C
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the trace file to another uid")
 async def test_a_caller_who_may_not_read_the_file_gets_no_summary_of_it(service_with_a_written_file):
     service, capture = service_with_a_written_file
+    # Asked first by another local user: done at once, the file never summarised (nor read) for them.
+    other = await _summarised_reply(service, capture, Caller.local(4343))
+    assert other.done and not other.targets[0].HasField("summary")
+    await asyncio.sleep(0.2)
+    assert capture.summaries == {}
     owner = await _summarised_reply(service, capture, Caller.local(4242))
     [target] = owner.targets
     assert target.HasField("summary") and target.summary.result_json and not target.summary.error

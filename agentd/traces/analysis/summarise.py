@@ -20,7 +20,7 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -93,12 +93,13 @@ class Summariser:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace-summary")
         self._queued: set[tuple[str, str]] = set()
 
-    def schedule(self, capture: Capture) -> None:
-        """Queue each written file of ``capture`` that has no summary and is not queued yet."""
+    def schedule(self, capture: Capture, may_read: Callable[[str], bool]) -> None:
+        """Queue each written file of ``capture`` that the caller ``may_read``, has no summary and is not queued."""
         loop = asyncio.get_running_loop()
         for target in capture.targets:
             key = (capture.capture_id, target.file)
-            if target.state != WRITTEN or target.file in capture.summaries or key in self._queued:
+            if target.state != WRITTEN or target.file in capture.summaries or key in self._queued \
+                    or not may_read(target.file):
                 continue
             self._queued.add(key)
             future = loop.run_in_executor(self._pool, self._summarise, capture, target)
