@@ -33,6 +33,30 @@ class Extreme:
 
 
 @dataclass(frozen=True, slots=True)
+class GemmTiming:
+    """The hook's GEMM timing sampling: every call of a shape up to ``first_calls``, then one in
+    ``sample_every``; ``timed_in_interval`` of the interval's calls were timed. Counts are exact."""
+
+    first_calls: int
+    sample_every: int
+    timed_in_interval: int
+
+    @property
+    def rate(self) -> str:
+        """``every call`` or ``1 in 16``; ``n/a`` when the hook did not say (an older hook)."""
+        if self.sample_every == 0:
+            return "n/a"
+        return "every call" if self.sample_every == 1 else f"1 in {self.sample_every}"
+
+    def describe(self) -> str:
+        if self.sample_every == 0:
+            return "GEMM timing sampling: not reported by this rank's hook library"
+        rule = ("every call timed" if self.sample_every == 1
+                else f"every call of a shape timed up to {self.first_calls}, then 1 in {self.sample_every}")
+        return f"GEMM timing: {rule}; {self.timed_in_interval} timed in this interval"
+
+
+@dataclass(frozen=True, slots=True)
 class OpRow:
     host: str
     job: str
@@ -48,6 +72,8 @@ class OpRow:
     max_seconds: Extreme
     first_call_seconds: Reading | None
     """A GEMM slot's first call, which includes lazy module loading; None for collectives."""
+    timing: GemmTiming | None
+    """Which of a GEMM's calls are timed (its p50, p99, min, max and TFLOP/s come from those); None for collectives."""
     throughput: Reading
     """NCCL bus bandwidth (bytes/s) or GEMM TFLOP/s."""
     verdict: Verdict | None
@@ -79,6 +105,12 @@ def _natural(label: str) -> tuple[str, int]:
     """``rank 10`` after ``rank 9``."""
     word, _, number = label.rpartition(" ")
     return (word, int(number)) if number.isdigit() else (label, -1)
+
+
+def _timing(rank: pb.RankStats, op: pb.GemmOpStats | pb.NcclOpStats) -> GemmTiming | None:
+    if isinstance(op, pb.NcclOpStats):
+        return None
+    return GemmTiming(rank.hook.gemm_timed_first_calls, rank.hook.gemm_sample_every, op.timed_count_interval)
 
 
 def _first_call(op: pb.GemmOpStats | pb.NcclOpStats) -> Reading | None:
@@ -130,7 +162,7 @@ def job_ops(cluster: ClusterState) -> list[OpRow]:
             p50_seconds=typical_latency(latency), p99_seconds=reading(latency, "p99_seconds"),
             min_seconds=Extreme(reading(latency, "min_seconds"), latency.min_exact),
             max_seconds=Extreme(reading(latency, "max_seconds"), latency.max_exact),
-            first_call_seconds=_first_call(op),
+            first_call_seconds=_first_call(op), timing=_timing(rank, op),
             throughput=reading(op, "busbw_bytes_per_s" if kind == "nccl" else "tflops"),
             verdict=verdicts.get(id(sample)) if sample is not None else None,
         ))

@@ -17,13 +17,15 @@ from tuiprof.tui.screens.base import ConsoleScreen
 COLUMNS = (
     TableColumn("Host", 100), TableColumn("Rank", 95), TableColumn("Kind", 60), TableColumn("Op", 90),
     TableColumn("Job", 80), TableColumn("Calls/s", 40), TableColumn("p50", 70), TableColumn("p99", 75),
-    TableColumn("Min", 30), TableColumn("Max", 35), TableColumn("First call", 25), TableColumn("Throughput", 65),
+    TableColumn("Min", 30), TableColumn("Max", 35), TableColumn("First call", 25), TableColumn("Timed", 20),
+    TableColumn("Throughput", 65),
     TableColumn("vs median", 85),
 )
 """Each column's priority: at a narrow width the lowest go first."""
 
 LEGEND = ("≥ min, ≤ max: a histogram bucket's edge, no call's own time; "
-          "first call: a GEMM's first, which includes loading, kept out of the other figures")
+          "first call: a GEMM's first, which includes loading, kept out of the other figures; "
+          "timed: which GEMM calls the latency and TFLOP/s come from (counts are exact)")
 
 
 def _extreme(extreme: Extreme, bound: str) -> Text:
@@ -48,6 +50,7 @@ def _cells(row: OpRow) -> list[Text | str]:
         units.per_s(row.count_per_s, ""),
         reading(row.p50_seconds, units.seconds), reading(row.p99_seconds, units.seconds),
         _extreme(row.min_seconds, "≥"), _extreme(row.max_seconds, "≤"), first_call,
+        "" if row.timing is None else row.timing.rate,
         throughput, versus,
     ]
     if row.verdict is not None and row.verdict.straggler:
@@ -61,7 +64,8 @@ def _detail(row: OpRow) -> str:
              "max": row.max_seconds.seconds, "throughput": row.throughput}
     if row.first_call_seconds is not None:
         named["first call"] = row.first_call_seconds
-    return " · ".join([f"{row.host} {row.rank} pid {row.pid} job {row.job or 'none'}", *reasons(named)])
+    timing = [row.timing.describe()] if row.timing is not None else []
+    return " · ".join([f"{row.host} {row.rank} pid {row.pid} job {row.job or 'none'}", *timing, *reasons(named)])
 
 
 class JobOpsScreen(ConsoleScreen):
