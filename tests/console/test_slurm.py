@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from console.prometheus_server import PROMETHEUS, named_agent, running_prometheus
 from testkit.agents import running_agent
 from testkit.ports import free_port
 from testkit.slurm import SlurmCluster, slurm_cluster, unavailable_reason
@@ -180,3 +181,36 @@ def test_status_with_a_job_that_is_not_running_says_why(cluster: SlurmCluster) -
     assert result.stdout == ""
     assert f"job {job_id} is not running (PENDING, reason JobHeldUser)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt package prometheus)")
+def test_prometheus_scrapes_the_jobs_nodes_from_prometheus_targets(
+    cluster: SlurmCluster, two_node_job: str, tmp_path: pathlib.Path
+) -> None:
+    """prometheus-targets --slurm-job → file_sd → Prometheus scrapes agents named as the nodes →
+    the fleet view of the job from Prometheus: both nodes up, no agent asked by the console."""
+    address = cluster.nodes["tpnode1"]
+    port, metrics_port = free_port(address), free_port(address)
+    targets = tmp_path / "targets.json"
+    written = _tuiprof("prometheus-targets", "--slurm-job", two_node_job, "--metrics-port", str(metrics_port),
+                       "--output", str(targets))
+    assert written.returncode == 0, written.stderr
+    assert json.loads(targets.read_text()) == [
+        {"targets": [f"tpnode1:{metrics_port}", f"tpnode3:{metrics_port}"], "labels": {}}]
+    with (named_agent(tmp_path, "tpnode1", port, metrics_port, cluster.nodes["tpnode1"]),
+          running_prometheus(tmp_path, file_sd=targets) as url):
+        # tpnode3's agent is not started: the job's node list says it should be there
+        deadline = time.monotonic() + 60
+        while True:
+            result = _tuiprof("status", "--prometheus", url, "--slurm-job", two_node_job, "--port", str(port),
+                              "--json")
+            hosts = {h["host"]: h for h in json.loads(result.stdout)["hosts"]}
+            if hosts[f"tpnode1:{port}"]["reachable"] and "up == 0" in (hosts[f"tpnode3:{port}"]["error"] or ""):
+                break
+            assert time.monotonic() < deadline, hosts
+            time.sleep(0.5)
+    assert result.returncode == 1  # a node of the job is down
+    assert list(hosts) == [f"tpnode1:{port}", f"tpnode3:{port}"]
+    assert hosts[f"tpnode1:{port}"]["summary"]["cpu_percent"] is not None
+    assert hosts[f"tpnode3:{port}"]["error"].startswith(
+        f"Prometheus cannot scrape it (up == 0 for tpnode3:{metrics_port}, job tuiprof")
