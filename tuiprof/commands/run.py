@@ -14,6 +14,10 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
 - TUIPROF_GEMM_SAMPLE_EVERY, with --gemm-sample-every N: the hook times every
   call of a GEMM shape up to its 32nd, then one call in N (default 16; 1 times
   every call); every call is counted either way;
+- TUIPROF_NCCL_FALLBACK=1, with --nccl-fallback: where NCCL does not take the
+  profiler plugin (NCCL < 2.27, or another plugin), time each collective with
+  CUDA events on its stream (enqueue-to-completion, not kernel time) instead
+  of only counting it;
 then replaces itself with CMD (exec), so signals and the exit status are CMD's.
 """
 
@@ -39,6 +43,7 @@ STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
 TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
 SAMPLE_EVERY_ENV = "TUIPROF_GEMM_SAMPLE_EVERY"
 SAMPLE_EVERY_MAX = 1_000_000  # TP_GEMM_SAMPLE_EVERY_MAX in the hook
+NCCL_FALLBACK_ENV = "TUIPROF_NCCL_FALLBACK"
 AGENT_LOOKUP_TIMEOUT_S = 2.0
 
 
@@ -58,12 +63,13 @@ def _prepend(value: str, existing: str | None, sep: str) -> str:
 
 def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
                        library: Path = HOOK_LIBRARY, trace_dir: str | None = None,
-                       gemm_sample_every: int | None = None) -> dict[str, str]:
+                       gemm_sample_every: int | None = None, nccl_fallback: bool = False) -> dict[str, str]:
     """The environment CMD runs in: ``env`` plus tuiprof's variables.
 
     ``trace_dir`` is the local agent's trace dir, where Kineto may then write
     on-demand traces; a KINETO_ONDEMAND_TRACE_DIR the user set stands.
-    ``gemm_sample_every`` (given) replaces any TUIPROF_GEMM_SAMPLE_EVERY."""
+    ``gemm_sample_every`` (given) replaces any TUIPROF_GEMM_SAMPLE_EVERY;
+    ``nccl_fallback`` sets TUIPROF_NCCL_FALLBACK=1 (one the user set stands otherwise)."""
     if not library.is_file():
         raise LaunchError(
             f"{library} is missing: the compiled parts of tuiprof were not built; "
@@ -85,6 +91,8 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
     out["TUIPROF_HOOK_LIBRARY"] = lib
     if gemm_sample_every is not None:
         out[SAMPLE_EVERY_ENV] = str(gemm_sample_every)
+    if nccl_fallback:
+        out[NCCL_FALLBACK_ENV] = "1"
     return out
 
 
@@ -136,6 +144,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--gemm-sample-every", type=sample_period, metavar="N",
         help="time every call of a GEMM shape up to its 32nd, then one in N (default 16; 1: every call); "
              "all calls are counted")
+    parser.add_argument(
+        "--nccl-fallback", action="store_true",
+        help="where NCCL does not take the profiler plugin (NCCL older than 2.27), time collectives with CUDA "
+             "events on their stream (enqueue-to-completion, not kernel time); without it they are only counted")
     add_credential_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
     parser.set_defaults(func=run)
@@ -153,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         if args.kineto_daemon and TRACE_DIR_ENV not in os.environ:
             trace_dir = agent_trace_dir(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
         env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon, trace_dir=trace_dir,
-                                 gemm_sample_every=args.gemm_sample_every)
+                                 gemm_sample_every=args.gemm_sample_every, nccl_fallback=args.nccl_fallback)
     except (TokenFileError, TargetError) as exc:
         print(f"tuiprof run: {exc}", file=sys.stderr)
         return 2

@@ -50,6 +50,7 @@ void tp_remove_stale_note(void);
 int tp_ensure_started(void);
 int tp_is_running(void);
 void tp_set_flag(uint32_t flag);
+uint32_t tp_flags(void);
 
 /* ---- bounded lock-free queue (queue.c) --------------------------------- */
 typedef struct tp_queue tp_queue;
@@ -69,6 +70,7 @@ enum tp_record_type {
     TP_REC_STEP,
     TP_REC_GC,
     TP_REC_DATALOADER,
+    TP_REC_NCCL_SPAN,       /* NCCL API fallback: an event pair to poll (timer = span index) */
 };
 
 typedef struct tp_record {
@@ -187,5 +189,18 @@ void tp_segment_heartbeat(void);
 /* ---- how the process ends (exit_notes.c) ------------------------------- */
 /* Exit status and fatal signal into the segment header; once per address space. */
 void tp_exit_notes_install(void);
+
+/* ---- NCCL API fallback (nccl_fallback.c) ------------------------------- */
+/* Interposers on the NCCL collective / p2p / group entry points, recording
+ * ops only while NCCL has not accepted the profiler plugin.  Their in-flight
+ * tokens follow the plugin's (0..4095). */
+#define TP_NCCL_FALLBACK_TOKEN0 4096u
+#define TP_NCCL_FALLBACK_OPS 4095u
+#define TP_NCCL_UNTRACKED_TOKEN (TP_NCCL_FALLBACK_TOKEN0 + TP_NCCL_FALLBACK_OPS) /* a counted op's DONE */
+#define TP_NCCL_TOKENS (TP_NCCL_UNTRACKED_TOKEN + 1u)
+/* writer side: a TP_REC_NCCL_SPAN record's span, then polled each pass */
+void tp_nccl_fallback_track(uint32_t span);
+int tp_nccl_fallback_poll(void); /* spans finished (their ops' DONE records submitted) */
+void tp_nccl_fallback_fork_child(void);
 
 #endif

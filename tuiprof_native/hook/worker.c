@@ -24,7 +24,7 @@
 #define RECORD_QUEUE 8192u
 #define GEMM_PENDING 4096u /* = timer pool size: a pending GEMM owns a timer */
 #define MAX_STREAMS 64u
-#define NCCL_OUTSTANDING 4096u
+#define NCCL_OUTSTANDING TP_NCCL_TOKENS /* plugin ops, then the API fallback's */
 #define BUSY_SLEEP_NS 100000L /* GEMMs to poll or collectives in flight */
 /* Nothing to do: sleep 1 ms, then twice as long each time up to 50 ms, and
  * back to 1 ms once work comes.  An idle rank's writer wakes 20 times a
@@ -66,6 +66,8 @@ static uint32_t g_inflight_published;
 int tp_is_running(void) { return atomic_load_explicit(&g_state, memory_order_acquire) == RUNNING; }
 
 void tp_set_flag(uint32_t flag) { atomic_fetch_or(&g_flags, flag); }
+
+uint32_t tp_flags(void) { return atomic_load_explicit(&g_flags, memory_order_relaxed); }
 
 void tp_count_drop(void) { atomic_fetch_add_explicit(&g_drops, 1, memory_order_relaxed); }
 
@@ -176,6 +178,7 @@ static void handle_record(tp_record *r)
     case TP_REC_STEP: record_interval(r, TP_KIND_STEP); break;
     case TP_REC_GC: record_interval(r, TP_KIND_GC); break;
     case TP_REC_DATALOADER: record_interval(r, TP_KIND_DATALOADER); break;
+    case TP_REC_NCCL_SPAN: tp_nccl_fallback_track(r->timer); break;
     default: break;
     }
 }
@@ -354,6 +357,7 @@ static void *writer_main(void *arg)
         }
         uint64_t now = tp_now_ns();
         work += poll_gemms(now);
+        work += tp_nccl_fallback_poll();
         work += tp_gemm_harvest_counted();
         if (now - last_sweep > SWEEP_EVERY_NS) {
             tp_nccl_sweep(now);
@@ -466,6 +470,7 @@ static void fork_child(void)
     if (g_records) tp_queue_reset(g_records);
     tp_timer_fork_child();
     tp_nccl_fork_child();
+    tp_nccl_fallback_fork_child();
     tp_gemm_sampling_fork_child();
 }
 
