@@ -15,7 +15,8 @@ measured it (node_exporter's scrape_collector_* pair), are
 
 Per-rank series carry ``pid``, ``rank`` and ``local_rank``. The hook library's
 health per rank (``RankStats.hook``): its counters as ``tuiprof_rank_hook_*_total``,
-its flags as 0/1 gauges (``_cuda_timing``, ``_nccl_plugin``, ``_nccl_gpu_timers``),
+its flags as 0/1 gauges (``_cuda_timing``, ``_nccl_plugin``, ``_nccl_gpu_timers``,
+``_nccl_api_fallback``, ``_nccl_api_events``),
 ``tuiprof_rank_hook_pending_ops``, and ``tuiprof_rank_hook_active`` (0 when the
 hook stays inert in the process). The inert reason is NOT a label: it is free
 text the training process itself writes (a path, an errno text), so as a label
@@ -361,6 +362,9 @@ _HOOK_FLAGS = (
     ("cuda_timing", "1 when the hook resolved CUDA events, so GEMMs are timed."),
     ("nccl_plugin", "1 when NCCL loaded the hook as its profiler plugin."),
     ("nccl_gpu_timers", "1 when NCCL kernel-channel (GPU timer) events were seen."),
+    ("nccl_api_fallback", "1 when NCCL did not take the profiler plugin and collectives are counted at its API."),
+    ("nccl_api_events", "1 when those collectives are timed by CUDA events on their stream "
+                        "(enqueue-to-completion, not kernel time)."),
 )
 _HOOK_COUNTERS = (
     ("gemm_untimed_total", "GEMMs counted but not timed (no CUDA event free, no CUDA)."),

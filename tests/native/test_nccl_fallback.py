@@ -22,6 +22,8 @@ import pytest
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.support import segment_path, tuiprof_run, wait_for
+from tuiprof.analysis.rank_health import hook_reasons
+from tuiprof.model.messages import HostSnapshot
 from tuiprof_native import segment
 
 STANDINS = pathlib.Path(__file__).parent / "standins"
@@ -71,6 +73,12 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return out
 
 
+def console_reasons(snapshot: pb.HostSnapshot, pid: int) -> list[str]:
+    """The hook sentences the console shows for the rank ``pid`` of an agent snapshot."""
+    [rank] = [r for r in HostSnapshot.from_proto(snapshot).ranks if r.pid == pid]
+    return hook_reasons(rank.hook)
+
+
 def start_job(libs: pathlib.Path, cleanup: list[int], nccl: str, *extra: str, hooked: bool = True,
               options: tuple[str, ...] = ()) -> tuple[dict, subprocess.Popen]:
     """The job up to READY: (its JSON line, the process)."""
@@ -117,6 +125,7 @@ def test_counted_only_by_default_and_results_untouched(libs, cleanup_segments):
     plain, proc = start_job(libs, cleanup_segments, "libnccl_old.so", hooked=False)
     finish(proc)
     result, proc = start_job(libs, cleanup_segments, "libnccl_old.so")
+    collector = RanksCollector(0.1)
     try:
         # every call reached NCCL once and returned NCCL's own code (failures, a NULL comm included)
         assert result["codes"] == plain["codes"] == CODES
@@ -130,7 +139,18 @@ def test_counted_only_by_default_and_results_untouched(libs, cleanup_segments):
             check_counts(seg)
             assert all(s.timed_count == 0 and s.algo == "" for s in nccl_slots(seg).values())
             assert header.counters.nccl_untimed == TOTAL_OPS
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        [rank] = [r for r in snapshot.ranks if r.pid == proc.pid]
+        assert rank.hook.nccl_api_fallback and not rank.hook.nccl_api_events
+        assert {(n.op, n.dtype): n.count_total for n in rank.nccl} == {(op, dtype): n for op, dtype, n, *_ in OPS}
+        assert not any(n.HasField("busbw_bytes_per_s") for n in rank.nccl)  # counted, never timed
+        assert console_reasons(snapshot, proc.pid) == [
+            "NCCL did not take the profiler plugin: collectives counted at its API, not timed "
+            "(`tuiprof run --nccl-fallback` times them on their stream)"]
     finally:
+        collector.close()
         finish(proc)
 
 
@@ -169,6 +189,10 @@ def test_timed_on_the_stream_with_nccl_fallback(libs, cleanup_segments):
         assert (inflight.kind, inflight.op, inflight.comm_hash, inflight.sequence) == ("nccl", "AllReduce",
                                                                                      f"{COMM_HASH:x}", 6)
         assert rank.hook.pending == 1 and not rank.hook.nccl_plugin
+        assert rank.hook.nccl_api_fallback and rank.hook.nccl_api_events
+        assert console_reasons(snapshot, proc.pid) == [
+            "NCCL did not take the profiler plugin: collectives timed by CUDA events on their stream "
+            "(enqueue-to-completion, waits included; not kernel time)"]
         allreduce = next(n for n in rank.nccl if (n.op, n.dtype, n.algorithm) == ("AllReduce", "bf16", ""))
         assert allreduce.count_total == 3 and allreduce.comm_size == 4
     finally:

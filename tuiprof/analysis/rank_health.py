@@ -23,8 +23,12 @@ def hook_reasons(hook: HookHealth) -> list[str]:
     if hook.gemm_untimed_total:
         cause = "no CUDA event free" if hook.cuda_timing else "no CUDA events"
         lines.append(f"{hook.gemm_untimed_total} GEMMs counted but not timed: {cause}")
-    if hook.nccl_untimed_total:
-        cause = "" if hook.nccl_gpu_timers else ": NCCL sent no GPU timer events"
+    lines += _nccl_api_reasons(hook)
+    if hook.nccl_untimed_total and (hook.nccl_api_events or not hook.nccl_api_fallback):
+        if hook.nccl_api_events:
+            cause = ": no CUDA event free, or no CUDA"
+        else:
+            cause = "" if hook.nccl_gpu_timers else ": NCCL sent no GPU timer events"
         lines.append(f"{hook.nccl_untimed_total} collectives finished without GPU timestamps{cause}")
     if hook.dropped_records_total:
         lines.append(f"{hook.dropped_records_total} records dropped: ring full")
@@ -36,6 +40,17 @@ def hook_reasons(hook: HookHealth) -> list[str]:
     if hook.nccl_late_channels_total:
         lines.append(f"{hook.nccl_late_channels_total} kernel-channel events came after their collective finished")
     return lines
+
+
+def _nccl_api_reasons(hook: HookHealth) -> list[str]:
+    """What the NCCL figures are when NCCL did not take the profiler plugin (the hook's API fallback)."""
+    if not hook.nccl_api_fallback:
+        return []
+    if hook.nccl_api_events:
+        return ["NCCL did not take the profiler plugin: collectives timed by CUDA events on their stream "
+                "(enqueue-to-completion, waits included; not kernel time)"]
+    return ["NCCL did not take the profiler plugin: collectives counted at its API, not timed "
+            "(`tuiprof run --nccl-fallback` times them on their stream)"]
 
 
 def flight_recorder(rank: RankStats) -> str | None:

@@ -308,6 +308,8 @@ class HookHealth:
     inactive_reason: str
     gemm_timed_first_calls: int
     gemm_sample_every: int
+    nccl_api_fallback: bool
+    nccl_api_events: bool
 
 
 @dataclass(frozen=True, slots=True)
