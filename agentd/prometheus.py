@@ -364,7 +364,7 @@ _HOOK_FLAGS = (
     ("nccl_gpu_timers", "1 when NCCL kernel-channel (GPU timer) events were seen."),
     ("nccl_api_fallback", "1 when NCCL did not take the profiler plugin and collectives are counted at its API."),
     ("nccl_api_events", "1 when those collectives are timed by CUDA events on their stream "
-                        "(enqueue-to-completion, not kernel time)."),
+                        "(from their turn on the stream to their end; not kernel time)."),
 )
 _HOOK_COUNTERS = (
     ("gemm_untimed_total", "GEMMs counted but not timed (no CUDA event free, no CUDA)."),

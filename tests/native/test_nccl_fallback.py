@@ -192,7 +192,7 @@ def test_timed_on_the_stream_with_nccl_fallback(libs, cleanup_segments):
         assert rank.hook.nccl_api_fallback and rank.hook.nccl_api_events
         assert console_reasons(snapshot, proc.pid) == [
             "NCCL did not take the profiler plugin: collectives timed by CUDA events on their stream "
-            "(enqueue-to-completion, waits included; not kernel time)"]
+            "(from the op's turn on the stream to its end, launch gaps included; not kernel time)"]
         allreduce = next(n for n in rank.nccl if (n.op, n.dtype, n.algorithm) == ("AllReduce", "bf16", ""))
         assert allreduce.count_total == 3 and allreduce.comm_size == 4
     finally:

@@ -48,7 +48,7 @@ def _nccl_api_reasons(hook: HookHealth) -> list[str]:
         return []
     if hook.nccl_api_events:
         return ["NCCL did not take the profiler plugin: collectives timed by CUDA events on their stream "
-                "(enqueue-to-completion, waits included; not kernel time)"]
+                "(from the op's turn on the stream to its end, launch gaps included; not kernel time)"]
     return ["NCCL did not take the profiler plugin: collectives counted at its API, not timed "
             "(`tuiprof run --nccl-fallback` times them on their stream)"]
 

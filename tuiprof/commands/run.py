@@ -16,8 +16,8 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
   every call); every call is counted either way;
 - TUIPROF_NCCL_FALLBACK=1, with --nccl-fallback: where NCCL does not take the
   profiler plugin (NCCL < 2.27, or another plugin), time each collective with
-  CUDA events on its stream (enqueue-to-completion, not kernel time) instead
-  of only counting it;
+  CUDA events on its stream (from its turn on the stream to its end, not
+  kernel time) instead of only counting it;
 then replaces itself with CMD (exec), so signals and the exit status are CMD's.
 """
 
@@ -147,7 +147,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--nccl-fallback", action="store_true",
         help="where NCCL does not take the profiler plugin (NCCL older than 2.27), time collectives with CUDA "
-             "events on their stream (enqueue-to-completion, not kernel time); without it they are only counted")
+             "events on their stream (from their turn on the stream to their end, not kernel time); without it "
+             "they are only counted")
     add_credential_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
     parser.set_defaults(func=run)

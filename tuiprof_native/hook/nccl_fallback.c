@@ -13,9 +13,11 @@
  *   rank, per-communicator sequence; no CUDA call, no duration, no in-flight
  *   entry (nothing tells when the op finished);
  * - TUIPROF_NCCL_FALLBACK=1 (`tuiprof run --nccl-fallback`): a CUDA event
- *   pair on the op's stream around the call.  Its time is enqueue-to-
- *   completion on that stream: it includes waiting behind earlier work on
- *   the stream and for the peers, so it is not NCCL kernel time.  The op is
+ *   pair on the op's stream around the call.  The start event completes
+ *   when the stream reaches the op (its earlier work done), the stop event
+ *   when the op's work is done: stream time, launch gaps and NCCL's host-
+ *   side work between the two included, so it is not NCCL kernel time (the
+ *   plugin's figure).  Waiting for peers is inside either.  The op is
  *   in-flight (for the hang detector) from its enqueue until the stop event
  *   completes.  Events on the NCCL stream may cost comm/compute overlap,
  *   which is why this is opt-in (bench/nccl_fallback.md).

@@ -68,7 +68,7 @@ enum tp_kind {
 #define TP_FLAG_EXITED 8u        /* the process ran its exit handlers (exit(), return from main) */
 #define TP_FLAG_EXIT_STATUS 16u  /* exit_status holds the status the process passed to exit() */
 #define TP_FLAG_NCCL_API 32u     /* no profiler plugin: NCCL ops counted at the API (nccl_fallback.c) */
-#define TP_FLAG_NCCL_API_EVENTS 64u /* ... and timed by CUDA events on the op's stream: enqueue-to-completion */
+#define TP_FLAG_NCCL_API_EVENTS 64u /* ... and timed by CUDA events on the op's stream (stream time, not kernel time) */
 
 /* Event flags. */
 #define TP_EVENT_FIRST_CALL 1u /* a GEMM slot's first call: includes lazy module loading, not kernel time */
