@@ -286,6 +286,8 @@ def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None, summa
     if run.stragglers:
         text.append("stragglers:")
         text += [f"  rank {s.rank} on {s.host}: {s.why}" for s in run.stragglers]
+    elif run.fetch == "stragglers":
+        text.append("no rank stands out as a straggler: nothing fetched (--fetch all fetches every file)")
     text += [f"cannot fetch {error}" for error in run.fetch_errors]
     fetched = {(f.host, f.remote): f.local for f in capture.files}
     written = [(h.host, t) for h in capture.hosts for t in h.targets if t.state == "written"]
