@@ -16,7 +16,9 @@ import subprocess
 from native.support import segment_path, tuiprof_run, wait_for
 from tuiprof_native import segment
 
-SGEMM = ("cublasSgemm_v2", "fp32", 1, 16, 16, 16)  # the shape run_gemm_stream and run_timeline call
+SGEMM = ("cublasSgemm_v2", "fp32", 1, 16, 16, 16)  # the shape run_gemm_stream calls
+HELD = ("cublasSgemm_v2", "fp32", 1, 16, 16, 12)  # run_timeline's, behind its 200 ms hold
+HELD_NS = 10_000 + 2 * 16 * 16 * 12 // 100
 SGEMM_NS = 10_000 + 2 * 16 * 16 * 16 // 100
 SGEMM_IN_WORKLOAD = 2  # run_workload's own calls of that shape, on the same thread
 SKEW_NS = -3_700_000_000  # the stand-in GPU clock is 3.7 s behind the host's
@@ -33,8 +35,8 @@ def start_driver(standins, cleanup_segments, *args: str, env: dict | None = None
     return proc, workload
 
 
-def sgemm_slot(seg):
-    return next((s for s in seg.slots() if (s.op, s.dtype, s.b, s.m, s.n, s.k) == SGEMM), None)
+def slot_of(seg, key=SGEMM):
+    return next((s for s in seg.slots() if (s.op, s.dtype, s.b, s.m, s.n, s.k) == key), None)
 
 
 def expected_timed(calls: int, first: int, every: int) -> int:
@@ -52,8 +54,8 @@ def test_sampling_times_the_first_calls_then_one_in_n_and_counts_all(standins, c
             assert (header.gemm_timed_first, header.gemm_sample_every) == (32, 8)
             timed = expected_timed(calls, 32, 8)
             assert timed == 32 + 8  # 33..102: 40, 48, ..., 96
-            assert wait_for(lambda: (s := sgemm_slot(seg)) is not None and s.timed_count == timed - 1)
-            s = sgemm_slot(seg)
+            assert wait_for(lambda: (s := slot_of(seg)) is not None and s.timed_count == timed - 1)
+            s = slot_of(seg)
             assert (s.count, s.timed_count) == (calls, timed - 1)  # the first call is kept apart
             assert s.flops == calls * 2 * 16 ** 3 and s.timed_flops == (timed - 1) * 2 * 16 ** 3
             assert s.total_ns == (timed - 1) * SGEMM_NS
@@ -96,3 +98,23 @@ def test_events_sit_where_the_gpu_clock_ran_them(standins, cleanup_segments):
         assert after.start_ns >= before.end_ns  # one lane, no overlap
         gap = GAP_NS if i % 4 == 0 else 0
         assert abs((after.start_ns - before.end_ns) - gap) <= 100, (i, before, after)
+
+
+def test_the_first_call_stays_apart_when_counts_reach_the_slot_before_it_finishes(standins, cleanup_segments):
+    """100 calls queued behind a 200 ms hold: the 68 sampled-out calls are counted into the slot at once,
+    the timed ones (the first among them) only finish after the hold."""
+    proc, _ = start_driver(standins, cleanup_segments, "timeline", "100", options=("--gemm-sample-every", "8"),
+                           env={"STANDIN_GPU_CLOCK": "realtime:0"})
+    try:
+        proc.stdout.readline()
+        assert proc.stdout.readline().strip() == "DONE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            timed = expected_timed(100, 32, 8)
+            assert wait_for(lambda: (s := slot_of(seg, HELD)) is not None and s.timed_count == timed - 1, timeout=20)
+            s = slot_of(seg, HELD)
+            assert (s.count, s.first_call_ns) == (100, HELD_NS)
+            assert s.total_ns == (timed - 1) * HELD_NS
+            firsts = [e for e in seg.events(kind="gemm") if e.first_call and (e.m, e.n, e.k) == HELD[3:]]
+            assert len(firsts) == 1
+    finally:
+        proc.communicate("\n", timeout=10)

@@ -57,6 +57,7 @@ int tp_gemm_begin(tp_gemm_call *c, const char *op, int dtype, int64_t b, int64_t
     }
     c->counted_in = NULL;
     tp_gemm_shape_record(&c->rec, op, dtype, b, m, n, k);
+    c->rec.first_call = tp_gemm_first_call(e);
     return 1;
 }
 

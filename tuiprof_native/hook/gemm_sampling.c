@@ -112,6 +112,12 @@ int tp_gemm_due_for_timing(tp_shape *e)
     return c <= TP_GEMM_TIMED_FIRST || (c - TP_GEMM_TIMED_FIRST) % g_sample_every == 0;
 }
 
+uint32_t tp_gemm_first_call(const tp_shape *e)
+{
+    if (!e) return TP_FIRST_CALL_UNKNOWN;
+    return e->calls == 1 ? TP_FIRST_CALL_YES : TP_FIRST_CALL_NO;
+}
+
 void tp_gemm_count_sampled_out(tp_shape *e)
 {
     /* One writer (this thread): a plain load and store, no read-modify-write. */

@@ -90,8 +90,14 @@ typedef struct tp_record {
     uint32_t nranks;
     int32_t rank;
     uint32_t token;          /* NCCL op index, pairs START with DONE */
-    uint32_t pad;
+    uint32_t first_call;     /* GEMM: TP_FIRST_CALL_* (the launching thread's view) */
 } tp_record;
+
+/* Whether a GEMM record is its shape's first call, as its launching thread
+ * knows it: a slot's first call is taken from the first record so marked
+ * (the writer folds calls as they finish, and counts of calls sampled out
+ * may reach a slot before its first call finished). */
+enum { TP_FIRST_CALL_NO = 0, TP_FIRST_CALL_YES = 1, TP_FIRST_CALL_UNKNOWN = 2 /* no shape entry: the slot's first record */ };
 
 void tp_submit(const tp_record *r);  /* counts a drop when the queue is full */
 void tp_count_drop(void);
@@ -141,6 +147,7 @@ uint32_t tp_gemm_sample_every(void);
 /* The calling thread's entry for a shape; NULL when it has none (time every call). */
 tp_shape *tp_gemm_shape(const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
 int tp_gemm_due_for_timing(tp_shape *e);  /* counts the call; 1: time it */
+uint32_t tp_gemm_first_call(const tp_shape *e); /* TP_FIRST_CALL_* of the call just counted */
 void tp_gemm_count_sampled_out(tp_shape *e); /* after the call succeeded */
 int tp_gemm_harvest_counted(void);        /* writer: fold new counts into slots; 1 if any */
 void tp_gemm_sampling_fork_child(void);

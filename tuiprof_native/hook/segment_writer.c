@@ -16,6 +16,7 @@
 
 static tp_segment *g_seg;
 static uint32_t g_slot_index[SLOT_INDEX_SIZE]; /* slot number + 1; 0 = empty */
+static uint8_t g_first_seen[TP_MAX_SLOTS];     /* a GEMM slot's first call was folded */
 
 tp_segment *tp_segment_get(void) { return g_seg; }
 
@@ -122,6 +123,7 @@ int tp_segment_create(char *why, size_t cap)
     tp_segment *s = p; /* fresh file: zero-filled */
     init_header(&s->header);
     memset(g_slot_index, 0, sizeof(g_slot_index));
+    memset(g_first_seen, 0, sizeof(g_first_seen));
     __atomic_store_n(&s->header.magic, TP_MAGIC, __ATOMIC_RELEASE);
     g_seg = s;
     tp_remove_stale_note();
@@ -256,8 +258,11 @@ void tp_segment_count(const tp_record *r, uint32_t kind, uint64_t calls)
 void tp_segment_fold(const tp_record *r, uint32_t kind)
 {
     tp_slot *s = slot_for(r, kind);
+    uint32_t n = (uint32_t)(s - g_seg->slots);
     /* The overflow slot mixes keys: no first call of its own. */
-    int first = kind == TP_KIND_GEMM && s->count == 0 && s != &g_seg->slots[TP_MAX_SLOTS - 1];
+    int first = kind == TP_KIND_GEMM && n != TP_MAX_SLOTS - 1 && !g_first_seen[n] &&
+                (r->first_call == TP_FIRST_CALL_YES || (r->first_call == TP_FIRST_CALL_UNKNOWN && s->count == 0));
+    if (first) g_first_seen[n] = 1;
     tp_write_begin(&s->seq);
     s->count++;
     s->bytes += r->bytes;

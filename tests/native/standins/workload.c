@@ -173,9 +173,10 @@ int run_gemm_stream(int calls, int pause_us)
 }
 
 /* For the GPU-clock placement check (run with STANDIN_GPU_CLOCK=realtime:...):
- * `calls` x Sgemm 16x16x16 on a fresh stream, queued behind a `hold_us` wait
- * so that they run back to back on the GPU, with the stream waiting `gap_us`
- * before every 4th call.  Prints each call's GPU start and end time. */
+ * `calls` x Sgemm 16x16x12 (a shape of its own) on a fresh stream, queued
+ * behind a `hold_us` wait so that they run back to back on the GPU, with the
+ * stream waiting `gap_us` before every 4th call.  Prints each call's GPU
+ * start and end time. */
 int run_timeline(FILE *out, int calls, int hold_us, int gap_us)
 {
     const float one = 1, zero = 0;
@@ -188,9 +189,9 @@ int run_timeline(FILE *out, int calls, int hold_us, int gap_us)
     for (int i = 0; i < calls; i++) {
         if (i && i % 4 == 0) standin_stream_wait(s, (uint64_t)gap_us * 1000);
         uint64_t start = standin_stream_wait(s, 0);
-        cublasSgemm_v2(h, 0, 0, 16, 16, 16, &one, A, 16, B, 16, &zero, C, 16);
+        cublasSgemm_v2(h, 0, 0, 16, 16, 12, &one, A, 16, B, 12, &zero, C, 16);
         fprintf(out, "%s[%lu, %lu]", i ? ", " : "", (unsigned long)start,
-                (unsigned long)(start + standin_kernel_ns(1, 16, 16, 16)));
+                (unsigned long)(start + standin_kernel_ns(1, 16, 16, 12)));
     }
     fprintf(out, "]}\n");
     fflush(out);
