@@ -220,6 +220,7 @@ def test_inactive_when_nccl_takes_the_plugin(libs, cleanup_segments):
 def test_without_cuda_timed_mode_counts(libs, cleanup_segments):
     """No CUDA runtime in the process: no events to take, the ops are counted, the calls unharmed."""
     result, proc = start_job(libs, cleanup_segments, "libnccl_old.so", "no-cuda", options=("--nccl-fallback",))
+    collector = RanksCollector(0.1)
     try:
         assert result["codes"] == CODES
         with segment.Segment(segment_path(proc.pid)) as seg:
@@ -228,5 +229,11 @@ def test_without_cuda_timed_mode_counts(libs, cleanup_segments):
             assert all(s.timed_count == 0 for s in nccl_slots(seg).values())
             assert seg.header().counters.nccl_untimed == TOTAL_OPS
             assert not seg.header().flags & segment.FLAG_CUDA_TIMING
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        assert console_reasons(snapshot, proc.pid)[1:] == [f"{TOTAL_OPS} collectives finished without GPU timestamps: "
+                                                           "no CUDA events"]
     finally:
+        collector.close()
         finish(proc)

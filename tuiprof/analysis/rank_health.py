@@ -26,7 +26,7 @@ def hook_reasons(hook: HookHealth) -> list[str]:
     lines += _nccl_api_reasons(hook)
     if hook.nccl_untimed_total and (hook.nccl_api_events or not hook.nccl_api_fallback):
         if hook.nccl_api_events:
-            cause = ": no CUDA event free, or no CUDA"
+            cause = ": no CUDA event free" if hook.cuda_timing else ": no CUDA events"
         else:
             cause = "" if hook.nccl_gpu_timers else ": NCCL sent no GPU timer events"
         lines.append(f"{hook.nccl_untimed_total} collectives finished without GPU timestamps{cause}")
