@@ -27,6 +27,8 @@ def test_no_host_dumps_this_hosts_rank_through_an_embedded_agent(workload, tmp_p
     assert (target["pid"], target["rank"], target["state"]) == (workload.pid, 3, "written")
     trace = json.loads(pathlib.Path(target["local"]).read_text())
     assert trace["distributedInfo"]["rank"] == 3
-    assert sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel") == 24
+    # The stand-in job's GEMMs and collectives (which of them and how many: tests/traces/test_timeline.py).
+    kernels = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel"}
+    assert "cublasGemmEx" in kernels and "nccl:AllReduce" in kernels
     # The agent's own copy lived in a folder of this command only.
     assert not list(pathlib.Path("/tmp").glob("tuiprof-trace-agent-*/timeline"))
