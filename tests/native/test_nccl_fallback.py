@@ -16,10 +16,12 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
 from agentd.collectors.ranks import RanksCollector
+from agentd.hang.detector import HangDetector, Thresholds
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.support import segment_path, tuiprof_run, wait_for
 from tuiprof.analysis.rank_health import hook_reasons
@@ -195,6 +197,18 @@ def test_timed_on_the_stream_with_nccl_fallback(libs, cleanup_segments):
             "(from the op's turn on the stream to its end, launch gaps included; not kernel time)"]
         allreduce = next(n for n in rank.nccl if (n.op, n.dtype, n.algorithm) == ("AllReduce", "bf16", ""))
         assert allreduce.count_total == 3 and allreduce.comm_size == 4
+        # the hang detector: the op in flight for longer than its timeout, watched that long
+        now = [1000.0]
+        detector = HangDetector(Thresholds(suspect_s=0.2, hang_s=0.5), clock=lambda: now[0])
+        detector.observe([rank])
+        time.sleep(0.6)
+        now[0] += 10
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        status = detector.observe([r for r in snapshot.ranks if r.pid == proc.pid])
+        assert status.level == "hung", status
+        assert "AllReduce #6 on comm" in status.explanation and "not finished" in status.explanation, status
     finally:
         collector.close()
         finish(proc)
