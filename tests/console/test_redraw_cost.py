@@ -59,3 +59,11 @@ async def test_the_same_text_is_not_repainted() -> None:
         assert calls == []
         set_content(line, "load 1.10 · memory 3 GiB")
         assert len(calls) == 1 and str(line.render()) == "load 1.10 · memory 3 GiB"
+
+
+def test_ages_change_in_whole_seconds_and_a_fresh_host_stays_just_now() -> None:
+    from tuiprof.model.units import ago
+
+    assert ago(3.7) == ago(3.1) == "3 s ago"
+    assert ago(0.2, 2.0) == ago(1.5, 2.0) == "just now"  # a reachable agent answering every second
+    assert ago(1.5) == "1 s ago"

@@ -95,9 +95,9 @@ def plain(value: Reading, digits: int = 2) -> str:
     return str(value) if isinstance(value, int) else f"{value:.{digits}f}"
 
 
-def ago(seconds_since: float) -> str:
-    """``12 s ago`` style age of a past event, in whole seconds ("just now" under one):
-    finer steps would change the text on every redraw, and the terminal be sent it again."""
-    if seconds_since < 1:
+def ago(seconds_since: float, just_now: float = 1.0) -> str:
+    """``12 s ago`` style age of a past event, in whole seconds (finer steps would change the
+    text on every redraw, and the terminal be sent it again); under ``just_now`` s, "just now"."""
+    if seconds_since < just_now:
         return "just now"
     return f"{int(seconds_since)} s ago" if seconds_since < 120 else f"{seconds(seconds_since)} ago"

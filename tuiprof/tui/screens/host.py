@@ -385,7 +385,10 @@ class HostScreen(ConsoleScreen):
 
     def summary_text(self, state: HostState) -> str:
         since = self.cluster.since_contact(state)
-        contact = "never answered" if since is None else f"last contact {units.ago(since)}"
+        # An agent answering every second is redrawn at ages from 0 to ~1 s: "just now" for
+        # both, or the line flips between "just now" and "1 s ago" (and is resent) every second.
+        fresh = 2.0 if state.reachable else 1.0
+        contact = "never answered" if since is None else f"last contact {units.ago(since, fresh)}"
         if not state.reachable:
             what = "connecting" if state.reachable is None else f"UNREACHABLE: {state.error}"
             head = f"{_title(state)} · {what} · {contact}"
