@@ -37,6 +37,19 @@ hooked() {  # name, env...: all_reduce_perf under the hook; prints the pid (name
 hooked counted TUIPROF_NCCL_FALLBACK=0
 hooked timed TUIPROF_NCCL_FALLBACK=1
 hooked plugin NCCL_PROFILER_PLUGIN="$HOOK" TUIPROF_NCCL_FALLBACK=1
+# PyTorch's own path (libtorch_cuda -> libnccl, communicator from ncclCommInitRankConfig): one rank,
+# 10 all-reduces of 1 Mi fp32, timed fallback
+bash -c 'echo $$ > "$0"; exec env "$@"' "$OUT/torch.pid" TUIPROF_NCCL_FALLBACK=1 LD_PRELOAD="$HOOK" python3 -c '
+import os, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
+dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+x = torch.ones(1 << 20, device="cuda")
+for _ in range(10):
+    dist.all_reduce(x)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+print("torch: 10 all_reduce done")' > "$OUT/torch.txt" 2>&1
+echo "torch: exit $?"; tail -3 "$OUT/torch.txt"
 python3 - "$OUT" "$EXPECTED" <<'PY'
 import os, re, statistics, sys
 from tuiprof_native import segment
@@ -52,11 +65,13 @@ for line in open(f"{out}/timed.txt"):
     f = line.split()
     if len(f) >= 13 and f[0].isdigit():
         tests_time[int(f[0])] = (float(f[5]), float(f[9]))
-for name in ("counted", "timed", "plugin"):
+for name in ("counted", "timed", "plugin", "torch"):
+    if name == "torch":
+        expected = 10
     s = seg(name)
     h = s.header()
     slots = [x for x in s.slots() if x.kind == "nccl"]
-    print(f"{name}: flags {flags(h)}; nccl slots {[(x.op, x.dtype, x.algo, x.count, x.timed_count) for x in slots]}; "
+    print(f"{name}: flags {flags(h)}; nccl slots {[(x.op, x.dtype, x.algo, x.count, x.timed_count, hex(x.comm_hash), x.nranks) for x in slots]}; "
           f"untimed {h.counters.nccl_untimed}, dropped {h.counters.dropped_records}; expected ops {expected}: "
           f"{'EQUAL' if sum(x.count for x in slots) == expected else 'DIFFERENT'}")
     if name == "timed":
