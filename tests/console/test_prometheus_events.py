@@ -3,7 +3,10 @@ the views are what fetch_fleet returns; test_prometheus_fleet.py gets them from 
 
 from __future__ import annotations
 
-from tuiprof.client.prometheus import NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection
+from tuiprof.client.prometheus import (
+    NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Sample,
+    column_queries,
+)
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostUnreachable
 from tuiprof.model.summary import HostSummary
@@ -83,3 +86,17 @@ def test_expected_nodes_match_short_and_dotted_hostnames() -> None:
     assert selection.node_of("10.0.0.7") == "10.0.0.7"
     assert selection.node_of("10.0.0.8") == "10.0.0.8"  # an address is never shortened to "10"
     assert selection.matcher() == 'hostname=~"(?:n1|10\\\\.0\\\\.0\\\\.7)(?:[.].*)?"'
+
+
+def test_a_host_not_recorded_yet_says_so_rather_than_no_gpus() -> None:
+    """Raw series come with the first scrape, recorded ones at the rules' next evaluation."""
+    def answer(name: str) -> QueryResult:
+        values = {"sampled_at": "99", "memory_used_bytes": "4e9", "memory_total_bytes": "8e9"}
+        samples = [_Sample({"hostname": "n1"}, (100.0, values[name]))] if name in values else []
+        return QueryResult(100.0, samples)
+
+    columns = _Columns({name: answer(name) for name in column_queries(HostSelection(), recorded=True)},
+                       recorded=True)
+    summary = columns.summary("n1")
+    assert summary.memory_percent == 50.0  # raw: there
+    assert summary.gpu_count == summary.cpu_percent == summary.step_time_seconds == Unavailable(NOT_RECORDED_YET)

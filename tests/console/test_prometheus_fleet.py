@@ -107,9 +107,11 @@ def fetch(fleet: Fleet, selection: HostSelection | None = None, recorded: bool =
 
 
 def scraped(view: FleetView) -> bool:
-    """Every target scraped (or failed) once: the rows of the three that answer, the fourth failing."""
+    """Every target scraped (or failed) once: the rows of the three that answer, the fourth
+    failing; with the recording rules, the three rows recorded too."""
     return (set(view.rows) == {NODE_A, NODE_B, FROZEN}
-            and view.missing.get(UNSCRAPABLE, "").startswith("Prometheus cannot scrape"))
+            and view.missing.get(UNSCRAPABLE, "").startswith("Prometheus cannot scrape")
+            and all(not isinstance(row.summary.cpu_percent, Unavailable) for row in view.rows.values()))
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +212,15 @@ def test_status_table_over_prometheus(fleet: Fleet, capsys: pytest.CaptureFixtur
     assert main(["status", "--prometheus", fleet.url, "--match", r"127\.0\.0\.[23]"]) == 0
     out = capsys.readouterr().out
     assert NODE_A in out and NODE_B in out and "DOWN" not in out
+
+
+def test_status_table_shows_a_stale_host_down_with_its_last_figures(
+        fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--prometheus", fleet.url, "--match", "gpu-node-07"]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if FROZEN in line and "│" in line)
+    assert "DOWN" in row and "812 ms" in row and "713 W" in row and "suspect" in row, row  # its last figures
+    assert f"{FROZEN}: unreachable: stale: its newest snapshot in Prometheus is" in out
 
 
 async def test_console_shows_prometheus_rows_and_opens_only_the_host_asked_for(fleet: Fleet) -> None:

@@ -53,6 +53,8 @@ last figures kept): at the usual 15-30 s scrape interval that is two scrapes or 
 QUERY_TIMEOUT_S = 30.0
 
 NOT_EXPORTED = "not in Prometheus: the agent did not export it (the host view says why)"
+NOT_RECORDED_YET = ("not recorded yet: the host is new to Prometheus, and its recording rules "
+                    "record it at their next evaluation")
 NOT_EVERY_GPU = "not in Prometheus for every GPU of the host (a partial sum would mislead)"
 NOT_SCRAPED = ("no tuiprof series in Prometheus: the agent is not scraped (add the node with "
                "`tuiprof prometheus-targets`) or reports another hostname")
@@ -348,11 +350,12 @@ _COUNTS = frozenset({"gpu_count", "rank_count"})
 class _Columns:
     """The answers of one refresh, and the reasons for what is not in them."""
 
-    def __init__(self, results: Mapping[str, QueryResult]) -> None:
+    def __init__(self, results: Mapping[str, QueryResult], recorded: bool) -> None:
         self.numbers = {name: _numbers(result) for name, result in results.items()
                         if name not in ("hang", "collectors_down")}
         self.hang = _labels_by_host(results["hang"], "level")
         self.gaps = _collector_gaps(results["collectors_down"])
+        self.recorded = recorded
 
     def gap(self, host: str, collector: str, otherwise: str) -> Unavailable:
         """Why ``collector``'s figures are missing: its own reason when it is down, else ``otherwise``."""
@@ -361,15 +364,20 @@ class _Columns:
             return Unavailable(reasons[collector] or f"{collector} collector unavailable")
         return Unavailable(otherwise)
 
-    def get(self, column: str, host: str, missing: Unavailable) -> Reading:
-        value = self.numbers[column].get(host)
-        if value is None:
-            return missing
-        return int(value) if column in _COUNTS else value
-
     def summary(self, host: str) -> HostSummary:
+        # A host new to Prometheus has raw series before the rules' next evaluation records
+        # its figures: every agent exports CPU figures, so none recorded means not yet.
+        not_yet = (self.recorded and host not in self.numbers["cpu_percent"]
+                   and "host" not in self.gaps.get(host, {}))
+
+        def get(column: str, missing: Unavailable) -> Reading:
+            value = self.numbers[column].get(host)
+            if value is None:
+                return Unavailable(NOT_RECORDED_YET) if not_yet and column in RECORDED else missing
+            return int(value) if column in _COUNTS else value
+
         no_host = self.gap(host, "host", NOT_EXPORTED)
-        used = self.get("memory_used_bytes", host, no_host)
+        used = get("memory_used_bytes", no_host)
         has_gpus = host in self.numbers["gpu_count"]
         no_gpu = self.gap(host, "gpu", "no GPUs on this host")
         gpu_missing = Unavailable(NOT_EXPORTED) if has_gpus else no_gpu
@@ -377,21 +385,20 @@ class _Columns:
         has_ranks = host in self.numbers["rank_count"]
         no_ranks = self.gap(host, "ranks", "no training processes seen")
         return HostSummary(
-            cpu_percent=self.get("cpu_percent", host, no_host),
-            memory_percent=ratio_percent(used, self.get("memory_total_bytes", host, no_host)),
+            cpu_percent=get("cpu_percent", no_host),
+            memory_percent=ratio_percent(used, get("memory_total_bytes", no_host)),
             memory_used_bytes=used,
-            gpu_count=self.get("gpu_count", host, no_gpu),
-            gpu_util_mean=self.get("gpu_util_mean", host, gpu_missing),
-            gpu_util_min=self.get("gpu_util_min", host, gpu_missing),
-            sm_active_mean=self.get("sm_active_mean", host, gpu_missing),
-            sm_active_min=self.get("sm_active_min", host, gpu_missing),
-            power_watts=self.get("power_watts", host, gpu_sum_missing),
-            gpu_memory_used_bytes=self.get("gpu_memory_used_bytes", host, gpu_sum_missing),
-            gpu_memory_total_bytes=self.get("gpu_memory_total_bytes", host, gpu_sum_missing),
-            nccl_busbw_bytes_per_s=self.get("nccl_busbw_bytes_per_s", host,
-                                            Unavailable("no NCCL collectives seen") if has_ranks else no_ranks),
-            step_time_seconds=self.get("step_time_seconds", host,
-                                       Unavailable(NOT_EXPORTED) if has_ranks else no_ranks),
+            gpu_count=get("gpu_count", no_gpu),
+            gpu_util_mean=get("gpu_util_mean", gpu_missing),
+            gpu_util_min=get("gpu_util_min", gpu_missing),
+            sm_active_mean=get("sm_active_mean", gpu_missing),
+            sm_active_min=get("sm_active_min", gpu_missing),
+            power_watts=get("power_watts", gpu_sum_missing),
+            gpu_memory_used_bytes=get("gpu_memory_used_bytes", gpu_sum_missing),
+            gpu_memory_total_bytes=get("gpu_memory_total_bytes", gpu_sum_missing),
+            nccl_busbw_bytes_per_s=get("nccl_busbw_bytes_per_s",
+                                       Unavailable("no NCCL collectives seen") if has_ranks else no_ranks),
+            step_time_seconds=get("step_time_seconds", Unavailable(NOT_EXPORTED) if has_ranks else no_ranks),
             hang_level=self.hang.get(host, ""),
         )
 
@@ -414,7 +421,7 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
     answers = await asyncio.gather(*(client.query(q) for q in queries.values()))
     results = dict(zip(queries, answers))
     query_seconds = time.perf_counter() - started
-    columns = _Columns(results)
+    columns = _Columns(results, recorded)
     rows = {}
     for hostname, sampled_at in columns.numbers["sampled_at"].items():
         node = selection.node_of(hostname)

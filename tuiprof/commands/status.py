@@ -135,8 +135,9 @@ def table(cluster: ClusterState) -> Table:
     for state in cluster.hosts():
         if state.summary is None:
             result.add_row(state.address, "[bold red]DOWN[/]", *[""] * 10)
-        else:
-            result.add_row(cluster.label(state, shared), "[green]up[/]", *_cells(state.summary))
+        else:  # unreachable with figures: stale in Prometheus, its last figures shown
+            state_cell = "[green]up[/]" if state.reachable else "[bold red]DOWN[/]"
+            result.add_row(cluster.label(state, shared), state_cell, *_cells(state.summary))
     return result
 
 
@@ -159,6 +160,8 @@ def notes(cluster: ClusterState) -> list[str]:
         if state.summary is None:
             lines.append(f"{state.address}: unreachable: {state.error}")
             continue
+        if not state.reachable:
+            lines.append(f"{cluster.label(state, shared)}: unreachable: {state.error}")
         reasons: dict[str, list[str]] = {}
         for field in HostSummary.__dataclass_fields__:
             value = getattr(state.summary, field)
