@@ -19,7 +19,10 @@ import http.server
 import json
 import os
 import pathlib
+import shlex
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -276,3 +279,23 @@ def test_recorded_series_give_the_rows_the_raw_queries_give(fleet: Fleet) -> Non
     assert recorded[FROZEN].summary == raw[FROZEN].summary  # its figures never change: every column, reasons too
     for node in (NODE_A, NODE_B):
         assert recorded[node].summary.gpu_count == raw[node].summary.gpu_count  # unavailable, same reason
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: apt-get install tmux")
+def test_tuiprof_prometheus_in_a_terminal(fleet: Fleet, tmp_path: pathlib.Path) -> None:
+    """The command line, end to end: `tuiprof --prometheus URL --match RE` in a real terminal."""
+    tmux = ["tmux", "-S", str(tmp_path / "tmux.sock")]
+    console = [sys.executable, "-m", "tuiprof.cli", "--prometheus", fleet.url, "--match", r"127\.0\.0\.[23]",
+               "--port", str(fleet.agent_port)]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "160", "-y", "40", "-e", f"XDG_CONFIG_HOME={tmp_path}",
+                    shlex.join(console)], check=True, timeout=10)
+    try:
+        deadline, screen = time.monotonic() + 30, ""
+        while not all(text in screen for text in ("2/2 hosts up", f"{NODE_A}:{fleet.agent_port}",
+                                                  f"{NODE_B}:{fleet.agent_port}")):
+            assert time.monotonic() < deadline, screen
+            time.sleep(0.3)
+            screen = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True,
+                                    check=True, timeout=10).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False, timeout=10)
