@@ -9,8 +9,22 @@ set -eu
 cd "$(dirname "$0")/.."
 N=${1:-1000000}; ROUNDS=${2:-5}
 W=bench/.work/callcost; mkdir -p $W; S=tests/native/standins
-if [ "${CUDA:-0}" = 1 ]; then
-  gcc -O2 -DREAL_CUDA -o $W/callcost bench/native_callcost.c -lcublas -lcudart
+if [ "${CUDA:-0}" = 1 ]; then  # the cuBLAS and CUDA runtime PyTorch's wheels bring, else the toolkit's
+  read -r CUBLAS CUDART < <(python3 - <<'PY'
+import glob, os, sys
+dirs = [os.path.join(d, "nvidia") for d in sys.path if os.path.isdir(os.path.join(d, "nvidia"))] + ["/usr/local/cuda"]
+def find(name):
+    for d in dirs:
+        hits = sorted(glob.glob(os.path.join(d, "**", name + ".*[0-9]"), recursive=True))
+        if hits:
+            return hits[0]
+    return "missing-" + name
+print(find("libcublas.so"), find("libcudart.so"))
+PY
+)
+  echo "cuBLAS $CUBLAS, CUDA runtime $CUDART"
+  gcc -O2 -DREAL_CUDA -o $W/callcost bench/native_callcost.c "$CUBLAS" "$CUDART" \
+      -Wl,-rpath,"$(dirname "$CUBLAS"):$(dirname "$CUDART")"
 else
   gcc -O1 -shared -fPIC -o $W/libcudart.so $S/cudart.c
   gcc -O1 -shared -fPIC -o $W/libcublas.so $S/cublas.c -L$W -lcudart -Wl,-rpath,'$ORIGIN'
@@ -28,6 +42,10 @@ for r in $(seq $ROUNDS); do
   done
 done
 for v in plain timed counted default; do echo "$v ns/call:${runs[$v]}"; done
+if [ "${CUDA:-0}" = 1 ]; then  # what the timed path adds in CUDA runtime calls alone
+  apis=""; for r in $(seq $ROUNDS); do read -r ns _ < <($W/callcost $N cuda-apis); apis+=" $ns"; done
+  echo "CUDA runtime calls of a timed call (capture check, device, 2 event records), ns:$apis"
+fi
 python3 - "${runs[plain]}" "${runs[timed]}" "${runs[counted]}" "${runs[default]}" <<'PY'
 import statistics, sys
 plain, *hooked = ([float(x) for x in a.split()] for a in sys.argv[1:])
