@@ -58,3 +58,20 @@ async def test_gpu_tab_lists_the_highlighted_gpus_processes_with_their_rank() ->
         assert str(title.render()).startswith("Processes on GPU 1")
         assert [str(cell) for cell in table.get_row_at(0)][0] == "no compute processes"
         assert table.row_count == 1
+
+
+def test_status_json_gives_each_process_field_the_agent_could_not_read_with_its_reason() -> None:
+    from tuiprof.model.convert import to_json
+    from tuiprof.model.messages import HostSnapshot
+
+    [busy, _] = to_json(HostSnapshot.from_proto(two_gpus()))["gpus"]
+    by_pid = {process["pid"]: process for process in busy["processes"]}
+    assert (by_pid[4100]["user"], by_pid[4100]["sm_percent"], "unavailable" in by_pid[4100]) == ("alice", 87.0, False)
+    hidden = by_pid[5200]
+    assert hidden["user"] is None and hidden["command"] is None and hidden["sm_percent"] is None
+    assert hidden["unavailable"] == {
+        "user": "not visible to the agent (another PID namespace)",
+        "command": "not visible to the agent (another PID namespace)",
+        "used_memory_bytes": "NVML gives no per-process memory here",
+        "sm_percent": "NVML: Not Supported",
+    }
