@@ -29,7 +29,7 @@ def _build(out: pathlib.Path, nccl_flags: tuple[str, ...] = ()) -> pathlib.Path:
     _gcc(*nccl_flags, "-shared", "-fPIC", "-o", str(out / "libnccl.so"), str(STANDINS / "nccl.c"), "-ldl",
          "-lpthread")
     _gcc("-shared", "-fPIC", "-o", str(out / "libworkload.so"), str(STANDINS / "workload.c"), f"-L{out}",
-         "-lcublas", "-lcudart", "-lnccl", "-lm", rpath)
+         "-lcublas", "-lcudart", "-lnccl", "-lm", "-lpthread", rpath)
     _gcc("-o", str(out / "driver"), str(STANDINS / "driver.c"), "-ldl")
     return out
 

@@ -118,3 +118,20 @@ def test_the_first_call_stays_apart_when_counts_reach_the_slot_before_it_finishe
             assert len(firsts) == 1
     finally:
         proc.communicate("\n", timeout=10)
+
+
+def test_counts_of_threads_that_exited_are_all_in_the_slot(standins, cleanup_segments):
+    """20 threads one after another, 40 calls each: 8 per thread only counted, in the thread's table,
+    which its exit hands back for the next thread once the writer has folded its counts."""
+    proc, _ = start_driver(standins, cleanup_segments, "threads", "20", "40")
+    try:
+        assert proc.stdout.readline().strip() == "DONE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            shape = ("cublasSgemm_v2", "fp32", 1, 16, 16, 8)
+            assert wait_for(lambda: (s := slot_of(seg, shape)) is not None and s.count == 20 * 40), slot_of(seg, shape)
+            s = slot_of(seg, shape)
+            # each thread times its first 32 calls; the slot's first call is kept apart
+            assert (s.count, s.timed_count) == (800, 20 * 32 - 1)
+            assert s.flops == 800 * 2 * 16 * 16 * 8
+    finally:
+        proc.communicate("\n", timeout=10)

@@ -12,7 +12,12 @@
  * writer thread walks every table and folds what each counter gained since
  * its last visit into the shape's slot (tp_gemm_harvest_counted).  A thread
  * whose table is full, or could not get one, times every call instead
- * (never fewer timed calls, never a lost count). */
+ * (never fewer timed calls, never a lost count).
+ *
+ * Tables are never freed (the writer may be reading one) but are reused: a
+ * thread that exits retires its table, the writer folds its last counts,
+ * clears it and frees it for the next thread that launches a GEMM. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +38,18 @@ struct tp_shape {
     int64_t b, m, n, k;
 };
 
+enum { TABLE_OWNED, TABLE_RETIRED /* its thread exited */, TABLE_FREE /* cleared by the writer */ };
+
 typedef struct shape_table {
-    struct shape_table *next; /* registry, newest first; tables are never freed */
+    struct shape_table *next; /* registry, newest first */
+    _Atomic int state;
     tp_shape sets[SHAPE_SETS][SHAPE_WAYS];
 } shape_table;
 
 static _Atomic(shape_table *) g_tables;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_table_key; /* its destructor retires the exiting thread's table */
+static int g_key_ok;
 static __thread shape_table *t_table;
 static __thread int t_no_table; /* calloc failed once: this thread times every call */
 static uint32_t g_sample_every = TP_GEMM_SAMPLE_EVERY_DEFAULT;
@@ -59,18 +70,38 @@ void tp_gemm_sampling_init(void)
 
 uint32_t tp_gemm_sample_every(void) { return g_sample_every; }
 
-static shape_table *own_table(void)
+static void retire(void *table) { atomic_store_explicit(&((shape_table *)table)->state, TABLE_RETIRED, memory_order_release); }
+
+static void make_key(void) { g_key_ok = pthread_key_create(&g_table_key, retire) == 0; }
+
+/* A table the writer freed, or a new one put in the registry. */
+static shape_table *claim_table(void)
 {
-    if (TP_LIKELY(t_table != NULL) || t_no_table) return t_table;
-    shape_table *t = calloc(1, sizeof(*t));
-    if (!t) {
-        t_no_table = 1;
-        return NULL;
+    for (shape_table *t = atomic_load_explicit(&g_tables, memory_order_acquire); t; t = t->next) {
+        int free_state = TABLE_FREE;
+        if (atomic_compare_exchange_strong_explicit(&t->state, &free_state, TABLE_OWNED, memory_order_acquire,
+                                                    memory_order_relaxed))
+            return t;
     }
+    shape_table *t = calloc(1, sizeof(*t));
+    if (!t) return NULL;
     shape_table *head = atomic_load_explicit(&g_tables, memory_order_relaxed);
     do
         t->next = head;
     while (!atomic_compare_exchange_weak_explicit(&g_tables, &head, t, memory_order_release, memory_order_relaxed));
+    return t;
+}
+
+static shape_table *own_table(void)
+{
+    if (TP_LIKELY(t_table != NULL) || t_no_table) return t_table;
+    pthread_once(&g_key_once, make_key);
+    shape_table *t = g_key_ok ? claim_table() : NULL; /* without the key, exits could not retire tables */
+    if (!t || pthread_setspecific(g_table_key, t) != 0) {
+        if (t) atomic_store_explicit(&t->state, TABLE_FREE, memory_order_release); /* unused: still clear */
+        t_no_table = 1;
+        return NULL;
+    }
     t_table = t;
     return t;
 }
@@ -125,30 +156,47 @@ void tp_gemm_count_sampled_out(tp_shape *e)
     atomic_store_explicit(&e->counted, n + 1, memory_order_release);
 }
 
+/* Fold what each shape's counter gained since the last visit into its slot. */
+static int harvest_table(shape_table *t)
+{
+    int work = 0;
+    for (uint32_t s = 0; s < SHAPE_SETS; s++)
+        for (uint32_t w = 0; w < SHAPE_WAYS; w++) {
+            tp_shape *e = &t->sets[s][w];
+            if (!atomic_load_explicit(&e->key, memory_order_acquire)) break; /* ways fill in order */
+            uint64_t now = atomic_load_explicit(&e->counted, memory_order_acquire);
+            if (now == e->harvested) continue;
+            tp_record r;
+            tp_gemm_shape_record(&r, e->op, e->dtype, e->b, e->m, e->n, e->k);
+            tp_segment_count(&r, TP_KIND_GEMM, now - e->harvested);
+            e->harvested = now;
+            work = 1;
+        }
+    return work;
+}
+
 int tp_gemm_harvest_counted(void)
 {
     int work = 0;
-    for (shape_table *t = atomic_load_explicit(&g_tables, memory_order_acquire); t; t = t->next)
-        for (uint32_t s = 0; s < SHAPE_SETS; s++)
-            for (uint32_t w = 0; w < SHAPE_WAYS; w++) {
-                tp_shape *e = &t->sets[s][w];
-                if (!atomic_load_explicit(&e->key, memory_order_acquire)) break; /* ways fill in order */
-                uint64_t now = atomic_load_explicit(&e->counted, memory_order_acquire);
-                if (now == e->harvested) continue;
-                tp_record r;
-                tp_gemm_shape_record(&r, e->op, e->dtype, e->b, e->m, e->n, e->k);
-                tp_segment_count(&r, TP_KIND_GEMM, now - e->harvested);
-                e->harvested = now;
-                work = 1;
-            }
+    for (shape_table *t = atomic_load_explicit(&g_tables, memory_order_acquire); t; t = t->next) {
+        int state = atomic_load_explicit(&t->state, memory_order_acquire);
+        if (state == TABLE_FREE) continue;
+        work |= harvest_table(t);
+        if (state == TABLE_RETIRED) { /* its thread is gone: nothing writes it any more */
+            memset(t->sets, 0, sizeof(t->sets));
+            atomic_store_explicit(&t->state, TABLE_FREE, memory_order_release);
+        }
+    }
     return work;
 }
 
 void tp_gemm_sampling_fork_child(void)
 {
     /* The other threads' tables are gone with their threads; this thread's
-     * counts belong to the parent's segment.  Start over (the old tables leak). */
+     * counts belong to the parent's segment.  Start over (the old tables leak,
+     * once per fork); this thread's key value goes with them. */
     atomic_store(&g_tables, NULL);
+    if (g_key_ok) pthread_setspecific(g_table_key, NULL);
     t_table = NULL;
     t_no_table = 0;
 }

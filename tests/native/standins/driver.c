@@ -2,7 +2,8 @@
  * dlopened RTLD_LOCAL, so its cuBLAS/CUDA dependencies are not in the global
  * scope.  Prints the workload's JSON line, then "READY"; given CALLS and
  * PAUSE_US, then runs that many more GEMMs PAUSE_US apart and prints "DONE";
- * given "timeline" CALLS, runs run_timeline and prints its line and "DONE".
+ * given "timeline" CALLS, runs run_timeline and prints its line and "DONE";
+ * given "threads" THREADS CALLS, runs run_gemm_threads and prints "DONE".
  * Waits for a line on stdin before exiting (so the test can look at the live
  * segment). */
 #include <dlfcn.h>
@@ -12,8 +13,8 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 2 && argc != 4) {
-        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS]\n", argv[0]);
+    if (argc != 2 && argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS | threads THREADS CALLS]\n", argv[0]);
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -25,7 +26,12 @@ int main(int argc, char **argv)
     if (!run || run(stdout) != 0) return 1;
     printf("READY\n");
     fflush(stdout);
-    if (argc == 4 && strcmp(argv[2], "timeline") == 0) {
+    if (argc == 5 && strcmp(argv[2], "threads") == 0) {
+        int (*threads)(int, int) = (int (*)(int, int))dlsym(lib, "run_gemm_threads");
+        if (!threads || threads(atoi(argv[3]), atoi(argv[4])) != 0) return 1;
+        printf("DONE\n");
+        fflush(stdout);
+    } else if (argc == 4 && strcmp(argv[2], "timeline") == 0) {
         int (*timeline)(FILE *, int, int, int) = (int (*)(FILE *, int, int, int))dlsym(lib, "run_timeline");
         if (!timeline || timeline(stdout, atoi(argv[3]), 200000, 50) != 0) return 1;
         printf("DONE\n");

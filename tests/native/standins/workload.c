@@ -3,6 +3,7 @@
  * shared library that the driver dlopens RTLD_LOCAL (as PyTorch loads its
  * CUDA libraries), so cuBLAS is not in the global scope. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,5 +197,30 @@ int run_timeline(FILE *out, int calls, int hold_us, int gap_us)
     fprintf(out, "]}\n");
     fflush(out);
     free(A), free(B), free(C);
+    return 0;
+}
+
+/* `threads` threads one after another, each making `calls` x Sgemm 16x16x8
+ * (a shape of its own) and exiting: the counts of threads that are gone. */
+static void *gemm_thread(void *arg)
+{
+    const float one = 1, zero = 0;
+    int calls = *(int *)arg;
+    void *h;
+    cublasCreate_v2(&h);
+    cublasSetStream_v2(h, standin_stream_create());
+    float *A = matrix(128, 15), *B = matrix(128, 16), *C = matrix(256, 0);
+    for (int i = 0; i < calls; i++) cublasSgemm_v2(h, 0, 0, 16, 16, 8, &one, A, 16, B, 8, &zero, C, 16);
+    free(A), free(B), free(C);
+    return NULL;
+}
+
+int run_gemm_threads(int threads, int calls)
+{
+    for (int i = 0; i < threads; i++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, gemm_thread, &calls) != 0) return 1;
+        pthread_join(t, NULL);
+    }
     return 0;
 }
