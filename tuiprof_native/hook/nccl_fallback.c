@@ -8,7 +8,7 @@
  * communicator's first collective, so with a plugin NCCL accepted nothing is
  * ever recorded twice: these interposers stay plain pass-throughs.
  *
- * Two modes, fixed when the hook starts:
+ * Two modes, read once at the first op:
  * - counting only (default): op, dtype, bytes (nccl-tests size), comm hash,
  *   rank, per-communicator sequence; no CUDA call, no duration, no in-flight
  *   entry (nothing tells when the op finished);
@@ -33,7 +33,6 @@
  * the colour (the same on every member); one whose creation was not seen
  * (ncclCommInitAll, or made before this library) a hash of its address,
  * which other ranks do not share. */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
