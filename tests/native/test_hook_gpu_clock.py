@@ -54,7 +54,8 @@ def test_sampling_times_the_first_calls_then_one_in_n_and_counts_all(standins, c
             assert (header.gemm_timed_first, header.gemm_sample_every) == (32, 8)
             timed = expected_timed(calls, 32, 8)
             assert timed == 32 + 8  # 33..102: 40, 48, ..., 96
-            assert wait_for(lambda: (s := slot_of(seg)) is not None and s.timed_count == timed - 1)
+            # the writer folds counts a pass after the calls: wait for both, then check everything
+            assert wait_for(lambda: (s := slot_of(seg)) is not None and (s.count, s.timed_count) == (calls, timed - 1))
             s = slot_of(seg)
             assert (s.count, s.timed_count) == (calls, timed - 1)  # the first call is kept apart
             assert s.flops == calls * 2 * 16 ** 3 and s.timed_flops == (timed - 1) * 2 * 16 ** 3
@@ -110,7 +111,8 @@ def test_the_first_call_stays_apart_when_counts_reach_the_slot_before_it_finishe
         assert proc.stdout.readline().strip() == "DONE"
         with segment.Segment(segment_path(proc.pid)) as seg:
             timed = expected_timed(100, 32, 8)
-            assert wait_for(lambda: (s := slot_of(seg, HELD)) is not None and s.timed_count == timed - 1, timeout=20)
+            assert wait_for(lambda: (s := slot_of(seg, HELD)) is not None and (s.count, s.timed_count) == (100, timed - 1),
+                            timeout=20)
             s = slot_of(seg, HELD)
             assert (s.count, s.first_call_ns) == (100, HELD_NS)
             assert s.total_ns == (timed - 1) * HELD_NS
@@ -135,3 +137,27 @@ def test_counts_of_threads_that_exited_are_all_in_the_slot(standins, cleanup_seg
             assert s.flops == 800 * 2 * 16 * 16 * 8
     finally:
         proc.communicate("\n", timeout=10)
+
+
+def test_the_anchor_is_renewed_so_a_drifting_gpu_clock_stays_placed(standins, cleanup_segments):
+    """A GPU clock 0.5 % fast (5 ms a second) and 30 calls (all timed: under 32) 120 ms apart: one anchor
+    for all would place the last calls ~17 ms late; renewed every second, no call is more than ~1.1 s of
+    drift off."""
+    drift_ppm = 5000
+    proc, _ = start_driver(standins, cleanup_segments, "paced", "30", "120000",
+                           env={"STANDIN_GPU_CLOCK": f"realtime:0:{drift_ppm}"})
+    try:
+        ran = json.loads(proc.stdout.readline())
+        assert proc.stdout.readline().strip() == "DONE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            def on_stream() -> list:
+                return [e for e in seg.events(kind="gemm") if e.stream == ran["stream"]]
+            assert wait_for(lambda: len(on_stream()) == 30, timeout=20), on_stream()
+            events = on_stream()
+    finally:
+        proc.communicate("\n", timeout=10)
+    errors = [e.start_ns - launched for e, launched in zip(events, ran["launched"], strict=True)]
+    span_s = (ran["launched"][-1] - ran["launched"][0]) / 1e9
+    assert span_s > 3.3
+    bound = 1.3 * drift_ppm * 1e3  # ns of drift in 1.3 s: the renewal period and a writer pass or two
+    assert max(abs(e) for e in errors) < bound, errors

@@ -8,6 +8,8 @@
  * it reads CLOCK_REALTIME + skew_ns (a GPU clock that disagrees with the
  * host's by a known amount), and an event completes only once that clock has
  * reached it: a test can then check where the hook places calls in time.
+ * STANDIN_GPU_CLOCK=realtime:<skew_ns>:<ppm> also makes it run <ppm> parts
+ * per million fast (drift, from the first reading on).
  * A stalled stream never completes the events recorded on it (an op that
  * hangs). */
 #include <stdint.h>
@@ -31,6 +33,8 @@ static standin_stream default_stream;
 static __thread long events_recorded; /* by the calling thread (the hook's writer records anchors) */
 static int clock_mode = -1; /* -1 unread, 0 virtual, 1 realtime + skew */
 static int64_t clock_skew_ns;
+static double clock_drift; /* fraction the GPU clock runs fast */
+static int64_t clock_base_ns; /* CLOCK_REALTIME at the first reading: drift accumulates from there */
 
 static standin_stream *resolve(void *s) { return s ? (standin_stream *)s : &default_stream; }
 
@@ -39,12 +43,18 @@ static uint64_t gpu_now(void)
     if (clock_mode < 0) {
         const char *v = getenv("STANDIN_GPU_CLOCK");
         clock_mode = v && strncmp(v, "realtime:", 9) == 0;
-        if (clock_mode) clock_skew_ns = strtoll(v + 9, NULL, 10);
+        if (clock_mode) {
+            char *end;
+            clock_skew_ns = strtoll(v + 9, &end, 10);
+            if (*end == ':') clock_drift = strtod(end + 1, NULL) / 1e6;
+        }
     }
     if (!clock_mode) return 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + clock_skew_ns);
+    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    if (!clock_base_ns) clock_base_ns = now;
+    return (uint64_t)(now + clock_skew_ns + (int64_t)((double)(now - clock_base_ns) * clock_drift));
 }
 
 /* When the next item queued on `s` starts: after the stream's earlier work, and not before now. */

@@ -3,7 +3,8 @@
  * scope.  Prints the workload's JSON line, then "READY"; given CALLS and
  * PAUSE_US, then runs that many more GEMMs PAUSE_US apart and prints "DONE";
  * given "timeline" CALLS, runs run_timeline and prints its line and "DONE";
- * given "threads" THREADS CALLS, runs run_gemm_threads and prints "DONE".
+ * given "threads" THREADS CALLS, runs run_gemm_threads and prints "DONE";
+ * given "paced" CALLS PAUSE_US, runs run_gemm_paced and prints its line and "DONE".
  * Waits for a line on stdin before exiting (so the test can look at the live
  * segment). */
 #include <dlfcn.h>
@@ -14,7 +15,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 2 && argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS | threads THREADS CALLS]\n", argv[0]);
+        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS | threads THREADS CALLS | paced CALLS PAUSE_US]\n", argv[0]);
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -29,6 +30,11 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[2], "threads") == 0) {
         int (*threads)(int, int) = (int (*)(int, int))dlsym(lib, "run_gemm_threads");
         if (!threads || threads(atoi(argv[3]), atoi(argv[4])) != 0) return 1;
+        printf("DONE\n");
+        fflush(stdout);
+    } else if (argc == 5 && strcmp(argv[2], "paced") == 0) {
+        int (*paced)(FILE *, int, int) = (int (*)(FILE *, int, int))dlsym(lib, "run_gemm_paced");
+        if (!paced || paced(stdout, atoi(argv[3]), atoi(argv[4])) != 0) return 1;
         printf("DONE\n");
         fflush(stdout);
     } else if (argc == 4 && strcmp(argv[2], "timeline") == 0) {

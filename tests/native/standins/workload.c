@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int cublasCreate_v2(void **h);
@@ -222,5 +223,30 @@ int run_gemm_threads(int threads, int calls)
         if (pthread_create(&t, NULL, gemm_thread, &calls) != 0) return 1;
         pthread_join(t, NULL);
     }
+    return 0;
+}
+
+/* `calls` x Sgemm 16x16x4 (a shape of its own) on an idle stream, `pause_us`
+ * apart; prints the host's CLOCK_REALTIME just before each call (on an idle
+ * stream the call's start event is taken then). */
+int run_gemm_paced(FILE *out, int calls, int pause_us)
+{
+    const float one = 1, zero = 0;
+    void *h;
+    cublasCreate_v2(&h);
+    void *s = standin_stream_create();
+    cublasSetStream_v2(h, s);
+    float *A = matrix(64, 17), *B = matrix(64, 18), *C = matrix(256, 0);
+    fprintf(out, "{\"stream\": %lu, \"launched\": [", (unsigned long)(uintptr_t)s);
+    for (int i = 0; i < calls; i++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        cublasSgemm_v2(h, 0, 0, 16, 16, 4, &one, A, 16, B, 4, &zero, C, 16);
+        fprintf(out, "%s%lld", i ? ", " : "", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+        usleep((unsigned)pause_us);
+    }
+    fprintf(out, "]}\n");
+    fflush(out);
+    free(A), free(B), free(C);
     return 0;
 }
