@@ -8,6 +8,7 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import RowKey
 
 from tuiprof.tui.tables import sync_rows
 from tuiprof.tui.text import set_content
@@ -67,3 +68,30 @@ def test_ages_change_in_whole_seconds_and_a_fresh_host_stays_just_now() -> None:
     assert ago(3.7) == ago(3.1) == "3 s ago"
     assert ago(0.2, 2.0) == ago(1.5, 2.0) == "just now"  # a reachable agent answering every second
     assert ago(1.5) == "1 s ago"
+
+
+def rendered_cells(table: DataTable) -> dict[tuple, object]:
+    """The table's cached cell renderings of its current version: (row key, column key) -> lines."""
+    cache = table._cell_render_cache
+    return {key[:2]: cache.get(key) for key in cache.keys() if key[6] == table._update_count}
+
+
+async def test_a_changed_cell_is_rendered_anew_and_its_row_neighbours_come_from_the_cache() -> None:
+    app = Tables()
+    async with app.run_test(size=(80, 20)) as pilot:
+        table = app.query_one(DataTable)
+        table.add_columns("GPU", "Util", "Power")
+        sync_rows(table, {"0": ["0", "97%", "651 W"], "1": ["1", "12%", "90.0 W"]})
+        await pilot.pause()  # the table grows to its rows: a resize, after which every cell is drawn anew
+        table.refresh()
+        await pilot.pause()
+        cached = rendered_cells(table)
+        assert len(cached) == 9  # header and two rows, three columns
+        sync_rows(table, {"0": ["0", "98%", "651 W"], "1": ["1", "12%", "90.0 W"]})
+        await pilot.pause()
+        line = table.render_line(table._get_row_region(0).y).text
+        assert "98%" in line and "97%" not in line
+        after = rendered_cells(table)
+        kept = {cell for cell in cached if after.get(cell) is cached[cell]}
+        # Every cell but row 0's Util keeps the rendering it had: Rich renders one cell, not the table.
+        assert kept == set(cached) - {(RowKey("0"), list(table.columns)[1])}

@@ -18,19 +18,34 @@ def _width(cell: Cell) -> int:
     return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
 
 
-def _replace_cells(table: DataTable, key: str, changed: Mapping[ColumnKey, Cell]) -> None:
-    """``update_cell`` for one row's changed cells, repainting only that row.
+def _replace_cells(table: DataTable, changes: Mapping[str, Mapping[ColumnKey, Cell]]) -> None:
+    """``update_cell`` for the changed cells of some rows, repainting only those rows
+    and rendering anew only those cells.
 
     ``DataTable.update_cell`` repaints the whole table, header and empty space
     included, and a terminal receives all of it every second; repainting each cell
     apart is worse, since the terminal is sent the row's line up to every changed
-    cell (bench/console_nvitop.md). Writes the table's own cell store, as
-    ``update_cell`` does.
+    cell (bench/console_nvitop.md). It also bumps the table's update count, a part
+    of the key of every one of its render caches, so each cell of each row shown is
+    rendered again through Rich (the console's largest CPU cost,
+    bench/console_cpu_profile.md); here only the changed cells' cache entries go.
+    Writes the table's own cell store, as ``update_cell`` does.
     """
-    row = table._data[RowKey(key)]
-    row.update(changed)
-    table._update_count += 1  # part of the key of the table's line caches: the row is drawn anew
-    table.refresh_row(table.get_row_index(key))
+    stale_cells = set()
+    for key, changed in changes.items():
+        row_key = RowKey(key)
+        table._data[row_key].update(changed)
+        stale_cells.update((row_key, column_key) for column_key in changed)
+    stale_rows = {row_key for row_key, _ in stale_cells}
+    # Cell cache key: (row key, column key, styles...); row cache key: (row key, line, styles...).
+    for cell_key in [k for k in table._cell_render_cache.keys() if (k[0], k[1]) in stale_cells]:
+        table._cell_render_cache.discard(cell_key)
+    for row_cache_key in [k for k in table._row_render_cache.keys() if k[0] in stale_rows]:
+        table._row_render_cache.discard(row_cache_key)
+    table._row_renderable_cache.clear()  # the cells of each row, formatted: cheap to make again
+    table._line_cache.clear()  # lines joined from the row cache: cheap to make again
+    for key in changes:
+        table.refresh_row(table.get_row_index(key))
 
 
 def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Cell]]) -> None:
@@ -51,11 +66,14 @@ def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Cell]]) -> None:
         for cells in rows.values() for cell, column in zip(cells, columns)
     )
     if keys == current and fits:
+        changes = {}
         for key in keys:
             changed = {column.key: cell for column, cell in zip(columns, rows[key])
                        if table.get_cell(key, column.key) != cell}
             if changed:
-                _replace_cells(table, key, changed)
+                changes[key] = changed
+        if changes:
+            _replace_cells(table, changes)
         return
     selected = current[table.cursor_row] if current and 0 <= table.cursor_row < len(current) else None
     for index, column in enumerate(columns):

@@ -1,0 +1,222 @@
+"""CPU the console uses per second at a 1 s refresh, and where it goes (issue 14).
+
+    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--only embedded,replay,agentd]
+
+Three runs, one after the other, each in its own 200×60 pseudo-terminal drained as
+fast as output comes (no emulator cost counted):
+
+- ``embedded``: ``tuiprof --interval 1``, the console with its agent in its own
+  process, watching this host (Enter opens the host's view, as bench/console_nvitop.py does);
+- ``replay``: ``tuiprof replay --speed 1`` over tests/console/data/gpu-fixture-4hosts.ndjson
+  (4 hosts × 8 GPUs) looped to last the run, Enter opening gpu-node-01's 8-GPU view:
+  the console's drawing alone, with a busier screen than this GPU-less host gives;
+- ``agentd``: ``agentd --interval-ms 1000`` alone, its /metrics read every second for
+  ``tuiprof_collector_duration_seconds`` (the wall time of each collector's latest
+  collect()), averaged per collector.
+
+CPU is user + system time from ``/proc/<pid>/stat`` over the measured window, in
+ms per wall second. With ``--profile`` each console run is then sampled by
+``py-spy record`` (a second window, so py-spy's own cost is not counted above) and
+the top functions by inclusive and own samples are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import fcntl
+import json
+import os
+import pathlib
+import pty
+import re
+import select
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+VENV_BIN = REPO / ".venv" / "bin"
+FIXTURE = REPO / "tests" / "console" / "data" / "gpu-fixture-4hosts.ndjson"
+COLUMNS, LINES = 200, 60
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class PtyProgram:
+    """A program in its own pseudo-terminal, its output drained and counted."""
+
+    def __init__(self, argv: list[str]) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
+        self.process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                                        start_new_session=True, cwd=REPO)
+        os.close(slave)
+        self._master = master
+        self.bytes_written = 0
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            select.select([self._master], [], [], 1.0)
+            try:
+                chunk = os.read(self._master, 65536)
+            except OSError:  # EIO: the program closed its terminal
+                return
+            if not chunk:
+                return
+            self.bytes_written += len(chunk)
+
+    def press_enter(self) -> None:
+        os.write(self._master, b"\r")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        os.close(self._master)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads) so far."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
+
+
+def measure_cpu(pid: int, seconds: float, each_second=lambda: None) -> float:
+    """ms of CPU per wall second over ``seconds``."""
+    before, start = cpu_seconds(pid), time.monotonic()
+    while time.monotonic() - start < seconds:
+        time.sleep(1.0)
+        each_second()
+    return (cpu_seconds(pid) - before) / (time.monotonic() - start) * 1000
+
+
+def looped_fixture(seconds: float) -> pathlib.Path:
+    """The GPU fixture's first three seconds of snapshots repeated, one second apart, for ``seconds``."""
+    lines = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    infos = [e for e in lines if e["event"] == "info"]
+    snapshots = [e for e in lines if e["event"] == "snapshot"]
+    first = min(e["t"] for e in snapshots)
+    span = max(e["t"] for e in snapshots) - first + 1
+    out = tempfile.NamedTemporaryFile("w", suffix=".ndjson", prefix="tuiprof-replay-", delete=False)
+    with out:
+        for event in infos:
+            out.write(json.dumps(event) + "\n")
+        for loop in range(int(seconds // span) + 2):
+            for event in snapshots:
+                out.write(json.dumps({**event, "t": event["t"] + loop * span}) + "\n")
+    return pathlib.Path(out.name)
+
+
+def profile(pid: int, seconds: float, top: int) -> str:
+    """py-spy's samples of ``pid`` summed by function: inclusive and own, the ``top`` of each."""
+    with tempfile.NamedTemporaryFile(suffix=".txt") as raw:
+        subprocess.run([str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(int(seconds)),
+                        "--rate", "200", "--format", "raw", "--nonblocking", "--output", raw.name],
+                       check=True, capture_output=True)
+        inclusive: collections.Counter[str] = collections.Counter()
+        own: collections.Counter[str] = collections.Counter()
+        total = 0
+        for line in pathlib.Path(raw.name).read_text().splitlines():
+            stack, _, count_text = line.rpartition(" ")
+            count = int(count_text)
+            frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+            total += count
+            own[frames[-1]] += count
+            for frame in set(frames):
+                inclusive[frame] += count
+    rows = [f"  py-spy: {total} samples at 200 Hz over {seconds:.0f} s (all threads, idle excluded)"]
+    for title, counter in (("inclusive", inclusive), ("own", own)):
+        rows.append(f"  top {top} by {title} samples:")
+        rows += [f"    {n / total * 100:5.1f}%  {frame}" for frame, n in counter.most_common(top)]
+    return "\n".join(rows)
+
+
+def run_console(name: str, argv: list[str], args: argparse.Namespace) -> None:
+    program = PtyProgram(argv)
+    try:
+        time.sleep(args.warmup / 2)
+        program.press_enter()
+        time.sleep(args.warmup / 2)
+        if program.process.poll() is not None:
+            raise SystemExit(f"{name}: the console exited ({program.process.returncode})")
+        written = program.bytes_written
+        ms = measure_cpu(program.process.pid, args.seconds)
+        rate = (program.bytes_written - written) / args.seconds
+        print(f"{name}: console process {ms:.1f} ms CPU/s, {rate:.0f} B/s to the terminal "
+              f"(over {args.seconds:.0f} s)", flush=True)
+        if args.profile:
+            print(profile(program.process.pid, args.seconds, args.top), flush=True)
+    finally:
+        program.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def collector_durations(metrics_port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2).read().decode()
+    found = re.findall(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', text, re.M)
+    return {collector: float(value) for collector, value in found}
+
+
+def run_agentd(args: argparse.Namespace) -> None:
+    metrics_port = free_port()
+    agent = subprocess.Popen([str(VENV_BIN / "agentd"), "--port", str(free_port()), "--metrics-port",
+                              str(metrics_port), "--interval-ms", "1000", "--trace-dir", tempfile.mkdtemp()],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    try:
+        time.sleep(args.warmup)
+        samples: dict[str, list[float]] = collections.defaultdict(list)
+
+        def sample() -> None:
+            for collector, seconds in collector_durations(metrics_port).items():
+                samples[collector].append(seconds)
+
+        ms = measure_cpu(agent.pid, args.seconds, sample)
+        print(f"agentd: process {ms:.1f} ms CPU/s (over {args.seconds:.0f} s); "
+              "each collector's collect() wall time, mean of per-second readings:", flush=True)
+        for collector, values in sorted(samples.items(), key=lambda kv: -sum(kv[1])):
+            print(f"    {collector:<12} {sum(values) / len(values) * 1000:7.2f} ms", flush=True)
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured window (default 30)")
+    parser.add_argument("--warmup", type=float, default=8.0, help="seconds before measuring (default 8)")
+    parser.add_argument("--only", default="embedded,replay,agentd", help="runs to do, comma-separated")
+    parser.add_argument("--profile", action="store_true", help="then sample each console with py-spy")
+    parser.add_argument("--top", type=int, default=25, help="functions listed per profile (default 25)")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    if "embedded" in only:
+        run_console("embedded", [str(VENV_BIN / "tuiprof"), "--interval", "1"], args)
+    if "replay" in only:
+        recording = looped_fixture(args.warmup + args.seconds * (2 if args.profile else 1) + 10)
+        try:
+            run_console("replay", [str(VENV_BIN / "tuiprof"), "replay", "--speed", "1", str(recording)], args)
+        finally:
+            recording.unlink()
+    if "agentd" in only:
+        run_agentd(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
