@@ -32,7 +32,7 @@ def status(screen: TracesScreen) -> str:
     return str(screen.query_one("#traces-status", Static).render())
 
 
-async def test_capture_dialog_follows_the_host_and_shows_summary_and_merged_file(agent, socket_dir, tmp_path):
+async def test_capture_dialog_shows_the_agents_summary_and_opens_the_merged_timeline_on_demand(agent, socket_dir, tmp_path):
     with trainers(socket_dir, [0]) as processes:
         wait_registered(agent, processes[0].pid)
         app = TuiprofApp(LiveSource([agent.address], ConnectionOptions(timeout=10)))
@@ -46,9 +46,16 @@ async def test_capture_dialog_follows_the_host_and_shows_summary_and_merged_file
             await pilot.press("ctrl+r")
             await wait_for(lambda: "Done in" in status(screen))
             await pilot.pause()
-            assert "every rank delivered" in status(screen), status(screen)
+            assert ": every rank wrote its file;" in status(screen), status(screen)
+            # The agent's summary, the file still on its node.
             row = screen.query_one(DataTable).get_row(agent.address.target)
-            assert row[:4] == [agent.address.target, "done", "0", "1"]
+            assert row[:4] == [agent.address.target, "done", "0", "0"]
+            assert "rank 0 on" in str(screen.query_one("#traces-summary", Static).render())
+            assert screen.merged_path is None and not (tmp_path / "out").exists()
+            await pilot.press("m")  # open the merged timeline: fetch and merge
+            await wait_for(lambda: "Merged timeline:" in status(screen))
+            await pilot.pause()
+            assert screen.query_one(DataTable).get_row(agent.address.target)[3] == "1"
             summary_text = str(screen.query_one("#traces-summary", Static).render())
             # The same capture counted again with the other step window: re-summarised, not re-captured
             screen.query_one("#traces-steps", Select).value = "complete"

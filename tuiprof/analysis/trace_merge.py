@@ -34,12 +34,13 @@ from typing import Final
 
 import msgspec
 
-from tuiprof.analysis.trace_collectives import CollectiveCall, match_calls
-from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
-from tuiprof.analysis.trace_summary import (
-    CPU_OP_CATEGORIES, GPU_CATEGORIES, KERNEL_CATEGORIES, RUNTIME_CATEGORIES, SHORT_KERNEL_US, RankExtract, RankResult,
-    StepWindow, TraceSummary, kernel_kind, step_window, summarize, summarize_rank,
+from agentd.traces.analysis.extract import (
+    DROPPED_METADATA, CollectiveCall, Event, RankExtractor, TraceFile, rank_result, steps_and_launches,
 )
+from agentd.traces.analysis.summary import RankExtract, RankResult
+from tuiprof.analysis.trace_collectives import match_calls
+from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
+from tuiprof.analysis.trace_summary import TraceSummary, summarize
 from tuiprof.model.capture import ClusterCapture
 
 _BASE_PATTERN = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
@@ -51,56 +52,14 @@ _CHUNK_BYTES = 1 << 20
 _OVERLAP_BYTES = 4096
 _RANK_STRIDE = 1000  # merged pid = (rank index + 1) * stride + ordinal
 _FLOW_ID_SHIFT = 32
-_DROPPED_METADATA = frozenset({"process_name", "process_sort_index", "process_labels"})
 FLOW_CATEGORY = "collective"
-# CPU ops that are collectives (gloo, or c10d's dispatcher ops), linked when a rank has no GPU kernels.
-CPU_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
-STEP_PREFIXES = ("ProfilerStep#", "Optimizer.step#")
 
 
 class TraceFormatError(ValueError):
     """An input that is not a Chrome trace; the message names the file."""
 
 
-class Event(msgspec.Struct, omit_defaults=True):
-    ph: str = ""
-    cat: str | msgspec.UnsetType = msgspec.UNSET
-    name: str | msgspec.UnsetType = msgspec.UNSET
-    pid: int | str | msgspec.UnsetType = msgspec.UNSET
-    tid: int | str | msgspec.UnsetType = msgspec.UNSET
-    ts: float | msgspec.UnsetType = msgspec.UNSET
-    dur: float | msgspec.UnsetType = msgspec.UNSET
-    id: int | str | msgspec.UnsetType = msgspec.UNSET
-    bp: str | msgspec.UnsetType = msgspec.UNSET
-    s: str | msgspec.UnsetType = msgspec.UNSET
-    args: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-
-
-class _Distributed(msgspec.Struct):
-    rank: int | None = None
-
-
-class _TraceFile(msgspec.Struct):
-    traceEvents: list[Event]
-    baseTimeNanoseconds: int = 0
-    distributedInfo: _Distributed | None = None
-
-
-class _CollectiveArgs(msgspec.Struct):
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-    group: str | None = msgspec.field(default=None, name="Process Group Name")
-    seq: int | None = None
-    comm: str | None = None
-
-
-class _GpuArgs(msgspec.Struct):
-    correlation: int | None = None
-    stream: int | str | None = None
-
-
-_decode_file = msgspec.json.Decoder(_TraceFile).decode
-_decode_gpu_args = msgspec.json.Decoder(_GpuArgs).decode
-_decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
+_decode_file = msgspec.json.Decoder(TraceFile).decode
 _encode = msgspec.json.Encoder().encode
 
 
@@ -206,7 +165,7 @@ def trace_header(path: pathlib.Path) -> TraceHeader:
     return TraceHeader(base or 0, rank, world)
 
 
-def _load(path: pathlib.Path) -> _TraceFile:
+def _load(path: pathlib.Path) -> TraceFile:
     try:
         return _decode_file(_read_bytes(path))
     except msgspec.ValidationError as exc:
@@ -320,62 +279,14 @@ def _rank_part(job: tuple[TraceInput, int, float, str, bool]) -> _RankPart:
     source, rank_index, shift_us, steps, timeline = job
     chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps, timeline)
     piece = compress_piece(b"," + chunk if chunk else b"")
-    result = RankResult(summarize_rank(extract), [], extract.kernel_totals,  # collectives: keyed across ranks
-                        unsequenced_collectives=sum(call.seq is None for call in calls),
-                        collective_totals=_collective_totals(calls) if extract.gpu_kernels
-                        else extract.cpu_collective_totals, cpu_totals=extract.cpu_totals)
+    result = rank_result(extract, calls)  # its collectives are keyed across ranks afterwards
     return _RankPart(piece, result, calls, extract.events)
-
-
-def _collective_totals(calls: list[CollectiveCall]) -> dict[str, list[float]]:
-    """Each collective op's calls and total time on this rank's NCCL kernels."""
-    totals: dict[str, list[float]] = {}
-    for call in calls:
-        _add(totals, call.name, call.end - call.ts)
-    return totals
-
-
-_NO_GPU_ARGS = _GpuArgs()
-
-
-def _gpu_args(event: Event) -> _GpuArgs:
-    if event.args is msgspec.UNSET:
-        return _NO_GPU_ARGS
-    try:
-        return _decode_gpu_args(event.args)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return _NO_GPU_ARGS
-
-
-def _steps_and_launches(events: list[Event], shift_us: float
-                        ) -> tuple[list[tuple[str, float, float]], dict[int, float]]:
-    """The step annotations (name, ts, dur) and each runtime call's start by correlation id, on the shared base."""
-    steps: list[tuple[str, float, float]] = []
-    launches: dict[int, float] = {}
-    for event in events:
-        name, ts, dur = event.name, event.ts, event.dur
-        if event.ph != "X" or ts is msgspec.UNSET or dur is msgspec.UNSET or name is msgspec.UNSET:
-            continue
-        if event.cat in RUNTIME_CATEGORIES:
-            if (correlation := _gpu_args(event).correlation) is not None:
-                launches[correlation] = ts + shift_us
-        elif event.cat == "user_annotation" and name.startswith(STEP_PREFIXES):
-            steps.append((name, ts + shift_us, dur))
-    return steps, launches
-
-
-def _in_window(steps: list[tuple[str, float, float]], window: StepWindow) -> list[tuple[str, float, float]]:
-    return [(name, ts, dur) for name, ts, dur in steps if window.contains(ts) and window.contains(ts + dur)]
 
 
 def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: str, timeline: bool = True
              ) -> tuple[bytes, RankExtract, list[CollectiveCall]]:
-    """One rank's events moved onto the shared base and its own pids, plus its summary extract.
-
-    GPU events count when their launch call (paired by correlation id; the
-    event's own start when the launch is not in the trace) is in the window;
-    CPU ops when they start in it.
-    """
+    """One rank's events moved onto the shared base and its own pids, plus its summary extract
+    (``agentd.traces.analysis.extract``: what the agent extracts on the node, here on the shared base)."""
     trace = _load(source.path)
     rank = source.rank
     if rank is None and trace.distributedInfo is not None:
@@ -387,17 +298,14 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
     pid_base = (rank_index + 1) * _RANK_STRIDE
     flow_shift = rank_index << _FLOW_ID_SHIFT
     dropped: list[int] = []
-    gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start and duration
-    cpu_collectives: list[tuple[Event, str, float, float]] = []
-    kinds: dict[str, str] = {}
-    intervals, kernel_totals, cpu_totals = extract.intervals, extract.kernel_totals, extract.cpu_totals
     events = trace.traceEvents
-    steps, launches = _steps_and_launches(events, shift_us)
-    window = step_window(steps, step_mode)
-    extract.steps, extract.window = _in_window(steps, window), window.description
+    steps: list[tuple[str, float, float]] = []
+    launches: dict[int, float] = {}
+    steps_and_launches(events, shift_us, steps, launches)
+    extractor = RankExtractor(extract, steps, launches, step_mode)
     for index, event in enumerate(events):
         original_pid = event.pid
-        if event.ph == "M" and event.name in _DROPPED_METADATA:
+        if event.ph == "M" and event.name in DROPPED_METADATA:
             if event.name == "process_name" and event.args is not unset and original_pid is not unset:
                 labels[original_pid] = str(msgspec.json.decode(event.args).get("name", ""))
             dropped.append(index)
@@ -419,40 +327,10 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
         cat, name = event.cat, event.name
         if name is unset or cat is unset:
             continue
-        if cat in GPU_CATEGORIES:
-            gpu_args = _gpu_args(event)
-            launched = None if gpu_args.correlation is None else launches.get(gpu_args.correlation)
-            if not window.contains(ts if launched is None else launched):
-                extract.gpu_events_outside += 1
-                continue
-            if cat in KERNEL_CATEGORIES:
-                extract.kernels += 1
-                extract.short_kernels += dur < SHORT_KERNEL_US
-                if launched is not None:
-                    extract.launch_delays.append(ts - launched)
-            kind = kinds.get(name)
-            if kind is None:
-                kind = kinds[name] = kernel_kind(name, cat)
-            intervals[kind].append((ts, ts + dur))
-            stream = str(gpu_args.stream if gpu_args.stream is not None else _track(event.tid))
-            extract.streams.setdefault(stream, []).append((ts, ts + dur, launched))
-            _add(kernel_totals, name, dur)
-            if kind == "communication":
-                gpu_collectives.append((event, name, ts, dur))
-        elif cat in CPU_OP_CATEGORIES and window.contains(ts):
-            _add(cpu_totals, name, dur)
-            if name.startswith(CPU_COLLECTIVE_PREFIXES):
-                cpu_collectives.append((event, name, ts, dur))
-                _add(extract.cpu_collective_totals, name, dur)
-        elif cat == "user_annotation" and name.startswith(CPU_COLLECTIVE_PREFIXES) and window.contains(ts):
-            _add(extract.cpu_collective_totals, name, dur)  # gloo:all_reduce spans the work c10d:: only enqueues
+        extractor.add(event, name, cat, ts, dur)
     for index in reversed(dropped):
         del events[index]
-    extract.gpu_kernels = sum(len(spans) for spans in intervals.values())
-    # CPU-only (gloo) ranks: their collectives are CPU ops; with GPUs, the NCCL kernels.
-    on_gpu = bool(extract.gpu_kernels)
-    calls = sorted((_collective_call(*c, on_gpu) for c in (gpu_collectives if on_gpu else cpu_collectives)),
-                   key=lambda call: call.ts)
+    calls = extractor.finish()
     extract.events = len(events)
     if not timeline:
         return b"", extract, calls
@@ -464,16 +342,6 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
         events.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
                             args=msgspec.Raw(_encode({"sort_index": new_pid}))))
     return _encode(events)[1:-1], extract, calls
-
-
-def _add(totals: dict[str, list[float]], name: str, dur: float) -> None:
-    """One more call of ``name`` lasting ``dur`` µs in a name → [count, total µs] table."""
-    entry = totals.get(name)
-    if entry is None:
-        totals[name] = [1, dur]
-    else:
-        entry[0] += 1
-        entry[1] += dur
 
 
 def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
@@ -488,25 +356,6 @@ def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
     if original_pid >= 0:
         return f"GPU {original_pid}"
     return name or f"device {original_pid}"
-
-
-def _collective_call(event: Event, name: str, ts: float, dur: float, on_gpu: bool) -> CollectiveCall:
-    """The collective an event runs: its op and group from Kineto's args (timeline dumps: also its sequence number)."""
-    group, seq = "", None
-    if event.args is not msgspec.UNSET:
-        try:
-            args = _decode_collective(event.args)
-        except msgspec.DecodeError:
-            args = _CollectiveArgs()
-        name = args.collective or name
-        group = args.group or args.comm or ""
-        seq = args.seq
-    return CollectiveCall(group, name, seq, ts, ts + dur, _track(event.pid), _track(event.tid), on_gpu)
-
-
-def _track(value: int | str | msgspec.UnsetType) -> int | str:
-    """A pid or tid; "" for an event without one."""
-    return "" if value is msgspec.UNSET else value
 
 
 def _collective_flows(hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> list[Event]:

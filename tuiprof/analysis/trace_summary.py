@@ -1,187 +1,29 @@
-"""Where the time went, per rank and across ranks, from the extracts ``trace_merge`` collects.
+"""Where the time went across ranks, from each rank's result, and the summary as the CLI prints it.
 
-Per rank (GPU kernels only, as HTA does): the union of compute, communication
-and memcpy/memset kernel intervals, idle = kernel span − union of all kernels,
-comm–compute overlap = |comm ∩ compute| ÷ |comm|, top kernels by total time,
-and the step time (median ``ProfilerStep#`` length, else the median gap
-between optimizer steps). Across ranks: for each collective seen on several
-ranks, the start skew and the last rank to start it (the one the others
-waited for), and each rank's compute time against the median. Figures that a
-trace cannot give (no GPU kernels on a CPU-only build, no steps) are None
-with the reason, never 0.
+Each rank's own figures (GPU split, overlap, top kernels, idle by stream, step
+time) are ``agentd.traces.analysis.summary``'s, made by the agent where the
+file is or by ``trace_merge`` on files on disk. Across ranks: for each
+collective seen on several ranks, the start skew and the last rank to start it
+(the one the others waited for), and each rank's compute time against the
+median. Figures that a trace cannot give (no GPU kernels on a CPU-only build,
+no steps) are None with the reason, never 0.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass
 from typing import Any
 
-# Every spelling Kineto has written: PyTorch 1.8-1.9 used "Kernel", "Memcpy", "Memset",
-# "Runtime" and "Operator"; later versions the snake_case names. GPU-side annotations
-# (gpu_user_annotation) span kernels and are not kernels; runtime and sync calls
-# (cuda_runtime/Runtime, cuda_driver, cuda_sync) are CPU-side.
-MEMORY_CATEGORIES = frozenset({"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
-KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
-GPU_CATEGORIES = KERNEL_CATEGORIES | MEMORY_CATEGORIES
-# CPU-side calls that launch GPU work; their ``correlation`` arg names the kernel/memcpy they queued.
-RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "Runtime", "cuda_driver"})
-CPU_OP_CATEGORIES = frozenset({"cpu_op", "Operator"})
-NO_GPU_EVENTS = "no GPU kernel, memcpy or memset events in the trace"
-TOP = 10
-SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch overhead
-KERNEL_WAIT_US = 30.0  # a gap shorter than this between queued kernels is launch overhead (HTA's default)
-STEP_MODES = ("all", "complete")
+# One rank's part lives on the agent side (the agent summarises its ranks where the files are);
+# the names the console's modules and tests use are re-exported here.
+from agentd.traces.analysis.summary import (
+    NO_GPU_EVENTS, STEP_MODES, TOP, LaunchStats, RankResult, RankSummary, TimeShare, covered, overlap, top, union,
+)
 
-Interval = tuple[float, float]
-StreamEvent = tuple[float, float, float | None]  # GPU event start, end, its launch call's start (None: not in the trace)
-
-
-@dataclass
-class RankExtract:
-    """What the summary needs from one rank's trace, gathered while merging (µs, shared base)."""
-
-    rank: int | None
-    host: str
-    pid: int | None
-    file: str
-    events: int = 0
-    gpu_kernels: int = 0
-    # compute / communication / memory → (start, end) of each GPU kernel of that kind
-    intervals: dict[str, list[Interval]] = field(
-        default_factory=lambda: {"compute": [], "communication": [], "memory": []})
-    kernel_totals: dict[str, list[float]] = field(default_factory=dict)  # name → [count, total µs]
-    cpu_totals: dict[str, list[float]] = field(default_factory=dict)  # cpu_op name → [count, total µs]
-    # CPU-only ranks' collectives (c10d:: ops and gloo: annotations) → [count, total µs]
-    cpu_collective_totals: dict[str, list[float]] = field(default_factory=dict)
-    steps: list[tuple[str, float, float]] = field(default_factory=list)  # ProfilerStep#/Optimizer.step#: name, ts, dur
-    window: str = ""  # what was counted, e.g. "steps 1–9 of 10 (ProfilerStep#0–#8)"
-    gpu_events_outside: int = 0  # GPU events left out by the --steps window
-    launch_delays: list[float] = field(default_factory=list)  # kernel start − its launch call's start, µs
-    kernels: int = 0  # GPU kernels (not memcpy/memset) counted
-    short_kernels: int = 0  # of which shorter than SHORT_KERNEL_US
-    streams: dict[str, list[StreamEvent]] = field(default_factory=dict)  # GPU stream → its counted GPU events
-
-
-@dataclass(frozen=True)
-class StepWindow:
-    """The part of a trace the figures count: GPU work launched (CPU ops starting) in [start, end].
-
-    ``--steps all``: the whole trace. ``--steps complete``: the ProfilerStep#
-    annotations but the last, which the profiler's stop cuts short (HTA drops
-    it by default too); the whole trace when it has no ProfilerStep#.
-    """
-
-    start: float
-    end: float
-    description: str
-
-    def contains(self, ts: float) -> bool:
-        return self.start <= ts <= self.end
-
-
-def step_window(steps: list[tuple[str, float, float]], mode: str) -> StepWindow:
-    """The window ``mode`` ("all" or "complete") selects from a rank's step annotations (name, ts, dur)."""
-    profiler = sorted((ts, ts + dur, name) for name, ts, dur in steps if name.startswith("ProfilerStep#"))
-    everything = float("-inf"), float("inf")
-    if not profiler:
-        return StepWindow(*everything, "whole trace (no ProfilerStep# annotations)")
-    if mode == "all":
-        return StepWindow(*everything, f"whole trace, all {len(profiler)} steps")
-    kept = profiler[:-1]
-    if not kept:
-        return StepWindow(0.0, -1.0, "no complete step: the only ProfilerStep# is the last, cut by the "
-                                     "profiler's stop (use --steps all)")
-    first, last = kept[0][2].removeprefix("ProfilerStep"), kept[-1][2].removeprefix("ProfilerStep")
-    return StepWindow(kept[0][0], kept[-1][1],
-                      f"steps 1–{len(kept)} of {len(profiler)} (ProfilerStep{first}–{last}; the last is cut "
-                      "by the profiler's stop)")
-
-
-@dataclass(frozen=True)
-class LaunchStats:
-    """CUDA kernel launch delay (kernel start − its launch call's start) and short kernels."""
-
-    kernels: int
-    matched: int  # kernels whose launch call is in the trace (paired by correlation id)
-    median_delay_us: float | None
-    p95_delay_us: float | None
-    max_delay_us: float | None
-    short_kernels: int  # kernels shorter than SHORT_KERNEL_US
-    short_kernel_us: float = SHORT_KERNEL_US
-
-
-def launch_stats(kernels: int, delays: list[float], short: int) -> LaunchStats:
-    if not delays:
-        return LaunchStats(kernels, 0, None, None, None, short)
-    ordered = sorted(delays)
-    p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
-    return LaunchStats(kernels, len(ordered), round(statistics.median(ordered), 3), round(p95, 3),
-                       round(ordered[-1], 3), short)
-
-
-@dataclass(frozen=True)
-class StreamIdle:
-    """The gaps between consecutive GPU events of one stream, by cause (HTA's idle time breakdown)."""
-
-    stream: str
-    host_wait_us: float  # the next event was launched after the previous one ended: the CPU was late
-    kernel_wait_us: float  # queued in time, gap under KERNEL_WAIT_US: launch overhead
-    other_us: float  # queued in time, longer gap (waits on events or other streams)
-
-    @property
-    def total_us(self) -> float:
-        return self.host_wait_us + self.kernel_wait_us + self.other_us
-
-
-def stream_idle(stream: str, events: list[StreamEvent]) -> StreamIdle:
-    """Classify each gap (start − the previous event's end, in start order) as HTA does."""
-    host = kernel = other = 0.0
-    ordered = sorted(events, key=lambda event: event[0])
-    for (_, previous_end, _), (start, _, launched) in zip(ordered, ordered[1:]):
-        gap = start - previous_end
-        if launched is not None and launched > previous_end:
-            host += gap
-        elif gap < KERNEL_WAIT_US:
-            kernel += gap
-        else:
-            other += gap
-    return StreamIdle(stream, round(host, 3), round(kernel, 3), round(other, 3))
-
-
-@dataclass(frozen=True)
-class TimeShare:
-    name: str
-    count: int
-    total_us: float
-
-
-@dataclass
-class RankSummary:
-    rank: int | None
-    host: str
-    pid: int | None
-    file: str
-    events: int
-    gpu_kernels: int
-    span_us: float | None = None
-    compute_us: float | None = None
-    communication_us: float | None = None
-    memory_us: float | None = None
-    idle_us: float | None = None
-    overlap_percent: float | None = None
-    compute_vs_median_percent: float | None = None
-    step_time_us: float | None = None
-    steps: int = 0
-    window: str = ""  # what the figures count (--steps)
-    gpu_events_outside: int = 0
-    launches: LaunchStats | None = None
-    idle_by_stream: list[StreamIdle] = field(default_factory=list)  # most idle first
-    top_kernels: list[TimeShare] = field(default_factory=list)
-    top_cpu_ops: list[TimeShare] = field(default_factory=list)
-    unavailable: dict[str, str] = field(default_factory=dict)
+__all__ = ["NO_GPU_EVENTS", "STEP_MODES", "CollectiveSkew", "RankResult", "RankSummary", "TimeShare", "TraceSummary",
+           "covered", "overlap", "render_text", "short_name", "summarize", "summary_json", "union"]
 
 
 @dataclass(frozen=True)
@@ -204,109 +46,6 @@ class TraceSummary:
     collective_matching: str  # how calls were paired across ranks; "" with no collectives
 
 
-def union(intervals: list[Interval]) -> list[Interval]:
-    """Sorted, non-overlapping cover of ``intervals``."""
-    merged: list[Interval] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def covered(cover: list[Interval]) -> float:
-    return sum(end - start for start, end in cover)
-
-
-def overlap(a: list[Interval], b: list[Interval]) -> float:
-    """Length of the intersection of two covers (each sorted and non-overlapping)."""
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if end > start:
-            total += end - start
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def kernel_kind(name: str, category: str) -> str:
-    """communication (NCCL), memory (memcpy/memset) or compute — HTA's split by name."""
-    if "nccl" in name.lower():
-        return "communication"
-    if category in MEMORY_CATEGORIES or name.startswith(("Memcpy", "Memset")):
-        return "memory"
-    return "compute"
-
-
-def _top(totals: dict[str, list[float]]) -> list[TimeShare]:
-    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:TOP]
-    return [TimeShare(name, int(count), round(total, 3)) for name, (count, total) in ranked]
-
-
-def _step_time(annotations: list[tuple[str, float, float]]) -> tuple[float | None, int, str]:
-    """Median ProfilerStep# length, else the median gap between optimizer steps."""
-    steps = [dur for name, _, dur in annotations if name.startswith("ProfilerStep#")]
-    if steps:
-        return statistics.median(steps), len(steps), ""
-    starts = sorted(ts for name, ts, _ in annotations if name.startswith("Optimizer.step#"))
-    if len(starts) >= 2:
-        return statistics.median(b - a for a, b in zip(starts, starts[1:])), len(starts), ""
-    return None, len(starts), "fewer than two steps in the trace (no ProfilerStep# or Optimizer.step# annotations)"
-
-
-def summarize_rank(extract: RankExtract) -> RankSummary:
-    summary = RankSummary(extract.rank, extract.host, extract.pid, extract.file, extract.events,
-                          extract.gpu_kernels)
-    summary.step_time_us, summary.steps, reason = _step_time(extract.steps)
-    if reason:
-        summary.unavailable["step_time_us"] = reason
-    summary.top_cpu_ops = _top(extract.cpu_totals)
-    summary.window, summary.gpu_events_outside = extract.window, extract.gpu_events_outside
-    if extract.kernels:
-        summary.launches = launch_stats(extract.kernels, extract.launch_delays, extract.short_kernels)
-    if not extract.gpu_kernels:
-        why = NO_GPU_EVENTS
-        if extract.gpu_events_outside:
-            why = f"no GPU events in the counted window ({extract.window}); --steps all counts the whole trace"
-        for key in ("span_us", "compute_us", "communication_us", "memory_us", "idle_us", "overlap_percent",
-                    "compute_vs_median_percent"):
-            summary.unavailable[key] = why
-        return summary
-    covers = {kind: union(spans) for kind, spans in extract.intervals.items()}
-    everything = union([span for cover in covers.values() for span in cover])
-    summary.span_us = round(everything[-1][1] - everything[0][0], 3)
-    summary.compute_us = round(covered(covers["compute"]), 3)
-    summary.communication_us = round(covered(covers["communication"]), 3)
-    summary.memory_us = round(covered(covers["memory"]), 3)
-    summary.idle_us = round(summary.span_us - covered(everything), 3)
-    if summary.communication_us:
-        summary.overlap_percent = round(100.0 * overlap(covers["communication"], covers["compute"])
-                                        / summary.communication_us, 2)
-    else:
-        summary.unavailable["overlap_percent"] = "no communication kernels in the trace"
-    summary.top_kernels = _top(extract.kernel_totals)
-    summary.idle_by_stream = sorted((stream_idle(stream, events) for stream, events in extract.streams.items()),
-                                    key=lambda idle: (-idle.total_us, idle.stream))
-    return summary
-
-
-@dataclass
-class RankResult:
-    """One rank's own summary plus what the cross-rank part needs (small: travels between processes)."""
-
-    summary: RankSummary
-    collectives: list[tuple[tuple[str, ...], float]]  # key, start ts
-    kernel_totals: dict[str, list[float]]
-    unsequenced_collectives: int = 0  # calls whose trace gave no sequence number (matched by order and time)
-    collective_totals: dict[str, list[float]] = field(default_factory=dict)  # op → [calls, total µs]
-    cpu_totals: dict[str, list[float]] = field(default_factory=dict)  # cpu_op name → [count, inclusive µs]
-
-
 def summarize(results: list[RankResult]) -> TraceSummary:
     """The cross-rank picture: compute against the median, collective start skew, job-wide top kernels."""
     ranks = [r.summary for r in results]
@@ -316,19 +55,28 @@ def summarize(results: list[RankResult]) -> TraceSummary:
         for rank in ranks:
             if rank.compute_us is not None and median > 0:
                 rank.compute_vs_median_percent = round(100.0 * (rank.compute_us - median) / median, 2)
-    by_key: dict[tuple[str, ...], list[tuple[float, int | None]]] = defaultdict(list)
+    # Each collective's earliest start and its latest start with that rank, in one pass over every call
+    # (results come in rank order: on a tie the later rank counts as the last).
+    starts: dict[tuple[str, ...], list] = {}  # key → [earliest, latest, latest's rank, calls]
     for result in results:
+        number = result.summary.rank
         for key, ts in result.collectives:
-            by_key[key].append((ts, result.summary.rank))
+            entry = starts.get(key)
+            if entry is None:
+                starts[key] = [ts, ts, number, 1]
+                continue
+            entry[3] += 1
+            if ts < entry[0]:
+                entry[0] = ts
+            if ts >= entry[1]:
+                entry[1], entry[2] = ts, number
     skews: list[CollectiveSkew] = []
     last_starts: Counter[str] = Counter()
-    for (group, name, occurrence), starts in by_key.items():
-        if len(starts) < 2:
+    for (group, name, occurrence), (earliest, latest, last_rank, calls) in starts.items():
+        if calls < 2:
             continue
-        latest = max(starts)
-        skew = latest[0] - min(starts)[0]
-        skews.append(CollectiveSkew(name, group, occurrence, len(starts), round(skew, 3), latest[1]))
-        last_starts[str(latest[1])] += 1
+        skews.append(CollectiveSkew(name, group, occurrence, calls, round(latest - earliest, 3), last_rank))
+        last_starts[str(last_rank)] += 1
     skews.sort(key=lambda s: -s.skew_us)
     job_kernels: dict[str, list[float]] = {}
     for result in results:
@@ -336,7 +84,7 @@ def summarize(results: list[RankResult]) -> TraceSummary:
             entry = job_kernels.setdefault(name, [0, 0.0])
             entry[0] += count
             entry[1] += total
-    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), _top(job_kernels),
+    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), top(job_kernels),
                         _collective_matching(results))
 
 

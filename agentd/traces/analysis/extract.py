@@ -22,6 +22,7 @@ from agentd.traces.analysis.summary import (
 
 # CPU ops that are collectives (gloo, or c10d's dispatcher ops), linked when a rank has no GPU kernels.
 CPU_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
+GLOO_PREFIX = "gloo:"
 STEP_PREFIXES = ("ProfilerStep#", "Optimizer.step#")
 
 
@@ -136,6 +137,7 @@ class RankExtractor:
         self._kinds: dict[str, str] = {}
         self._gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start, duration
         self._cpu_collectives: list[tuple[Event, str, float, float]] = []
+        self._gloo_work: list[tuple[Event, str, float, float]] = []
 
     def add(self, event: Event, name: str, cat: str, ts: float, dur: float) -> None:
         """One complete event with its name, category and (shifted) start and duration."""
@@ -167,13 +169,17 @@ class RankExtractor:
                 _add(extract.cpu_collective_totals, name, dur)
         elif cat == "user_annotation" and name.startswith(CPU_COLLECTIVE_PREFIXES) and window.contains(ts):
             _add(extract.cpu_collective_totals, name, dur)  # gloo:all_reduce spans the work c10d:: only enqueues
+            if name.startswith(GLOO_PREFIX):
+                self._gloo_work.append((event, name, ts, dur))
 
     def finish(self) -> list[CollectiveCall]:
-        """The rank's collective calls in start order: its NCCL kernels, or on CPU-only (gloo) ranks its CPU ops."""
+        """The rank's collective calls in start order: its NCCL kernels; on CPU-only ranks gloo's ``gloo:``
+        annotations, which span the work from its start until every rank has joined (so, like NCCL kernels,
+        they end together on every rank), else the ``c10d::`` ops (which end once the work is enqueued)."""
         extract = self.extract
         extract.gpu_kernels = sum(len(spans) for spans in extract.intervals.values())
         on_gpu = bool(extract.gpu_kernels)
-        chosen = self._gpu_collectives if on_gpu else self._cpu_collectives
+        chosen = self._gpu_collectives if on_gpu else (self._gloo_work or self._cpu_collectives)
         return sorted((_collective_call(*c, on_gpu) for c in chosen), key=lambda call: call.ts)
 
 

@@ -4,12 +4,14 @@ Pushed with `t`. The form picks the kind (Kineto or the hook's timeline), the
 span (milliseconds, training iterations, or the ring's last N events) and the
 ranks (empty: the whole job, every watched host). `enter` on the form (or the
 Capture button) starts it through the same code as ``tuiprof trace``: one
-start time for every host, progress per host as it goes, files fetched into
-the output directory, then the merged timeline's path and the summary.
-The Steps choice is ``--steps``: what the summary counts (all steps, or only
-complete ones, dropping the last as HTA does); changing it after a capture
-summarises the same files again, and the summary's "counted" line says what
-was counted.
+start time for every host, progress per host as it goes, then the summary the
+agents made where the files are (reduced here: no trace bytes travel) with the
+stragglers; the files stay on their nodes. `m` opens the merged timeline:
+every file fetched into the output directory and merged (``--merge``).
+The Count choice is ``--steps``: what the summary counts (all steps, or only
+complete ones, dropping the last as HTA does); the agents count it so for the
+next capture, and once the files are fetched, changing it summarises them
+again here; the summary's "counted" line says what was counted.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Sel
 from textual.worker import Worker, WorkerState
 
 from agentd.address import AgentAddress
+from tuiprof.analysis.stragglers import trace_stragglers
 from tuiprof.analysis.trace_merge import merge_capture
+from tuiprof.analysis.trace_reduce import reduce_summaries, remote_ranks
 from tuiprof.analysis.trace_summary import STEP_MODES, TraceSummary, render_text
-from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster
+from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
 from tuiprof.model.capture import ClusterCapture, HostProgress
 from tuiprof.tui.screens.base import ConsoleScreen
 
@@ -54,7 +58,8 @@ def _ranks(text: str) -> tuple[int, ...]:
 
 
 class TracesScreen(ConsoleScreen):
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("ctrl+r", "capture", "Capture")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("ctrl+r", "capture", "Capture"),
+                Binding("m", "merge", "Merged timeline")]
     DEFAULT_CSS = """
     TracesScreen #traces-form { height: auto; padding: 0 1; background: $boost; }
     TracesScreen #traces-form Horizontal { height: auto; }
@@ -72,6 +77,8 @@ class TracesScreen(ConsoleScreen):
         self.capture: ClusterCapture | None = None
         self.summary: TraceSummary | None = None
         self.merged_path: pathlib.Path | None = None
+        self.output: pathlib.Path | None = None  # where the capture's files go when fetched
+        self.addresses: list[AgentAddress] = []
         self.problems: list[str] = []  # the capture's per-host problems, shown above the summary
 
     def compose(self) -> ComposeResult:
@@ -118,7 +125,7 @@ class TracesScreen(ConsoleScreen):
         if not delay_text.isdigit():
             raise CaptureFormError(f"start in ms must be a whole number, got {delay_text!r}")
         output = pathlib.Path(self.query_one("#traces-output", Input).value.strip() or ".")
-        spec = CaptureSpec(kind=kind, ranks=_ranks(self.query_one("#traces-ranks", Input).value),
+        spec = CaptureSpec(kind=kind, ranks=_ranks(self.query_one("#traces-ranks", Input).value), steps=self.steps,
                            start_delay_ms=int(delay_text) if kind == "kineto" else 0,
                            duration_ms=amount if span == "duration_ms" else None,
                            iterations=amount if span == "iterations" else None,
@@ -148,28 +155,57 @@ class TracesScreen(ConsoleScreen):
         table.clear()
         for address in addresses:
             table.add_row(str(address), "starting", "", "", "", key=str(address))
-        output.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        capture = await capture_cluster(addresses, spec, output, self.console.connection, self._progress)
-        self.capture = capture
+        capture = await capture_cluster(addresses, spec, None, self.console.connection, self._progress)
+        self.capture, self.addresses, self.output, self.merged_path = capture, addresses, output, None
         problems = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
         problems += [f"{h.host} {t.label}: {t.state}: {t.reason}"
                      for h in capture.hosts for t in h.targets if t.state != "written"]
-        if not capture.files and capture.matched == 0:
+        if capture.matched == 0:
             problems.insert(0, "No processes matched on any host.")
+        reduced = await asyncio.to_thread(reduce_summaries, remote_ranks(capture))
+        problems += [f"no summary of {rank.where}: {why}" for rank, why in reduced.missing]
         self.problems = problems
-        summary = await self._merge(capture, output) if capture.files else []
-        self.query_one("#traces-summary", Static).update("\n".join(problems + summary))
-        verdict = "every rank delivered" if capture.all_delivered else "not every rank delivered"
-        self._status(f"Done in {time.monotonic() - started:.1f} s: {verdict}; files in {output}")
+        lines = list(problems)
+        if reduced.summary.ranks:
+            self.summary = reduced.summary
+            lines += ["", render_text(reduced.summary)]
+            lines += [f"straggler: rank {s.rank} on {s.host}: {s.why}" for s in trace_stragglers(reduced.summary)]
+        self.query_one("#traces-summary", Static).update("\n".join(lines))
+        written = sum(t.state == "written" for h in capture.hosts for t in h.targets)
+        verdict = "every rank wrote its file" if written == capture.matched > 0 and not any(
+            h.error for h in capture.hosts) else "not every rank wrote its file"
+        self._status(f"Done in {time.monotonic() - started:.1f} s: {verdict}; the files stay on their nodes "
+                     "(m: fetch them and open the merged timeline)")
         self.query_one("#traces-start", Button).disabled = False
+
+    def action_merge(self) -> None:
+        """Fetch every file of the last capture and merge them (``tuiprof trace --merge``)."""
+        if self.capture is None or self.output is None or not any(
+                t.state == "written" for h in self.capture.hosts for t in h.targets):
+            self._status("No capture with files yet: Capture first (ctrl+r).")
+            return
+        self._status(f"Fetching every file into {self.output} and merging…")
+        self._open_merged(self.capture, self.output)
+
+    @work(exclusive=True, group="traces", exit_on_error=False)
+    async def _open_merged(self, capture: ClusterCapture, output: pathlib.Path) -> None:
+        output.mkdir(parents=True, exist_ok=True)
+        errors = await fetch_files(self.addresses, capture, lambda host, target: True, output,
+                                   self.console.connection)
+        for host in capture.hosts:
+            self._progress(host)
+        self.problems += [f"cannot fetch {error}" for error in errors]
+        lines = self.problems + (await self._merge(capture, output) if capture.files else [])
+        self.query_one("#traces-summary", Static).update("\n".join(lines))
+        self._status(f"Merged timeline: {self.merged_path}" if self.merged_path else "No file could be fetched")
 
     @property
     def steps(self) -> str:
         return str(self.query_one("#traces-steps", Select).value)
 
     async def _merge(self, capture: ClusterCapture, output: pathlib.Path) -> list[str]:
-        """Merge and summarise the fetched files with the chosen step window (as ``tuiprof trace --steps``)."""
+        """Merge and summarise the fetched files with the chosen step window (as ``tuiprof trace --merge --steps``)."""
         merged, summary = await asyncio.to_thread(merge_capture, capture, output, self.steps)
         self.summary, self.merged_path = summary, merged.output
         return [f"Merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)", "",
@@ -180,6 +216,9 @@ class TracesScreen(ConsoleScreen):
         if self.capture is not None and self.capture.files and self.merged_path is not None:
             self._status(f"Summarising again: {STEP_LABELS[self.steps]}…")
             self._resummarise(self.capture, self.merged_path.parent)
+        elif self.capture is not None:
+            self._status(f"The next capture counts {STEP_LABELS[self.steps]} (the agents summarise); m fetches "
+                         "this one's files to count them here")
 
     @work(exclusive=True, group="traces", exit_on_error=False)
     async def _resummarise(self, capture: ClusterCapture, output: pathlib.Path) -> None:
