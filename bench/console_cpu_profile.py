@@ -1,6 +1,10 @@
 """CPU the console uses per second at a 1 s refresh, and where it goes (issue 14).
 
-    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--only embedded,replay,agentd]
+    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--only embedded,connect,replay]
+    # the same, running an older commit's code (before/after on the same machine and load):
+    rm -rf /tmp/before && mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
+    cp tuiprof_native/*.so /tmp/before/tuiprof_native/
+    .venv/bin/python bench/console_cpu_profile.py --source /tmp/before
 
 Three runs, one after the other, each in its own 200×60 pseudo-terminal drained as
 fast as output comes (no emulator cost counted):
@@ -10,7 +14,9 @@ fast as output comes (no emulator cost counted):
 - ``replay``: ``tuiprof replay --speed 1`` over tests/console/data/gpu-fixture-4hosts.ndjson
   (4 hosts × 8 GPUs) looped to last the run, Enter opening gpu-node-01's 8-GPU view:
   the console's drawing alone, with a busier screen than this GPU-less host gives;
-- ``agentd``: ``agentd --interval-ms 1000`` alone, its /metrics read every second for
+- ``connect``: ``tuiprof connect 127.0.0.1:PORT --interval 1`` to a separate
+  ``agentd --interval-ms 1000``: the console's own cost and the agent's apart, in one
+  window; the agent's /metrics is read every second for
   ``tuiprof_collector_duration_seconds`` (the wall time of each collector's latest
   collect()), averaged per collector.
 
@@ -40,6 +46,7 @@ import termios
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 VENV_BIN = REPO / ".venv" / "bin"
@@ -48,15 +55,21 @@ COLUMNS, LINES = 200, 60
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def source_env(source: pathlib.Path) -> dict[str, str]:
+    """The environment that makes the venv's entry points import tuiprof and agentd from ``source``
+    (ahead of the editable install of this checkout), run with ``source`` as working directory."""
+    return {**os.environ, "PYTHONPATH": str(source)}
+
+
 class PtyProgram:
     """A program in its own pseudo-terminal, its output drained and counted."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], source: pathlib.Path) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
+        env = {**source_env(source), "TERM": "xterm-256color", "COLORTERM": "truecolor"}
         self.process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
-                                        start_new_session=True, cwd=REPO)
+                                        start_new_session=True, cwd=source)
         os.close(slave)
         self._master = master
         self.bytes_written = 0
@@ -92,13 +105,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
 
 
-def measure_cpu(pid: int, seconds: float, each_second=lambda: None) -> float:
-    """ms of CPU per wall second over ``seconds``."""
-    before, start = cpu_seconds(pid), time.monotonic()
+def measure_cpu(pids: dict[str, int], seconds: float, each_second: Callable[[], None] = lambda: None
+                ) -> dict[str, float]:
+    """ms of CPU per wall second of each named process over ``seconds``."""
+    before, start = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.monotonic()
     while time.monotonic() - start < seconds:
         time.sleep(1.0)
         each_second()
-    return (cpu_seconds(pid) - before) / (time.monotonic() - start) * 1000
+    wall = time.monotonic() - start
+    return {name: (cpu_seconds(pid) - before[name]) / wall * 1000 for name, pid in pids.items()}
 
 
 def looped_fixture(seconds: float) -> pathlib.Path:
@@ -142,8 +157,9 @@ def profile(pid: int, seconds: float, top: int) -> str:
     return "\n".join(rows)
 
 
-def run_console(name: str, argv: list[str], args: argparse.Namespace) -> None:
-    program = PtyProgram(argv)
+def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Agentd | None = None) -> None:
+    """Measure the console running ``argv`` (and ``agent``, the separate agentd it watches, if any)."""
+    program = PtyProgram(argv, args.source)
     try:
         time.sleep(args.warmup / 2)
         program.press_enter()
@@ -151,10 +167,16 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace) -> None:
         if program.process.poll() is not None:
             raise SystemExit(f"{name}: the console exited ({program.process.returncode})")
         written = program.bytes_written
-        ms = measure_cpu(program.process.pid, args.seconds)
+        pids = {"console": program.process.pid, **({"agentd": agent.process.pid} if agent else {})}
+        used = measure_cpu(pids, args.seconds, agent.sample if agent else lambda: None)
         rate = (program.bytes_written - written) / args.seconds
-        print(f"{name}: console process {ms:.1f} ms CPU/s, {rate:.0f} B/s to the terminal "
+        print(f"{name}: console process {used['console']:.1f} ms CPU/s, {rate:.0f} B/s to the terminal "
               f"(over {args.seconds:.0f} s)", flush=True)
+        if agent:
+            print(f"{name}: agentd process {used['agentd']:.1f} ms CPU/s; each collector's collect() "
+                  "wall time, mean of per-second readings:", flush=True)
+            for collector, values in sorted(agent.durations.items(), key=lambda kv: -sum(kv[1])):
+                print(f"    {collector:<12} {sum(values) / len(values) * 1000:7.2f} ms", flush=True)
         if args.profile:
             print(profile(program.process.pid, args.seconds, args.top), flush=True)
     finally:
@@ -167,54 +189,56 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def collector_durations(metrics_port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2).read().decode()
-    found = re.findall(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', text, re.M)
-    return {collector: float(value) for collector, value in found}
+class Agentd:
+    """A separate ``agentd --interval-ms 1000`` on free ports, its collectors' durations read from /metrics."""
 
+    def __init__(self, source: pathlib.Path) -> None:
+        self.port, self._metrics_port = free_port(), free_port()
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "agentd"), "--port", str(self.port), "--metrics-port", str(self._metrics_port),
+             "--interval-ms", "1000", "--trace-dir", tempfile.mkdtemp(prefix="tuiprof-bench-traces-")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=source, env=source_env(source))
+        self.durations: dict[str, list[float]] = collections.defaultdict(list)
 
-def run_agentd(args: argparse.Namespace) -> None:
-    metrics_port = free_port()
-    agent = subprocess.Popen([str(VENV_BIN / "agentd"), "--port", str(free_port()), "--metrics-port",
-                              str(metrics_port), "--interval-ms", "1000", "--trace-dir", tempfile.mkdtemp()],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
-    try:
-        time.sleep(args.warmup)
-        samples: dict[str, list[float]] = collections.defaultdict(list)
+    def sample(self) -> None:
+        """Each collector's latest ``tuiprof_collector_duration_seconds``."""
+        url = f"http://127.0.0.1:{self._metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+        pattern = r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$'
+        for collector, value in re.findall(pattern, text, re.M):
+            self.durations[collector].append(float(value))
 
-        def sample() -> None:
-            for collector, seconds in collector_durations(metrics_port).items():
-                samples[collector].append(seconds)
-
-        ms = measure_cpu(agent.pid, args.seconds, sample)
-        print(f"agentd: process {ms:.1f} ms CPU/s (over {args.seconds:.0f} s); "
-              "each collector's collect() wall time, mean of per-second readings:", flush=True)
-        for collector, values in sorted(samples.items(), key=lambda kv: -sum(kv[1])):
-            print(f"    {collector:<12} {sum(values) / len(values) * 1000:7.2f} ms", flush=True)
-    finally:
-        agent.terminate()
-        agent.wait(10)
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window (default 30)")
     parser.add_argument("--warmup", type=float, default=8.0, help="seconds before measuring (default 8)")
-    parser.add_argument("--only", default="embedded,replay,agentd", help="runs to do, comma-separated")
+    parser.add_argument("--only", default="embedded,connect,replay", help="runs to do, comma-separated")
     parser.add_argument("--profile", action="store_true", help="then sample each console with py-spy")
+    parser.add_argument("--source", type=pathlib.Path, default=REPO,
+                        help="the source tree to run (default: this checkout)")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile (default 25)")
     args = parser.parse_args()
     only = set(args.only.split(","))
     if "embedded" in only:
         run_console("embedded", [str(VENV_BIN / "tuiprof"), "--interval", "1"], args)
+    if "connect" in only:
+        agent = Agentd(args.source)
+        try:
+            run_console("connect", [str(VENV_BIN / "tuiprof"), "connect", f"127.0.0.1:{agent.port}",
+                                    "--interval", "1"], args, agent)
+        finally:
+            agent.stop()
     if "replay" in only:
         recording = looped_fixture(args.warmup + args.seconds * (2 if args.profile else 1) + 10)
         try:
             run_console("replay", [str(VENV_BIN / "tuiprof"), "replay", "--speed", "1", str(recording)], args)
         finally:
             recording.unlink()
-    if "agentd" in only:
-        run_agentd(args)
     return 0
 
 

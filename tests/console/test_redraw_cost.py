@@ -95,3 +95,25 @@ async def test_a_changed_cell_is_rendered_anew_and_its_row_neighbours_come_from_
         kept = {cell for cell in cached if after.get(cell) is cached[cell]}
         # Every cell but row 0's Util keeps the rendering it had: Rich renders one cell, not the table.
         assert kept == set(cached) - {(RowKey("0"), list(table.columns)[1])}
+
+
+async def test_text_that_takes_the_same_room_repaints_without_a_layout_pass() -> None:
+    app = Tables()
+    async with app.run_test(size=(80, 20)) as pilot:
+        line = app.query_one("#line", Static)
+        set_content(line, "load 1.00 · memory 3 GiB")
+        await pilot.pause()
+        layouts: list[bool] = []
+        original = line.refresh
+
+        def refresh(*regions, **kwargs):
+            layouts.append(kwargs.get("layout", False))
+            return original(*regions, **kwargs)
+
+        line.refresh = refresh
+        set_content(line, "load 1.10 · memory 3 GiB")  # one line, as before: the screen's layout holds
+        set_content(line, "load 1.10\nmemory 3 GiB")  # two lines: the widget grows
+        set_content(line, "x" * 81)  # wider than the terminal: it wraps
+        assert layouts == [False, True, True]
+        await pilot.pause()
+        assert line.size.height == 2 and str(line.render()) == "x" * 81

@@ -93,6 +93,13 @@ class ScreenDiff:
               changed: dict[tuple[int, int], Cell]) -> tuple[int, int]:
         """Put ``text`` at (x, y); cells whose content differs from the screen go into ``changed``."""
         screen = self._screen
+        if text.isascii() and "\r" not in text and "\n" not in text:  # most of what Textual writes
+            for offset, char in enumerate(text):
+                where, cell = (x + offset, y), (char, style)
+                if screen.get(where) != cell:
+                    changed[where] = cell
+                    screen[where] = cell
+            return x + len(text), y
         for char in text:
             if char == "\r":
                 x = 0

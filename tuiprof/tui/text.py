@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.visual import VisualType
 from textual.widgets import Static
@@ -53,7 +54,27 @@ def set_content(widget: Static, content: VisualType) -> None:
     """Show ``content`` in ``widget``, redrawing nothing when it is what the widget shows.
 
     ``Static.update`` always repaints (and re-lays out) the widget; a screen redrawn
-    every second with the same line would send it to the terminal every second.
+    every second with the same line would send it to the terminal every second. A
+    layout pass of the whole screen is the console's largest cost after drawing table
+    rows (bench/console_cpu_profile.md): it is skipped when the new text takes the
+    room the old one did.
     """
-    if widget.content != content:
-        widget.update(content)
+    old = widget.content
+    if old != content:
+        widget.update(content, layout=not _same_room(widget, old, content))
+
+
+def _same_room(widget: Static, old: VisualType, new: VisualType) -> bool:
+    """Whether ``new`` needs exactly the room of ``old`` in ``widget``: both plain text (or
+    markup, whose visible text is never longer) with as many lines, none wider than the
+    widget's content area (no wrapping), in a widget whose width does not follow its content.
+    """
+    if not (isinstance(old, str | Text) and isinstance(new, str | Text)):
+        return False
+    width = widget.styles.width  # None: not set, the widget spans its container
+    if width is not None and width.is_auto:
+        return False
+    room = widget.content_region.width
+    old_lines, new_lines = str(old).split("\n"), str(new).split("\n")
+    return (len(old_lines) == len(new_lines) and room > 0
+            and all(cell_len(line) <= room for line in old_lines + new_lines))
