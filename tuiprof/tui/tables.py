@@ -31,7 +31,7 @@ def _replace_cells(table: DataTable, changes: Mapping[str, Mapping[ColumnKey, Ce
     bench/console_cpu_profile.md); here only the changed cells' cache entries go.
     Writes the table's own cell store, as ``update_cell`` does.
     """
-    stale_cells = set()
+    stale_cells: set[tuple[RowKey, ColumnKey]] = set()
     for key, changed in changes.items():
         row_key = RowKey(key)
         table._data[row_key].update(changed)
