@@ -51,15 +51,10 @@ HANG_TIMEOUT_S, SUSPECT_S, INTERVAL_MS = 8, 4, 500
 
 
 def cli(argv: list[str]) -> int:
-    """`tuiprof run|stacks|status ...`, registered as tuiprof.cli does, without the console's commands."""
-    from tuiprof.commands import run, stacks, status
+    """`tuiprof run|stacks|status ...` without the console's commands."""
+    from tuiprof_headless import main  # bench/, beside this file
 
-    parser = argparse.ArgumentParser(prog="tuiprof")
-    sub = parser.add_subparsers(required=True)
-    for module in (run, stacks, status):
-        module.add_parser(sub)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main(argv)
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ exec > >(tee "$OUT/log.txt") 2>&1
 nvidia-smi -L; which gcc cc; python3 -c 'import torch; print(torch.__version__, torch.cuda.device_count(), torch.cuda.nccl.version())'
 python3 setup.py -q build_ext --inplace 2>&1 | tail -5
 ls -la tuiprof_native/*.so || exit 1
-RUN=(python3 -c 'import argparse, sys; from tuiprof.commands import run; sys.exit(run.run(argparse.Namespace(command=sys.argv[1:], kineto_daemon=False)))')
+RUN=(python3 bench/tuiprof_headless.py run --no-kineto-daemon --)
 TR=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
 PHASES=${1:-accuracy overhead}  # bench/native_gpu.sh [accuracy] [overhead]
 if [[ $PHASES == *accuracy* ]]; then

@@ -25,6 +25,6 @@ for test in all_reduce_perf all_gather_perf reduce_scatter_perf; do
   tail -4 "$OUT/$test.txt"
 done
 python3 setup.py -q build_ext --inplace 2>&1 | grep -v -i warning | tail -3
-RUN=(python3 -c 'import argparse, sys; from tuiprof.commands import run; sys.exit(run.run(argparse.Namespace(command=sys.argv[1:], kineto_daemon=False)))')
+RUN=(python3 bench/tuiprof_headless.py run --no-kineto-daemon --)
 "${RUN[@]}" python3 -m torch.distributed.run --standalone --nproc-per-node 2 bench/nccl_busbw_gpu.py --worker --out "$OUT"
 python3 bench/nccl_busbw_gpu.py --report --out "$OUT"

@@ -33,10 +33,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# `tuiprof run` alone (the console's own dependencies are not installed on the GPU machine)
-RUN_CODE = ("import argparse, sys; from tuiprof.commands import run; p = argparse.ArgumentParser(); "
-            "run.add_parser(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-TUIPROF_RUN = [sys.executable, "-c", RUN_CODE, "run"]
+TUIPROF_RUN = [sys.executable, str(ROOT / "bench" / "tuiprof_headless.py"), "run"]
 AGENTD_CODE = "import sys; from agentd.cli import main; sys.exit(main())"
 AGENTD = [sys.executable, "-c", AGENTD_CODE]
 TIMED_FIRST, SAMPLE_EVERY = 32, 16  # the hook's defaults (gemm_sampling.c)
@@ -365,7 +362,7 @@ def phase_long_start(out: pathlib.Path) -> dict:
     ports = dict(zip(intervals, chosen[::2]))
     metrics = dict(zip(intervals, chosen[1::2]))
     agentd = f"{sys.executable} -c '{AGENTD_CODE}'"
-    tuiprof_run = f"{sys.executable} -c '{RUN_CODE}' run"
+    tuiprof_run = " ".join(TUIPROF_RUN)
     script = ["set -u", "agents=", "recorders="]
     for ms, port in ports.items():
         script.append(f"{agentd} --port {port} --metrics-port {metrics[ms]} --interval-ms {ms} "
