@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from textual.widgets import DataTable
-
 from agentd.proto import tuiprof_agent_pb2 as pb
+from console.conftest import open_job_ops
 from tuiprof.client.sources import ReplaySource
 from tuiprof.model.events import SnapshotReceived
 from tuiprof.tui.app import TuiprofApp
-from tuiprof.tui.screens.job_ops import JobOpsScreen
 
 
 def one_rank() -> pb.HostSnapshot:
@@ -31,14 +29,7 @@ def one_rank() -> pb.HostSnapshot:
 async def test_bounds_are_marked_and_the_first_call_stands_apart() -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, one_rank())], speed=0))
     async with app.run_test(size=(200, 50)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.02)
-            if app.cluster.version:
-                break
-        await pilot.press("n")
-        await pilot.pause(0.1)
-        assert isinstance(app.screen, JobOpsScreen)
-        table = app.screen.query_one("#ops", DataTable)
+        table = await open_job_ops(app, pilot)
         labels = [str(c.label) for c in table.columns.values()]
         picked = [labels.index(c) for c in ("Op", "Min", "Max", "First call", "Timed")]
         rows = [[str(table.get_row_at(i)[c]) for c in picked] for i in range(table.row_count)]

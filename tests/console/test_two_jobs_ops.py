@@ -7,24 +7,19 @@ hook library over stand-in cuBLAS/NCCL), read by a real agentd.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import subprocess
-from collections.abc import Iterator
 
 import pytest
-from textual.widgets import DataTable
+from native.conftest import standins  # noqa: F401  (the stand-in GPU libraries, built with gcc)
+from native.support import stand_in_rank, watch_snapshot
+from testkit.agents import running_agent
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.conftest import standins  # noqa: F401  (the stand-in GPU libraries, built with gcc)
-from native.support import segment_path, tuiprof_run, watch_snapshot
-from testkit.agents import running_agent
+from console.conftest import open_job_ops
 from tuiprof.analysis.job_ops import job_ops
 from tuiprof.client.sources import ReplaySource
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import SnapshotReceived
 from tuiprof.tui.app import TuiprofApp
-from tuiprof.tui.screens.job_ops import JobOpsScreen
 
 pytestmark = pytest.mark.slow
 
@@ -32,20 +27,9 @@ GEMM_SIGNATURES = 5  # (op, dtype) pairs the stand-in workload calls, one shape 
 COLLECTIVES = 4
 
 
-@contextlib.contextmanager
-def stand_in_job(standins, job: str) -> Iterator[subprocess.Popen]:  # noqa: F811
+def stand_in_job(standins, job: str):  # noqa: F811
     """The stand-in workload as rank 0 of ``job``, stopped at READY with its ops done and its segment live."""
-    process = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, env={"RANK": "0", "WORLD_SIZE": "1", "TUIPROF_JOB_ID": job})
-    try:
-        json.loads(process.stdout.readline())
-        assert process.stdout.readline().strip() == "READY"
-        yield process
-    finally:
-        process.stdin.close()
-        process.wait(timeout=10)
-        process.stdout.close()
-        segment_path(process.pid).unlink(missing_ok=True)
+    return stand_in_rank(standins, {"RANK": "0", "WORLD_SIZE": "1", "TUIPROF_JOB_ID": job})
 
 
 def timed_ops(snapshot: pb.HostSnapshot, pids: set[int]) -> bool:
@@ -81,14 +65,7 @@ def test_two_jobs_rank_0_on_one_host_are_two_processes_in_the_ops_view(standins,
 async def _shown_apart(snapshot: pb.HostSnapshot, row_count: int, pid_a: int, pid_b: int) -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, snapshot)], speed=0))
     async with app.run_test(size=(200, 50)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.02)
-            if app.cluster.version:
-                break
-        await pilot.press("n")
-        await pilot.pause(0.1)
-        assert isinstance(app.screen, JobOpsScreen)
-        table = app.screen.query_one("#ops", DataTable)
+        table = await open_job_ops(app, pilot)
         assert table.row_count == row_count
         job = [str(c.label) for c in table.columns.values()].index("Job")
         jobs = [str(table.get_row_at(i)[job]) for i in range(table.row_count)]

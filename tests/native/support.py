@@ -7,7 +7,9 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import contextlib
+import json
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -31,6 +33,21 @@ def tuiprof_run(*command: str, options: tuple[str, ...] = (), **popen) -> subpro
     env.pop("TUIPROF_GEMM_SAMPLE_EVERY", None)
     env.update(popen.pop("env", {}))
     return subprocess.Popen(tuiprof_run_argv(*command, options=options), env=env, text=True, **popen)
+
+
+@contextlib.contextmanager
+def stand_in_rank(standins: pathlib.Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """The stand-in driver under `tuiprof run`, stopped at READY with its ops done and its segment live,
+    until the block ends (then it finishes and its segment goes)."""
+    process = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, env=env or {})
+    try:
+        json.loads(process.stdout.readline())
+        assert process.stdout.readline().strip() == "READY"
+        yield process
+    finally:
+        process.communicate("\n", timeout=10)
+        segment_path(process.pid).unlink(missing_ok=True)
 
 
 def segment_path(pid: int) -> pathlib.Path:

@@ -15,7 +15,7 @@ import pytest
 from agentd.collectors import rank_rates
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.support import segment_path, tuiprof_run, watch_rank
+from native.support import segment_path, stand_in_rank, tuiprof_run, watch_rank
 from testkit.agents import running_agent
 from tuiprof_native import segment
 
@@ -75,12 +75,8 @@ def test_latency_extremes_are_exact_only_when_set_in_the_interval():
 @pytest.fixture
 def stand_in_job(standins):
     """The stand-in driver under `tuiprof run`, alive until the test ends."""
-    proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.PIPE,
-                       stdout=subprocess.PIPE)
-    assert proc.stdout.readline() and proc.stdout.readline().strip() == "READY"
-    yield proc
-    proc.communicate("\n", timeout=10)
-    segment_path(proc.pid).unlink(missing_ok=True)
+    with stand_in_rank(standins) as process:
+        yield process
 
 
 async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_in_job):

@@ -23,7 +23,7 @@ import pytest
 from agentd import procfs
 from native.conftest import standins  # noqa: F401  (the stand-in GPU libraries, built with gcc)
 from native.segment_forge import forged, plant
-from native.support import segment_path, tuiprof_run, wait_for
+from native.support import segment_path, stand_in_rank, wait_for
 from testkit.traces import as_user, hostile_user, run_cli
 from tuiprof_native import segment
 
@@ -42,17 +42,8 @@ COLLECTIVES = {"AllReduce": (3, 50.0), "AllGather": (2, 20.0), "ReduceScatter": 
 @pytest.fixture
 def workload(standins):  # noqa: F811
     """The stand-in job as rank 3, stopped at READY with its segment live."""
-    process = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, env={"RANK": "3", "WORLD_SIZE": "4"})
-    try:
-        json.loads(process.stdout.readline())
-        assert process.stdout.readline().strip() == "READY"
+    with stand_in_rank(standins, {"RANK": "3", "WORLD_SIZE": "4"}) as process:
         yield process
-    finally:
-        process.stdin.close()
-        process.wait(timeout=10)
-        process.stdout.close()
-        segment_path(process.pid).unlink(missing_ok=True)
 
 
 def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(agent, workload, tmp_path):
