@@ -124,7 +124,8 @@ def worker_accuracy(out: pathlib.Path) -> None:
 
 def _slot_json(s) -> dict:
     return {"op": s.op, "count": s.count, "timed_count": s.timed_count, "total_ns": s.total_ns,
-            "timed_flops": s.timed_flops, "first_call_ns": s.first_call_ns}
+            "timed_flops": s.timed_flops, "weighted_total_ns": s.weighted_total_ns,
+            "weighted_timed_flops": s.weighted_timed_flops, "first_call_ns": s.first_call_ns}
 
 
 def program_anchor(torch, tries: int = 50) -> tuple[object, int, int]:
@@ -260,7 +261,8 @@ def run_checked(cmd: list[str], out: pathlib.Path, name: str, timeout: float = 3
 
 
 def phase_accuracy(out: pathlib.Path) -> dict:
-    """Per group: the whole burst (ours over the calls the hook timed, the program's over all calls
+    """Per group: the whole burst (ours as agentd estimates it, each timed call weighted by the calls
+    it stands for; the plain mean over the timed calls for comparison; the program's over all calls
     and over the same calls), and the steady part after the first WARM_CALLS, the way agentd turns
     two readings of the segment into an interval's TFLOPS."""
     run_checked(under_tuiprof("accuracy", out), out, "accuracy_worker")
@@ -276,9 +278,10 @@ def phase_accuracy(out: pathlib.Path) -> dict:
 
         everything = range(1, len(seconds))  # the first call (module loading) is apart on both sides
         steady = range(WARM_CALLS, len(seconds))
-        ours_steady = ((slot["timed_flops"] - warm["timed_flops"]) / ((slot["total_ns"] - warm["total_ns"]) / 1e9)
-                       / 1e12)
-        ours_all = slot["timed_flops"] / (slot["total_ns"] / 1e9) / 1e12
+        ours_steady = ((slot["weighted_timed_flops"] - warm["weighted_timed_flops"])
+                       / ((slot["weighted_total_ns"] - warm["weighted_total_ns"]) / 1e9) / 1e12)
+        ours_all = slot["weighted_timed_flops"] / (slot["weighted_total_ns"] / 1e9) / 1e12
+        unweighted_all = slot["timed_flops"] / (slot["total_ns"] / 1e9) / 1e12
         rows.append({
             "group": name, "op": slot["op"], "calls_program": len(seconds), "count_ours": slot["count"],
             "timed_ours": slot["timed_count"], "timed_expected": sum(timed_call(i + 1, first, every) for i in everything),
@@ -288,7 +291,9 @@ def phase_accuracy(out: pathlib.Path) -> dict:
                 [i for i in steady if timed_call(i + 1, first, every)]) - 1),
             "burst_tflops_ours": ours_all, "burst_tflops_program": program(list(everything)),
             "burst_diff_percent": 100 * (ours_all / program(list(everything)) - 1),
-            "burst_diff_same_calls_percent": 100 * (ours_all / program(
+            "burst_tflops_unweighted": unweighted_all,
+            "burst_unweighted_diff_percent": 100 * (unweighted_all / program(list(everything)) - 1),
+            "burst_unweighted_diff_same_calls_percent": 100 * (unweighted_all / program(
                 [i for i in everything if timed_call(i + 1, first, every)]) - 1),
             "first_call_ms_ours": (slot["first_call_ns"] or 0) / 1e6, "first_call_ms_program": seconds[0] * 1e3})
     return {"sample_every": every, "timed_first": first, "warm_calls": WARM_CALLS, "steady_calls": STEADY_CALLS,

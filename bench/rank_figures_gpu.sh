@@ -6,6 +6,8 @@
 #   bash bench/rank_figures_gpu.sh second   # collect the 10-minute run, then the overhead pairs
 #   bash bench/rank_figures_gpu.sh again    # one call: accuracy, timeline and a 470 s run at 500 ms
 #                                           # (run 2, after the hook's first-call fix; see the .md)
+#   bash bench/rank_figures_gpu.sh weighted # one call (< 3 min): accuracy only (run 3, the weighted
+#                                           # estimator; see the .md)
 # Wheels for grpcio and msgspec in .whl/ (carried). Summaries go to $OUT, everything else to /tmp.
 set -u
 OUT=${OUT:-bench/.work/rank_figures}; WORK=/tmp/rank_figures_$1
@@ -40,4 +42,8 @@ again)
   phase long-collect 560 --long-seconds 470
   cp "$WORK"/{long-start,accuracy,timeline,long-collect}.json "$OUT"/
   tar czf "$OUT/logs_again.tgz" -C "$WORK" --exclude='*_worker.json' . /tmp/rank_figures_long/*.log 2>/dev/null ;;
+weighted)
+  nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  phase accuracy 150
+  cp "$WORK"/accuracy.json "$OUT"/ ;;
 esac

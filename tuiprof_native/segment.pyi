@@ -95,6 +95,10 @@ class Slot:
     flops: int
     timed_bytes: int
     timed_flops: int
+    weighted_timed_count: int
+    weighted_total_ns: int
+    weighted_timed_bytes: int
+    weighted_timed_flops: int
     hist: tuple[int, ...]
 
 @dataclass(frozen=True)

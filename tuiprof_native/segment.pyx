@@ -157,6 +157,10 @@ cdef extern from "tuiprof_segment.h":
         uint64_t flops
         uint64_t timed_bytes
         uint64_t timed_flops
+        uint64_t weighted_timed_count
+        uint64_t weighted_total_ns
+        uint64_t weighted_timed_bytes
+        uint64_t weighted_timed_flops
         uint64_t hist[TP_HIST_BUCKETS_N]
 
     ctypedef struct tp_inflight:
@@ -333,6 +337,11 @@ class Slot:
     flops: int
     timed_bytes: int
     timed_flops: int
+    # the timed calls weighted by the calls each stands for (sampling): estimates of all calls
+    weighted_timed_count: int
+    weighted_total_ns: int
+    weighted_timed_bytes: int
+    weighted_timed_flops: int
     hist: tuple[int, ...]
 
 
@@ -749,6 +758,7 @@ cdef object _slot(const tp_slot *s):
                 s.min_at_timed if s.timed_count else None, s.max_at_timed if s.timed_count else None,
                 s.first_ns if s.first_ns else None,
                 s.bytes, s.flops, s.timed_bytes, s.timed_flops,
+                s.weighted_timed_count, s.weighted_total_ns, s.weighted_timed_bytes, s.weighted_timed_flops,
                 tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)))
 
 

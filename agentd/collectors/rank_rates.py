@@ -9,6 +9,12 @@ first time is compared with its segment's creation (all counters zero).
 Definitions (the same as xpu-timer's and nccl-tests'):
 - GEMM TFLOPS = FLOPs of the timed GEMMs / their summed kernel time: achieved
   kernel throughput, not FLOPs per wall-clock second.
+- Sampling: the hook times every call of a GEMM shape up to its
+  ``gemm_timed_first``-th, then 1 in ``gemm_sample_every``. Each timed call is
+  weighted by the calls it stands for (1, then the sampling rate; a
+  Horvitz-Thompson estimate), so TFLOPS, bandwidth and mean latency estimate
+  all calls, not the over-represented first ones. Percentiles, min/max and the
+  timed counts are per timed call.
   A GEMM slot's first call is not among them: it includes lazy module loading
   (the hook keeps it apart), and is reported as ``first_call_seconds``.
 - NCCL algbw = bytes / kernel time, with bytes the nccl-tests "size" (the whole
@@ -72,12 +78,13 @@ class Extreme:
     in_interval: bool
 
 
-def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: Extreme,
+def latency(hist_delta: Sequence[int], weighted_ns: int, weighted_timed: int, lifetime_min: Extreme,
             lifetime_max: Extreme) -> pb.LatencyStats:
-    """Latency of the interval's timed ops (empty message when none were timed)."""
+    """Latency of the interval's timed ops (empty message when none were timed); the mean
+    from their weighted sums (an estimate over all calls), the rest per timed op."""
     stats = pb.LatencyStats()
     p50, p99 = percentile_ns(hist_delta, 0.50), percentile_ns(hist_delta, 0.99)
-    if timed <= 0 or p50 is None or p99 is None or min(hist_delta) < 0:
+    if weighted_timed <= 0 or p50 is None or p99 is None or min(hist_delta) < 0:
         return stats  # nothing timed; or buckets that went backwards: no interval of one writer's segment
     used = [i for i, n in enumerate(hist_delta) if n]
     low = _bucket_edges(used[0])[0]
@@ -88,7 +95,7 @@ def latency(hist_delta: Sequence[int], total_ns: int, timed: int, lifetime_min: 
     if lifetime_max.ns is not None:
         high = lifetime_max.ns if lifetime_max.in_interval else min(high, lifetime_max.ns)
         stats.max_exact = lifetime_max.in_interval
-    stats.avg_seconds = total_ns / timed * NS
+    stats.avg_seconds = weighted_ns / weighted_timed * NS
     stats.min_seconds = low * NS
     stats.max_seconds = high * NS
     stats.p50_seconds = min(max(p50, low), high) * NS
@@ -107,17 +114,18 @@ class SlotDelta:
         self.slot = now
         self.count = now.count - (before.count if before else 0)
         self.timed = now.timed_count - (before.timed_count if before else 0)
-        self.total_ns = now.total_ns - (before.total_ns if before else 0)
         self.bytes = now.bytes - (before.bytes if before else 0)
         self.flops = now.flops - (before.flops if before else 0)
-        self.timed_bytes = now.timed_bytes - (before.timed_bytes if before else 0)
-        self.timed_flops = now.timed_flops - (before.timed_flops if before else 0)
+        self.weighted_timed = now.weighted_timed_count - (before.weighted_timed_count if before else 0)
+        self.weighted_ns = now.weighted_total_ns - (before.weighted_total_ns if before else 0)
+        self.weighted_bytes = now.weighted_timed_bytes - (before.weighted_timed_bytes if before else 0)
+        self.weighted_flops = now.weighted_timed_flops - (before.weighted_timed_flops if before else 0)
         self.hist = [a - (b if before else 0) for a, b in zip(now.hist, before.hist if before else now.hist)]
 
     def latency(self) -> pb.LatencyStats:
         timed_before = self.slot.timed_count - self.timed
         s = self.slot
-        return latency(self.hist, self.total_ns, self.timed,
+        return latency(self.hist, self.weighted_ns, self.weighted_timed,
                        Extreme(s.min_ns, s.min_at_timed is not None and s.min_at_timed > timed_before),
                        Extreme(s.max_ns, s.max_at_timed is not None and s.max_at_timed > timed_before))
 
@@ -126,8 +134,8 @@ def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:
     s = d.slot
     out = pb.GemmOpStats(op=s.op, dtype=s.dtype, shape=f"b={s.b} m={s.m} n={s.n} k={s.k}", count_total=s.count,
                          count_per_s=d.count / seconds, flops_total=float(s.flops))
-    if d.total_ns > 0:
-        out.tflops = d.timed_flops / (d.total_ns * NS) / 1e12
+    if d.weighted_ns > 0:
+        out.tflops = d.weighted_flops / (d.weighted_ns * NS) / 1e12
     out.latency.CopyFrom(d.latency())
     if s.first_call_ns is not None:
         out.first_call_seconds = s.first_call_ns * NS
@@ -141,8 +149,8 @@ def nccl_stats(d: SlotDelta, seconds: float) -> pb.NcclOpStats:
     out = pb.NcclOpStats(op=s.op, dtype=s.dtype, algorithm=s.algo, protocol=s.proto, comm_hash=f"{s.comm_hash:x}",
                          comm_size=s.nranks, count_total=s.count, count_per_s=d.count / seconds,
                          bytes_total=s.bytes)
-    if d.total_ns > 0:
-        algbw = d.timed_bytes / (d.total_ns * NS)
+    if d.weighted_ns > 0:
+        algbw = d.weighted_bytes / (d.weighted_ns * NS)
         out.algbw_bytes_per_s = algbw
         out.busbw_bytes_per_s = algbw * busbw_factor(s.op, s.nranks)
     out.latency.CopyFrom(d.latency())
@@ -163,6 +171,7 @@ def mean_step_seconds(now, before) -> float | None:
 
 
 def total_tflops(deltas: Sequence[SlotDelta]) -> float | None:
-    """All timed GEMM FLOPs of the interval over their summed kernel time."""
-    ns = sum(d.total_ns for d in deltas)
-    return sum(d.timed_flops for d in deltas) / (ns * NS) / 1e12 if ns > 0 else None
+    """All timed GEMM FLOPs of the interval over their summed kernel time, each call
+    weighted by the calls it stands for."""
+    ns = sum(d.weighted_ns for d in deltas)
+    return sum(d.weighted_flops for d in deltas) / (ns * NS) / 1e12 if ns > 0 else None

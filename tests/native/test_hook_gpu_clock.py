@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
+from agentd.collectors import rank_rates
 from native.support import segment_path, tuiprof_run, wait_for
 from tuiprof_native import segment
 
@@ -65,6 +68,39 @@ def test_sampling_times_the_first_calls_then_one_in_n_and_counts_all(standins, c
             assert seg.header().counters.gemm_untimed == 0  # sampled out is not "untimed"
     finally:
         proc.communicate("\n", timeout=10)
+
+
+def test_weighted_sums_give_all_calls_mean_when_the_first_calls_are_faster(standins, cleanup_segments):
+    """A burst whose first 32 calls run at a boost clock (10 us faster): the timed calls, each
+    weighted by the calls it stands for, give the mean and TFLOPS of all calls; the plain mean
+    over the timed calls would count each fast call as much as 16 slow ones."""
+    extra_ns, every = 10_000, 16
+    calls = 32 + 23 * every  # the last call is a sampled one: the timed calls stand for every call
+    fast, slow = SGEMM_NS, SGEMM_NS + extra_ns
+    proc, _ = start_driver(standins, cleanup_segments, str(calls - SGEMM_IN_WORKLOAD), "0",
+                           options=("--gemm-sample-every", str(every)),
+                           env={"STANDIN_SGEMM_SLOWER": f"32:{extra_ns}"})
+    try:
+        assert proc.stdout.readline().strip() == "DONE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            timed = expected_timed(calls, 32, every)
+            assert wait_for(lambda: (s := slot_of(seg)) is not None and (s.count, s.timed_count) == (calls, timed - 1))
+            s = slot_of(seg)
+    finally:
+        proc.communicate("\n", timeout=10)
+    # calls 2..calls (the first is kept apart): 31 fast, the rest slow
+    true_ns = 31 * fast + (calls - 32) * slow
+    assert s.first_call_ns == fast and s.timed_count == 31 + 23
+    assert (s.weighted_timed_count, s.weighted_total_ns) == (calls - 1, true_ns)
+    assert s.weighted_timed_flops == (calls - 1) * 2 * 16 ** 3
+    assert s.total_ns == 31 * fast + 23 * slow  # per timed call, as the histogram and min/max
+    stats = rank_rates.gemm_stats(rank_rates.SlotDelta(s, None), seconds=1.0)
+    true_mean_s = true_ns / (calls - 1) * 1e-9
+    assert stats.latency.avg_seconds == pytest.approx(true_mean_s, rel=1e-9)
+    assert stats.tflops == pytest.approx(2 * 16 ** 3 / true_mean_s / 1e12, rel=1e-9)
+    assert (stats.latency.min_seconds, stats.latency.max_seconds) == (fast * 1e-9, slow * 1e-9)
+    assert stats.timed_count_interval == 31 + 23
+    assert s.total_ns / s.timed_count < 0.8 * true_ns / (calls - 1)  # unweighted: the fast calls pull it down
 
 
 def test_a_bad_sampling_period_is_one_line_and_the_default(standins, cleanup_segments):

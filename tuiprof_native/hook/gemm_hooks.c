@@ -51,13 +51,15 @@ int tp_gemm_begin(tp_gemm_call *c, const char *op, int dtype, int64_t b, int64_t
     c->active = 1;
     c->timed = 0;
     tp_shape *e = tp_gemm_shape(op, dtype, b, m, n, k);
-    if (!tp_gemm_due_for_timing(e)) {
+    uint32_t weight = tp_gemm_timing_weight(e);
+    if (!weight) {
         c->counted_in = e; /* counted only: no record, no clock read, no events */
         return 0;
     }
     c->counted_in = NULL;
     tp_gemm_shape_record(&c->rec, op, dtype, b, m, n, k);
     c->rec.first_call = tp_gemm_first_call(e);
+    c->rec.weight = weight;
     return 1;
 }
 

@@ -136,11 +136,13 @@ tp_shape *tp_gemm_shape(const char *op, int dtype, int64_t b, int64_t m, int64_t
     return NULL; /* set full: this shape is timed on every call */
 }
 
-int tp_gemm_due_for_timing(tp_shape *e)
+uint32_t tp_gemm_timing_weight(tp_shape *e)
 {
     if (!e) return 1;
     uint64_t c = ++e->calls;
-    return c <= TP_GEMM_TIMED_FIRST || (c - TP_GEMM_TIMED_FIRST) % g_sample_every == 0;
+    if (c <= TP_GEMM_TIMED_FIRST) return 1;
+    /* Call TIMED_FIRST + j*N is timed for itself and the N-1 before it. */
+    return (c - TP_GEMM_TIMED_FIRST) % g_sample_every == 0 ? g_sample_every : 0;
 }
 
 uint32_t tp_gemm_first_call(const tp_shape *e)

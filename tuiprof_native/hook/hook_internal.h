@@ -91,6 +91,7 @@ typedef struct tp_record {
     int32_t rank;
     uint32_t token;          /* NCCL op index, pairs START with DONE */
     uint32_t first_call;     /* GEMM: TP_FIRST_CALL_* (the launching thread's view) */
+    uint32_t weight;         /* GEMM, timed: the calls it stands for (tp_gemm_timing_weight); else unused */
 } tp_record;
 
 /* Whether a GEMM record is its shape's first call, as its launching thread
@@ -146,7 +147,9 @@ void tp_gemm_sampling_init(void);
 uint32_t tp_gemm_sample_every(void);
 /* The calling thread's entry for a shape; NULL when it has none (time every call). */
 tp_shape *tp_gemm_shape(const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
-int tp_gemm_due_for_timing(tp_shape *e);  /* counts the call; 1: time it */
+/* Counts the call; 0: only count it; else time it, standing for this many calls
+ * (1 while every call is timed, the sampling rate after). */
+uint32_t tp_gemm_timing_weight(tp_shape *e);
 uint32_t tp_gemm_first_call(const tp_shape *e); /* TP_FIRST_CALL_* of the call just counted */
 void tp_gemm_count_sampled_out(tp_shape *e); /* after the call succeeded */
 int tp_gemm_harvest_counted(void);        /* writer: fold new counts into slots; 1 if any */

@@ -274,6 +274,11 @@ void tp_segment_fold(const tp_record *r, uint32_t kind)
         s->total_ns += r->dur_ns;
         s->timed_bytes += r->bytes;
         s->timed_flops += r->flops;
+        uint64_t w = kind == TP_KIND_GEMM ? r->weight : 1; /* NCCL: every op is timed */
+        s->weighted_timed_count += w;
+        s->weighted_total_ns += w * r->dur_ns;
+        s->weighted_timed_bytes += w * r->bytes;
+        s->weighted_timed_flops += w * r->flops;
         if (r->dur_ns < s->min_ns) s->min_ns = r->dur_ns, s->min_at_timed = s->timed_count;
         if (r->dur_ns > s->max_ns) s->max_ns = r->dur_ns, s->max_at_timed = s->timed_count;
         s->hist[tp_hist_bucket(r->dur_ns)]++;

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 5u
+#define TP_LAYOUT_VERSION 6u
 
 #define TP_SEGMENT_DIR "/dev/shm"
 #define TP_SEGMENT_PREFIX "tuiprof-" /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid> */
@@ -154,6 +154,18 @@ typedef struct tp_slot {
     uint64_t flops;               /* GEMM: 2*b*m*n*k summed over calls */
     uint64_t timed_bytes;         /* bytes / flops of the timed calls only */
     uint64_t timed_flops;
+    /* The same timed calls, each weighted by the calls it stands for: 1 while
+     * every call of its shape is timed, gemm_sample_every once sampled (NCCL:
+     * always 1).  A Horvitz-Thompson estimate of all calls' figures: mean
+     * latency = weighted_total_ns / weighted_timed_count, TFLOPS =
+     * weighted_timed_flops / weighted_total_ns.  Without the weights the first
+     * gemm_timed_first calls (all timed) would count as much as
+     * gemm_sample_every later calls each.  hist, min/max and timed_count stay
+     * per timed call. */
+    uint64_t weighted_timed_count;
+    uint64_t weighted_total_ns;
+    uint64_t weighted_timed_bytes;
+    uint64_t weighted_timed_flops;
     uint64_t hist[TP_HIST_BUCKETS];
 } tp_slot;
 

@@ -1,6 +1,9 @@
 /* Stand-in cuBLAS / cuBLASLt: computes the GEMM on the CPU (float data,
  * column-major, whatever the dtype tag) and advances the stream's virtual
- * clock by the modelled kernel time (10 us + 1 ns per 100 FLOPs). */
+ * clock by the modelled kernel time (10 us + 1 ns per 100 FLOPs).
+ * STANDIN_SGEMM_SLOWER=<calls>:<extra_ns> makes every cublasSgemm_v2 call
+ * after the process's first <calls> of them run <extra_ns> longer: a GPU that
+ * leaves its boost clock after a burst's first calls. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,11 +78,25 @@ int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, con
     return 0;
 }
 
+/* The extra time of this cublasSgemm_v2 call under STANDIN_SGEMM_SLOWER (0 without it). */
+static uint64_t sgemm_slowdown_ns(void)
+{
+    static long calls, fast_calls = -1;
+    static uint64_t extra_ns;
+    if (fast_calls < 0) {
+        const char *v = getenv("STANDIN_SGEMM_SLOWER");
+        char *end = NULL;
+        fast_calls = v ? strtol(v, &end, 10) : 0;
+        extra_ns = end && *end == ':' ? strtoull(end + 1, NULL, 10) : 0;
+    }
+    return ++calls > fast_calls ? extra_ns : 0;
+}
+
 int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
                    const float *B, int ldb, const float *beta, float *C, int ldc)
 {
     gemm(ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
-    standin_stream_advance(((handle *)h)->stream, standin_kernel_ns(1, m, n, k));
+    standin_stream_advance(((handle *)h)->stream, standin_kernel_ns(1, m, n, k) + sgemm_slowdown_ns());
     return 0;
 }
 
