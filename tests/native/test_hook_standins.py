@@ -111,6 +111,9 @@ def test_gemm_counts_shapes_flops_and_times(hooked_run):
         assert abs(s.min_ns - kernel_ns(b, m, n, k)) <= 1 and abs(s.max_ns - kernel_ns(b, m, n, k)) <= 1
         assert sum(s.hist) == steady
         assert s.hist[kernel_ns(b, m, n, k).bit_length() - 1] == steady
+        # every call timed (fewer than 32 per shape): each stands for itself
+        assert (s.weighted_timed_count, s.weighted_total_ns, s.weighted_timed_flops) == (
+            s.timed_count, s.total_ns, s.timed_flops)
     assert header.counters.gemm_untimed == 0
 
 
@@ -135,6 +138,9 @@ def check_collectives(result: dict, seg) -> None:
         assert (s.count, s.timed_count) == (count, count)
         assert s.bytes == count * size
         assert (s.min_ns, s.max_ns, s.total_ns) == (gpu_ns, gpu_ns, count * gpu_ns)
+        # collectives are never sampled: weight 1 each
+        assert (s.weighted_timed_count, s.weighted_total_ns, s.weighted_timed_bytes) == (
+            s.timed_count, s.total_ns, s.timed_bytes)
 
 
 def test_nccl_collectives_from_profiler_plugin_v5(hooked_run):
