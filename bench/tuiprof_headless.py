@@ -5,19 +5,23 @@ option keeps its default. Usage: ``python3 bench/tuiprof_headless.py run --no-ki
 from __future__ import annotations
 
 import argparse
+import importlib
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tuiprof.commands import run, stacks, status  # noqa: E402  (after the checkout is on the path)
+COMMANDS = ("run", "stacks", "status")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Only the command asked for is imported: `status` prints with the console's text helpers (Textual).
+    names = [argv[0]] if argv and argv[0] in COMMANDS else list(COMMANDS)
     parser = argparse.ArgumentParser(prog="tuiprof")
     commands = parser.add_subparsers(required=True)
-    for module in (run, stacks, status):
-        module.add_parser(commands)
+    for name in names:
+        importlib.import_module(f"tuiprof.commands.{name}").add_parser(commands)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
