@@ -1,0 +1,109 @@
+"""Where agentd's CPU goes on a GPU host: process CPU per second, each collector's wall time
+per collect (its own ``tuiprof_collector_duration_seconds``), and a py-spy profile.
+
+Run on the GPU machine (see ``agentd_cpu_gpu.sh``): starts ``agentd --interval-ms 1000``,
+lets it warm up, reads /proc/PID/stat over ``--seconds`` while scraping /metrics once a
+second, then records ``--profile-seconds`` with py-spy (its own process; the agent is not
+paused) and prints the folded stacks' heaviest frames. Everything also goes to
+``--out``/result.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+DURATION = re.compile(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', re.M)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {name: float(value) for name, value in DURATION.findall(text)}
+
+
+def heaviest(folded: pathlib.Path, top: int) -> dict[str, list[tuple[str, float]]]:
+    """Self and inclusive shares of the heaviest frames in py-spy's raw (folded) output."""
+    self_counts: collections.Counter[str] = collections.Counter()
+    incl_counts: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        total += count
+        self_counts[frames[-1]] += count
+        for frame in set(frames):
+            incl_counts[frame] += count
+    share = lambda c: [(f, round(n / max(total, 1), 4)) for f, n in c.most_common(top)]  # noqa: E731
+    return {"samples": [("total", total)], "self": share(self_counts), "inclusive": share(incl_counts)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--warmup", type=float, default=15)
+    parser.add_argument("--profile-seconds", type=int, default=40)
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/.work/agentd_cpu_gpu"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    port, metrics_port = free_port(), free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port", str(metrics_port),
+         "--interval-ms", "1000"],
+        stdout=subprocess.DEVNULL, stderr=open(args.out / "agentd.log", "wb"),
+    )
+    try:
+        time.sleep(args.warmup)
+        durations: dict[str, list[float]] = collections.defaultdict(list)
+        start_cpu, start = cpu_seconds(agent.pid), time.monotonic()
+        while time.monotonic() - start < args.seconds:
+            for name, value in scrape(metrics_port).items():
+                durations[name].append(value)
+            time.sleep(1.0)
+        cpu_per_s = (cpu_seconds(agent.pid) - start_cpu) / (time.monotonic() - start)
+        folded = args.out / "agentd.folded"
+        subprocess.run(
+            ["py-spy", "record", "--pid", str(agent.pid), "--duration", str(args.profile_seconds), "--rate", "250",
+             "--format", "raw", "--nonblocking", "--threads", "--output", str(folded)],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        result = {
+            "agent_cpu_ms_per_s": round(cpu_per_s * 1000, 2),
+            "collector_ms_mean": {n: round(1000 * sum(v) / len(v), 3) for n, v in durations.items()},
+            "collector_ms_max": {n: round(1000 * max(v), 3) for n, v in durations.items()},
+            "profile": heaviest(folded, 40),
+        }
+    finally:
+        agent.terminate()
+        agent.wait(10)
+    (args.out / "result.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
