@@ -9,25 +9,16 @@ set -eu
 cd "$(dirname "$0")/.."
 N=${1:-1000000}; ROUNDS=${2:-5}
 W=bench/.work/callcost; mkdir -p $W; S=tests/native/standins
+. bench/gpu_libs.sh
 if [ "${CUDA:-0}" = 1 ]; then  # the cuBLAS and CUDA runtime PyTorch's wheels bring, else the toolkit's
-  read -r CUBLAS CUDART < <(python3 - <<'PY'
-import glob, os, sys
-dirs = [os.path.join(d, "nvidia") for d in sys.path if os.path.isdir(os.path.join(d, "nvidia"))] + ["/usr/local/cuda"]
-def find(name):
-    for d in dirs:
-        hits = sorted(glob.glob(os.path.join(d, "**", name + ".*[0-9]"), recursive=True))
-        if hits:
-            return hits[0]
-    return "missing-" + name
-print(find("libcublas.so"), find("libcudart.so"))
-PY
-)
+  read -r CUBLAS CUDART < <(wheel_libs libcublas.so libcudart.so)
   echo "cuBLAS $CUBLAS, CUDA runtime $CUDART"
-  gcc -O2 -DREAL_CUDA -o $W/callcost bench/native_callcost.c "$CUBLAS" "$CUDART" \
+  gcc -O2 -DREAL_CUDA -o $W/callcost bench/native_callcost.c "$CUBLAS" "$CUDART" -ldl \
       -Wl,-rpath,"$(dirname "$CUBLAS"):$(dirname "$CUDART")"
 else
-  gcc -O1 -shared -fPIC -o $W/libcudart.so $S/cudart.c
-  gcc -O1 -shared -fPIC -o $W/libcublas.so $S/cublas.c -L$W -lcudart -Wl,-rpath,'$ORIGIN'
+  standin_cuda $W
+  gcc -O1 -shared -fPIC -o $W/libcublas.so $S/cublas.c -L$W -Wl,--no-as-needed -lcudart -Wl,--as-needed \
+      $W/libcuda.so.1 -Wl,-rpath,'$ORIGIN'
   gcc -O2 -o $W/callcost bench/native_callcost.c -L$W -lcublas -Wl,-rpath,'$ORIGIN'
 fi
 HOOK=$PWD/tuiprof_native/libtuiprof_hook.so
@@ -42,9 +33,11 @@ for r in $(seq $ROUNDS); do
   done
 done
 for v in plain timed counted default; do echo "$v ns/call:${runs[$v]}"; done
-if [ "${CUDA:-0}" = 1 ]; then  # what the timed path adds in CUDA runtime calls alone
-  apis=""; for r in $(seq $ROUNDS); do read -r ns _ < <($W/callcost $N cuda-apis); apis+=" $ns"; done
-  echo "CUDA runtime calls of a timed call (capture check, device, 2 event records), ns:$apis"
+if [ "${CUDA:-0}" = 1 ]; then  # what the timed path adds in CUDA calls alone: the runtime's (before), the driver's (now)
+  rt=""; drv=""
+  for r in $(seq $ROUNDS); do read -r a b _ < <($W/callcost $N cuda-apis); rt+=" $a"; drv+=" $b"; done
+  echo "runtime calls of a timed call before (capture check, cudaGetDevice, 2 cudaEventRecord), ns:$rt"
+  echo "driver calls of a timed call now (cuStreamIsCapturing, cuCtxGetCurrent, 2 cuEventRecord), ns:$drv"
 fi
 python3 - "${runs[plain]}" "${runs[timed]}" "${runs[counted]}" "${runs[default]}" <<'PY'
 import statistics, sys

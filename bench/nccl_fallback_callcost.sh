@@ -10,27 +10,18 @@ cd "$(dirname "$0")/.."
 N=${1:-100000}; ROUNDS=${2:-5}
 PY=${PYTHON:-.venv/bin/python}; [ -x "$PY" ] || PY=python3
 W=bench/.work/nccl_callcost; mkdir -p $W; S=tests/native/standins
+. bench/gpu_libs.sh
 if [ "${REAL_NCCL:-0}" = 1 ]; then
-  read -r NCCL CUDART < <($PY - <<'PY'
-import glob, os, sys
-dirs = [os.path.join(d, "nvidia") for d in sys.path if os.path.isdir(os.path.join(d, "nvidia"))]
-def find(name):
-    for d in dirs:
-        hits = sorted(glob.glob(os.path.join(d, "**", name + ".*[0-9]"), recursive=True))
-        if hits:
-            return hits[0]
-    return "missing-" + name
-print(find("libnccl.so"), find("libcudart.so"))
-PY
-)
+  read -r NCCL CUDART < <(wheel_libs libnccl.so libcudart.so)
   echo "NCCL $NCCL, CUDA runtime $CUDART"
   gcc -O2 -DREAL_NCCL -o $W/callcost bench/nccl_fallback_callcost.c "$NCCL" "$CUDART" \
       -Wl,-rpath,"$(dirname "$NCCL"):$(dirname "$CUDART")"
   unset NCCL_PROFILER_PLUGIN  # NCCL then loads no profiler plugin: the fallback records
 else
-  gcc -O1 -shared -fPIC -o $W/libcudart.so $S/cudart.c
+  standin_cuda $W
   gcc -O1 -shared -fPIC -o $W/libnccl.so $S/nccl_api.c
-  gcc -O2 -o $W/callcost bench/nccl_fallback_callcost.c -L$W -lnccl -lcudart -Wl,-rpath,'$ORIGIN'
+  gcc -O2 -o $W/callcost bench/nccl_fallback_callcost.c -L$W -lnccl -Wl,--no-as-needed -lcudart -Wl,--as-needed \
+      $W/libcuda.so.1 -Wl,-rpath,'$ORIGIN'
 fi
 HOOK=$PWD/tuiprof_native/libtuiprof_hook.so
 declare -A runs=([plain]="" [counted]="" [timed]="")

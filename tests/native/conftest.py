@@ -6,37 +6,31 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from native.support import HOOK, segment_path
+from native.support import HOOK, STANDINS, build_cuda_standins, gcc, segment_path
 from tuiprof_native import segment
-
-STANDINS = pathlib.Path(__file__).parent / "standins"
-
-
-def _gcc(*args: str) -> None:
-    subprocess.run(["gcc", "-O1", "-Wall", "-Wextra", *args], check=True, capture_output=True, text=True)
 
 
 def _build(out: pathlib.Path, nccl_flags: tuple[str, ...] = ()) -> pathlib.Path:
     rpath = "-Wl,-rpath,$ORIGIN"
-    _gcc("-shared", "-fPIC", "-o", str(out / "libcudart.so"), str(STANDINS / "cudart.c"))
-    _gcc("-shared", "-fPIC", "-o", str(out / "libcublas.so"), str(STANDINS / "cublas.c"), f"-L{out}", "-lcudart",
-         rpath)
-    _gcc(*nccl_flags, "-shared", "-fPIC", "-o", str(out / "libnccl.so"), str(STANDINS / "nccl.c"), "-ldl",
-         "-lpthread")
-    _gcc("-shared", "-fPIC", "-o", str(out / "libworkload.so"), str(STANDINS / "workload.c"), f"-L{out}",
-         "-lcublas", "-lcudart", "-lnccl", "-lm", "-lpthread", rpath)
-    _gcc("-o", str(out / "driver"), str(STANDINS / "driver.c"), "-ldl")
+    build_cuda_standins(out)
+    # cuBLAS depends on the runtime, as the real one does (it calls nothing of it: kept against --as-needed)
+    gcc("-shared", "-fPIC", "-o", str(out / "libcublas.so"), str(STANDINS / "cublas.c"), f"-L{out}",
+        "-Wl,--no-as-needed", "-lcudart", "-Wl,--as-needed", str(out / "libcuda.so.1"), rpath)
+    gcc(*nccl_flags, "-shared", "-fPIC", "-o", str(out / "libnccl.so"), str(STANDINS / "nccl.c"), "-ldl",
+        "-lpthread")
+    gcc("-shared", "-fPIC", "-o", str(out / "libworkload.so"), str(STANDINS / "workload.c"), f"-L{out}",
+        "-lcublas", "-lcudart", str(out / "libcuda.so.1"), "-lnccl", "-lm", "-lpthread", rpath)
+    gcc("-o", str(out / "driver"), str(STANDINS / "driver.c"), "-ldl")
     return out
 
 
 @pytest.fixture(scope="session")
 def standins(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """Directory with libcudart.so, libcublas.so, libnccl.so (NCCL 2.28, profiler v5), libworkload.so, driver."""
+    """Directory with libcuda.so.1, libcudart.so, libcublas.so, libnccl.so (NCCL 2.28, profiler v5), libworkload.so, driver."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to build the stand-in GPU libraries")
     return _build(tmp_path_factory.mktemp("standins"))

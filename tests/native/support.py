@@ -18,7 +18,19 @@ from tuiprof.client.channel import open_channel
 from tuiprof_native import segment
 
 HOOK = pathlib.Path(segment.__file__).parent / "libtuiprof_hook.so"
+STANDINS = pathlib.Path(__file__).parent / "standins"
 T = TypeVar("T")
+
+
+def gcc(*args: str) -> None:
+    subprocess.run(["gcc", "-O1", "-Wall", "-Wextra", *args], check=True, capture_output=True, text=True)
+
+
+def build_cuda_standins(out: pathlib.Path) -> None:
+    """The stand-in CUDA driver (libcuda.so.1) and runtime (libcudart.so, over it) into ``out``."""
+    gcc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out / "libcuda.so.1"), str(STANDINS / "cuda.c"))
+    gcc("-shared", "-fPIC", "-o", str(out / "libcudart.so"), str(STANDINS / "cudart.c"), str(out / "libcuda.so.1"),
+        "-Wl,-rpath,$ORIGIN")
 
 
 def tuiprof_run_argv(*command: str, options: tuple[str, ...] = ()) -> list[str]:

@@ -23,12 +23,11 @@ import pytest
 from agentd.collectors.ranks import RanksCollector
 from agentd.hang.detector import HangDetector, Thresholds
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.support import segment_path, tuiprof_run, wait_for
+from native.support import STANDINS, build_cuda_standins, gcc, segment_path, tuiprof_run, wait_for
 from tuiprof.analysis.rank_health import hook_reasons
 from tuiprof.model.messages import HostSnapshot
 from tuiprof_native import segment
 
-STANDINS = pathlib.Path(__file__).parent / "standins"
 JOB = pathlib.Path(__file__).parent / "nccl_job.py"
 OP_NS = 20_000
 # (op, dtype, count, bytes per op (nccl-tests size), local bytes per op, ops in its group)
@@ -57,21 +56,17 @@ def djb2a(data: bytes) -> int:
 COMM_HASH = djb2a(bytes(range(1, 129)))  # the job's unique id
 
 
-def _gcc(*args: str) -> None:
-    subprocess.run(["gcc", "-O1", "-Wall", "-Wextra", *args], check=True, capture_output=True, text=True)
-
-
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """libcudart.so, libnccl_old.so (2.21.5, no plugin), libnccl_new.so (2.28, loads the plugin)."""
+    """libcuda.so.1, libcudart.so, libnccl_old.so (2.21.5, no plugin), libnccl_new.so (2.28, loads the plugin)."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to build the stand-in GPU libraries")
     out = tmp_path_factory.mktemp("nccl_api")
-    _gcc("-shared", "-fPIC", "-o", str(out / "libcudart.so"), str(STANDINS / "cudart.c"))
-    _gcc("-shared", "-fPIC", "-o", str(out / "libnccl_old.so"), str(STANDINS / "nccl_api.c"))
-    _gcc("-shared", "-fPIC", "-o", str(out / "libncclprof.so"), str(STANDINS / "nccl.c"), "-ldl", "-lpthread")
-    _gcc("-DSTANDIN_PROFILER", "-shared", "-fPIC", "-o", str(out / "libnccl_new.so"), str(STANDINS / "nccl_api.c"),
-         f"-L{out}", "-lncclprof", "-Wl,-rpath,$ORIGIN")
+    build_cuda_standins(out)
+    gcc("-shared", "-fPIC", "-o", str(out / "libnccl_old.so"), str(STANDINS / "nccl_api.c"))
+    gcc("-shared", "-fPIC", "-o", str(out / "libncclprof.so"), str(STANDINS / "nccl.c"), "-ldl", "-lpthread")
+    gcc("-DSTANDIN_PROFILER", "-shared", "-fPIC", "-o", str(out / "libnccl_new.so"), str(STANDINS / "nccl_api.c"),
+        f"-L{out}", "-lncclprof", "-Wl,-rpath,$ORIGIN")
     return out
 
 

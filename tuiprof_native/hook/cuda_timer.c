@@ -1,9 +1,23 @@
 /* Pooled CUDA event pairs on the caller's stream, placed on the GPU's clock.
  *
- * The CUDA runtime is never linked: its functions are looked up at runtime
- * in whichever libcudart the process already loaded.  Event pairs come from
- * a fixed pool (a lock-free free list); a GEMM that finds the pool empty, or
- * runs inside CUDA-graph capture, is counted but not timed.
+ * CUDA is never linked: its functions are looked up at runtime in whichever
+ * libcudart and libcuda the process already loaded.  The calls a timed GEMM
+ * makes on its own thread (capture check, current context, two event
+ * records) go to the driver API: a runtime cudaEvent_t / cudaStream_t is the
+ * driver's CUevent / CUstream, the runtime made the context current, and the
+ * driver's calls skip the runtime's own layer (bench/native_callcost.md: on
+ * an H100, cuEventRecord 0.83-1.16 us against cudaEventRecord's 1.08-1.99 us).
+ * Creating events, querying them and the writer's device switch stay with
+ * the runtime (cold paths; cudaSetDevice makes a device's primary context
+ * current).  Event pairs come from a fixed pool (a lock-free free list); a
+ * GEMM that finds the pool empty, runs inside CUDA-graph capture or on a
+ * thread with no current context is counted but not timed.
+ *
+ * Both events of a pair must be timing events recorded in the call's stream
+ * order: the start cannot be taken from an event recorded earlier (other
+ * work, which the hook does not see, may run between) nor the stop from the
+ * writer thread.  Two driver records are therefore the floor of an exact
+ * timed call.
  *
  * Placement (the technique xpu-timer uses, per device here): the writer
  * records an anchor event on a private idle stream and reads CLOCK_REALTIME
@@ -34,28 +48,33 @@ typedef int (*set_device_fn)(int device);
 typedef int (*stream_capturing_fn)(void *stream, int *status);
 typedef int (*capture_mode_fn)(int *mode);
 typedef int (*stream_create_fn)(void **stream, unsigned flags);
+typedef int (*ctx_get_current_fn)(void **ctx);
 #define CAPTURE_MODE_RELAXED 2
 #define STREAM_NON_BLOCKING 1
 
 static struct {
+    /* runtime (libcudart) */
     event_create_fn create;
     event_destroy_fn destroy;
-    event_record_fn record;
+    event_record_fn record; /* the writer's anchors */
     event_query_fn query;
     event_elapsed_fn elapsed;
     get_device_fn get_device;
     set_device_fn set_device;
-    stream_capturing_fn capturing; /* optional */
     capture_mode_fn exchange_capture_mode; /* optional */
     stream_create_fn stream_create;         /* optional: without it, no GPU-clock placement */
+    /* driver (libcuda), a timed call's own thread */
+    event_record_fn cu_record;
+    stream_capturing_fn cu_capturing;
+    ctx_get_current_fn cu_current;
 } cuda;
 
 typedef struct timer {
     void *start, *stop;
+    void *ctx; /* the context its events belong to */
     int device;
     int created;
 } timer;
-
 static timer g_timers[TIMER_COUNT];
 static tp_queue *g_free;
 static _Atomic int g_cuda_state; /* 0 unresolved, 1 resolving, 2 usable, 3 unusable */
@@ -77,15 +96,17 @@ static int cuda_usable(void)
     cuda.create = (event_create_fn)tp_resolve("cudaEventCreateWithFlags");
     cuda.destroy = (event_destroy_fn)tp_resolve("cudaEventDestroy");
     cuda.record = (event_record_fn)tp_resolve("cudaEventRecord");
+    cuda.cu_record = (event_record_fn)tp_resolve("cuEventRecord");
+    cuda.cu_capturing = (stream_capturing_fn)tp_resolve("cuStreamIsCapturing");
+    cuda.cu_current = (ctx_get_current_fn)tp_resolve("cuCtxGetCurrent");
     cuda.query = (event_query_fn)tp_resolve("cudaEventQuery");
     cuda.elapsed = (event_elapsed_fn)tp_resolve("cudaEventElapsedTime");
     cuda.get_device = (get_device_fn)tp_resolve("cudaGetDevice");
     cuda.set_device = (set_device_fn)tp_resolve("cudaSetDevice");
-    cuda.capturing = (stream_capturing_fn)tp_resolve("cudaStreamIsCapturing");
     cuda.exchange_capture_mode = (capture_mode_fn)tp_resolve("cudaThreadExchangeStreamCaptureMode");
     cuda.stream_create = (stream_create_fn)tp_resolve("cudaStreamCreateWithFlags");
     int ok = cuda.create && cuda.destroy && cuda.record && cuda.query && cuda.elapsed && cuda.get_device &&
-             cuda.set_device;
+             cuda.set_device && cuda.cu_record && cuda.cu_capturing && cuda.cu_current;
     if (ok && !g_free) {
         g_free = tp_queue_create(TIMER_COUNT, sizeof(uint32_t));
         if (g_free) fill_free_list();
@@ -96,41 +117,48 @@ static int cuda_usable(void)
     return ok;
 }
 
+/* The pair's events, made anew when the calling thread's context is not the
+ * one they were made in (another device); 0 when they cannot be. */
+static int events_for(timer *t, void *ctx)
+{
+    if (TP_LIKELY(t->created && t->ctx == ctx)) return 1;
+    if (t->created) {
+        cuda.destroy(t->start);
+        cuda.destroy(t->stop);
+        t->created = 0;
+    }
+    int device = 0;
+    if (cuda.get_device(&device) != CUDA_SUCCESS) return 0;
+    if (cuda.create(&t->start, 0) != CUDA_SUCCESS) return 0;
+    if (cuda.create(&t->stop, 0) != CUDA_SUCCESS) {
+        cuda.destroy(t->start);
+        return 0;
+    }
+    t->ctx = ctx;
+    t->device = device;
+    t->created = 1;
+    return 1;
+}
+
 int tp_timer_acquire(void *stream, uint32_t *out)
 {
     if (!cuda_usable()) return 0;
-    if (cuda.capturing) {
-        int status = 0;
-        if (cuda.capturing(stream, &status) != CUDA_SUCCESS || status != 0) return 0;
-    }
+    int capture = 0;
+    if (cuda.cu_capturing(stream, &capture) != CUDA_SUCCESS || capture != 0) return 0;
+    void *ctx = NULL;
+    if (cuda.cu_current(&ctx) != CUDA_SUCCESS || !ctx) return 0; /* the call's own launch would make one current */
     uint32_t i;
     if (!tp_queue_pop(g_free, &i)) return 0;
     timer *t = &g_timers[i];
-    int device = 0;
-    if (cuda.get_device(&device) != CUDA_SUCCESS) goto give_back;
-    if (!t->created || t->device != device) {
-        if (t->created) {
-            cuda.destroy(t->start);
-            cuda.destroy(t->stop);
-            t->created = 0;
-        }
-        if (cuda.create(&t->start, 0) != CUDA_SUCCESS) goto give_back;
-        if (cuda.create(&t->stop, 0) != CUDA_SUCCESS) {
-            cuda.destroy(t->start);
-            goto give_back;
-        }
-        t->device = device;
-        t->created = 1;
+    if (!events_for(t, ctx) || cuda.cu_record(t->start, stream) != CUDA_SUCCESS) {
+        tp_queue_push(g_free, &i);
+        return 0;
     }
-    if (cuda.record(t->start, stream) != CUDA_SUCCESS) goto give_back;
     *out = i;
     return 1;
-give_back:
-    tp_queue_push(g_free, &i);
-    return 0;
 }
 
-void tp_timer_stop(uint32_t i, void *stream) { cuda.record(g_timers[i].stop, stream); }
+void tp_timer_stop(uint32_t i, void *stream) { cuda.cu_record(g_timers[i].stop, stream); }
 
 void tp_timer_abandon(uint32_t i) { tp_queue_push(g_free, &i); }
 

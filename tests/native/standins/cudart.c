@@ -1,148 +1,20 @@
-/* Stand-in CUDA runtime for CI: one device with a GPU clock, streams that
- * run their work one item after another on it, events that take the time
- * at which their stream reaches them.
- *
- * The GPU clock is virtual by default: it stands at 0 and only the streams'
- * work moves them on, so every event completes at once and every duration is
- * exactly the modelled kernel time.  With STANDIN_GPU_CLOCK=realtime:<skew_ns>
- * it reads CLOCK_REALTIME + skew_ns (a GPU clock that disagrees with the
- * host's by a known amount), and an event completes only once that clock has
- * reached it: a test can then check where the hook places calls in time.
- * STANDIN_GPU_CLOCK=realtime:<skew_ns>:<ppm> also makes it run <ppm> parts
- * per million fast (drift, from the first reading on).
- * A stalled stream never completes the events recorded on it (an op that
- * hangs). */
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+/* Stand-in CUDA runtime for CI: the runtime calls the hook and the stand-in
+ * libraries make, each passed to the stand-in driver (cuda.c, linked as
+ * libcuda.so.1), which models the device, its streams and events. */
 
-#define NOT_READY 600
+int cuEventRecord(void *event, void *stream);
+int cuEventQuery(void *event);
+int cuEventElapsedTime(float *ms, void *start, void *stop);
+int cuEventCreate(void **event, unsigned flags);
+int cuEventDestroy_v2(void *event);
+int cuStreamCreate(void **stream, unsigned flags);
+int cuCtxGetDevice(int *device);
 
-typedef struct standin_stream {
-    uint64_t busy_until; /* GPU time when the work queued so far ends */
-    int stalled;
-} standin_stream;
-
-typedef struct standin_event {
-    uint64_t t; /* GPU time at which the stream reaches the event */
-    int recorded, never;
-} standin_event;
-
-static standin_stream default_stream;
-static __thread long events_recorded; /* by the calling thread (the hook's writer records anchors) */
-static int clock_mode = -1; /* -1 unread, 0 virtual, 1 realtime + skew */
-static int64_t clock_skew_ns;
-static double clock_drift; /* fraction the GPU clock runs fast */
-static int64_t clock_base_ns; /* CLOCK_REALTIME at the first reading: drift accumulates from there */
-
-static standin_stream *resolve(void *s) { return s ? (standin_stream *)s : &default_stream; }
-
-static uint64_t gpu_now(void)
-{
-    if (clock_mode < 0) {
-        const char *v = getenv("STANDIN_GPU_CLOCK");
-        clock_mode = v && strncmp(v, "realtime:", 9) == 0;
-        if (clock_mode) {
-            char *end;
-            clock_skew_ns = strtoll(v + 9, &end, 10);
-            if (*end == ':') clock_drift = strtod(end + 1, NULL) / 1e6;
-        }
-    }
-    if (!clock_mode) return 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    if (!clock_base_ns) clock_base_ns = now;
-    return (uint64_t)(now + clock_skew_ns + (int64_t)((double)(now - clock_base_ns) * clock_drift));
-}
-
-/* When the next item queued on `s` starts: after the stream's earlier work, and not before now. */
-static uint64_t next_start(standin_stream *s)
-{
-    uint64_t now = gpu_now();
-    return s->busy_until > now ? s->busy_until : now;
-}
-
-void *standin_stream_create(void) { return calloc(1, sizeof(standin_stream)); }
-void standin_stream_stall(void *s, int on) { resolve(s)->stalled = on; }
-long standin_events_recorded(void) { return events_recorded; }
-
-/* A kernel of `ns` on the stream (the stand-in cuBLAS calls this). */
-void standin_stream_advance(void *s, uint64_t ns)
-{
-    standin_stream *st = resolve(s);
-    st->busy_until = next_start(st) + ns;
-}
-
-/* The stream waits `ns` without running a kernel (as on another stream's
- * event); returns the GPU time its next item starts at. */
-uint64_t standin_stream_wait(void *s, uint64_t ns)
-{
-    standin_stream *st = resolve(s);
-    st->busy_until = next_start(st) + ns;
-    return st->busy_until;
-}
-
-int cudaStreamCreateWithFlags(void **stream, unsigned flags)
-{
-    (void)flags;
-    *stream = standin_stream_create();
-    return *stream ? 0 : 2;
-}
-
-int cudaEventCreateWithFlags(void **event, unsigned flags)
-{
-    (void)flags;
-    *event = calloc(1, sizeof(standin_event));
-    return *event ? 0 : 2;
-}
-
-int cudaEventDestroy(void *event)
-{
-    free(event);
-    return 0;
-}
-
-int cudaEventRecord(void *event, void *stream)
-{
-    standin_event *e = event;
-    standin_stream *s = resolve(stream);
-    e->t = next_start(s);
-    s->busy_until = e->t;
-    e->recorded = 1;
-    e->never = s->stalled;
-    events_recorded++;
-    return 0;
-}
-
-int cudaEventQuery(void *event)
-{
-    standin_event *e = event;
-    return e->never || (clock_mode == 1 && e->t > gpu_now()) ? NOT_READY : 0;
-}
-
-/* Signed, like the GPU timestamps it subtracts. */
-int cudaEventElapsedTime(float *ms, void *start, void *stop)
-{
-    standin_event *a = start, *b = stop;
-    if (!a->recorded || !b->recorded) return 400; /* cudaErrorInvalidResourceHandle */
-    if (cudaEventQuery(a) || cudaEventQuery(b)) return NOT_READY;
-    *ms = (float)((double)(int64_t)(b->t - a->t) / 1e6);
-    return 0;
-}
-
-int cudaGetDevice(int *device)
-{
-    *device = 0;
-    return 0;
-}
-
+int cudaStreamCreateWithFlags(void **stream, unsigned flags) { return cuStreamCreate(stream, flags); }
+int cudaEventCreateWithFlags(void **event, unsigned flags) { return cuEventCreate(event, flags); }
+int cudaEventDestroy(void *event) { return cuEventDestroy_v2(event); }
+int cudaEventRecord(void *event, void *stream) { return cuEventRecord(event, stream); }
+int cudaEventQuery(void *event) { return cuEventQuery(event); }
+int cudaEventElapsedTime(float *ms, void *start, void *stop) { return cuEventElapsedTime(ms, start, stop); }
+int cudaGetDevice(int *device) { return cuCtxGetDevice(device); }
 int cudaSetDevice(int device) { return device == 0 ? 0 : 101; }
-
-int cudaStreamIsCapturing(void *stream, int *status)
-{
-    (void)stream;
-    *status = 0;
-    return 0;
-}
