@@ -13,7 +13,9 @@ info and every "not supported" / "function not found" / "no permission" answer
 are cached per GPU and call, so an unsupported call is made once. The slow
 calls stay off the hot path: ``nvmlDeviceGetPcieThroughput`` (20 ms, blocking)
 runs only on GPUs without GPM and only every ``slow_interval_seconds``;
-per-process utilization (1.7 ms) is asked only of GPUs with compute processes.
+per-process utilization (1.7 ms) is asked only of GPUs with compute processes, with one
+driver call into a buffer kept per GPU (``UtilizationSamples``; pynvml's wrapper makes two
+calls and a new array every time), for the samples newer than the last one read.
 
 ``pause_gpm(seconds)`` (dynolog's ``dyno dcgm-pause``) stops GPM sampling for that
 long, so that Nsight Compute can have the GPU's performance counters; the GPM fields
@@ -27,6 +29,7 @@ reason, every other method returns nothing, and the agent runs on.
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
 import functools
 import logging
@@ -577,14 +580,35 @@ def process_facts(pid: int) -> ProcessFacts:
     return ProcessFacts(name, user, command)
 
 
-def _utilization_samples(handle: Any, since_us: int) -> list[Any]:
-    """NVML's per-process utilization samples newer than ``since_us``; none is an answer, not an error."""
-    try:
-        return pynvml.nvmlDeviceGetProcessUtilization(handle, since_us)
-    except pynvml.NVMLError as error:
-        if error.value == pynvml.NVML_ERROR_NOT_FOUND:
+class UtilizationSamples:
+    """One GPU's per-process utilization samples (``nvmlDeviceGetProcessUtilization``), one driver call a read.
+
+    NVML fills a caller's buffer, the caller saying how many samples it holds; a buffer
+    too small is answered NVML_ERROR_INSUFFICIENT_SIZE with the count needed. pynvml
+    asks that count first (a call with no buffer) on every read; this keeps its buffer
+    between reads and grows it only when NVML says so.
+    """
+
+    FIRST_CAPACITY = 64
+    MAX_CALLS = 3  # the first call, and a retry after each growth (processes may start in between)
+
+    def __init__(self) -> None:
+        self._buffer = (pynvml.c_nvmlProcessUtilizationSample_t * self.FIRST_CAPACITY)()
+
+    def read(self, handle: Any, since_us: int) -> list[Any]:
+        """The samples newer than ``since_us`` (NVML's clock); none is an answer, not an error."""
+        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+        for _ in range(self.MAX_CALLS):
+            count = ctypes.c_uint(len(self._buffer))
+            code = function(handle, self._buffer, ctypes.byref(count), ctypes.c_ulonglong(since_us))
+            if code != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            self._buffer = (pynvml.c_nvmlProcessUtilizationSample_t * max(count.value, 2 * len(self._buffer)))()
+        if code == pynvml.NVML_ERROR_NOT_FOUND:
             return []
-        raise
+        if code != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(code)
+        return self._buffer[:count.value]
 
 
 class GpuProcesses:
@@ -600,6 +624,7 @@ class GpuProcesses:
         self._interval_us = round(interval_seconds * 1e6)
         self._facts: dict[int, ProcessFacts] = {}
         self._newest_sample_us: dict[int, int] = {}  # GPU index -> newest utilization sample read
+        self._samples: dict[int, UtilizationSamples] = {}  # GPU index -> its reader
 
     def fill(self, gpu: int, handle: Any, stats: pb.GpuStats) -> None:
         processes = self._call(gpu, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
@@ -632,7 +657,10 @@ class GpuProcesses:
     def _sm_shares(self, gpu: int, handle: Any) -> dict[int, float] | Unavailable:
         """pid -> mean SM utilization (%) of its samples in the last interval."""
         since = self._newest_sample_us.get(gpu, 0)
-        samples = self._call(gpu, "process_utilization", _utilization_samples, handle, since)
+        reader = self._samples.get(gpu)
+        if reader is None:
+            reader = self._samples[gpu] = UtilizationSamples()
+        samples = self._call(gpu, "process_utilization", reader.read, handle, since)
         if isinstance(samples, Unavailable):
             return samples
         # NVML may repeat the sample at ``since`` and, rarely, report garbage over 100 %.

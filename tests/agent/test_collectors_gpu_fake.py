@@ -112,6 +112,7 @@ class FakeNvml:
         self.sampled: list[tuple[int, int, int]] = []  # (gpu, sample address, time us) per nvmlGpmSampleGet
         self.freed: list[int] = []
         self.shut_down = False
+        self.utilization_buffer_sizes: list[int] = []  # per nvmlDeviceGetProcessUtilization call: samples it could hold
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(pynvml, name)
@@ -261,17 +262,34 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[types.SimpleNamespace]:
         return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[handle].processes]
 
-    @nvml
-    def nvmlDeviceGetProcessUtilization(self, handle: int, last_seen_us: int) -> list[Any]:
-        samples = []
-        for at, pid, sm in self.gpus[handle].utilization_samples:
-            if at >= last_seen_us:  # NVML answers from the given time on, that sample included
-                sample = pynvml.c_nvmlProcessUtilizationSample_t()
-                sample.pid, sample.timeStamp, sample.smUtil = pid, at, sm
-                samples.append(sample)
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        """The C entry points the collector calls directly (not through pynvml's wrappers)."""
+        if name != "nvmlDeviceGetProcessUtilization":
+            raise AttributeError(f"the fake NVML has no C entry point {name}: add it to FakeNvml")
+        return self._process_utilization
+
+    def _process_utilization(self, handle: int, buffer: Any, count: Any, last_seen: ctypes.c_ulonglong) -> int:
+        """nvmlDeviceGetProcessUtilization as nvml.h documents it: the caller's buffer of ``*count``
+        samples; too small (or NULL) answers NVML_ERROR_INSUFFICIENT_SIZE with the count needed."""
+        self.calls[(handle, "nvmlDeviceGetProcessUtilization")] += 1
+        device = self.gpus[handle]
+        code = device.errors_once.pop("nvmlDeviceGetProcessUtilization", None) or \
+            device.errors.get("nvmlDeviceGetProcessUtilization")
+        if code is not None:
+            return code
+        capacity = count._obj  # ctypes.byref(c_uint): the pointed-to c_uint
+        # NVML answers from the given time on, that sample included
+        samples = [(at, pid, sm) for at, pid, sm in device.utilization_samples if at >= last_seen.value]
+        self.utilization_buffer_sizes.append(0 if buffer is None else capacity.value)
         if not samples:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        return samples
+            return pynvml.NVML_ERROR_NOT_FOUND
+        if buffer is None or capacity.value < len(samples):
+            capacity.value = len(samples)
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        for index, (at, pid, sm) in enumerate(samples):
+            buffer[index].pid, buffer[index].timeStamp, buffer[index].smUtil = pid, at, sm
+        capacity.value = len(samples)
+        return pynvml.NVML_SUCCESS
 
     @nvml
     def nvmlGpmSampleGet(self, handle: int, sample: Any) -> Any:
@@ -484,6 +502,21 @@ def test_processes_have_their_user_command_line_and_sm_share_of_the_interval(fak
     assert idle.unavailable[f"processes[{os.getpid()}].sm_percent"] == gpu.NO_UTILIZATION_SAMPLE
     assert idle.nvml_failed_queries == 0  # no sample is NVML's answer, not a failed query
     assert fake.count("nvmlDeviceGetProcessUtilization", 1) == 0  # a GPU without processes is not asked
+    collector.close()
+
+
+def test_per_process_utilization_is_one_driver_call_per_tick_into_a_kept_buffer(fake: FakeNvml) -> None:
+    capacity = gpu.UtilizationSamples.FIRST_CAPACITY
+    fake.gpus[0].utilization_samples = [(START_US - 900_000 + i, os.getpid(), 30) for i in range(capacity + 6)]
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    first = tick(collector)[0]
+    assert first.processes[0].sm_percent == 30.0 and first.nvml_failed_queries == 0
+    # More samples than the first buffer holds: NVML says how many it has, the buffer grows, the read is retried.
+    assert fake.utilization_buffer_sizes == [capacity, 2 * capacity]
+    fake.gpus[0].utilization_samples.append((START_US + 500_000, os.getpid(), 10))
+    fake.advance(1.0)
+    assert tick(collector)[0].processes[0].sm_percent == 10.0
+    assert fake.utilization_buffer_sizes == [capacity, 2 * capacity, 2 * capacity]  # one call, the buffer kept
     collector.close()
 
 
