@@ -7,17 +7,24 @@ the figures the merge of the files gives."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.analysis import stream
+from agentd.traces.analysis.extract import CollectiveCall
+from agentd.traces.analysis.summary import RankResult
+from agentd.traces.analysis.wire import to_proto
 from agentd.traces.analysis.summarise import summarise_file
 from agentd.traces.paths import TraceDir
 from tuiprof.analysis.stragglers import trace_stragglers
 from tuiprof.analysis.trace_merge import TraceInput, merge_traces
+from tuiprof.analysis.trace_collectives import match_calls
 from tuiprof.analysis.trace_reduce import NO_SUMMARY, RemoteRank, reduce_summaries
 from tuiprof.analysis.trace_summary import CollectiveSkew, RankSummary, TraceSummary, summarize, summary_json
 from tuiprof.model import convert
@@ -78,6 +85,49 @@ def test_reduced_corpus_pair_equals_the_merge(trace_dir, tmp_path, monkeypatch, 
     expected = summarize(merged.ranks)
     assert comparable(reduced.summary) == comparable(expected)
     assert expected.collectives_compared > 0
+
+
+STREAMS = [("pg0", "allreduce"), ("pg0", "broadcast"), ("pg1", "allreduce")]
+
+
+@st.composite
+def jobs(draw) -> list[list[CollectiveCall]]:
+    """Each rank's calls, stream after stream in one order for every rank, on a coarse grid: windows cut at
+    different calls, calls that overlap within the clock slack or not, and many equal starts (ties)."""
+    streams = draw(st.lists(st.sampled_from(STREAMS), min_size=1, max_size=3, unique=True))
+    on_gpu, sequenced = draw(st.booleans()), draw(st.booleans())
+    job = []
+    for _ in range(draw(st.integers(2, 6))):
+        calls = []
+        for group, op in streams:
+            first = draw(st.integers(0, 3))
+            for n in range(first, first + draw(st.integers(0, 8))):
+                start = 1000.0 * n + 400 * draw(st.integers(0, 3))
+                end = start + 400 * draw(st.integers(0, 3))
+                seq = draw(st.integers(0, 10)) if sequenced else None  # repeats on one rank too
+                calls.append(CollectiveCall(group, op, seq, start, end, 1, 1, on_gpu))
+        job.append(calls)
+    return job
+
+
+@settings(max_examples=300, deadline=None)
+@given(jobs())
+def test_reduce_keys_collectives_as_the_per_call_matching_does(job):
+    # The reduce goes from the wire's columns straight to each collective's figures; the merge keys every
+    # call (match_calls) and summarises call by call. Same calls, same skews, ties and order included.
+    def result(number: int, calls: list[CollectiveCall]) -> RankResult:
+        return RankResult(RankSummary(number, f"h{number}", number, f"h{number}:f", 0, 0), [], {},
+                          unsequenced_collectives=sum(call.seq is None for call in calls))
+
+    remote = [RemoteRank(f"h{number}", number, number, "f",
+                         convert.from_proto(RankTraceSummary, to_proto(result(number, calls), calls, 0, 0.0)))
+              for number, calls in enumerate(job)]
+    per_call = [result(number, calls) for number, calls in enumerate(job)]
+    for rank_result, calls, keys in zip(per_call, job, match_calls(job)):
+        rank_result.collectives = [(key, call.ts) for key, call in zip(keys, calls)]
+    reduced = reduce_summaries(remote[::-1])  # in any order: ranks are sorted
+    expected = summarize(per_call)
+    assert json.dumps(summary_json(reduced.summary)) == json.dumps(summary_json(expected))  # dicts' order too
 
 
 def test_ranks_without_a_summary_are_listed_with_the_reason(trace_dir, tmp_path):

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import math
 import operator
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from agentd.traces.analysis.extract import CollectiveCall
 
@@ -37,8 +37,8 @@ CLOCK_SLACK_US = 1000.0
 _SHIFTS = sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=abs)
 
 Key = tuple[str, str, str]  # group, op, occurrence
-__all__ = ["CLOCK_SLACK_US", "CallColumns", "CollectiveCall", "Key", "best_shift", "match_calls", "occurrences",
-           "rank_span"]
+__all__ = ["CLOCK_SLACK_US", "CallColumns", "CollectiveCall", "Key", "Occurrence", "best_shift", "linked_occurrences",
+           "match_calls", "occurrences", "rank_span"]
 
 
 def best_shift(ends: list[float], reference: list[float]) -> int:
@@ -49,17 +49,25 @@ def best_shift(ends: list[float], reference: list[float]) -> int:
     unshifted.
     """
     needed = max(2, math.ceil(0.75 * min(len(ends), len(reference))))
-    gaps_at: dict[int, float] = {}
-    for shift in _SHIFTS:
+    best, best_gap, unshifted = 0, math.inf, None
+    for shift in _SHIFTS:  # smaller shifts first: a tie keeps the smaller one
         first, stop = max(0, -shift), min(len(ends), len(reference) - shift)
-        if stop - first >= needed:  # ends[i] against reference[i + shift] for every i both have
-            gaps = map(abs, map(operator.sub, ends[first:stop], reference[first + shift:stop + shift]))
-            gaps_at[shift] = statistics.median(gaps)
-    if not gaps_at:
-        return 0
-    best = min(gaps_at, key=lambda shift: (gaps_at[shift], abs(shift)))
-    unshifted = gaps_at.get(0)
-    return best if unshifted is None or gaps_at[best] <= unshifted / 2 else 0
+        if stop - first < needed:
+            continue
+        # ends[i] against reference[i + shift] for every i both have (map stops at the shorter)
+        gap = _median(map(abs, map(operator.sub, islice(ends, first, None), islice(reference, first + shift, None))))
+        if shift == 0:
+            unshifted = gap
+        if gap < best_gap:
+            best, best_gap = shift, gap
+    return best if unshifted is None or best_gap <= unshifted / 2 else 0
+
+
+def _median(values: Iterable[float]) -> float:
+    """``statistics.median``, without its checks: one sort of a few hundred gaps per rank and shift."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,39 @@ def rank_span(streams: Iterable[CallColumns]) -> Span:
     return (min(s.starts[0] for s in streams) - CLOCK_SLACK_US, max(max(s.ends) for s in streams) + CLOCK_SLACK_US)
 
 
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One collective as every rank that took part saw it: what keys it, who called it and when.
+
+    ``ranks`` and ``starts`` go call by call in rank order (a rank's calls in
+    its own order): with real sequence numbers a rank can repeat one.
+    """
+
+    label: str
+    place: int  # the position of its first call among the first rank's calls
+    ranks: list[int]  # rank index of each call
+    starts: Sequence[float]  # each call's start
+
+
+def linked_occurrences(by_rank: dict[int, CallColumns], spans: Sequence[Span]) -> list[Occurrence]:
+    """The collectives of one (group, op) that more than one call names, as ``occurrences`` keys them.
+
+    The calls ``occurrences`` labels ``<n>@<rank index>`` (a key of one call)
+    are left out, and so is a collective only one call names.
+    """
+    if all(columns.seqs is not None for columns in by_rank.values()):
+        return _sequenced(by_rank)
+    offsets = _offsets(by_rank)
+    linked = []
+    for run in _runs(by_rank, offsets):
+        if len(run.ranks) < 2:
+            continue
+        lead = offsets[run.ranks[0]]
+        linked += [Occurrence(str(occurrence), occurrence - lead, run.ranks, run.starts[occurrence - run.first])
+                   for occurrence in _linked(run, by_rank, spans)]
+    return linked
+
+
 def occurrences(by_rank: dict[int, CallColumns], spans: Sequence[Span]) -> dict[int, list[str]]:
     """For each rank's calls of one (group, op), the occurrence naming the same collective on every rank.
 
@@ -91,31 +132,76 @@ def occurrences(by_rank: dict[int, CallColumns], spans: Sequence[Span]) -> dict[
     """
     if all(columns.seqs is not None for columns in by_rank.values()):
         return {r: [str(seq) for seq in columns.seqs or ()] for r, columns in by_rank.items()}
+    offsets = _offsets(by_rank)
+    shared = {occurrence for run in _runs(by_rank, offsets) for occurrence in _linked(run, by_rank, spans)}
+    labels: dict[int, list[str]] = {}
+    for r, columns in by_rank.items():
+        numbers = range(offsets[r], offsets[r] + len(columns.starts))
+        labels[r] = [str(n) if n in shared else f"{n}@{r}" for n in numbers]
+    return labels
+
+
+def _offsets(by_rank: dict[int, CallColumns]) -> dict[int, int]:
+    """The occurrence number of each rank's first call: each rank's numbering shifted to line its ends up with
+    the lowest rank's, counted from 0 on the rank that starts earliest."""
     reference_rank = min(by_rank)
     reference = list(by_rank[reference_rank].ends)
     shifts = {r: 0 if r == reference_rank else best_shift(list(columns.ends), reference)
               for r, columns in by_rank.items()}
     lowest = min(shifts.values())
-    members: dict[int, list[int]] = defaultdict(list)  # occurrence → rank indices
-    for r, columns in by_rank.items():
-        offset = shifts[r] - lowest
-        for i in range(len(columns.starts)):
-            members[i + offset].append(r)
-    together: dict[int, bool] = {}
-    for occurrence, ranks in members.items():
-        starts = [by_rank[r].starts[occurrence - shifts[r] + lowest] for r in ranks]
-        ends = [by_rank[r].ends[occurrence - shifts[r] + lowest] for r in ranks]
-        if max(starts) <= min(ends) + CLOCK_SLACK_US:
-            together[occurrence] = True
-        else:  # CPU ops (gloo's end once enqueued): each call inside every member's traced span
-            together[occurrence] = not any(by_rank[r].on_gpu for r in ranks) and \
-                max(spans[r][0] for r in ranks) <= min(starts) and max(ends) <= min(spans[r][1] for r in ranks)
-    shared = {occurrence: str(occurrence) for occurrence, linked in together.items() if linked}
-    labels: dict[int, list[str]] = {}
-    for r, columns in by_rank.items():
-        offset = shifts[r] - lowest
-        labels[r] = [shared.get(i + offset) or f"{i + offset}@{r}" for i in range(len(columns.starts))]
-    return labels
+    return {r: shift - lowest for r, shift in shifts.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Consecutive occurrences numbered alike on the same ranks, as columns: one tuple per occurrence."""
+
+    first: int  # occurrence number of the first
+    ranks: list[int]  # rank indices, ascending
+    starts: list[tuple[float, ...]]  # per occurrence, each rank's start
+    ends: list[tuple[float, ...]]
+
+
+def _runs(by_rank: dict[int, CallColumns], offsets: dict[int, int]) -> list[_Run]:
+    """Every occurrence, in number order, grouped where the ranks calling it change (a rank's window starts
+    or ends): usually one run for the whole trace, so each occurrence's calls are one slice per rank."""
+    order = sorted(by_rank)
+    bounds = sorted({bound for r in order for bound in (offsets[r], offsets[r] + len(by_rank[r].starts))})
+    runs = []
+    for first, stop in zip(bounds, bounds[1:]):
+        ranks = [r for r in order if offsets[r] <= first and stop <= offsets[r] + len(by_rank[r].starts)]
+        if ranks:
+            runs.append(_Run(first, ranks,
+                             list(zip(*(by_rank[r].starts[first - offsets[r]:stop - offsets[r]] for r in ranks))),
+                             list(zip(*(by_rank[r].ends[first - offsets[r]:stop - offsets[r]] for r in ranks)))))
+    return runs
+
+
+def _linked(run: _Run, by_rank: dict[int, CallColumns], spans: Sequence[Span]) -> list[int]:
+    """The occurrences of ``run`` whose calls can be one collective: they overlap in time (within the clock
+    slack), or, CPU ops only (gloo's end once enqueued), each lies within every calling rank's traced span."""
+    cpu_only = not any(by_rank[r].on_gpu for r in run.ranks)
+    latest_span_start = max(spans[r][0] for r in run.ranks)
+    earliest_span_end = min(spans[r][1] for r in run.ranks)
+    linked = []
+    for occurrence, starts, ends in zip(range(run.first, run.first + len(run.starts)), run.starts, run.ends):
+        if max(starts) <= min(ends) + CLOCK_SLACK_US or (
+                cpu_only and latest_span_start <= min(starts) and max(ends) <= earliest_span_end):
+            linked.append(occurrence)
+    return linked
+
+
+def _sequenced(by_rank: dict[int, CallColumns]) -> list[Occurrence]:
+    """Calls keyed by their real sequence numbers (timeline dumps): every call of one number is one collective."""
+    by_seq: dict[int, tuple[int, list[int], list[float]]] = {}  # seq → place, ranks, starts
+    for r in sorted(by_rank):
+        columns = by_rank[r]
+        for place, (seq, start) in enumerate(zip(columns.seqs or (), columns.starts)):
+            calls = by_seq.setdefault(seq, (place, [], []))
+            calls[1].append(r)
+            calls[2].append(start)
+    return [Occurrence(str(seq), place, ranks, starts) for seq, (place, ranks, starts) in by_seq.items()
+            if len(starts) > 1]
 
 
 def match_calls(calls_by_rank: list[list[CollectiveCall]]) -> list[list[Key]]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from agentd.traces.analysis.summary import RankResult
 from agentd.traces.analysis.wire import SummaryWireError, decode_result
-from tuiprof.analysis.trace_collectives import CallColumns, Key, occurrences, rank_span
-from tuiprof.analysis.trace_summary import TraceSummary, summarize
+from tuiprof.analysis.trace_collectives import CallColumns, Span, linked_occurrences, rank_span
+from tuiprof.analysis.trace_summary import CollectiveStarts, TraceSummary, summarize
 from tuiprof.model.capture import ClusterCapture
 from tuiprof.model.messages import RankTraceSummary
 
@@ -85,13 +85,26 @@ def reduce_summaries(ranks: list[RemoteRank]) -> ReducedSummary:
     for rank_index, (_, streams) in enumerate(decoded):
         for stream, columns in streams.items():
             by_stream[stream][rank_index] = columns
-    for (group, op), by_rank in by_stream.items():
-        labelled = occurrences(by_rank, spans)
-        # One key object per occurrence, shared by every rank's call of it.
-        keys: dict[str, Key] = {label: (group, op, label) for labels in labelled.values() for label in set(labels)}
-        for rank_index, labels in labelled.items():
-            results[rank_index].collectives += zip(map(keys.__getitem__, labels), by_rank[rank_index].starts)
-    return ReducedSummary(summarize(results), missing)
+    calls = sum(len(columns.starts) for by_rank in by_stream.values() for columns in by_rank.values())
+    return ReducedSummary(summarize(results, _collective_starts(results, by_stream, spans, calls)), missing)
+
+
+def _collective_starts(results: list[RankResult], by_stream: dict[Stream, dict[int, CallColumns]],
+                       spans: list[Span], calls: int) -> CollectiveStarts:
+    """Each linked collective's earliest and latest start and last rank, straight from the columns (no object
+    per call), in the order ``CollectiveStarts.of`` would meet them: by first rank, its streams' order, and
+    the collective's place among that rank's calls."""
+    numbers = [result.summary.rank for result in results]
+    found = []
+    for position, ((group, op), by_rank) in enumerate(by_stream.items()):
+        for occurrence in linked_occurrences(by_rank, spans):
+            starts = occurrence.starts
+            latest = max(starts)
+            last = occurrence.ranks[len(starts) - 1 - starts[::-1].index(latest)]  # the last call at the latest
+            found.append(((occurrence.ranks[0], position, occurrence.place), (group, op, occurrence.label),
+                          (min(starts), latest, numbers[last], len(starts))))
+    found.sort(key=lambda item: item[0])
+    return CollectiveStarts({key: figures for _, key, figures in found}, calls)
 
 
 Stream = tuple[str, str]  # group, op

@@ -22,7 +22,7 @@ from agentd.traces.analysis.summary import (
     NO_GPU_EVENTS, STEP_MODES, TOP, LaunchStats, RankResult, RankSummary, TimeShare, covered, overlap, top, union,
 )
 
-__all__ = ["NO_GPU_EVENTS", "STEP_MODES", "CollectiveSkew", "RankResult", "RankSummary", "TimeShare", "TraceSummary",
+__all__ = ["NO_GPU_EVENTS", "STEP_MODES", "CollectiveSkew", "CollectiveStarts", "RankResult", "RankSummary", "TimeShare", "TraceSummary",
            "covered", "overlap", "render_text", "short_name", "summarize", "summary_json", "union"]
 
 
@@ -46,8 +46,41 @@ class TraceSummary:
     collective_matching: str  # how calls were paired across ranks; "" with no collectives
 
 
-def summarize(results: list[RankResult]) -> TraceSummary:
-    """The cross-rank picture: compute against the median, collective start skew, job-wide top kernels."""
+@dataclass
+class CollectiveStarts:
+    """Each collective's (``trace_collectives.Key``) earliest and latest start, the rank that started it last
+    and its calls, in the order the collectives first appear going through the ranks in order; ``calls``:
+    every call of every rank, a collective of its own or not."""
+
+    by_key: dict[tuple[str, ...], tuple[float, float, int | None, int]]
+    calls: int
+
+    @classmethod
+    def of(cls, results: list[RankResult]) -> CollectiveStarts:
+        """From each rank's keyed calls (``RankResult.collectives``), in one pass over every call (results come
+        in rank order: on a tie the later rank counts as the last)."""
+        starts: dict[tuple[str, ...], list] = {}  # key → [earliest, latest, latest's rank, calls]
+        for result in results:
+            number = result.summary.rank
+            for key, ts in result.collectives:
+                entry = starts.get(key)
+                if entry is None:
+                    starts[key] = [ts, ts, number, 1]
+                    continue
+                entry[3] += 1
+                if ts < entry[0]:
+                    entry[0] = ts
+                if ts >= entry[1]:
+                    entry[1], entry[2] = ts, number
+        return cls({key: (earliest, latest, last, calls) for key, (earliest, latest, last, calls) in starts.items()},
+                   sum(len(r.collectives) for r in results))
+
+
+def summarize(results: list[RankResult], starts: CollectiveStarts | None = None) -> TraceSummary:
+    """The cross-rank picture: compute against the median, collective start skew, job-wide top kernels.
+
+    ``starts``: the collectives' starts when the caller has them already (the reduce of the agents'
+    summaries); by default from each result's keyed calls."""
     ranks = [r.summary for r in results]
     computes = [r.compute_us for r in ranks if r.compute_us is not None]
     if computes:
@@ -55,24 +88,11 @@ def summarize(results: list[RankResult]) -> TraceSummary:
         for rank in ranks:
             if rank.compute_us is not None and median > 0:
                 rank.compute_vs_median_percent = round(100.0 * (rank.compute_us - median) / median, 2)
-    # Each collective's earliest start and its latest start with that rank, in one pass over every call
-    # (results come in rank order: on a tie the later rank counts as the last).
-    starts: dict[tuple[str, ...], list] = {}  # key → [earliest, latest, latest's rank, calls]
-    for result in results:
-        number = result.summary.rank
-        for key, ts in result.collectives:
-            entry = starts.get(key)
-            if entry is None:
-                starts[key] = [ts, ts, number, 1]
-                continue
-            entry[3] += 1
-            if ts < entry[0]:
-                entry[0] = ts
-            if ts >= entry[1]:
-                entry[1], entry[2] = ts, number
+    if starts is None:
+        starts = CollectiveStarts.of(results)
     skews: list[CollectiveSkew] = []
     last_starts: Counter[str] = Counter()
-    for (group, name, occurrence), (earliest, latest, last_rank, calls) in starts.items():
+    for (group, name, occurrence), (earliest, latest, last_rank, calls) in starts.by_key.items():
         if calls < 2:
             continue
         skews.append(CollectiveSkew(name, group, occurrence, calls, round(latest - earliest, 3), last_rank))
@@ -85,11 +105,10 @@ def summarize(results: list[RankResult]) -> TraceSummary:
             entry[0] += count
             entry[1] += total
     return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), top(job_kernels),
-                        _collective_matching(results))
+                        _collective_matching(results, starts.calls))
 
 
-def _collective_matching(results: list[RankResult]) -> str:
-    calls = sum(len(r.collectives) for r in results)
+def _collective_matching(results: list[RankResult], calls: int) -> str:
     unsequenced = sum(r.unsequenced_collectives for r in results)
     if not calls:
         return ""
