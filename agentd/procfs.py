@@ -1,4 +1,5 @@
-"""The one reader of ``/proc/<pid>``: what the kernel says about a process.
+"""The one reader of ``/proc/<pid>``: what the kernel says about a process; and ``read_whole``,
+the one-``open``, few-``read`` reader of any /proc or /sys file the collectors sample.
 
 Everything the agent believes about a process (alive or not, its scheduler state,
 when it started, whose it is, its rank and whether it runs CUDA) comes from here,
@@ -53,6 +54,27 @@ class ProcessStat:
         clock-tick rounding) is not the claimant.
         """
         return self.start_ns <= claimed_start_ns + START_SLACK_NS
+
+
+# /proc files are generated per read(2): a large buffer gets a whole file in one call.
+_READ_CHUNK = 1 << 16
+
+
+def read_whole(path: str) -> bytes:
+    """The whole content of a /proc or /sys file: os.open and os.read, without a Python file object.
+
+    The collectors read several such files every interval; a buffered text file costs more
+    than the read itself. An OSError (missing, unreadable) propagates.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        # A short read is not the end: a seq_file read stops before a line that does not fit.
+        chunks = []
+        while chunk := os.read(fd, _READ_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @cache

@@ -1,8 +1,15 @@
-"""Host metrics from /proc, /sys, ethtool and psutil: CPU (all, per core, per NUMA node), load,
+"""Host metrics from /proc, /sys and ethtool: CPU (all, per core, per NUMA node), load,
 uptime, interrupts, memory, NICs (with the driver's pause-frame counters), RDMA ports, disks.
 
-/proc/stat is read once per sample: CPU times (all CPUs and each online one) and the
-interrupt totals come from that one read.
+Each /proc file is read once per sample, whole, by ``procfs.read_whole``: /proc/stat
+(CPU times of all CPUs and each online one, interrupt totals), /proc/meminfo (memory
+and swap), /proc/net/dev, /proc/diskstats. The figures are the ones psutil gives
+(memory "available" as ``free`` shows it, NIC and disk totals that never go down: a
+counter read lower than before is taken as wrapped, its old value added, as psutil's
+``nowrap`` does), without psutil's second reads and per-call set-up. What does not
+change between samples is not read again: the NUMA nodes' CPU lists (read again when
+the online CPUs change, and every ``TOPOLOGY_REFRESH_SECONDS``), which /proc/diskstats
+names are whole disks (decided again when the names change), each NIC's driver.
 
 Rates (CPU percentages, bytes/s, IOPS) are deltas between two consecutive
 samples divided by the time between them. The first sample of anything (the
@@ -17,17 +24,15 @@ import dataclasses
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 import psutil
 
 from agentd.collectors.base import Collector
 from agentd.collectors.ethtool import EthtoolStats
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable
+from agentd.procfs import read_whole
 from agentd.proto import tuiprof_agent_pb2 as pb
-
-if TYPE_CHECKING:  # psutil's per-NIC and per-disk counter tuples, as its stubs name them
-    from psutil._ntuples import sdiskio, snetio
 
 # Devices that are not disks a user cares about: loop devices, RAM disks,
 # compressed swap, floppies. Partitions are excluded separately (only whole
@@ -52,8 +57,8 @@ class CpuTimes(NamedTuple):
     @classmethod
     def from_ticks(cls, ticks: list[int], ticks_per_second: int) -> CpuTimes:
         """A /proc/stat cpu line's numbers (older kernels give fewer columns: the rest are 0)."""
-        columns = ticks[:len(cls._fields)] + [0] * (len(cls._fields) - len(ticks))
-        return cls(*(tick / ticks_per_second for tick in columns))
+        columns = ticks[:10] + [0] * (10 - len(ticks))
+        return cls(*[tick / ticks_per_second for tick in columns])
 
     @classmethod
     def summed(cls, parts: list[CpuTimes]) -> CpuTimes:
@@ -66,13 +71,13 @@ class CpuTimes(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class CpuShares:
-    """Percent of a CPU's time spent per mode over one interval."""
+    """Percent of a CPU's time spent per mode over one interval (the modes in CpuTimes' order)."""
 
     user_percent: float
+    nice_percent: float
     system_percent: float
     idle_percent: float
     iowait_percent: float
-    nice_percent: float
     irq_percent: float
     softirq_percent: float
     steal_percent: float
@@ -87,17 +92,7 @@ def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | Unavailable
         return Unavailable(COUNTER_RESET)
     if elapsed == 0:
         return Unavailable("no CPU time elapsed between samples")
-
-    def share(field: str) -> float:
-        delta = getattr(current, field) - getattr(previous, field)
-        return min(100.0, max(0.0, 100.0 * delta / elapsed))
-
-    return CpuShares(**{f"{mode}_percent": share(mode) for mode in CpuTimes._fields})
-
-
-def _counter(reading: snetio | sdiskio | None, field: str) -> int | None:
-    """A counter of the previous reading, None when there was none."""
-    return None if reading is None else getattr(reading, field)
+    return CpuShares(*[min(100.0, max(0.0, 100.0 * (now - then) / elapsed)) for now, then in zip(current, previous)])
 
 
 # Per core only the four main modes are kept (the snapshot has one entry per core).
@@ -116,13 +111,9 @@ def _fill_shares(message: pb.CpuStats | pb.CpuCoreStats | pb.NumaNodeStats, shar
         setattr(message, field, getattr(shares, field))
 
 
-def read_uptime(path: str = "/proc/uptime") -> float | Unavailable:
-    """Seconds since boot (the first number of /proc/uptime)."""
-    try:
-        with open(path, encoding="ascii") as file:
-            return float(file.read().split()[0])
-    except (OSError, ValueError, IndexError) as exc:
-        return Unavailable(f"cannot read {path}: {exc}")
+def uptime_seconds() -> float:
+    """Seconds since boot, as /proc/uptime gives them (CLOCK_BOOTTIME, in hundredths; no file read)."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 10_000_000 / 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,14 +136,134 @@ def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
         elif name.startswith("cpu") and name[3:].isdigit():
             cpus[int(name[3:])] = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
         elif name in ("intr", "softirq"):
-            counts[name] = int(rest.split()[0])
+            counts[name] = int(rest.split(None, 1)[0])  # the total; the per-source counts are not needed
     return ProcStat(total if total is not None else CpuTimes.summed(list(cpus.values())), cpus, counts)
+
+
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
 def read_proc_stat(path: str = "/proc/stat") -> ProcStat:
     """/proc/stat parsed (an OSError propagates: without it there are no CPU figures at all)."""
-    with open(path, encoding="ascii") as file:
-        return parse_proc_stat(file.read(), os.sysconf("SC_CLK_TCK"))
+    return parse_proc_stat(read_whole(path).decode("ascii"), _TICKS_PER_SECOND)
+
+
+def memory_stats(meminfo: bytes) -> pb.MemoryStats:
+    """Memory and swap from /proc/meminfo's text, as psutil's virtual_memory and swap_memory give them.
+
+    "available" is MemAvailable; where the kernel lacks it or reports 0 (a kernel bug), psutil's
+    estimate (what ``free`` shows) is taken; more than the total (a container's distorted view)
+    is replaced by MemFree, as ``free`` does. Without swap lines, psutil asks sysinfo(2).
+    """
+    fields = {}
+    for line in meminfo.split(b"\n"):
+        words = line.split()
+        if len(words) >= 2:
+            fields[words[0]] = int(words[1]) * 1024
+    total = fields[b"MemTotal:"]
+    available = fields.get(b"MemAvailable:") or psutil.virtual_memory().available
+    if available > total:
+        available = fields[b"MemFree:"]
+    if b"SwapTotal:" in fields and b"SwapFree:" in fields:
+        swap_total, swap_used = fields[b"SwapTotal:"], fields[b"SwapTotal:"] - fields[b"SwapFree:"]
+    else:
+        swap = psutil.swap_memory()
+        swap_total, swap_used = swap.total, swap.used
+    return pb.MemoryStats(total_bytes=total, used_bytes=total - available, available_bytes=available,
+                          swap_total_bytes=swap_total, swap_used_bytes=swap_used)
+
+
+class NicCounters(NamedTuple):
+    """One NIC's totals from /proc/net/dev."""
+
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int
+    tx_packets: int
+    rx_errors: int
+    tx_errors: int
+    rx_drops: int
+    tx_drops: int
+
+
+def parse_net_dev(text: bytes) -> dict[str, NicCounters]:
+    """/proc/net/dev: per NIC, receive columns 0-3 (bytes packets errs drop) and transmit columns 8-11."""
+    nics = {}
+    for line in text.split(b"\n")[2:]:
+        name, colon, rest = line.rpartition(b":")
+        if not colon:
+            continue
+        f = rest.split()
+        nics[name.strip().decode()] = NicCounters(int(f[0]), int(f[8]), int(f[1]), int(f[9]),
+                                                  int(f[2]), int(f[10]), int(f[3]), int(f[11]))
+    return nics
+
+
+class DiskCounters(NamedTuple):
+    """One disk's totals from /proc/diskstats."""
+
+    read_bytes: int
+    write_bytes: int
+    reads: int
+    writes: int
+    busy_ms: int
+
+
+SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own sector size
+
+
+def parse_diskstats(text: bytes) -> dict[str, list[bytes]]:
+    """/proc/diskstats: each device's name and its columns after the name (not yet numbers)."""
+    devices = {}
+    for line in text.split(b"\n"):
+        fields = line.split()
+        if len(fields) >= 14:  # 2.6+ (partitions too since 4.x); shorter lines are old kernels' partitions
+            devices[fields[2].decode()] = fields[3:]
+    return devices
+
+
+def disk_counters(columns: list[bytes]) -> DiskCounters:
+    """Reads completed (column 0), sectors read (2), writes completed (4), sectors written (6), ms doing I/O (9)."""
+    return DiskCounters(int(columns[2]) * SECTOR_BYTES, int(columns[6]) * SECTOR_BYTES,
+                        int(columns[0]), int(columns[4]), int(columns[9]))
+
+
+CounterTuple = TypeVar("CounterTuple", NicCounters, DiskCounters)
+
+
+class Unwrapped:
+    """Totals that never go down, as psutil's ``nowrap=True`` keeps them.
+
+    A counter read lower than the time before is taken as having wrapped (old drivers'
+    32-bit counters): its previous value is added to it from then on. A device that
+    disappears forgets what was added to its counters.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, ...]] = {}
+        self._added: dict[str, list[int]] = {}
+
+    def __call__(self, readings: dict[str, CounterTuple]) -> dict[str, CounterTuple]:
+        result = {}
+        for name, now in readings.items():
+            added = self._added.get(name)
+            before = self._last.get(name)
+            if before is not None:
+                for index, (value, previous) in enumerate(zip(now, before)):
+                    if value < previous:
+                        if added is None:
+                            added = self._added[name] = [0] * len(now)
+                        added[index] += previous
+            result[name] = now if added is None else type(now)._make(v + a for v, a in zip(now, added))
+        for gone in self._added.keys() - readings.keys():
+            del self._added[gone]
+        self._last = dict(readings)
+        return result
+
+
+def count_processes(proc: bytes = b"/proc") -> int:
+    """How many processes exist: the numeric entries of /proc (what psutil.pids() lists)."""
+    return sum(1 for name in os.listdir(proc) if name.isdigit())
 
 
 NODE_ROOT = "/sys/devices/system/node"
@@ -293,8 +404,13 @@ class _Raw(NamedTuple):
     at: float
     stat: ProcStat
     numa: dict[int, NodeTimes] | Unavailable
-    nics: dict[str, snetio]
-    disks: dict[str, sdiskio]
+    nics: dict[str, NicCounters]
+    disks: dict[str, DiskCounters]
+
+
+# Static facts (the NUMA nodes' CPU lists) are read again at least this often, besides when
+# the online CPUs change.
+TOPOLOGY_REFRESH_SECONDS = 60.0
 
 
 def whole_disks(names: list[str], sys_block: str = "/sys/block") -> list[str]:
@@ -307,7 +423,7 @@ def whole_disks(names: list[str], sys_block: str = "/sys/block") -> list[str]:
 
 
 class HostCollector(Collector):
-    """psutil sampler; one ``collect`` reads every counter once (well under 1 ms)."""
+    """/proc and /sys sampler; one ``collect`` reads every counter once (well under 1 ms)."""
 
     name = "host"
 
@@ -323,6 +439,13 @@ class HostCollector(Collector):
         self._rdma = pb.RdmaStats()
         self._ethtool = EthtoolStats()
         self._sampled = False
+        self._nic_totals = Unwrapped()
+        self._disk_totals = Unwrapped()
+        self._disk_names: tuple[str, ...] = ()   # /proc/diskstats' names at the last decision ...
+        self._whole_disks: frozenset[str] = frozenset()  # ... and which of them are whole disks
+        self._numa_nodes: dict[int, list[int]] | None = None
+        self._numa_key: tuple[tuple[int, ...], float] = ((), -TOPOLOGY_REFRESH_SECONDS)  # online CPUs, when read
+        self._drivers: dict[str, str] = {}  # NIC -> driver, for the reason a NIC has no pause counters
 
     def status(self) -> pb.CollectorStatus:
         return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
@@ -331,7 +454,7 @@ class HostCollector(Collector):
         raw = self._read()
         previous = self._previous
         cpu = self._cpu_stats(previous, raw)
-        memory = self._memory_stats()
+        memory = memory_stats(read_whole("/proc/meminfo"))
         nics = self._nic_stats(previous, raw)
         disks = self._disk_stats(previous, raw)
         rdma = read_rdma()
@@ -351,13 +474,30 @@ class HostCollector(Collector):
             snapshot.rdma.CopyFrom(self._rdma)
 
     def _read(self) -> _Raw:
-        nics = psutil.net_io_counters(pernic=True, nowrap=True)
-        disk_counters = psutil.disk_io_counters(perdisk=True, nowrap=True) or {}
-        disks = {name: disk_counters[name] for name in whole_disks(sorted(disk_counters))}
+        nics = self._nic_totals(parse_net_dev(read_whole("/proc/net/dev")))
+        disks = self._disk_totals(self._disks_of(parse_diskstats(read_whole("/proc/diskstats"))))
         stat = read_proc_stat()
-        nodes = read_numa_nodes()
+        nodes = self._numa_nodes_of(tuple(stat.cpus))
         numa = nodes if isinstance(nodes, Unavailable) else numa_times(nodes, stat)
         return _Raw(at=self._clock(), stat=stat, numa=numa, nics=nics, disks=disks)
+
+    def _disks_of(self, devices: dict[str, list[bytes]]) -> dict[str, DiskCounters]:
+        """The whole disks' counters; which names are whole disks is decided again when the names change."""
+        names = tuple(devices)
+        if names != self._disk_names:
+            self._disk_names, self._whole_disks = names, frozenset(whole_disks(sorted(names)))
+        return {name: disk_counters(devices[name]) for name in names if name in self._whole_disks}
+
+    def _numa_nodes_of(self, online: tuple[int, ...]) -> dict[int, list[int]] | Unavailable:
+        """The NUMA nodes' CPUs, read again when the online CPUs change (hotplug) or the last read is old."""
+        now = self._clock()
+        if self._numa_nodes is None or self._numa_key[0] != online or now - self._numa_key[1] >= TOPOLOGY_REFRESH_SECONDS:
+            nodes = read_numa_nodes()
+            if isinstance(nodes, Unavailable):  # asked again next sample: a failed read is not cached
+                self._numa_nodes = None
+                return nodes
+            self._numa_nodes, self._numa_key = nodes, (online, now)
+        return self._numa_nodes
 
     @staticmethod
     def _cpu_stats(previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
@@ -374,9 +514,9 @@ class HostCollector(Collector):
             _fill_shares(core, shares, _CORE_SHARE_FIELDS)
         cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**stat.total._asdict()))
         HostCollector._numa_stats(cpu, previous.numa if previous else None, raw.numa)
-        cpu.load1, cpu.load5, cpu.load15 = psutil.getloadavg()
-        cpu.process_count = len(psutil.pids())
-        put(cpu, "uptime_seconds", read_uptime())
+        cpu.load1, cpu.load5, cpu.load15 = os.getloadavg()
+        cpu.process_count = count_processes()
+        cpu.uptime_seconds = uptime_seconds()
         for field, line in (("interrupts_total", "intr"), ("softirqs_total", "softirq")):
             put(cpu, field, stat.counts.get(line, Unavailable(f"/proc/stat has no {line} line")))
         return cpu
@@ -402,18 +542,6 @@ class HostCollector(Collector):
                 shares = cpu_shares(before.times, now.times)
             _fill_shares(stats, shares, _NODE_SHARE_FIELDS)
 
-    @staticmethod
-    def _memory_stats() -> pb.MemoryStats:
-        virtual = psutil.virtual_memory()
-        swap = psutil.swap_memory()
-        return pb.MemoryStats(
-            total_bytes=virtual.total,
-            used_bytes=virtual.total - virtual.available,
-            available_bytes=virtual.available,
-            swap_total_bytes=swap.total,
-            swap_used_bytes=swap.used,
-        )
-
     def close(self) -> None:
         self._ethtool.close()
 
@@ -424,24 +552,33 @@ class HostCollector(Collector):
             before = previous.nics.get(name) if previous else None
             nic = pb.NicStats(
                 name=name,
-                rx_bytes_total=now.bytes_recv,
-                tx_bytes_total=now.bytes_sent,
-                rx_errors_total=now.errin,
-                tx_errors_total=now.errout,
-                rx_drops_total=now.dropin,
-                tx_drops_total=now.dropout,
-                rx_packets_total=now.packets_recv,
-                tx_packets_total=now.packets_sent,
+                rx_bytes_total=now.rx_bytes,
+                tx_bytes_total=now.tx_bytes,
+                rx_errors_total=now.rx_errors,
+                tx_errors_total=now.tx_errors,
+                rx_drops_total=now.rx_drops,
+                tx_drops_total=now.tx_drops,
+                rx_packets_total=now.rx_packets,
+                tx_packets_total=now.tx_packets,
             )
-            for field, counter in (("rx_bytes_per_s", "bytes_recv"), ("tx_bytes_per_s", "bytes_sent")):
-                put(nic, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
-            pauses = pause_counters(self._ethtool.read(name), nic_driver(name))
+            put(nic, "rx_bytes_per_s", counter_rate(before and before.rx_bytes, now.rx_bytes, seconds))
+            put(nic, "tx_bytes_per_s", counter_rate(before and before.tx_bytes, now.tx_bytes, seconds))
+            pauses = pause_counters(self._ethtool.read(name, only=PAUSE_COUNTERS), self._driver(name))
             if isinstance(pauses, Unavailable):
                 nic.unavailable["ethtool_stats"] = pauses.reason
             else:
                 nic.ethtool_stats.extend(pb.NamedCounter(name=key, value=value) for key, value in pauses.items())
             nics.append(nic)
+        for gone in self._drivers.keys() - raw.nics.keys():
+            del self._drivers[gone]
         return nics
+
+    def _driver(self, nic: str) -> str:
+        """The NIC's driver, looked up once while the NIC stays listed in /proc/net/dev."""
+        driver = self._drivers.get(nic)
+        if driver is None:
+            driver = self._drivers[nic] = nic_driver(nic)
+        return driver
 
     @staticmethod
     def _disk_stats(previous: _Raw | None, raw: _Raw) -> list[pb.DiskStats]:
@@ -453,19 +590,15 @@ class HostCollector(Collector):
                 name=name,
                 read_bytes_total=now.read_bytes,
                 write_bytes_total=now.write_bytes,
-                busy_seconds_total=now.busy_time / 1000.0,
-                reads_total=now.read_count,
-                writes_total=now.write_count,
+                busy_seconds_total=now.busy_ms / 1000.0,
+                reads_total=now.reads,
+                writes_total=now.writes,
             )
-            pairs = (
-                ("read_bytes_per_s", "read_bytes"),
-                ("write_bytes_per_s", "write_bytes"),
-                ("read_iops", "read_count"),
-                ("write_iops", "write_count"),
-            )
-            for field, counter in pairs:
-                put(disk, field, counter_rate(_counter(before, counter), getattr(now, counter), seconds))
-            busy_ms_per_s = counter_rate(_counter(before, "busy_time"), now.busy_time, seconds)
+            put(disk, "read_bytes_per_s", counter_rate(before and before.read_bytes, now.read_bytes, seconds))
+            put(disk, "write_bytes_per_s", counter_rate(before and before.write_bytes, now.write_bytes, seconds))
+            put(disk, "read_iops", counter_rate(before and before.reads, now.reads, seconds))
+            put(disk, "write_iops", counter_rate(before and before.writes, now.writes, seconds))
+            busy_ms_per_s = counter_rate(before and before.busy_ms, now.busy_ms, seconds)
             put(disk, "busy_percent",
                 busy_ms_per_s if isinstance(busy_ms_per_s, Unavailable) else min(100.0, busy_ms_per_s / 10.0))
             disks.append(disk)

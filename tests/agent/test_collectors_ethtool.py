@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from agentd.collectors.ethtool import EthtoolStats
+from agentd.collectors.ethtool import ETHTOOL_GSSET_INFO, EthtoolStats
 from agentd.collectors.host import PAUSE_COUNTERS, HostCollector, nic_driver, pause_counters
 from agentd.collectors.readings import Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -47,6 +47,30 @@ def test_every_nic_reads_as_ethtool_prints_it(reader) -> None:
         compared += 1
     if not compared:
         pytest.skip("no NIC here has ethtool statistics")
+
+
+def test_only_the_wanted_statistics_are_read_and_none_wanted_reads_no_values(reader, monkeypatch) -> None:
+    requests: list[int] = []
+    send = reader._request
+    monkeypatch.setattr(reader, "_request", lambda nic, buffer: requests.append(buffer.raw[0]) or send(nic, buffer))
+    compared = 0
+    for nic in sorted(os.listdir("/sys/class/net")):
+        every = reader.read(nic)
+        if isinstance(every, Unavailable) or len(every) < 2:
+            continue
+        names = list(every)
+        chosen = reader.read(nic, only=[names[-1], "no_such_statistic", names[0]])
+        after = reader.read(nic)
+        assert isinstance(after, dict)
+        assert list(chosen) == [names[0], names[-1]]  # in the driver's order
+        for name, value in chosen.items():
+            assert every[name] <= value <= after[name], (nic, name)
+        requests.clear()
+        assert reader.read(nic, only=["no_such_statistic"]) == {}
+        assert requests == [ETHTOOL_GSSET_INFO]  # the count only: no ETHTOOL_GSTATS
+        compared += 1
+    if not compared:
+        pytest.skip("no NIC here has two ethtool statistics or more")
 
 
 def test_nics_without_statistics_say_why(reader) -> None:

@@ -13,18 +13,24 @@ import time
 import psutil
 import pytest
 
+from agentd.collectors import host
 from agentd.collectors.host import (
     IB_ROOT,
     CpuTimes,
     HostCollector,
     NodeTimes,
+    Unwrapped,
+    count_processes,
     cpu_shares,
+    disk_counters,
+    memory_stats,
     parse_cpulist,
+    parse_diskstats,
+    parse_net_dev,
     parse_proc_stat,
     read_numa_nodes,
     read_proc_stat,
     read_rdma,
-    read_uptime,
 )
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -208,12 +214,132 @@ def test_packet_counters_count_udp_datagrams_on_loopback() -> None:
     assert after.tx_packets_total - before.tx_packets_total >= 200
 
 
-def test_unreadable_proc_files_give_reasons(tmp_path: pathlib.Path) -> None:
-    missing = str(tmp_path / "missing")
-    uptime = read_uptime(missing)
-    assert isinstance(uptime, Unavailable) and uptime.reason.startswith(f"cannot read {missing}")
+def test_an_unreadable_proc_stat_fails_the_sample(tmp_path: pathlib.Path) -> None:
     with pytest.raises(FileNotFoundError):  # no CPU figures at all: the runner reports the failed collect
-        read_proc_stat(missing)
+        read_proc_stat(str(tmp_path / "missing"))
+
+
+MEMINFO = """MemTotal:       16000000 kB
+MemFree:         1000000 kB
+MemAvailable:    9000000 kB
+Buffers:          200000 kB
+Cached:          6000000 kB
+SwapCached:            0 kB
+Active:          5000000 kB
+Inactive:        4000000 kB
+Shmem:            100000 kB
+Slab:             500000 kB
+SReclaimable:     300000 kB
+SwapTotal:       2000000 kB
+SwapFree:        1500000 kB
+HugePages_Total:       0
+Hugepagesize:       2048 kB
+"""
+
+
+@pytest.mark.parametrize("available_line", ["MemAvailable:    9000000 kB",  # the kernel's figure
+                                            "MemAvailable:          0 kB",  # a kernel bug: psutil estimates
+                                            "MemAvailable:   99000000 kB"])  # over the total (a container): MemFree
+def test_memory_figures_are_psutils_from_one_read_of_meminfo(tmp_path: pathlib.Path, available_line: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    text = MEMINFO.replace("MemAvailable:    9000000 kB", available_line)
+    (tmp_path / "meminfo").write_text(text)
+    (tmp_path / "vmstat").write_text("pswpin 10\npswpout 20\n")
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(tmp_path))
+    virtual, swap = psutil.virtual_memory(), psutil.swap_memory()
+    memory = memory_stats(text.encode())
+    assert (memory.total_bytes, memory.available_bytes, memory.used_bytes) == \
+        (virtual.total, virtual.available, virtual.total - virtual.available)
+    assert (memory.swap_total_bytes, memory.swap_used_bytes) == (swap.total, swap.used) == (2_048_000_000, 512_000_000)
+
+
+NET_DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: {lo} 1000    0    0    0     0          0         0 {lo} 1000    0    0    0     0       0          0
+  eth0:{eth} 5000    3    4    0     0          0        10 7777 6000    5    6    0     0       0          0
+"""
+DISKSTATS = """ 253       0 vda {vda} 10 2000 300 40 50 {vda_w} 600 0 700 900 0 0 0 0 0 0
+ 253       1 vda1 90 1 1800 290 30 40 800 500 0 650 800 0 0 0 0 0 0
+   7       0 loop0 5 0 10 0 0 0 0 0 0 1 0 0 0 0 0
+"""
+
+
+def test_nic_and_disk_totals_are_psutils_nowrap_ones_from_one_read_each(tmp_path: pathlib.Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three readings, the second with counters lower than the first (a wrap, as psutil takes it)."""
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(tmp_path))
+    (tmp_path / "net").mkdir()
+    psutil.net_io_counters.cache_clear()
+    psutil.disk_io_counters.cache_clear()
+    nics, disks = Unwrapped(), Unwrapped()
+    for lo, eth, vda in ((900, 2**32 - 10, 100), (50, 30, 20), (70, 40, 25)):
+        (tmp_path / "net" / "dev").write_text(NET_DEV.format(lo=lo, eth=eth))
+        (tmp_path / "diskstats").write_text(DISKSTATS.format(vda=vda, vda_w=vda * 2))
+        expected_nics = psutil.net_io_counters(pernic=True, nowrap=True)
+        expected_disks = psutil.disk_io_counters(perdisk=True, nowrap=True)
+        read_nics = nics(parse_net_dev((tmp_path / "net" / "dev").read_bytes()))
+        read_disks = disks({name: disk_counters(columns)
+                            for name, columns in parse_diskstats((tmp_path / "diskstats").read_bytes()).items()})
+        assert read_nics.keys() == expected_nics.keys() == {"lo", "eth0"}
+        for name, mine in read_nics.items():
+            theirs = expected_nics[name]
+            assert mine == (theirs.bytes_recv, theirs.bytes_sent, theirs.packets_recv, theirs.packets_sent,
+                            theirs.errin, theirs.errout, theirs.dropin, theirs.dropout), name
+        assert read_disks.keys() == {"vda", "vda1", "loop0"}
+        for name, mine in read_disks.items():
+            theirs = expected_disks[name]
+            assert mine == (theirs.read_bytes, theirs.write_bytes, theirs.read_count, theirs.write_count,
+                            theirs.busy_time), name
+    assert read_nics["lo"].rx_bytes == 900 + 70 and read_disks["vda"].reads == 100 + 25  # the wrap was seen
+    psutil.net_io_counters.cache_clear()
+    psutil.disk_io_counters.cache_clear()
+
+
+def test_a_device_that_disappears_starts_again_from_its_own_counters() -> None:
+    totals = Unwrapped()
+    counters = host.DiskCounters(100, 100, 100, 100, 100)
+    assert totals({"sda": counters}) == {"sda": counters}
+    low = host.DiskCounters(1, 1, 1, 1, 1)
+    assert totals({"sda": low})["sda"] == (101, 101, 101, 101, 101)  # wrapped: the old value is added
+    assert totals({}) == {}
+    assert totals({"sda": low})["sda"] == low  # a new device under the old name
+
+
+def test_uptime_and_process_count_agree_with_proc() -> None:
+    before = float(pathlib.Path("/proc/uptime").read_text().split()[0])
+    uptime = host.uptime_seconds()
+    after = float(pathlib.Path("/proc/uptime").read_text().split()[0])
+    assert before <= uptime <= after and round(uptime, 2) == uptime
+    assert count_processes() == pytest.approx(len(psutil.pids()), abs=20)
+
+
+def test_numa_nodes_are_read_again_only_when_the_online_cpus_change_or_after_the_refresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    stats = {"two": "cpu0 1 0 1 10\ncpu1 1 0 1 10\n", "one": "cpu0 2 0 2 20\n"}
+    current = ["two"]
+    monkeypatch.setattr(host, "read_proc_stat", lambda: parse_proc_stat(stats[current[0]], 100))
+    reads = []
+    monkeypatch.setattr(host, "read_numa_nodes", lambda: reads.append(now[0]) or {0: [0, 1]})
+    collector = HostCollector(1.0, clock=lambda: now[0])
+    for at, online in ((0.0, "two"), (1.0, "two"), (2.0, "one"), (3.0, "one"), (62.5, "one"), (63.0, "one")):
+        now[0], current[0] = at, online
+        collector.collect()
+    assert reads == [0.0, 2.0, 62.5]
+    node = snapshot_of(collector).cpu.numa_nodes[0]
+    assert list(node.cpus) == [0] and node.seconds_total.user == 0.02
+    collector.close()
+
+
+def test_whole_disks_are_decided_again_only_when_the_names_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    decided = []
+    real = host.whole_disks
+    monkeypatch.setattr(host, "whole_disks", lambda names: decided.append(list(names)) or real(names))
+    collector = HostCollector(1.0)
+    for _ in range(3):
+        collector.collect()
+    assert len(decided) == 1
+    collector.close()
 
 
 def test_proc_stat_of_an_old_kernel_without_softirq_line_or_guest_columns() -> None:
