@@ -4,7 +4,7 @@ the views are what fetch_fleet returns; test_prometheus_fleet.py gets them from 
 from __future__ import annotations
 
 from tuiprof.client.prometheus import (
-    NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Sample,
+    NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Labels, _Sample,
     column_queries,
 )
 from tuiprof.model.cluster import ClusterState
@@ -92,7 +92,7 @@ def test_a_host_not_recorded_yet_says_so_rather_than_no_gpus() -> None:
     """Raw series come with the first scrape, recorded ones at the rules' next evaluation."""
     def answer(name: str) -> QueryResult:
         values = {"sampled_at": "99", "memory_used_bytes": "4e9", "memory_total_bytes": "8e9"}
-        samples = [_Sample({"hostname": "n1"}, (100.0, values[name]))] if name in values else []
+        samples = [_Sample(_Labels(hostname="n1"), (100.0, values[name]))] if name in values else []
         return QueryResult(100.0, samples)
 
     columns = _Columns({name: answer(name) for name in column_queries(HostSelection(), recorded=True)},

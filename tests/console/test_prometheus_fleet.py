@@ -42,6 +42,7 @@ from tuiprof.client.prometheus import (
     fetch_fleet, recording_rules_loaded,
 )
 from tuiprof.model.events import HostUnreachable, SummaryReceived
+from tuiprof.model.messages import HangStatus
 from tuiprof.model.summary import HostSummary, summarize
 from tuiprof.model.values import Unavailable
 
@@ -179,9 +180,20 @@ def test_frozen_agent_is_stale_with_the_figures_the_grpc_path_gives(fleet: Fleet
     assert isinstance(frozen[1], HostUnreachable) and frozen[1].error.startswith("stale: its newest snapshot")
 
 
+def test_a_suspect_host_has_its_verdict_from_its_hang_series(fleet: Fleet) -> None:
+    """The golden snapshot's host is suspect since a known time; its ranks are ok and exited,
+    so no rank is named (the banner names only ranks at the host's level or worse)."""
+    view, _ = fetch(fleet)
+    hang = fleet.frozen.hang
+    assert hang.level == "suspect" and {v.level for v in hang.ranks} == {"ok", "exited"}
+    assert view.hangs == {FROZEN: HangStatus("suspect", hang.since_unix_ns, "", ())}
+    assert view.rows[FROZEN].summary.hang_level == "suspect"
+
+
 def test_hosts_without_series_are_unreachable_with_the_reason(fleet: Fleet) -> None:
     view, queries = fetch(fleet)
-    assert queries == len(column_queries(fleet.selection)) + 1  # and one to learn why hosts are missing
+    # and one to learn why hosts are missing, one for the suspect (frozen) host's hang verdict
+    assert queries == len(column_queries(fleet.selection)) + 2
     assert view.missing[UNSCRAPED] == NOT_SCRAPED
     assert view.missing[UNSCRAPABLE].startswith(f"Prometheus cannot scrape it (up == 0 for {UNSCRAPABLE}:")
     assert set(view.missing) == {UNSCRAPED, UNSCRAPABLE}

@@ -41,6 +41,7 @@ from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import Emit, HostClient, RetryNow
 from tuiprof.model.behaviour import ratio_percent
 from tuiprof.model.events import HostEvent, HostUnreachable, SummaryReceived
+from tuiprof.model.messages import HangStatus, RankVerdict
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Reading, Unavailable
 
@@ -51,6 +52,9 @@ STALE_AFTER_S = 60.0
 """A host whose newest snapshot in Prometheus is older than this is shown stale (unreachable,
 last figures kept): at the usual 15-30 s scrape interval that is two scrapes or more missed."""
 QUERY_TIMEOUT_S = 30.0
+RANK_HOSTS_AT_ONCE = 1024
+"""The NCCL/GEMM view watches at most this many hosts' agents over gRPC: one console follows
+about a thousand streams in half a core (bench/console_fleet.md)."""
 
 NOT_EXPORTED = "not in Prometheus: the agent did not export it (the host view says why)"
 NOT_RECORDED_YET = ("not recorded yet: the host is new to Prometheus, and its recording rules "
@@ -121,9 +125,13 @@ class HostSelection:
 
     def node_of(self, hostname: str) -> str:
         """The expected node a ``hostname`` label stands for (itself when not expected)."""
-        if hostname in self._expected_set:
-            return hostname
-        if _is_ip_address(hostname):
+        node = self._nodes.get(hostname)
+        if node is None:  # asked for every host at every refresh: worked out once per name
+            node = self._nodes[hostname] = self._work_out_node(hostname)
+        return node
+
+    def _work_out_node(self, hostname: str) -> str:
+        if hostname in self._expected_set or not self.expected or _is_ip_address(hostname):
             return hostname
         short = hostname.split(".", 1)[0]
         return short if short in self._expected_set else hostname
@@ -131,6 +139,10 @@ class HostSelection:
     @functools.cached_property
     def _expected_set(self) -> frozenset[str]:
         return frozenset(self.expected)
+
+    @functools.cached_property
+    def _nodes(self) -> dict[str, str]:
+        return {}
 
 
 # ---------------------------------------------------------------- the queries
@@ -219,8 +231,23 @@ SCRAPE_FAILURES = "max by (instance, job) (up == 0)"
 # ---------------------------------------------------------------- the HTTP API
 
 
-class _Sample(msgspec.Struct):
-    metric: dict[str, str]
+class _Labels(msgspec.Struct, gc=False):
+    """The labels the console reads (others are skipped while decoding; absent ones are "")."""
+
+    hostname: str = ""
+    level: str = ""
+    collector: str = ""
+    reason: str = ""
+    pid: str = ""
+    rank: str = ""
+    instance: str = ""
+    job: str = ""
+
+
+class _Sample(msgspec.Struct, gc=False):
+    # gc=False: ten thousand samples an answer, kept while a refresh lasts, would otherwise
+    # make Python's collector walk them again and again (3-4x the decoding time)
+    metric: _Labels
     value: tuple[float, str]
 
 
@@ -309,6 +336,8 @@ class HostRow:
     hostname: str
     sampled_at: float
     summary: HostSummary
+    rank_count: int = 0
+    """Training processes the agent reads (the NCCL/GEMM view watches hosts that have some)."""
 
 
 @dataclass(frozen=True)
@@ -321,14 +350,16 @@ class FleetView:
     query_seconds: float
     recorded: bool
     """Whether the rows came from the recording rules' series."""
+    hangs: dict[str, HangStatus] = field(default_factory=dict)
+    """The verdicts of the hosts (by node) whose level is suspect or hung (the banner's)."""
 
 
-def _numbers(result: QueryResult) -> dict[str, float]:
-    values = {}
+def _numbers(result: QueryResult, count: bool = False) -> dict[str, float]:
+    values: dict[str, float] = {}
     for sample in result.samples:
         number = float(sample.value[1])
         if number == number:  # NaN (0/0 on the server) is no figure
-            values[sample.metric.get("hostname", "")] = number
+            values[sample.metric.hostname] = int(number) if count else number
     return values
 
 
@@ -336,59 +367,72 @@ def _collector_gaps(result: QueryResult) -> dict[str, dict[str, str]]:
     gaps: dict[str, dict[str, str]] = {}
     for sample in result.samples:
         labels = sample.metric
-        gaps.setdefault(labels.get("hostname", ""), {})[labels.get("collector", "")] = labels.get("reason", "")
+        gaps.setdefault(labels.hostname, {})[labels.collector] = labels.reason
     return gaps
 
 
-def _labels_by_host(result: QueryResult, label: str) -> dict[str, str]:
-    return {s.metric.get("hostname", ""): s.metric.get(label, "") for s in result.samples}
+def _levels_by_host(result: QueryResult) -> dict[str, str]:
+    return {s.metric.hostname: s.metric.level for s in result.samples}
 
 
 _COUNTS = frozenset({"gpu_count", "rank_count"})
+_LABELLED = frozenset({"hang", "collectors_down"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _unavailable(reason: str) -> Unavailable:
+    """One object per reason: ten thousand rows share a handful of them."""
+    return Unavailable(reason)
 
 
 class _Columns:
     """The answers of one refresh, and the reasons for what is not in them."""
 
     def __init__(self, results: Mapping[str, QueryResult], recorded: bool) -> None:
-        self.numbers = {name: _numbers(result) for name, result in results.items()
-                        if name not in ("hang", "collectors_down")}
-        self.hang = _labels_by_host(results["hang"], "level")
+        self.numbers = {name: _numbers(result, name in _COUNTS) for name, result in results.items()
+                        if name not in _LABELLED}
+        self.hang = _levels_by_host(results["hang"])
         self.gaps = _collector_gaps(results["collectors_down"])
         self.recorded = recorded
 
     def gap(self, host: str, collector: str, otherwise: str) -> Unavailable:
         """Why ``collector``'s figures are missing: its own reason when it is down, else ``otherwise``."""
-        reasons = self.gaps.get(host, {})
-        if collector in reasons:
-            return Unavailable(reasons[collector] or f"{collector} collector unavailable")
-        return Unavailable(otherwise)
+        reasons = self.gaps.get(host)
+        if reasons and collector in reasons:
+            return _unavailable(reasons[collector] or f"{collector} collector unavailable")
+        return _unavailable(otherwise)
 
     def summary(self, host: str) -> HostSummary:
+        # Ten thousand of these per refresh: each figure is one dict lookup, each reason shared.
+        numbers = self.numbers
         # A host new to Prometheus has raw series before the rules' next evaluation records
         # its figures: every agent exports CPU figures, so none recorded means not yet.
-        not_yet = (self.recorded and host not in self.numbers["cpu_percent"]
-                   and "host" not in self.gaps.get(host, {}))
+        if (self.recorded and host not in numbers["cpu_percent"]
+                and "host" not in self.gaps.get(host, {})):
+            not_yet = _unavailable(NOT_RECORDED_YET)
 
-        def get(column: str, missing: Unavailable) -> Reading:
-            value = self.numbers[column].get(host)
-            if value is None:
-                return Unavailable(NOT_RECORDED_YET) if not_yet and column in RECORDED else missing
-            return int(value) if column in _COUNTS else value
+            def get(column: str, missing: Unavailable) -> Reading:
+                value = numbers[column].get(host)
+                return (not_yet if column in RECORDED else missing) if value is None else value
+        else:
+            def get(column: str, missing: Unavailable) -> Reading:
+                return numbers[column].get(host, missing)
 
         no_host = self.gap(host, "host", NOT_EXPORTED)
         used = get("memory_used_bytes", no_host)
-        has_gpus = host in self.numbers["gpu_count"]
-        no_gpu = self.gap(host, "gpu", "no GPUs on this host")
-        gpu_missing = Unavailable(NOT_EXPORTED) if has_gpus else no_gpu
-        gpu_sum_missing = Unavailable(NOT_EVERY_GPU) if has_gpus else no_gpu
-        has_ranks = host in self.numbers["rank_count"]
-        no_ranks = self.gap(host, "ranks", "no training processes seen")
+        if host in numbers["gpu_count"]:
+            gpu_missing, gpu_sum_missing = _unavailable(NOT_EXPORTED), _unavailable(NOT_EVERY_GPU)
+        else:
+            gpu_missing = gpu_sum_missing = self.gap(host, "gpu", "no GPUs on this host")
+        if host in numbers["rank_count"]:
+            no_busbw, no_step = _unavailable("no NCCL collectives seen"), _unavailable(NOT_EXPORTED)
+        else:
+            no_busbw = no_step = self.gap(host, "ranks", "no training processes seen")
         return HostSummary(
             cpu_percent=get("cpu_percent", no_host),
             memory_percent=ratio_percent(used, get("memory_total_bytes", no_host)),
             memory_used_bytes=used,
-            gpu_count=get("gpu_count", no_gpu),
+            gpu_count=get("gpu_count", gpu_missing),
             gpu_util_mean=get("gpu_util_mean", gpu_missing),
             gpu_util_min=get("gpu_util_min", gpu_missing),
             sm_active_mean=get("sm_active_mean", gpu_missing),
@@ -396,11 +440,47 @@ class _Columns:
             power_watts=get("power_watts", gpu_sum_missing),
             gpu_memory_used_bytes=get("gpu_memory_used_bytes", gpu_sum_missing),
             gpu_memory_total_bytes=get("gpu_memory_total_bytes", gpu_sum_missing),
-            nccl_busbw_bytes_per_s=get("nccl_busbw_bytes_per_s",
-                                       Unavailable("no NCCL collectives seen") if has_ranks else no_ranks),
-            step_time_seconds=get("step_time_seconds", Unavailable(NOT_EXPORTED) if has_ranks else no_ranks),
+            nccl_busbw_bytes_per_s=get("nccl_busbw_bytes_per_s", no_busbw),
+            step_time_seconds=get("step_time_seconds", no_step),
             hang_level=self.hang.get(host, ""),
         )
+
+
+# ---------------------------------------------------------------- hangs
+
+
+HANG_SHOWN = ("suspect", "hung")
+"""The levels the cluster view's banner reports."""
+
+
+def hang_query(hostnames: Iterable[str]) -> str:
+    """The hung or suspect ranks of these hosts and since when the hosts are so, in one answer:
+    a sample with a ``level`` label is one process's verdict (``tuiprof_rank_hang_status``), a
+    sample without one is its host's ``tuiprof_hang_since_timestamp_seconds``."""
+    names = promql_string("|".join(re.escape(name) for name in hostnames))
+    levels = promql_string("|".join(HANG_SHOWN))
+    return (f"max by (hostname, pid, rank, level) "
+            f"(tuiprof_rank_hang_status{{hostname=~{names},level=~{levels}}} == 1) "
+            f"or max by (hostname) (tuiprof_hang_since_timestamp_seconds{{hostname=~{names}}})")
+
+
+def hang_statuses(levels: Mapping[str, str], result: QueryResult) -> dict[str, HangStatus]:
+    """Per hostname whose level (``levels``) is suspect or hung, its verdict from ``hang_query``'s
+    answer, as a gRPC snapshot gives it but without the agent's free-text explanations
+    (labels never carry free text: the host's own view has them)."""
+    since: dict[str, float] = {}
+    verdicts: dict[str, list[RankVerdict]] = {}
+    for sample in result.samples:
+        labels = sample.metric
+        if not labels.level:
+            since[labels.hostname] = float(sample.value[1])
+            continue
+        rank: Reading = int(labels.rank) if labels.rank.isdigit() else _unavailable(
+            "the process has no RANK in its environment")
+        verdicts.setdefault(labels.hostname, []).append(
+            RankVerdict(pid=int(labels.pid or 0), rank=rank, level=labels.level, explanation=""))
+    return {host: HangStatus(level, round(since.get(host, 0.0) * 1e9), "", tuple(verdicts.get(host, ())))
+            for host, level in levels.items() if level in HANG_SHOWN}
 
 
 async def recording_rules_loaded(client: PrometheusClient) -> bool:
@@ -420,15 +500,20 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
     queries = column_queries(selection, recorded)
     answers = await asyncio.gather(*(client.query(q) for q in queries.values()))
     results = dict(zip(queries, answers))
-    query_seconds = time.perf_counter() - started
     columns = _Columns(results, recorded)
+    troubled = {host: level for host, level in columns.hang.items() if level in HANG_SHOWN}
+    # a healthy fleet costs no query here; a troubled one, one query over its troubled hosts
+    hangs = hang_statuses(troubled, await client.query(hang_query(troubled))) if troubled else {}
+    query_seconds = time.perf_counter() - started
     rows = {}
+    ranks = columns.numbers["rank_count"]
     for hostname, sampled_at in columns.numbers["sampled_at"].items():
         node = selection.node_of(hostname)
-        rows[node] = HostRow(node, hostname, sampled_at, columns.summary(hostname))
+        rows[node] = HostRow(node, hostname, sampled_at, columns.summary(hostname), int(ranks.get(hostname, 0)))
     absent = [node for node in dict.fromkeys((*selection.expected, *also_expected)) if node not in rows]
     missing = await _why_missing(client, absent) if absent else {}
-    return FleetView(results["sampled_at"].evaluated_at, rows, missing, query_seconds, recorded)
+    return FleetView(results["sampled_at"].evaluated_at, rows, missing, query_seconds, recorded,
+                     {selection.node_of(host): status for host, status in hangs.items()})
 
 
 async def _why_missing(client: PrometheusClient, nodes: list[str]) -> dict[str, str]:
@@ -440,9 +525,9 @@ async def _why_missing(client: PrometheusClient, nodes: list[str]) -> dict[str, 
     by_host: dict[str, str] = {}
     by_short_name: dict[str, str] = {}
     for sample in (await client.query(SCRAPE_FAILURES)).samples:
-        instance = sample.metric.get("instance", "")
+        instance = sample.metric.instance
         host = AgentAddress.parse(instance).host if instance else ""
-        reason = (f"Prometheus cannot scrape it (up == 0 for {instance}, job {sample.metric.get('job', '?')}; "
+        reason = (f"Prometheus cannot scrape it (up == 0 for {instance}, job {sample.metric.job or '?'}; "
                   "its targets page says why)")
         by_host.setdefault(host, reason)
         if not _is_ip_address(host):
@@ -588,6 +673,31 @@ class PrometheusSource:
     def attended(self) -> list[str]:
         """The hosts watched over gRPC now."""
         return list(self._attended)
+
+    def hang(self, address: str) -> HangStatus | None:
+        """The host's suspect or hung verdict as Prometheus has it; None when it has none, or
+        when the host is watched over gRPC (its own snapshots then carry the verdict)."""
+        if self.last_view is None or address in self._attended:
+            return None
+        return self.last_view.hangs.get(self._nodes.get(address, address))
+
+    def attend_ranks(self, while_: Callable[[], bool]) -> str:
+        """Watch over gRPC, while ``while_()`` holds, the agents of the hosts that have ranks
+        (the NCCL/GEMM view: per-op latencies, first calls and how each figure was timed are
+        in the agents' snapshots only); at most ``RANK_HOSTS_AT_ONCE``. Says what it did."""
+        if self.last_view is None:
+            return "no answer from Prometheus yet: no host with ranks known (try again after a refresh)"
+        with_ranks = sorted(node for node, row in self.last_view.rows.items() if row.rank_count > 0)
+        chosen = with_ranks[:RANK_HOSTS_AT_ONCE]
+        for node in chosen:
+            self.attend(self.address(node), while_)
+        if not with_ranks:
+            return "no host in Prometheus has training processes (ranks appear once started with `tuiprof run`)"
+        text = f"the ranks of {len(chosen)} host(s), from their agents over gRPC while this view is open"
+        if len(chosen) < len(with_ranks):
+            text += (f": the first {len(chosen)} of {len(with_ranks)} hosts with ranks (by name); "
+                     "name the job with --slurm-job or fewer hosts with --match to see the rest")
+        return text
 
     def attend(self, address: str, while_: Callable[[], bool]) -> None:
         """Watch this host's agent over gRPC while ``while_()`` holds (its screen is open)."""

@@ -217,7 +217,13 @@ class TuiprofApp(App[None]):
     def action_job_ops(self) -> None:
         from tuiprof.tui.screens.job_ops import JobOpsScreen
 
-        self._push_once(JobOpsScreen)
+        if isinstance(self.screen, JobOpsScreen):
+            return
+        screen = JobOpsScreen()
+        attend_ranks = getattr(self.source, "attend_ranks", None)
+        if attend_ranks is not None:  # Prometheus mode: the ranks' hosts' agents over gRPC while it is open
+            self.notify(attend_ranks(lambda: screen in self.screen_stack), title="NCCL/GEMM", markup=False)
+        self.push_screen(screen)
 
     def action_traces(self) -> None:
         from tuiprof.tui.screens.traces import TracesScreen

@@ -15,6 +15,7 @@ from tuiprof.analysis.stacks_banner import hang_banner
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState, worst_first
 from tuiprof.model.filter import FilterError, HostFilter
+from tuiprof.model.messages import HangStatus
 from tuiprof.model.settings import Settings
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
@@ -168,6 +169,8 @@ class ClusterScreen(ConsoleScreen):
         self._row_cache: dict[str, tuple[HostState, Flags, list[Text | str]]] = {}
         """Per host: the state and flags its cells were made from, and the cells."""
         self._detail = ""
+        self._worst: tuple[int, HostState | None] = (-1, None)
+        """The worst host, and the cluster version it was found at."""
         self.grid = HostGrid([GridColumn(c.key, c.label, c.width, c.priority) for c in COLUMNS], id="hosts")
         """Made here, not in compose, so ``shows`` can answer before the screen is mounted."""
 
@@ -224,13 +227,14 @@ class ClusterScreen(ConsoleScreen):
     def update_hang_banner(self) -> None:
         """The job-wide hang line over the table: the worst level, since when, which ranks.
 
-        Only hosts whose summary reports a suspect or hung rank have their full model
-        built, so a healthy fleet costs nothing here.
+        Only hosts whose summary reports a suspect or hung rank are looked at (their full
+        model built), so a healthy fleet costs nothing here.
         """
         affected = [
-            (h.name, h.snapshot.hang)
+            (h.name, hang)
             for h in self.cluster.hosts()
-            if h.summary is not None and h.summary.hang_level in ("hung", "suspect") and h.snapshot
+            if h.summary is not None and h.summary.hang_level in ("hung", "suspect")
+            and (hang := self._hang_status(h)) is not None
         ]
         banner = hang_banner(affected, int(self.cluster.now * 1e9))
         widget = self.query_one("#hang-banner", Static)
@@ -238,6 +242,15 @@ class ClusterScreen(ConsoleScreen):
         if banner is not None:
             widget.set_classes(f"hang-{banner.level}")
             set_content(widget, banner.text)
+
+    def _hang_status(self, state: HostState) -> HangStatus | None:
+        """The host's verdict: from Prometheus in fleet mode (its hang series, read once per
+        refresh for the troubled hosts), else, or for a host watched over gRPC, its snapshot's."""
+        from_fleet = getattr(self.console.source, "hang", None)
+        status = from_fleet(state.address) if from_fleet is not None else None
+        if status is None and state.snapshot is not None:
+            status = state.snapshot.hang
+        return status
 
     def _flags(self, state: HostState, worst: HostState | None, shared: set[str]) -> Flags:
         since = self.cluster.since_contact(state)
@@ -266,10 +279,16 @@ class ClusterScreen(ConsoleScreen):
 
     def worst_host(self) -> HostState | None:
         """The host most in need of attention, or None when no host stands out."""
+        version = self.cluster.version
+        if self._worst[0] != version:  # a redraw asks three times: the hosts are ranked once
+            self._worst = (version, self._rank_worst())
+        return self._worst[1]
+
+    def _rank_worst(self) -> HostState | None:
         keyed = [(worst_first(h), h) for h in self.cluster.hosts()]
         if len(keyed) < 2:
             return None
-        # min and max, not a sort: this runs on every redraw of a thousand-host table
+        # min and max, not a sort: this runs on every redraw of a ten-thousand-host table
         worst = min(keyed, key=lambda kh: kh[0])
         return None if worst[0] == max(k for k, _ in keyed) else worst[1]
 
