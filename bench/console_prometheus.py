@@ -48,7 +48,8 @@ from console.prometheus_server import (  # noqa: E402
 
 GPUS = 8
 BACKFILL_S_PER_HOST = 0.015
-"""About how long promtool takes per host of 8 GPUs on the 2-core VM (10,000 hosts: ~2.5 min)."""
+"""About how long the backfill takes per host of 8 GPUs on the 2-core VM (10,000 hosts: ~2.5 min);
+less is harmless (the first samples are then in the past), more leaves the runs without new ones."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -121,16 +122,17 @@ async def measure(url: str, refresh: float, seconds: float, warmup: float, prome
     }
 
 
-def run_one(count: int, seconds: float, warmup: float, refresh: float, step: float) -> list[dict]:
+def run_one(count: int, seconds: float, warmup: float, refresh: float, step: float,
+            backfill_s_per_host: float = BACKFILL_S_PER_HOST) -> list[dict]:
     """Backfill once; measure the console over Prometheus without, then with, the recording rules."""
     results = []
     with tempfile.TemporaryDirectory(prefix="tuiprof-bench-prom-") as work:
         directory = pathlib.Path(work)
         # One sample now (every host has a row at once), then one per step from about when the
-        # backfill will be done (BACKFILL_S_PER_HOST) until both runs are over: the samples
+        # backfill will be done (backfill_s_per_host) until both runs are over: the samples
         # written are those the runs read, however long the backfill takes.
         now = time.time()
-        first = now + BACKFILL_S_PER_HOST * count
+        first = now + backfill_s_per_host * count
         times = [now - step, *(first + i * step for i in range(int((2 * (warmup + seconds) + 180) / step)))]
         begun = time.monotonic()
         backfill(directory / "tsdb", fleet_openmetrics(count, gpus=GPUS, at=times), directory)
@@ -161,6 +163,8 @@ def main() -> None:
     parser.add_argument("--step", type=float, default=15.0,
                         help="seconds between backfilled samples (the scrape interval; also the rules' evaluation)")
     parser.add_argument("--grpc", type=int, default=0, help="also run direct gRPC mode with this many agents")
+    parser.add_argument("--backfill-s-per-host", type=float, default=BACKFILL_S_PER_HOST,
+                        help="about how long the backfill takes per host here (the first live sample's delay)")
     parser.add_argument("--console", help=argparse.SUPPRESS)
     parser.add_argument("--prometheus-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -170,7 +174,7 @@ def main() -> None:
         return
     print(f"# {os.uname().nodename}: {psutil.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     for count in args.counts:
-        for result in run_one(count, args.seconds, args.warmup, args.refresh, args.step):
+        for result in run_one(count, args.seconds, args.warmup, args.refresh, args.step, args.backfill_s_per_host):
             print(json.dumps(result), flush=True)
     if args.grpc:
         import console_fleet
