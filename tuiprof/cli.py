@@ -4,6 +4,11 @@ Each subcommand lives in its own module under ``tuiprof.commands`` and exposes
 ``add_parser(subparsers)`` (registering its arguments and ``func``). The console
 itself (``tuiprof``, ``tuiprof connect``, ``tuiprof --slurm-job``) is the
 ``console`` command module, which also handles the no-subcommand case.
+
+``tuiprof COMMAND …`` imports only that command's module: importing every one
+(the console's Textual and Prometheus client among them) costs more than most
+headless commands take to run. Anything else (top-level options, ``--help``, no
+command) builds the whole parser.
 """
 
 from __future__ import annotations
@@ -11,28 +16,62 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
-# Module names under tuiprof.commands, in the order `tuiprof --help` lists them.
-COMMANDS: tuple[str, ...] = (
-    "console", "status", "record", "replay", "stacks", "trace", "analyze", "run", "prometheus_targets",
-)
+from agentd.address import DEFAULT_AGENT_PORT
+
+# Module under tuiprof.commands → the command it registers, in the order `tuiprof --help` lists them.
+COMMANDS: dict[str, str] = {
+    "console": "connect", "status": "status", "record": "record", "replay": "replay", "stacks": "stacks",
+    "trace": "trace", "analyze": "analyze", "run": "run", "prometheus_targets": "prometheus-targets",
+}
+# What the console's top-level options (``console.add_top_level_arguments``) leave in every command's
+# arguments when not given: a command run alone gets the same namespace as through the whole parser.
+TOP_LEVEL_DEFAULTS: dict[str, object] = {
+    "slurm_job": None, "port": DEFAULT_AGENT_PORT, "token_file": None, "tls_ca": None, "interval": 0.0,
+    "prometheus": None, "match": None,
+}
+DESCRIPTION = "Monitor and profile distributed GPU training from the terminal."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tuiprof",
-        description="Monitor and profile distributed GPU training from the terminal.",
-    )
+    parser = argparse.ArgumentParser(prog="tuiprof", description=DESCRIPTION)
     importlib.import_module("tuiprof.commands.console").add_top_level_arguments(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"tuiprof.commands.{name}").add_parser(subparsers)
+    for module in COMMANDS:
+        importlib.import_module(f"tuiprof.commands.{module}").add_parser(subparsers)
+    return parser
+
+
+class _OneCommandParser(argparse.ArgumentParser):
+    """``tuiprof`` with only the command asked for; an error of its own (e.g. an argument no parser takes)
+    is left to the whole parser, so it reads exactly as it always has."""
+
+    def __init__(self, argv: list[str]) -> None:
+        super().__init__(prog="tuiprof", description=DESCRIPTION)
+        self._argv = argv
+
+    def error(self, message: str) -> NoReturn:
+        build_parser().parse_args(self._argv)
+        super().error(message)  # the whole parser took it after all: still an error here
+
+
+def command_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser for ``argv``: only its command's when it starts with one, else the whole parser."""
+    module = next((module for module, name in COMMANDS.items() if argv[:1] == [name]), None)
+    if module is None:
+        return build_parser()
+    parser = _OneCommandParser(argv)
+    parser.set_defaults(**TOP_LEVEL_DEFAULTS)
+    # parser_class: the command's own parser reports its own errors, as under the whole parser.
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=argparse.ArgumentParser)
+    importlib.import_module(f"tuiprof.commands.{module}").add_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    args = command_parser(arguments).parse_args(arguments)
     func = getattr(args, "func", None)
     if func is None:  # no subcommand: the console on this host or on --slurm-job's nodes
         func = importlib.import_module("tuiprof.commands.console").run

@@ -20,17 +20,14 @@ with one flow chain (``s`` → ``t`` … → ``f``) in the order the ranks start
 from __future__ import annotations
 
 import gzip
-import multiprocessing
-from multiprocessing import resource_tracker
 import os
 import pathlib
 import re
 import sys
 import zlib
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -41,7 +38,9 @@ from agentd.traces.analysis.summary import RankExtract, RankResult
 from tuiprof.analysis.trace_collectives import match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
 from tuiprof.analysis.trace_summary import TraceSummary, summarize
-from tuiprof.model.capture import ClusterCapture
+
+if TYPE_CHECKING:  # only its type: tuiprof analyze starts without the capture model
+    from tuiprof.model.capture import ClusterCapture
 
 _BASE_PATTERN = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 # distributedInfo's own fields come before its nested lists and objects (pg_config).
@@ -208,6 +207,10 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
                                   b'{"ph":"M","name":"tuiprof_merge","pid":0,"tid":0,"args":{"origin_unix_ns":%d}}'
                                   % (origin, origin)))
         if workers > 1:
+            # Imported here: a merge of one file (tuiprof analyze on a small trace) starts without them.
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             _start_resource_tracker()
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
                 calls = _write_parts(pool.map(_rank_part, jobs), writer, result)
@@ -240,6 +243,8 @@ def _start_resource_tracker() -> None:
         usable = False
     if usable:
         return
+    from multiprocessing import resource_tracker
+
     saved = sys.stderr
     with open(os.devnull, "w") as devnull:
         sys.stderr = devnull

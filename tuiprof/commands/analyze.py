@@ -24,8 +24,7 @@ from tuiprof.analysis.trace_merge import (
     MERGED_NAME, MergeResult, TraceFormatError, TraceHeader, TraceInput, merge_traces, trace_header,
 )
 from tuiprof.analysis.trace_diff import diff, diff_json, render_diff
-from tuiprof.analysis.trace_summary import RankResult, render_text, summarize, summary_json
-from tuiprof.commands.trace import add_steps_argument, merged_json
+from tuiprof.analysis.trace_summary import STEP_MODES, RankResult, render_text, summarize, summary_json
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -58,6 +57,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_steps_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (as `tuiprof trace --json`)")
     parser.set_defaults(func=run)
+
+
+def add_steps_argument(parser: argparse.ArgumentParser) -> None:
+    """``--steps``: which part of each trace the summary counts (the merged timeline keeps everything)."""
+    parser.add_argument("--steps", choices=STEP_MODES, default="all",
+                        help="what the summary counts: all = the whole trace (default); complete = only whole "
+                             "ProfilerStep# windows, dropping the last step, which the profiler's stop cuts short "
+                             "(HTA's default); GPU work counts by when it was launched")
+
+
+def merged_json(merged: MergeResult) -> dict:
+    """The ``merged`` part of the ``--json`` document (and ``tuiprof trace``'s)."""
+    return {"path": str(merged.output), "events": merged.events, "base_time_ns": merged.base_time_ns,
+            "linked_collectives": merged.linked_collectives}
 
 
 def trace_files(paths: list[pathlib.Path]) -> list[pathlib.Path]:

@@ -32,11 +32,12 @@ from agentd.token import TokenFileError
 from tuiprof.analysis.stragglers import TraceStraggler, trace_stragglers
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
 from tuiprof.analysis.trace_reduce import ReducedSummary, reduce_summaries, remote_ranks
-from tuiprof.analysis.trace_summary import STEP_MODES, TraceSummary, render_text, summary_json
+from tuiprof.analysis.trace_summary import TraceSummary, render_text, summary_json
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import LocalAgentError, local_agent
 from tuiprof.client.targets import add_target_arguments, addresses, connection
+from tuiprof.commands.analyze import add_steps_argument, merged_json
 from tuiprof.model.capture import ClusterCapture, HostProgress
 
 
@@ -83,14 +84,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 FETCH_CHOICES = ("none", "stragglers", "all")
-
-
-def add_steps_argument(parser: argparse.ArgumentParser) -> None:
-    """``--steps``: which part of each trace the summary counts (the merged timeline keeps everything)."""
-    parser.add_argument("--steps", choices=STEP_MODES, default="all",
-                        help="what the summary counts: all = the whole trace (default); complete = only whole "
-                             "ProfilerStep# windows, dropping the last step, which the profiler's stop cuts short "
-                             "(HTA's default); GPU work counts by when it was launched")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -153,12 +146,6 @@ class TraceRun:
         written = capture.matched > 0 and not any(h.error for h in capture.hosts) and all(
             t.state == "written" for h in capture.hosts for t in h.targets)
         return written and not self.fetch_errors
-
-
-def merged_json(merged: MergeResult) -> dict:
-    """The ``merged`` part of the ``--json`` document (``tuiprof analyze`` prints the same)."""
-    return {"path": str(merged.output), "events": merged.events, "base_time_ns": merged.base_time_ns,
-            "linked_collectives": merged.linked_collectives}
 
 
 def _describe(host: HostProgress) -> str:
