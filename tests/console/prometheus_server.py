@@ -13,15 +13,19 @@ tests/console/test_prometheus_fleet.py).
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import pathlib
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
 import httpx
 
+from agentd.prometheus import render_metrics
+from agentd.proto import tuiprof_agent_pb2 as pb
 from testkit.agents import agentd_command, healthz_status, stop_process
 from testkit.ports import free_port
 
@@ -78,13 +82,14 @@ def running_prometheus(
 
 @contextlib.contextmanager
 def named_agent(directory: pathlib.Path, name: str, port: int, metrics_port: int,
-                address: str | None = None) -> Iterator[None]:
+                address: str | None = None, extra_args: Sequence[str] = ()) -> Iterator[None]:
     """A real agentd whose host name is ``name`` (its own UTS namespace: needs root and
-    unshare), listening on ``address`` (default: ``name``, an address or a resolvable name)."""
+    unshare), listening on ``address`` (default: ``name``, an address or a resolvable name),
+    with ``extra_args`` (e.g. short hang thresholds)."""
     address = address or name
     trace_dir = directory / f"traces-{name}"
     command = agentd_command(["--host", address, "--port", str(port), "--metrics-port", str(metrics_port),
-                              "--interval-ms", "500", "--trace-dir", str(trace_dir)])
+                              "--interval-ms", "500", "--trace-dir", str(trace_dir), *extra_args])
     env = {k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}
     log_path = directory / f"agentd-{name}.log"
     with open(log_path, "wb") as log:
@@ -98,6 +103,32 @@ def named_agent(directory: pathlib.Path, name: str, port: int, metrics_port: int
         yield
     finally:
         stop_process(process)
+
+
+@contextlib.contextmanager
+def frozen_agent(address: str, port: int, snapshot: pb.HostSnapshot) -> Iterator[None]:
+    """agentd's exposition of one snapshot, served as /metrics on ``address:port`` whenever scraped:
+    an agent whose sampling stopped at the snapshot's time (long ago for an old snapshot)."""
+    body = render_metrics(snapshot, pb.AgentInfo(hostname=snapshot.hostname, agent_version="0.9.0")).encode()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((address, port), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log_path: pathlib.Path) -> None:

@@ -13,9 +13,7 @@ finds the targets in a file written by ``tuiprof prometheus-targets``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import http.server
 import json
 import os
 import pathlib
@@ -23,7 +21,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
@@ -32,8 +29,7 @@ import pytest
 from google.protobuf import text_format
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.prometheus import render_metrics
-from console.prometheus_server import PROMETHEUS, RECORDING_RULES, named_agent, running_prometheus
+from console.prometheus_server import PROMETHEUS, RECORDING_RULES, frozen_agent, named_agent, running_prometheus
 from testkit.ports import free_port
 from tuiprof.cli import main
 from tuiprof.client.channel import ConnectionOptions
@@ -74,31 +70,6 @@ class Fleet:
 
     def address(self, node: str) -> str:
         return f"{node}:{self.agent_port}"
-
-
-@contextlib.contextmanager
-def frozen_agent(address: str, port: int, snapshot: pb.HostSnapshot) -> Iterator[None]:
-    """agentd's exposition of one old snapshot, served as /metrics (sampling stopped long ago)."""
-    body = render_metrics(snapshot, pb.AgentInfo(hostname=snapshot.hostname, agent_version="0.9.0")).encode()
-
-    class Metrics(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer((address, port), Metrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def fetch(fleet: Fleet, selection: HostSelection | None = None, recorded: bool = False) -> tuple[FleetView, int]:
