@@ -175,3 +175,57 @@ def test_replay_neither_loads_nor_saves_the_users_settings(config_home: pathlib.
     assert args.func(args) == 0
     assert seen == {"theme": "textual-dark", "settings": Settings()}
     assert path.read_text() == before and [p.name for p in path.parent.iterdir()] == ["settings.toml"]
+
+
+async def test_the_lower_tables_columns_are_chosen_with_c_and_come_back_in_the_next_console(
+        config_home: pathlib.Path) -> None:
+    """The GPU's processes (GPUs tab) and the rank's ops (Ranks tab) have their own columns; `c` chooses them."""
+    from textual.widgets import SelectionList
+
+    from tuiprof.tui.columns import ColumnsScreen
+    from tuiprof.tui.screens.host import HostScreen
+    from tuiprof.tui.tables import FittedTable
+
+    first = _app()
+    async with first.run_test(size=(200, 50)) as pilot:
+        await pilot.pause(0.1)
+        await pilot.press("enter", "c")
+        assert isinstance(first.screen, ColumnsScreen) and first.screen.title_text == "the GPU's processes"
+        choices = first.screen.query_one(SelectionList)
+        assert set(choices.selected) == {"User", "Process", "GPU memory", "Share", "SM", "Rank", "Job", "Command"}
+        choices.deselect("User")
+        choices.deselect("Command")
+        await pilot.press("escape")
+        host = first.screen
+        assert isinstance(host, HostScreen)
+        assert host.query_one("#gpu-procs-table", FittedTable).shown_labels == [
+            "PID", "Process", "GPU memory", "Share", "SM", "Rank", "Job"]
+        assert host.query_one("#gpus-table", FittedTable).shown_labels[:2] == ["GPU", "Name"]  # its own are kept
+        await pilot.press("4", "c")
+        assert isinstance(first.screen, ColumnsScreen) and first.screen.title_text == "the rank's ops"
+        first.screen.query_one(SelectionList).deselect("Detail")
+        await pilot.press("escape")
+        assert "Detail" not in host.query_one("#rank-ops-table", FittedTable).shown_labels
+        await pilot.press("5", "c")  # the PMU tab has one table: `c` does nothing there
+        assert first.screen is host
+        assert "c" not in host.active_bindings
+        await pilot.press("q")
+    saved = (config_home / "tuiprof" / "settings.toml").read_text()
+    assert 'hidden_columns = ["gpu-procs.Command", "gpu-procs.User", "rank-ops.Detail"]' in saved
+
+    second = _app()
+    async with second.run_test(size=(200, 50)) as pilot:
+        await pilot.pause(0.1)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        host = second.screen
+        assert isinstance(host, HostScreen)
+        processes = host.query_one("#gpu-procs-table", FittedTable)
+        assert processes.row_count and "User" not in processes.shown_labels and "Command" not in processes.shown_labels
+        await pilot.press("4")
+        await pilot.pause(0.1)
+        ops = host.query_one("#rank-ops-table", FittedTable)
+        assert ops.row_count and ops.shown_labels == ["Kind", "Op", "Calls/s", "p50", "p99", "Max", "Throughput"]
+        await pilot.press("c")  # the chooser starts from the saved choice
+        assert isinstance(second.screen, ColumnsScreen)
+        assert "Detail" not in second.screen.query_one(SelectionList).selected

@@ -51,7 +51,8 @@ LEGEND: dict[str, list[str]] = {
 """What each screen's colours and markers mean (rich markup, drawn as the screen draws them)."""
 NOTES = """\
 [dim italic]n/a[/]  the agent could not take the reading; the line under each table says why.
-Columns that do not fit the terminal's width are dropped, least important first; C chooses columns.
+Columns that do not fit the terminal's width are dropped, least important first; C chooses columns
+(c: those of the table below, on the host view's GPUs and Ranks tabs).
 
 [b]Filter[/b] (cluster view, /)  words match host names; comparisons (all must hold), e.g. util<10 mem>90
 """

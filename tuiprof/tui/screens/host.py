@@ -283,6 +283,8 @@ def _title(state: HostState) -> str:
 
 TAB_KEYS = Binding.Group("Tabs", compact=True)
 """1-6 show as one footer entry (the tab bar names them)."""
+LOWER_TABLES = {"gpus": ("gpu-procs-table", "the GPU's processes"), "ranks": ("rank-ops-table", "the rank's ops")}
+"""The tabs with a second table below the first (for the highlighted row): its id and title."""
 
 
 class HostScreen(ConsoleScreen):
@@ -298,6 +300,8 @@ class HostScreen(ConsoleScreen):
         Binding("6", "tab('history')", "History", group=TAB_KEYS),
         Binding("z", "window", "Zoom", tooltip="Zoom the plots' time window: 1 min, 5 min, 15 min, all"),
         Binding("C", "columns", "Columns", show=False),
+        Binding("c", "columns(True)", "Lower table's columns", show=False,
+                tooltip="Columns of the table below (GPU processes, rank ops)"),
         Binding("j", "cursor(1)", "Down", show=False),
         Binding("k", "cursor(-1)", "Up", show=False),
         Binding("h", "next_tab(-1)", "Prev tab", show=False),
@@ -504,6 +508,7 @@ class HostScreen(ConsoleScreen):
         self.update_detail()
 
     def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        self.refresh_bindings()  # `c` exists on the tabs with a lower table only
         self._fill_tab()
         self._fill_history()
         self.update_detail()
@@ -524,15 +529,23 @@ class HostScreen(ConsoleScreen):
         self.action_tab("history")
         self._fill_history()
 
-    def action_columns(self) -> None:
-        """The column chooser over the current tab's table (on History: nothing to choose)."""
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`c` (the lower table's columns) only where the tab has a lower table."""
+        if action == "columns" and parameters == (True,):
+            return self.is_mounted and self.active_tab() in LOWER_TABLES
+        return True
+
+    def action_columns(self, lower: bool = False) -> None:
+        """The column chooser over the current tab's table, or the one below it (``lower``);
+        on History: nothing to choose."""
         tab = self.active_tab()
         if tab == "history":
             self.notify("the History tab has plots, not columns")
             return
-        table = self.query_one(f"#{tab}-table", FittedTable)
-        self.console.choose_columns(_table_name(table), f"the {tab} table",
-                                    [c.label for c in table.all_columns], table.set_hidden)
+        table_id, title = LOWER_TABLES[tab] if lower else (f"{tab}-table", f"the {tab} table")
+        table = self.query_one(f"#{table_id}", FittedTable)
+        self.console.choose_columns(_table_name(table), title, [c.label for c in table.all_columns],
+                                    table.set_hidden)
 
     def action_cursor(self, step: int) -> None:
         tab = self.active_tab()
