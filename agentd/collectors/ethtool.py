@@ -42,6 +42,9 @@ _U64 = struct.Struct("=Q")
 # Room beyond the announced count, for a driver that grows between two requests.
 _SLACK = 256
 _CHANGED = Unavailable("the driver's statistics changed while being read; read again next sample")
+# The answers of a driver without statistics: they last as long as the NIC does.
+NO_STATISTICS = Unavailable("the driver reports no ethtool statistics")
+NOT_SUPPORTED = Unavailable("the driver has no ethtool statistics")
 
 
 @dataclasses.dataclass
@@ -76,7 +79,7 @@ class EthtoolStats:
             count = self._count(nic)
             if count == 0:
                 self._nics.pop(nic, None)
-                return Unavailable("the driver reports no ethtool statistics")
+                return NO_STATISTICS
             kept = self._nics.get(nic)
             if kept is None or len(kept.names) != count:
                 names = self._strings(nic, count)
@@ -91,7 +94,7 @@ class EthtoolStats:
         except OSError as exc:
             self._nics.pop(nic, None)
             if exc.errno == errno.EOPNOTSUPP:
-                return Unavailable("the driver has no ethtool statistics")
+                return NOT_SUPPORTED
             return Unavailable(f"ethtool statistics cannot be read ({exc.strerror})")
         if values is None:
             del self._nics[nic]

@@ -8,8 +8,10 @@ and swap), /proc/net/dev, /proc/diskstats. The figures are the ones psutil gives
 counter read lower than before is taken as wrapped, its old value added, as psutil's
 ``nowrap`` does), without psutil's second reads and per-call set-up. What does not
 change between samples is not read again: the NUMA nodes' CPU lists (read again when
-the online CPUs change, and every ``TOPOLOGY_REFRESH_SECONDS``), which /proc/diskstats
-names are whole disks (decided again when the names change), each NIC's driver.
+the online CPUs change, and every ``STATIC_REFRESH_SECONDS``), which /proc/diskstats
+names are whole disks (decided again when the names change), each NIC's driver, and
+that a NIC's driver has none of the pause counters (asked again every
+``STATIC_REFRESH_SECONDS``; a NIC that leaves /proc/net/dev is forgotten).
 
 Rates (CPU percentages, bytes/s, IOPS) are deltas between two consecutive
 samples divided by the time between them. The first sample of anything (the
@@ -29,7 +31,7 @@ from typing import Any, Callable, NamedTuple, TypeVar
 import psutil
 
 from agentd.collectors.base import Collector
-from agentd.collectors.ethtool import EthtoolStats
+from agentd.collectors.ethtool import NO_STATISTICS, NOT_SUPPORTED, EthtoolStats
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable
 from agentd.procfs import read_whole
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -69,8 +71,7 @@ class CpuTimes(NamedTuple):
         return sum(self) - self.guest - self.guest_nice
 
 
-@dataclasses.dataclass(frozen=True)
-class CpuShares:
+class CpuShares(NamedTuple):
     """Percent of a CPU's time spent per mode over one interval (the modes in CpuTimes' order)."""
 
     user_percent: float
@@ -155,22 +156,38 @@ def memory_stats(meminfo: bytes) -> pb.MemoryStats:
     estimate (what ``free`` shows) is taken; more than the total (a container's distorted view)
     is replaced by MemFree, as ``free`` does. Without swap lines, psutil asks sysinfo(2).
     """
-    fields = {}
-    for line in meminfo.split(b"\n"):
-        words = line.split()
-        if len(words) >= 2:
-            fields[words[0]] = int(words[1]) * 1024
-    total = fields[b"MemTotal:"]
-    available = fields.get(b"MemAvailable:") or psutil.virtual_memory().available
+    total = _meminfo_required(meminfo, b"MemTotal:")
+    available = _meminfo_bytes(meminfo, b"MemAvailable:") or psutil.virtual_memory().available
     if available > total:
-        available = fields[b"MemFree:"]
-    if b"SwapTotal:" in fields and b"SwapFree:" in fields:
-        swap_total, swap_used = fields[b"SwapTotal:"], fields[b"SwapTotal:"] - fields[b"SwapFree:"]
+        available = _meminfo_required(meminfo, b"MemFree:")
+    swap_total, swap_free = _meminfo_bytes(meminfo, b"SwapTotal:"), _meminfo_bytes(meminfo, b"SwapFree:")
+    if swap_total is not None and swap_free is not None:
+        swap_used = swap_total - swap_free
     else:
         swap = psutil.swap_memory()
         swap_total, swap_used = swap.total, swap.used
     return pb.MemoryStats(total_bytes=total, used_bytes=total - available, available_bytes=available,
                           swap_total_bytes=swap_total, swap_used_bytes=swap_used)
+
+
+def _meminfo_bytes(meminfo: bytes, name: bytes) -> int | None:
+    """The value of one /proc/meminfo line ("Name:   123 kB") in bytes, None when there is no such line."""
+    if meminfo.startswith(name):
+        start = 0
+    else:
+        start = meminfo.find(b"\n" + name) + 1
+        if start == 0:
+            return None
+    end = meminfo.find(b"\n", start)
+    return int(meminfo[start + len(name):end if end >= 0 else None].split()[0]) * 1024
+
+
+def _meminfo_required(meminfo: bytes, name: bytes) -> int:
+    """A /proc/meminfo line every kernel has (sysinfo(2) gives them too); ValueError without it."""
+    value = _meminfo_bytes(meminfo, name)
+    if value is None:
+        raise ValueError(f"/proc/meminfo has no {name.decode()} line")
+    return value
 
 
 class NicCounters(NamedTuple):
@@ -263,7 +280,7 @@ class Unwrapped:
 
 def count_processes(proc: bytes = b"/proc") -> int:
     """How many processes exist: the numeric entries of /proc (what psutil.pids() lists)."""
-    return sum(1 for name in os.listdir(proc) if name.isdigit())
+    return sum(map(bytes.isdigit, os.listdir(proc)))
 
 
 NODE_ROOT = "/sys/devices/system/node"
@@ -408,9 +425,9 @@ class _Raw(NamedTuple):
     disks: dict[str, DiskCounters]
 
 
-# Static facts (the NUMA nodes' CPU lists) are read again at least this often, besides when
-# the online CPUs change.
-TOPOLOGY_REFRESH_SECONDS = 60.0
+# Static facts (the NUMA nodes' CPU lists, a NIC without pause counters) are read again at
+# least this often, besides when what they depend on changes.
+STATIC_REFRESH_SECONDS = 60.0
 
 
 def whole_disks(names: list[str], sys_block: str = "/sys/block") -> list[str]:
@@ -444,8 +461,9 @@ class HostCollector(Collector):
         self._disk_names: tuple[str, ...] = ()   # /proc/diskstats' names at the last decision ...
         self._whole_disks: frozenset[str] = frozenset()  # ... and which of them are whole disks
         self._numa_nodes: dict[int, list[int]] | None = None
-        self._numa_key: tuple[tuple[int, ...], float] = ((), -TOPOLOGY_REFRESH_SECONDS)  # online CPUs, when read
+        self._numa_key: tuple[tuple[int, ...], float] = ((), -STATIC_REFRESH_SECONDS)  # online CPUs, when read
         self._drivers: dict[str, str] = {}  # NIC -> driver, for the reason a NIC has no pause counters
+        self._without_pauses: dict[str, tuple[float, Unavailable]] = {}  # NIC -> when found so, and why
 
     def status(self) -> pb.CollectorStatus:
         return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
@@ -491,7 +509,7 @@ class HostCollector(Collector):
     def _numa_nodes_of(self, online: tuple[int, ...]) -> dict[int, list[int]] | Unavailable:
         """The NUMA nodes' CPUs, read again when the online CPUs change (hotplug) or the last read is old."""
         now = self._clock()
-        if self._numa_nodes is None or self._numa_key[0] != online or now - self._numa_key[1] >= TOPOLOGY_REFRESH_SECONDS:
+        if self._numa_nodes is None or self._numa_key[0] != online or now - self._numa_key[1] >= STATIC_REFRESH_SECONDS:
             nodes = read_numa_nodes()
             if isinstance(nodes, Unavailable):  # asked again next sample: a failed read is not cached
                 self._numa_nodes = None
@@ -563,15 +581,27 @@ class HostCollector(Collector):
             )
             put(nic, "rx_bytes_per_s", counter_rate(before and before.rx_bytes, now.rx_bytes, seconds))
             put(nic, "tx_bytes_per_s", counter_rate(before and before.tx_bytes, now.tx_bytes, seconds))
-            pauses = pause_counters(self._ethtool.read(name, only=PAUSE_COUNTERS), self._driver(name))
+            pauses = self._pause_counters(name, raw.at)
             if isinstance(pauses, Unavailable):
                 nic.unavailable["ethtool_stats"] = pauses.reason
             else:
                 nic.ethtool_stats.extend(pb.NamedCounter(name=key, value=value) for key, value in pauses.items())
             nics.append(nic)
-        for gone in self._drivers.keys() - raw.nics.keys():
-            del self._drivers[gone]
+        for known in (self._drivers, self._without_pauses):
+            for gone in known.keys() - raw.nics.keys():
+                del known[gone]
         return nics
+
+    def _pause_counters(self, nic: str, now: float) -> dict[str, int] | Unavailable:
+        """The NIC's pause counters; a driver without them is asked again only every STATIC_REFRESH_SECONDS."""
+        known = self._without_pauses.get(nic)
+        if known is not None and now - known[0] < STATIC_REFRESH_SECONDS:
+            return known[1]
+        stats = self._ethtool.read(nic, only=PAUSE_COUNTERS)
+        pauses = pause_counters(stats, self._driver(nic))
+        if isinstance(pauses, Unavailable) and (stats == {} or stats in (NO_STATISTICS, NOT_SUPPORTED)):
+            self._without_pauses[nic] = (now, pauses)  # the driver's answer, not a failed read
+        return pauses
 
     def _driver(self, nic: str) -> str:
         """The NIC's driver, looked up once while the NIC stays listed in /proc/net/dev."""

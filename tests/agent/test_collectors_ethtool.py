@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from agentd.collectors.ethtool import ETHTOOL_GSSET_INFO, EthtoolStats
-from agentd.collectors.host import PAUSE_COUNTERS, HostCollector, nic_driver, pause_counters
+from agentd.collectors.host import PAUSE_COUNTERS, STATIC_REFRESH_SECONDS, HostCollector, nic_driver, pause_counters
 from agentd.collectors.readings import Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -108,3 +108,20 @@ def test_the_host_collector_gives_each_nic_its_pause_counters_or_the_reason() ->
         assert {stat.name for stat in nic.ethtool_stats} <= set(PAUSE_COUNTERS)
     assert next(n for n in snapshot.nics if n.name == "lo").unavailable["ethtool_stats"] == \
         "the driver reports no ethtool statistics"
+
+
+def test_a_nic_without_pause_counters_is_asked_again_only_after_the_refresh(monkeypatch) -> None:
+    now = [0.0]
+    collector = HostCollector(1.0, clock=lambda: now[0])
+    asked: list[str] = []
+    read = collector._ethtool.read
+    monkeypatch.setattr(collector._ethtool, "read", lambda nic, only=None: asked.append(nic) or read(nic, only))
+    for at in (0.0, 1.0, 2.0, STATIC_REFRESH_SECONDS + 0.5):
+        now[0] = at
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+        assert next(n for n in snapshot.nics if n.name == "lo").unavailable["ethtool_stats"] == \
+            "the driver reports no ethtool statistics"
+    collector.close()
+    assert asked.count("lo") == 2  # at 0 and after the refresh
