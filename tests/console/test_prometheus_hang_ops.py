@@ -37,7 +37,8 @@ from tuiprof.analysis.job_ops import job_ops
 from tuiprof.cli import main
 from tuiprof.client.channel import ConnectionOptions, open_channel
 from tuiprof.client.prometheus import (
-    FleetView, HostSelection, PrometheusClient, PrometheusSource, column_queries, fetch_fleet,
+    HANG_HOSTS_NAMED, FleetView, HostSelection, PrometheusClient, PrometheusSource, column_queries, fetch_fleet,
+    hang_query, hang_statuses,
 )
 from tuiprof.model.messages import HangStatus
 
@@ -130,6 +131,21 @@ def test_the_hung_rank_comes_from_its_hang_series_in_one_more_query(hung_job: Hu
     snapshot = asyncio.run(hung_snapshot(AgentAddress(NODE, hung_job.agent_port)))
     assert abs(status.since_unix_ns - snapshot.hang.since_unix_ns) < 10**6
     assert {(v.pid, v.rank) for v in snapshot.hang.ranks if v.level == "hung"} >= {(hung_job.pid, STUCK_RANK)}
+
+
+def test_a_whole_job_in_trouble_is_read_through_the_views_own_matcher(hung_job: HungJob) -> None:
+    """Past HANG_HOSTS_NAMED troubled hosts the query selects them as the view does rather than by
+    name: the same verdicts come back."""
+    many = [NODE, *(f"node-{i}" for i in range(HANG_HOSTS_NAMED))]
+    assert hung_job.selection.matcher() in hang_query(hung_job.selection, many)
+    assert "node-0" not in hang_query(hung_job.selection, many)
+
+    async def verdicts(hostnames: list[str]) -> dict[str, HangStatus]:
+        async with PrometheusClient(hung_job.url) as client:
+            answer = await client.query(hang_query(hung_job.selection, hostnames))
+        return hang_statuses({NODE: "hung"}, answer)
+    named, matched = asyncio.run(verdicts([NODE])), asyncio.run(verdicts(many))
+    assert named == matched and our_verdict(named[NODE], hung_job.pid) == "hung"
 
 
 async def test_banner_from_prometheus_then_the_hung_host_over_grpc(hung_job: HungJob) -> None:

@@ -30,7 +30,7 @@ import ipaddress
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -148,9 +148,13 @@ class HostSelection:
 # ---------------------------------------------------------------- the queries
 
 
-def _series(metric: str, selection: HostSelection, *matchers: str) -> str:
-    selected = ",".join(m for m in (selection.matcher(), *matchers) if m)
+def _selector(metric: str, *matchers: str) -> str:
+    selected = ",".join(m for m in matchers if m)
     return f"{metric}{{{selected}}}" if selected else metric
+
+
+def _series(metric: str, selection: HostSelection, *matchers: str) -> str:
+    return _selector(metric, selection.matcher(), *matchers)
 
 
 def _per_gpu(metric: str, selection: HostSelection) -> str:
@@ -453,15 +457,22 @@ HANG_SHOWN = ("suspect", "hung")
 """The levels the cluster view's banner reports."""
 
 
-def hang_query(hostnames: Iterable[str]) -> str:
+HANG_HOSTS_NAMED = 64
+"""Up to this many troubled hosts are named in the hang query; past that (a whole job hung)
+the view's own host matcher is cheaper for the server than a regex of every name."""
+
+
+def hang_query(selection: HostSelection, hostnames: Collection[str]) -> str:
     """The hung or suspect ranks of these hosts and since when the hosts are so, in one answer:
     a sample with a ``level`` label is one process's verdict (``tuiprof_rank_hang_status``), a
     sample without one is its host's ``tuiprof_hang_since_timestamp_seconds``."""
-    names = promql_string("|".join(re.escape(name) for name in hostnames))
-    levels = promql_string("|".join(HANG_SHOWN))
-    return (f"max by (hostname, pid, rank, level) "
-            f"(tuiprof_rank_hang_status{{hostname=~{names},level=~{levels}}} == 1) "
-            f"or max by (hostname) (tuiprof_hang_since_timestamp_seconds{{hostname=~{names}}})")
+    if len(hostnames) <= HANG_HOSTS_NAMED:
+        hosts = f"hostname=~{promql_string('|'.join(re.escape(name) for name in hostnames))}"
+    else:
+        hosts = selection.matcher()
+    levels = f"level=~{promql_string('|'.join(HANG_SHOWN))}"
+    return (f"max by (hostname, pid, rank, level) ({_selector('tuiprof_rank_hang_status', hosts, levels)} == 1) "
+            f"or max by (hostname) ({_selector('tuiprof_hang_since_timestamp_seconds', hosts)})")
 
 
 def hang_statuses(levels: Mapping[str, str], result: QueryResult) -> dict[str, HangStatus]:
@@ -503,7 +514,7 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
     columns = _Columns(results, recorded)
     troubled = {host: level for host, level in columns.hang.items() if level in HANG_SHOWN}
     # a healthy fleet costs no query here; a troubled one, one query over its troubled hosts
-    hangs = hang_statuses(troubled, await client.query(hang_query(troubled))) if troubled else {}
+    hangs = hang_statuses(troubled, await client.query(hang_query(selection, troubled))) if troubled else {}
     query_seconds = time.perf_counter() - started
     rows = {}
     ranks = columns.numbers["rank_count"]
