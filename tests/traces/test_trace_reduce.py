@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.traces.analysis import stream
+from agentd.traces.analysis import stream, summarise
 from agentd.traces.analysis.extract import CollectiveCall
 from agentd.traces.analysis.summary import RankResult
 from agentd.traces.analysis.wire import to_proto
@@ -73,10 +73,16 @@ def test_reduced_summaries_equal_the_merge_of_the_files(trace_dir, tmp_path):
     assert [r.file for r in reduced.summary.ranks] == [f"host-a:{ranks[1].file}", f"host-b:{ranks[0].file}"]
 
 
-@pytest.mark.parametrize("batch_bytes", [4096, stream.BATCH_BYTES])
-def test_reduced_corpus_pair_equals_the_merge(trace_dir, tmp_path, monkeypatch, batch_bytes):
-    # 4 KiB batches: the agent reads each file in hundreds of cuts (a cut inside an event would lose or break it).
+@pytest.mark.parametrize(("batch_bytes", "tail_bytes", "keep_bytes"), [
+    (4096, 100, 0), (4096, stream._TAIL_BYTES, summarise.KEEP_DECODED_BYTES),
+    (stream.BATCH_BYTES, stream._TAIL_BYTES, 0), (stream.BATCH_BYTES, stream._TAIL_BYTES, summarise.KEEP_DECODED_BYTES)])
+def test_reduced_corpus_pair_equals_the_merge(trace_dir, tmp_path, monkeypatch, batch_bytes, tail_bytes, keep_bytes):
+    # 4 KiB batches: the agent reads each file in hundreds of cuts (a cut inside an event would lose or break it);
+    # a 100-byte tail holds fewer than the cuts tried (they are looked for in the batch's last half then).
+    # keep_bytes 0: the second pass reads and decodes the file again instead of reusing the first pass's events.
     monkeypatch.setattr(stream, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(stream, "_TAIL_BYTES", tail_bytes)
+    monkeypatch.setattr(summarise, "KEEP_DECODED_BYTES", keep_bytes)
     names = ["hta_nccl_rank0.json.gz", "hta_nccl_rank1.json.gz"]
     ranks = [on_node(trace_dir, CORPUS / name, f"node{i}", None) for i, name in enumerate(names)]
     merged = merge_traces([TraceInput(CORPUS / name, f"node{i}", None, 4242) for i, name in enumerate(names)],
@@ -122,6 +128,9 @@ def test_reduce_keys_collectives_as_the_per_call_matching_does(job):
     remote = [RemoteRank(f"h{number}", number, number, "f",
                          convert.from_proto(RankTraceSummary, to_proto(result(number, calls), calls, 0, 0.0)))
               for number, calls in enumerate(job)]
+    # Each rank's calls stream by stream in the order the reduce meets the streams (going through the ranks).
+    streams = list(dict.fromkeys((call.group, call.name) for calls in job for call in calls))
+    job = [sorted(calls, key=lambda call: streams.index((call.group, call.name))) for calls in job]
     per_call = [result(number, calls) for number, calls in enumerate(job)]
     for rank_result, calls, keys in zip(per_call, job, match_calls(job)):
         rank_result.collectives = [(key, call.ts) for key, call in zip(keys, calls)]

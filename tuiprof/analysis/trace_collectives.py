@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -49,25 +49,34 @@ def best_shift(ends: list[float], reference: list[float]) -> int:
     unshifted.
     """
     needed = max(2, math.ceil(0.75 * min(len(ends), len(reference))))
-    best, best_gap, unshifted = 0, math.inf, None
-    for shift in _SHIFTS:  # smaller shifts first: a tie keeps the smaller one
+    best, best_gap, unshifted = 0, math.inf, math.inf
+    for shift in _SHIFTS:  # smaller shifts first: a tie keeps the smaller one; 0 comes first
         first, stop = max(0, -shift), min(len(ends), len(reference) - shift)
         if stop - first < needed:
             continue
         # ends[i] against reference[i + shift] for every i both have (map stops at the shorter)
-        gap = _median(map(abs, map(operator.sub, islice(ends, first, None), islice(reference, first + shift, None))))
+        gaps = map(abs, map(operator.sub, islice(ends, first, None), islice(reference, first + shift, None)))
+        # A shift whose gap is not below the best so far, or is above half the unshifted one, cannot win.
+        gap = _median_unless_above(gaps, stop - first, min(best_gap, unshifted / 2))
         if shift == 0:
             unshifted = gap
         if gap < best_gap:
             best, best_gap = shift, gap
-    return best if unshifted is None or best_gap <= unshifted / 2 else 0
+    return best if best_gap <= unshifted / 2 else 0
 
 
-def _median(values: Iterable[float]) -> float:
-    """``statistics.median``, without its checks: one sort of a few hundred gaps per rank and shift."""
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+def _median_unless_above(gaps: Iterator[float], count: int, bound: float) -> float:
+    """The median of the ``count`` gaps (as ``statistics.median``), or inf once it is sure to be above
+    ``bound``: when none of the first ``count - (count - 1) // 2`` is at most ``bound``, at most
+    ``(count - 1) // 2`` are, so the middle one (both middle ones for an even count) is above it. A wrong
+    shift's gaps are a whole call period or more: half of them settle it, without the sort."""
+    head = list(islice(gaps, count - (count - 1) // 2))
+    if min(head) > bound:
+        return math.inf
+    head += gaps
+    head.sort()
+    middle = count // 2
+    return head[middle] if count % 2 else (head[middle - 1] + head[middle]) / 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ MAX_HEAD_BYTES = 64 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _CUTS_TRIED = 8
+_TAIL_BYTES = 64 << 10
 
 _decode_events = msgspec.json.Decoder(list[Event]).decode
 _decode_file = msgspec.json.Decoder(TraceFile).decode
@@ -55,14 +56,17 @@ def event_batches(chunks: Iterable[bytes], facts: TraceFacts) -> Iterator[list[E
             raise TraceStreamError("not a Kineto/Chrome trace (no \"traceEvents\" array)")
         buffer += piece
     head = _decode(_decode_file, buffer[:start.start()] + b'"traceEvents":[]}')
-    buffer = buffer[start.end():]
+    # Pieces are joined once per batch (appending each to the buffer copied it again for every piece).
+    waiting, size = [buffer[start.end():]], len(buffer) - start.end()
     for piece in pieces:
-        buffer += piece
-        if len(buffer) >= BATCH_BYTES:
-            batch, buffer = _cut(buffer)
+        waiting.append(piece)
+        size += len(piece)
+        if size >= BATCH_BYTES:
+            batch, rest = _cut(b"".join(waiting))
+            waiting, size = [rest], len(rest)
             if batch:
                 yield batch
-    tail = _decode(_decode_file, b'{"traceEvents":[' + buffer)
+    tail = _decode(_decode_file, b'{"traceEvents":[' + b"".join(waiting))
     yield tail.traceEvents
     facts.base_time_ns = head.baseTimeNanoseconds or tail.baseTimeNanoseconds
     for part in (head, tail):
@@ -72,8 +76,7 @@ def event_batches(chunks: Iterable[bytes], facts: TraceFacts) -> Iterator[list[E
 
 def _cut(buffer: bytes) -> tuple[list[Event], bytes]:
     """The whole events at the start of ``buffer`` and the rest (no events: the buffer grows)."""
-    candidates = [match.start() + 1 for match in _CUT.finditer(buffer, max(0, len(buffer) - BATCH_BYTES // 2))]
-    for end in reversed(candidates[-_CUTS_TRIED:]):
+    for end in reversed(_candidates(buffer)):
         try:
             events = _decode_events(b"[" + buffer[:end] + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -81,6 +84,17 @@ def _cut(buffer: bytes) -> tuple[list[Event], bytes]:
         rest = buffer[end:].lstrip()
         return events, rest[1:]  # past the comma
     return [], buffer
+
+
+def _candidates(buffer: bytes) -> list[int]:
+    """Where a batch may end: just past the last ``_CUTS_TRIED`` ``}``s that ``, {`` follows in the buffer's
+    last ``BATCH_BYTES // 2``. Looked for in the last ``_TAIL_BYTES`` first: hundreds of events end there."""
+    lowest = max(0, len(buffer) - BATCH_BYTES // 2)
+    tail = max(lowest, len(buffer) - _TAIL_BYTES)
+    found = [match.start() + 1 for match in _CUT.finditer(buffer, tail)]
+    if len(found) < _CUTS_TRIED and tail > lowest:
+        found = [match.start() + 1 for match in _CUT.finditer(buffer, lowest)]
+    return found[-_CUTS_TRIED:]
 
 
 def _decode(decode: Callable[[bytes], TraceFile], data: bytes) -> TraceFile:

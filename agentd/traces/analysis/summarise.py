@@ -5,8 +5,9 @@ has no summary yet; one worker thread reads each (opened through the trace
 dir: no links, plain files of the folder's owner), decodes it, and stores a
 ``RankTraceSummary`` — or one whose ``error`` says why there is none — in
 ``capture.summaries``. Files are read piece by piece (``stream``) and one at
-a time, so the agent holds one batch of events and one rank's extract, never a
-whole trace; a file that decompresses past ``MAX_TRACE_BYTES`` is left alone
+a time, so the agent holds one rank's extract and one batch of events, or the
+events of a small file (``KEEP_DECODED_BYTES``, decoded once), never a large
+trace whole; a file that decompresses past ``MAX_TRACE_BYTES`` is left alone
 (its summary says so: fetch it and run ``tuiprof analyze``).
 Which caller may see a summary is decided when replying, as for FetchFile.
 """
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.traces.analysis.extract import extract_rank, rank_result
+from agentd.traces.analysis.extract import Event, extract_rank, rank_result
 from agentd.traces.analysis.stream import TraceFacts, TraceStreamError, event_batches
 from agentd.traces.analysis.summary import RankExtract
 from agentd.traces.analysis.wire import to_proto
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 # The most bytes (decompressed) of one trace the agent reads: beyond that, fetch it and analyse it elsewhere.
 MAX_TRACE_BYTES = 4 << 30
+# A file up to this size (decompressed JSON) is decoded once, its events (about twice its size) kept for the
+# second pass; a larger one is read and decoded twice.
+KEEP_DECODED_BYTES = 16 << 20
 _READ_BYTES = 1 << 20
 
 
@@ -58,18 +62,50 @@ def trace_chunks(trace_dir: TraceDir, file: str, limit: int = MAX_TRACE_BYTES) -
             yield piece
 
 
+class TraceEvents:
+    """``extract_rank``'s two reads of a file, piece by piece (``stream``). The events of a file up to
+    ``KEEP_DECODED_BYTES`` (decompressed) are kept from the first read for the second, which then neither
+    reads nor decodes again; a larger file is read twice, one batch of events in memory at a time."""
+
+    def __init__(self, trace_dir: TraceDir, file: str, facts: TraceFacts) -> None:
+        self._trace_dir, self._file, self._facts = trace_dir, file, facts
+        self._kept: list[list[Event]] | None = None
+
+    def __call__(self) -> Iterator[list[Event]]:
+        return iter(self._kept) if self._kept is not None else self._read()
+
+    def _read(self) -> Iterator[list[Event]]:
+        read = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal read
+            for piece in trace_chunks(self._trace_dir, self._file):
+                read += len(piece)
+                yield piece
+
+        kept: list[list[Event]] | None = []
+        for batch in event_batches(counted(), self._facts):
+            if read > KEEP_DECODED_BYTES:
+                kept = None  # too large to keep: the second pass reads the file again
+            elif kept is not None:
+                kept.append(batch)
+            yield batch
+        self._kept = kept
+
+
 def summarise_file(trace_dir: TraceDir, file: str, host: str, pid: int, rank: int | None,
                    step_mode: str = "all") -> pb.RankTraceSummary:
     """One rank's summary of ``file`` (relative to the trace dir), or one whose ``error`` says why there is none.
 
-    The file is read twice, piece by piece (``stream``): memory holds one batch
-    of events and the extract, never the whole trace.
+    The file is read piece by piece (``stream``), twice unless it is small
+    (``TraceEvents``): memory holds at most ``KEEP_DECODED_BYTES`` of the
+    trace's events and the extract, never a large trace whole.
     """
     started = time.monotonic()
     facts = TraceFacts()
     extract = RankExtract(rank=rank, host=host, pid=pid, file=file)
     try:
-        calls = extract_rank(lambda: event_batches(trace_chunks(trace_dir, file), facts), extract, step_mode)
+        calls = extract_rank(TraceEvents(trace_dir, file, facts), extract, step_mode)
     except TraceStreamError as exc:
         return pb.RankTraceSummary(error=str(exc))
     except EOFError:
