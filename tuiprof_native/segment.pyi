@@ -69,6 +69,7 @@ class Header:
     exit_status: int | None
     gemm_timed_first: int = ...
     gemm_sample_every: int = ...
+    gemm_sample_max: int = ...
 
 @dataclass(frozen=True)
 class Slot:
@@ -100,6 +101,7 @@ class Slot:
     weighted_timed_bytes: int
     weighted_timed_flops: int
     hist: tuple[int, ...]
+    sample_every: int = ...
 
 @dataclass(frozen=True)
 class Inflight:

@@ -137,6 +137,7 @@ cdef extern from "tuiprof_segment.h":
         int32_t exit_status
         uint32_t gemm_timed_first
         uint32_t gemm_sample_every
+        uint32_t gemm_sample_max
 
     ctypedef struct tp_slot:
         uint64_t seq
@@ -162,6 +163,7 @@ cdef extern from "tuiprof_segment.h":
         uint64_t weighted_timed_bytes
         uint64_t weighted_timed_flops
         uint64_t hist[TP_HIST_BUCKETS_N]
+        uint32_t sample_every
 
     ctypedef struct tp_inflight:
         uint64_t seq
@@ -305,9 +307,11 @@ class Header:
     counters: Counters
     fatal_signal: int | None  # the last fatal signal the process received (see the layout header)
     exit_status: int | None   # what the process passed to exit(), when it got that far
-    # GEMM timing sampling: every call of a shape timed until this many, then one in gemm_sample_every
+    # GEMM timing sampling: every call of a shape timed until this many, then one in gemm_sample_every;
+    # with gemm_sample_max (not 0) a period per shape from its kernel time, up to gemm_sample_max
     gemm_timed_first: int = 0
     gemm_sample_every: int = 1
+    gemm_sample_max: int = 0
 
 
 @dataclass(frozen=True)
@@ -343,6 +347,8 @@ class Slot:
     weighted_timed_bytes: int
     weighted_timed_flops: int
     hist: tuple[int, ...]
+    # GEMM: the sampling period of its latest call due for timing after the first ones; 0: none yet
+    sample_every: int = 0
 
 
 @dataclass(frozen=True)
@@ -656,7 +662,7 @@ cdef class Segment:
                       _text(h.hostname, sizeof(h.hostname)), h.start_ns, h.heartbeat_ns, h.writer_seq, h.flags,
                       h.slots_used, h.ring_head, counters, h.fatal_signal or None,
                       h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None, h.gemm_timed_first,
-                      h.gemm_sample_every)
+                      h.gemm_sample_every, h.gemm_sample_max)
 
     def claimant(self) -> tuple:
         """``(pid, start_ns)``: the process the header says made the segment, and when. Plain
@@ -759,7 +765,7 @@ cdef object _slot(const tp_slot *s):
                 s.first_ns if s.first_ns else None,
                 s.bytes, s.flops, s.timed_bytes, s.timed_flops,
                 s.weighted_timed_count, s.weighted_total_ns, s.weighted_timed_bytes, s.weighted_timed_flops,
-                tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)))
+                tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)), s.sample_every)
 
 
 cdef object _event(const tp_event *e, uint64_t index):

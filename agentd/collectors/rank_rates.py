@@ -10,8 +10,9 @@ Definitions (the same as xpu-timer's and nccl-tests'):
 - GEMM TFLOPS = FLOPs of the timed GEMMs / their summed kernel time: achieved
   kernel throughput, not FLOPs per wall-clock second.
 - Sampling: the hook times every call of a GEMM shape up to its
-  ``gemm_timed_first``-th, then 1 in ``gemm_sample_every``. Each timed call is
-  weighted by the calls it stands for (1, then the sampling rate; a
+  ``gemm_timed_first``-th, then 1 in the slot's ``sample_every`` (fixed, or
+  chosen per shape from its kernel time). Each timed call is weighted by the
+  calls it stands for (1, then those since its previous timed call; a
   Horvitz-Thompson estimate), so TFLOPS, bandwidth and mean latency estimate
   all calls, not the over-represented first ones. Percentiles, min/max and the
   timed counts are per timed call.
@@ -141,6 +142,7 @@ def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:
         out.first_call_seconds = s.first_call_ns * NS
     out.timed_count_total = s.timed_count
     out.timed_count_interval = d.timed
+    out.sample_every = s.sample_every
     return out
 
 

@@ -442,6 +442,7 @@ def hook_health(header, inflight) -> pb.HookHealth:
         nccl_channel_shortfall_total=c.nccl_channel_shortfall, nccl_late_channels_total=c.nccl_late_channels,
         pending=min(sum(e.pending for e in inflight), _UINT32_MAX),
         gemm_timed_first_calls=header.gemm_timed_first, gemm_sample_every=header.gemm_sample_every,
+        gemm_sample_max=header.gemm_sample_max,
         nccl_api_fallback=bool(header.flags & native.FLAG_NCCL_API),
         nccl_api_events=bool(header.flags & native.FLAG_NCCL_API_EVENTS))
 

@@ -539,7 +539,7 @@ class LatencyStats(_message.Message):
     def __init__(self, avg_seconds: _Optional[float] = ..., min_seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ..., min_exact: _Optional[bool] = ..., max_exact: _Optional[bool] = ...) -> None: ...
 
 class GemmOpStats(_message.Message):
-    __slots__ = ("op", "dtype", "shape", "count_total", "count_per_s", "tflops", "flops_total", "latency", "first_call_seconds", "timed_count_total", "timed_count_interval")
+    __slots__ = ("op", "dtype", "shape", "count_total", "count_per_s", "tflops", "flops_total", "latency", "first_call_seconds", "timed_count_total", "timed_count_interval", "sample_every")
     OP_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
@@ -551,6 +551,7 @@ class GemmOpStats(_message.Message):
     FIRST_CALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TIMED_COUNT_TOTAL_FIELD_NUMBER: _ClassVar[int]
     TIMED_COUNT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_EVERY_FIELD_NUMBER: _ClassVar[int]
     op: str
     dtype: str
     shape: str
@@ -562,7 +563,8 @@ class GemmOpStats(_message.Message):
     first_call_seconds: float
     timed_count_total: int
     timed_count_interval: int
-    def __init__(self, op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[str] = ..., count_total: _Optional[int] = ..., count_per_s: _Optional[float] = ..., tflops: _Optional[float] = ..., flops_total: _Optional[float] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_call_seconds: _Optional[float] = ..., timed_count_total: _Optional[int] = ..., timed_count_interval: _Optional[int] = ...) -> None: ...
+    sample_every: int
+    def __init__(self, op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[str] = ..., count_total: _Optional[int] = ..., count_per_s: _Optional[float] = ..., tflops: _Optional[float] = ..., flops_total: _Optional[float] = ..., latency: _Optional[_Union[LatencyStats, _Mapping]] = ..., first_call_seconds: _Optional[float] = ..., timed_count_total: _Optional[int] = ..., timed_count_interval: _Optional[int] = ..., sample_every: _Optional[int] = ...) -> None: ...
 
 class NcclOpStats(_message.Message):
     __slots__ = ("op", "dtype", "algorithm", "protocol", "comm_hash", "comm_size", "count_total", "count_per_s", "bytes_total", "algbw_bytes_per_s", "busbw_bytes_per_s", "latency")
@@ -668,7 +670,7 @@ class RankStats(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class HookHealth(_message.Message):
-    __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason", "gemm_timed_first_calls", "gemm_sample_every", "nccl_api_fallback", "nccl_api_events")
+    __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason", "gemm_timed_first_calls", "gemm_sample_every", "nccl_api_fallback", "nccl_api_events", "gemm_sample_max")
     CUDA_TIMING_FIELD_NUMBER: _ClassVar[int]
     NCCL_PLUGIN_FIELD_NUMBER: _ClassVar[int]
     NCCL_GPU_TIMERS_FIELD_NUMBER: _ClassVar[int]
@@ -684,6 +686,7 @@ class HookHealth(_message.Message):
     GEMM_SAMPLE_EVERY_FIELD_NUMBER: _ClassVar[int]
     NCCL_API_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     NCCL_API_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    GEMM_SAMPLE_MAX_FIELD_NUMBER: _ClassVar[int]
     cuda_timing: bool
     nccl_plugin: bool
     nccl_gpu_timers: bool
@@ -699,7 +702,8 @@ class HookHealth(_message.Message):
     gemm_sample_every: int
     nccl_api_fallback: bool
     nccl_api_events: bool
-    def __init__(self, cuda_timing: _Optional[bool] = ..., nccl_plugin: _Optional[bool] = ..., nccl_gpu_timers: _Optional[bool] = ..., gemm_untimed_total: _Optional[int] = ..., nccl_untimed_total: _Optional[int] = ..., dropped_records_total: _Optional[int] = ..., slot_overflow_total: _Optional[int] = ..., nccl_channel_shortfall_total: _Optional[int] = ..., nccl_late_channels_total: _Optional[int] = ..., pending: _Optional[int] = ..., inactive_reason: _Optional[str] = ..., gemm_timed_first_calls: _Optional[int] = ..., gemm_sample_every: _Optional[int] = ..., nccl_api_fallback: _Optional[bool] = ..., nccl_api_events: _Optional[bool] = ...) -> None: ...
+    gemm_sample_max: int
+    def __init__(self, cuda_timing: _Optional[bool] = ..., nccl_plugin: _Optional[bool] = ..., nccl_gpu_timers: _Optional[bool] = ..., gemm_untimed_total: _Optional[int] = ..., nccl_untimed_total: _Optional[int] = ..., dropped_records_total: _Optional[int] = ..., slot_overflow_total: _Optional[int] = ..., nccl_channel_shortfall_total: _Optional[int] = ..., nccl_late_channels_total: _Optional[int] = ..., pending: _Optional[int] = ..., inactive_reason: _Optional[str] = ..., gemm_timed_first_calls: _Optional[int] = ..., gemm_sample_every: _Optional[int] = ..., nccl_api_fallback: _Optional[bool] = ..., nccl_api_events: _Optional[bool] = ..., gemm_sample_max: _Optional[int] = ...) -> None: ...
 
 class ProcessGroupProgress(_message.Message):
     __slots__ = ("id", "last_enqueued", "last_completed")

@@ -2,7 +2,9 @@
 the stand-in libraries (tests/native/standins/).
 
 Sampling: every call of a shape is timed up to the header's gemm_timed_first,
-then one in gemm_sample_every; counts and FLOPs stay exact.  Placement: with
+then one in a period: --gemm-sample-every's, or by default one chosen per
+shape from its kernel time (16 for long kernels, up to 1024 for short ones);
+counts and FLOPs stay exact, and the timed calls' weights add up to the calls.  Placement: with
 STANDIN_GPU_CLOCK=realtime:<skew> the stand-in GPU clock runs <skew> ns off
 the host's, and the stand-in workload says where on that clock each of its
 calls ran: the hook's events must sit there (less the skew), back to back
@@ -10,13 +12,20 @@ where the GPU ran them back to back."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 
 from agentd.collectors import rank_rates
+from agentd.collectors.ranks import RanksCollector
+from agentd.proto import tuiprof_agent_pb2 as pb
 from native.support import segment_path, tuiprof_run, wait_for
+from tuiprof.analysis.job_ops import job_ops
+from tuiprof.model.events import SnapshotReceived
+from tuiprof.model.cluster import ClusterState
 from tuiprof_native import segment
 
 SGEMM = ("cublasSgemm_v2", "fp32", 1, 16, 16, 16)  # the shape run_gemm_stream calls
@@ -24,6 +33,7 @@ HELD = ("cublasSgemm_v2", "fp32", 1, 16, 16, 12)  # run_timeline's, behind its 2
 HELD_NS = 10_000 + 2 * 16 * 16 * 12 // 100
 SGEMM_NS = 10_000 + 2 * 16 * 16 * 16 // 100
 SGEMM_IN_WORKLOAD = 2  # run_workload's own calls of that shape, on the same thread
+LONG_EXTRA_NS = 1_000_000  # STANDIN_SGEMM_SLOWER: every Sgemm 16x16x16 then takes ~1.01 ms
 SKEW_NS = -3_700_000_000  # the stand-in GPU clock is 3.7 s behind the host's
 GAP_NS = 50_000  # run_timeline's stream waits this long before every 4th call
 
@@ -54,7 +64,7 @@ def test_sampling_times_the_first_calls_then_one_in_n_and_counts_all(standins, c
         calls = SGEMM_IN_WORKLOAD + 100
         with segment.Segment(segment_path(proc.pid)) as seg:
             header = seg.header()
-            assert (header.gemm_timed_first, header.gemm_sample_every) == (32, 8)
+            assert (header.gemm_timed_first, header.gemm_sample_every, header.gemm_sample_max) == (32, 8, 0)
             timed = expected_timed(calls, 32, 8)
             assert timed == 32 + 8  # 33..102: 40, 48, ..., 96
             # the writer folds counts a pass after the calls: wait for both, then check everything
@@ -66,6 +76,7 @@ def test_sampling_times_the_first_calls_then_one_in_n_and_counts_all(standins, c
             events = [e for e in seg.events(kind="gemm") if (e.op, e.dtype, e.b, e.m, e.n, e.k) == SGEMM]
             assert len(events) == timed  # calls sampled out are counted, not in the ring
             assert seg.header().counters.gemm_untimed == 0  # sampled out is not "untimed"
+            assert s.sample_every == 8  # fixed: short kernels (10 us) would get 1024 by default
     finally:
         proc.communicate("\n", timeout=10)
 
@@ -108,9 +119,97 @@ def test_a_bad_sampling_period_is_one_line_and_the_default(standins, cleanup_seg
     _, err = proc.communicate("\n", timeout=10)
     assert proc.returncode == 0
     assert err.strip() == ("tuiprof: TUIPROF_GEMM_SAMPLE_EVERY=0 is not a whole number from 1 to 1000000; "
-                           "timing 1 GEMM call in 16")
+                           "timing 1 GEMM call in 16 to 1024 per shape, by its kernel time")
     with segment.Segment(segment_path(proc.pid)) as seg:
-        assert seg.header().gemm_sample_every == 16
+        assert (seg.header().gemm_sample_every, seg.header().gemm_sample_max) == (16, 1024)
+
+
+@contextlib.contextmanager
+def _phased(standins, cleanup_segments, then: int, env: dict | None = None) -> Iterator[segment.Segment]:
+    """The driver's segment, with the default sampling, after the Sgemm 16x16x16 shape's first 32 calls
+    (all timed) were folded -- so its period is settled -- and `then` more were folded; the process
+    lives until the block ends."""
+    first = 32 - SGEMM_IN_WORKLOAD
+    proc, _ = start_driver(standins, cleanup_segments, "phases", str(first), str(then), env=env)
+    calls = 32 + then
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdout.readline().strip() == "PHASE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            assert wait_for(lambda: (s := slot_of(seg)) is not None and s.timed_count == 31), slot_of(seg)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "DONE"
+            assert wait_for(lambda: (s := slot_of(seg)) is not None and s.count == calls
+                            and s.weighted_timed_count == calls - 1), slot_of(seg)
+            yield seg
+    finally:
+        proc.communicate("\n", timeout=10)
+
+
+def test_short_kernels_get_a_longer_period_and_the_weights_add_up_to_the_calls(standins, cleanup_segments):
+    """Kernels of ~10 us: timing 1 in 16 would cost 3.34 us / (16 x 10 us) = 2 % of their GPU time, so
+    the shape's period goes to the longest, 1024 (0.03 %); each timed call stands for 1024 calls. The
+    agent passes the period on and the console's row shows it."""
+    collector = RanksCollector(0.1)
+    with _phased(standins, cleanup_segments, 3 * 1024) as seg:
+        s, header = slot_of(seg), seg.header()
+        collector.collect()
+        snapshot = pb.HostSnapshot(hostname="n1")
+        collector.fill(snapshot)
+        pid = header.pid
+    calls = 32 + 3 * 1024
+    assert (header.gemm_sample_every, header.gemm_sample_max) == (16, 1024)
+    assert s.sample_every == 1024
+    assert (s.count, s.timed_count) == (calls, 31 + 3)  # the first call is kept apart
+    assert (s.weighted_timed_count, s.weighted_total_ns) == (calls - 1, (calls - 1) * SGEMM_NS)
+    assert s.weighted_timed_flops == (calls - 1) * 2 * 16 ** 3
+    [rank] = [r for r in snapshot.ranks if r.pid == pid]
+    assert (rank.hook.gemm_sample_every, rank.hook.gemm_sample_max) == (16, 1024)
+    cluster = ClusterState(["n1"])
+    cluster.apply(SnapshotReceived("n1", 1.0, snapshot))
+    [row] = [r for r in job_ops(cluster) if r.pid == pid and r.op == "cublasSgemm_v2 fp32 b=1 m=16 n=16 k=16"]
+    assert row.timing is not None and row.timing.rate == "1 in 1024"
+    assert ("every call of a shape timed up to 32, then 1 in 1024 (chosen for this shape from its kernel time)"
+            in row.timing.describe())
+
+
+def test_long_kernels_keep_one_in_16(standins, cleanup_segments):
+    """Kernels of ~1.01 ms: 1 in 16 already costs 3.34 us / 16 ms = 0.02 %, under the budget."""
+    with _phased(standins, cleanup_segments, 5 * 16, env={"STANDIN_SGEMM_SLOWER": f"0:{LONG_EXTRA_NS}"}) as seg:
+        s = slot_of(seg)
+    calls = 32 + 5 * 16
+    assert s.sample_every == 16
+    assert (s.count, s.timed_count) == (calls, 31 + 5)
+    assert (s.weighted_timed_count, s.weighted_total_ns) == (calls - 1, (calls - 1) * (SGEMM_NS + LONG_EXTRA_NS))
+
+
+def test_weights_stand_for_exactly_the_calls_since_the_previous_timed_one_while_the_period_moves(
+        standins, cleanup_segments):
+    """3000 calls with no pause: the period moves from 16 to 1024 whenever the writer has folded the
+    first calls' times. Whatever periods were in force, the weights of the timed calls add up to every
+    call but those after the last timed one (the ring says which call that was: its launch number)."""
+    proc, _ = start_driver(standins, cleanup_segments, "3000", "0")
+    calls = SGEMM_IN_WORKLOAD + 3000
+    try:
+        assert proc.stdout.readline().strip() == "DONE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            assert wait_for(lambda: (s := slot_of(seg)) is not None and s.count == calls)
+            # every GEMM of the process: those folded, and the workload's one on its stalled stream
+            launches = (sum(x.count for x in seg.slots() if x.kind == "gemm")
+                        + sum(i.pending for i in seg.inflight() if i.kind == "gemm"))
+            # the last timed call folded: nothing of this shape is pending once the ring's count is stable
+            assert wait_for(lambda: len([e for e in seg.events(kind="gemm") if (e.op, e.dtype, e.b, e.m, e.n, e.k)
+                                         == SGEMM]) == slot_of(seg).timed_count + 1)
+            s = slot_of(seg)
+            last_timed = max(e.op_seq for e in seg.events(kind="gemm") if (e.op, e.dtype, e.b, e.m, e.n, e.k) == SGEMM)
+    finally:
+        proc.communicate("\n", timeout=10)
+    after_last_timed = launches - last_timed  # the shape's calls are the process's last launches
+    assert s.sample_every == 1024
+    assert s.weighted_timed_count + 1 + after_last_timed == calls  # + 1: the first call, kept apart
+    assert s.weighted_total_ns == s.weighted_timed_count * SGEMM_NS
+    assert 31 + 2 <= s.timed_count < 31 + (3000 - 30) // 16  # some at 16 or more, the rest at 1024
 
 
 def test_events_sit_where_the_gpu_clock_ran_them(standins, cleanup_segments):

@@ -35,11 +35,13 @@ class Extreme:
 @dataclass(frozen=True, slots=True)
 class GemmTiming:
     """The hook's GEMM timing sampling: every call of a shape up to ``first_calls``, then one in
-    ``sample_every``; ``timed_in_interval`` of the interval's calls were timed. Counts are exact."""
+    ``sample_every`` (the shape's period: fixed, or chosen from its kernel time when ``adaptive``);
+    ``timed_in_interval`` of the interval's calls were timed. Counts are exact."""
 
     first_calls: int
     sample_every: int
     timed_in_interval: int
+    adaptive: bool = False
 
     @property
     def rate(self) -> str:
@@ -52,7 +54,8 @@ class GemmTiming:
         if self.sample_every == 0:
             return "GEMM timing sampling: not reported by this rank's hook library"
         rule = ("every call timed" if self.sample_every == 1
-                else f"every call of a shape timed up to {self.first_calls}, then 1 in {self.sample_every}")
+                else f"every call of a shape timed up to {self.first_calls}, then 1 in {self.sample_every}"
+                + (" (chosen for this shape from its kernel time)" if self.adaptive else ""))
         return f"GEMM timing: {rule}; {self.timed_in_interval} timed in this interval"
 
 
@@ -110,7 +113,10 @@ def _natural(label: str) -> tuple[str, int]:
 def _timing(rank: pb.RankStats, op: pb.GemmOpStats | pb.NcclOpStats) -> GemmTiming | None:
     if isinstance(op, pb.NcclOpStats):
         return None
-    return GemmTiming(rank.hook.gemm_timed_first_calls, rank.hook.gemm_sample_every, op.timed_count_interval)
+    adaptive = rank.hook.gemm_sample_max > 0
+    # the shape's own period once one of its calls was sampled; before, an adaptive hook timed them all
+    period = op.sample_every or (1 if adaptive else rank.hook.gemm_sample_every)
+    return GemmTiming(rank.hook.gemm_timed_first_calls, period, op.timed_count_interval, adaptive)
 
 
 def _first_call(op: pb.GemmOpStats | pb.NcclOpStats) -> Reading | None:

@@ -12,8 +12,10 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
   another user's process or the folder is one that others can change;
 - PYTHONPATH: tuiprof's startup hook first (steps, GC pauses, DataLoader waits);
 - TUIPROF_GEMM_SAMPLE_EVERY, with --gemm-sample-every N: the hook times every
-  call of a GEMM shape up to its 32nd, then one call in N (default 16; 1 times
-  every call); every call is counted either way;
+  call of a GEMM shape up to its 32nd, then one call in N (1 times every call)
+  instead of one in a period chosen per shape from its kernel time (16 to 1024:
+  timing costs at most 0.05 % of the shape's GPU time); every call is counted
+  either way;
 - TUIPROF_NCCL_FALLBACK=1, with --nccl-fallback: where NCCL does not take the
   profiler plugin (NCCL < 2.27, or another plugin), time each collective with
   CUDA events on its stream (from its turn on the stream to its end, not
@@ -142,7 +144,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"port of this host's agentd, asked for its trace dir (default {DEFAULT_AGENT_PORT})")
     parser.add_argument(
         "--gemm-sample-every", type=sample_period, metavar="N",
-        help="time every call of a GEMM shape up to its 32nd, then one in N (default 16; 1: every call); "
+        help="time every call of a GEMM shape up to its 32nd, then one in N (1: every call); default: one in "
+             "16 to 1024 per shape, chosen from its kernel time so that timing costs at most 0.05 %% of it; "
              "all calls are counted")
     parser.add_argument(
         "--nccl-fallback", action="store_true",

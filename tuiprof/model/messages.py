@@ -248,6 +248,7 @@ class GemmOpStats:
     first_call_seconds: Reading
     timed_count_total: int
     timed_count_interval: int
+    sample_every: int
     NESTED: ClassVar[dict[str, type]] = {"latency": LatencyStats}
 
 
@@ -310,6 +311,7 @@ class HookHealth:
     gemm_sample_every: int
     nccl_api_fallback: bool
     nccl_api_events: bool
+    gemm_sample_max: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,16 +50,17 @@ int tp_gemm_begin(tp_gemm_call *c, const char *op, int dtype, int64_t b, int64_t
 {
     c->active = 1;
     c->timed = 0;
-    tp_shape *e = tp_gemm_shape(op, dtype, b, m, n, k);
-    uint32_t weight = tp_gemm_timing_weight(e);
-    if (!weight) {
-        c->counted_in = e; /* counted only: no record, no clock read, no events */
-        return 0;
-    }
-    c->counted_in = NULL;
+    c->shape = tp_gemm_shape(op, dtype, b, m, n, k);
+    uint32_t period;
+    uint32_t weight = tp_gemm_timing_weight(c->shape, &period);
+    c->due = weight != 0;
+    if (!c->due) return 0; /* counted only: no record, no clock read, no events */
     tp_gemm_shape_record(&c->rec, op, dtype, b, m, n, k);
-    c->rec.first_call = tp_gemm_first_call(e);
+    c->rec.first_call = tp_gemm_first_call(c->shape);
     c->rec.weight = weight;
+    c->rec.period = period;
+    c->rec.shape = c->shape;
+    c->rec.shape_key = tp_gemm_shape_key(c->shape);
     return 1;
 }
 
@@ -79,16 +80,18 @@ void tp_gemm_end(tp_gemm_call *c, int status)
         return;
     }
     uint64_t seq = atomic_fetch_add_explicit(&g_gemm_launches, 1, memory_order_relaxed) + 1;
-    if (c->counted_in) {
-        tp_gemm_count_sampled_out(c->counted_in);
+    if (!c->due) {
+        tp_gemm_ran(c->shape, TP_GEMM_COUNTED);
         return;
     }
     c->rec.op_seq = seq;
     if (c->timed) {
         tp_timer_stop(c->timer, c->stream);
+        tp_gemm_ran(c->shape, TP_GEMM_TIMED);
         c->rec.type = TP_REC_GEMM_LAUNCH;
         c->rec.timer = c->timer;
     } else {
+        tp_gemm_ran(c->shape, TP_GEMM_DUE_UNTIMED);
         c->rec.type = TP_REC_GEMM_UNTIMED;
         c->rec.dur_ns = UINT64_MAX;
     }

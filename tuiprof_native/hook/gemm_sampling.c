@@ -1,10 +1,23 @@
 /* Which GEMM calls are timed, and the exact count of those that are not.
  *
- * Timing a call costs two CUDA event records on its stream (host time and a
- * little GPU time), so only some calls are timed: every call of a shape
- * until TP_GEMM_TIMED_FIRST of them, then one in gemm_sample_every
- * (TUIPROF_GEMM_SAMPLE_EVERY, default TP_GEMM_SAMPLE_EVERY_DEFAULT).  The
- * rule is deterministic per (launching thread, shape).
+ * Timing a call costs two CUDA event records on its stream (host time, and
+ * 3.34 us of GPU time on an H100: bench/rank_figures_gpu.md), so only some
+ * calls are timed: every call of a shape until TP_GEMM_TIMED_FIRST of them,
+ * then one in a period.  The period is fixed by TUIPROF_GEMM_SAMPLE_EVERY;
+ * by default it is chosen per shape from the shape's mean kernel time so
+ * that timing costs at most TIMING_BUDGET_DIVISOR-th of the shape's GPU time
+ * (0.05 %): 16 for kernels of 0.42 ms and more, longer for shorter ones, in
+ * powers of two up to TP_GEMM_SAMPLE_EVERY_ADAPTIVE_MAX.  The writer thread
+ * recomputes it as each timed call of the shape finishes; a call uses the
+ * period its thread reads then.  Given the durations the rule is
+ * deterministic per (launching thread, shape): no random draws.
+ *
+ * Weights: a timed call stands for itself and every call of its thread and
+ * shape that ran since that pair's previous timed call (a call due for
+ * timing that could not be timed passes its calls on to the next timed
+ * one; a call that failed ran nothing and counts for nothing).  So the
+ * weights of a shape's timed calls add up to its calls exactly, up to those
+ * after its last timed call, whatever periods were in force.
  *
  * A call that is only counted must stay cheap, so it sends no record: each
  * launching thread owns a table of shapes whose entries are written once
@@ -27,12 +40,20 @@
 
 #define SHAPE_SETS 64u
 #define SHAPE_WAYS 4u
+#define TIMING_GPU_NS 3340u        /* GPU time of a timed call's two event records (H100) */
+#define TIMING_BUDGET_DIVISOR 2000u /* adaptive: timing costs at most 1/2000 of the shape's GPU time */
 
 struct tp_shape {
     _Atomic uint64_t key; /* 0 while empty; written once, last (release) */
     _Atomic uint64_t counted; /* calls sampled out that ran: written by the owning thread only */
-    uint64_t calls;           /* owning thread only: calls of this shape so far */
-    uint64_t harvested;       /* writer thread only: `counted` at its last visit */
+    _Atomic uint32_t period;  /* one call in this many is timed: the writer's (adaptive), read by the owner */
+    /* owning thread only */
+    uint64_t calls;           /* calls of this shape so far (also those that failed) */
+    uint64_t untimed;         /* calls that ran since the last timed one */
+    uint64_t since_due;       /* calls that ran since the last one due for timing */
+    /* writer thread only */
+    uint64_t harvested;       /* `counted` at its last visit */
+    uint64_t timed_ns, timed_n; /* durations of its timed calls (but the first), for the mean */
     const char *op;           /* the interposer's name (a string literal) */
     int dtype;
     int64_t b, m, n, k;
@@ -53,6 +74,7 @@ static int g_key_ok;
 static __thread shape_table *t_table;
 static __thread int t_no_table; /* calloc failed once: this thread times every call */
 static uint32_t g_sample_every = TP_GEMM_SAMPLE_EVERY_DEFAULT;
+static int g_adaptive = 1; /* no TUIPROF_GEMM_SAMPLE_EVERY: the period follows each shape's kernel time */
 
 void tp_gemm_sampling_init(void)
 {
@@ -62,13 +84,17 @@ void tp_gemm_sampling_init(void)
     unsigned long n = strtoul(v, &end, 10);
     if (*end == '\0' && n >= 1 && n <= TP_GEMM_SAMPLE_EVERY_MAX) {
         g_sample_every = (uint32_t)n;
+        g_adaptive = 0;
         return;
     }
     fprintf(stderr, "tuiprof: TUIPROF_GEMM_SAMPLE_EVERY=%.32s is not a whole number from 1 to %u; timing 1 GEMM call "
-            "in %u\n", v, TP_GEMM_SAMPLE_EVERY_MAX, g_sample_every);
+            "in %u to %u per shape, by its kernel time\n", v, TP_GEMM_SAMPLE_EVERY_MAX, g_sample_every,
+            TP_GEMM_SAMPLE_EVERY_ADAPTIVE_MAX);
 }
 
 uint32_t tp_gemm_sample_every(void) { return g_sample_every; }
+
+uint32_t tp_gemm_sample_max(void) { return g_adaptive ? TP_GEMM_SAMPLE_EVERY_ADAPTIVE_MAX : 0; }
 
 static void retire(void *table) { atomic_store_explicit(&((shape_table *)table)->state, TABLE_RETIRED, memory_order_release); }
 
@@ -129,6 +155,7 @@ tp_shape *tp_gemm_shape(const char *op, int dtype, int64_t b, int64_t m, int64_t
         if (have == 0) {
             tp_shape *e = &set[w];
             e->op = op, e->dtype = dtype, e->b = b, e->m = m, e->n = n, e->k = k;
+            atomic_store_explicit(&e->period, g_sample_every, memory_order_relaxed);
             atomic_store_explicit(&e->key, key, memory_order_release); /* the writer may read it now */
             return e;
         }
@@ -136,13 +163,15 @@ tp_shape *tp_gemm_shape(const char *op, int dtype, int64_t b, int64_t m, int64_t
     return NULL; /* set full: this shape is timed on every call */
 }
 
-uint32_t tp_gemm_timing_weight(tp_shape *e)
+uint32_t tp_gemm_timing_weight(tp_shape *e, uint32_t *period)
 {
+    *period = 0;
     if (!e) return 1;
-    uint64_t c = ++e->calls;
-    if (c <= TP_GEMM_TIMED_FIRST) return 1;
-    /* Call TIMED_FIRST + j*N is timed for itself and the N-1 before it. */
-    return (c - TP_GEMM_TIMED_FIRST) % g_sample_every == 0 ? g_sample_every : 0;
+    if (++e->calls > TP_GEMM_TIMED_FIRST) {
+        *period = atomic_load_explicit(&e->period, memory_order_relaxed);
+        if (e->since_due + 1 < *period) return 0;
+    }
+    return (uint32_t)(e->untimed + 1 < UINT32_MAX ? e->untimed + 1 : UINT32_MAX);
 }
 
 uint32_t tp_gemm_first_call(const tp_shape *e)
@@ -151,11 +180,45 @@ uint32_t tp_gemm_first_call(const tp_shape *e)
     return e->calls == 1 ? TP_FIRST_CALL_YES : TP_FIRST_CALL_NO;
 }
 
-void tp_gemm_count_sampled_out(tp_shape *e)
+uint64_t tp_gemm_shape_key(const tp_shape *e) { return e ? atomic_load_explicit(&e->key, memory_order_relaxed) : 0; }
+
+void tp_gemm_ran(tp_shape *e, enum tp_gemm_outcome how)
 {
+    if (!e) return;
+    if (how == TP_GEMM_TIMED) {
+        e->untimed = e->since_due = 0;
+        return;
+    }
+    e->untimed++;
+    if (how == TP_GEMM_DUE_UNTIMED) {
+        e->since_due = 0; /* tried: the next try is a period on */
+        return;
+    }
+    e->since_due++;
     /* One writer (this thread): a plain load and store, no read-modify-write. */
     uint64_t n = atomic_load_explicit(&e->counted, memory_order_relaxed);
     atomic_store_explicit(&e->counted, n + 1, memory_order_release);
+}
+
+/* The shortest power-of-two period, from TP_GEMM_SAMPLE_EVERY_DEFAULT up to
+ * TP_GEMM_SAMPLE_EVERY_ADAPTIVE_MAX, at which timing one call in it costs
+ * at most 1/TIMING_BUDGET_DIVISOR of calls of `mean_ns`. */
+static uint32_t adaptive_period(uint64_t mean_ns)
+{
+    uint32_t p = TP_GEMM_SAMPLE_EVERY_DEFAULT;
+    while (p < TP_GEMM_SAMPLE_EVERY_ADAPTIVE_MAX && (uint64_t)p * mean_ns < (uint64_t)TIMING_GPU_NS * TIMING_BUDGET_DIVISOR)
+        p <<= 1;
+    return p;
+}
+
+void tp_gemm_timing_done(const tp_record *r)
+{
+    tp_shape *e = r->shape;
+    if (!g_adaptive || !e || r->first_call == TP_FIRST_CALL_YES || r->dur_ns == UINT64_MAX) return;
+    if (atomic_load_explicit(&e->key, memory_order_acquire) != r->shape_key) return; /* table reused since */
+    e->timed_ns += r->dur_ns;
+    e->timed_n++;
+    atomic_store_explicit(&e->period, adaptive_period(e->timed_ns / e->timed_n), memory_order_relaxed);
 }
 
 /* Fold what each shape's counter gained since the last visit into its slot. */

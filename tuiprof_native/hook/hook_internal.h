@@ -91,7 +91,10 @@ typedef struct tp_record {
     int32_t rank;
     uint32_t token;          /* NCCL op index, pairs START with DONE */
     uint32_t first_call;     /* GEMM: TP_FIRST_CALL_* (the launching thread's view) */
-    uint32_t weight;         /* GEMM, timed: the calls it stands for (tp_gemm_timing_weight); else unused */
+    uint32_t weight;         /* GEMM, due for timing: the calls it stands for (tp_gemm_timing_weight) */
+    uint32_t period;         /* ... and its period then (0: one of its shape's first calls) */
+    void *shape;             /* ... its launching thread's tp_shape (NULL: none), */
+    uint64_t shape_key;      /* ... while it still holds this key (tables are reused) */
 } tp_record;
 
 /* Whether a GEMM record is its shape's first call, as its launching thread
@@ -137,28 +140,38 @@ void tp_timer_release(uint32_t timer);
 void tp_timer_fork_child(void);
 
 /* ---- which GEMM calls are timed (gemm_sampling.c) --------------------- */
-/* The first TP_GEMM_TIMED_FIRST calls of each shape are timed, then one in
- * TUIPROF_GEMM_SAMPLE_EVERY (read once, when the hook starts). */
+/* The first TP_GEMM_TIMED_FIRST calls of each shape are timed, then one in a
+ * period: by default chosen per shape from its mean kernel time, from
+ * TP_GEMM_SAMPLE_EVERY_DEFAULT up to TP_GEMM_SAMPLE_EVERY_ADAPTIVE_MAX; fixed
+ * by TUIPROF_GEMM_SAMPLE_EVERY (read once, when the hook starts). */
 #define TP_GEMM_TIMED_FIRST 32u
 #define TP_GEMM_SAMPLE_EVERY_DEFAULT 16u
+#define TP_GEMM_SAMPLE_EVERY_ADAPTIVE_MAX 1024u
 #define TP_GEMM_SAMPLE_EVERY_MAX 1000000u
 typedef struct tp_shape tp_shape;
 void tp_gemm_sampling_init(void);
-uint32_t tp_gemm_sample_every(void);
+uint32_t tp_gemm_sample_every(void); /* the fixed period, or the adaptive one's shortest */
+uint32_t tp_gemm_sample_max(void);   /* 0: fixed; else the adaptive period's longest */
 /* The calling thread's entry for a shape; NULL when it has none (time every call). */
 tp_shape *tp_gemm_shape(const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
-/* Counts the call; 0: only count it; else time it, standing for this many calls
- * (1 while every call is timed, the sampling rate after). */
-uint32_t tp_gemm_timing_weight(tp_shape *e);
+/* Before the call: 0 to only count it; else it is due for timing, standing
+ * for this many calls (itself and those that ran since its shape's last
+ * timed call), and `period` says by which rule (0: one of the first calls). */
+uint32_t tp_gemm_timing_weight(tp_shape *e, uint32_t *period);
 uint32_t tp_gemm_first_call(const tp_shape *e); /* TP_FIRST_CALL_* of the call just counted */
-void tp_gemm_count_sampled_out(tp_shape *e); /* after the call succeeded */
+enum tp_gemm_outcome { TP_GEMM_COUNTED, TP_GEMM_TIMED, TP_GEMM_DUE_UNTIMED /* no event, capture, no context */ };
+/* After the call succeeded (a failed call ran nothing: not reported). */
+void tp_gemm_ran(tp_shape *e, enum tp_gemm_outcome how);
+uint64_t tp_gemm_shape_key(const tp_shape *e);
+/* writer: a timed call's duration (the record of one due call of `shape`) */
+void tp_gemm_timing_done(const tp_record *r);
 int tp_gemm_harvest_counted(void);        /* writer: fold new counts into slots; 1 if any */
 void tp_gemm_sampling_fork_child(void);
 
 /* ---- GEMM calls (gemm_hooks.c) ----------------------------------------- */
 typedef struct tp_gemm_call {
-    int active, timed;
-    tp_shape *counted_in; /* sampled out: counted here once the call succeeded */
+    int active, due, timed;
+    tp_shape *shape; /* the calling thread's entry for it; NULL: none */
     uint32_t timer;
     void *stream;
     tp_record rec;

@@ -96,6 +96,7 @@ static void init_header(tp_header *h)
     h->hist_buckets = TP_HIST_BUCKETS;
     h->gemm_timed_first = TP_GEMM_TIMED_FIRST;
     h->gemm_sample_every = tp_gemm_sample_every();
+    h->gemm_sample_max = tp_gemm_sample_max();
     fill_identity(h);
     h->start_ns = tp_now_ns();
     h->heartbeat_ns = h->start_ns;
@@ -267,6 +268,7 @@ void tp_segment_fold(const tp_record *r, uint32_t kind)
     s->count++;
     s->bytes += r->bytes;
     s->flops += r->flops;
+    if (kind == TP_KIND_GEMM && r->period) s->sample_every = r->period;
     if (first) {
         if (r->dur_ns != UINT64_MAX) s->first_ns = r->dur_ns;
     } else if (r->dur_ns != UINT64_MAX) {

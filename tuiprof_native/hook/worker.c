@@ -225,6 +225,7 @@ static int poll_gemms(uint64_t now)
             }
             r->dur_ns = span.dur_ns;
             place_gemm(f, r, &span, now);
+            tp_gemm_timing_done(r); /* first: once the slot shows the call, its shape's period counts it */
             tp_segment_fold(r, TP_KIND_GEMM);
         }
     }

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 6u
+#define TP_LAYOUT_VERSION 7u
 
 #define TP_SEGMENT_DIR "/dev/shm"
 #define TP_SEGMENT_PREFIX "tuiprof-" /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid> */
@@ -85,7 +85,8 @@ typedef struct tp_counters {
     uint64_t dataloader_count;    /* DataLoader next() calls observed */
     uint64_t dataloader_wait_total_ns;
     uint64_t gemm_untimed;        /* GEMMs due for timing but not timed (no event free, no CUDA,
-                                   * graph capture); calls sampled out are not counted here */
+                                   * graph capture, no current CUDA context); calls sampled out
+                                   * are not counted here */
     uint64_t nccl_untimed;        /* collectives finished without GPU timestamps */
     uint64_t dropped_records;     /* records lost because an internal queue was full */
     uint64_t slot_overflow;       /* records folded into the overflow slot */
@@ -121,11 +122,15 @@ typedef struct tp_header {
     int32_t exit_status;
     /* GEMM timing sampling, set once at creation: every call of a GEMM shape
      * (per launching thread) is timed until gemm_timed_first calls, then one
-     * call in gemm_sample_every (1: every call).  The others are counted
-     * exactly (slot count, flops) but not timed and not in the ring. */
+     * call in a period: gemm_sample_every (1: every call) when
+     * gemm_sample_max is 0; else chosen per shape from its mean kernel time,
+     * from gemm_sample_every to gemm_sample_max (each slot's sample_every
+     * says which).  The others are counted exactly (slot count, flops) but
+     * not timed and not in the ring. */
     uint32_t gemm_timed_first;
     uint32_t gemm_sample_every;
-    uint8_t reserved[116];
+    uint32_t gemm_sample_max;
+    uint8_t reserved[112];
 } tp_header;
 
 /* Aggregate of one (kind, op, dtype, shape / communicator+algorithm) key. */
@@ -155,8 +160,8 @@ typedef struct tp_slot {
     uint64_t timed_bytes;         /* bytes / flops of the timed calls only */
     uint64_t timed_flops;
     /* The same timed calls, each weighted by the calls it stands for: 1 while
-     * every call of its shape is timed, gemm_sample_every once sampled (NCCL:
-     * always 1).  A Horvitz-Thompson estimate of all calls' figures: mean
+     * every call of its shape is timed, then the calls its thread made of
+     * that shape since its previous timed one (NCCL: always 1).  A Horvitz-Thompson estimate of all calls' figures: mean
      * latency = weighted_total_ns / weighted_timed_count, TFLOPS =
      * weighted_timed_flops / weighted_total_ns.  Without the weights the first
      * gemm_timed_first calls (all timed) would count as much as
@@ -167,6 +172,9 @@ typedef struct tp_slot {
     uint64_t weighted_timed_bytes;
     uint64_t weighted_timed_flops;
     uint64_t hist[TP_HIST_BUCKETS];
+    uint32_t sample_every;        /* GEMM: the period of its latest call due for timing past its shape's
+                                   * first gemm_timed_first calls; 0 while there was none */
+    uint32_t reserved0;
 } tp_slot;
 
 /* Oldest unfinished work on one stream (GEMM) or communicator (NCCL). */

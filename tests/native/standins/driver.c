@@ -4,7 +4,10 @@
  * PAUSE_US, then runs that many more GEMMs PAUSE_US apart and prints "DONE";
  * given "timeline" CALLS, runs run_timeline and prints its line and "DONE";
  * given "threads" THREADS CALLS, runs run_gemm_threads and prints "DONE";
- * given "paced" CALLS PAUSE_US, runs run_gemm_paced and prints its line and "DONE".
+ * given "paced" CALLS PAUSE_US, runs run_gemm_paced and prints its line and "DONE";
+ * given "phases" FIRST THEN, runs run_gemm_stream(FIRST, 0), prints "PHASE",
+ * waits for a line on stdin (the test sees the first calls folded), then runs
+ * run_gemm_stream(THEN, 0) and prints "DONE".
  * Waits for a line on stdin before exiting (so the test can look at the live
  * segment). */
 #include <dlfcn.h>
@@ -15,7 +18,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 2 && argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS | threads THREADS CALLS | paced CALLS PAUSE_US]\n", argv[0]);
+        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS | threads THREADS CALLS | paced CALLS PAUSE_US | phases FIRST THEN]\n", argv[0]);
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -30,6 +33,15 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[2], "threads") == 0) {
         int (*threads)(int, int) = (int (*)(int, int))dlsym(lib, "run_gemm_threads");
         if (!threads || threads(atoi(argv[3]), atoi(argv[4])) != 0) return 1;
+        printf("DONE\n");
+        fflush(stdout);
+    } else if (argc == 5 && strcmp(argv[2], "phases") == 0) {
+        int (*stream)(int, int) = (int (*)(int, int))dlsym(lib, "run_gemm_stream");
+        char go[16];
+        if (!stream || stream(atoi(argv[3]), 0) != 0) return 1;
+        printf("PHASE\n");
+        fflush(stdout);
+        if (!fgets(go, sizeof(go), stdin) || stream(atoi(argv[4]), 0) != 0) return 1;
         printf("DONE\n");
         fflush(stdout);
     } else if (argc == 5 && strcmp(argv[2], "paced") == 0) {
