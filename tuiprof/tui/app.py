@@ -23,6 +23,7 @@ from collections.abc import Callable
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
@@ -107,6 +108,16 @@ class TuiprofApp(App[None]):
         """Per-GPU and per-core series (``plots.detail_samples``) of the hosts shown in detail."""
         self.sub_title = "live" if source.live else "replay"
         self._show_interval()
+
+    def get_driver_class(self) -> type[Driver]:
+        """Where Textual would take its Linux driver, the one whose input thread sleeps until a key
+        comes (``tui/driver.py``: ~1 ms of CPU a second less); otherwise Textual's choice."""
+        chosen = super().get_driver_class()
+        if chosen.__name__ != "LinuxDriver":  # Windows, or one named in $TEXTUAL_DRIVER
+            return chosen
+        from tuiprof.tui.driver import InputWaitingDriver  # imports termios: POSIX only
+
+        return InputWaitingDriver
 
     def on_mount(self) -> None:
         from tuiprof.tui.screens.cluster import ClusterScreen
