@@ -2,8 +2,10 @@
 
 Phases (each writes DIR/<phase>.json; bench/rank_figures_gpu.sh runs them in two device calls):
 
-- ``accuracy``  mm / linear+bias / bmm bf16 and fp32 mm under `tuiprof run` with the default
-  sampling: counts exact, TFLOPS from the timed calls against the program's own CUDA events.
+- ``accuracy``  mm / linear+bias / bmm bf16 and fp32 mm (kernels of 0.6 ms and more: the default
+  adaptive sampling keeps 1 in 16), and a small mm 2048^3 bf16 (tens of us: a longer period), under
+  `tuiprof run` with the default sampling: counts exact, TFLOPS from the timed calls against the
+  program's own CUDA events.
 - ``timeline``  back-to-back bf16 GEMMs with `--gemm-sample-every 1`: the hook's ring events
   (placed on the GPU clock) against the program's own events placed with its own anchor.
 - ``eventcost`` GPU time a timed call adds, measured directly: a loop of small GEMMs between two
@@ -36,9 +38,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TUIPROF_RUN = [sys.executable, str(ROOT / "bench" / "tuiprof_headless.py"), "run"]
 AGENTD_CODE = "import sys; from agentd.cli import main; sys.exit(main())"
 AGENTD = [sys.executable, "-c", AGENTD_CODE]
-TIMED_FIRST, SAMPLE_EVERY = 32, 16  # the hook's defaults (gemm_sampling.c)
+TIMED_FIRST, SAMPLE_EVERY = 32, 16  # the hook's defaults (gemm_sampling.c): 16 is the adaptive period's shortest
 LONG_PLAN = {"seconds": 600, "intervals_ms": [250, 500, 1000]}  # --long-seconds, --intervals
 WARM_CALLS, STEADY_CALLS = 64, 400  # accuracy: per group, read the slot after each part
+SMALL_STEADY_CALLS = 8000  # ... the small GEMM's steady part: enough calls for ~30 timed at 1 in 256
 OVERHEAD_PAIRS, OVERHEAD_STEPS, OVERHEAD_WARMUP = 10, 300, 30
 STEP_SIZES = {"30ms": 6144, "5ms": 1024}  # batch rows through 8 bf16 Linear(8192, 8192)
 
@@ -93,16 +96,18 @@ def worker_accuracy(out: pathlib.Path) -> None:
     x, w, bias = torch.randn(4096, 8192, **bf), torch.randn(6144, 8192, **bf), torch.randn(6144, **bf)
     ba, bb = torch.randn(32, 2048, 2048, **bf), torch.randn(32, 2048, 2048, **bf)
     fa, fb = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    sa, sb = torch.randn(2048, 2048, **bf), torch.randn(2048, 2048, **bf)
     groups = {
-        "mm_bf16": (lambda: torch.mm(a, b), 2 * 8192**3, "bf16"),
-        "linear_bias_bf16": (lambda: F.linear(x, w, bias), 2 * 4096 * 8192 * 6144, "bf16"),
-        "bmm_bf16": (lambda: torch.bmm(ba, bb), 2 * 32 * 2048**3, "bf16"),
-        "mm_fp32": (lambda: torch.mm(fa, fb), 2 * 4096**3, "fp32"),
+        "mm_bf16": (lambda: torch.mm(a, b), 2 * 8192**3, "bf16", STEADY_CALLS),
+        "linear_bias_bf16": (lambda: F.linear(x, w, bias), 2 * 4096 * 8192 * 6144, "bf16", STEADY_CALLS),
+        "bmm_bf16": (lambda: torch.bmm(ba, bb), 2 * 32 * 2048**3, "bf16", STEADY_CALLS),
+        "mm_fp32": (lambda: torch.mm(fa, fb), 2 * 4096**3, "fp32", STEADY_CALLS),
+        "mm_small_bf16": (lambda: torch.mm(sa, sb), 2 * 2048**3, "bf16", SMALL_STEADY_CALLS),
     }
     result = {}
-    for name, (fn, flops, dtype) in groups.items():
+    for name, (fn, flops, dtype, steady_calls) in groups.items():
         seconds, readings = [], []
-        for calls in (WARM_CALLS, STEADY_CALLS):  # the slot is read after each part, as agentd reads it
+        for calls in (WARM_CALLS, steady_calls):  # the slot is read after each part, as agentd reads it
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(calls)]
             for start, end in pairs:
@@ -118,14 +123,16 @@ def worker_accuracy(out: pathlib.Path) -> None:
     with own_segment() as seg:
         header = seg.header()
     (out / "accuracy_worker.json").write_text(json.dumps({
-        "groups": result, "sample_every": header.gemm_sample_every, "timed_first": header.gemm_timed_first,
+        "groups": result, "sample_every": header.gemm_sample_every, "sample_max": header.gemm_sample_max,
+        "timed_first": header.gemm_timed_first,
         "gemm_untimed": header.counters.gemm_untimed, "dropped": header.counters.dropped_records}))
 
 
 def _slot_json(s) -> dict:
     return {"op": s.op, "count": s.count, "timed_count": s.timed_count, "total_ns": s.total_ns,
             "timed_flops": s.timed_flops, "weighted_total_ns": s.weighted_total_ns,
-            "weighted_timed_flops": s.weighted_timed_flops, "first_call_ns": s.first_call_ns}
+            "weighted_timed_flops": s.weighted_timed_flops, "first_call_ns": s.first_call_ns,
+            "sample_every": s.sample_every}
 
 
 def program_anchor(torch, tries: int = 50) -> tuple[object, int, int]:
@@ -267,11 +274,15 @@ def phase_accuracy(out: pathlib.Path) -> dict:
     two readings of the segment into an interval's TFLOPS."""
     run_checked(under_tuiprof("accuracy", out), out, "accuracy_worker")
     own = json.loads((out / "accuracy_worker.json").read_text())
-    first, every = own["timed_first"], own["sample_every"]
+    first = own["timed_first"]
     rows = []
     for name, g in own["groups"].items():
         seconds, flops = g["seconds"], g["flops_per_call"]
         [warm], [slot] = g["readings"]
+        # the shape's period; which calls were timed is known only while it stayed at the shortest
+        # (an adaptive period moves once the hook has folded the first calls' times)
+        every = slot["sample_every"]
+        fixed_rule = every == own["sample_every"]
 
         def program(calls: list[int]) -> float:
             return flops * len(calls) / sum(seconds[i] for i in calls) / 1e12
@@ -284,19 +295,21 @@ def phase_accuracy(out: pathlib.Path) -> dict:
         unweighted_all = slot["timed_flops"] / (slot["total_ns"] / 1e9) / 1e12
         rows.append({
             "group": name, "op": slot["op"], "calls_program": len(seconds), "count_ours": slot["count"],
-            "timed_ours": slot["timed_count"], "timed_expected": sum(timed_call(i + 1, first, every) for i in everything),
+            "sample_every": every, "timed_ours": slot["timed_count"],
+            "timed_expected": sum(timed_call(i + 1, first, every) for i in everything) if fixed_rule else None,
             "steady_tflops_ours": ours_steady, "steady_tflops_program": program(list(steady)),
             "steady_diff_percent": 100 * (ours_steady / program(list(steady)) - 1),
             "steady_diff_same_calls_percent": 100 * (ours_steady / program(
-                [i for i in steady if timed_call(i + 1, first, every)]) - 1),
+                [i for i in steady if timed_call(i + 1, first, every)]) - 1) if fixed_rule else None,
             "burst_tflops_ours": ours_all, "burst_tflops_program": program(list(everything)),
             "burst_diff_percent": 100 * (ours_all / program(list(everything)) - 1),
             "burst_tflops_unweighted": unweighted_all,
             "burst_unweighted_diff_percent": 100 * (unweighted_all / program(list(everything)) - 1),
             "burst_unweighted_diff_same_calls_percent": 100 * (unweighted_all / program(
-                [i for i in everything if timed_call(i + 1, first, every)]) - 1),
+                [i for i in everything if timed_call(i + 1, first, every)]) - 1) if fixed_rule else None,
             "first_call_ms_ours": (slot["first_call_ns"] or 0) / 1e6, "first_call_ms_program": seconds[0] * 1e3})
-    return {"sample_every": every, "timed_first": first, "warm_calls": WARM_CALLS, "steady_calls": STEADY_CALLS,
+    return {"sample_every": own["sample_every"], "sample_max": own["sample_max"], "timed_first": first,
+            "warm_calls": WARM_CALLS, "steady_calls": STEADY_CALLS, "small_steady_calls": SMALL_STEADY_CALLS,
             "gemm_untimed": own["gemm_untimed"], "dropped": own["dropped"], "rows": rows}
 
 
