@@ -24,6 +24,8 @@ from agentd.traces.analysis.summary import (
 CPU_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 GLOO_PREFIX = "gloo:"
 STEP_PREFIXES = ("ProfilerStep#", "Optimizer.step#")
+# The categories RankExtractor.add counts (runtime calls, a third of a trace's events, only pair launches).
+ADDED_CATEGORIES = GPU_CATEGORIES | CPU_OP_CATEGORIES | {"user_annotation"}
 
 
 class Event(msgspec.Struct, omit_defaults=True):
@@ -134,6 +136,7 @@ class RankExtractor:
         self._launches = launches
         self._window = step_window(steps, step_mode)
         extract.steps, extract.window = _in_window(steps, self._window), self._window.description
+        self._start, self._end = self._window.start, self._window.end  # the window's bounds, read per event
         self._kinds: dict[str, str] = {}
         self._gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start, duration
         self._cpu_collectives: list[tuple[Event, str, float, float]] = []
@@ -141,11 +144,11 @@ class RankExtractor:
 
     def add(self, event: Event, name: str, cat: str, ts: float, dur: float) -> None:
         """One complete event with its name, category and (shifted) start and duration."""
-        extract, window = self.extract, self._window
+        extract = self.extract
         if cat in GPU_CATEGORIES:
             args = gpu_args(event)
             launched = None if args.correlation is None else self._launches.get(args.correlation)
-            if not window.contains(ts if launched is None else launched):
+            if not self._start <= (ts if launched is None else launched) <= self._end:
                 extract.gpu_events_outside += 1
                 return
             if cat in KERNEL_CATEGORIES:
@@ -162,12 +165,12 @@ class RankExtractor:
             _add(extract.kernel_totals, name, dur)
             if kind == "communication":
                 self._gpu_collectives.append((event, name, ts, dur))
-        elif cat in CPU_OP_CATEGORIES and window.contains(ts):
+        elif cat in CPU_OP_CATEGORIES and self._start <= ts <= self._end:
             _add(extract.cpu_totals, name, dur)
             if name.startswith(CPU_COLLECTIVE_PREFIXES):
                 self._cpu_collectives.append((event, name, ts, dur))
                 _add(extract.cpu_collective_totals, name, dur)
-        elif cat == "user_annotation" and name.startswith(CPU_COLLECTIVE_PREFIXES) and window.contains(ts):
+        elif cat == "user_annotation" and name.startswith(CPU_COLLECTIVE_PREFIXES) and self._start <= ts <= self._end:
             _add(extract.cpu_collective_totals, name, dur)  # gloo:all_reduce spans the work c10d:: only enqueues
             if name.startswith(GLOO_PREFIX):
                 self._gloo_work.append((event, name, ts, dur))
@@ -204,19 +207,20 @@ def extract_rank(batches: Callable[[], Iterable[list[Event]]], extract: RankExtr
     for batch in batches():
         steps_and_launches(batch, 0.0, steps, launches)
     extractor = RankExtractor(extract, steps, launches, step_mode)
-    unset = msgspec.UNSET
+    unset, add, counted = msgspec.UNSET, extractor.add, 0
     for batch in batches():
         for event in batch:
             if event.ph == "M":
-                extract.events += event.name not in DROPPED_METADATA
+                counted += event.name not in DROPPED_METADATA
                 continue
-            extract.events += 1
+            counted += 1
             if event.ph != "X":
                 continue
             ts, dur, cat, name = event.ts, event.dur, event.cat, event.name
-            if ts is unset or dur is unset or cat is unset or name is unset:
+            if ts is unset or dur is unset or cat is unset or name is unset or cat not in ADDED_CATEGORIES:
                 continue
-            extractor.add(event, name, cat, ts, dur)
+            add(event, name, cat, ts, dur)
+    extract.events += counted
     return extractor.finish()
 
 
