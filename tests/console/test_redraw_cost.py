@@ -117,3 +117,31 @@ async def test_text_that_takes_the_same_room_repaints_without_a_layout_pass() ->
         assert layouts == [False, True, True]
         await pilot.pause()
         assert line.size.height == 2 and str(line.render()) == "x" * 81
+
+
+async def test_the_host_views_redraw_without_news_makes_no_rows_and_a_new_snapshot_does(monkeypatch) -> None:
+    """Once a second the console redraws even when no snapshot came ("last contact N s ago"):
+    the host view's rows come from the snapshot, so they are made again only for a new one."""
+    from console.recordings import replay_app
+    from tuiprof.model.events import SnapshotReceived
+    from tuiprof.tui.screens import host
+
+    made: list[str] = []
+    original = host.gpu_rows
+    monkeypatch.setattr(host, "gpu_rows", lambda snapshot: made.append(snapshot.hostname) or original(snapshot))
+    app = replay_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, host.HostScreen) and made
+        made.clear()
+        app.render_views(force=True)
+        app.render_views(force=True)
+        assert made == []
+        latest = app.cluster.host(screen.address)
+        assert latest.message is not None
+        app.cluster.apply(SnapshotReceived(screen.address, app.cluster.now + 1, latest.message))
+        app.render_views()
+        assert made == [latest.message.hostname]

@@ -313,6 +313,8 @@ class HostScreen(ConsoleScreen):
         self.address = address
         self.initial_tab = tab or "gpus"
         self._rows: dict[str, list[Row]] = {}
+        self._drawn_state: HostState | None = None
+        """The host state the tables were last filled from (a tab shown later is filled when shown)."""
 
     @property
     def cluster(self) -> ClusterState:
@@ -360,12 +362,17 @@ class HostScreen(ConsoleScreen):
         self.refresh_data()
 
     def refresh_data(self) -> None:
+        """Redraw from the host's state. The tables and the detail line only when the state is
+        new: the console also redraws once a second with no news, for "last contact N s ago"
+        and the plots' time axis, and rows made again from the same snapshot would not change."""
         state = self.cluster.host(self.address)
         self.sub_title = state.name
         set_content(self.query_one("#host-summary", Static), self.summary_text(state))
-        self._fill_tab()
+        if state is not self._drawn_state:
+            self._drawn_state = state
+            self._fill_tab()
+            self.update_detail()
         self._fill_history()
-        self.update_detail()
 
     def _fill_tab(self) -> None:
         """The tables of the tab on screen (the others are filled when they are shown)."""
