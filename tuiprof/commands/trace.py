@@ -24,15 +24,13 @@ import time
 from dataclasses import dataclass, field
 
 import msgspec
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from agentd.address import AgentAddress
 from agentd.token import TokenFileError
 from tuiprof.analysis.stragglers import TraceStraggler, trace_stragglers
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
 from tuiprof.analysis.trace_reduce import ReducedSummary, reduce_summaries, remote_ranks
-from tuiprof.analysis.trace_summary import TraceSummary, render_text, summary_json
+from tuiprof.analysis.trace_summary import TraceSummary, render_text
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import LocalAgentError, local_agent
@@ -156,24 +154,24 @@ def _describe(host: HostProgress) -> str:
     return host.states_text()
 
 
-async def _trace(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path, console: Console) -> TraceRun:
+async def _trace(args: argparse.Namespace, spec: CaptureSpec, output: pathlib.Path) -> TraceRun:
     targets = addresses(args)
     options = connection(args)
     fetch = "all" if args.merge else args.fetch
     if targets:
-        return await _trace_hosts(args, targets, spec, output, options, console, fetch or "none")
+        return await _trace_hosts(args, targets, spec, output, options, fetch or "none")
     # The embedded agent lives only for this command: it writes into a folder removed
     # when the command ends, so its files are fetched into --output before that.
     with tempfile.TemporaryDirectory(prefix="tuiprof-trace-agent-") as agent_dir:
         async with local_agent(trace_dir=pathlib.Path(agent_dir)) as address:
-            return await _trace_hosts(args, [address], spec, output, options, console, fetch or "all")
+            return await _trace_hosts(args, [address], spec, output, options, fetch or "all")
 
 
 async def _trace_hosts(args: argparse.Namespace, targets: list[AgentAddress], spec: CaptureSpec, output: pathlib.Path,
-                       options: ConnectionOptions, console: Console, fetch: str) -> TraceRun:
+                       options: ConnectionOptions, fetch: str) -> TraceRun:
     """Capture, reduce the agents' summaries, and fetch the files ``fetch`` names."""
     started = time.monotonic()
-    capture = await _capture_hosts(args, targets, spec, options, console)
+    capture = await _capture_hosts(args, targets, spec, options)
     captured = time.monotonic()
     reduced = reduce_summaries(remote_ranks(capture))
     run = TraceRun(capture, reduced, trace_stragglers(reduced.summary), fetch)
@@ -189,9 +187,15 @@ async def _trace_hosts(args: argparse.Namespace, targets: list[AgentAddress], sp
 
 
 async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], spec: CaptureSpec,
-                         options: ConnectionOptions, console: Console) -> ClusterCapture:
+                         options: ConnectionOptions) -> ClusterCapture:
+    if args.json:  # one document on stdout and no progress drawn
+        return await capture_cluster(targets, spec, None, options)
+    # Imported only to draw the progress: `--json` (scripts) starts without rich.
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-                  TimeElapsedColumn(), console=console, disable=args.json) as progress:
+                  TimeElapsedColumn(), console=Console(stderr=True)) as progress:
         tasks: dict[str, TaskID] = {str(a): progress.add_task(str(a), total=None, status="starting") for a in targets}
 
         def update(host: HostProgress) -> None:
@@ -203,7 +207,6 @@ async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], 
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
     try:
         spec = spec_from_args(args)
         output = args.output or pathlib.Path(f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -211,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--output {output} exists and is not a directory")
         if args.merge and args.fetch not in (None, "all"):
             raise ValueError(f"--merge fetches every file; it does not go with --fetch {args.fetch}")
-        run_ = asyncio.run(_trace(args, spec, output, console))
+        run_ = asyncio.run(_trace(args, spec, output))
     except (ValueError, TokenFileError, LocalAgentError) as exc:  # ValueError includes TargetError
         print(f"tuiprof trace: {exc}", file=sys.stderr)
         return 2
@@ -244,7 +247,9 @@ def _document(run: TraceRun, output: pathlib.Path, merged: MergeResult | None, s
     capture, reduced = run.capture, run.reduced
     return {"start_time_unix_ms": capture.start_time_unix_ms, "output": str(output) if capture.files else None,
             "hosts": [_host_json(h) for h in capture.hosts],
-            "summary": summary_json(summary) if summary.ranks else None,
+            # msgspec encodes the dataclasses field by field, as summary_json's asdict gives them, without
+            # copying 512 ranks' summaries first
+            "summary": summary if summary.ranks else None,
             "summary_from": "agents" if summary is reduced.summary else "merged files",
             "without_summary": [{"host": r.host, "file": r.file, "rank": r.rank, "reason": why}
                                 for r, why in reduced.missing],
