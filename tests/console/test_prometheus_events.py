@@ -4,7 +4,7 @@ the views are what fetch_fleet returns; test_prometheus_fleet.py gets them from 
 from __future__ import annotations
 
 from tuiprof.client.prometheus import (
-    NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Labels, _Sample,
+    FIGURES, NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Labels, _Sample,
     column_queries,
 )
 from tuiprof.model.cluster import ClusterState
@@ -100,3 +100,18 @@ def test_a_host_not_recorded_yet_says_so_rather_than_no_gpus() -> None:
     summary = columns.summary("n1")
     assert summary.memory_percent == 50.0  # raw: there
     assert summary.gpu_count == summary.cpu_percent == summary.step_time_seconds == Unavailable(NOT_RECORDED_YET)
+
+
+def test_rows_are_built_in_the_summarys_field_order() -> None:
+    """``_Columns.summaries`` builds rows positionally, column by column: its figures must stay in
+    ``HostSummary``'s order (memory_percent computed, hang_level last)."""
+    assert list(HostSummary.__dataclass_fields__) == [
+        "cpu_percent", "memory_percent", "memory_used_bytes", *FIGURES[3:], "hang_level"]
+    answers = {name: QueryResult(100.0, [_Sample(_Labels(hostname="n1"), (100.0, str(i + 1)))])
+               for i, name in enumerate(FIGURES)}
+    columns = _Columns({**{name: QueryResult(100.0, []) for name in column_queries(HostSelection())}, **answers},
+                       recorded=False)
+    summary = columns.summary("n1")
+    assert [getattr(summary, name) for name in FIGURES if name != "memory_total_bytes"] == [
+        i + 1 for i, name in enumerate(FIGURES) if name != "memory_total_bytes"]
+    assert summary.memory_percent == 100.0 * 2 / 3 and summary.hang_level == ""
