@@ -3,7 +3,7 @@
 Phases (each writes DIR/<phase>.json; bench/rank_figures_gpu.sh runs them in two device calls):
 
 - ``accuracy``  mm / linear+bias / bmm bf16 and fp32 mm (kernels of 0.6 ms and more: the default
-  adaptive sampling keeps 1 in 16), and a small mm 2048^3 bf16 (tens of us: a longer period), under
+  adaptive sampling keeps 1 in 16), and a smaller mm 3072^3 bf16 (~0.1 ms: a longer period), under
   `tuiprof run` with the default sampling: counts exact, TFLOPS from the timed calls against the
   program's own CUDA events.
 - ``timeline``  back-to-back bf16 GEMMs with `--gemm-sample-every 1`: the hook's ring events
@@ -41,7 +41,10 @@ AGENTD = [sys.executable, "-c", AGENTD_CODE]
 TIMED_FIRST, SAMPLE_EVERY = 32, 16  # the hook's defaults (gemm_sampling.c): 16 is the adaptive period's shortest
 LONG_PLAN = {"seconds": 600, "intervals_ms": [250, 500, 1000]}  # --long-seconds, --intervals
 WARM_CALLS, STEADY_CALLS = 64, 400  # accuracy: per group, read the slot after each part
-SMALL_STEADY_CALLS = 8000  # ... the small GEMM's steady part: enough calls for ~30 timed at 1 in 256
+# ... the smaller GEMM's steady part: ~60 timed at 1 in 128. Its kernel (~0.1 ms) outlasts the loop's host
+# time per call, so the GPU stays busy and the program's events time the kernel, not launch gaps (a
+# 2048^3 mm, 26 us, left the GPU idle between calls: both sides then time host latency, differently)
+SMALL_STEADY_CALLS = 8000
 OVERHEAD_PAIRS, OVERHEAD_STEPS, OVERHEAD_WARMUP = 10, 300, 30
 STEP_SIZES = {"30ms": 6144, "5ms": 1024}  # batch rows through 8 bf16 Linear(8192, 8192)
 
@@ -96,13 +99,13 @@ def worker_accuracy(out: pathlib.Path) -> None:
     x, w, bias = torch.randn(4096, 8192, **bf), torch.randn(6144, 8192, **bf), torch.randn(6144, **bf)
     ba, bb = torch.randn(32, 2048, 2048, **bf), torch.randn(32, 2048, 2048, **bf)
     fa, fb = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
-    sa, sb = torch.randn(2048, 2048, **bf), torch.randn(2048, 2048, **bf)
+    sa, sb = torch.randn(3072, 3072, **bf), torch.randn(3072, 3072, **bf)
     groups = {
         "mm_bf16": (lambda: torch.mm(a, b), 2 * 8192**3, "bf16", STEADY_CALLS),
         "linear_bias_bf16": (lambda: F.linear(x, w, bias), 2 * 4096 * 8192 * 6144, "bf16", STEADY_CALLS),
         "bmm_bf16": (lambda: torch.bmm(ba, bb), 2 * 32 * 2048**3, "bf16", STEADY_CALLS),
         "mm_fp32": (lambda: torch.mm(fa, fb), 2 * 4096**3, "fp32", STEADY_CALLS),
-        "mm_small_bf16": (lambda: torch.mm(sa, sb), 2 * 2048**3, "bf16", SMALL_STEADY_CALLS),
+        "mm_small_bf16": (lambda: torch.mm(sa, sb), 2 * 3072**3, "bf16", SMALL_STEADY_CALLS),
     }
     result = {}
     for name, (fn, flops, dtype, steady_calls) in groups.items():
