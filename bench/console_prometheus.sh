@@ -5,7 +5,10 @@
 # `xz -c /usr/bin/prometheus`); the console's wheels (textual & co, grpcio, protobuf, msgspec) in
 # $WHEELS; httpx and psutil are the image's. Arguments go to the bench, e.g.
 #   OUT=$OUT bash bench/console_prometheus.sh --counts 10000 --seconds 60 --warmup 30
-# Output in $OUT/log.txt (the machine, the versions, one JSON line per measured run).
+# With ANSWER_HOSTS=N, then bench/console_prometheus_answer.py (the console's own share of a
+# refresh of N hosts), over the tree in $BEFORE too when set (e.g. an older commit's tuiprof and
+# agentd unpacked with `git archive`). Output in $OUT/log.txt (the machine, the versions, one
+# JSON line per measured run).
 set -u
 OUT=${OUT:-bench/.work/console_prometheus}
 WHEELS=${WHEELS:-.whl-console}
@@ -25,5 +28,11 @@ python3 -c 'import sys, textual, grpc, google.protobuf, msgspec, httpx; print(sy
 date -u +%FT%TZ
 python3 bench/console_prometheus.py "$@"
 RC=$?
+if [ -n "${ANSWER_HOSTS:-}" ]; then
+  for tree in ${BEFORE:-} .; do
+    echo "# console's share of a refresh, tuiprof from $tree"
+    python3 bench/console_prometheus_answer.py --hosts "$ANSWER_HOSTS" --source "$tree" || RC=1
+  done
+fi
 date -u +%FT%TZ
 exit $RC
