@@ -123,7 +123,7 @@ class ProcStat:
 
     total: CpuTimes                 # all CPUs
     cpus: dict[int, CpuTimes]       # by CPU number; an offline CPU has no line
-    counts: dict[str, int]          # totals of the "intr" and "softirq" lines, where the kernel has them
+    counts: dict[str, int]          # totals of the "intr", "softirq" and "processes" lines, where the kernel has them
 
 
 def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
@@ -136,7 +136,7 @@ def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
             total = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
         elif name.startswith("cpu") and name[3:].isdigit():
             cpus[int(name[3:])] = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
-        elif name in ("intr", "softirq"):
+        elif name in ("intr", "softirq", "processes"):
             counts[name] = int(rest.split(None, 1)[0])  # the total; the per-source counts are not needed
     return ProcStat(total if total is not None else CpuTimes.summed(list(cpus.values())), cpus, counts)
 
@@ -281,6 +281,42 @@ class Unwrapped:
 def count_processes(proc: bytes = b"/proc") -> int:
     """How many processes exist: the numeric entries of /proc (what psutil.pids() lists)."""
     return sum(map(bytes.isdigit, os.listdir(proc)))
+
+
+class LoadAverage(NamedTuple):
+    """/proc/loadavg: os.getloadavg()'s three figures, and how many tasks (threads) exist."""
+
+    load1: float
+    load5: float
+    load15: float
+    tasks: int
+
+
+def read_loadavg(path: str = "/proc/loadavg") -> LoadAverage:
+    """"0.21 0.30 0.58 4/121 3583": the load averages, then runnable/existing tasks."""
+    fields = read_whole(path).split()
+    return LoadAverage(float(fields[0]), float(fields[1]), float(fields[2]), int(fields[3].partition(b"/")[2]))
+
+
+class ProcessCount:
+    """How many processes exist, listing /proc again only when a task may have come or gone.
+
+    Every task created (process or thread) adds one to /proc/stat's "processes" (forks
+    since boot); the kernel's count of tasks (/proc/loadavg) drops only when one is reaped,
+    which is when its /proc entry goes. Both read before the last listing and both the
+    same now: no task was created or reaped since, so the count still holds.
+    """
+
+    def __init__(self) -> None:
+        self._counted_at: tuple[int, int] | None = None  # (forks, tasks) read before the last listing
+        self._count = 0
+
+    def __call__(self, forks: int | None, tasks: int) -> int:
+        """The count, given "processes" of a /proc/stat and the tasks of a /proc/loadavg read just before."""
+        if forks is None or (forks, tasks) != self._counted_at:
+            self._count = count_processes()
+            self._counted_at = None if forks is None else (forks, tasks)
+        return self._count
 
 
 NODE_ROOT = "/sys/devices/system/node"
@@ -464,6 +500,7 @@ class HostCollector(Collector):
         self._numa_key: tuple[tuple[int, ...], float] = ((), -STATIC_REFRESH_SECONDS)  # online CPUs, when read
         self._drivers: dict[str, str] = {}  # NIC -> driver, for the reason a NIC has no pause counters
         self._without_pauses: dict[str, tuple[float, Unavailable]] = {}  # NIC -> when found so, and why
+        self._process_count = ProcessCount()
 
     def status(self) -> pb.CollectorStatus:
         return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
@@ -517,8 +554,7 @@ class HostCollector(Collector):
             self._numa_nodes, self._numa_key = nodes, (online, now)
         return self._numa_nodes
 
-    @staticmethod
-    def _cpu_stats(previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
+    def _cpu_stats(self, previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
         cpu = pb.CpuStats()
         stat = raw.stat
         if previous is None:
@@ -532,8 +568,9 @@ class HostCollector(Collector):
             _fill_shares(core, shares, _CORE_SHARE_FIELDS)
         cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**stat.total._asdict()))
         HostCollector._numa_stats(cpu, previous.numa if previous else None, raw.numa)
-        cpu.load1, cpu.load5, cpu.load15 = os.getloadavg()
-        cpu.process_count = count_processes()
+        load = read_loadavg()
+        cpu.load1, cpu.load5, cpu.load15 = load.load1, load.load5, load.load15
+        cpu.process_count = self._process_count(stat.counts.get("processes"), load.tasks)
         cpu.uptime_seconds = uptime_seconds()
         for field, line in (("interrupts_total", "intr"), ("softirqs_total", "softirq")):
             put(cpu, field, stat.counts.get(line, Unavailable(f"/proc/stat has no {line} line")))

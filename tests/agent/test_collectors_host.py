@@ -19,6 +19,7 @@ from agentd.collectors.host import (
     CpuTimes,
     HostCollector,
     NodeTimes,
+    ProcessCount,
     Unwrapped,
     count_processes,
     cpu_shares,
@@ -29,6 +30,7 @@ from agentd.collectors.host import (
     parse_net_dev,
     parse_proc_stat,
     read_numa_nodes,
+    read_loadavg,
     read_proc_stat,
     read_rdma,
 )
@@ -311,6 +313,41 @@ def test_uptime_and_process_count_agree_with_proc() -> None:
     after = float(pathlib.Path("/proc/uptime").read_text().split()[0])
     assert before <= uptime <= after and round(uptime, 2) == uptime
     assert count_processes() == pytest.approx(len(psutil.pids()), abs=20)
+
+
+def test_loadavg_gives_the_load_figures_and_the_task_count() -> None:
+    load, expected = read_loadavg(), os.getloadavg()
+    assert (load.load1, load.load5, load.load15) == pytest.approx(expected, abs=0.5)  # updated every 5 s
+    threads = sum(len(os.listdir(f"/proc/{pid}/task")) for pid in os.listdir("/proc") if pid.isdigit()
+                  and os.path.exists(f"/proc/{pid}/task"))
+    assert load.tasks == pytest.approx(threads, abs=50)  # kernel threads included in both
+
+
+def test_processes_are_listed_again_only_when_a_task_was_created_or_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    listings = []
+    monkeypatch.setattr(host, "count_processes", lambda: listings.append(1) or 100 + len(listings))
+    count = ProcessCount()
+    assert [count(500, 80), count(500, 80), count(501, 81), count(501, 80), count(501, 80)] == [101, 101, 102, 103, 103]
+    assert [count(None, 80), count(None, 80)] == [104, 105]  # no "processes" line: listed every time
+    assert len(listings) == 5
+
+
+def test_new_processes_are_counted_by_the_next_sample() -> None:
+    collector = HostCollector(1.0)
+    collector.collect()
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(5)]
+    try:
+        time.sleep(0.2)
+        collector.collect()
+        counted = snapshot_of(collector).cpu.process_count
+        assert counted == pytest.approx(count_processes(), abs=3)
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    collector.collect()
+    assert snapshot_of(collector).cpu.process_count == pytest.approx(count_processes(), abs=3)
+    collector.close()
 
 
 def test_numa_nodes_are_read_again_only_when_the_online_cpus_change_or_after_the_refresh(
