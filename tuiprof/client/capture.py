@@ -111,8 +111,11 @@ async def _capture_host(address: AgentAddress, progress: HostProgress, spec: Cap
             reply = await stub.CaptureTrace(spec.request(start_ms), timeout=RPC_TIMEOUT_SECONDS)
             progress.capture_id, progress.message, progress.phase = reply.capture_id, reply.message, "capturing"
             fetched: set[str] = set()
+            seen: list[pb.TraceTarget] = []
             while True:
-                progress.targets = [convert.from_proto(TraceTarget, t) for t in reply.targets]
+                if reply.targets != seen:  # most polls repeat the last reply: converted once, not every 0.1 s
+                    progress.targets = [convert.from_proto(TraceTarget, t) for t in reply.targets]
+                    seen = list(reply.targets)
                 if output is not None:
                     for target in progress.targets:
                         if target.state == "written" and target.file not in fetched:
