@@ -589,7 +589,7 @@ class UtilizationSamples:
     between reads and grows it only when NVML says so.
     """
 
-    FIRST_CAPACITY = 64
+    FIRST_CAPACITY = 256  # samples (8 KiB); grown when NVML answers that it has more
     MAX_CALLS = 3  # the first call, and a retry after each growth (processes may start in between)
 
     def __init__(self) -> None:
