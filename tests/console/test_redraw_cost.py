@@ -145,3 +145,46 @@ async def test_the_host_views_redraw_without_news_makes_no_rows_and_a_new_snapsh
         app.cluster.apply(SnapshotReceived(screen.address, app.cluster.now + 1, latest.message))
         app.render_views()
         assert made == [latest.message.hostname]
+
+
+class Fitted(App[None]):
+    def compose(self) -> ComposeResult:
+        from tuiprof.tui.tables import FittedTable, TableColumn
+
+        yield FittedTable([TableColumn("Rank", 100), TableColumn("State", 90), TableColumn("Note", 80)], id="t")
+
+
+async def test_a_fitted_tables_cells_look_as_datatable_draws_them() -> None:
+    """FittedTable makes a one-line cell's segments itself (tables.py): character for character and
+    style for style what DataTable's own rendering gives, on the cursor row, zebra rows, the fixed
+    column, for plain text, a styled text and spans."""
+    from rich.segment import Segment
+    from rich.text import Text
+
+    from tuiprof.tui.tables import FittedTable
+
+    app = Fitted()
+    async with app.run_test(size=(80, 12)) as pilot:
+        table = app.query_one(FittedTable)
+        spans = Text("rank ") + Text("3", style="bold red")
+        table.show_rows({"a": ["rank 0", Text("running", style="green"), "ok"],
+                         "b": [spans, Text("n/a", style="dim italic"), ""],
+                         "c": ["rank 12", "stopped", Text("far from the median", style="reverse")]})
+        await pilot.pause()
+        compared = 0
+        for row in range(table.row_count):
+            for column in range(len(table.columns)):
+                width = list(table.columns.values())[column].get_render_width(table)
+                for cursor in (False, True):
+                    style = table._get_row_style(row, table.rich_style)
+                    ours = table._render_cell(row, column, style, width, cursor)
+                    table._cell_render_cache.clear()
+                    textuals = DataTable._render_cell(table, row, column, style, width, cursor)
+                    table._cell_render_cache.clear()
+
+                    def cells(lines: list[list[Segment]]) -> list[tuple[str, object]]:
+                        return [(char, segment.style) for line in lines for segment in line for char in segment.text]
+
+                    assert cells(ours) == cells(textuals), (row, column, cursor)
+                    compared += 1
+        assert compared == 18

@@ -7,6 +7,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -165,6 +167,46 @@ class FittedTable(DataTable[Cell]):
                 self.move_cursor(row=list(self._rows).index(selected))
             return
         sync_rows(self, self._projected())
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
+        """A body cell of one line that fits its column, rendered without Rich's layout machinery.
+
+        DataTable renders each cell through ``Console.render_lines(Styled(Padding(cell)))``,
+        ~140 µs a cell on the development VM and most of the console's CPU while rows change
+        (bench/console_cpu_profile.md). Every cell here is one line of ``Text`` no wider than
+        its column (``sync_rows`` sizes the columns), so the same segments are made directly:
+        padding, the text's own segments, padding to the width, each under the table's style
+        and over the cursor's (as ``Styled`` layers them), kept in the table's own cell cache.
+        Header cells, and any cell that does not fit, go through DataTable's own rendering.
+        """
+        row_key = self._row_locations.get_key(row_index)  # None: the header row
+        column_key = self._column_locations.get_key(column_index)  # None: the row labels
+        if row_key is None or column_key is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        cache_key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor,
+                     self._update_count, self._pseudo_class_state)  # DataTable's own cell cache key
+        cached = self._cell_render_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        cell = self._data[row_key][column_key]
+        room = width - 2 * self.cell_padding
+        if not isinstance(cell, Text) or "\n" in cell.plain or "\t" in cell.plain or cell.cell_len > room:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        component_style, post_style = self._get_styles_to_render_cell(
+            False, False, row_index < self.fixed_rows or column_index < self.fixed_columns, hover, cursor,
+            self.show_cursor, self._show_hover_cursor, self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css")
+        pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
+        console = self.app.console
+        text = cell.render(console, end="")  # the spans' styles; the text's own goes under them
+        if cell.style:
+            text = Segment.apply_style(text, console.get_style(cell.style))
+        padding = Segment(" " * self.cell_padding)
+        segments = [padding, *text, Segment(" " * (room - cell.cell_len)), padding]
+        line = list(Segment.apply_style([s for s in segments if s.text], pre_style, post_style))
+        self._cell_render_cache[cache_key] = [line]
+        return [line]
 
     def _projected(self) -> dict[str, list[Cell]]:
         return {key: [cells[i] for i in self._shown if i < len(cells)] for key, cells in self._rows.items()}
