@@ -12,11 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from agentd.kineto.registry import PendingConfig, Registrant, Registry
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.procfs import process_facts
-from agentd.traces.paths import TraceDir
+
+if TYPE_CHECKING:  # types only: the console imports this module for its states and starts without them
+    from agentd.kineto.registry import PendingConfig, Registrant, Registry
+    from agentd.traces.paths import TraceDir
 
 WAITING, SENT, WRITTEN, BUSY, REFUSED, FAILED = "waiting", "sent", "written", "busy", "refused", "failed"
 FINAL_STATES = frozenset({WRITTEN, BUSY, REFUSED, FAILED})
