@@ -55,8 +55,11 @@ PY
 
 for b in $BINARIES; do compare $b; done
 if [ "${CUDA:-0}" = 1 ]; then  # what the timed path adds in CUDA calls alone: the runtime's (before), the driver's (now)
-  rt=""; drv=""
-  for r in $(seq $ROUNDS); do read -r a b _ < <($W/callcost $N cuda-apis); rt+=" $a"; drv+=" $b"; done
+  rt=""; drv=""; clk=""
+  for r in $(seq $ROUNDS); do
+    read -r a b c _ < <($W/callcost $N cuda-apis); rt+=" $a"; drv+=" $b"; clk+=" $c"
+  done
   echo "runtime calls of a timed call before (capture check, cudaGetDevice, 2 cudaEventRecord), ns:$rt"
   echo "driver calls of a timed call now (cuStreamIsCapturing, cuCtxGetCurrent, 2 cuEventRecord), ns:$drv"
+  echo "its clock read (clock_gettime CLOCK_REALTIME), ns:$clk"
 fi

@@ -267,11 +267,13 @@ int tp_timer_poll(uint32_t i, uint64_t launched_ns, tp_gpu_span *span)
         if (cuda.set_device(t->device) != CUDA_SUCCESS) return -1;
         g_writer_device = t->device;
     }
-    int q = cuda.query(t->stop);
-    if (q == CUDA_ERROR_NOT_READY) return 0;
-    if (q != CUDA_SUCCESS) return -1;
+    /* Not ready while either event is pending: the completion check and the
+     * duration in one driver call (each call the writer makes can hold up an
+     * application thread's event record). */
     float ms = 0;
-    if (cuda.elapsed(&ms, t->start, t->stop) != CUDA_SUCCESS || ms < 0) return -1;
+    int q = cuda.elapsed(&ms, t->start, t->stop);
+    if (q == CUDA_ERROR_NOT_READY) return 0;
+    if (q != CUDA_SUCCESS || ms < 0) return -1;
     span->dur_ns = (uint64_t)((double)ms * 1e6 + 0.5);
     span->start_ns = span->end_ns = 0;
     const anchor *a = anchor_for(t->device, launched_ns);
