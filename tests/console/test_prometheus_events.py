@@ -3,6 +3,8 @@ the views are what fetch_fleet returns; test_prometheus_fleet.py gets them from 
 
 from __future__ import annotations
 
+import asyncio
+
 from tuiprof.client.prometheus import (
     FIGURES, NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Labels, _Sample,
     column_queries,
@@ -115,3 +117,30 @@ def test_rows_are_built_in_the_summarys_field_order() -> None:
     assert [getattr(summary, name) for name in FIGURES if name != "memory_total_bytes"] == [
         i + 1 for i, name in enumerate(FIGURES) if name != "memory_total_bytes"]
     assert summary.memory_percent == 100.0 * 2 / 3 and summary.hang_level == ""
+
+
+def test_the_ops_view_watches_at_most_so_many_hosts_with_ranks(monkeypatch) -> None:
+    """Past RANK_HOSTS_AT_ONCE hosts with ranks the first ones by name are watched, and the notice
+    says how to see the rest; hosts without ranks never are."""
+    from tuiprof.client import prometheus
+    from tuiprof.client.channel import ConnectionOptions
+
+    monkeypatch.setattr(prometheus, "RANK_HOSTS_AT_ONCE", 2)
+    rows = {node: HostRow(node, node, 99.0, SUMMARY, ranks) for node, ranks in
+            (("n3", 8), ("n1", 8), ("cpu", 0), ("n2", 4))}
+
+    async def attend() -> tuple[str, list[str]]:
+        source = prometheus.PrometheusSource("http://prometheus.test", HostSelection(), ConnectionOptions(), 1780)
+        assert "no answer from Prometheus yet" in source.attend_ranks(lambda: True)
+        source.last_view = FleetView(100.0, rows, {}, 0.01, False)
+        source._emit = [].append
+        notice = source.attend_ranks(lambda: True)
+        attended = source.attended()
+        for task, _ in source._attended.values():
+            task.cancel()
+        return notice, attended
+
+    notice, attended = asyncio.run(attend())
+    assert attended == ["n1:1780", "n2:1780"]
+    assert notice.endswith(": the first 2 of 3 hosts with ranks (by name); name the job with --slurm-job "
+                           "or fewer hosts with --match to see the rest")
