@@ -7,7 +7,7 @@
 #   bash bench/rank_figures_gpu.sh again    # one call: accuracy, timeline and a 470 s run at 500 ms
 #                                           # (run 2, after the hook's first-call fix; see the .md)
 #   bash bench/rank_figures_gpu.sh weighted # one call (< 3 min): accuracy only (run 3, the weighted
-#                                           # estimator; see the .md)
+#                                           # estimator; run 4, adaptive sampling; see the .md)
 # Wheels for grpcio and msgspec in .whl/ (carried). Summaries go to $OUT, everything else to /tmp.
 set -u
 OUT=${OUT:-bench/.work/rank_figures}; WORK=/tmp/rank_figures_$1
