@@ -1,0 +1,186 @@
+"""agentd's sampling cost on this machine, for two source trees in turn (before/after a change).
+
+Per round and per tree, in that order, so that both see the same load:
+
+1. ``collect()`` of the host and pmu collectors, called ``--calls`` times in a child process
+   (the tree's code): mean wall time and mean CPU time of the calling thread per call;
+2. a whole ``agentd --interval-ms 1000`` (the tree's code, no client): its CPU time (the
+   sum of its threads' /proc/PID/task/*/schedstat) over ``--seconds`` after ``--warmup`` seconds, with
+   nothing scraping it; then ``/metrics`` scraped once a second for ``--scrape-seconds``:
+   the mean of each collector's own ``tuiprof_collector_duration_seconds`` (wall time of
+   its latest collect, as the runner measures it).
+
+Make each tree with ``git archive <commit> | tar -x -C /tmp/before`` and copy the built
+extensions (``tuiprof_native/*.so``) into it. Run as root (system-wide perf counters)::
+
+    .venv/bin/python bench/agentd_cpu.py --source before=/tmp/before --source after=/tmp/after --rounds 5
+
+Prints a table and writes ``--out`` (JSON). bench/agentd_cpu.md has the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+DURATION = re.compile(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', re.M)
+
+# Runs in the child, with the tree under test first on sys.path.
+COLLECT_CALLS = """
+import json, sys, time
+from agentd.collectors.host import HostCollector
+from agentd.collectors.pmu import PmuCollector
+calls = int(sys.argv[1])
+result = {}
+for name, factory in (("host", HostCollector), ("pmu", PmuCollector)):
+    collector = factory(1.0)
+    collector.collect()
+    collector.collect()
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(calls):
+        collector.collect()
+    result[name] = {"wall_ms": 1e3 * (time.perf_counter() - wall) / calls,
+                    "cpu_ms": 1e3 * (time.thread_time() - cpu) / calls}
+    collector.close()
+print(json.dumps(result))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """CPU time of each thread of the process so far, in ns (/proc/PID/stat counts only 10 ms ticks)."""
+    times = {}
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            times[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return times
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Python thread names by native id, from py-spy's dump (gRPC's own threads are named by the kernel)."""
+    names = {tid: pathlib.Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() for tid in thread_cpu_ns(pid)}
+    py_spy = shutil.which("py-spy") or str(pathlib.Path(sys.executable).with_name("py-spy"))
+    dump = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60).stdout
+    names.update({int(tid): name for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "([^"]+)"', dump, re.M)})
+    return names
+
+
+def environment(source: pathlib.Path) -> dict[str, str]:
+    """The tree's packages ahead of the editable install of this checkout."""
+    return {**os.environ, "PYTHONPATH": str(source)}
+
+
+def collect_calls(source: pathlib.Path, calls: int) -> dict[str, dict[str, float]]:
+    output = subprocess.run([sys.executable, "-c", COLLECT_CALLS, str(calls)], cwd=source, env=environment(source),
+                            capture_output=True, text=True, check=True, timeout=600).stdout
+    return dict(json.loads(output.splitlines()[-1]))
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {name: float(value) for name, value in DURATION.findall(text)}
+
+
+def agent_run(source: pathlib.Path, warmup: float, seconds: float, scrape_seconds: float) -> dict[str, Any]:
+    metrics_port = free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "agentd.cli", "--port", str(free_port()), "--metrics-port", str(metrics_port),
+         "--interval-ms", "1000"],
+        cwd=source, env=environment(source), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(warmup)
+        names = thread_names(agent.pid)
+        start_cpu, start = thread_cpu_ns(agent.pid), time.monotonic()
+        time.sleep(seconds)
+        end_cpu, elapsed = thread_cpu_ns(agent.pid), time.monotonic() - start
+        per_thread: dict[str, float] = {}
+        for tid, ns in end_cpu.items():
+            name = names.get(tid, "new thread")
+            per_thread[name] = per_thread.get(name, 0.0) + (ns - start_cpu.get(tid, 0)) / 1e6 / elapsed
+        cpu_ms_per_s = sum(per_thread.values())
+        durations: dict[str, list[float]] = {}
+        until = time.monotonic() + scrape_seconds
+        while time.monotonic() < until:
+            for name, value in scrape(metrics_port).items():
+                durations.setdefault(name, []).append(1e3 * value)
+            time.sleep(1.0)
+    finally:
+        agent.terminate()
+        agent.wait(10)
+    return {"cpu_ms_per_s": cpu_ms_per_s, "thread_cpu_ms_per_s": dict(sorted(per_thread.items())),
+            "collector_ms_mean": {name: statistics.fmean(values) for name, values in sorted(durations.items())}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", action="append", required=True, metavar="LABEL=DIR",
+                        help="a tree to measure (give two: before and after)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--scrape-seconds", type=float, default=10.0)
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/.work/agentd_cpu.json"))
+    args = parser.parse_args()
+    sources = {}
+    for item in args.source:
+        label, equals, directory = item.partition("=")
+        if not equals or not pathlib.Path(directory, "agentd").is_dir():
+            parser.error(f"--source {item}: give LABEL=DIR, DIR a source tree with agentd/ in it")
+        sources[label] = pathlib.Path(directory).resolve()
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in sources}
+    for round_number in range(args.rounds):
+        for label, source in sources.items():
+            run = {"collect": collect_calls(source, args.calls),
+                   "agent": agent_run(source, args.warmup, args.seconds, args.scrape_seconds)}
+            runs[label].append(run)
+            print(f"round {round_number + 1} {label}: {json.dumps(run)}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"load_at_end": os.getloadavg(), "cpus": os.cpu_count(), "runs": runs}, indent=1))
+    print_medians(runs)
+    return 0
+
+
+def print_medians(runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Per tree, the median over rounds of each figure."""
+    rows: dict[str, dict[str, float]] = {}
+    for label, label_runs in runs.items():
+        figures: dict[str, list[float]] = {}
+        for run in label_runs:
+            agent, collect = run["agent"], run["collect"]
+            values = {"agent CPU ms/s": agent["cpu_ms_per_s"],
+                      **{f"  thread {name} ms/s": v for name, v in agent["thread_cpu_ms_per_s"].items()},
+                      **{f"collect() {name} wall ms": c["wall_ms"] for name, c in collect.items()},
+                      **{f"collect() {name} CPU ms": c["cpu_ms"] for name, c in collect.items()},
+                      **{f"agentd {name} collect ms": v for name, v in agent["collector_ms_mean"].items()}}
+            for key, value in values.items():
+                figures.setdefault(key, []).append(value)
+        rows[label] = {key: statistics.median(values) for key, values in figures.items()}
+    keys = sorted({key for row in rows.values() for key in row}, key=lambda k: (not k.startswith("agent CPU"), k))
+    print(f"\n{'median of the rounds':34}" + "".join(f"{label:>10}" for label in rows))
+    for key in keys:
+        print(f"{key:34}" + "".join(f"{row[key]:10.3f}" if key in row else f"{'':>10}" for row in rows.values()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
