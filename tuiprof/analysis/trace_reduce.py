@@ -3,10 +3,12 @@
 Each agent summarised its own ranks' files (``agentd.traces.analysis``) and
 sent each rank's result with its collective calls' start and end times
 (``TraceTarget.summary``). Here every rank's calls are put on one wall clock
-(the earliest file's base, as the merge does), keyed across ranks by
-``trace_collectives.match_calls`` and reduced by ``trace_summary.summarize``:
-the same figures a merge of the fetched files gives, in work and memory that
-grow with the number of ranks and calls, not with trace bytes.
+(the earliest file's base, as the merge does), matched across ranks as the
+merge's ``trace_collectives.match_calls`` does (``linked_occurrences``: each
+collective's calls taken from the columns, never one object per call) and
+reduced by ``trace_summary.summarize``: the same figures a merge of the fetched
+files gives, in work and memory that grow with the number of ranks and calls,
+not with trace bytes.
 """
 
 from __future__ import annotations
