@@ -475,6 +475,41 @@ def whole_disks(names: list[str], sys_block: str = "/sys/block") -> list[str]:
     ]
 
 
+class WholeDisks:
+    """The whole disks' counters from /proc/diskstats; which names are whole disks is decided
+    again only when the names change (a name's kind cannot change while it is listed)."""
+
+    def __init__(self) -> None:
+        self._names: tuple[str, ...] = ()
+        self._whole: frozenset[str] = frozenset()
+
+    def __call__(self, devices: dict[str, list[bytes]]) -> dict[str, DiskCounters]:
+        names = tuple(devices)
+        if names != self._names:
+            self._names, self._whole = names, frozenset(whole_disks(sorted(names)))
+        return {name: disk_counters(devices[name]) for name in names if name in self._whole}
+
+
+class NumaNodes:
+    """The NUMA nodes' CPU lists, read again only when the online CPUs change (hotplug is what
+    changes ``node*/cpulist``) or the last read is STATIC_REFRESH_SECONDS old; a failed read is
+    not kept."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, list[int]] | None = None
+        self._online: tuple[int, ...] = ()
+        self._read_at = 0.0
+
+    def __call__(self, online: tuple[int, ...], now: float) -> dict[int, list[int]] | Unavailable:
+        if self._nodes is None or online != self._online or now - self._read_at >= STATIC_REFRESH_SECONDS:
+            nodes = read_numa_nodes()
+            if isinstance(nodes, Unavailable):
+                self._nodes = None
+                return nodes
+            self._nodes, self._online, self._read_at = nodes, online, now
+        return self._nodes
+
+
 class HostCollector(Collector):
     """/proc and /sys sampler; one ``collect`` reads every counter once (well under 1 ms)."""
 
@@ -494,10 +529,8 @@ class HostCollector(Collector):
         self._sampled = False
         self._nic_totals = Unwrapped()
         self._disk_totals = Unwrapped()
-        self._disk_names: tuple[str, ...] = ()   # /proc/diskstats' names at the last decision ...
-        self._whole_disks: frozenset[str] = frozenset()  # ... and which of them are whole disks
-        self._numa_nodes: dict[int, list[int]] | None = None
-        self._numa_key: tuple[tuple[int, ...], float] = ((), -STATIC_REFRESH_SECONDS)  # online CPUs, when read
+        self._whole_disks = WholeDisks()
+        self._numa_nodes = NumaNodes()
         self._drivers: dict[str, str] = {}  # NIC -> driver, for the reason a NIC has no pause counters
         self._without_pauses: dict[str, tuple[float, Unavailable]] = {}  # NIC -> when found so, and why
         self._process_count = ProcessCount()
@@ -530,29 +563,12 @@ class HostCollector(Collector):
 
     def _read(self) -> _Raw:
         nics = self._nic_totals(parse_net_dev(read_whole("/proc/net/dev")))
-        disks = self._disk_totals(self._disks_of(parse_diskstats(read_whole("/proc/diskstats"))))
+        disks = self._disk_totals(self._whole_disks(parse_diskstats(read_whole("/proc/diskstats"))))
         stat = read_proc_stat()
-        nodes = self._numa_nodes_of(tuple(stat.cpus))
-        numa = nodes if isinstance(nodes, Unavailable) else numa_times(nodes, stat)
-        return _Raw(at=self._clock(), stat=stat, numa=numa, nics=nics, disks=disks)
-
-    def _disks_of(self, devices: dict[str, list[bytes]]) -> dict[str, DiskCounters]:
-        """The whole disks' counters; which names are whole disks is decided again when the names change."""
-        names = tuple(devices)
-        if names != self._disk_names:
-            self._disk_names, self._whole_disks = names, frozenset(whole_disks(sorted(names)))
-        return {name: disk_counters(devices[name]) for name in names if name in self._whole_disks}
-
-    def _numa_nodes_of(self, online: tuple[int, ...]) -> dict[int, list[int]] | Unavailable:
-        """The NUMA nodes' CPUs, read again when the online CPUs change (hotplug) or the last read is old."""
         now = self._clock()
-        if self._numa_nodes is None or self._numa_key[0] != online or now - self._numa_key[1] >= STATIC_REFRESH_SECONDS:
-            nodes = read_numa_nodes()
-            if isinstance(nodes, Unavailable):  # asked again next sample: a failed read is not cached
-                self._numa_nodes = None
-                return nodes
-            self._numa_nodes, self._numa_key = nodes, (online, now)
-        return self._numa_nodes
+        nodes = self._numa_nodes(tuple(stat.cpus), now)
+        numa = nodes if isinstance(nodes, Unavailable) else numa_times(nodes, stat)
+        return _Raw(at=now, stat=stat, numa=numa, nics=nics, disks=disks)
 
     def _cpu_stats(self, previous: _Raw | None, raw: _Raw) -> pb.CpuStats:
         cpu = pb.CpuStats()
