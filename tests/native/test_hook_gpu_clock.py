@@ -114,6 +114,25 @@ def test_weighted_sums_give_all_calls_mean_when_the_first_calls_are_faster(stand
     assert s.total_ns / s.timed_count < 0.8 * true_ns / (calls - 1)  # unweighted: the fast calls pull it down
 
 
+def test_calls_due_in_graph_capture_pass_their_weight_to_the_next_timed_one(standins, cleanup_segments):
+    """1 in 8; the stream is in CUDA-graph capture for the shape's calls 39..50: calls 40 and 48 are due
+    but cannot be timed (counted as untimed), so call 56, the next timed one, stands for calls 33..56."""
+    proc, _ = start_driver(standins, cleanup_segments, "captured", "110", "36", "48",
+                           options=("--gemm-sample-every", "8"))
+    calls = SGEMM_IN_WORKLOAD + 110  # stream call i is the shape's call i + 3
+    try:
+        assert proc.stdout.readline().strip() == "DONE"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            timed = expected_timed(calls, 32, 8) - 2
+            assert wait_for(lambda: (s := slot_of(seg)) is not None and (s.count, s.timed_count) == (calls, timed - 1))
+            s = slot_of(seg)
+            assert seg.header().counters.gemm_untimed == 2
+    finally:
+        proc.communicate("\n", timeout=10)
+    assert calls == 32 + 10 * 8  # the last call is a timed one
+    assert (s.weighted_timed_count, s.weighted_total_ns) == (calls - 1, (calls - 1) * SGEMM_NS)
+
+
 def test_a_bad_sampling_period_is_one_line_and_the_default(standins, cleanup_segments):
     proc, _ = start_driver(standins, cleanup_segments, env={"TUIPROF_GEMM_SAMPLE_EVERY": "0"})
     _, err = proc.communicate("\n", timeout=10)

@@ -14,7 +14,8 @@
  * STANDIN_GPU_CLOCK=realtime:<skew_ns>:<ppm> also makes it run <ppm> parts
  * per million fast (drift, from the first reading on).
  * A stalled stream never completes the events recorded on it (an op that
- * hangs). */
+ * hangs); a capturing one says so to cuStreamIsCapturing (work in CUDA-graph
+ * capture, which the hook does not time). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 typedef struct standin_stream {
     uint64_t busy_until; /* GPU time when the work queued so far ends */
     int stalled;
+    int capturing; /* being captured into a CUDA graph (as the driver reports it) */
 } standin_stream;
 
 typedef struct standin_event {
@@ -69,6 +71,7 @@ static uint64_t next_start(standin_stream *s)
 
 void *standin_stream_create(void) { return calloc(1, sizeof(standin_stream)); }
 void standin_stream_stall(void *s, int on) { resolve(s)->stalled = on; }
+void standin_stream_capture(void *s, int on) { resolve(s)->capturing = on; }
 long standin_events_recorded(void) { return events_recorded; }
 
 /* A kernel of `ns` on the stream (the stand-in cuBLAS calls this). */
@@ -139,8 +142,7 @@ int cuStreamCreate(void **stream, unsigned flags)
 
 int cuStreamIsCapturing(void *stream, int *status)
 {
-    (void)stream;
-    *status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+    *status = resolve(stream)->capturing; /* CU_STREAM_CAPTURE_STATUS_NONE / _ACTIVE */
     return 0;
 }
 

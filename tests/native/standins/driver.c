@@ -7,7 +7,8 @@
  * given "paced" CALLS PAUSE_US, runs run_gemm_paced and prints its line and "DONE";
  * given "phases" FIRST THEN, runs run_gemm_stream(FIRST, 0), prints "PHASE",
  * waits for a line on stdin (the test sees the first calls folded), then runs
- * run_gemm_stream(THEN, 0) and prints "DONE".
+ * run_gemm_stream(THEN, 0) and prints "DONE"; given "captured" CALLS FROM TO,
+ * runs run_gemm_captured and prints "DONE".
  * Waits for a line on stdin before exiting (so the test can look at the live
  * segment). */
 #include <dlfcn.h>
@@ -17,8 +18,8 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 2 && argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS | threads THREADS CALLS | paced CALLS PAUSE_US | phases FIRST THEN]\n", argv[0]);
+    if (argc < 2 || argc == 3 || argc > 6) {
+        fprintf(stderr, "usage: %s libworkload.so [CALLS PAUSE_US | timeline CALLS | threads THREADS CALLS | paced CALLS PAUSE_US | phases FIRST THEN | captured CALLS FROM TO]\n", argv[0]);
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -33,6 +34,11 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[2], "threads") == 0) {
         int (*threads)(int, int) = (int (*)(int, int))dlsym(lib, "run_gemm_threads");
         if (!threads || threads(atoi(argv[3]), atoi(argv[4])) != 0) return 1;
+        printf("DONE\n");
+        fflush(stdout);
+    } else if (argc == 6 && strcmp(argv[2], "captured") == 0) {
+        int (*captured)(int, int, int) = (int (*)(int, int, int))dlsym(lib, "run_gemm_captured");
+        if (!captured || captured(atoi(argv[3]), atoi(argv[4]), atoi(argv[5])) != 0) return 1;
         printf("DONE\n");
         fflush(stdout);
     } else if (argc == 5 && strcmp(argv[2], "phases") == 0) {

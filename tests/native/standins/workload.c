@@ -36,6 +36,7 @@ void *standin_stream_create(void);
 uint64_t standin_stream_wait(void *s, uint64_t ns);
 uint64_t standin_kernel_ns(int64_t b, int64_t m, int64_t n, int64_t k);
 void standin_stream_stall(void *s, int on);
+void standin_stream_capture(void *s, int on);
 long standin_events_recorded(void);
 void *standin_nccl_init(uint64_t comm_hash, int nranks, int rank);
 int standin_nccl_op(void *handle, const char *func, size_t count, const char *dtype, int peer, int channels,
@@ -169,6 +170,24 @@ int run_gemm_stream(int calls, int pause_us)
     for (int i = 0; i < calls; i++) {
         cublasSgemm_v2(h, 0, 0, 16, 16, 16, &one, A, 16, B, 16, &zero, C, 16);
         usleep((unsigned)pause_us);
+    }
+    free(A), free(B), free(C);
+    return 0;
+}
+
+/* `calls` x Sgemm 16x16x16 (the group above) on a stream of its own that is
+ * in CUDA-graph capture for its calls from..to-1 (0-based): calls the hook
+ * cannot time. */
+int run_gemm_captured(int calls, int from, int to)
+{
+    const float one = 1, zero = 0;
+    void *h, *s = standin_stream_create();
+    cublasCreate_v2(&h);
+    cublasSetStream_v2(h, s);
+    float *A = matrix(256, 11), *B = matrix(256, 12), *C = matrix(256, 0);
+    for (int i = 0; i < calls; i++) {
+        standin_stream_capture(s, i >= from && i < to);
+        cublasSgemm_v2(h, 0, 0, 16, 16, 16, &one, A, 16, B, 16, &zero, C, 16);
     }
     free(A), free(B), free(C);
     return 0;
