@@ -13,7 +13,8 @@ is the GPU's. A GEMM shape's first call includes lazy module loading: it is kept
 out of the kernels (category ``first_call``, "first call (includes loading)"), so
 compute time and the summaries leave it out. Only the GEMM calls the hook timed are
 events (every call of a shape up to ``tuiprof.gemm_timing.timed_first``, then one in
-``sample_every``); the rest are counted in the rank's figures, not here. Files go into the agent's own folder
+``sample_every``, or, with ``sample_max`` set, one in a period per shape from ``sample_every``
+to ``sample_max``); the rest are counted in the rank's figures, not here. Files go into the agent's own folder
 ``timeline/<uid>/`` for the uid the kernel gives for the rank's process, and are
 written whole or not at all (``TraceDir.write_file``).
 
@@ -240,7 +241,8 @@ def chrome_trace(events: list[Any], header: Any, hostname: str) -> dict[str, Any
         "schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": trace_events,
         "tuiprof": {"kind": "timeline", "host": hostname, "job_id": header.job_id,
                     "gemm_timing": {"timed_first": header.gemm_timed_first,
-                                    "sample_every": header.gemm_sample_every}}}
+                                    "sample_every": header.gemm_sample_every,
+                                    "sample_max": header.gemm_sample_max}}}
     if header.rank is not None:
         document["distributedInfo"] = {"rank": header.rank, "world_size": header.world_size}
     return document

@@ -83,7 +83,7 @@ def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(age
     assert len(lanes) == 1  # the stalled stream's GEMM never finished
     for lane in lanes.values():
         assert all(after[0] >= before[1] - 0.001 for before, after in zip(sorted(lane), sorted(lane)[1:]))
-    assert trace["tuiprof"]["gemm_timing"] == {"timed_first": 32, "sample_every": 16}
+    assert trace["tuiprof"]["gemm_timing"] == {"timed_first": 32, "sample_every": 16, "sample_max": 1024}
     [rank] = doc["summary"]["ranks"]
     assert rank["rank"] == 3 and rank["gpu_kernels"] == 19
     # Communication time is the time covered by at least one collective (stand-in kernels may overlap).
