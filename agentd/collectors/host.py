@@ -57,10 +57,10 @@ class CpuTimes(NamedTuple):
     guest_nice: float
 
     @classmethod
-    def from_ticks(cls, ticks: list[int], ticks_per_second: int) -> CpuTimes:
+    def from_ticks(cls, ticks: list[str], ticks_per_second: int) -> CpuTimes:
         """A /proc/stat cpu line's numbers (older kernels give fewer columns: the rest are 0)."""
-        columns = ticks[:10] + [0] * (10 - len(ticks))
-        return cls(*[tick / ticks_per_second for tick in columns])
+        seconds = [int(tick) / ticks_per_second for tick in ticks[:10]]
+        return cls._make(seconds if len(seconds) == 10 else seconds + [0.0] * (10 - len(seconds)))
 
     @classmethod
     def summed(cls, parts: list[CpuTimes]) -> CpuTimes:
@@ -93,7 +93,8 @@ def cpu_shares(previous: CpuTimes, current: CpuTimes) -> CpuShares | Unavailable
         return Unavailable(COUNTER_RESET)
     if elapsed == 0:
         return Unavailable("no CPU time elapsed between samples")
-    return CpuShares(*[min(100.0, max(0.0, 100.0 * (now - then) / elapsed)) for now, then in zip(current, previous)])
+    shares = [100.0 * (now - then) / elapsed for now, then in zip(current, previous)]
+    return CpuShares._make([0.0 if share < 0.0 else 100.0 if share > 100.0 else share for share in shares])
 
 
 # Per core only the four main modes are kept (the snapshot has one entry per core).
@@ -133,9 +134,9 @@ def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
     for line in text.splitlines():
         name, _, rest = line.partition(" ")
         if name == "cpu":
-            total = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
+            total = CpuTimes.from_ticks(rest.split(), ticks_per_second)
         elif name.startswith("cpu") and name[3:].isdigit():
-            cpus[int(name[3:])] = CpuTimes.from_ticks([int(word) for word in rest.split()], ticks_per_second)
+            cpus[int(name[3:])] = CpuTimes.from_ticks(rest.split(), ticks_per_second)
         elif name in ("intr", "softirq", "processes"):
             counts[name] = int(rest.split(None, 1)[0])  # the total; the per-source counts are not needed
     return ProcStat(total if total is not None else CpuTimes.summed(list(cpus.values())), cpus, counts)
@@ -577,11 +578,15 @@ class HostCollector(Collector):
             _fill_shares(cpu, Unavailable(FIRST_SAMPLE), _ALL_SHARE_FIELDS)
         else:
             _fill_shares(cpu, cpu_shares(previous.stat.total, stat.total), _ALL_SHARE_FIELDS)
+        cores, previous_cpus = cpu.cores, previous.stat.cpus if previous else {}
         for number, times in sorted(stat.cpus.items()):
-            core = cpu.cores.add(cpu=number)
-            before = previous.stat.cpus.get(number) if previous else None
+            before = previous_cpus.get(number)
             shares = Unavailable(FIRST_SAMPLE) if before is None else cpu_shares(before, times)
-            _fill_shares(core, shares, _CORE_SHARE_FIELDS)
+            if isinstance(shares, Unavailable):
+                put_unavailable(cores.add(cpu=number), _CORE_SHARE_FIELDS, shares.reason)
+            else:  # one add with every field: a proto field set from Python costs a call each
+                cores.add(cpu=number, user_percent=shares.user_percent, system_percent=shares.system_percent,
+                          idle_percent=shares.idle_percent, iowait_percent=shares.iowait_percent)
         cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**stat.total._asdict()))
         HostCollector._numa_stats(cpu, previous.numa if previous else None, raw.numa)
         load = read_loadavg()

@@ -16,6 +16,7 @@ import pytest
 from agentd.collectors import host
 from agentd.collectors.host import (
     IB_ROOT,
+    CpuShares,
     CpuTimes,
     HostCollector,
     NodeTimes,
@@ -173,6 +174,10 @@ def test_cpu_shares_of_two_readings() -> None:
     assert (shares.user_percent, shares.system_percent, shares.idle_percent, shares.iowait_percent) == (30.0, 10.0, 44.0, 10.0)
     assert (shares.irq_percent, shares.softirq_percent, shares.steal_percent, shares.guest_percent) == (2.0, 2.0, 2.0, 20.0)
     assert cpu_shares(after, before) == Unavailable(COUNTER_RESET)
+    # Modes can go backwards (iowait, a kernel quirk): each share is clamped to [0, 100].
+    backwards = cpu_shares(before, before._replace(user=5, iowait=0, idle=180))  # 90 s elapsed, 100 s idle
+    assert isinstance(backwards, CpuShares)
+    assert (backwards.user_percent, backwards.iowait_percent, backwards.idle_percent) == (0.0, 0.0, 100.0)
 
 
 def proc_stat() -> dict[str, list[int]]:
