@@ -177,9 +177,10 @@ typedef struct tp_gemm_call {
     tp_record rec;
 } tp_gemm_call;
 /* Around the real call (only once tp_ensure_started() said yes): begin
- * counts the call and says whether it is timed; if so, tp_gemm_time takes
- * the event pair on the call's stream; end hands the launch to the writer
- * (a failed call is not an op).  A call with active = 0 is inert. */
+ * says whether the call is due for timing (and what it stands for); if so,
+ * tp_gemm_time takes the event pair on the call's stream; end tells the
+ * shape how the call went and hands a due one to the writer (a failed call
+ * is not an op).  A call with active = 0 is inert. */
 int tp_gemm_begin(tp_gemm_call *c, const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
 void tp_gemm_time(tp_gemm_call *c, void *stream);
 void tp_gemm_end(tp_gemm_call *c, int status);
