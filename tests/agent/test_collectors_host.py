@@ -36,6 +36,7 @@ from agentd.collectors.host import (
     read_rdma,
 )
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
+from agentd.procfs import read_whole
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 
@@ -219,6 +220,15 @@ def test_packet_counters_count_udp_datagrams_on_loopback() -> None:
     # Every datagram crosses lo once each way; other loopback traffic may add more.
     assert after.rx_packets_total - before.rx_packets_total >= 200
     assert after.tx_packets_total - before.tx_packets_total >= 200
+
+
+def test_read_whole_reads_past_one_read_and_generated_proc_files(tmp_path: pathlib.Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(os.urandom(200_000))  # more than one 64 KiB read
+    assert read_whole(str(blob)) == blob.read_bytes()
+    assert read_whole("/proc/self/status").startswith(b"Name:")
+    with pytest.raises(FileNotFoundError):
+        read_whole(str(tmp_path / "missing"))
 
 
 def test_an_unreadable_proc_stat_fails_the_sample(tmp_path: pathlib.Path) -> None:
