@@ -27,6 +27,7 @@ VIEWS = {
     "stacks": ["s"],
     "help": ["question_mark"],
     "columns": ["C"],
+    "host-processes-columns": ["enter", "c"],
 }
 
 
