@@ -188,3 +188,28 @@ async def test_a_fitted_tables_cells_look_as_datatable_draws_them() -> None:
                     assert cells(ours) == cells(textuals), (row, column, cursor)
                     compared += 1
         assert compared == 18
+
+
+async def test_the_op_views_redraw_without_news_makes_no_rows(monkeypatch) -> None:
+    """The NCCL/GEMM view's rows come from every host's snapshot: made again only when one changed."""
+    from console.recordings import replay_app
+    from tuiprof.model.events import SnapshotReceived
+    from tuiprof.tui.screens import job_ops
+
+    made: list[int] = []
+    original = job_ops.job_ops
+    monkeypatch.setattr(job_ops, "job_ops", lambda cluster: made.append(cluster.version) or original(cluster))
+    app = replay_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("n")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, job_ops.JobOpsScreen) and made
+        made.clear()
+        app.render_views(force=True)
+        assert made == []
+        [host, *_] = app.cluster.hosts()
+        assert host.message is not None
+        app.cluster.apply(SnapshotReceived(host.address, app.cluster.now + 1, host.message))
+        app.render_views()
+        assert made == [app.cluster.version]

@@ -79,6 +79,9 @@ class JobOpsScreen(ConsoleScreen):
         Binding("C", "columns", "Columns", show=False),
     ]
 
+    _drawn_version = -1
+    """The cluster state's version the rows were made from."""
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="ops-summary", classes="summary", markup=False)
@@ -95,6 +98,11 @@ class JobOpsScreen(ConsoleScreen):
         self.refresh_data()
 
     def refresh_data(self) -> None:
+        """Redraw from the cluster's state when it changed (the once-a-second redraw without news
+        would make every host's rows again, to the same cells: nothing here depends on the clock)."""
+        if self.console.cluster.version == self._drawn_version:
+            return
+        self._drawn_version = self.console.cluster.version
         rows = job_ops(self.console.cluster)
         self._rows = rows
         table = self.query_one("#ops", FittedTable)
