@@ -3,7 +3,9 @@
 Per round and per tree, in that order, so that both see the same load:
 
 1. ``collect()`` of the host and pmu collectors, called ``--calls`` times in a child process
-   (the tree's code): mean wall time and mean CPU time of the calling thread per call;
+   (the tree's code): mean wall time and mean CPU time of the calling thread per call; and,
+   for a many-core host, the CPU figures of a made-up /proc/stat of ``--cpus`` CPUs (two
+   readings, a 2000-IRQ ``intr`` line): ``parse_proc_stat`` and the collector's ``_cpu_stats``;
 2. a whole ``agentd --interval-ms 1000`` (the tree's code, no client): its CPU time (the
    sum of its threads' /proc/PID/task/*/schedstat) over ``--seconds`` after ``--warmup`` seconds, with
    nothing scraping it; then ``/metrics`` scraped once a second for ``--scrape-seconds``:
@@ -39,10 +41,31 @@ DURATION = re.compile(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^
 # Runs in the child, with the tree under test first on sys.path.
 COLLECT_CALLS = """
 import json, sys, time
+from agentd.collectors import host
 from agentd.collectors.host import HostCollector
 from agentd.collectors.pmu import PmuCollector
-calls = int(sys.argv[1])
+calls, cpus = int(sys.argv[1]), int(sys.argv[2])
 result = {}
+
+def proc_stat(reading):
+    lines = ["cpu " + " ".join(str(1000 * reading * cpus + i) for i in range(10))]
+    lines += [f"cpu{c} " + " ".join(str(1000 * reading + c + 7 * i * reading) for i in range(10)) for c in range(cpus)]
+    lines.append("intr 123456 " + " ".join("5" for _ in range(2000)))
+    lines.append("ctxt 1\\nbtime 1\\nprocesses 555\\nsoftirq 99 1 2 3")
+    return "\\n".join(lines) + "\\n"
+
+texts = [proc_stat(1), proc_stat(2)]
+stats = [host.parse_proc_stat(text, 100) for text in texts]
+raws = [host._Raw(float(i), stat, {0: host.NodeTimes(tuple(range(cpus)), stat.total)}, {}, {})
+        for i, stat in enumerate(stats)]
+collector = HostCollector(1.0)
+for name, work in (("parse_proc_stat", lambda: host.parse_proc_stat(texts[1], 100)),
+                   ("cpu_stats", lambda: collector._cpu_stats(raws[0], raws[1]))):
+    cpu = time.thread_time()
+    for _ in range(calls):
+        work()
+    result[f"{cpus} CPUs {name}"] = {"cpu_ms": 1e3 * (time.thread_time() - cpu) / calls}
+collector.close()
 for name, factory in (("host", HostCollector), ("pmu", PmuCollector)):
     collector = factory(1.0)
     collector.collect()
@@ -88,8 +111,8 @@ def environment(source: pathlib.Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(source)}
 
 
-def collect_calls(source: pathlib.Path, calls: int) -> dict[str, dict[str, float]]:
-    output = subprocess.run([sys.executable, "-c", COLLECT_CALLS, str(calls)], cwd=source, env=environment(source),
+def collect_calls(source: pathlib.Path, calls: int, cpus: int) -> dict[str, dict[str, float]]:
+    output = subprocess.run([sys.executable, "-c", COLLECT_CALLS, str(calls), str(cpus)], cwd=source, env=environment(source),
                             capture_output=True, text=True, check=True, timeout=600).stdout
     return dict(json.loads(output.splitlines()[-1]))
 
@@ -137,6 +160,8 @@ def main() -> int:
                         help="a tree to measure (give two: before and after)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--cpus", type=int, default=224, help="CPUs of the made-up /proc/stat")
+    parser.add_argument("--collect-only", action="store_true", help="only the collect() timings, no agentd")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--scrape-seconds", type=float, default=10.0)
@@ -151,8 +176,9 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in sources}
     for round_number in range(args.rounds):
         for label, source in sources.items():
-            run = {"collect": collect_calls(source, args.calls),
-                   "agent": agent_run(source, args.warmup, args.seconds, args.scrape_seconds)}
+            run: dict[str, Any] = {"collect": collect_calls(source, args.calls, args.cpus)}
+            if not args.collect_only:
+                run["agent"] = agent_run(source, args.warmup, args.seconds, args.scrape_seconds)
             runs[label].append(run)
             print(f"round {round_number + 1} {label}: {json.dumps(run)}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -167,12 +193,14 @@ def print_medians(runs: dict[str, list[dict[str, Any]]]) -> None:
     for label, label_runs in runs.items():
         figures: dict[str, list[float]] = {}
         for run in label_runs:
-            agent, collect = run["agent"], run["collect"]
-            values = {"agent CPU ms/s": agent["cpu_ms_per_s"],
-                      **{f"  thread {name} ms/s": v for name, v in agent["thread_cpu_ms_per_s"].items()},
-                      **{f"collect() {name} wall ms": c["wall_ms"] for name, c in collect.items()},
-                      **{f"collect() {name} CPU ms": c["cpu_ms"] for name, c in collect.items()},
-                      **{f"agentd {name} collect ms": v for name, v in agent["collector_ms_mean"].items()}}
+            collect = run["collect"]
+            values = {**{f"collect() {name} wall ms": c["wall_ms"] for name, c in collect.items() if "wall_ms" in c},
+                      **{f"collect() {name} CPU ms": c["cpu_ms"] for name, c in collect.items()}}
+            if "agent" in run:
+                agent = run["agent"]
+                values.update({"agent CPU ms/s": agent["cpu_ms_per_s"],
+                               **{f"  thread {name} ms/s": v for name, v in agent["thread_cpu_ms_per_s"].items()},
+                               **{f"agentd {name} collect ms": v for name, v in agent["collector_ms_mean"].items()}})
             for key, value in values.items():
                 figures.setdefault(key, []).append(value)
         rows[label] = {key: statistics.median(values) for key, values in figures.items()}
