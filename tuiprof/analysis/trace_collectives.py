@@ -24,7 +24,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, islice
 
 from agentd.traces.analysis.extract import CollectiveCall
 
@@ -54,10 +54,10 @@ def best_shift(ends: list[float], reference: list[float]) -> int:
         first, stop = max(0, -shift), min(len(ends), len(reference) - shift)
         if stop - first < needed:
             continue
-        # ends[i] against reference[i + shift] for every i both have (map stops at the shorter)
-        gaps = map(abs, map(operator.sub, islice(ends, first, None), islice(reference, first + shift, None)))
+        # ends[i] against reference[i + shift] for every i both have
+        differences = map(operator.sub, ends[first:stop], reference[first + shift:stop + shift])
         # A shift whose gap is not below the best so far, or is above half the unshifted one, cannot win.
-        gap = _median_unless_above(gaps, stop - first, min(best_gap, unshifted / 2))
+        gap = _median_unless_above(differences, stop - first, min(best_gap, unshifted / 2))
         if shift == 0:
             unshifted = gap
         if gap < best_gap:
@@ -65,18 +65,18 @@ def best_shift(ends: list[float], reference: list[float]) -> int:
     return best if best_gap <= unshifted / 2 else 0
 
 
-def _median_unless_above(gaps: Iterator[float], count: int, bound: float) -> float:
-    """The median of the ``count`` gaps (as ``statistics.median``), or inf once it is sure to be above
-    ``bound``: when none of the first ``count - (count - 1) // 2`` is at most ``bound``, at most
-    ``(count - 1) // 2`` are, so the middle one (both middle ones for an even count) is above it. A wrong
-    shift's gaps are a whole call period or more: half of them settle it, without the sort."""
-    head = list(islice(gaps, count - (count - 1) // 2))
-    if min(head) > bound:
+def _median_unless_above(differences: Iterator[float], count: int, bound: float) -> float:
+    """The median gap (``statistics.median`` of the ``count`` differences' sizes), or inf once it is sure to be
+    above ``bound``: when the first ``count - (count - 1) // 2`` differences all lie beyond ``bound`` on one
+    side, at most ``(count - 1) // 2`` gaps are within it, so the middle one (both middle ones for an even
+    count) is above it. A wrong shift's ends are a whole call period or more early (or late): half of them
+    settle it, without the sort."""
+    head = list(islice(differences, count - (count - 1) // 2))
+    if min(head) > bound or max(head) < -bound:
         return math.inf
-    head += gaps
-    head.sort()
+    gaps = sorted(map(abs, chain(head, differences)))
     middle = count // 2
-    return head[middle] if count % 2 else (head[middle - 1] + head[middle]) / 2
+    return gaps[middle] if count % 2 else (gaps[middle - 1] + gaps[middle]) / 2
 
 
 @dataclass(frozen=True, slots=True)
