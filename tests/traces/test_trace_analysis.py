@@ -5,8 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 import pathlib
+import statistics
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tuiprof.analysis.trace_collectives import CLOCK_SLACK_US, CollectiveCall, best_shift, match_calls
 from tuiprof.analysis.trace_merge import TraceFormatError, TraceInput, merge_traces, trace_header
@@ -154,6 +157,31 @@ def test_collectives_matched_across_windows_cut_at_different_calls():
     assert best_shift([10.0], [30.0, 10.0]) == 0
     # Real sequence numbers (timeline dumps) are the key as they are.
     assert match_calls([[call("x", 1, seq=7)], [call("x", 90, seq=7)]]) == [[("pg0", "x", "7")], [("pg0", "x", "7")]]
+
+
+def shift_by_definition(ends: list[float], reference: list[float]) -> int:
+    """best_shift's docstring, shift by shift: the smallest median gap (ties to the smaller shift), if it
+    pairs enough calls and halves the unshifted gap."""
+    needed = max(2, -(-3 * min(len(ends), len(reference)) // 4))
+    gaps = {}
+    for shift in sorted(range(-3, 4), key=abs):
+        pairs = [(ends[i], reference[i + shift]) for i in range(len(ends)) if 0 <= i + shift < len(reference)]
+        if len(pairs) >= needed:
+            gaps[shift] = statistics.median(abs(a - b) for a, b in pairs)
+    if not gaps:
+        return 0
+    best = min(gaps, key=lambda shift: (gaps[shift], abs(shift)))
+    return best if gaps[best] <= gaps[0] / 2 else 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, 30), st.integers(-5, 5), st.integers(-4, 4), st.sampled_from([1.0, 10.0, 250.0]),
+       st.lists(st.integers(-3, 3), min_size=60, max_size=60), st.sampled_from([0.0, 1.0, 40.0, 300.0]))
+def test_best_shift_is_the_smallest_median_gap(calls, more, offset, period, noise, spread):
+    # Ends a period apart on both ranks, one window cut `offset` calls later, jittered (equal gaps included).
+    reference = [period * i + spread * noise[i] / 3 for i in range(calls)]
+    ends = [period * (i + offset) + spread * noise[-1 - i] / 3 for i in range(max(0, calls + more))]
+    assert best_shift(ends, reference) == shift_by_definition(ends, reference)
 
 
 def test_collectives_of_windows_that_do_not_overlap_are_not_paired():
