@@ -1,5 +1,5 @@
-"""The one reader of ``/proc/<pid>``: what the kernel says about a process; and ``read_whole``,
-the one-``open``, few-``read`` reader of any /proc or /sys file the collectors sample.
+"""The one reader of ``/proc/<pid>``: what the kernel says about a process; and ``read_whole`` and
+``read_attribute``, the one-``open`` readers of the /proc and /sys files the collectors sample.
 
 Everything the agent believes about a process (alive or not, its scheduler state,
 when it started, whose it is, its rank and whether it runs CUDA) comes from here,
@@ -73,6 +73,15 @@ def read_whole(path: str) -> bytes:
         while chunk := os.read(fd, _READ_CHUNK):
             chunks.append(chunk)
         return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_attribute(path: str) -> bytes:
+    """A sysfs attribute file: the kernel hands all of it (at most a page) to the first read(2)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, _READ_CHUNK)
     finally:
         os.close(fd)
 

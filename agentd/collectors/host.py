@@ -9,9 +9,10 @@ counter read lower than before is taken as wrapped, its old value added, as psut
 ``nowrap`` does), without psutil's second reads and per-call set-up. What does not
 change between samples is not read again: the NUMA nodes' CPU lists (read again when
 the online CPUs change, and every ``STATIC_REFRESH_SECONDS``), which /proc/diskstats
-names are whole disks (decided again when the names change), each NIC's driver, and
+names are whole disks (decided again when the names change), each NIC's driver,
 that a NIC's driver has none of the pause counters (asked again every
-``STATIC_REFRESH_SECONDS``; a NIC that leaves /proc/net/dev is forgotten).
+``STATIC_REFRESH_SECONDS``; a NIC that leaves /proc/net/dev is forgotten), the RDMA
+ports and their counter files (listed again as often, or when one is gone).
 
 Rates (CPU percentages, bytes/s, IOPS) are deltas between two consecutive
 samples divided by the time between them. The first sample of anything (the
@@ -33,8 +34,12 @@ import psutil
 from agentd.collectors.base import Collector
 from agentd.collectors.ethtool import NO_STATISTICS, NOT_SUPPORTED, EthtoolStats
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable
-from agentd.procfs import read_whole
+from agentd.procfs import read_attribute, read_whole
 from agentd.proto import tuiprof_agent_pb2 as pb
+
+# Static facts (the NUMA nodes' CPU lists, a NIC without pause counters, the RDMA ports and
+# their counter files) are read again at least this often, besides when what they depend on changes.
+STATIC_REFRESH_SECONDS = 60.0
 
 # Devices that are not disks a user cares about: loop devices, RAM disks,
 # compressed swap, floppies. Partitions are excluded separately (only whole
@@ -399,23 +404,12 @@ IB_ROOT = "/sys/class/infiniband"
 _NOT_COUNTERS = frozenset({"lifespan"})
 
 
-def _read_counters(directory: str, into: Any) -> None:
-    """Every counter file of ``directory`` into the repeated ``into``; an unreadable one says why."""
+def _counter_names(directory: str) -> tuple[str, ...]:
+    """The counter files of ``directory``, sorted; none when it is absent (e.g. no hw_counters on this driver)."""
     try:
-        names = sorted(os.listdir(directory))
+        return tuple(sorted(name for name in os.listdir(directory) if name not in _NOT_COUNTERS))
     except FileNotFoundError:
-        return  # e.g. no hw_counters on this driver
-    for name in names:
-        if name in _NOT_COUNTERS:
-            continue
-        counter = into.add(name=name)
-        try:
-            with open(os.path.join(directory, name), encoding="ascii") as file:
-                counter.value = int(file.read().strip())
-        except OSError as exc:  # some hw counters answer EINVAL/EOPNOTSUPP on some firmware
-            counter.unavailable["value"] = exc.strerror or str(exc)
-        except ValueError:
-            counter.unavailable["value"] = "not a number"
+        return ()
 
 
 def _netdev_of(device_dir: str) -> str:
@@ -426,30 +420,79 @@ def _netdev_of(device_dir: str) -> str:
         return ""
 
 
-def read_rdma(root: str = IB_ROOT) -> pb.RdmaStats:
-    """Counters of every port of every RDMA device, read as they are (totals since the last reset)."""
-    try:
-        devices = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return pb.RdmaStats(unavailable_reason=f"no RDMA device: {root} is absent (no InfiniBand/RoCE driver loaded)")
-    except OSError as exc:
-        return pb.RdmaStats(unavailable_reason=f"cannot list {root}: {exc.strerror}")
-    if not devices:
-        return pb.RdmaStats(unavailable_reason=f"no RDMA device: {root} is empty")
-    stats = pb.RdmaStats()
-    for device in devices:
-        device_dir = os.path.join(root, device)
-        netdev = _netdev_of(device_dir)
+@dataclasses.dataclass(frozen=True)
+class _RdmaPort:
+    """Where one port's counters are, and their names (as listed)."""
+
+    device: str
+    port: int
+    netdev: str
+    directory: str
+    counters: tuple[str, ...]
+    hw_counters: tuple[str, ...]
+
+
+class RdmaCounters:
+    """Counters of every port of every RDMA device, read as they are (totals since the last reset).
+
+    Which devices, ports and counter files there are is listed again every
+    STATIC_REFRESH_SECONDS, or at the next sample when one of the files is gone (a device
+    removed); the values are read every sample, each file with one ``read_attribute``.
+    """
+
+    def __init__(self, root: str = IB_ROOT) -> None:
+        self.root = root
+        self._layout: list[_RdmaPort] | str | None = None  # the ports, or why there are none
+        self._listed_at = 0.0
+
+    def read(self, now: float) -> pb.RdmaStats:
+        if self._layout is None or now - self._listed_at >= STATIC_REFRESH_SECONDS:
+            self._layout, self._listed_at = self._list(), now
+        if isinstance(self._layout, str):
+            return pb.RdmaStats(unavailable_reason=self._layout)
+        stats = pb.RdmaStats()
+        for known in self._layout:
+            port = stats.ports.add(device=known.device, port=known.port, netdev=known.netdev)
+            self._read_values(os.path.join(known.directory, "counters"), known.counters, port.counters)
+            self._read_values(os.path.join(known.directory, "hw_counters"), known.hw_counters, port.hw_counters)
+        return stats
+
+    def _list(self) -> list[_RdmaPort] | str:
         try:
-            ports = sorted(int(port) for port in os.listdir(os.path.join(device_dir, "ports")) if port.isdigit())
-        except OSError:
-            continue  # a device being removed
-        for number in ports:
-            port = stats.ports.add(device=device, port=number, netdev=netdev)
-            port_dir = os.path.join(device_dir, "ports", str(number))
-            _read_counters(os.path.join(port_dir, "counters"), port.counters)
-            _read_counters(os.path.join(port_dir, "hw_counters"), port.hw_counters)
-    return stats
+            devices = sorted(os.listdir(self.root))
+        except FileNotFoundError:
+            return f"no RDMA device: {self.root} is absent (no InfiniBand/RoCE driver loaded)"
+        except OSError as exc:
+            return f"cannot list {self.root}: {exc.strerror}"
+        if not devices:
+            return f"no RDMA device: {self.root} is empty"
+        ports = []
+        for device in devices:
+            device_dir = os.path.join(self.root, device)
+            netdev = _netdev_of(device_dir)
+            try:
+                numbers = sorted(int(port) for port in os.listdir(os.path.join(device_dir, "ports")) if port.isdigit())
+            except OSError:
+                continue  # a device being removed
+            for number in numbers:
+                directory = os.path.join(device_dir, "ports", str(number))
+                ports.append(_RdmaPort(device, number, netdev, directory, _counter_names(os.path.join(directory, "counters")),
+                                       _counter_names(os.path.join(directory, "hw_counters"))))
+        return ports
+
+    def _read_values(self, directory: str, names: tuple[str, ...], into: Any) -> None:
+        """Each counter of ``names`` into the repeated ``into``; an unreadable one says why."""
+        for name in names:
+            counter = into.add(name=name)
+            try:
+                counter.value = int(read_attribute(os.path.join(directory, name)))
+            except FileNotFoundError as exc:  # the device went: list again next sample
+                counter.unavailable["value"] = exc.strerror or str(exc)
+                self._layout = None
+            except OSError as exc:  # some hw counters answer EINVAL/EOPNOTSUPP on some firmware
+                counter.unavailable["value"] = exc.strerror or str(exc)
+            except ValueError:
+                counter.unavailable["value"] = "not a number"
 
 
 class _Raw(NamedTuple):
@@ -460,11 +503,6 @@ class _Raw(NamedTuple):
     numa: dict[int, NodeTimes] | Unavailable
     nics: dict[str, NicCounters]
     disks: dict[str, DiskCounters]
-
-
-# Static facts (the NUMA nodes' CPU lists, a NIC without pause counters) are read again at
-# least this often, besides when what they depend on changes.
-STATIC_REFRESH_SECONDS = 60.0
 
 
 def whole_disks(names: list[str], sys_block: str = "/sys/block") -> list[str]:
@@ -535,6 +573,7 @@ class HostCollector(Collector):
         self._drivers: dict[str, str] = {}  # NIC -> driver, for the reason a NIC has no pause counters
         self._without_pauses: dict[str, tuple[float, Unavailable]] = {}  # NIC -> when found so, and why
         self._process_count = ProcessCount()
+        self._rdma_counters = RdmaCounters()
 
     def status(self) -> pb.CollectorStatus:
         return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
@@ -546,7 +585,7 @@ class HostCollector(Collector):
         memory = memory_stats(read_whole("/proc/meminfo"))
         nics = self._nic_stats(previous, raw)
         disks = self._disk_stats(previous, raw)
-        rdma = read_rdma()
+        rdma = self._rdma_counters.read(raw.at)
         self._previous = raw
         with self._lock:
             self._cpu, self._memory, self._nics, self._disks, self._rdma = cpu, memory, nics, disks, rdma

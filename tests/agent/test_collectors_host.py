@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from agentd.collectors.host import (
     HostCollector,
     NodeTimes,
     ProcessCount,
+    RdmaCounters,
+    STATIC_REFRESH_SECONDS,
     Unwrapped,
     count_processes,
     cpu_shares,
@@ -33,7 +36,6 @@ from agentd.collectors.host import (
     read_numa_nodes,
     read_loadavg,
     read_proc_stat,
-    read_rdma,
 )
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
 from agentd.procfs import read_whole
@@ -515,7 +517,7 @@ def test_rdma_counters_of_a_fake_sysfs_tree(tmp_path: pathlib.Path) -> None:
     bare = _fake_rdma_device(tmp_path, "ibp1s0", None)
     (bare / "counters" / "port_rcv_packets").write_text("5\n")
     os.rmdir(bare / "hw_counters")  # a driver without hw counters
-    stats = read_rdma(str(tmp_path))
+    stats = RdmaCounters(str(tmp_path)).read(0.0)
     assert not stats.unavailable_reason
     first, second = stats.ports
     assert (first.device, first.port, first.netdev) == ("ibp1s0", 1, "")
@@ -529,8 +531,26 @@ def test_rdma_counters_of_a_fake_sysfs_tree(tmp_path: pathlib.Path) -> None:
 
 
 def test_rdma_without_a_device_says_why(tmp_path: pathlib.Path) -> None:
-    assert "is absent" in read_rdma(str(tmp_path / "absent")).unavailable_reason
-    assert "is empty" in read_rdma(str(tmp_path)).unavailable_reason
+    assert "is absent" in RdmaCounters(str(tmp_path / "absent")).read(0.0).unavailable_reason
+    assert "is empty" in RdmaCounters(str(tmp_path)).read(0.0).unavailable_reason
+
+
+def test_rdma_ports_and_counter_names_are_listed_again_after_the_refresh_or_when_a_device_goes(
+        tmp_path: pathlib.Path) -> None:
+    port = _fake_rdma_device(tmp_path, "mlx5_0", "ens1f0np0")
+    (port / "counters" / "port_rcv_errors").write_text("7\n")
+    rdma = RdmaCounters(str(tmp_path))
+    assert [c.name for c in rdma.read(0.0).ports[0].counters] == ["port_rcv_errors"]
+    (port / "counters" / "port_rcv_errors").write_text("8\n")
+    (port / "counters" / "port_xmit_data").write_text("9\n")  # a new file: seen after the refresh
+    values = rdma.read(1.0).ports[0].counters
+    assert [(c.name, c.value) for c in values] == [("port_rcv_errors", 8)]
+    values = rdma.read(STATIC_REFRESH_SECONDS + 0.5).ports[0].counters
+    assert [(c.name, c.value) for c in values] == [("port_rcv_errors", 8), ("port_xmit_data", 9)]
+    shutil.rmtree(tmp_path / "mlx5_0")  # the device goes: its counters say why, then it is gone
+    gone = rdma.read(STATIC_REFRESH_SECONDS + 1.0).ports[0].counters[0]
+    assert dict(gone.unavailable) == {"value": "No such file or directory"}
+    assert "is empty" in rdma.read(STATIC_REFRESH_SECONDS + 2.0).unavailable_reason
 
 
 def test_rdma_of_this_host_from_the_collector() -> None:
