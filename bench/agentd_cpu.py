@@ -6,6 +6,8 @@ Per round and per tree, in that order, so that both see the same load:
    (the tree's code): mean wall time and mean CPU time of the calling thread per call; and,
    for a many-core host, the CPU figures of a made-up /proc/stat of ``--cpus`` CPUs (two
    readings, a 2000-IRQ ``intr`` line): ``parse_proc_stat`` and the collector's ``_cpu_stats``;
+   and the RDMA counters of a made-up /sys/class/infiniband (8 devices, one port each, 40
+   counters and 30 hw_counters: a tmp tree, so the kernel's side of real sysfs is not in it);
 2. a whole ``agentd --interval-ms 1000`` (the tree's code, no client): its CPU time (the
    sum of its threads' /proc/PID/task/*/schedstat) over ``--seconds`` after ``--warmup`` seconds, with
    nothing scraping it; then ``/metrics`` scraped once a second for ``--scrape-seconds``:
@@ -66,6 +68,21 @@ for name, work in (("parse_proc_stat", lambda: host.parse_proc_stat(texts[1], 10
         work()
     result[f"{cpus} CPUs {name}"] = {"cpu_ms": 1e3 * (time.thread_time() - cpu) / calls}
 collector.close()
+
+import os, tempfile
+with tempfile.TemporaryDirectory() as root:
+    for device in range(8):
+        port = os.path.join(root, f"mlx5_{device}", "ports", "1")
+        for kind, count in (("counters", 40), ("hw_counters", 30)):
+            os.makedirs(os.path.join(port, kind))
+            for number in range(count):
+                with open(os.path.join(port, kind, f"{kind}_{number}"), "w") as file:
+                    file.write(f"{number * 1000}\\n")
+    rdma = host.RdmaCounters(root).read if hasattr(host, "RdmaCounters") else (lambda now: host.read_rdma(root))
+    cpu = time.thread_time()
+    for sample in range(calls):
+        rdma(float(sample))
+    result["8 RDMA ports read"] = {"cpu_ms": 1e3 * (time.thread_time() - cpu) / calls}
 for name, factory in (("host", HostCollector), ("pmu", PmuCollector)):
     collector = factory(1.0)
     collector.collect()
