@@ -289,19 +289,13 @@ def count_processes(proc: bytes = b"/proc") -> int:
     return sum(map(bytes.isdigit, os.listdir(proc)))
 
 
-class LoadAverage(NamedTuple):
-    """/proc/loadavg: os.getloadavg()'s three figures, and how many tasks (threads) exist."""
+def read_task_count(path: str = "/proc/loadavg") -> int:
+    """How many tasks (threads) exist: "0.21 0.30 0.58 4/121 3583" gives 121 (runnable/existing).
 
-    load1: float
-    load5: float
-    load15: float
-    tasks: int
-
-
-def read_loadavg(path: str = "/proc/loadavg") -> LoadAverage:
-    """"0.21 0.30 0.58 4/121 3583": the load averages, then runnable/existing tasks."""
-    fields = read_whole(path).split()
-    return LoadAverage(float(fields[0]), float(fields[1]), float(fields[2]), int(fields[3].partition(b"/")[2]))
+    (The load figures themselves come from os.getloadavg(), whose precision is glibc's:
+    this file prints them to two decimals.)
+    """
+    return int(read_whole(path).split()[3].partition(b"/")[2])
 
 
 class ProcessCount:
@@ -628,9 +622,8 @@ class HostCollector(Collector):
                           idle_percent=shares.idle_percent, iowait_percent=shares.iowait_percent)
         cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**stat.total._asdict()))
         HostCollector._numa_stats(cpu, previous.numa if previous else None, raw.numa)
-        load = read_loadavg()
-        cpu.load1, cpu.load5, cpu.load15 = load.load1, load.load5, load.load15
-        cpu.process_count = self._process_count(stat.counts.get("processes"), load.tasks)
+        cpu.load1, cpu.load5, cpu.load15 = os.getloadavg()
+        cpu.process_count = self._process_count(stat.counts.get("processes"), read_task_count())
         cpu.uptime_seconds = uptime_seconds()
         for field, line in (("interrupts_total", "intr"), ("softirqs_total", "softirq")):
             put(cpu, field, stat.counts.get(line, Unavailable(f"/proc/stat has no {line} line")))
