@@ -4,8 +4,8 @@ In-process, on its own asyncio loop in a daemon thread, rather than a child
 process: it starts in a fraction of a second (no second interpreter to import
 grpc and psutil), it binds port 0 so the OS picks a free loopback port with no
 race, and it cannot outlive the console. The cost is sharing the GIL with the
-UI: the collectors' CPU per interval, about a millisecond on a small host without
-GPUs (bench/agentd_cpu.md), more with NVML and GPM on GPU hosts.
+UI: the collectors' CPU per interval, about 1.5 ms on a 2-core VM without GPUs
+(bench/agentd_cpu.md), more with NVML and GPM on GPU hosts.
 The console talks to it over gRPC like to any other agent, so nothing else in
 the console needs to know it is embedded. It serves no /metrics endpoint.
 
