@@ -46,4 +46,18 @@ weighted)
   nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
   phase accuracy 150
   cp "$WORK"/accuracy.json "$OUT"/ ;;
+round4)
+  nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  phase long-start 30
+  echo "== console_nvitop $(date -u +%T)"
+  OUT=$OUT/console WHEELS=.whl-console TERMINALS=pty SECONDS_MEASURED=60 WARMUP=15 timeout 300 bash bench/console_nvitop.sh >/dev/null
+  echo "== agentd_cpu_gpu $(date -u +%T)"
+  OUT=$OUT/agentd timeout 200 bash bench/agentd_cpu_gpu.sh >/dev/null
+  cp "$WORK"/long-start.json "$OUT"/
+  while [ $SECONDS -lt "${HOLD_UNTIL:-585}" ]; do sleep 5; done ;;
+round4-collect)
+  phase long-collect 150
+  phase overhead 430
+  cp "$WORK"/{long-collect,overhead}.json "$OUT"/
+  tar czf "$OUT/logs_round4.tgz" -C "$WORK" . /tmp/rank_figures_long/*.log 2>/dev/null ;;
 esac
