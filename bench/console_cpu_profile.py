@@ -21,7 +21,9 @@ fast as output comes (no emulator cost counted):
   collect()), averaged per collector.
 
 CPU is user + system time from ``/proc/<pid>/stat`` over the measured window, in
-ms per wall second. With ``--profile`` each console run is then sampled by
+ms per wall second; the console's is also given per thread (``/proc/<pid>/task``, each
+named by ``py-spy dump``: the event loop's ``MainThread``, Textual's ``textual-input`` and
+``textual-output``, gRPC's). With ``--profile`` each console run is then sampled by
 ``py-spy record`` (a second window, so py-spy's own cost is not counted above) and
 the top functions by inclusive and own samples are printed.
 """
@@ -99,21 +101,51 @@ class PtyProgram:
         os.close(self._master)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process (all its threads) so far."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU seconds of each thread of ``pid`` so far, by thread id."""
+    threads = {}
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            threads[int(task.name)] = cpu_seconds(pid, task.name)
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended
+            pass
+    return threads
+
+
+def cpu_seconds(pid: int, thread: str | None = None) -> float:
+    """User + system CPU seconds of one process (all its threads), or of one of its threads, so far."""
+    stat = f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat"
+    fields = pathlib.Path(stat).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
 
 
-def measure_cpu(pids: dict[str, int], seconds: float, each_second: Callable[[], None] = lambda: None
-                ) -> dict[str, float]:
-    """ms of CPU per wall second of each named process over ``seconds``."""
+def thread_names(pid: int) -> dict[int, str]:
+    """Each thread of ``pid`` by name: Python's (py-spy dump), else the kernel's (gRPC core's threads)."""
+    names = {}
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            names[int(task.name)] = (task / "comm").read_text().strip()
+        except FileNotFoundError:  # the thread ended
+            pass
+    dump = subprocess.run([str(VENV_BIN / "py-spy"), "dump", "--pid", str(pid)],
+                          capture_output=True, text=True, check=False).stdout
+    names.update((int(tid), name) for tid, name in re.findall(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.M))
+    return names
+
+
+def measure_cpu(pids: dict[str, int], seconds: float, each_second: Callable[[], None] = lambda: None,
+                threads_of: int | None = None) -> tuple[dict[str, float], dict[int, float]]:
+    """ms of CPU per wall second of each named process over ``seconds``, and of each thread of
+    the process ``threads_of`` (by thread id)."""
     before, start = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.monotonic()
+    threads_before = thread_cpu_seconds(threads_of) if threads_of else {}
     while time.monotonic() - start < seconds:
         time.sleep(1.0)
         each_second()
     wall = time.monotonic() - start
-    return {name: (cpu_seconds(pid) - before[name]) / wall * 1000 for name, pid in pids.items()}
+    threads_after = thread_cpu_seconds(threads_of) if threads_of else {}
+    per_thread = {tid: (used - threads_before.get(tid, 0.0)) / wall * 1000 for tid, used in threads_after.items()}
+    return {name: (cpu_seconds(pid) - before[name]) / wall * 1000 for name, pid in pids.items()}, per_thread
 
 
 def looped_fixture(seconds: float) -> pathlib.Path:
@@ -168,10 +200,15 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Age
             raise SystemExit(f"{name}: the console exited ({program.process.returncode})")
         written = program.bytes_written
         pids = {"console": program.process.pid, **({"agentd": agent.process.pid} if agent else {})}
-        used = measure_cpu(pids, args.seconds, agent.sample if agent else lambda: None)
+        used, per_thread = measure_cpu(pids, args.seconds, agent.sample if agent else lambda: None,
+                                       threads_of=program.process.pid)
         rate = (program.bytes_written - written) / args.seconds
         print(f"{name}: console process {used['console']:.1f} ms CPU/s, {rate:.0f} B/s to the terminal "
               f"(over {args.seconds:.0f} s)", flush=True)
+        names = thread_names(program.process.pid)
+        busy = sorted(((ms, tid) for tid, ms in per_thread.items() if ms > 0), reverse=True)
+        print(f"{name}: by thread: " + ", ".join(
+            f"{names.get(tid, tid)} {ms:.2f}" for ms, tid in busy), flush=True)
         if agent:
             print(f"{name}: agentd process {used['agentd']:.1f} ms CPU/s; each collector's collect() "
                   "wall time, mean of per-second readings:", flush=True)
