@@ -17,6 +17,7 @@ import os
 import selectors
 
 from textual._time import get_time
+from textual.app import App
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
 
@@ -24,8 +25,9 @@ from textual.drivers.linux_driver import LinuxDriver
 class InputWaitingDriver(LinuxDriver):
     """A ``LinuxDriver`` whose input thread takes no CPU while no key comes."""
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
+    def __init__(self, app: App, *, debug: bool = False, mouse: bool = True,
+                 size: tuple[int, int] | None = None) -> None:
+        super().__init__(app, debug=debug, mouse=mouse, size=size)
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
 
