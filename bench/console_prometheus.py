@@ -123,8 +123,9 @@ async def measure(url: str, refresh: float, seconds: float, warmup: float, prome
 
 
 def run_one(count: int, seconds: float, warmup: float, refresh: float, step: float,
-            backfill_s_per_host: float = BACKFILL_S_PER_HOST) -> list[dict]:
-    """Backfill once; measure the console over Prometheus without, then with, the recording rules."""
+            backfill_s_per_host: float = BACKFILL_S_PER_HOST, rules_only: bool = False) -> list[dict]:
+    """Backfill once; measure the console over Prometheus without (unless ``rules_only``), then
+    with, the recording rules."""
     results = []
     with tempfile.TemporaryDirectory(prefix="tuiprof-bench-prom-") as work:
         directory = pathlib.Path(work)
@@ -137,7 +138,7 @@ def run_one(count: int, seconds: float, warmup: float, refresh: float, step: flo
         begun = time.monotonic()
         backfill(directory / "tsdb", fleet_openmetrics(count, gpus=GPUS, at=times), directory)
         backfill_s = time.monotonic() - begun
-        for rules in ((), (RECORDING_RULES,)):
+        for rules in ((RECORDING_RULES,),) if rules_only else ((), (RECORDING_RULES,)):
             with running_prometheus(directory, storage=directory / "tsdb", scrape_interval=f"{step:g}s",
                                     rule_files=rules, out_of_order_window="1h") as url:
                 pid = next(p.pid for p in psutil.Process().children() if p.name() == "prometheus")
@@ -163,6 +164,7 @@ def main() -> None:
     parser.add_argument("--step", type=float, default=15.0,
                         help="seconds between backfilled samples (the scrape interval; also the rules' evaluation)")
     parser.add_argument("--grpc", type=int, default=0, help="also run direct gRPC mode with this many agents")
+    parser.add_argument("--rules-only", action="store_true", help="measure only with the recording rules loaded")
     parser.add_argument("--backfill-s-per-host", type=float, default=BACKFILL_S_PER_HOST,
                         help="about how long the backfill takes per host here (the first live sample's delay)")
     parser.add_argument("--console", help=argparse.SUPPRESS)
@@ -174,7 +176,8 @@ def main() -> None:
         return
     print(f"# {os.uname().nodename}: {psutil.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     for count in args.counts:
-        for result in run_one(count, args.seconds, args.warmup, args.refresh, args.step, args.backfill_s_per_host):
+        for result in run_one(count, args.seconds, args.warmup, args.refresh, args.step, args.backfill_s_per_host,
+                              args.rules_only):
             print(json.dumps(result), flush=True)
     if args.grpc:
         import console_fleet

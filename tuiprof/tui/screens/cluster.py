@@ -107,6 +107,15 @@ Flags = tuple[bool, bool, str]
 """What a row's cells depend on besides the host state: worst host, shared name, age if down."""
 
 
+def _flags(state: HostState, worst_address: str | None, shared: set[str], cluster: ClusterState) -> Flags:
+    """One host's flags (made for every host at every redraw: the age only for a host that is down)."""
+    age = ""
+    if state.reachable is False:
+        since = cluster.since_contact(state)
+        age = "" if since is None else _short_age(since)
+    return (state.address == worst_address, state.name in shared, age)
+
+
 def _host_label(state: HostState, flags: Flags) -> str:
     """The name, with the address when several agents share it, ▼ on the worst host."""
     worst, shared, _ = flags
@@ -211,7 +220,9 @@ class ClusterScreen(ConsoleScreen):
         hosts = self.visible_hosts()
         worst = self.worst_host()
         shared = self.cluster.shared_names()
-        flags = {h.address: self._flags(h, worst, shared) for h in hosts}
+        worst_address = worst.address if worst is not None else None
+        cluster = self.cluster
+        flags = {h.address: _flags(h, worst_address, shared, cluster) for h in hosts}
         # Rows are made lazily: the grid asks only for the rows it draws.
         self.grid.set_first_width(max([12, *(len(_host_label(h, flags[h.address])) for h in hosts)]))
         self.grid.set_rows(_LazyRows(self, {h.address: h for h in hosts}, flags))
@@ -251,11 +262,6 @@ class ClusterScreen(ConsoleScreen):
         if status is None and state.snapshot is not None:
             status = state.snapshot.hang
         return status
-
-    def _flags(self, state: HostState, worst: HostState | None, shared: set[str]) -> Flags:
-        since = self.cluster.since_contact(state)
-        age = _short_age(since) if state.reachable is False and since is not None else ""
-        return (worst is not None and state.address == worst.address, state.name in shared, age)
 
     def cells(self, state: HostState, flags: Flags) -> list[Text | str]:
         entry = self._row_cache.get(state.address)
