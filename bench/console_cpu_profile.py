@@ -1,6 +1,6 @@
 """CPU the console uses per second at a 1 s refresh, and where it goes (issue 14).
 
-    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--only embedded,connect,replay]
+    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--cprofile] [--only embedded,connect,replay]
     # the same, running an older commit's code (before/after on the same machine and load):
     rm -rf /tmp/before && mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
     cp tuiprof_native/*.so /tmp/before/tuiprof_native/
@@ -25,7 +25,10 @@ ms per wall second; the console's is also given per thread (``/proc/<pid>/task``
 named by ``py-spy dump``: the event loop's ``MainThread``, Textual's ``textual-input`` and
 ``textual-output``, gRPC's). With ``--profile`` each console run is then sampled by
 ``py-spy record`` (a second window, so py-spy's own cost is not counted above) and
-the top functions by inclusive and own samples are printed.
+the top functions by inclusive and own samples are printed; with ``--cprofile`` each
+console is run once more with cProfile on in its event loop after the warm-up, and the
+functions with the largest share of the loop's busy time are printed (exact call
+counts and cumulative times where py-spy's samples are few).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import fcntl
 import json
 import os
 import pathlib
+import pstats
 import pty
 import re
 import select
@@ -66,10 +70,10 @@ def source_env(source: pathlib.Path) -> dict[str, str]:
 class PtyProgram:
     """A program in its own pseudo-terminal, its output drained and counted."""
 
-    def __init__(self, argv: list[str], source: pathlib.Path) -> None:
+    def __init__(self, argv: list[str], source: pathlib.Path, env: dict[str, str] | None = None) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
-        env = {**source_env(source), "TERM": "xterm-256color", "COLORTERM": "truecolor"}
+        env = {**source_env(source), "TERM": "xterm-256color", "COLORTERM": "truecolor", **(env or {})}
         self.process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
                                         start_new_session=True, cwd=source)
         os.close(slave)
@@ -90,6 +94,9 @@ class PtyProgram:
 
     def press_enter(self) -> None:
         os.write(self._master, b"\r")
+
+    def press(self, keys: bytes) -> None:
+        os.write(self._master, keys)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -189,6 +196,59 @@ def profile(pid: int, seconds: float, top: int) -> str:
     return "\n".join(rows)
 
 
+EVENT_LOOP_PROFILER = """
+import cProfile, os, sys
+from tuiprof.tui.app import TuiprofApp
+profiler = cProfile.Profile()
+mounted, quitting = TuiprofApp.on_mount, TuiprofApp.action_quit
+def on_mount(self):
+    mounted(self)
+    self.set_timer(float(os.environ["PROFILE_AFTER_S"]), lambda: profiler.enable())
+async def action_quit(self):
+    profiler.disable()
+    profiler.dump_stats(os.environ["PROFILE_OUT"])
+    await quitting(self)
+TuiprofApp.on_mount, TuiprofApp.action_quit = on_mount, action_quit
+from tuiprof.cli import main
+sys.argv[0] = "tuiprof"
+sys.exit(main())
+"""
+"""``python -c`` this, then the console's arguments: the console with cProfile on in the event
+loop's thread from ``PROFILE_AFTER_S`` after start until q, written to ``PROFILE_OUT``."""
+
+
+def profile_event_loop(argv: list[str], args: argparse.Namespace) -> str:
+    """The console's event loop under cProfile over ``args.seconds`` after the warm-up (a run of
+    its own): each function's cumulative time as a share of the loop's busy time (not waiting
+    in epoll), the ``args.top`` largest. cProfile slows pure Python more than C: shares, not ms."""
+    with tempfile.TemporaryDirectory(prefix="tuiprof-bench-") as temporary:
+        out = pathlib.Path(temporary) / "loop.prof"
+        program = PtyProgram([str(VENV_BIN / "python"), "-c", EVENT_LOOP_PROFILER, *argv[1:]], args.source,
+                             {"PROFILE_AFTER_S": str(args.warmup), "PROFILE_OUT": str(out)})
+        try:
+            time.sleep(args.warmup / 2)
+            program.press_enter()
+            time.sleep(args.warmup / 2 + args.seconds)
+            program.press(b"q")
+            program.process.wait(30)
+        finally:
+            program.stop()
+        entries = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
+    waiting = sum(own for (_, _, function), (_, _, own, _, _) in entries.items() if "epoll" in function)
+    busy = sum(own for _, _, own, _, _ in entries.values()) - waiting
+    ranked = sorted(((total, key) for key, (_, _, _, total, _) in entries.items() if total < 0.99 * busy),
+                    reverse=True)
+    own = sorted(((own, key) for key, (_, _, own, _, _) in entries.items() if "epoll" not in key[2]), reverse=True)
+    rows = [f"  cProfile: event loop busy {busy:.2f} s (profiled) over {args.seconds:.0f} s; "
+            f"top {args.top} by cumulative share of it:"]
+    rows += [f"    {total / busy * 100:5.1f}%  {function} ({pathlib.Path(file).name}:{line})"
+             for total, (file, line, function) in ranked[:args.top]]
+    rows.append(f"  top {args.top} by own share:")
+    rows += [f"    {total / busy * 100:5.1f}%  {function} ({pathlib.Path(file).name}:{line})"
+             for total, (file, line, function) in own[:args.top]]
+    return "\n".join(rows)
+
+
 def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Agentd | None = None) -> None:
     """Measure the console running ``argv`` (and ``agent``, the separate agentd it watches, if any)."""
     program = PtyProgram(argv, args.source)
@@ -218,6 +278,8 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Age
             print(profile(program.process.pid, args.seconds, args.top), flush=True)
     finally:
         program.stop()
+    if args.cprofile:
+        print(profile_event_loop(argv, args), flush=True)
 
 
 def free_port() -> int:
@@ -256,6 +318,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=8.0, help="seconds before measuring (default 8)")
     parser.add_argument("--only", default="embedded,connect,replay", help="runs to do, comma-separated")
     parser.add_argument("--profile", action="store_true", help="then sample each console with py-spy")
+    parser.add_argument("--cprofile", action="store_true",
+                        help="then run each console again with cProfile on in its event loop")
     parser.add_argument("--source", type=pathlib.Path, default=REPO,
                         help="the source tree to run (default: this checkout)")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile (default 25)")
@@ -271,7 +335,8 @@ def main() -> int:
         finally:
             agent.stop()
     if "replay" in only:
-        recording = looped_fixture(args.warmup + args.seconds * (2 if args.profile else 1) + 10)
+        windows = 1 + args.profile + args.cprofile
+        recording = looped_fixture((args.warmup + args.seconds) * windows + 10)
         try:
             run_console("replay", [str(VENV_BIN / "tuiprof"), "replay", "--speed", "1", str(recording)], args)
         finally:
