@@ -99,7 +99,7 @@ def test_a_host_not_recorded_yet_says_so_rather_than_no_gpus() -> None:
 
     columns = _Columns({name: answer(name) for name in column_queries(HostSelection(), recorded=True)},
                        recorded=True)
-    summary = columns.summary("n1")
+    [summary] = columns.summaries(["n1"])
     assert summary.memory_percent == 50.0  # raw: there
     assert summary.gpu_count == summary.cpu_percent == summary.step_time_seconds == Unavailable(NOT_RECORDED_YET)
 
@@ -113,7 +113,7 @@ def test_rows_are_built_in_the_summarys_field_order() -> None:
                for i, name in enumerate(FIGURES)}
     columns = _Columns({**{name: QueryResult(100.0, []) for name in column_queries(HostSelection())}, **answers},
                        recorded=False)
-    summary = columns.summary("n1")
+    [summary] = columns.summaries(["n1"])
     assert [getattr(summary, name) for name in FIGURES if name != "memory_total_bytes"] == [
         i + 1 for i, name in enumerate(FIGURES) if name != "memory_total_bytes"]
     assert summary.memory_percent == 100.0 * 2 / 3 and summary.hang_level == ""

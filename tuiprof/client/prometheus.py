@@ -416,9 +416,6 @@ class _Columns:
             return _unavailable(reasons[collector] or f"{collector} collector unavailable")
         return _unavailable(otherwise)
 
-    def summary(self, host: str) -> HostSummary:
-        return self.summaries([host])[0]
-
     def summaries(self, hosts: Sequence[str]) -> list[HostSummary]:
         """The hosts' rows. Ten thousand a refresh: built column by column (one pass over the
         hosts per figure), each host's reasons shared with every host in the same case."""
