@@ -182,11 +182,12 @@ RECORDED: dict[str, str] = {
     "rank_count": "hostname:tuiprof_ranks:count",
     "nccl_busbw_bytes_per_s": "hostname:tuiprof_rank_nccl_busbw_bytes_per_second:avg",
     "step_time_seconds": "hostname:tuiprof_rank_step_time_seconds:median",
+    "collectors_down": "hostname_collector:tuiprof_collector_up:down",
 }
 """Columns kept as series by the recording rules of docs/prometheus/tuiprof-rules.yml (each
 rule's expression is the column's query; a test keeps them equal). Where the rules are
-loaded the console reads these series, one per host, instead of aggregating every GPU's
-and rank's series at each refresh."""
+loaded the console reads these series, one per host (and one per collector that is down),
+instead of aggregating every GPU's, rank's and collector's series at each refresh."""
 RULES_PROBE = f"count({RECORDED['cpu_percent']})"
 """Answers a sample where the recording rules are loaded (every agent exports CPU figures)."""
 
