@@ -469,6 +469,7 @@ def phase_overhead(out: pathlib.Path) -> dict:
                 cmd = plain("overhead", out) if label == "plain" else under_tuiprof("overhead", out, agent_port=port)
                 run_checked(cmd, out, f"overhead_{label}_{pair}")
                 runs[label].append(json.loads((out / "overhead_worker.json").read_text()))
+                print(f"overhead pair {pair} {label} {json.dumps(runs[label][-1])}", flush=True)  # survives a timeout
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=30)

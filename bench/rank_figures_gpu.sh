@@ -60,4 +60,8 @@ round4-collect)
   phase overhead 430
   cp "$WORK"/{long-collect,overhead}.json "$OUT"/
   tar czf "$OUT/logs_round4.tgz" -C "$WORK" . /tmp/rank_figures_long/*.log 2>/dev/null ;;
+overhead)
+  nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  PYTHONUNBUFFERED=1 phase overhead 540
+  cp "$WORK"/overhead.json "$OUT"/ ;;
 esac
