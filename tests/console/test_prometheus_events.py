@@ -11,6 +11,7 @@ from tuiprof.client.prometheus import (
 )
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostUnreachable
+from tuiprof.model.messages import HangStatus
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 
@@ -120,8 +121,8 @@ def test_rows_are_built_in_the_summarys_field_order() -> None:
 
 
 def test_the_ops_view_watches_at_most_so_many_hosts_with_ranks(monkeypatch) -> None:
-    """Past RANK_HOSTS_AT_ONCE hosts with ranks the first ones by name are watched, and the notice
-    says how to see the rest; hosts without ranks never are."""
+    """Past RANK_HOSTS_AT_ONCE hosts with ranks the hung or suspect ones are watched first, then
+    the others by name, and the notice says how to see the rest; hosts without ranks never are."""
     from tuiprof.client import prometheus
     from tuiprof.client.channel import ConnectionOptions
 
@@ -129,10 +130,10 @@ def test_the_ops_view_watches_at_most_so_many_hosts_with_ranks(monkeypatch) -> N
     rows = {node: HostRow(node, node, 99.0, SUMMARY, ranks) for node, ranks in
             (("n3", 8), ("n1", 8), ("cpu", 0), ("n2", 4))}
 
-    async def attend() -> tuple[str, list[str]]:
+    async def attend(hangs: dict[str, HangStatus]) -> tuple[str, list[str]]:
         source = prometheus.PrometheusSource("http://prometheus.test", HostSelection(), ConnectionOptions(), 1780)
         assert "no answer from Prometheus yet" in source.attend_ranks(lambda: True)
-        source.last_view = FleetView(100.0, rows, {}, 0.01, False)
+        source.last_view = FleetView(100.0, rows, {}, 0.01, False, hangs)
         source._emit = [].append
         notice = source.attend_ranks(lambda: True)
         attended = source.attended()
@@ -140,7 +141,9 @@ def test_the_ops_view_watches_at_most_so_many_hosts_with_ranks(monkeypatch) -> N
             task.cancel()
         return notice, attended
 
-    notice, attended = asyncio.run(attend())
+    notice, attended = asyncio.run(attend({}))
     assert attended == ["n1:1780", "n2:1780"]
-    assert notice.endswith(": the first 2 of 3 hosts with ranks (by name); name the job with --slurm-job "
-                           "or fewer hosts with --match to see the rest")
+    assert notice.endswith(": the first 2 of 3 hosts with ranks (hung or suspect first, then by name); "
+                           "name the job with --slurm-job or fewer hosts with --match to see the rest")
+    notice, attended = asyncio.run(attend({"n3": HangStatus("hung", 1, "", ())}))
+    assert attended == ["n3:1780", "n1:1780"]

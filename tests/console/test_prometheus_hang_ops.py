@@ -215,3 +215,33 @@ async def test_ops_view_opens_only_the_hosts_with_ranks(hung_job: HungJob) -> No
         while source.attended():  # closed at the next refresh after the view closed
             assert time.monotonic() < released
             await pilot.pause(0.2)
+
+
+async def test_stacks_ask_only_the_hosts_with_ranks(hung_job: HungJob) -> None:
+    """`s` in Prometheus mode asks the agents of the hosts with ranks there (the NCCL/GEMM view's
+    set), not every host of the view, and says how many it asked."""
+    from textual.widgets import Static
+
+    from tuiprof.tui.app import TuiprofApp
+    from tuiprof.tui.screens.stacks import StacksScreen
+
+    source = PrometheusSource(hung_job.url, hung_job.selection, ConnectionOptions(timeout=10),
+                              hung_job.agent_port, refresh_s=1.0)
+    app = TuiprofApp(source)
+    async with app.run_test(size=(200, 50)) as pilot:
+        deadline = time.monotonic() + TIMEOUT_S
+        while source.last_view is None or set(source.last_view.rows) != {NODE, CPU_NODE}:
+            assert time.monotonic() < deadline
+            await pilot.pause(0.2)
+        assert len(app.cluster.addresses()) == 2
+
+        await pilot.press("s")
+        screen = app.screen
+        assert isinstance(screen, StacksScreen)
+        status = screen.query_one("#stacks-status", Static)
+        while not screen.hosts:
+            assert time.monotonic() < deadline + 60, str(status.render())
+            await pilot.pause(0.2)
+        assert [h.host for h in screen.hosts] == [hung_job.address(NODE)]  # not the host without ranks
+        assert "from the 1 host(s) with ranks in Prometheus" in str(status.render())
+        assert any(r.pid == hung_job.pid for r in screen.hosts[0].live_ranks())

@@ -625,6 +625,25 @@ class FleetEvents:
 # ---------------------------------------------------------------- the console's source
 
 
+NO_VIEW_YET = "no answer from Prometheus yet: no host with ranks known (try again after a refresh)"
+NO_RANKS = "no host in Prometheus has training processes (ranks appear once started with `tuiprof run`)"
+
+
+@dataclass(frozen=True)
+class RankHosts:
+    """The agents asked about ranks (``addresses``) of the ``with_ranks`` hosts Prometheus shows with some."""
+
+    addresses: list[str]
+    with_ranks: int
+
+    def cut(self) -> str:
+        """What the bound left out and how to narrow the view ("" when nothing was)."""
+        if len(self.addresses) == self.with_ranks:
+            return ""
+        return (f"the first {len(self.addresses)} of {self.with_ranks} hosts with ranks (hung or suspect "
+                "first, then by name); name the job with --slurm-job or fewer hosts with --match to see the rest")
+
+
 @dataclass
 class PrometheusSource:
     """The console's events from Prometheus every ``refresh_s``; hosts drilled into from their agents.
@@ -700,23 +719,30 @@ class PrometheusSource:
             return None
         return self.last_view.hangs.get(self._nodes.get(address, address))
 
+    def rank_hosts(self) -> RankHosts | None:
+        """The hosts the console asks over gRPC about their ranks (the NCCL/GEMM view, stacks):
+        those with ranks in Prometheus, the hung or suspect ones first, then by name, at most
+        ``RANK_HOSTS_AT_ONCE``; None before Prometheus's first answer."""
+        view = self.last_view
+        if view is None:
+            return None
+        with_ranks = sorted((node for node, row in view.rows.items() if row.rank_count > 0),
+                            key=lambda node: (node not in view.hangs, node))
+        return RankHosts([self.address(node) for node in with_ranks[:RANK_HOSTS_AT_ONCE]], len(with_ranks))
+
     def attend_ranks(self, while_: Callable[[], bool]) -> str:
-        """Watch over gRPC, while ``while_()`` holds, the agents of the hosts that have ranks
-        (the NCCL/GEMM view: per-op latencies, first calls and how each figure was timed are
-        in the agents' snapshots only); at most ``RANK_HOSTS_AT_ONCE``. Says what it did."""
-        if self.last_view is None:
-            return "no answer from Prometheus yet: no host with ranks known (try again after a refresh)"
-        with_ranks = sorted(node for node, row in self.last_view.rows.items() if row.rank_count > 0)
-        chosen = with_ranks[:RANK_HOSTS_AT_ONCE]
-        for node in chosen:
-            self.attend(self.address(node), while_)
-        if not with_ranks:
-            return "no host in Prometheus has training processes (ranks appear once started with `tuiprof run`)"
-        text = f"the ranks of {len(chosen)} host(s), from their agents over gRPC while this view is open"
-        if len(chosen) < len(with_ranks):
-            text += (f": the first {len(chosen)} of {len(with_ranks)} hosts with ranks (by name); "
-                     "name the job with --slurm-job or fewer hosts with --match to see the rest")
-        return text
+        """Watch over gRPC, while ``while_()`` holds, the agents of ``rank_hosts`` (the NCCL/GEMM
+        view: per-op latencies, first calls and how each figure was timed are in the agents'
+        snapshots only). Says what it did."""
+        chosen = self.rank_hosts()
+        if chosen is None:
+            return NO_VIEW_YET
+        for address in chosen.addresses:
+            self.attend(address, while_)
+        if not chosen.addresses:
+            return NO_RANKS
+        text = f"the ranks of {len(chosen.addresses)} host(s), from their agents over gRPC while this view is open"
+        return f"{text}: {chosen.cut()}" if chosen.cut() else text
 
     def attend(self, address: str, while_: Callable[[], bool]) -> None:
         """Watch this host's agent over gRPC while ``while_()`` holds (its screen is open)."""

@@ -1,7 +1,8 @@
 """Stacks screen: every rank's stacks merged into one tree, the odd ranks named.
 
-Pushed with `s`. Takes stacks from every watched agent on open and on `r`
-(through the same code as ``tuiprof stacks``), merges the hosts' trees, and
+Pushed with `s`. Takes stacks from every watched agent (in Prometheus mode: the
+agents of the hosts with ranks there, at most ``RANK_HOSTS_AT_ONCE``) on open and
+on `r` (through the same code as ``tuiprof stacks``), merges the hosts' trees, and
 shows the tree with each frame's rank set and the ranks that did *not* reach it;
 frames reached by the same rank set share a colour. `j` jumps to the smallest
 class, `n`/`l` toggle native frames and line numbers, `f`/`g` export folded
@@ -27,6 +28,7 @@ from agentd.stacks.merge import Node
 from agentd.stacks.verdicts import summarize, who
 from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks_report import StacksReport, folded, frame_of, job_report, job_verdicts
+from tuiprof.client.prometheus import NO_RANKS, NO_VIEW_YET, PrometheusSource
 from tuiprof.client.stacks import gather_stacks
 from tuiprof.model.stacks import HostStacks, JobChoiceError
 from tuiprof.tui.screens.base import ConsoleScreen
@@ -75,6 +77,8 @@ class StacksScreen(ConsoleScreen):
         self._smallest: TreeNode | None = None
         self.jobs: list[str] = []  # filled when the hosts run several jobs
         self.job: str | None = None
+        self._asked = ""
+        """Which agents were asked, in Prometheus mode ("" over every host of the view)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -93,13 +97,29 @@ class StacksScreen(ConsoleScreen):
         if not self.console.source.live:
             self._status("Stacks need live agents: this is a recording.")
             return
-        self._status(f"Taking stacks on {len(self.console.cluster.addresses())} host(s)"
-                     f"{' with native frames' if self.native else ''}…")
-        self._take(self.native)
+        addresses, self._asked = self._hosts_to_ask()
+        if addresses is None:
+            self._status(f"No stacks taken: {self._asked}.")
+            return
+        asked = self._asked or f"{len(addresses)} host(s)"
+        self._status(f"Taking stacks on {asked}{' with native frames' if self.native else ''}…")
+        self._take(self.native, [AgentAddress.parse(a) for a in addresses])
+
+    def _hosts_to_ask(self) -> tuple[list[str] | None, str]:
+        """The agents to ask: every host of the view, or in Prometheus mode (a fleet of thousands)
+        only those with ranks there, as the NCCL/GEMM view (``PrometheusSource.rank_hosts``),
+        with a note saying so (None: no agent to ask, the note says why)."""
+        source = self.console.source
+        if not isinstance(source, PrometheusSource):
+            return self.console.cluster.addresses(), ""
+        chosen = source.rank_hosts()
+        if chosen is None or not chosen.addresses:
+            return None, NO_VIEW_YET if chosen is None else NO_RANKS
+        note = f"the {len(chosen.addresses)} host(s) with ranks in Prometheus"
+        return chosen.addresses, f"{note}: {chosen.cut()}" if chosen.cut() else note
 
     @work(exclusive=True, group="stacks", exit_on_error=False)
-    async def _take(self, native: bool) -> None:
-        addresses = [AgentAddress.parse(a) for a in self.console.cluster.addresses()]
+    async def _take(self, native: bool, addresses: list[AgentAddress]) -> None:
         started = time.monotonic()
         try:
             hosts = await gather_stacks(addresses, self.console.connection, True, native, TAKE_TIMEOUT_S, self.job)
@@ -110,7 +130,7 @@ class StacksScreen(ConsoleScreen):
         # with stacks and an error saying so: then native frames are not in hand.
         served_again = any(r.error and r.threads for h in hosts if h.reply is not None for r in h.reply.ranks)
         self.hosts, self._taken_native = hosts, native and not served_again
-        self._show(f"taken in {time.monotonic() - started:.1f} s")
+        self._show(f"taken in {time.monotonic() - started:.1f} s{' from ' + self._asked if self._asked else ''}")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "stacks" and event.state == WorkerState.ERROR:
