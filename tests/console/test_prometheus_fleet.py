@@ -32,6 +32,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from console.prometheus_server import PROMETHEUS, RECORDING_RULES, frozen_agent, named_agent, running_prometheus
 from testkit.ports import free_port
 from tuiprof.cli import main
+from tuiprof.commands.status import NO_FREE_TEXT, ONLY_TROUBLED
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.prometheus import (
     NOT_SCRAPED, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource, column_queries,
@@ -192,6 +193,14 @@ def test_status_json_keeps_one_entry_per_host(fleet: Fleet, capsys: pytest.Captu
     assert hosts[fleet.address(UNSCRAPED)] | {"error": None} == hosts[fleet.address(UNSCRAPED)] | {
         "error": None, "reachable": False, "summary": None}
     assert hosts[fleet.address(UNSCRAPED)]["error"] == NOT_SCRAPED
+    # hang: the level of every host with series; since when and the ranks only of the troubled ones
+    assert hosts[fleet.address(NODE_A)]["hang"] == {
+        "level": "ok", "since_unix_ns": None, "explanation": None, "ranks": None,
+        "unavailable": {"since_unix_ns": ONLY_TROUBLED, "explanation": NO_FREE_TEXT, "ranks": ONLY_TROUBLED}}
+    assert hosts[fleet.address(FROZEN)]["hang"] == {
+        "level": "suspect", "since_unix_ns": fleet.frozen.hang.since_unix_ns, "explanation": None,
+        "ranks": [], "unavailable": {"explanation": NO_FREE_TEXT}}  # its ranks are ok or exited
+    assert hosts[fleet.address(UNSCRAPED)]["hang"] is None
 
 
 def test_status_table_over_prometheus(fleet: Fleet, capsys: pytest.CaptureFixture[str]) -> None:

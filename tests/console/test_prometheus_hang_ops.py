@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -245,3 +246,31 @@ async def test_stacks_ask_only_the_hosts_with_ranks(hung_job: HungJob) -> None:
         assert [h.host for h in screen.hosts] == [hung_job.address(NODE)]  # not the host without ranks
         assert "from the 1 host(s) with ranks in Prometheus" in str(status.render())
         assert any(r.pid == hung_job.pid for r in screen.hosts[0].live_ranks())
+
+
+def test_status_json_has_the_hang_section_the_agent_gives(
+        hung_job: HungJob, capsys: pytest.CaptureFixture[str]) -> None:
+    """`status --prometheus --json` fills each host's ``hang`` from its hang series with the keys
+    of the agent's own (`status HOST --json`); the explanations, which labels cannot carry, are
+    null with the reason, and a host that exports no hang series says so."""
+    from tuiprof.commands.status import NO_FREE_TEXT, NO_HANG_SERIES
+
+    main(["status", "--prometheus", hung_job.url, "--port", str(hung_job.agent_port), "--json", NODE, CPU_NODE])
+    hosts = {entry["host"]: entry for entry in json.loads(capsys.readouterr().out)["hosts"]}
+    main(["status", hung_job.address(NODE), "--json"])
+    [direct] = json.loads(capsys.readouterr().out)["hosts"]
+
+    hang = hosts[hung_job.address(NODE)]["hang"]
+    assert set(hang) - {"unavailable"} == set(direct["hang"]) - {"unavailable"}
+    assert hang["level"] == direct["hang"]["level"] == "hung"
+    assert abs(hang["since_unix_ns"] - direct["hang"]["since_unix_ns"]) < 10**6
+    assert hang["explanation"] is None and hang["unavailable"] == {"explanation": NO_FREE_TEXT}
+    assert direct["hang"]["explanation"]  # the agent's own text: only it has one
+    ours = next(v for v in hang["ranks"] if v["pid"] == hung_job.pid)
+    theirs = next(v for v in direct["hang"]["ranks"] if v["pid"] == hung_job.pid)
+    assert set(ours) - {"unavailable"} == set(theirs) - {"unavailable"}
+    assert (ours["rank"], ours["level"]) == (theirs["rank"], theirs["level"]) == (STUCK_RANK, "hung")
+    assert ours["explanation"] is None and ours["unavailable"] == {"explanation": NO_FREE_TEXT}
+
+    cpu = hosts[hung_job.address(CPU_NODE)]["hang"]
+    assert cpu["level"] is None and cpu["unavailable"]["level"] == NO_HANG_SERIES

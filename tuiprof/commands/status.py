@@ -8,7 +8,8 @@ its rate fields unavailable. Exit status 0 when every host answered, else 1.
 
 With ``--prometheus URL`` the rows come from Prometheus instead (one query per
 column, aggregated by the server, no agent contacted): the same table and JSON
-document, a host without series or with stale series unreachable with the reason.
+document, a host without series or with stale series unreachable with the reason, and each
+host's ``hang`` from its hang series (what only the agent has null with the reason).
 Exit status 2 for bad input, Prometheus not answering included.
 """
 
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import Any
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -32,10 +34,11 @@ from tuiprof.client.local import LocalAgentError, local_agent
 from tuiprof.client.prometheus import FleetEvents, PrometheusClient, PrometheusError, fetch_fleet
 from tuiprof.client.prometheus_options import add_prometheus_arguments, prometheus_selection
 from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
-from tuiprof.model import units
+from tuiprof.model import convert, units
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.export import cluster_document
 from tuiprof.model.behaviour import has_rates
+from tuiprof.model.messages import HangStatus
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.text import pair, reading
@@ -67,8 +70,9 @@ async def gather(targets: list[AgentAddress], options: ConnectionOptions, timeou
     return cluster
 
 
-async def from_prometheus(args: argparse.Namespace) -> ClusterState:
-    """One refresh of the Prometheus fleet view, as the cluster state the agents would give."""
+async def from_prometheus(args: argparse.Namespace) -> tuple[ClusterState, dict[str, HangStatus]]:
+    """One refresh of the Prometheus fleet view, as the cluster state the agents would give,
+    and the hung or suspect hosts' verdicts (by address)."""
     selection = prometheus_selection(args)
     events = FleetEvents(lambda node: str(AgentAddress(node, args.port)))
     cluster = ClusterState(events.address_of(node) for node in selection.expected)
@@ -77,18 +81,55 @@ async def from_prometheus(args: argparse.Namespace) -> ClusterState:
     for event in events.events(view):
         cluster.apply(event)
     cluster.tick(view.evaluated_at)
-    return cluster
+    return cluster, {events.address_of(node): status for node, status in view.hangs.items()}
 
 
-async def _status(args: argparse.Namespace) -> ClusterState:
+NO_HANG_SERIES = "no tuiprof_hang_status series in Prometheus: the agent's hang detection is off"
+NO_FREE_TEXT = ("not in Prometheus: labels carry no free text (the agent's own explanation: "
+                "`tuiprof status HOST` without --prometheus)")
+ONLY_TROUBLED = ("read from Prometheus only for hung or suspect hosts (the agent's own: "
+                 "`tuiprof status HOST` without --prometheus)")
+
+
+def prometheus_hang(level: str, status: HangStatus | None) -> dict[str, Any]:
+    """A host's ``hang`` section of the JSON document from Prometheus: the keys the agent's
+    snapshot gives, what Prometheus does not have null with its reason in ``unavailable``;
+    ``ranks`` of a troubled host are its hung or suspect ones (those the banner reads)."""
+    if not level:
+        return {"level": None, "since_unix_ns": None, "explanation": None, "ranks": None,
+                "unavailable": dict.fromkeys(("level", "since_unix_ns", "explanation", "ranks"), NO_HANG_SERIES)}
+    if status is None:
+        return {"level": level, "since_unix_ns": None, "explanation": None, "ranks": None,
+                "unavailable": {"since_unix_ns": ONLY_TROUBLED, "explanation": NO_FREE_TEXT, "ranks": ONLY_TROUBLED}}
+    return {"level": status.level, "since_unix_ns": status.since_unix_ns, "explanation": None,
+            "ranks": [_without_explanation(convert.to_json(verdict)) for verdict in status.ranks],
+            "unavailable": {"explanation": NO_FREE_TEXT}}
+
+
+def _without_explanation(verdict: dict[str, Any]) -> dict[str, Any]:
+    return verdict | {"explanation": None, "unavailable": verdict.get("unavailable", {}) | {"explanation": NO_FREE_TEXT}}
+
+
+def document(cluster: ClusterState, hangs: dict[str, HangStatus] | None) -> dict[str, Any]:
+    """The ``--json`` document; ``hangs``: from Prometheus (no snapshot: ``hang`` from its series)."""
+    result = cluster_document(cluster)
+    if hangs is not None:
+        for entry, state in zip(result["hosts"], cluster.hosts()):
+            if state.summary is not None:
+                entry["hang"] = prometheus_hang(state.summary.hang_level, hangs.get(state.address))
+    return result
+
+
+async def _status(args: argparse.Namespace) -> tuple[ClusterState, dict[str, HangStatus] | None]:
+    """The hosts' state; the hung or suspect hosts' verdicts where they come from Prometheus."""
     if args.prometheus or args.match is not None:
         return await from_prometheus(args)
     options = connection(args, timeout=args.timeout)
     targets = addresses(args)
     if targets:
-        return await gather(targets, options, args.timeout)
+        return await gather(targets, options, args.timeout), None
     async with local_agent() as address:
-        return await gather([address], options, args.timeout)
+        return await gather([address], options, args.timeout), None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,12 +137,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"tuiprof status: --timeout {args.timeout}: expected a positive number of seconds", file=sys.stderr)
         return 2
     try:
-        cluster = asyncio.run(_status(args))
+        cluster, hangs = asyncio.run(_status(args))
     except (TargetError, TokenFileError, LocalAgentError, PrometheusError) as exc:
         print(f"tuiprof status: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        json.dump(cluster_document(cluster), sys.stdout, indent=1)
+        json.dump(document(cluster, hangs), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print_table(table(cluster))
