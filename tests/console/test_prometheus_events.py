@@ -10,7 +10,7 @@ from tuiprof.client.prometheus import (
     column_queries,
 )
 from tuiprof.model.cluster import ClusterState
-from tuiprof.model.events import HostUnreachable
+from tuiprof.model.events import HostUnreachable, SummaryReceived
 from tuiprof.model.messages import HangStatus
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
@@ -32,6 +32,30 @@ def view(at: float, sampled: dict[str, float], missing: dict[str, str] | None = 
 
 def kinds(events: list) -> list[tuple[str, str]]:
     return [(type(e).__name__, e.host) for e in events]
+
+
+def test_a_row_from_prometheus_keeps_what_the_agent_said_before() -> None:
+    """``ClusterState.apply`` builds the new state field by field for rows and snapshots (the
+    10,000-host refresh): a Prometheus row replaces the figures and keeps the agent's info and
+    last snapshot (a host drilled into, then left), for every field the state has."""
+    import dataclasses
+
+    from agentd.proto import tuiprof_agent_pb2 as pb
+    from tuiprof.model.cluster import HostState
+    from tuiprof.model.events import InfoReceived, SnapshotReceived
+
+    assert [f.name for f in dataclasses.fields(HostState)] == [
+        "address", "reachable", "error", "last_contact", "info", "message", "summary"]
+    cluster = ClusterState(["n1:1779"])
+    cluster.apply(InfoReceived("n1:1779", 10.0, pb.AgentInfo(hostname="n1", agent_version="9.9")))
+    message = pb.HostSnapshot(hostname="n1", timestamp_unix_ns=11 * 10**9)
+    cluster.apply(SnapshotReceived("n1:1779", 11.0, message))
+    cluster.apply(HostUnreachable("n1:1779", 12.0, "gone"))
+    state = cluster.apply(SummaryReceived("n1:1779", 13.0, SUMMARY))
+    assert (state.reachable, state.error, state.last_contact, state.summary) == (True, "", 13.0, SUMMARY)
+    assert state.info is not None and state.info.agent_version == "9.9" and state.message is message
+    assert state.snapshot is not None and state.snapshot.hostname == "n1"
+    assert cluster.history("n1:1779").points("cpu")[-1] == (13.0, SUMMARY.cpu_percent)
 
 
 def test_a_row_is_sent_once_per_new_snapshot() -> None:

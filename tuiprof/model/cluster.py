@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -48,15 +48,17 @@ class HostState:
         return self.address
 
 
-def history_samples(summary: HostSummary) -> Iterator[tuple[str, Reading]]:
+def history_samples(summary: HostSummary) -> tuple[tuple[str, Reading], ...]:
     """The series kept per host (the host view's graphs)."""
-    yield "cpu", summary.cpu_percent
-    yield "memory", summary.memory_percent
-    yield "gpu_util", summary.gpu_util_mean
-    yield "sm_active", summary.sm_active_mean
-    yield "power", summary.power_watts
-    yield "busbw", summary.nccl_busbw_bytes_per_s
-    yield "step", summary.step_time_seconds
+    return (
+        ("cpu", summary.cpu_percent),
+        ("memory", summary.memory_percent),
+        ("gpu_util", summary.gpu_util_mean),
+        ("sm_active", summary.sm_active_mean),
+        ("power", summary.power_watts),
+        ("busbw", summary.nccl_busbw_bytes_per_s),
+        ("step", summary.step_time_seconds),
+    )
 
 
 class ClusterState:
@@ -82,16 +84,17 @@ class ClusterState:
         self.add(event.host)
         old = self._hosts[event.host]
         self.now = max(self.now, event.at)
-        if isinstance(event, SnapshotReceived):
+        # The two events that come by the thousand are built field by field: half the time of
+        # dataclasses.replace, which a 10,000-host Prometheus refresh pays 10,000 times.
+        if isinstance(event, SummaryReceived):
+            self._history[event.host].extend(history_samples(event.summary), event.at)
+            new = HostState(address=old.address, reachable=True, error="", last_contact=event.at, info=old.info,
+                            message=old.message, summary=event.summary)
+        elif isinstance(event, SnapshotReceived):
             summary = summarize(event.message)
             self._history[event.host].extend(history_samples(summary), event.at)
-            new = dataclasses.replace(
-                old, reachable=True, error="", last_contact=event.at,
-                message=event.message, summary=summary,
-            )
-        elif isinstance(event, SummaryReceived):
-            self._history[event.host].extend(history_samples(event.summary), event.at)
-            new = dataclasses.replace(old, reachable=True, error="", last_contact=event.at, summary=event.summary)
+            new = HostState(address=old.address, reachable=True, error="", last_contact=event.at, info=old.info,
+                            message=event.message, summary=summary)
         elif isinstance(event, InfoReceived):
             info = AgentInfo.from_proto(event.message)
             new = dataclasses.replace(old, reachable=True, error="", last_contact=event.at, info=info)
