@@ -16,11 +16,12 @@ exec > >(tee "$OUT/log.txt") 2>&1
 [ -d /tmp/site/grpc ] && [ -d /tmp/site/msgspec ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
+build() { python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1; }
 phase() { echo "== $1 $(date -u +%T)"; timeout "$2" python3 bench/rank_figures_gpu.py "$1" --out "$WORK" "${@:3}"; echo "rc=$?"; }
 case $1 in
 first)
   nvidia-smi -L; python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())'
-  python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  build
   phase long-start 30
   phase accuracy 200
   phase timeline 200
@@ -35,7 +36,7 @@ second)
   cp "$WORK"/{long-collect,overhead}.json "$OUT"/
   tar czf "$OUT/logs_second.tgz" -C "$WORK" . /tmp/rank_figures_long/*.log 2>/dev/null ;;
 again)
-  nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  nvidia-smi -L; build
   phase long-start 30 --long-seconds 470 --intervals 500
   phase accuracy 200
   phase timeline 200
@@ -43,11 +44,11 @@ again)
   cp "$WORK"/{long-start,accuracy,timeline,long-collect}.json "$OUT"/
   tar czf "$OUT/logs_again.tgz" -C "$WORK" --exclude='*_worker.json' . /tmp/rank_figures_long/*.log 2>/dev/null ;;
 weighted)
-  nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  nvidia-smi -L; build
   phase accuracy 150
   cp "$WORK"/accuracy.json "$OUT"/ ;;
 round4)
-  nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  nvidia-smi -L; build
   phase long-start 30
   echo "== console_nvitop $(date -u +%T)"
   OUT=$OUT/console WHEELS=.whl-console TERMINALS=pty SECONDS_MEASURED=60 WARMUP=15 timeout 300 bash bench/console_nvitop.sh >/dev/null
@@ -61,7 +62,7 @@ round4-collect)
   cp "$WORK"/{long-collect,overhead}.json "$OUT"/
   tar czf "$OUT/logs_round4.tgz" -C "$WORK" . /tmp/rank_figures_long/*.log 2>/dev/null ;;
 overhead)
-  nvidia-smi -L; python3 setup.py -q build_ext --inplace 2>&1 | tail -3; ls tuiprof_native/*.so || exit 1
+  nvidia-smi -L; build
   PYTHONUNBUFFERED=1 phase overhead 540
   cp "$WORK"/overhead.json "$OUT"/ ;;
 esac

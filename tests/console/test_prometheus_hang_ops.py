@@ -24,6 +24,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from native.conftest import standins  # noqa: F401  (the stand-in GPU libraries, built with gcc)
@@ -149,13 +150,26 @@ def test_a_whole_job_in_trouble_is_read_through_the_views_own_matcher(hung_job: 
     assert named == matched and our_verdict(named[NODE], hung_job.pid) == "hung"
 
 
+def console_source(job: HungJob) -> PrometheusSource:
+    """The source `tuiprof --prometheus URL --match ...` gives the console, refreshing every second."""
+    return PrometheusSource(job.url, job.selection, ConnectionOptions(timeout=10), job.agent_port, refresh_s=1.0)
+
+
+async def until_both_hosts_are_rows(source: PrometheusSource, pilot: Any) -> float:
+    """Wait until Prometheus lists the host with ranks and the one without; the deadline used."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while source.last_view is None or set(source.last_view.rows) != {NODE, CPU_NODE}:
+        assert time.monotonic() < deadline
+        await pilot.pause(0.2)
+    return deadline
+
+
 async def test_banner_from_prometheus_then_the_hung_host_over_grpc(hung_job: HungJob) -> None:
     from tuiprof.tui.app import TuiprofApp
     from tuiprof.tui.screens.cluster import ClusterScreen
     from tuiprof.tui.screens.host import HostScreen
 
-    source = PrometheusSource(hung_job.url, hung_job.selection, ConnectionOptions(timeout=10),
-                              hung_job.agent_port, refresh_s=1.0)
+    source = console_source(hung_job)
     app = TuiprofApp(source)
     hung = hung_job.address(NODE)
     async with app.run_test(size=(200, 50)) as pilot:
@@ -188,14 +202,10 @@ async def test_ops_view_opens_only_the_hosts_with_ranks(hung_job: HungJob) -> No
     from tuiprof.tui.app import TuiprofApp
     from tuiprof.tui.screens.job_ops import JobOpsScreen
 
-    source = PrometheusSource(hung_job.url, hung_job.selection, ConnectionOptions(timeout=10),
-                              hung_job.agent_port, refresh_s=1.0)
+    source = console_source(hung_job)
     app = TuiprofApp(source)
     async with app.run_test(size=(200, 50)) as pilot:
-        deadline = time.monotonic() + TIMEOUT_S
-        while source.last_view is None or set(source.last_view.rows) != {NODE, CPU_NODE}:
-            assert time.monotonic() < deadline
-            await pilot.pause(0.2)
+        deadline = await until_both_hosts_are_rows(source, pilot)
         assert all(h.message is None for h in app.cluster.hosts())  # the cluster view needs no agent
 
         await pilot.press("n")
@@ -226,14 +236,10 @@ async def test_stacks_ask_only_the_hosts_with_ranks(hung_job: HungJob) -> None:
     from tuiprof.tui.app import TuiprofApp
     from tuiprof.tui.screens.stacks import StacksScreen
 
-    source = PrometheusSource(hung_job.url, hung_job.selection, ConnectionOptions(timeout=10),
-                              hung_job.agent_port, refresh_s=1.0)
+    source = console_source(hung_job)
     app = TuiprofApp(source)
     async with app.run_test(size=(200, 50)) as pilot:
-        deadline = time.monotonic() + TIMEOUT_S
-        while source.last_view is None or set(source.last_view.rows) != {NODE, CPU_NODE}:
-            assert time.monotonic() < deadline
-            await pilot.pause(0.2)
+        deadline = await until_both_hosts_are_rows(source, pilot)
         assert len(app.cluster.addresses()) == 2
 
         await pilot.press("s")
