@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -59,10 +60,20 @@ def test_two_corpus_files_kernel_and_category_changes_are_the_raw_sums(tmp_path)
     assert sendrecv.total_us.b == pytest.approx(sum(after[n][1] for n in nccl if n in after), abs=1e-3)
 
 
+# PyTorch's own abort at the end of a gloo job (a C++ thread left joinable), seen twice under
+# the full suite's load after both ranks had stopped profiling (the job runs no code of ours).
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def capture(out: pathlib.Path, delay: float) -> pathlib.Path:
-    out.mkdir()
-    done = subprocess.run([sys.executable, str(JOB), str(out), "1", str(delay), str(free_port())],
-                          capture_output=True, text=True, timeout=240)
+    """Run the two-rank job into ``out``; once more (from scratch) if PyTorch aborted at teardown."""
+    for attempt in range(2):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        done = subprocess.run([sys.executable, str(JOB), str(out), "1", str(delay), str(free_port())],
+                              capture_output=True, text=True, timeout=240)
+        if done.returncode == 0 or TEARDOWN_ABORT not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["rank0.json", "rank1.json"]
     return out
