@@ -60,7 +60,7 @@ def test_two_corpus_files_kernel_and_category_changes_are_the_raw_sums(tmp_path)
     assert sendrecv.total_us.b == pytest.approx(sum(after[n][1] for n in nccl if n in after), abs=1e-3)
 
 
-# PyTorch's own abort at the end of a gloo job (a C++ thread left joinable), seen twice under
+# PyTorch's own abort at the end of a gloo job (std::terminate with no exception in flight), seen twice under
 # the full suite's load after both ranks had stopped profiling (the job runs no code of ours).
 TEARDOWN_ABORT = "terminate called without an active exception"
 
