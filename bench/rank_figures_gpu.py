@@ -13,8 +13,11 @@ Phases (each writes DIR/<phase>.json; bench/rank_figures_gpu.sh runs them in two
 - ``long-start`` / ``long-collect``  a 10-minute job watched by three agentd at --interval-ms
   250 / 500 / 1000 (started with setsid, outliving the device call); each agent's published
   intervals must add up to the job's GEMM count with none lost or repeated.
-- ``overhead``  10 interleaved pairs (plain / under `tuiprof run`, agentd running), each 300
-  steps of a ~30 ms and a ~5 ms bf16 training step: paired differences, bootstrap 95 % CI.
+- ``overhead``  10 interleaved pairs (plain / under `tuiprof run`, agentd running; ``--pairs``),
+  each 300 steps of a ~30 ms and a ~5 ms bf16 training step (``--sizes`` keeps one of them):
+  paired differences, bootstrap 95 % CI.
+- ``overhead-combine``  the pairs of several ``overhead`` runs (``--inputs``, the same code on the
+  same machine) as one set: the same statistics over all of them.
 
     python3 bench/rank_figures_gpu.py PHASE --out DIR      # on the GPU machine, from the checkout
 """
@@ -47,6 +50,7 @@ WARM_CALLS, STEADY_CALLS = 64, 400  # accuracy: per group, read the slot after e
 SMALL_STEADY_CALLS = 8000
 OVERHEAD_PAIRS, OVERHEAD_STEPS, OVERHEAD_WARMUP = 10, 300, 30
 STEP_SIZES = {"30ms": 6144, "5ms": 1024}  # batch rows through 8 bf16 Linear(8192, 8192)
+SIZES_ENV = "RANK_FIGURES_SIZES"  # the step sizes an overhead worker runs (``--sizes``, comma-separated)
 
 
 def env() -> dict[str, str]:
@@ -236,7 +240,8 @@ def training_step_loop(batch: int, steps: int, warmup: int) -> float:
 
 
 def worker_overhead(out: pathlib.Path) -> None:
-    result = {size: training_step_loop(batch, OVERHEAD_STEPS, OVERHEAD_WARMUP) for size, batch in STEP_SIZES.items()}
+    sizes = os.environ.get(SIZES_ENV, ",".join(STEP_SIZES)).split(",")
+    result = {size: training_step_loop(STEP_SIZES[size], OVERHEAD_STEPS, OVERHEAD_WARMUP) for size in sizes}
     (out / "overhead_worker.json").write_text(json.dumps(result))
 
 
@@ -455,7 +460,7 @@ def intervals_of(path: pathlib.Path, pid: int, calls: int) -> dict:
             "sum_of_intervals": counted}
 
 
-def phase_overhead(out: pathlib.Path) -> dict:
+def phase_overhead(out: pathlib.Path, pairs: int = OVERHEAD_PAIRS) -> dict:
     port, metrics = free_ports(2)
     agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms", "500",
                               "--trace-dir", str(out / "traces")], env=env(), stdout=open(out / "agentd.log", "w"),
@@ -463,7 +468,7 @@ def phase_overhead(out: pathlib.Path) -> dict:
     runs: dict[str, list[dict]] = {"plain": [], "tuiprof": []}
     try:
         time.sleep(3)
-        for pair in range(OVERHEAD_PAIRS):
+        for pair in range(pairs):
             order = ("plain", "tuiprof") if pair % 2 == 0 else ("tuiprof", "plain")
             for label in order:
                 cmd = plain("overhead", out) if label == "plain" else under_tuiprof("overhead", out, agent_port=port)
@@ -473,8 +478,21 @@ def phase_overhead(out: pathlib.Path) -> dict:
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=30)
-    return {"pairs": OVERHEAD_PAIRS, "steps": OVERHEAD_STEPS, "batches": STEP_SIZES,
-            "sizes": {size: paired(runs, size) for size in STEP_SIZES}}
+    sizes = os.environ.get(SIZES_ENV, ",".join(STEP_SIZES)).split(",")
+    return {"pairs": pairs, "steps": OVERHEAD_STEPS, "batches": {size: STEP_SIZES[size] for size in sizes},
+            "sizes": {size: paired(runs, size) for size in sizes}}
+
+
+def combine_overhead(inputs: list[pathlib.Path]) -> dict:
+    """The pairs of several overhead runs as one set (each run's plain/tuiprof times, in order)."""
+    runs = [json.loads(path.read_text()) for path in inputs]
+    sizes = [size for size in STEP_SIZES if all(size in run["sizes"] for run in runs)]
+    combined = {}
+    for size in sizes:
+        times = {label: [t for run in runs for t in run["sizes"][size][f"{label}_ms"]] for label in ("plain", "tuiprof")}
+        combined[size] = paired({label: [{size: t} for t in ts] for label, ts in times.items()}, size)
+    return {"inputs": [str(path) for path in inputs], "pairs": sum(run["pairs"] for run in runs),
+            "steps": OVERHEAD_STEPS, "sizes": combined}
 
 
 def paired(runs: dict[str, list[dict]], size: str) -> dict:
@@ -515,14 +533,19 @@ PHASES = {"accuracy": phase_accuracy, "timeline": phase_timeline, "eventcost": p
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("phase", choices=[*PHASES, "worker", "watch"])
+    parser.add_argument("phase", choices=[*PHASES, "overhead-combine", "worker", "watch"])
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--long-seconds", type=int, default=LONG_PLAN["seconds"])
     parser.add_argument("--intervals", type=int, nargs="+", default=LONG_PLAN["intervals_ms"], metavar="MS")
+    parser.add_argument("--pairs", type=int, default=OVERHEAD_PAIRS, help="overhead: interleaved pairs")
+    parser.add_argument("--sizes", nargs="+", choices=list(STEP_SIZES), help="overhead: step sizes (default all)")
+    parser.add_argument("--inputs", type=pathlib.Path, nargs="+", help="overhead-combine: overhead.json files")
     args = parser.parse_args()
+    if args.sizes:
+        os.environ[SIZES_ENV] = ",".join(args.sizes)  # the workers inherit it
     LONG_PLAN.update(seconds=args.long_seconds, intervals_ms=args.intervals)
     if args.phase == "watch":
         watch(args.port, args.seconds, args.out)
@@ -531,7 +554,12 @@ def main() -> None:
     if args.phase == "worker":
         WORKERS[args.worker](args.out)
         return
-    result = PHASES[args.phase](args.out)
+    if args.phase == "overhead-combine":
+        result = combine_overhead(args.inputs)
+    elif args.phase == "overhead":
+        result = phase_overhead(args.out, args.pairs)
+    else:
+        result = PHASES[args.phase](args.out)
     (args.out / f"{args.phase}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps({args.phase: result}, indent=2)[:6000])
 

@@ -8,6 +8,7 @@
 #                                           # (run 2, after the hook's first-call fix; see the .md)
 #   bash bench/rank_figures_gpu.sh weighted # one call (< 3 min): accuracy only (run 3, the weighted
 #                                           # estimator; run 4, adaptive sampling; see the .md)
+#   bash bench/rank_figures_gpu.sh overhead30  # one call: PAIRS (10) pairs of the ~30 ms step (run 6)
 # Wheels for grpcio and msgspec in .whl/ (carried). Summaries go to $OUT, everything else to /tmp.
 set -u
 OUT=${OUT:-bench/.work/rank_figures}; WORK=/tmp/rank_figures_$1
@@ -64,5 +65,12 @@ round4-collect)
 overhead)
   nvidia-smi -L; build
   PYTHONUNBUFFERED=1 phase overhead 540
+  cp "$WORK"/overhead.json "$OUT"/ ;;
+overhead30)
+  # one call: what each NVML call costs (NVML_PROBE=1; bench/nvml_call_cost.py), then PAIRS pairs of
+  # the ~30 ms step alone; issued back to back, the calls' pairs are combined with overhead-combine
+  nvidia-smi -L; build
+  [ "${NVML_PROBE:-0}" = 1 ] && timeout 60 python3 bench/nvml_call_cost.py > "$OUT/nvml_call_cost.json"
+  PYTHONUNBUFFERED=1 phase overhead "${PHASE_S:-540}" --pairs "${PAIRS:-10}" --sizes 30ms
   cp "$WORK"/overhead.json "$OUT"/ ;;
 esac
