@@ -35,8 +35,8 @@ from tuiprof.cli import main
 from tuiprof.commands.status import NO_FREE_TEXT, ONLY_TROUBLED
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.prometheus import (
-    NOT_SCRAPED, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource, column_queries,
-    fetch_fleet, recording_rules_loaded,
+    NOT_SCRAPED, RULES_PROBE, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource,
+    QueryResult, column_queries, fetch_fleet, recording_rules_loaded,
 )
 from tuiprof.model.events import HostUnreachable, SummaryReceived
 from tuiprof.model.messages import HangStatus
@@ -271,6 +271,63 @@ def test_recorded_series_give_the_rows_the_raw_queries_give(fleet: Fleet) -> Non
     assert recorded[FROZEN].summary == raw[FROZEN].summary  # its figures never change: every column, reasons too
     for node in (NODE_A, NODE_B):
         assert recorded[node].summary.gpu_count == raw[node].summary.gpu_count  # unavailable, same reason
+
+
+class TimedClient(PrometheusClient):
+    """A real client that notes when each query was sent and when its answer was read."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.spans: list[tuple[str, float, float]] = []
+
+    async def query(self, promql: str) -> QueryResult:
+        sent = time.monotonic()
+        try:
+            return await super().query(promql)
+        finally:
+            self.spans.append((promql, sent, time.monotonic()))
+
+
+def test_the_rules_probe_goes_with_the_columns_in_one_round_trip(fleet: Fleet) -> None:
+    """Whether the rules are loaded is asked at every refresh, beside the columns read in the
+    mode last seen, not before them; a wrong guess costs one more round of columns."""
+    async def one(guess: bool) -> tuple[FleetView, list[tuple[str, float, float]]]:
+        async with TimedClient(fleet.url) as client:
+            return await fetch_fleet(client, HostSelection(expected=(NODE_A, NODE_B)), guess=guess), client.spans
+
+    columns = len(column_queries(fleet.selection))
+    view, spans = asyncio.run(one(guess=True))
+    assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
+    assert len(spans) == columns + 1
+    [(_, _, probe_answered)] = [span for span in spans if span[0] == RULES_PROBE]
+    assert min(sent for promql, sent, _ in spans if promql != RULES_PROBE) < probe_answered  # not serial
+
+    view, spans = asyncio.run(one(guess=False))
+    assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
+    assert len(spans) == 2 * columns + 1  # raw columns, the probe, then the recorded columns
+    assert {promql for promql, _, _ in spans[-columns:]} == set(
+        column_queries(HostSelection(expected=(NODE_A, NODE_B)), recorded=True).values())
+
+
+async def test_a_refresh_keeps_the_rows_whose_snapshot_did_not_change(fleet: Fleet) -> None:
+    """The frozen agent's snapshot never changes: its row is the last view's, not built again.
+    A console's refresh after its first is one query per column and the rules probe (and the
+    hang query of the suspect host), in the mode the first found."""
+    source = PrometheusSource(fleet.url, HostSelection.matching(rf"{FROZEN}|127\.0\.0\.2"), ConnectionOptions(),
+                              fleet.agent_port)
+    events: list[object] = []
+    async with TimedClient(fleet.url) as client:
+        await source.refresh(client, events.append)
+        first = source.last_view
+        sent = len(client.spans)
+        await source.refresh(client, events.append)
+        second = source.last_view
+        assert len(client.spans) - sent == len(column_queries(fleet.selection)) + 2
+    assert first is not None and second is not None and second.recorded
+    assert second.rows[FROZEN] is first.rows[FROZEN]
+    assert second.rows[FROZEN].summary.step_time_seconds == 0.8125  # its figures, from the first refresh
+    for node in (FROZEN, NODE_A):
+        assert (second.rows[node] is first.rows[node]) == (second.rows[node].sampled_at == first.rows[node].sampled_at)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: apt-get install tmux")

@@ -16,7 +16,9 @@ import pytest
 
 from console.prometheus_server import PROMETHEUS, PROMTOOL, backfill, fleet_openmetrics, node_name, running_prometheus
 from tuiprof.client.channel import ConnectionOptions
-from tuiprof.client.prometheus import HostSelection, PrometheusClient, PrometheusSource, column_queries, fetch_fleet
+from tuiprof.client.prometheus import (
+    FleetView, HostSelection, PrometheusClient, PrometheusSource, column_queries, fetch_fleet,
+)
 
 HOSTS = 10_000
 
@@ -36,12 +38,18 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def test_ten_thousand_rows_from_one_query_per_column(prometheus: str) -> None:
-    async def one() -> tuple[int, dict]:
+def fetch(prometheus: str, guess: bool) -> tuple[int, FleetView]:
+    """One fleet view (the columns read first in the ``guess`` mode), and how many queries it took."""
+    async def one() -> tuple[int, FleetView]:
         async with PrometheusClient(prometheus) as client:
-            view = await fetch_fleet(client, HostSelection())
-            return client.queries_sent, view.rows
-    queries, rows = asyncio.run(one())
+            view = await fetch_fleet(client, HostSelection(), guess=guess)
+            return client.queries_sent, view
+    return asyncio.run(one())
+
+
+def test_ten_thousand_rows_from_one_query_per_column(prometheus: str) -> None:
+    queries, view = fetch(prometheus, guess=False)
+    rows = view.rows
     assert len(rows) == HOSTS
     assert set(rows) == {node_name(i) for i in range(HOSTS)}
     for i in (0, 1, 4242, HOSTS - 1):
@@ -54,6 +62,14 @@ def test_ten_thousand_rows_from_one_query_per_column(prometheus: str) -> None:
         assert summary.gpu_memory_used_bytes == 40 * 2**30 and summary.gpu_memory_total_bytes == 80 * 2**30
         assert isinstance(summary.nccl_busbw_bytes_per_s, float)
     assert queries == len(column_queries(HostSelection())) + 1  # per column, not per host; + are rules loaded?
+
+
+def test_without_the_rules_a_guess_of_them_reads_the_columns_again(prometheus: str) -> None:
+    """A console's first refresh guesses the rules are loaded; here they are not: the probe sent
+    with the recorded columns says so, and the raw columns are read."""
+    queries, view = fetch(prometheus, guess=True)
+    assert not view.recorded and len(view.rows) == HOSTS
+    assert queries == 2 * len(column_queries(HostSelection())) + 1
 
 
 async def test_console_shows_ten_thousand_hosts(prometheus: str) -> None:

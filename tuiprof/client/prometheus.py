@@ -32,6 +32,7 @@ import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Self
 
 import httpx
 import msgspec
@@ -290,7 +291,7 @@ class PrometheusClient:
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout)
         self.queries_sent = 0
 
-    async def __aenter__(self) -> "PrometheusClient":
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -381,7 +382,6 @@ def _levels_by_host(result: QueryResult) -> dict[str, str]:
 
 
 _COUNTS = frozenset({"gpu_count", "rank_count"})
-_LABELLED = frozenset({"hang", "collectors_down"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -400,15 +400,30 @@ _WHY_MISSING = ("host", "host", "host", "gpu", "gpu", "gpu", "gpu", "gpu", "gpu_
 
 
 class _Columns:
-    """The answers of one refresh, and the reasons for what is not in them."""
+    """The answers of one refresh, each digested as it arrives (``take``), and the reasons for
+    what is not in them."""
 
     def __init__(self, results: Mapping[str, QueryResult], recorded: bool) -> None:
-        self.numbers = {name: _numbers(result, name in _COUNTS) for name, result in results.items()
-                        if name not in _LABELLED}
-        self.hang = _levels_by_host(results["hang"])
-        self.gaps = _collector_gaps(results["collectors_down"])
+        self.numbers: dict[str, dict[str, float]] = {}
+        self.hang: dict[str, str] = {}
+        self.gaps: dict[str, dict[str, str]] = {}
+        self.evaluated_at = 0.0
+        """When the server evaluated the ``sampled_at`` column (its clock)."""
         self.recorded = recorded
         self._usual: dict[tuple[bool, bool], tuple[Unavailable, ...]] = {}
+        for name, result in results.items():
+            self.take(name, result)
+
+    def take(self, name: str, result: QueryResult) -> None:
+        """One column's answer, turned into numbers (or levels, or reasons) by hostname."""
+        if name == "hang":
+            self.hang = _levels_by_host(result)
+        elif name == "collectors_down":
+            self.gaps = _collector_gaps(result)
+        else:
+            self.numbers[name] = _numbers(result, name in _COUNTS)
+        if name == "sampled_at":
+            self.evaluated_at = result.evaluated_at
 
     def gap(self, host: str, collector: str, otherwise: str) -> Unavailable:
         """Why ``collector``'s figures are missing: its own reason when it is down, else ``otherwise``."""
@@ -502,33 +517,67 @@ async def recording_rules_loaded(client: PrometheusClient) -> bool:
     return bool((await client.query(RULES_PROBE)).samples)
 
 
-async def fetch_fleet(client: PrometheusClient, selection: HostSelection,
-                      also_expected: Iterable[str] = (), recorded: bool | None = None) -> FleetView:
+async def _read_columns(client: PrometheusClient, selection: HostSelection, recorded: bool) -> _Columns:
+    """Every column's query at once, each answer digested as soon as it comes, while the
+    server still evaluates the others."""
+    columns = _Columns({}, recorded)
+
+    async def read(name: str, promql: str) -> None:
+        columns.take(name, await client.query(promql))
+
+    await asyncio.gather(*(read(name, promql) for name, promql in column_queries(selection, recorded).items()))
+    return columns
+
+
+async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_expected: Iterable[str] = (),
+                      recorded: bool | None = None, guess: bool = True,
+                      previous: Mapping[str, HostRow] | None = None) -> FleetView:
     """Every column at once; rows keyed by node (``selection.node_of``), the expected nodes
     (``selection.expected`` and ``also_expected``) without series in ``missing`` with the reason.
-    ``recorded``: read the recording rules' series; None: where the server has them now
-    (asked every time: rules are loaded, evaluated first, or removed while a console runs)."""
+
+    ``recorded``: read the recording rules' series (True) or aggregate the raw ones (False).
+    None: whichever the server has now, asked every time (rules are loaded, evaluated first,
+    or removed while a console runs) together with the columns as they are read in the
+    ``guess`` mode (the last one seen), so a refresh costs one round trip; only when the
+    answer differs are the columns read again. ``previous``: the last view's rows, kept as
+    they are for the hosts whose snapshot did not change (scraped every 15 s and refreshed
+    every 5 s, two hosts in three): no new row is built for them.
+    """
     started = time.perf_counter()
     if recorded is None:
-        recorded = await recording_rules_loaded(client)
-    queries = column_queries(selection, recorded)
-    answers = await asyncio.gather(*(client.query(q) for q in queries.values()))
-    results = dict(zip(queries, answers))
-    columns = _Columns(results, recorded)
+        columns, rules_loaded = await asyncio.gather(_read_columns(client, selection, guess),
+                                                     recording_rules_loaded(client))
+        if rules_loaded != guess:
+            columns = await _read_columns(client, selection, rules_loaded)
+    else:
+        columns = await _read_columns(client, selection, recorded)
     troubled = {host: level for host, level in columns.hang.items() if level in HANG_SHOWN}
     # a healthy fleet costs no query here; a troubled one, one query over its troubled hosts
     hangs = hang_statuses(troubled, await client.query(hang_query(selection, troubled))) if troubled else {}
     query_seconds = time.perf_counter() - started
-    sampled = columns.numbers["sampled_at"]
-    ranks = columns.numbers["rank_count"]
-    rows = {}
-    for (hostname, sampled_at), summary in zip(sampled.items(), columns.summaries(list(sampled))):
-        node = selection.node_of(hostname)
-        rows[node] = HostRow(node, hostname, sampled_at, summary, int(ranks.get(hostname, 0)))
+    rows = _rows(columns, selection, previous or {})
     absent = [node for node in dict.fromkeys((*selection.expected, *also_expected)) if node not in rows]
     missing = await _why_missing(client, absent) if absent else {}
-    return FleetView(results["sampled_at"].evaluated_at, rows, missing, query_seconds, recorded,
+    return FleetView(columns.evaluated_at, rows, missing, query_seconds, columns.recorded,
                      {selection.node_of(host): status for host, status in hangs.items()})
+
+
+def _rows(columns: _Columns, selection: HostSelection, previous: Mapping[str, HostRow]) -> dict[str, HostRow]:
+    """Each host's row by node: the previous one where the host's snapshot is the same, else
+    built from the answers."""
+    rows: dict[str, HostRow] = {}
+    new: list[tuple[str, str, float]] = []
+    for hostname, sampled_at in columns.numbers["sampled_at"].items():
+        node = selection.node_of(hostname)
+        row = previous.get(node)
+        if row is not None and row.sampled_at == sampled_at and row.hostname == hostname:
+            rows[node] = row
+        else:
+            new.append((node, hostname, sampled_at))
+    ranks = columns.numbers["rank_count"]
+    for (node, hostname, sampled_at), summary in zip(new, columns.summaries([hostname for _, hostname, _ in new])):
+        rows[node] = HostRow(node, hostname, sampled_at, summary, int(ranks.get(hostname, 0)))
+    return rows
 
 
 async def _why_missing(client: PrometheusClient, nodes: list[str]) -> dict[str, str]:
@@ -669,6 +718,8 @@ class PrometheusSource:
         self._nodes: dict[str, str] = {}
         """Node of each agent address, and address of each node."""
         self._addresses: dict[str, str] = {}
+        self._released: set[str] = set()
+        """Nodes watched over gRPC until now: their next row is built afresh from Prometheus."""
 
     def address(self, node: str) -> str:
         address = self._addresses.get(node)
@@ -697,8 +748,15 @@ class PrometheusSource:
         """One round of queries, turned into events (a failed round makes every host unknown)."""
         self._release_closed()
         attended = [self._nodes[a] for a in self._attended]
+        last = self.last_view
+        previous = {} if last is None else last.rows
+        if self._released:
+            previous = {node: row for node, row in previous.items() if node not in self._released}
+            self._released.clear()
         try:
-            view = await fetch_fleet(client, self.selection, self._events.seen())
+            # the rules are most likely loaded at fleet scale (they make it work): the first guess
+            view = await fetch_fleet(client, self.selection, self._events.seen(),
+                                     guess=True if last is None else last.recorded, previous=previous)
         except PrometheusError as exc:
             log.warning("prometheus refresh failed", extra={"url": self.url, "error": str(exc)})
             for event in self._events.all_unreachable(time.time(), str(exc), attended):
@@ -756,4 +814,6 @@ class PrometheusSource:
             if not while_():
                 task.cancel()
                 del self._attended[address]
-                self._events.forget(self._nodes.get(address, address))
+                node = self._nodes.get(address, address)
+                self._events.forget(node)
+                self._released.add(node)
