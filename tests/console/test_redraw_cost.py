@@ -213,3 +213,32 @@ async def test_the_op_views_redraw_without_news_makes_no_rows(monkeypatch) -> No
         app.cluster.apply(SnapshotReceived(host.address, app.cluster.now + 1, host.message))
         app.render_views()
         assert made == [app.cluster.version]
+
+
+async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_once(monkeypatch) -> None:
+    """DataTable looks up its own, its background's, the fixed column's and the stripe's styles for
+    every line it draws, each a walk over every ancestor's styles (``DOMNode.rich_style``): 64
+    walks for 16 changed rows. FittedTable looks each up once per repaint (tables.py)."""
+    from textual.dom import DOMNode
+
+    from tuiprof.tui.tables import FittedTable
+
+    walks: list[DOMNode] = []
+    walk = DOMNode.rich_style.fget
+    monkeypatch.setattr(DOMNode, "rich_style", property(lambda node: walks.append(node) or walk(node)))
+
+    def rows(value: str) -> dict[str, list[str]]:
+        return {f"r{i}": [f"rank {i}", value, "ok"] for i in range(16)}
+
+    app = Fitted()
+    async with app.run_test(size=(80, 20)) as pilot:
+        table = app.query_one(FittedTable)
+        table.show_rows(rows("running"))
+        await pilot.pause()
+        walks.clear()
+        table.show_rows(rows("stopped"))
+        await pilot.pause()
+        repaint_walks = len(walks)
+        assert all("stopped" in table.render_line(table._get_row_region(i).y).text for i in range(16))
+        # One walk per style (own, header, fixed, two stripes, the cursor's two), not four a line.
+        assert 0 < repaint_walks <= 7
