@@ -16,6 +16,9 @@ Phases (each writes DIR/<phase>.json; bench/rank_figures_gpu.sh runs them in two
 - ``overhead``  10 interleaved pairs (plain / under `tuiprof run`, agentd running; ``--pairs``),
   each 300 steps of a ~30 ms and a ~5 ms bf16 training step (``--sizes`` keeps one of them):
   paired differences, bootstrap 95 % CI.
+- ``overhead-alternating``  the same comparison without a process start per run: one plain and one
+  hooked process stay up, chunks of 300 steps alternate between them in ABBA order (``--pairs``,
+  ``--seconds``: stop before a pair would pass it; ``--sizes``: the first size).
 - ``overhead-combine``  the pairs of several ``overhead`` runs (``--inputs``, the same code on the
   same machine) as one set: the same statistics over all of them.
 
@@ -214,8 +217,8 @@ def worker_eventcost(out: pathlib.Path) -> None:
         "calls": calls, "seconds": totals}))
 
 
-def training_step_loop(batch: int, steps: int, warmup: int) -> float:
-    """ms per step of a bf16 step: 8 Linear(8192, 8192) forward + backward + SGD."""
+def training_step(batch: int):
+    """A bf16 step: 8 Linear(8192, 8192) forward + backward + SGD (no synchronisation inside)."""
     import torch
 
     torch.manual_seed(0)
@@ -228,9 +231,13 @@ def training_step_loop(batch: int, steps: int, warmup: int) -> float:
         opt.zero_grad(set_to_none=True)
         model(x).float().square().mean().backward()
         opt.step()
+    return step
 
-    for _ in range(warmup):
-        step()
+
+def timed_steps(step, steps: int) -> float:
+    """ms per step over ``steps`` steps, the GPU drained before and after."""
+    import torch
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -239,10 +246,31 @@ def training_step_loop(batch: int, steps: int, warmup: int) -> float:
     return (time.perf_counter() - t0) / steps * 1e3
 
 
+def training_step_loop(batch: int, steps: int, warmup: int) -> float:
+    step = training_step(batch)
+    for _ in range(warmup):
+        step()
+    return timed_steps(step, steps)
+
+
+def step_sizes() -> list[str]:
+    return os.environ.get(SIZES_ENV, ",".join(STEP_SIZES)).split(",")
+
+
 def worker_overhead(out: pathlib.Path) -> None:
-    sizes = os.environ.get(SIZES_ENV, ",".join(STEP_SIZES)).split(",")
-    result = {size: training_step_loop(STEP_SIZES[size], OVERHEAD_STEPS, OVERHEAD_WARMUP) for size in sizes}
+    result = {size: training_step_loop(STEP_SIZES[size], OVERHEAD_STEPS, OVERHEAD_WARMUP) for size in step_sizes()}
     (out / "overhead_worker.json").write_text(json.dumps(result))
+
+
+def worker_overhead_chunks(out: pathlib.Path) -> None:
+    """One process for the whole alternating run: warm up once, then a chunk of OVERHEAD_STEPS steps
+    for each line read on stdin, its ms per step printed as ``CHUNK <ms>``; ends at EOF."""
+    step = training_step(STEP_SIZES[step_sizes()[0]])
+    for _ in range(OVERHEAD_WARMUP):
+        step()
+    print("READY", flush=True)
+    for _ in sys.stdin:
+        print(f"CHUNK {timed_steps(step, OVERHEAD_STEPS)}", flush=True)
 
 
 def worker_long(out: pathlib.Path) -> None:
@@ -263,7 +291,7 @@ def worker_long(out: pathlib.Path) -> None:
 
 
 WORKERS = {"accuracy": worker_accuracy, "timeline": worker_timeline, "eventcost": worker_eventcost,
-           "overhead": worker_overhead, "long": worker_long}
+           "overhead": worker_overhead, "overhead-chunks": worker_overhead_chunks, "long": worker_long}
 
 
 # ---------------------------------------------------------------- phases (the driver)
@@ -478,9 +506,61 @@ def phase_overhead(out: pathlib.Path, pairs: int = OVERHEAD_PAIRS) -> dict:
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=30)
-    sizes = os.environ.get(SIZES_ENV, ",".join(STEP_SIZES)).split(",")
+    sizes = step_sizes()
     return {"pairs": pairs, "steps": OVERHEAD_STEPS, "batches": {size: STEP_SIZES[size] for size in sizes},
             "sizes": {size: paired(runs, size) for size in sizes}}
+
+
+def phase_overhead_alternating(out: pathlib.Path, pairs: int, seconds: float) -> dict:
+    """Two long-lived processes of the same step, one plain and one under `tuiprof run` (agentd
+    running), each warmed up once, then chunks of OVERHEAD_STEPS steps run one process at a time,
+    pairs in ABBA order (plain-tuiprof, tuiprof-plain, …) so a slow drift of the GPU's clock or
+    temperature falls on both sides alike; no process start, CUDA set-up or cuBLAS loading inside
+    a pair. Stops after ``pairs`` pairs or when the next pair would pass ``seconds``."""
+    port, metrics = free_ports(2)
+    agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms", "500",
+                              "--trace-dir", str(out / "traces")], env=env(), stdout=open(out / "agentd.log", "w"),
+                             stderr=subprocess.STDOUT)
+    workers: dict[str, subprocess.Popen] = {}
+    runs: dict[str, list[dict]] = {"plain": [], "tuiprof": []}
+    size = step_sizes()[0]
+    started = time.monotonic()
+    try:
+        time.sleep(3)
+        for label in ("plain", "tuiprof"):
+            cmd = plain("overhead-chunks", out) if label == "plain" else under_tuiprof(
+                "overhead-chunks", out, agent_port=port)
+            workers[label] = subprocess.Popen(cmd, env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=open(out / f"overhead_chunks_{label}.log", "w"), text=True)
+            read_line(workers[label], "READY")
+        pair_seconds = 0.0
+        for pair in range(pairs):
+            if time.monotonic() - started + pair_seconds > seconds:
+                break
+            pair_started = time.monotonic()
+            for label in ("plain", "tuiprof") if pair % 2 == 0 else ("tuiprof", "plain"):
+                workers[label].stdin.write("run\n")
+                workers[label].stdin.flush()
+                runs[label].append({size: float(read_line(workers[label], "CHUNK"))})
+            pair_seconds = time.monotonic() - pair_started
+            print(f"overhead pair {pair} plain {runs['plain'][-1][size]:.4f} tuiprof {runs['tuiprof'][-1][size]:.4f}",
+                  flush=True)  # survives a timeout
+    finally:
+        for worker in workers.values():
+            worker.stdin.close()
+            worker.wait(timeout=60)
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=30)
+    return {"design": "alternating chunks, ABBA", "pairs": len(runs["plain"]), "steps": OVERHEAD_STEPS,
+            "batches": {size: STEP_SIZES[size]}, "sizes": {size: paired(runs, size)}}
+
+
+def read_line(worker: subprocess.Popen, tag: str) -> str:
+    """The rest of the worker's next stdout line that starts with ``tag`` (other lines skipped)."""
+    for line in worker.stdout:
+        if line.startswith(tag):
+            return line[len(tag):].strip()
+    raise SystemExit(f"worker ended before {tag} (exit {worker.wait()}); see its log")
 
 
 def combine_overhead(inputs: list[pathlib.Path]) -> dict:
@@ -533,11 +613,11 @@ PHASES = {"accuracy": phase_accuracy, "timeline": phase_timeline, "eventcost": p
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("phase", choices=[*PHASES, "overhead-combine", "worker", "watch"])
+    parser.add_argument("phase", choices=[*PHASES, "overhead-alternating", "overhead-combine", "worker", "watch"])
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, help="overhead-alternating: stop before a pair would pass it")
     parser.add_argument("--long-seconds", type=int, default=LONG_PLAN["seconds"])
     parser.add_argument("--intervals", type=int, nargs="+", default=LONG_PLAN["intervals_ms"], metavar="MS")
     parser.add_argument("--pairs", type=int, default=OVERHEAD_PAIRS, help="overhead: interleaved pairs")
@@ -558,6 +638,8 @@ def main() -> None:
         result = combine_overhead(args.inputs)
     elif args.phase == "overhead":
         result = phase_overhead(args.out, args.pairs)
+    elif args.phase == "overhead-alternating":
+        result = phase_overhead_alternating(args.out, args.pairs, args.seconds or 480)
     else:
         result = PHASES[args.phase](args.out)
     (args.out / f"{args.phase}.json").write_text(json.dumps(result, indent=2))
