@@ -9,6 +9,8 @@
 #   bash bench/rank_figures_gpu.sh weighted # one call (< 3 min): accuracy only (run 3, the weighted
 #                                           # estimator; run 4, adaptive sampling; see the .md)
 #   bash bench/rank_figures_gpu.sh overhead30  # one call: PAIRS (10) pairs of the ~30 ms step (run 6)
+#   bash bench/rank_figures_gpu.sh alternating # one call: chunks alternating between two long-lived
+#                                              # processes, plain and hooked (run 6)
 # Wheels for grpcio and msgspec in .whl/ (carried). Summaries go to $OUT, everything else to /tmp.
 set -u
 OUT=${OUT:-bench/.work/rank_figures}; WORK=/tmp/rank_figures_$1
@@ -73,4 +75,9 @@ overhead30)
   [ "${NVML_PROBE:-0}" = 1 ] && timeout 60 python3 bench/nvml_call_cost.py > "$OUT/nvml_call_cost.json"
   PYTHONUNBUFFERED=1 phase overhead "${PHASE_S:-540}" --pairs "${PAIRS:-10}" --sizes 30ms
   cp "$WORK"/overhead.json "$OUT"/ ;;
+alternating)
+  # one call: two long-lived processes (plain, hooked), 300-step chunks alternating ABBA (run 6)
+  nvidia-smi -L; build
+  PYTHONUNBUFFERED=1 phase overhead-alternating 560 --pairs 60 --sizes "${SIZE:-30ms}" --seconds "${RUN_S:-470}"
+  cp "$WORK"/overhead-alternating.json "$OUT"/ ;;
 esac
