@@ -78,6 +78,7 @@ overhead30)
 alternating)
   # one call: two long-lived processes (plain, hooked), 300-step chunks alternating ABBA (run 6)
   nvidia-smi -L; build
+  [ "${NVML_PROBE:-0}" = 1 ] && timeout 60 python3 bench/nvml_call_cost.py > "$OUT/nvml_call_cost.json"
   PYTHONUNBUFFERED=1 phase overhead-alternating 560 --pairs 60 --sizes "${SIZE:-30ms}" --seconds "${RUN_S:-470}"
   cp "$WORK"/overhead-alternating.json "$OUT"/ ;;
 esac
