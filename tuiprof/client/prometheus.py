@@ -360,13 +360,14 @@ class FleetView:
     """The verdicts of the hosts (by node) whose level is suspect or hung (the banner's)."""
 
 
-def _numbers(result: QueryResult, count: bool = False) -> dict[str, float]:
-    values: dict[str, float] = {}
-    for sample in result.samples:
-        number = float(sample.value[1])
-        if number == number:  # NaN (0/0 on the server) is no figure
-            values[sample.metric.hostname] = int(number) if count else number
-    return values
+def _figures(result: QueryResult) -> dict[str, str]:
+    """Each host's figure as Prometheus wrote it (NaN, 0/0 on the server, is no figure): read
+    as a number only for the rows built, the hosts whose snapshot is new."""
+    return {sample.metric.hostname: sample.value[1] for sample in result.samples if sample.value[1] != "NaN"}
+
+
+def _count(text: str) -> int:
+    return int(float(text))
 
 
 def _collector_gaps(result: QueryResult) -> dict[str, dict[str, str]]:
@@ -404,7 +405,7 @@ class _Columns:
     what is not in them."""
 
     def __init__(self, results: Mapping[str, QueryResult], recorded: bool) -> None:
-        self.numbers: dict[str, dict[str, float]] = {}
+        self.figures: dict[str, dict[str, str]] = {}
         self.hang: dict[str, str] = {}
         self.gaps: dict[str, dict[str, str]] = {}
         self.evaluated_at = 0.0
@@ -415,13 +416,13 @@ class _Columns:
             self.take(name, result)
 
     def take(self, name: str, result: QueryResult) -> None:
-        """One column's answer, turned into numbers (or levels, or reasons) by hostname."""
+        """One column's answer, by hostname: its figures (or levels, or reasons)."""
         if name == "hang":
             self.hang = _levels_by_host(result)
         elif name == "collectors_down":
             self.gaps = _collector_gaps(result)
         else:
-            self.numbers[name] = _numbers(result, name in _COUNTS)
+            self.figures[name] = _figures(result)
         if name == "sampled_at":
             self.evaluated_at = result.evaluated_at
 
@@ -436,20 +437,26 @@ class _Columns:
         """The hosts' rows. Ten thousand a refresh: built column by column (one pass over the
         hosts per figure), each host's reasons shared with every host in the same case."""
         missing = [self._missing(host) for host in hosts]
-        columns = [[self.numbers[column].get(host, why[i]) for host, why in zip(hosts, missing)]
-                   for i, column in enumerate(FIGURES)]
+        columns = [self._readings(column, hosts, [why[i] for why in missing]) for i, column in enumerate(FIGURES)]
         cpu, used, total, *gpus_and_ranks = columns
         memory = [ratio_percent(u, t) for u, t in zip(used, total)]
         levels = [self.hang.get(host, "") for host in hosts]
         return [HostSummary(*row) for row in zip(cpu, memory, used, *gpus_and_ranks, levels)]  # field order
 
+    def _readings(self, column: str, hosts: Sequence[str], otherwise: Sequence[Unavailable]) -> list[Reading]:
+        """The column's figure of each host, or the reason it has none."""
+        figures = self.figures[column]
+        number: Callable[[str], float] = _count if column in _COUNTS else float
+        return [number(text) if (text := figures.get(host)) is not None else why
+                for host, why in zip(hosts, otherwise)]
+
     def _missing(self, host: str) -> tuple[Unavailable, ...]:
         """Why the host lacks each of ``FIGURES`` (for the figures it has, unused)."""
-        numbers, gaps = self.numbers, self.gaps.get(host)
-        has_gpus, has_ranks = host in numbers["gpu_count"], host in numbers["rank_count"]
+        figures, gaps = self.figures, self.gaps.get(host)
+        has_gpus, has_ranks = host in figures["gpu_count"], host in figures["rank_count"]
         # A host new to Prometheus has raw series before the rules' next evaluation records
         # its figures: every agent exports CPU figures, so none recorded means not yet.
-        not_yet = self.recorded and host not in numbers["cpu_percent"] and not (gaps and "host" in gaps)
+        not_yet = self.recorded and host not in figures["cpu_percent"] and not (gaps and "host" in gaps)
         usual = gaps is None and not not_yet
         if usual and (has_gpus, has_ranks) in self._usual:
             return self._usual[has_gpus, has_ranks]
@@ -567,16 +574,16 @@ def _rows(columns: _Columns, selection: HostSelection, previous: Mapping[str, Ho
     built from the answers."""
     rows: dict[str, HostRow] = {}
     new: list[tuple[str, str, float]] = []
-    for hostname, sampled_at in columns.numbers["sampled_at"].items():
-        node = selection.node_of(hostname)
+    for hostname, sampled in columns.figures["sampled_at"].items():
+        node, sampled_at = selection.node_of(hostname), float(sampled)
         row = previous.get(node)
         if row is not None and row.sampled_at == sampled_at and row.hostname == hostname:
             rows[node] = row
         else:
             new.append((node, hostname, sampled_at))
-    ranks = columns.numbers["rank_count"]
+    ranks = columns.figures["rank_count"]
     for (node, hostname, sampled_at), summary in zip(new, columns.summaries([hostname for _, hostname, _ in new])):
-        rows[node] = HostRow(node, hostname, sampled_at, summary, int(ranks.get(hostname, 0)))
+        rows[node] = HostRow(node, hostname, sampled_at, summary, _count(ranks.get(hostname, "0")))
     return rows
 
 
