@@ -47,6 +47,21 @@ class LatestSlot:
         return value
 
 
+class ForeignLoopSlot(LatestSlot):
+    """A LatestSlot read on another thread's event loop (the console of an embedded agent).
+
+    The agent puts on its own loop; the snapshot is handed to the reader's loop
+    with ``call_soon_threadsafe``, so the slot's state is only touched there.
+    """
+
+    def __init__(self, reader_loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._reader_loop = reader_loop
+
+    def put(self, snapshot: pb.HostSnapshot) -> None:
+        self._reader_loop.call_soon_threadsafe(super().put, snapshot)
+
+
 class Agent:
     """Runs the collectors and publishes a snapshot every ``interval_seconds``.
 
@@ -123,9 +138,12 @@ class Agent:
                 self._failing_post_processors.discard(post_process)
         return snapshot
 
-    def subscribe(self) -> LatestSlot:
-        """A slot that receives every published snapshot, starting with the newest one."""
-        slot = LatestSlot()
+    def subscribe(self, slot: LatestSlot | None = None) -> LatestSlot:
+        """``slot`` (default: a new one) receives every published snapshot, starting with the newest one.
+
+        Call it on the agent's loop, as ``unsubscribe``.
+        """
+        slot = slot or LatestSlot()
         if self.latest is not None:
             slot.put(self.latest)
         self._watchers.add(slot)

@@ -24,6 +24,7 @@ from agentd.config import AgentConfig
 from agentd.errors import BindError, ConfigError, TlsError
 from agentd.hang.service import HangService
 from agentd.metrics_http import MetricsServer
+from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.registry import COLLECTORS
 from agentd.runner import CollectorRunner, load_collectors
@@ -130,6 +131,7 @@ class Daemon:
         self._metrics: MetricsServer | None = None
         self._sink: JsonLinesSink | None = None
         self.agent: Agent | None = None
+        self._static: pb.AgentInfo | None = None
 
     async def start(self) -> Endpoints:
         """Check, bind and start everything; on any failure nothing is left running."""
@@ -182,7 +184,7 @@ class Daemon:
         runners = [CollectorRunner(c)
                    for c in load_collectors(self._collector_entries, config.interval_seconds)]
         agent = self.agent = Agent(runners, config.interval_seconds)
-        static = static_info(agent, str(config.trace_dir))
+        static = self._static = static_info(agent, str(config.trace_dir))
         traces, stacks = build_services(config, agent)
         callers = CallerIdentifier(token_required=token is not None, port=grpc_port)
         pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, callers, traces, stacks), server)
@@ -209,6 +211,11 @@ class Daemon:
                 log.info("collector unavailable",
                          extra={"collector": status.name, "reason": status.reason})
         return endpoints
+
+    def info(self) -> pb.AgentInfo:
+        """What GetInfo answers now (call it on the agent's loop, once started)."""
+        assert self.agent is not None and self._static is not None
+        return agent_info(self.agent, self._static)
 
     async def stop(self) -> None:
         if self._server is not None:

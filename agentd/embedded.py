@@ -6,8 +6,14 @@ grpc and psutil), it binds port 0 so the OS picks a free loopback port with no
 race, and it cannot outlive the console. The cost is sharing the GIL with the
 UI: the collectors' CPU per interval, about 1.5 ms on a 2-core VM without GPUs
 (bench/agentd_cpu.md), more with NVML and GPM on GPU hosts.
-The console talks to it over gRPC like to any other agent, so nothing else in
-the console needs to know it is embedded. It serves no /metrics endpoint.
+Its snapshots reach the console in-process (``EmbeddedAgent.watch``): the same
+HostSnapshot messages its gRPC Watch would stream to this process's user (other
+users' exception text taken out as for that caller), without serializing them,
+streaming them over loopback and parsing them again. That loopback cost as much
+CPU as the agent's own sampling on the 2-core VM (bench/agentd_cpu.md, round 2).
+Everything else (GetInfo aside, traces, stacks, files) goes over gRPC like to
+any other agent, so nothing else in the console needs to know it is embedded.
+It serves no /metrics endpoint.
 
 The Kineto IPC socket (``\0dynolog\0``) is one name for the whole host: the
 agent that binds it is the one every PyTorch process on the node asks for trace
@@ -21,26 +27,46 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import pathlib
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 
+from agentd.address import AgentAddress
+from agentd.agent import Agent, ForeignLoopSlot
+from agentd.auth import Caller
 from agentd.config import AgentConfig
 from agentd.daemon import Daemon, Endpoints
-from agentd.address import AgentAddress
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.server import snapshot_for
 
 # Seconds to wait for the agent to bind before giving up.
 START_TIMEOUT_SECONDS = 30.0
 
 
+class SnapshotFeed:
+    """The embedded agent's snapshots, taken on the console's loop: the newest one not yet taken."""
+
+    def __init__(self, slot: ForeignLoopSlot) -> None:
+        self._slot = slot
+        # Who the gRPC Watch would see calling from this process (the loopback peer's uid).
+        self._caller = Caller.local(os.geteuid())
+
+    async def take(self) -> pb.HostSnapshot:
+        """The next snapshot, as this process's user may see it (shared with the agent: read-only)."""
+        return snapshot_for(await self._slot.take(), self._caller)
+
+
 @dataclasses.dataclass
 class EmbeddedAgent:
-    """A running in-process agent: where to connect, and how to stop it."""
+    """A running in-process agent: where to connect, its snapshots, and how to stop it."""
 
     endpoints: Endpoints
+    _daemon: Daemon
     _loop: asyncio.AbstractEventLoop
     _stop: asyncio.Event
     _thread: threading.Thread
@@ -49,6 +75,29 @@ class EmbeddedAgent:
     @property
     def address(self) -> AgentAddress:
         return self.endpoints.address
+
+    @property
+    def _agent(self) -> Agent:
+        assert self._daemon.agent is not None  # set by a successful start
+        return self._daemon.agent
+
+    async def info(self) -> pb.AgentInfo:
+        """What GetInfo answers, asked on the agent's loop as the RPC would be."""
+        async def ask() -> pb.AgentInfo:
+            return self._daemon.info()
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(ask(), self._loop))
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[SnapshotFeed]:
+        """Every snapshot the agent publishes from now on (the newest first), on the calling loop."""
+        slot = ForeignLoopSlot(asyncio.get_running_loop())
+        self._loop.call_soon_threadsafe(self._agent.subscribe, slot)
+        try:
+            yield SnapshotFeed(slot)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the agent's loop is closed: nothing to leave
+                self._loop.call_soon_threadsafe(self._agent.unsubscribe, slot)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and sampling; safe to call twice."""
@@ -102,4 +151,4 @@ def start_embedded_agent(
         if private_dir is not None:
             shutil.rmtree(private_dir, ignore_errors=True)
         raise
-    return EmbeddedAgent(endpoints, loop, stop, thread, private_dir)
+    return EmbeddedAgent(endpoints, daemon, loop, stop, thread, private_dir)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
+import time
 
 import grpc
 import pytest
@@ -11,7 +14,9 @@ from agentd.embedded import start_embedded_agent
 from agentd.errors import ConfigError
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
-from tuiprof.client.channel import open_channel
+from tuiprof.client.channel import ConnectionOptions, open_channel
+from tuiprof.client.local import watch_embedded
+from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
 
 
 async def test_embedded_agent_serves_grpc_on_a_free_loopback_port(tmp_path, monkeypatch):
@@ -47,3 +52,109 @@ def test_embedded_agent_start_errors_reach_the_caller(tmp_path):
     blocker.write_text("")
     with pytest.raises(ConfigError, match="cannot create trace directory"):
         start_embedded_agent(trace_dir=blocker / "traces")
+
+
+def _watch_over_grpc(address, count, got=None):
+    """The first ``count`` snapshots the embedded agent's gRPC Watch streams to this process
+    (appended to ``got`` as they come)."""
+    got = [] if got is None else got
+
+    async def watch():
+        async with open_channel(address) as channel:
+            call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=20)
+            async for snapshot in call:
+                got.append(snapshot)
+                if len(got) == count:
+                    call.cancel()
+                    break
+        return got
+    return watch()
+
+
+async def test_the_console_takes_the_same_snapshots_in_process_as_over_grpc(tmp_path, monkeypatch):
+    """The in-process feed: GetInfo's answer first, then every published snapshot, equal to what
+    the gRPC Watch streams to this process's user, under the agent's address as host name."""
+    monkeypatch.delenv("TUIPROF_TOKEN", raising=False)
+    agent = start_embedded_agent(interval_ms=100, trace_dir=tmp_path / "traces")
+    try:
+        events = []
+        enough = asyncio.Event()
+
+        def emit(event):
+            events.append(event)
+            if sum(isinstance(e, SnapshotReceived) for e in events) == 6:
+                enough.set()
+
+        grpc_watch = asyncio.ensure_future(_watch_over_grpc(agent.address, 6))
+        watcher = asyncio.create_task(watch_embedded(agent, ConnectionOptions(interval_ms=100), emit))
+        await asyncio.wait_for(enough.wait(), 20)
+        over_grpc = await asyncio.wait_for(grpc_watch, 20)
+        async with open_channel(agent.address) as channel:
+            info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=10)
+        watcher.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watcher
+        await asyncio.sleep(0.3)  # the agent's loop drops the feed's slot
+        assert agent._agent.watcher_count == 0
+    finally:
+        agent.stop()
+    assert isinstance(events[0], InfoReceived) and {e.host for e in events} == {str(agent.address)}
+    assert events[0].message.hostname == info.hostname
+    assert events[0].message.interval_seconds == info.interval_seconds
+    assert [c.name for c in events[0].message.collectors] == [c.name for c in info.collectors]
+    in_process = [e.message for e in events[1:]]
+    assert all(isinstance(e, SnapshotReceived) for e in events[1:])
+    sequences = [s.sequence for s in in_process]
+    assert sequences == sorted(set(sequences))
+    by_sequence = {s.sequence: s for s in in_process}
+    shared = [s for s in over_grpc if s.sequence in by_sequence]
+    assert len(shared) >= 3  # both watched the same snapshots
+    for snapshot in shared:
+        assert by_sequence[snapshot.sequence] == snapshot
+
+
+async def test_the_in_process_feed_shows_private_fields_as_the_grpc_watch_does(tmp_path, monkeypatch):
+    """A rank's exception text is private to its owner: the in-process feed applies the rule the gRPC
+    Watch applies to this process's caller (its effective uid)."""
+    monkeypatch.delenv("TUIPROF_TOKEN", raising=False)
+    agent = start_embedded_agent(interval_ms=60_000, trace_dir=tmp_path / "traces")
+    try:
+        crafted = pb.HostSnapshot(hostname="crafted", sequence=10**6)
+        crafted.ranks.add(pid=4242, uid=os.geteuid() + 1, exception="Traceback: secret")
+        crafted.ranks.add(pid=4343, uid=os.geteuid(), exception="Traceback: mine")
+        with agent.watch() as feed:
+            streamed: list[pb.HostSnapshot] = []
+            grpc_watch = asyncio.ensure_future(_watch_over_grpc(agent.address, 2, streamed))
+            first = await asyncio.wait_for(feed.take(), 20)  # the agent's first snapshot
+            while not streamed:  # the gRPC Watch has it too
+                await asyncio.sleep(0.05)
+            crafted.timestamp_unix_ns = time.time_ns()  # after the first: Watch sends newer ones only
+            agent._loop.call_soon_threadsafe(agent._agent.publish, crafted)
+            taken = await asyncio.wait_for(feed.take(), 20)
+            over_grpc = await asyncio.wait_for(grpc_watch, 20)
+    finally:
+        agent.stop()
+    assert first.sequence == over_grpc[0].sequence
+    assert taken == over_grpc[1] and taken.hostname == "crafted"
+    assert taken.ranks[1].exception == "Traceback: mine"
+    if os.geteuid() != 0:  # root sees everything, over gRPC as in-process
+        assert taken.ranks[0].exception == "" and "private" in taken.ranks[0].unavailable["exception"]
+
+
+async def test_an_embedded_agent_that_stops_sampling_shows_as_unreachable(tmp_path, monkeypatch):
+    monkeypatch.delenv("TUIPROF_TOKEN", raising=False)
+    agent = start_embedded_agent(interval_ms=100, trace_dir=tmp_path / "traces")
+    events = []
+    options = ConnectionOptions(interval_ms=100, timeout=0.5)
+    watcher = asyncio.create_task(watch_embedded(agent, options, events.append))
+    try:
+        while not any(isinstance(e, SnapshotReceived) for e in events):
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(agent.stop)
+        await asyncio.sleep(1.5)
+    finally:
+        watcher.cancel()
+        agent.stop()
+    down = [e for e in events if isinstance(e, HostUnreachable)]
+    assert down and down[0].error == "no snapshot from the embedded agent for 0.5 s"
+    assert down[0].host == str(agent.address)

@@ -66,7 +66,7 @@ class HostClient:
         self._backoff = backoff or Backoff()
         self._clock = clock
         self._retry = retry or RetryNow()
-        self._stall = self._stall_timeout()
+        self._stall = stall_timeout(options, 1.0)
 
     async def run(self) -> None:
         """Connect, stream, and on any failure report it and retry after a backoff delay."""
@@ -83,10 +83,6 @@ class HostClient:
             log.info("host unreachable", extra={"host": self.host, "error": error, "retry_s": delay})
             if await self._retry.sleep(delay):
                 self._backoff.reset()  # asked to retry now: start the backoff over
-
-    def _stall_timeout(self, agent_interval: float = 1.0) -> float:
-        interval = self.options.interval_ms / 1000 or agent_interval
-        return max(self.options.timeout, 3 * interval)
 
     async def once(self, until: Callable[[pb.HostSnapshot], bool], deadline: float) -> None:
         """One attempt, no retry: GetInfo, then snapshots until ``until`` holds.
@@ -119,7 +115,7 @@ class HostClient:
             info = await stub.GetInfo(pb.GetInfoRequest(), timeout=self.options.timeout)
             emit(InfoReceived(self.host, self._clock(), info))
             self._backoff.reset()
-            self._stall = stall = self._stall_timeout(info.interval_seconds or 1.0)
+            self._stall = stall = stall_timeout(self.options, info.interval_seconds or 1.0)
             stream = stub.Watch(pb.WatchRequest(interval_ms=self.options.interval_ms))
             try:
                 while True:
@@ -131,6 +127,12 @@ class HostClient:
                         return
             finally:
                 stream.cancel()
+
+
+def stall_timeout(options: ConnectionOptions, agent_interval: float) -> float:
+    """Seconds without a snapshot after which a watched host is reported unreachable."""
+    interval = options.interval_ms / 1000 or agent_interval
+    return max(options.timeout, 3 * interval)
 
 
 async def watch_all(

@@ -1,5 +1,10 @@
 """This host's agent: embedded in the console process (``tuiprof`` with no host given), or
-the agentd already listening here, asked for its trace dir only when it is trustworthy."""
+the agentd already listening here, asked for its trace dir only when it is trustworthy.
+
+The console takes its embedded agent's info and snapshots in-process (``watch_embedded``)
+and reports them as the same events a gRPC client would; everything else reaches the
+embedded agent over gRPC at its address.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,20 @@ import os
 import pathlib
 import pwd
 import stat
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from agentd import peer
 from agentd.address import AgentAddress
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.host_client import Emit, stall_timeout
+from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
+
+if TYPE_CHECKING:  # the agent is imported only when one is started
+    from agentd.embedded import EmbeddedAgent
 
 
 class LocalAgentError(RuntimeError):
@@ -23,8 +35,9 @@ class LocalAgentError(RuntimeError):
 
 
 @contextlib.asynccontextmanager
-async def local_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = None) -> AsyncIterator[AgentAddress]:
-    """Start the embedded agent (in its own thread), yield its address, stop it on exit.
+async def embedded_agent(interval_ms: int = 1000,
+                         trace_dir: pathlib.Path | None = None) -> AsyncIterator[EmbeddedAgent]:
+    """Start the embedded agent (in its own thread), yield it, stop it on exit.
 
     ``trace_dir``: where it writes traces (default: the agent's own default).
     """
@@ -36,9 +49,39 @@ async def local_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = 
     except AgentdError as exc:
         raise LocalAgentError(f"cannot start the embedded agent: {exc}") from exc
     try:
-        yield agent.address
+        yield agent
     finally:
         await asyncio.to_thread(agent.stop)
+
+
+@contextlib.asynccontextmanager
+async def local_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = None) -> AsyncIterator[AgentAddress]:
+    """The embedded agent's address, for callers that talk to it over gRPC."""
+    async with embedded_agent(interval_ms, trace_dir) as agent:
+        yield agent.address
+
+
+async def watch_embedded(agent: EmbeddedAgent, options: ConnectionOptions, emit: Emit,
+                         clock: Callable[[], float] = time.time) -> None:
+    """Report the embedded agent as a HostClient reports an agent it watches, until cancelled.
+
+    The host is named by the agent's address, so traces and stacks reach it over gRPC.
+    Every snapshot the agent publishes is reported (it samples at the console's
+    interval); none for the stall time makes the host unreachable until the next.
+    """
+    host = str(agent.address)
+    info = await agent.info()
+    emit(InfoReceived(host, clock(), info))
+    stall = stall_timeout(options, info.interval_seconds or 1.0)
+    with agent.watch() as feed:
+        while True:
+            try:
+                async with asyncio.timeout(stall):
+                    snapshot = await feed.take()
+            except TimeoutError:
+                emit(HostUnreachable(host, clock(), f"no snapshot from the embedded agent for {stall:g} s"))
+                continue
+            emit(SnapshotReceived(host, clock(), snapshot))
 
 
 class UntrustedAgentError(Exception):

@@ -45,7 +45,7 @@ class LiveSource:
 
 @dataclass
 class LocalSource:
-    """This host, through an agent embedded in the console process."""
+    """This host, through an agent embedded in the console process (its snapshots taken in-process)."""
 
     options: ConnectionOptions
     live: bool = True
@@ -53,10 +53,10 @@ class LocalSource:
     retry: RetryNow = field(default_factory=RetryNow)
 
     async def run(self, emit: Emit) -> None:
-        from tuiprof.client.local import local_agent
+        from tuiprof.client.local import embedded_agent, watch_embedded
 
-        async with local_agent(self.options.interval_ms) as address:
-            await watch_all([address], self.options, emit, self.retry)
+        async with embedded_agent(self.options.interval_ms) as agent:
+            await watch_embedded(agent, self.options, emit)
 
 
 @dataclass
