@@ -91,8 +91,10 @@ class MetricsServer:
                 self._server.socket, server_side=True, do_handshake_on_connect=False
             )
         self.port = self._server.server_address[1]
+        # No poll interval: the accept loop sleeps until a connection comes, and stop()
+        # wakes it by shutting the listening socket down (socketserver polls every 0.5 s).
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics-http", daemon=True
+            target=self._server.serve_forever, args=(None,), name="metrics-http", daemon=True
         )
 
     def start(self, agent: Agent, info: Callable[[], pb.AgentInfo]) -> None:
@@ -103,6 +105,7 @@ class MetricsServer:
 
     def stop(self) -> None:
         if self._thread.is_alive():  # shutdown() waits for serve_forever, so only when it runs
+            self._server.socket.shutdown(socket.SHUT_RDWR)  # wakes the accept loop's select()
             self._server.shutdown()
         self._server.server_close()
 

@@ -34,7 +34,6 @@ ABSTRACT_NAME = b"\0dynolog\0"  # the trailing NUL is part of the name
 SOCKET_DIR_ENV = "KINETO_IPC_SOCKET_DIR"
 _CREDENTIALS = struct.Struct("iII")  # struct ucred: pid, uid, gid
 _RECV_BUFFER = 64 * 1024
-_STOP_CHECK_SECONDS = 0.5
 
 
 class EndpointError(Exception):
@@ -70,6 +69,8 @@ class KinetoEndpoint:
         self._answered = 0
         self._stop = threading.Event()
         self._sock = self._bind()
+        # close() writes here: the thread sleeps in select() until a datagram or this, never polls.
+        self._wake_reader, self._wake_writer = socket.socketpair()
         self._thread = threading.Thread(target=self._serve, name="kineto-ipc", daemon=True)
         self._thread.start()
 
@@ -103,9 +104,9 @@ class KinetoEndpoint:
         ancillary = socket.CMSG_SPACE(_CREDENTIALS.size)
         while not self._stop.is_set():
             try:
-                readable, _, _ = select.select([self._sock], [], [], _STOP_CHECK_SECONDS)
-                if not readable:
-                    continue
+                readable, _, _ = select.select([self._sock, self._wake_reader], [], [])
+                if self._sock not in readable:
+                    continue  # woken by close()
                 data, ancdata, flags, sender = self._sock.recvmsg(_RECV_BUFFER, ancillary)
             except (BlockingIOError, InterruptedError):
                 continue
@@ -164,9 +165,14 @@ class KinetoEndpoint:
         return False
 
     def close(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
+        self._wake_writer.send(b"\0")
         self._thread.join(timeout=2)
         self._sock.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
         if isinstance(self.address, str):
             try:
                 os.unlink(self.address)
