@@ -6,10 +6,13 @@ For each N: a real Prometheus (Debian's) started on a TSDB backfilled with
 ``promtool tsdb create-blocks-from openmetrics``: N hosts × 8 GPUs × 8 ranks, the
 series the cluster view reads (tests/console/prometheus_server.py, the names and
 labels agentd exports), one sample every ``--step`` seconds (the scrape interval)
-while the runs last, as if scraped, so each new sample is a new snapshot of every host
-and every row changes. Each N is measured twice on the same data: Prometheus without
-and with the recording rules of docs/prometheus/tuiprof-rules.yml (evaluated every
-step). The console is the real ``TuiprofApp`` headless (200×60) over a
+while the runs last, as if scraped, so each new sample is a new snapshot of its host.
+The hosts' samples are spread over the step, as Prometheus spreads its targets' scrapes
+over the interval: at a 5 s refresh and a 15 s step a third of the rows change at each
+refresh (``--aligned``: every host sampled at the same moment, so every row changes at
+one refresh in three, as in runs 1-3 of bench/console_prometheus.md). Each N is measured
+twice on the same data: Prometheus without and with the recording rules of
+docs/prometheus/tuiprof-rules.yml (evaluated every step). The console is the real ``TuiprofApp`` headless (200×60) over a
 ``PrometheusSource`` refreshing every ``--refresh`` seconds, in its own process.
 Measured over ``--seconds`` after a warm-up:
 
@@ -123,9 +126,11 @@ async def measure(url: str, refresh: float, seconds: float, warmup: float, prome
 
 
 def run_one(count: int, seconds: float, warmup: float, refresh: float, step: float,
-            backfill_s_per_host: float = BACKFILL_S_PER_HOST, rules_only: bool = False) -> list[dict]:
+            backfill_s_per_host: float = BACKFILL_S_PER_HOST, rules_only: bool = False,
+            aligned: bool = False) -> list[dict]:
     """Backfill once; measure the console over Prometheus without (unless ``rules_only``), then
     with, the recording rules."""
+    rule_sets: tuple[tuple[pathlib.Path, ...], ...] = ((RECORDING_RULES,),) if rules_only else ((), (RECORDING_RULES,))
     results = []
     with tempfile.TemporaryDirectory(prefix="tuiprof-bench-prom-") as work:
         directory = pathlib.Path(work)
@@ -134,11 +139,13 @@ def run_one(count: int, seconds: float, warmup: float, refresh: float, step: flo
         # written are those the runs read, however long the backfill takes.
         now = time.time()
         first = now + backfill_s_per_host * count
-        times = [now - step, *(first + i * step for i in range(int((2 * (warmup + seconds) + 180) / step)))]
+        samples = int((len(rule_sets) * (warmup + seconds) + 180) / step)
+        times = [now - step, *(first + i * step for i in range(samples))]
         begun = time.monotonic()
-        backfill(directory / "tsdb", fleet_openmetrics(count, gpus=GPUS, at=times), directory)
+        backfill(directory / "tsdb", fleet_openmetrics(count, gpus=GPUS, at=times, spread_s=0.0 if aligned else step),
+                 directory)
         backfill_s = time.monotonic() - begun
-        for rules in ((RECORDING_RULES,),) if rules_only else ((), (RECORDING_RULES,)):
+        for rules in rule_sets:
             with running_prometheus(directory, storage=directory / "tsdb", scrape_interval=f"{step:g}s",
                                     rule_files=rules, out_of_order_window="1h") as url:
                 pid = next(p.pid for p in psutil.Process().children() if p.name() == "prometheus")
@@ -150,7 +157,7 @@ def run_one(count: int, seconds: float, warmup: float, refresh: float, step: flo
             if console.returncode != 0:
                 raise RuntimeError(console.stderr)
             result = json.loads(console.stdout.strip().splitlines()[-1])
-            results.append({"mode": "prometheus", "hosts": count, "gpus": count * GPUS,
+            results.append({"mode": "prometheus", "hosts": count, "gpus": count * GPUS, "aligned": aligned,
                             "samples_per_series": len(times), "backfill_s": round(backfill_s, 1), **result})
     return results
 
@@ -165,6 +172,8 @@ def main() -> None:
                         help="seconds between backfilled samples (the scrape interval; also the rules' evaluation)")
     parser.add_argument("--grpc", type=int, default=0, help="also run direct gRPC mode with this many agents")
     parser.add_argument("--rules-only", action="store_true", help="measure only with the recording rules loaded")
+    parser.add_argument("--aligned", action="store_true",
+                        help="every host sampled at the same moment (runs 1-3), not spread over the step")
     parser.add_argument("--backfill-s-per-host", type=float, default=BACKFILL_S_PER_HOST,
                         help="about how long the backfill takes per host here (the first live sample's delay)")
     parser.add_argument("--console", help=argparse.SUPPRESS)
@@ -177,7 +186,7 @@ def main() -> None:
     print(f"# {os.uname().nodename}: {psutil.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     for count in args.counts:
         for result in run_one(count, args.seconds, args.warmup, args.refresh, args.step, args.backfill_s_per_host,
-                              args.rules_only):
+                              args.rules_only, args.aligned):
             print(json.dumps(result), flush=True)
     if args.grpc:
         import console_fleet

@@ -151,42 +151,46 @@ def node_name(index: int) -> str:
     return f"node-{index:05d}"
 
 
-def fleet_openmetrics(hosts: int, gpus: int, at: Sequence[float]) -> Iterator[str]:
+def fleet_openmetrics(hosts: int, gpus: int, at: Sequence[float], spread_s: float = 0.0) -> Iterator[str]:
     """OpenMetrics text for ``hosts`` agents with ``gpus`` GPUs and one rank per GPU,
     sampled at each time of ``at``: the series the cluster view reads, nothing else.
+    ``spread_s``: node i is sampled ``spread_s * i / hosts`` later than ``at`` says (a
+    scrape interval: Prometheus spreads its targets' scrapes over it).
 
     Node i's GPU utilization is ``i % 100`` percent (GPU 0 idle when i % 7 == 0, so
     a row's min differs from its mean), so a test can check any row.
     """
-    def family(name: str, kind: str, series: Iterator[tuple[str, float]]) -> Iterator[str]:
+    def family(name: str, kind: str, series: Iterator[tuple[int, str, float]]) -> Iterator[str]:
         yield f"# TYPE {name} {kind}\n"
-        for labels, value in series:
-            for t in at:
+        for i, labels, value in series:
+            for t in times[i]:
                 yield f"{name}{{{labels}}} {value} {t:.3f}\n"
 
     nodes = [node_name(i) for i in range(hosts)]
+    times = [[t + spread_s * i / hosts for t in at] for i in range(hosts)]
 
-    def per_host(value: float) -> Iterator[tuple[str, float]]:
-        return ((f'hostname="{n}"', value) for n in nodes)
+    def per_host(value: float) -> Iterator[tuple[int, str, float]]:
+        return ((i, f'hostname="{n}"', value) for i, n in enumerate(nodes))
 
-    def per_gpu(value: Callable[[int, int], float]) -> Iterator[tuple[str, float]]:
+    def per_gpu(value: Callable[[int, int], float]) -> Iterator[tuple[int, str, float]]:
         for i, n in enumerate(nodes):
             for g in range(gpus):
-                yield f'hostname="{n}",gpu="{g}",uuid="GPU-{i}-{g}"', value(i, g)
+                yield i, f'hostname="{n}",gpu="{g}",uuid="GPU-{i}-{g}"', value(i, g)
 
-    def per_rank(value: float, extra: str = "") -> Iterator[tuple[str, float]]:
+    def per_rank(value: float, extra: str = "") -> Iterator[tuple[int, str, float]]:
         for i, n in enumerate(nodes):
             for g in range(gpus):
-                yield f'hostname="{n}",pid="{1000 + g}",rank="{i * gpus + g}",local_rank="{g}"{extra}', value
+                yield i, f'hostname="{n}",pid="{1000 + g}",rank="{i * gpus + g}",local_rank="{g}"{extra}', value
 
     def utilization(i: int, g: int) -> float:
         return 0.0 if g == 0 and i % 7 == 0 else (i % 100) / 100
 
     yield "# TYPE tuiprof_snapshot_timestamp_seconds gauge\n"  # its value is the sample's time
-    for n in nodes:
-        for t in at:
+    for i, n in enumerate(nodes):
+        for t in times[i]:
             yield f'tuiprof_snapshot_timestamp_seconds{{hostname="{n}"}} {t:.3f} {t:.3f}\n'
-    yield from family("tuiprof_cpu_usage_ratio", "gauge", ((f'hostname="{n}",mode="idle"', 0.75) for n in nodes))
+    yield from family("tuiprof_cpu_usage_ratio", "gauge",
+                      ((i, f'hostname="{n}",mode="idle"', 0.75) for i, n in enumerate(nodes)))
     yield from family("tuiprof_memory_used_bytes", "gauge", per_host(64 * 2**30))
     yield from family("tuiprof_memory_total_bytes", "gauge", per_host(256 * 2**30))
     yield from family("tuiprof_gpu_info", "gauge", per_gpu(lambda i, g: 1))
@@ -199,8 +203,8 @@ def fleet_openmetrics(hosts: int, gpus: int, at: Sequence[float]) -> Iterator[st
     yield from family("tuiprof_rank_step_time_seconds", "gauge", per_rank(0.5))
     yield from family("tuiprof_rank_nccl_busbw_bytes_per_second", "gauge", per_rank(2e11, ',op="AllReduce"'))
     yield from family("tuiprof_hang_status", "gauge",
-                      ((f'hostname="{n}",level="{level}"', float(level == "ok"))
-                       for n in nodes for level in ("ok", "suspect", "hung")))
+                      ((i, f'hostname="{n}",level="{level}"', float(level == "ok"))
+                       for i, n in enumerate(nodes) for level in ("ok", "suspect", "hung")))
     yield "# EOF\n"
 
 

@@ -288,31 +288,33 @@ class TimedClient(PrometheusClient):
             self.spans.append((promql, sent, time.monotonic()))
 
 
-def test_the_rules_probe_goes_with_the_columns_in_one_round_trip(fleet: Fleet) -> None:
-    """Whether the rules are loaded is asked at every refresh, beside the columns read in the
-    mode last seen, not before them; a wrong guess costs one more round of columns."""
+def test_whether_the_rules_are_loaded_costs_no_round_trip_of_its_own(fleet: Fleet) -> None:
+    """Found out at every refresh: from the recorded columns themselves when the rules were
+    loaded at the last one; else by the rules probe sent beside the raw columns, not before
+    them (then, the rules being loaded, the recorded columns are read)."""
+    selection = HostSelection(expected=(NODE_A, NODE_B))
+
     async def one(guess: bool) -> tuple[FleetView, list[tuple[str, float, float]]]:
         async with TimedClient(fleet.url) as client:
-            return await fetch_fleet(client, HostSelection(expected=(NODE_A, NODE_B)), guess=guess), client.spans
+            return await fetch_fleet(client, selection, guess=guess), client.spans
 
-    columns = len(column_queries(fleet.selection))
+    recorded = set(column_queries(selection, recorded=True).values())
     view, spans = asyncio.run(one(guess=True))
     assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
-    assert len(spans) == columns + 1
-    [(_, _, probe_answered)] = [span for span in spans if span[0] == RULES_PROBE]
-    assert min(sent for promql, sent, _ in spans if promql != RULES_PROBE) < probe_answered  # not serial
+    assert {promql for promql, _, _ in spans} == recorded and len(spans) == len(recorded)  # no probe
 
     view, spans = asyncio.run(one(guess=False))
     assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
-    assert len(spans) == 2 * columns + 1  # raw columns, the probe, then the recorded columns
-    assert {promql for promql, _, _ in spans[-columns:]} == set(
-        column_queries(HostSelection(expected=(NODE_A, NODE_B)), recorded=True).values())
+    assert len(spans) == 2 * len(recorded) + 1  # raw columns and the probe, then the recorded columns
+    [(_, _, probe_answered)] = [span for span in spans if span[0] == RULES_PROBE]
+    assert min(sent for promql, sent, _ in spans if promql != RULES_PROBE) < probe_answered  # not serial
+    assert {promql for promql, _, _ in spans[-len(recorded):]} == recorded
 
 
 async def test_a_refresh_keeps_the_rows_whose_snapshot_did_not_change(fleet: Fleet) -> None:
     """The frozen agent's snapshot never changes: its row is the last view's, not built again.
-    A console's refresh after its first is one query per column and the rules probe (and the
-    hang query of the suspect host), in the mode the first found."""
+    A console's refresh after its first is one query per column (and the hang query of the
+    suspect host), in the mode the first found."""
     source = PrometheusSource(fleet.url, HostSelection.matching(rf"{FROZEN}|127\.0\.0\.2"), ConnectionOptions(),
                               fleet.agent_port)
     events: list[object] = []
@@ -322,7 +324,7 @@ async def test_a_refresh_keeps_the_rows_whose_snapshot_did_not_change(fleet: Fle
         sent = len(client.spans)
         await source.refresh(client, events.append)
         second = source.last_view
-        assert len(client.spans) - sent == len(column_queries(fleet.selection)) + 2
+        assert len(client.spans) - sent == len(column_queries(fleet.selection)) + 1
     assert first is not None and second is not None and second.recorded
     assert second.rows[FROZEN] is first.rows[FROZEN]
     assert second.rows[FROZEN].summary.step_time_seconds == 0.8125  # its figures, from the first refresh

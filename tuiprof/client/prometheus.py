@@ -536,6 +536,16 @@ async def _read_columns(client: PrometheusClient, selection: HostSelection, reco
     return columns
 
 
+async def _read_columns_and_mode(client: PrometheusClient, selection: HostSelection,
+                                 guess: bool) -> tuple[_Columns, bool]:
+    """The columns read as if the rules were loaded (``guess``) or not, and whether they are."""
+    if not guess:
+        return await asyncio.gather(_read_columns(client, selection, False), recording_rules_loaded(client))
+    columns = await _read_columns(client, selection, True)
+    # every agent exports CPU figures: none recorded means no rules, or no host selected yet
+    return columns, bool(columns.figures["cpu_percent"]) or await recording_rules_loaded(client)
+
+
 async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_expected: Iterable[str] = (),
                       recorded: bool | None = None, guess: bool = True,
                       previous: Mapping[str, HostRow] | None = None) -> FleetView:
@@ -543,17 +553,17 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_e
     (``selection.expected`` and ``also_expected``) without series in ``missing`` with the reason.
 
     ``recorded``: read the recording rules' series (True) or aggregate the raw ones (False).
-    None: whichever the server has now, asked every time (rules are loaded, evaluated first,
-    or removed while a console runs) together with the columns as they are read in the
-    ``guess`` mode (the last one seen), so a refresh costs one round trip; only when the
-    answer differs are the columns read again. ``previous``: the last view's rows, kept as
-    they are for the hosts whose snapshot did not change (scraped every 15 s and refreshed
-    every 5 s, two hosts in three): no new row is built for them.
+    None: whichever the server has now, found out every time (rules are loaded, evaluated
+    first, or removed while a console runs) in one round trip when it is the ``guess`` (the
+    mode last seen): recorded CPU figures in the answer say the rules are loaded; else the
+    rules probe, sent with the raw columns. Only when the guess was wrong are the columns
+    read again. ``previous``: the last view's rows, kept as they are for the hosts whose
+    snapshot did not change (scraped every 15 s and refreshed every 5 s, two hosts in
+    three): no new row is built for them.
     """
     started = time.perf_counter()
     if recorded is None:
-        columns, rules_loaded = await asyncio.gather(_read_columns(client, selection, guess),
-                                                     recording_rules_loaded(client))
+        columns, rules_loaded = await _read_columns_and_mode(client, selection, guess)
         if rules_loaded != guess:
             columns = await _read_columns(client, selection, rules_loaded)
     else:
@@ -647,11 +657,10 @@ class FleetEvents:
         for node, row in view.rows.items():
             if node in skipped:
                 continue
-            address = self.address_of(node)
             if self._sampled.get(node) != row.sampled_at:
                 self._sampled[node] = row.sampled_at
                 self._errors.pop(node, None)
-                result.append(SummaryReceived(address, row.sampled_at, row.summary))
+                result.append(SummaryReceived(self.address_of(node), row.sampled_at, row.summary))
             age = view.evaluated_at - row.sampled_at
             if age > self.stale_after_s:
                 self._unreachable(result, node, view.evaluated_at, stale_reason(age))
