@@ -93,6 +93,22 @@ def test_cluster_tracks_reachability_and_last_contact() -> None:
         cluster.host("zz")
 
 
+def test_hosts_sharing_a_name_are_told_apart_as_names_change() -> None:
+    """Two agents on one machine answer with one hostname; the names are the addresses until
+    a snapshot says otherwise, and follow each later snapshot."""
+    cluster = ClusterState(["a:1", "a:2", "b"])
+    assert cluster.shared_names() == set()
+    cluster.apply(SnapshotReceived("a:1", 1.0, snapshot_pb("gpu1")))
+    cluster.apply(SnapshotReceived("a:2", 1.0, snapshot_pb("gpu1")))
+    assert cluster.shared_names() == {"gpu1"}
+    assert cluster.label(cluster.host("a:2")) == "gpu1@a:2"
+    cluster.apply(SnapshotReceived("b", 1.0, snapshot_pb("b")))  # its name is its address: one host
+    cluster.apply(HostUnreachable("a:2", 2.0, "refused"))  # down, its name stays
+    assert cluster.shared_names() == {"gpu1"}
+    cluster.apply(SnapshotReceived("a:2", 3.0, snapshot_pb("gpu2")))
+    assert cluster.shared_names() == set() and cluster.label(cluster.host("a:2")) == "gpu2"
+
+
 def test_export_document_has_both_kinds_of_host() -> None:
     cluster = ClusterState(["up", "down"])
     cluster.apply(SnapshotReceived("up", 1.0, (snapshot_pb())))

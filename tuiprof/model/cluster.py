@@ -68,6 +68,8 @@ class ClusterState:
         self._capacity = history_capacity
         self._hosts: dict[str, HostState] = {}
         self._history: dict[str, History] = {}
+        self._names: Counter[str] = Counter()
+        """How many watched agents answer with each name (kept as names change: asked at every redraw)."""
         self.now = 0.0
         self.version = 0
         """Bumped on every change, so views can skip redrawing when nothing changed."""
@@ -77,6 +79,7 @@ class ClusterState:
     def add(self, address: str) -> None:
         if address not in self._hosts:
             self._hosts[address] = HostState(address, error=CONNECTING)
+            self._names[address] += 1
             self._history[address] = History(self._capacity)
             self.version += 1
 
@@ -95,6 +98,9 @@ class ClusterState:
             self._history[event.host].extend(history_samples(summary), event.at)
             new = HostState(address=old.address, reachable=True, error="", last_contact=event.at, info=old.info,
                             message=event.message, summary=summary)
+            if new.name != old.name:  # only a snapshot carries the agent's hostname
+                self._names[old.name] -= 1
+                self._names[new.name] += 1
         elif isinstance(event, InfoReceived):
             info = AgentInfo.from_proto(event.message)
             new = dataclasses.replace(old, reachable=True, error="", last_contact=event.at, info=info)
@@ -127,8 +133,7 @@ class ClusterState:
 
     def shared_names(self) -> set[str]:
         """Hostnames two or more watched agents answer with (two agents on one machine)."""
-        counts = Counter(state.name for state in self._hosts.values())
-        return {name for name, count in counts.items() if count > 1}
+        return {name for name, count in self._names.items() if count > 1}
 
     def label(self, state: HostState, shared: set[str] | None = None) -> str:
         """The host's name, told apart by its address when another agent has the same name

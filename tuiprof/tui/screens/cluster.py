@@ -208,7 +208,9 @@ class ClusterScreen(ConsoleScreen):
     # ---------------------------------------------------------------- rendering
 
     def visible_hosts(self) -> list[HostState]:
-        hosts = [h for h in self.cluster.hosts() if self.host_filter.matches(h)]
+        hosts = self.cluster.hosts()
+        if self.host_filter.terms:
+            hosts = [h for h in hosts if self.host_filter.matches(h)]
         column = COLUMNS[self.sort_column]
         return sorted(hosts, key=column.sort, reverse=self.reverse)
 
@@ -222,9 +224,13 @@ class ClusterScreen(ConsoleScreen):
         shared = self.cluster.shared_names()
         worst_address = worst.address if worst is not None else None
         cluster = self.cluster
-        flags = {h.address: _flags(h, worst_address, shared, cluster) for h in hosts}
+        flags: dict[str, Flags] = {}
+        width = 12
+        for h in hosts:
+            flags[h.address] = host_flags = _flags(h, worst_address, shared, cluster)
+            width = max(width, len(_host_label(h, host_flags)))
         # Rows are made lazily: the grid asks only for the rows it draws.
-        self.grid.set_first_width(max([12, *(len(_host_label(h, flags[h.address])) for h in hosts)]))
+        self.grid.set_first_width(width)
         self.grid.set_rows(_LazyRows(self, {h.address: h for h in hosts}, flags))
         self._update_titles(len(hosts))
         self.update_detail()
