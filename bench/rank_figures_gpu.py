@@ -52,6 +52,10 @@ WARM_CALLS, STEADY_CALLS = 64, 400  # accuracy: per group, read the slot after e
 # 2048^3 mm, 26 us, left the GPU idle between calls: both sides then time host latency, differently)
 SMALL_STEADY_CALLS = 8000
 OVERHEAD_PAIRS, OVERHEAD_STEPS, OVERHEAD_WARMUP = 10, 300, 30
+# overhead-alternating: chunks each process runs before the pairs, not counted. Run 6's first pair
+# (no such chunk) had the plain process's first chunk 3 % slower than any later one: the GPU had sat
+# idle while the hooked process started, and a 30-step warm-up does not bring its clocks back.
+ALTERNATING_WARMUP_CHUNKS = 1
 STEP_SIZES = {"30ms": 6144, "5ms": 1024}  # batch rows through 8 bf16 Linear(8192, 8192)
 SIZES_ENV = "RANK_FIGURES_SIZES"  # the step sizes an overhead worker runs (``--sizes``, comma-separated)
 
@@ -523,6 +527,7 @@ def phase_overhead_alternating(out: pathlib.Path, pairs: int, seconds: float) ->
                              stderr=subprocess.STDOUT)
     workers: dict[str, subprocess.Popen] = {}
     runs: dict[str, list[dict]] = {"plain": [], "tuiprof": []}
+    warmup: dict[str, list[float]] = {"plain": [], "tuiprof": []}
     size = step_sizes()[0]
     started = time.monotonic()
     try:
@@ -533,6 +538,11 @@ def phase_overhead_alternating(out: pathlib.Path, pairs: int, seconds: float) ->
             workers[label] = subprocess.Popen(cmd, env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                               stderr=open(out / f"overhead_chunks_{label}.log", "w"), text=True)
             read_line(workers[label], "READY")
+        for label in ("plain", "tuiprof"):  # one chunk each, not counted: see ALTERNATING_WARMUP_CHUNKS
+            for _ in range(ALTERNATING_WARMUP_CHUNKS):
+                workers[label].stdin.write("run\n")
+                workers[label].stdin.flush()
+                warmup[label].append(float(read_line(workers[label], "CHUNK")))
         pair_seconds = 0.0
         for pair in range(pairs):
             if time.monotonic() - started + pair_seconds > seconds:
@@ -551,7 +561,8 @@ def phase_overhead_alternating(out: pathlib.Path, pairs: int, seconds: float) ->
             worker.wait(timeout=60)
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=30)
-    return {"design": "alternating chunks, ABBA", "pairs": len(runs["plain"]), "steps": OVERHEAD_STEPS,
+    return {"design": "alternating chunks, ABBA", "warmup_chunks_ms": warmup, "pairs": len(runs["plain"]),
+            "steps": OVERHEAD_STEPS,
             "batches": {size: STEP_SIZES[size]}, "sizes": {size: paired(runs, size)}}
 
 
