@@ -10,6 +10,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.color import Color
 from textual.css.styles import RenderStyles
 from textual.geometry import Region
@@ -18,6 +19,8 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 Cell = Text | str
+CELL_METAS = 2000
+"""Cells whose coordinate style is kept: more than a screen of a table shows."""
 
 
 def _width(cell: Cell) -> int:
@@ -37,16 +40,16 @@ def _replace_cells(table: DataTable, changes: Mapping[str, Mapping[ColumnKey, Ce
     bench/console_cpu_profile.md); here only the changed cells' cache entries go.
     Writes the table's own cell store, as ``update_cell`` does.
     """
-    stale_cells: set[tuple[RowKey, ColumnKey]] = set()
+    stale_cells: set[tuple[str, int]] = set()
     for key, changed in changes.items():
-        row_key = RowKey(key)
-        table._data[row_key].update(changed)
-        stale_cells.update((row_key, column_key) for column_key in changed)
-    stale_rows = {row_key for row_key, _ in stale_cells}
+        table._data[RowKey(key)].update(changed)
+        stale_cells.update((key, id(column_key)) for column_key in changed)
     # Cell cache key: (row key, column key, styles...); row cache key: (row key, line, styles...).
-    for cell_key in [k for k in table._cell_render_cache.keys() if (k[0], k[1]) in stale_cells]:
+    # Compared by the row's string and the column key's identity (the table's own key objects, which
+    # may carry no string): hashing the keys themselves runs Python code for each entry.
+    for cell_key in [k for k in table._cell_render_cache.keys() if (k[0].value, id(k[1])) in stale_cells]:
         table._cell_render_cache.discard(cell_key)
-    for row_cache_key in [k for k in table._row_render_cache.keys() if k[0] in stale_rows]:
+    for row_cache_key in [k for k in table._row_render_cache.keys() if k[0].value in changes]:
         table._row_render_cache.discard(row_cache_key)
     table._row_renderable_cache.clear()  # the cells of each row, formatted: cheap to make again
     table._line_cache.clear()  # lines joined from the row cache: cheap to make again
@@ -153,6 +156,7 @@ class FittedTable(DataTable[Cell]):
         self.fixed_columns = 1
         self._repaint_styles: dict[object, object] | None = None
         """Styles looked up during the current ``render_lines`` (None outside one)."""
+        self._cell_metas: LRUCache[tuple[int, int], Style] = LRUCache(CELL_METAS)
 
     @property
     def shown_labels(self) -> list[str]:
@@ -261,16 +265,24 @@ class FittedTable(DataTable[Cell]):
             False, False, row_index < self.fixed_rows or column_index < self.fixed_columns, hover, cursor,
             self.show_cursor, self._show_hover_cursor, self.cursor_foreground_priority == "css",
             self.cursor_background_priority == "css")
-        pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
+        pre_style = base_style + self._cell_meta(row_index, column_index) + component_style
         console = self.app.console
         text = cell.render(console, end="")  # the spans' styles; the text's own goes under them
         if cell.style:
             text = Segment.apply_style(text, console.get_style(cell.style))
-        padding = Segment(" " * self.cell_padding)
-        segments = [padding, *text, Segment(" " * (room - cell.cell_len)), padding]
+        padding = " " * self.cell_padding
+        segments = [Segment(padding), *text, Segment(" " * (room - cell.cell_len) + padding)]
         line = list(Segment.apply_style([s for s in segments if s.text], pre_style, post_style))
         self._cell_render_cache[cache_key] = [line]
         return [line]
+
+    def _cell_meta(self, row_index: int, column_index: int) -> Style:
+        """The style carrying a cell's coordinates (for the mouse), made once per cell: Rich
+        serializes the meta each time it makes one (``Style.from_meta``)."""
+        meta = self._cell_metas.get((row_index, column_index))
+        if meta is None:
+            meta = self._cell_metas[row_index, column_index] = Style.from_meta({"row": row_index, "column": column_index})
+        return meta
 
     def _projected(self) -> dict[str, list[Cell]]:
         return {key: [cells[i] for i in self._shown if i < len(cells)] for key, cells in self._rows.items()}
