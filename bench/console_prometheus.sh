@@ -4,11 +4,14 @@
 # are Debian's (2.42, as on the VM), carried xz-compressed in $PROM (prometheus.xz, promtool.xz:
 # `xz -c /usr/bin/prometheus`); the console's wheels (textual & co, grpcio, protobuf, msgspec) in
 # $WHEELS; httpx and psutil are the image's. Arguments go to the bench, e.g.
-#   OUT=$OUT bash bench/console_prometheus.sh --counts 10000 --seconds 60 --warmup 30
-# With ANSWER_HOSTS=N, then bench/console_prometheus_answer.py (the console's own share of a
-# refresh of N hosts), over the tree in $BEFORE too when set (e.g. an older commit's tuiprof and
-# agentd unpacked with `git archive`). Output in $OUT/log.txt (the machine, the versions, one
-# JSON line per measured run).
+#   OUT=$OUT bash bench/console_prometheus.sh --counts 10000 --rules-only --seconds 120 --warmup 30 \
+#     --backfill-s-per-host 0.004
+# (about 5 minutes at 10,000 hosts: backfill ~1.5 min, Prometheus's start, 30 + 120 s measured,
+# a refresh with new rows every 5 s.) With ANSWER_HOSTS=N, then bench/console_prometheus_answer.py
+# (the console's own share of a refresh of N hosts; ANSWER_ARGS: its other options, e.g.
+# "--new-every 3 --server-ms 460 --probe-ms 80"), over the tree in $BEFORE too when set (e.g. an
+# older commit's tuiprof and agentd unpacked with `git archive`). Output in $OUT/log.txt (the
+# machine, the versions, one JSON line per measured run).
 set -u
 OUT=${OUT:-bench/.work/console_prometheus}
 WHEELS=${WHEELS:-.whl-console}
@@ -31,7 +34,8 @@ RC=$?
 if [ -n "${ANSWER_HOSTS:-}" ]; then
   for tree in ${BEFORE:-} .; do
     echo "# console's share of a refresh, tuiprof from $tree"
-    python3 bench/console_prometheus_answer.py --hosts "$ANSWER_HOSTS" --source "$tree" || RC=1
+    # shellcheck disable=SC2086  # ANSWER_ARGS: several options
+    python3 bench/console_prometheus_answer.py --hosts "$ANSWER_HOSTS" --source "$tree" ${ANSWER_ARGS:-} || RC=1
   done
 fi
 date -u +%FT%TZ

@@ -366,10 +366,6 @@ def _figures(result: QueryResult) -> dict[str, str]:
     return {sample.metric.hostname: sample.value[1] for sample in result.samples if sample.value[1] != "NaN"}
 
 
-def _count(text: str) -> int:
-    return int(float(text))
-
-
 def _collector_gaps(result: QueryResult) -> dict[str, dict[str, str]]:
     gaps: dict[str, dict[str, str]] = {}
     for sample in result.samples:
@@ -446,8 +442,10 @@ class _Columns:
     def _readings(self, column: str, hosts: Sequence[str], otherwise: Sequence[Unavailable]) -> list[Reading]:
         """The column's figure of each host, or the reason it has none."""
         figures = self.figures[column]
-        number: Callable[[str], float] = _count if column in _COUNTS else float
-        return [number(text) if (text := figures.get(host)) is not None else why
+        if column in _COUNTS:
+            return [int(float(text)) if (text := figures.get(host)) is not None else why
+                    for host, why in zip(hosts, otherwise)]
+        return [float(text) if (text := figures.get(host)) is not None else why
                 for host, why in zip(hosts, otherwise)]
 
     def _missing(self, host: str) -> tuple[Unavailable, ...]:
@@ -583,17 +581,22 @@ def _rows(columns: _Columns, selection: HostSelection, previous: Mapping[str, Ho
     """Each host's row by node: the previous one where the host's snapshot is the same, else
     built from the answers."""
     rows: dict[str, HostRow] = {}
-    new: list[tuple[str, str, float]] = []
+    nodes: list[str] = []
+    hosts: list[str] = []
+    times: list[float] = []
+    node_of = selection.node_of
     for hostname, sampled in columns.figures["sampled_at"].items():
-        node, sampled_at = selection.node_of(hostname), float(sampled)
+        node, sampled_at = node_of(hostname), float(sampled)
         row = previous.get(node)
         if row is not None and row.sampled_at == sampled_at and row.hostname == hostname:
             rows[node] = row
         else:
-            new.append((node, hostname, sampled_at))
+            nodes.append(node)
+            hosts.append(hostname)
+            times.append(sampled_at)
     ranks = columns.figures["rank_count"]
-    for (node, hostname, sampled_at), summary in zip(new, columns.summaries([hostname for _, hostname, _ in new])):
-        rows[node] = HostRow(node, hostname, sampled_at, summary, _count(ranks.get(hostname, "0")))
+    rank_counts = [int(float(text)) if (text := ranks.get(host)) is not None else 0 for host in hosts]
+    rows.update(zip(nodes, map(HostRow, nodes, hosts, times, columns.summaries(hosts), rank_counts)))
     return rows
 
 
