@@ -6,13 +6,14 @@ over all REPS as well, since NVML may wait rather than work). ``nvmlGpmMetricsGe
 1, 2, 4, 8 and all 12 of the agent's metrics between the same two samples, to see whether its
 cost grows with the metric count. Prints one JSON document.
 
-    python3 bench/nvml_call_cost.py [--reps 200]
+    python3 bench/nvml_call_cost.py [--reps 200] [--with-load]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,10 +55,33 @@ def gpm_metrics_get(count: int, older: Any, newer: Any) -> Callable[[], Any]:
     return call
 
 
+LOAD = ("import torch, time\n"
+        "a = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16)\n"
+        "print('loaded', flush=True)\n"
+        "while True:\n"
+        "    for _ in range(8): a @ a\n"
+        "    torch.cuda.synchronize(); time.sleep(0.05)\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=200)
-    reps = parser.parse_args().reps
+    parser.add_argument("--with-load", action="store_true",
+                        help="a PyTorch process runs matmuls on GPU 0 meanwhile (per-process calls have one to report)")
+    args = parser.parse_args()
+    load = None
+    if args.with_load:
+        load = subprocess.Popen([sys.executable, "-c", LOAD], stdout=subprocess.PIPE, text=True)
+        assert load.stdout is not None and load.stdout.readline().strip() == "loaded"
+        time.sleep(2)  # NVML has utilization samples of it by now
+    try:
+        measure(args.reps)
+    finally:
+        if load is not None:
+            load.kill()
+
+
+def measure(reps: int) -> None:
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     fields = [(pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0xFFFFFFFF),
@@ -85,6 +109,10 @@ def main() -> None:
     newest = max((sample.timeStamp for sample in reader.read(handle, 0)), default=0)
     result["calls"]["process_utilization_since_newest"] = timed(reader.read, handle, newest, reps=reps)
     result["calls"]["process_utilization_since_newest"]["newest_us"] = newest
+    if hasattr(pynvml, "nvmlDeviceGetProcessesUtilizationInfo"):  # NVML 12.4+: the versioned call
+        result["calls"]["processes_utilization_info_since_newest"] = timed(
+            pynvml.nvmlDeviceGetProcessesUtilizationInfo, handle, newest, reps=reps)
+    result["gpu_processes"] = len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
     samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
     result["calls"]["gpm_sample_get"] = timed(pynvml.nvmlGpmSampleGet, handle, samples[0], reps=reps)
     time.sleep(1.0)
