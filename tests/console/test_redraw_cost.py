@@ -215,10 +215,11 @@ async def test_the_op_views_redraw_without_news_makes_no_rows(monkeypatch) -> No
         assert made == [app.cluster.version]
 
 
-async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_once(monkeypatch) -> None:
+async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_and_columns_once(monkeypatch) -> None:
     """DataTable looks up its own, its background's, the fixed column's and the stripe's styles for
     every line it draws, each a walk over every ancestor's styles (``DOMNode.rich_style``): 64
-    walks for 16 changed rows. FittedTable looks each up once per repaint (tables.py)."""
+    walks for 16 changed rows; and it lists its columns in order three times a line. FittedTable
+    does each once per repaint (tables.py)."""
     from textual.dom import DOMNode
 
     from tuiprof.tui.tables import FittedTable
@@ -226,6 +227,10 @@ async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_once(mo
     walks: list[DOMNode] = []
     walk = DOMNode.rich_style.fget
     monkeypatch.setattr(DOMNode, "rich_style", property(lambda node: walks.append(node) or walk(node)))
+    listings: list[DataTable] = []
+    columns_of = DataTable.ordered_columns.fget
+    monkeypatch.setattr(DataTable, "ordered_columns",
+                        property(lambda table: listings.append(table) or columns_of(table)))
 
     def rows(value: str) -> dict[str, list[str]]:
         return {f"r{i}": [f"rank {i}", value, "ok"] for i in range(16)}
@@ -237,8 +242,10 @@ async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_once(mo
         await pilot.pause()
         walks.clear()
         table.show_rows(rows("stopped"))
+        listings.clear()
         await pilot.pause()
-        repaint_walks = len(walks)
+        repaint_walks, repaint_listings = len(walks), len(listings)
         assert all("stopped" in table.render_line(table._get_row_region(i).y).text for i in range(16))
         # One walk per style (own, header, fixed, two stripes, the cursor's two), not four a line.
         assert 0 < repaint_walks <= 7
+        assert repaint_listings == 1  # 64 without

@@ -3,8 +3,9 @@ collapsing by priority to the terminal's width."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -13,12 +14,13 @@ from rich.text import Text
 from textual.cache import LRUCache
 from textual.color import Color
 from textual.css.styles import RenderStyles
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.widgets.data_table import Column, ColumnKey, RowKey
 
 Cell = Text | str
+T = TypeVar("T")
 CELL_METAS = 2000
 """Cells whose coordinate style is kept: more than a screen of a table shows."""
 
@@ -147,6 +149,10 @@ class FittedTable(DataTable[Cell]):
     not those the user hid (``hidden``: labels, from the column chooser).
     """
 
+    _repaint_memo: dict[object, Any] | None = None
+    """What ``_once_per_repaint`` made during the current ``render_lines`` (None outside one; a
+    class attribute, since DataTable's constructor already asks for the columns)."""
+
     def __init__(self, columns: Sequence[TableColumn], *, id: str, cursor: bool = True) -> None:
         super().__init__(id=id, cursor_type="row" if cursor else "none", zebra_stripes=True)
         self.all_columns = tuple(columns)
@@ -154,8 +160,6 @@ class FittedTable(DataTable[Cell]):
         self._rows: dict[str, list[Text]] = {}
         self._shown: list[int] = []
         self.fixed_columns = 1
-        self._repaint_styles: dict[object, object] | None = None
-        """Styles looked up during the current ``render_lines`` (None outside one)."""
         self._cell_metas: LRUCache[tuple[int, int], Style] = LRUCache(CELL_METAS)
 
     @property
@@ -193,48 +197,49 @@ class FittedTable(DataTable[Cell]):
         sync_rows(self, self._projected())
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """The lines of ``crop``, each style looked up once for all of them.
+        """The lines of ``crop``, each style (and the columns, and the size) looked up once for all of them.
 
         DataTable works out its own style, its background and the styles of the header, the
         fixed column and the row's stripe for every line it draws, and each lookup walks every
         ancestor's styles (``DOMNode.rich_style``): 15 % of the console's event loop while 8
-        GPU rows change (bench/console_cpu_profile.md, run 3). No style changes while one
-        repaint draws its lines, so they are looked up once per repaint.
+        GPU rows change (bench/console_cpu_profile.md, run 3). No style, column or size changes
+        while one repaint draws its lines, so they are looked up once per repaint.
         """
-        self._repaint_styles = {}
+        self._repaint_memo = {}
         try:
             return super().render_lines(crop)
         finally:
-            self._repaint_styles = None
+            self._repaint_memo = None
+
+    def _once_per_repaint(self, name: object, make: Callable[[], T]) -> T:
+        """``make()``, made once during a repaint (every time outside one)."""
+        memo = self._repaint_memo
+        if memo is None:
+            return make()
+        if name not in memo:
+            memo[name] = make()
+        return memo[name]  # type: ignore[no-any-return]
 
     def get_component_styles(self, *names: str) -> RenderStyles:
-        memo = self._repaint_styles
-        if memo is None:
-            return super().get_component_styles(*names)
-        styles = memo.get(names)
-        if styles is None:
-            styles = memo[names] = _StyleOfOneRepaint(super().get_component_styles(*names))
-        return styles  # type: ignore[return-value]
+        return self._once_per_repaint(
+            names, lambda: _StyleOfOneRepaint(super(FittedTable, self).get_component_styles(*names)))
 
     @property
     def rich_style(self) -> Style:
-        memo = self._repaint_styles
-        if memo is None:
-            return super().rich_style
-        style = memo.get("rich_style")
-        if style is None:
-            style = memo["rich_style"] = super().rich_style
-        return style  # type: ignore[return-value]
+        return self._once_per_repaint("rich_style", lambda: super(FittedTable, self).rich_style)
 
     @property
     def background_colors(self) -> tuple[Color, Color]:
-        memo = self._repaint_styles
-        if memo is None:
-            return super().background_colors
-        colors = memo.get("background_colors")
-        if colors is None:
-            colors = memo["background_colors"] = super().background_colors
-        return colors  # type: ignore[return-value]
+        return self._once_per_repaint("background_colors", lambda: super(FittedTable, self).background_colors)
+
+    @property
+    def ordered_columns(self) -> list[Column]:
+        """DataTable makes this list three times for each line it draws."""
+        return self._once_per_repaint("ordered_columns", lambda: super(FittedTable, self).ordered_columns)
+
+    @property
+    def size(self) -> Size:
+        return self._once_per_repaint("size", lambda: super(FittedTable, self).size)
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
