@@ -1,5 +1,6 @@
 """The one reader of ``/proc/<pid>``: what the kernel says about a process; and ``read_whole`` and
-``read_attribute``, the one-``open`` readers of the /proc and /sys files the collectors sample.
+``read_attribute``, the one-``open`` readers of the /proc and /sys files the collectors sample,
+and ``OpenProcFile``, for a /proc file read every interval without opening it again.
 
 Everything the agent believes about a process (alive or not, its scheduler state,
 when it started, whose it is, its rank and whether it runs CUDA) comes from here,
@@ -75,6 +76,36 @@ def read_whole(path: str) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+class OpenProcFile:
+    """A /proc file opened once and read again from its start each time.
+
+    The kernel generates a /proc text file anew for a read from offset 0, so ``pread``
+    from 0 on the kept descriptor gives what ``read_whole`` gives, without the path
+    lookup, open and close each time (on the VM, cold, about a third of reading the
+    host collector's five files). The descriptor is opened at the first read; an
+    OSError then (missing, unreadable) propagates and the next read tries again.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def read(self) -> bytes:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        chunks = []
+        offset = 0
+        while chunk := os.pread(self._fd, _READ_CHUNK, offset):  # a seq_file read may stop short
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_attribute(path: str) -> bytes:

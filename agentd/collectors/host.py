@@ -1,9 +1,10 @@
 """Host metrics from /proc, /sys and ethtool: CPU (all, per core, per NUMA node), load,
 uptime, interrupts, memory, NICs (with the driver's pause-frame counters), RDMA ports, disks.
 
-Each /proc file is read once per sample, whole, by ``procfs.read_whole``: /proc/stat
-(CPU times of all CPUs and each online one, interrupt totals), /proc/meminfo (memory
-and swap), /proc/net/dev, /proc/diskstats. The figures are the ones psutil gives
+Each /proc file is read once per sample, whole, from a descriptor kept open
+(``procfs.OpenProcFile``): /proc/stat (CPU times of all CPUs and each online one,
+interrupt totals), /proc/meminfo (memory and swap), /proc/net/dev, /proc/diskstats,
+/proc/loadavg (the task count). The figures are the ones psutil gives
 (memory "available" as ``free`` shows it, NIC and disk totals that never go down: a
 counter read lower than before is taken as wrapped, its old value added, as psutil's
 ``nowrap`` does), without psutil's second reads and per-call set-up. What does not
@@ -34,7 +35,7 @@ import psutil
 from agentd.collectors.base import Collector
 from agentd.collectors.ethtool import NO_STATISTICS, NOT_SUPPORTED, EthtoolStats
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable
-from agentd.procfs import read_attribute, read_whole
+from agentd.procfs import OpenProcFile, read_attribute
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 # Static facts (the NUMA nodes' CPU lists, a NIC without pause counters, the RDMA ports and
@@ -150,9 +151,9 @@ def parse_proc_stat(text: str, ticks_per_second: int) -> ProcStat:
 _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
-def read_proc_stat(path: str = "/proc/stat") -> ProcStat:
+def read_proc_stat(file: OpenProcFile) -> ProcStat:
     """/proc/stat parsed (an OSError propagates: without it there are no CPU figures at all)."""
-    return parse_proc_stat(read_whole(path).decode("ascii"), _TICKS_PER_SECOND)
+    return parse_proc_stat(file.read().decode("ascii"), _TICKS_PER_SECOND)
 
 
 def memory_stats(meminfo: bytes) -> pb.MemoryStats:
@@ -289,13 +290,13 @@ def count_processes(proc: bytes = b"/proc") -> int:
     return sum(map(bytes.isdigit, os.listdir(proc)))
 
 
-def read_task_count(path: str = "/proc/loadavg") -> int:
+def read_task_count(file: OpenProcFile) -> int:
     """How many tasks (threads) exist: "0.21 0.30 0.58 4/121 3583" gives 121 (runnable/existing).
 
     (The load figures themselves come from os.getloadavg(), whose precision is glibc's:
     this file prints them to two decimals.)
     """
-    return int(read_whole(path).split()[3].partition(b"/")[2])
+    return int(file.read().split()[3].partition(b"/")[2])
 
 
 class ProcessCount:
@@ -568,6 +569,11 @@ class HostCollector(Collector):
         self._without_pauses: dict[str, tuple[float, Unavailable]] = {}  # NIC -> when found so, and why
         self._process_count = ProcessCount()
         self._rdma_counters = RdmaCounters()
+        self._stat = OpenProcFile("/proc/stat")
+        self._meminfo = OpenProcFile("/proc/meminfo")
+        self._net_dev = OpenProcFile("/proc/net/dev")
+        self._diskstats = OpenProcFile("/proc/diskstats")
+        self._loadavg = OpenProcFile("/proc/loadavg")
 
     def status(self) -> pb.CollectorStatus:
         return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
@@ -576,7 +582,7 @@ class HostCollector(Collector):
         raw = self._read()
         previous = self._previous
         cpu = self._cpu_stats(previous, raw)
-        memory = memory_stats(read_whole("/proc/meminfo"))
+        memory = memory_stats(self._meminfo.read())
         nics = self._nic_stats(previous, raw)
         disks = self._disk_stats(previous, raw)
         rdma = self._rdma_counters.read(raw.at)
@@ -596,9 +602,9 @@ class HostCollector(Collector):
             snapshot.rdma.CopyFrom(self._rdma)
 
     def _read(self) -> _Raw:
-        nics = self._nic_totals(parse_net_dev(read_whole("/proc/net/dev")))
-        disks = self._disk_totals(self._whole_disks(parse_diskstats(read_whole("/proc/diskstats"))))
-        stat = read_proc_stat()
+        nics = self._nic_totals(parse_net_dev(self._net_dev.read()))
+        disks = self._disk_totals(self._whole_disks(parse_diskstats(self._diskstats.read())))
+        stat = read_proc_stat(self._stat)
         now = self._clock()
         nodes = self._numa_nodes(tuple(stat.cpus), now)
         numa = nodes if isinstance(nodes, Unavailable) else numa_times(nodes, stat)
@@ -623,7 +629,7 @@ class HostCollector(Collector):
         cpu.seconds_total.CopyFrom(pb.CpuModeSeconds(**stat.total._asdict()))
         HostCollector._numa_stats(cpu, previous.numa if previous else None, raw.numa)
         cpu.load1, cpu.load5, cpu.load15 = os.getloadavg()
-        cpu.process_count = self._process_count(stat.counts.get("processes"), read_task_count())
+        cpu.process_count = self._process_count(stat.counts.get("processes"), read_task_count(self._loadavg))
         cpu.uptime_seconds = uptime_seconds()
         for field, line in (("interrupts_total", "intr"), ("softirqs_total", "softirq")):
             put(cpu, field, stat.counts.get(line, Unavailable(f"/proc/stat has no {line} line")))
@@ -652,6 +658,8 @@ class HostCollector(Collector):
 
     def close(self) -> None:
         self._ethtool.close()
+        for file in (self._stat, self._meminfo, self._net_dev, self._diskstats, self._loadavg):
+            file.close()
 
     def _nic_stats(self, previous: _Raw | None, raw: _Raw) -> list[pb.NicStats]:
         seconds = raw.at - previous.at if previous else 0.0

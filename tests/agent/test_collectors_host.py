@@ -38,7 +38,7 @@ from agentd.collectors.host import (
     read_proc_stat,
 )
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
-from agentd.procfs import read_whole
+from agentd.procfs import OpenProcFile, read_whole
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 
@@ -233,9 +233,37 @@ def test_read_whole_reads_past_one_read_and_generated_proc_files(tmp_path: pathl
         read_whole(str(tmp_path / "missing"))
 
 
+def test_a_proc_file_kept_open_is_read_whole_and_anew_each_time(tmp_path: pathlib.Path) -> None:
+    """What read_whole gives, each time: the file's current content from its start, past one read."""
+    blob = tmp_path / "blob"
+    blob.write_bytes(os.urandom(200_000))  # more than one 64 KiB read
+    kept = OpenProcFile(str(blob))
+    assert kept.read() == read_whole(str(blob))
+    with blob.open("r+b") as rewrite:  # same file, new content
+        rewrite.write(os.urandom(200_000))
+    assert kept.read() == read_whole(str(blob))
+    kept.close()
+    uptime = OpenProcFile("/proc/uptime")  # generated per read, changes every 10 ms
+    readings = []
+    for _ in range(3):
+        before = float(read_whole("/proc/uptime").split()[0])
+        readings.append(float(uptime.read().split()[0]))
+        after = float(read_whole("/proc/uptime").split()[0])
+        assert before <= readings[-1] <= after
+        time.sleep(0.05)
+    assert readings == sorted(readings) and readings[0] < readings[-1]
+    uptime.close()
+    for path in ("/proc/stat", "/proc/meminfo", "/proc/net/dev", "/proc/diskstats", "/proc/loadavg"):
+        file = OpenProcFile(path)
+        for _ in range(2):  # the same lines as a fresh open gives (their numbers move)
+            kept_lines = [line.split()[0] for line in file.read().splitlines()]
+            assert kept_lines == [line.split()[0] for line in read_whole(path).splitlines()]
+        file.close()
+
+
 def test_an_unreadable_proc_stat_fails_the_sample(tmp_path: pathlib.Path) -> None:
     with pytest.raises(FileNotFoundError):  # no CPU figures at all: the runner reports the failed collect
-        read_proc_stat(str(tmp_path / "missing"))
+        read_proc_stat(OpenProcFile(str(tmp_path / "missing")))
 
 
 MEMINFO = """MemTotal:       16000000 kB
@@ -335,7 +363,7 @@ def test_uptime_and_process_count_agree_with_proc() -> None:
 def test_the_task_count_is_the_threads_of_every_process() -> None:
     threads = sum(len(os.listdir(f"/proc/{pid}/task")) for pid in os.listdir("/proc") if pid.isdigit()
                   and os.path.exists(f"/proc/{pid}/task"))
-    assert read_task_count() == pytest.approx(threads, abs=50)  # kernel threads included in both
+    assert read_task_count(OpenProcFile("/proc/loadavg")) == pytest.approx(threads, abs=50)  # kernel threads included in both
 
 
 def test_processes_are_listed_again_only_when_a_task_was_created_or_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -370,7 +398,7 @@ def test_numa_nodes_are_read_again_only_when_the_online_cpus_change_or_after_the
     now = [0.0]
     stats = {"two": "cpu0 1 0 1 10\ncpu1 1 0 1 10\n", "one": "cpu0 2 0 2 20\n"}
     current = ["two"]
-    monkeypatch.setattr(host, "read_proc_stat", lambda: parse_proc_stat(stats[current[0]], 100))
+    monkeypatch.setattr(host, "read_proc_stat", lambda _file: parse_proc_stat(stats[current[0]], 100))
     reads = []
     monkeypatch.setattr(host, "read_numa_nodes", lambda: reads.append(now[0]) or {0: [0, 1]})
     collector = HostCollector(1.0, clock=lambda: now[0])
@@ -401,7 +429,7 @@ def test_proc_stat_of_an_old_kernel_without_softirq_line_or_guest_columns() -> N
     assert stat.counts == {"intr": 77}
 
 
-def test_proc_stat_is_read_once_per_sample() -> None:
+def test_proc_stat_is_opened_once_and_read_anew_by_each_sample() -> None:
     opened: list[str] = []
     watching = threading.Event()
 
@@ -418,9 +446,10 @@ def test_proc_stat_is_read_once_per_sample() -> None:
         collector.collect()
     finally:
         watching.clear()
-    assert opened == ["/proc/stat", "/proc/stat"]
-    cpu = snapshot_of(collector).cpu
+    assert opened == ["/proc/stat"]  # kept open: no path lookup, open and close per sample
+    cpu = snapshot_of(collector).cpu  # rates: the second sample read new times
     assert cpu.HasField("interrupts_total") and cpu.HasField("user_percent") and cpu.cores
+    collector.close()
 
 
 def test_proc_stat_without_the_all_cpus_line_sums_the_cpus() -> None:
