@@ -1,6 +1,7 @@
 """The one reader of ``/proc/<pid>``: what the kernel says about a process; and ``read_whole`` and
-``read_attribute``, the one-``open`` readers of the /proc and /sys files the collectors sample,
-and ``OpenProcFile``, for a /proc file read every interval without opening it again.
+``read_attribute``, the one-``open`` readers of the /proc and /sys files the collectors sample.
+
+``OpenProcFile`` reads a /proc file every interval without opening it again.
 
 Everything the agent believes about a process (alive or not, its scheduler state,
 when it started, whose it is, its rank and whether it runs CUDA) comes from here,
