@@ -12,7 +12,10 @@ Per round and per tree, in that order, so that both see the same load:
    sum of its threads' /proc/PID/task/*/schedstat) over ``--seconds`` after ``--warmup`` seconds, with
    nothing scraping it; then ``/metrics`` scraped once a second for ``--scrape-seconds``:
    the mean of each collector's own ``tuiprof_collector_duration_seconds`` (wall time of
-   its latest collect, as the runner measures it).
+   its latest collect, as the runner measures it);
+3. the console's embedded agent without the Textual UI: a process running the tree's
+   ``LocalSource`` (the embedded agent and how the console takes its snapshots: over loopback
+   gRPC before the in-process feed, in-process after), its CPU over ``--seconds`` as in 2.
 
 Make each tree with ``git archive <commit> | tar -x -C /tmp/before`` and copy the built
 extensions (``tuiprof_native/*.so``) into it. Run as root (system-wide perf counters)::
@@ -97,6 +100,17 @@ print(json.dumps(result))
 """
 
 
+# Runs in the child: the console's source for this host, without the UI (events counted only).
+EMBEDDED = """
+import asyncio, sys
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.sources import LocalSource
+async def main():
+    await LocalSource(ConnectionOptions(interval_ms=1000)).run(lambda event: None)
+asyncio.run(main())
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -140,6 +154,31 @@ def scrape(port: int) -> dict[str, float]:
     return {name: float(value) for name, value in DURATION.findall(text)}
 
 
+def process_cpu(pid: int, warmup: float, seconds: float) -> dict[str, float]:
+    """CPU ms per second of each of the process's threads (by name) over ``seconds`` after ``warmup``."""
+    time.sleep(warmup)
+    names = thread_names(pid)
+    start_cpu, start = thread_cpu_ns(pid), time.monotonic()
+    time.sleep(seconds)
+    end_cpu, elapsed = thread_cpu_ns(pid), time.monotonic() - start
+    per_thread: dict[str, float] = {}
+    for tid, ns in end_cpu.items():
+        name = names.get(tid, "new thread")
+        per_thread[name] = per_thread.get(name, 0.0) + (ns - start_cpu.get(tid, 0)) / 1e6 / elapsed
+    return per_thread
+
+
+def embedded_run(source: pathlib.Path, warmup: float, seconds: float) -> dict[str, Any]:
+    console = subprocess.Popen([sys.executable, "-c", EMBEDDED], cwd=source, env=environment(source),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        per_thread = process_cpu(console.pid, warmup, seconds)
+    finally:
+        console.terminate()
+        console.wait(10)
+    return {"cpu_ms_per_s": sum(per_thread.values()), "thread_cpu_ms_per_s": dict(sorted(per_thread.items()))}
+
+
 def agent_run(source: pathlib.Path, warmup: float, seconds: float, scrape_seconds: float) -> dict[str, Any]:
     metrics_port = free_port()
     agent = subprocess.Popen(
@@ -148,15 +187,7 @@ def agent_run(source: pathlib.Path, warmup: float, seconds: float, scrape_second
         cwd=source, env=environment(source), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(warmup)
-        names = thread_names(agent.pid)
-        start_cpu, start = thread_cpu_ns(agent.pid), time.monotonic()
-        time.sleep(seconds)
-        end_cpu, elapsed = thread_cpu_ns(agent.pid), time.monotonic() - start
-        per_thread: dict[str, float] = {}
-        for tid, ns in end_cpu.items():
-            name = names.get(tid, "new thread")
-            per_thread[name] = per_thread.get(name, 0.0) + (ns - start_cpu.get(tid, 0)) / 1e6 / elapsed
+        per_thread = process_cpu(agent.pid, warmup, seconds)
         cpu_ms_per_s = sum(per_thread.values())
         durations: dict[str, list[float]] = {}
         until = time.monotonic() + scrape_seconds
@@ -196,6 +227,7 @@ def main() -> int:
             run: dict[str, Any] = {"collect": collect_calls(source, args.calls, args.cpus)}
             if not args.collect_only:
                 run["agent"] = agent_run(source, args.warmup, args.seconds, args.scrape_seconds)
+                run["embedded"] = embedded_run(source, args.warmup, args.seconds)
             runs[label].append(run)
             print(f"round {round_number + 1} {label}: {json.dumps(run)}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -218,10 +250,16 @@ def print_medians(runs: dict[str, list[dict[str, Any]]]) -> None:
                 values.update({"agent CPU ms/s": agent["cpu_ms_per_s"],
                                **{f"  thread {name} ms/s": v for name, v in agent["thread_cpu_ms_per_s"].items()},
                                **{f"agentd {name} collect ms": v for name, v in agent["collector_ms_mean"].items()}})
+            if "embedded" in run:
+                embedded = run["embedded"]
+                values.update({"embedded CPU ms/s": embedded["cpu_ms_per_s"],
+                               **{f"  embedded thread {name} ms/s": v
+                                  for name, v in embedded["thread_cpu_ms_per_s"].items()}})
             for key, value in values.items():
                 figures.setdefault(key, []).append(value)
         rows[label] = {key: statistics.median(values) for key, values in figures.items()}
-    keys = sorted({key for row in rows.values() for key in row}, key=lambda k: (not k.startswith("agent CPU"), k))
+    keys = sorted({key for row in rows.values() for key in row},
+                  key=lambda k: (not k.startswith("agent CPU"), not k.startswith("embedded CPU"), k))
     print(f"\n{'median of the rounds':34}" + "".join(f"{label:>10}" for label in rows))
     for key in keys:
         print(f"{key:34}" + "".join(f"{row[key]:10.3f}" if key in row else f"{'':>10}" for row in rows.values()))
