@@ -59,7 +59,10 @@ class ForeignLoopSlot(LatestSlot):
         self._reader_loop = reader_loop
 
     def put(self, snapshot: pb.HostSnapshot) -> None:
-        self._reader_loop.call_soon_threadsafe(super().put, snapshot)
+        try:
+            self._reader_loop.call_soon_threadsafe(super().put, snapshot)
+        except RuntimeError:  # the reader's loop is closed: nobody left to hand it to, the agent goes on
+            pass
 
 
 class Agent:

@@ -158,3 +158,15 @@ async def test_an_embedded_agent_that_stops_sampling_shows_as_unreachable(tmp_pa
     down = [e for e in events if isinstance(e, HostUnreachable)]
     assert down and down[0].error == "no snapshot from the embedded agent for 0.5 s"
     assert down[0].host == str(agent.address)
+
+
+def test_a_feed_whose_console_loop_closed_does_not_stop_the_agents_snapshots():
+    from agentd.agent import Agent, ForeignLoopSlot
+
+    reader_loop = asyncio.new_event_loop()
+    slot = ForeignLoopSlot(reader_loop)
+    reader_loop.close()
+    agent = Agent([], interval_seconds=1.0)
+    agent.subscribe(slot)
+    agent.publish(agent.snapshot())  # would raise "Event loop is closed" into the snapshot loop
+    assert agent.latest is not None and agent.latest.sequence == 1
