@@ -28,7 +28,8 @@ _RESET = "\x1b[0m"
 # past them: a move and a style cost ~20-40 bytes.
 _BRIDGE_CELLS = 6
 
-Cell = tuple[str, str]  # (character, style: the SGR sequences in force), "" for the right half of a wide one
+Changed = dict[int, list[int]]
+"""The cells a write changed: line → columns (in the order written, possibly repeated)."""
 
 
 class ScreenDiff:
@@ -37,7 +38,11 @@ class ScreenDiff:
     def __init__(self, size: Callable[[], tuple[int, int]]) -> None:
         self._size = size
         self._known_size: tuple[int, int] | None = None
-        self._screen: dict[tuple[int, int], Cell] = {}  # what the terminal shows, where known
+        # What the terminal shows, per line: each cell's character ("" for the right half of a wide
+        # one, None where unknown) and style (the SGR sequences in force). Per line, so that a run
+        # of text is compared with what the screen shows as two list slices, not cell by cell.
+        self._chars: dict[int, list[str | None]] = {}
+        self._styles: dict[int, list[str]] = {}
         # The terminal's cursor and style as Textual's output left them: they carry over
         # from one write to the next, as on the terminal.
         self._x = self._y = 0
@@ -45,7 +50,8 @@ class ScreenDiff:
 
     def forget(self) -> None:
         """The terminal's content is unknown: the next frame is sent whole."""
-        self._screen.clear()
+        self._chars.clear()
+        self._styles.clear()
 
     def filter(self, data: str) -> str:
         size = self._size()
@@ -53,7 +59,7 @@ class ScreenDiff:
             self._known_size = size
             self.forget()
         out: list[str] = []
-        changed: dict[tuple[int, int], Cell] = {}
+        changed: Changed = {}
         x, y, style = self._x, self._y, self._style
         pending_move = ""  # a cursor move not (yet) followed by text: where Textual leaves the cursor
         position = 0
@@ -63,16 +69,15 @@ class ScreenDiff:
                 pending_move = ""
             sequence = match.group()
             position = match.end()
-            final = sequence[-1]
-            if sequence.startswith("\x1b[") and final == "H" and "?" not in sequence:
+            final, csi = sequence[-1], sequence[1] == "["
+            if csi and final == "m":  # a style: the most frequent sequence by far
+                style = "" if sequence in ("\x1b[m", "\x1b[0m") else style + sequence
+            elif csi and final == "H" and "?" not in sequence:
                 row, _, column = sequence[2:-1].partition(";")
-                y, x = int(row or 1) - 1, int(column or 1) - 1
+                y, x = max(int(row or 1), 1) - 1, max(int(column or 1), 1) - 1  # 0 means 1, as on a terminal
                 pending_move = sequence
-            elif sequence.startswith("\x1b[") and final == "m":
-                params = sequence[2:-1]
-                style = "" if params in ("", "0") else style + sequence
             else:
-                if sequence.startswith("\x1b[") and final in "JKLMPX@STr":  # erases, scrolls: lost track
+                if csi and final in "JKLMPX@STr":  # erases, scrolls: lost track
                     self.forget()
                 out.extend(self._runs(changed))
                 changed.clear()
@@ -89,17 +94,31 @@ class ScreenDiff:
         self._x, self._y, self._style = x, y, style
         return "".join(out)
 
-    def _draw(self, text: str, x: int, y: int, style: str,
-              changed: dict[tuple[int, int], Cell]) -> tuple[int, int]:
+    def _line(self, y: int, end: int) -> tuple[list[str | None], list[str]]:
+        """Line ``y``'s characters and styles, known or not up to column ``end``."""
+        chars = self._chars.get(y)
+        if chars is None:
+            chars, styles = self._chars[y], self._styles[y] = [], []
+        else:
+            styles = self._styles[y]
+        if len(chars) < end:
+            chars.extend([None] * (end - len(chars)))
+            styles.extend([""] * (end - len(styles)))
+        return chars, styles
+
+    def _draw(self, text: str, x: int, y: int, style: str, changed: Changed) -> tuple[int, int]:
         """Put ``text`` at (x, y); cells whose content differs from the screen go into ``changed``."""
-        screen = self._screen
         if text.isascii() and "\r" not in text and "\n" not in text:  # most of what Textual writes
-            for offset, char in enumerate(text):
-                where, cell = (x + offset, y), (char, style)
-                if screen.get(where) != cell:
-                    changed[where] = cell
-                    screen[where] = cell
-            return x + len(text), y
+            end = x + len(text)
+            chars, styles = self._line(y, end)
+            new = list(text)
+            if chars[x:end] != new or styles[x:end] != [style] * len(new):  # else: shown as it is
+                columns = changed.setdefault(y, [])
+                for column, char in enumerate(new, x):
+                    if chars[column] != char or styles[column] != style:
+                        chars[column], styles[column] = char, style
+                        columns.append(column)
+            return end, y
         for char in text:
             if char == "\r":
                 x = 0
@@ -109,42 +128,43 @@ class ScreenDiff:
                 continue
             width = 1 if char.isascii() else get_character_cell_size(char)
             if width == 0:  # a combining mark: part of the previous cell, so redraw that cell whole
-                screen.pop((x - 1, y), None)
+                if x > 0:
+                    self._line(y, x)[0][x - 1] = None
                 continue
-            cells = [(char, style)] + [("", style)] * (width - 1)
-            for offset, cell in enumerate(cells):
-                where = (x + offset, y)
-                if screen.get(where) != cell:
-                    changed[where] = cell
-                    screen[where] = cell
+            chars, styles = self._line(y, x + width)
+            for column, cell_char in enumerate([char] + [""] * (width - 1), x):
+                if chars[column] != cell_char or styles[column] != style:
+                    chars[column], styles[column] = cell_char, style
+                    changed.setdefault(y, []).append(column)
             x += width
         return x, y
 
-    def _runs(self, changed: dict[tuple[int, int], Cell]) -> Iterator[str]:
+    def _runs(self, changed: Changed) -> Iterator[str]:
         """The escape sequences that draw ``changed``: per line, runs of nearby changed cells."""
-        if not changed:
-            return
-        screen = self._screen
-        for y, xs in _by_line(changed):
+        for y in sorted(changed):
+            chars = self._chars[y]
+            xs = sorted(set(changed[y]))
             start = previous = xs[0]
             for x in xs[1:] + [None]:
                 # Bridge a short gap by sending its cells again, when the screen knows them.
                 if x is not None and x - previous <= _BRIDGE_CELLS and all(
-                        (gap, y) in screen for gap in range(previous + 1, x)):
+                        chars[gap] is not None for gap in range(previous + 1, x)):
                     previous = x
                     continue
-                yield self._run(y, start, previous, screen)
+                yield self._run(y, start, previous)
                 if x is not None:
                     start = previous = x
 
-    @staticmethod
-    def _run(y: int, first: int, last: int, screen: dict[tuple[int, int], Cell]) -> str:
-        while first > 0 and screen.get((first, y), (" ", ""))[0] == "":  # never start in a wide character's half
+    def _run(self, y: int, first: int, last: int) -> str:
+        chars, styles = self._chars[y], self._styles[y]
+        while first > 0 and chars[first] == "":  # never start in a wide character's half
             first -= 1
         parts = [f"\x1b[{y + 1};{first + 1}H"]
         style: str | None = None
         for x in range(first, last + 1):
-            char, cell_style = screen.get((x, y), (" ", ""))
+            char, cell_style = chars[x], styles[x]
+            if char is None:  # unknown (a combining mark's cell): a blank
+                char, cell_style = " ", ""
             if char == "":
                 continue
             if cell_style != style:
@@ -153,14 +173,6 @@ class ScreenDiff:
             parts.append(char)
         parts.append(_RESET)
         return "".join(parts)
-
-
-def _by_line(changed: dict[tuple[int, int], Cell]) -> Iterator[tuple[int, list[int]]]:
-    lines: dict[int, list[int]] = {}
-    for x, y in changed:
-        lines.setdefault(y, []).append(x)
-    for y in sorted(lines):
-        yield y, sorted(lines[y])
 
 
 def send_only_changes(app: App) -> None:
