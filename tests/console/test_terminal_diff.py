@@ -135,3 +135,23 @@ def test_a_real_textual_stream_and_its_changes_show_the_same_screen(tmp_path) ->
     assert len(filtered) < len(raw) * 0.6
     assert shown_by_tmux(filtered, columns, lines, tmp_path, "filtered") == shown_by_tmux(
         raw, columns, lines, tmp_path, "raw")
+
+
+def test_a_frame_goes_to_the_terminal_in_one_write() -> None:
+    """Textual writes a frame as begin-update, frame, end-update: one hand-off to its output thread
+    and one system call each; the console hands the three over as one."""
+    from types import SimpleNamespace
+
+    from tuiprof.tui.terminal_diff import SYNC_END, SYNC_START, send_only_changes
+
+    written: list[str] = []
+    driver = SimpleNamespace(write=written.append, is_inline=False)
+    app = SimpleNamespace(_driver=driver, is_headless=False, size=SimpleNamespace(width=20, height=2))
+    send_only_changes(app)  # type: ignore[arg-type]
+    for frame in ("util 97%", "util 98%"):
+        driver.write(SYNC_START)
+        driver.write(f"{MOVE_HOME}{frame}\x1b[1;20H")
+        driver.write(SYNC_END)
+    driver.write("\x1b[?25l")  # outside a frame: as it comes
+    assert written == [f"{SYNC_START}\x1b[1;1H\x1b[0mutil 97%\x1b[0m\x1b[1;20H{SYNC_END}",
+                       f"{SYNC_START}\x1b[1;7H\x1b[0m8\x1b[0m\x1b[1;20H{SYNC_END}", "\x1b[?25l"]

@@ -24,6 +24,7 @@ from textual.app import App
 # selection, OSC (title, clipboard), and any other two-byte escape.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|\][^\x07\x1b]*(?:\x07|\x1b\\)|.)", re.S)
 _RESET = "\x1b[0m"
+SYNC_START, SYNC_END = "\x1b[?2026h", "\x1b[?2026l"  # a synchronized update (mode 2026): Textual's frame
 # Unchanged cells between two changed ones that are sent again rather than moving the cursor
 # past them: a move and a style cost ~20-40 bytes.
 _BRIDGE_CELLS = 6
@@ -176,14 +177,30 @@ class ScreenDiff:
 
 
 def send_only_changes(app: App) -> None:
-    """Put a ``ScreenDiff`` between ``app`` and its terminal (not in headless or inline runs)."""
+    """Put a ``ScreenDiff`` between ``app`` and its terminal (not in headless or inline runs).
+
+    Textual writes a frame in three parts (begin synchronized update, the frame, end it), each
+    handed to its output thread and written on its own; here a frame goes out as one write: one
+    hand-off and one system call a frame instead of three.
+    """
     driver = app._driver
     if driver is None or app.is_headless or driver.is_inline:
         return
     diff = ScreenDiff(lambda: (app.size.width, app.size.height))  # the terminal's size, as Textual last read it
     write = driver.write
+    frame: list[str] = []  # a frame begun and not yet ended
 
     def write_changes(data: str) -> None:
-        write(diff.filter(data))
+        if data == SYNC_START:
+            frame.append(data)
+            return
+        changes = diff.filter(data)
+        if not frame:
+            write(changes)
+            return
+        frame.append(changes)
+        if data.endswith(SYNC_END):
+            write("".join(frame))
+            frame.clear()
 
     driver.write = write_changes  # type: ignore[method-assign]
