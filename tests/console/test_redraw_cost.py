@@ -249,3 +249,28 @@ async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_and_col
         # One walk per style (own, header, fixed, two stripes, the cursor's two), not four a line.
         assert 0 < repaint_walks <= 7
         assert repaint_listings == 1  # 64 without
+
+
+async def test_changed_rows_are_repainted_in_one_request_each_where_datatable_puts_it() -> None:
+    """DataTable's ``refresh_row`` places a row by adding up every row above it and asks for each
+    repaint apart; the changed rows go in one request (tables.py), each region the one DataTable
+    gives that row, and a row scrolled out of the window asks for none."""
+    from tuiprof.tui.tables import FittedTable
+
+    def rows(value: str) -> dict[str, list[str]]:
+        return {f"r{i}": [f"rank {i}", value if i % 3 else "running", "ok"] for i in range(30)}
+
+    app = Fitted()
+    async with app.run_test(size=(80, 20)) as pilot:
+        table = app.query_one(FittedTable)
+        table.show_rows(rows("running"))
+        await pilot.pause()
+        table.scroll_to(y=5, animate=False)
+        await pilot.pause()
+        calls = recording_refreshes(table)
+        table.show_rows(rows("stopped"))
+        window = table.window_region
+        expected = [table._get_row_region(i) for i in range(30) if i % 3]
+        [regions] = calls
+        assert list(regions) == [r.translate(-table.scroll_offset) for r in expected if window.overlaps(r)]
+        assert 0 < len(regions) < len(expected)  # some changed rows are out of the window

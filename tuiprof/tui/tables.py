@@ -55,8 +55,25 @@ def _replace_cells(table: DataTable, changes: Mapping[str, Mapping[ColumnKey, Ce
         table._row_render_cache.discard(row_cache_key)
     table._row_renderable_cache.clear()  # the cells of each row, formatted: cheap to make again
     table._line_cache.clear()  # lines joined from the row cache: cheap to make again
-    for key in changes:
-        table.refresh_row(table.get_row_index(key))
+    _repaint_rows(table, changes.keys())
+
+
+def _repaint_rows(table: DataTable, keys: Collection[str]) -> None:
+    """``refresh_row`` for the rows of ``keys``, in one pass: DataTable places each row it
+    refreshes by adding up the heights of every row above it, and asks for each repaint apart."""
+    width = max(table.size.width,
+                sum(column.get_render_width(table) for column in table.columns.values())
+                + table._row_label_column_width)
+    window, scroll = table.window_region, table.scroll_offset
+    y = table.header_height if table.show_header else 0
+    regions = []
+    for row in table.ordered_rows:
+        region = Region(0, y, width, row.height)
+        if row.key.value in keys and window.overlaps(region):
+            regions.append(region.translate(-scroll))
+        y += row.height
+    if regions:
+        table.refresh(*regions)
 
 
 def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Cell]]) -> None:
