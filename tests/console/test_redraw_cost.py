@@ -274,3 +274,22 @@ async def test_changed_rows_are_repainted_in_one_request_each_where_datatable_pu
         [regions] = calls
         assert list(regions) == [r.translate(-table.scroll_offset) for r in expected if window.overlaps(r)]
         assert 0 < len(regions) < len(expected)  # some changed rows are out of the window
+
+
+async def test_a_cells_neighbouring_segments_of_one_style_are_one() -> None:
+    """Padding, text and fill of a plain cell share their style: one segment, not three, for every
+    line drawn from the cell cache to join, crop and compare (tables.py)."""
+    from rich.text import Text
+
+    from tuiprof.tui.tables import FittedTable
+
+    app = Fitted()
+    async with app.run_test(size=(80, 12)) as pilot:
+        table = app.query_one(FittedTable)
+        table.show_rows({"a": ["rank 0", "running", "ok"], "b": ["rank 1", Text("n/a", style="dim italic"), "ok"]})
+        await pilot.pause()
+        width = list(table.columns.values())[1].get_render_width(table)
+        [plain] = table._render_cell(0, 1, table._get_row_style(0, table.rich_style), width)
+        [styled] = table._render_cell(1, 1, table._get_row_style(1, table.rich_style), width)
+        assert [s.text for s in plain] == [" running "]
+        assert [s.text for s in styled] == [" ", "n/a", "     "]

@@ -294,7 +294,9 @@ class FittedTable(DataTable[Cell]):
             text = Segment.apply_style(text, console.get_style(cell.style))
         padding = " " * self.cell_padding
         segments = [Segment(padding), *text, Segment(" " * (room - cell.cell_len) + padding)]
-        line = list(Segment.apply_style([s for s in segments if s.text], pre_style, post_style))
+        # Neighbours of one style as one segment (most cells: padding, text and fill alike): every
+        # line drawn from the cache then has a third of the segments to join, crop and compare.
+        line = list(Segment.simplify(Segment.apply_style([s for s in segments if s.text], pre_style, post_style)))
         self._cell_render_cache[cache_key] = [line]
         return [line]
 
