@@ -6,14 +6,15 @@ grpc and psutil), it binds port 0 so the OS picks a free loopback port with no
 race, and it cannot outlive the console. The cost is sharing the GIL with the
 UI: the collectors' CPU per interval, about 1.5 ms on a 2-core VM without GPUs
 (bench/agentd_cpu.md), more with NVML and GPM on GPU hosts.
-Its snapshots reach the console in-process (``EmbeddedAgent.watch``): the same
-HostSnapshot messages its gRPC Watch would stream to this process's user (other
-users' exception text taken out as for that caller), without serializing them,
-streaming them over loopback and parsing them again. That loopback cost as much
-CPU as the agent's own sampling on the 2-core VM (bench/agentd_cpu.md, round 2).
-Everything else (GetInfo aside, traces, stacks, files) goes over gRPC like to
-any other agent, so nothing else in the console needs to know it is embedded.
-It serves no /metrics endpoint.
+
+Its info and snapshots reach the console in-process (``EmbeddedAgent.info``,
+``EmbeddedAgent.watch``): the same messages its gRPC GetInfo and Watch would give
+this process's user (other users' exception text taken out as for that caller),
+without serializing them, streaming them over loopback and parsing them again;
+that loopback cost nearly as much CPU as the agent itself on the 2-core VM
+(bench/agentd_cpu.md, round 2). Everything else (traces, stacks, files) goes
+over gRPC like to any other agent, so nothing else in the console needs to know
+it is embedded. It serves no /metrics endpoint.
 
 The Kineto IPC socket (``\0dynolog\0``) is one name for the whole host: the
 agent that binds it is the one every PyTorch process on the node asks for trace
