@@ -7,7 +7,7 @@ import asyncio
 
 from tuiprof.client.prometheus import (
     FIGURES, NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Labels, _Sample,
-    column_queries,
+    _rows, column_queries,
 )
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostUnreachable, SummaryReceived
@@ -127,6 +127,26 @@ def test_a_host_not_recorded_yet_says_so_rather_than_no_gpus() -> None:
     [summary] = columns.summaries(["n1"])
     assert summary.memory_percent == 50.0  # raw: there
     assert summary.gpu_count == summary.cpu_percent == summary.step_time_seconds == Unavailable(NOT_RECORDED_YET)
+
+
+def test_a_row_is_kept_while_its_snapshot_is_the_same() -> None:
+    """A host whose snapshot time did not change keeps its last row (its figures are not read
+    again); a new snapshot, or another hostname behind the same node, gets a new row."""
+    def columns(cpu: dict[str, str], sampled: dict[str, str]) -> _Columns:
+        answers = {"cpu_percent": cpu, "sampled_at": sampled,
+                   "rank_count": {host: "8" for host in sampled}}
+        return _Columns({name: QueryResult(100.0, [_Sample(_Labels(hostname=host), (100.0, value))
+                                                   for host, value in answers.get(name, {}).items()])
+                         for name in column_queries(HostSelection())}, recorded=False)
+
+    selection = HostSelection(expected=("n1", "n2", "n3"))
+    first = _rows(columns({"n1": "10", "n2": "20", "n3": "30"}, {"n1": "90", "n2": "90", "n3": "90"}), selection, {})
+    second = _rows(columns({"n1": "11", "n2": "21", "n3.a": "31"}, {"n1": "90", "n2": "95", "n3.a": "90"}),
+                   selection, first)
+    assert second["n1"] is first["n1"] and second["n1"].summary.cpu_percent == 10.0  # same snapshot
+    assert second["n2"].sampled_at == 95.0 and second["n2"].summary.cpu_percent == 21.0
+    assert second["n3"].hostname == "n3.a" and second["n3"].summary.cpu_percent == 31.0
+    assert second["n2"].rank_count == 8 and isinstance(second["n2"].summary.gpu_count, Unavailable)
 
 
 def test_rows_are_built_in_the_summarys_field_order() -> None:
