@@ -297,12 +297,13 @@ class ClusterScreen(ConsoleScreen):
         return self._worst[1]
 
     def _rank_worst(self) -> HostState | None:
-        keyed = [(worst_first(h), h) for h in self.cluster.hosts()]
-        if len(keyed) < 2:
+        hosts = self.cluster.hosts()
+        if len(hosts) < 2:
             return None
         # min and max, not a sort: this runs on every redraw of a ten-thousand-host table
-        worst = min(keyed, key=lambda kh: kh[0])
-        return None if worst[0] == max(k for k, _ in keyed) else worst[1]
+        keys = list(map(worst_first, hosts))
+        lowest = min(keys)
+        return None if lowest == max(keys) else hosts[keys.index(lowest)]
 
     def _update_titles(self, shown: int) -> None:
         total = len(self.cluster.hosts())
