@@ -38,7 +38,7 @@ from tuiprof.client.prometheus import (
     NOT_SCRAPED, RULES_PROBE, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource,
     QueryResult, column_queries, fetch_fleet, recording_rules_loaded,
 )
-from tuiprof.model.events import HostUnreachable, SummaryReceived
+from tuiprof.model.events import HostEvent, HostUnreachable, SummaryReceived
 from tuiprof.model.messages import HangStatus
 from tuiprof.model.summary import HostSummary, summarize
 from tuiprof.model.values import Unavailable
@@ -330,6 +330,28 @@ async def test_a_refresh_keeps_the_rows_whose_snapshot_did_not_change(fleet: Fle
     assert second.rows[FROZEN].summary.step_time_seconds == 0.8125  # its figures, from the first refresh
     for node in (FROZEN, NODE_A):
         assert (second.rows[node] is first.rows[node]) == (second.rows[node].sampled_at == first.rows[node].sampled_at)
+
+
+async def test_a_host_left_after_its_agent_was_watched_gets_its_row_afresh(fleet: Fleet) -> None:
+    """While a host is watched over gRPC its rows from Prometheus are not sent; once it is left,
+    the next refresh sends its row again, built anew, even though its snapshot is the same."""
+    source = PrometheusSource(fleet.url, HostSelection.matching(FROZEN), ConnectionOptions(timeout=5),
+                              fleet.agent_port)
+    events: list[HostEvent] = []
+    source._emit = events.append
+    watched = [True]
+    async with PrometheusClient(fleet.url) as client:
+        await source.refresh(client, events.append)
+        first = source.last_view
+        source.attend(fleet.address(FROZEN), lambda: watched[0])
+        await source.refresh(client, events.append)
+        watched[0] = False
+        events.clear()
+        await source.refresh(client, events.append)
+    assert first is not None and source.last_view is not None
+    row = source.last_view.rows[FROZEN]
+    assert row.sampled_at == first.rows[FROZEN].sampled_at and row is not first.rows[FROZEN]
+    assert [e.summary for e in events if isinstance(e, SummaryReceived)] == [row.summary]
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: apt-get install tmux")

@@ -771,7 +771,6 @@ class PrometheusSource:
         previous = {} if last is None else last.rows
         if self._released:
             previous = {node: row for node, row in previous.items() if node not in self._released}
-            self._released.clear()
         try:
             # the rules are most likely loaded at fleet scale (they make it work): the first guess
             view = await fetch_fleet(client, self.selection, self._events.seen(),
@@ -781,6 +780,7 @@ class PrometheusSource:
             for event in self._events.all_unreachable(time.time(), str(exc), attended):
                 emit(event)
             return
+        self._released.clear()
         self.last_view = view
         for event in self._events.events(view, attended):
             emit(event)
