@@ -47,16 +47,19 @@ def running_prometheus(
     scrape_interval: str = "1s",
     rule_files: Sequence[pathlib.Path] = (),
     out_of_order_window: str = "",
+    evaluation_interval: str = "",
 ) -> Iterator[str]:
     """A Prometheus scraping the targets in ``file_sd`` (none when None) into ``storage``
-    (default ``directory/tsdb``), evaluating ``rule_files`` at the scrape interval,
+    (default ``directory/tsdb``), evaluating ``rule_files`` every ``evaluation_interval``
+    (default: the scrape interval),
     accepting samples up to ``out_of_order_window`` (e.g. "1h") older than the newest: rule
     results over a backfill that reaches into the future are refused without it;
     yields its base URL once ``/-/ready`` answers."""
     assert PROMETHEUS is not None, "prometheus not installed (apt package prometheus)"
     port = free_port()
     config = directory / "prometheus.yml"
-    lines = [f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"]
+    lines = [f"global:\n  scrape_interval: {scrape_interval}\n"
+             f"  evaluation_interval: {evaluation_interval or scrape_interval}\n"]
     if out_of_order_window:  # appends older than a backfilled block's end are refused without it
         lines.append(f"storage:\n  tsdb:\n    out_of_order_time_window: {out_of_order_window}\n")
     if rule_files:
@@ -105,18 +108,35 @@ def named_agent(directory: pathlib.Path, name: str, port: int, metrics_port: int
         stop_process(process)
 
 
+def _exposition(snapshot: pb.HostSnapshot) -> bytes:
+    return render_metrics(snapshot, pb.AgentInfo(hostname=snapshot.hostname, agent_version="0.9.0")).encode()
+
+
 @contextlib.contextmanager
 def frozen_agent(address: str, port: int, snapshot: pb.HostSnapshot) -> Iterator[None]:
     """agentd's exposition of one snapshot, served as /metrics on ``address:port`` whenever scraped:
     an agent whose sampling stopped at the snapshot's time (long ago for an old snapshot)."""
-    body = render_metrics(snapshot, pb.AgentInfo(hostname=snapshot.hostname, agent_version="0.9.0")).encode()
+    body = _exposition(snapshot)
+    with _serving_metrics(address, port, lambda: body):
+        yield
 
+
+@contextlib.contextmanager
+def ticking_agent(address: str, port: int, snapshot_at: Callable[[float], pb.HostSnapshot]) -> Iterator[None]:
+    """agentd's exposition of a new snapshot at every scrape, ``snapshot_at(time.time())``, served
+    as /metrics on ``address:port``: an agent whose figures change with every snapshot."""
+    with _serving_metrics(address, port, lambda: _exposition(snapshot_at(time.time()))):
+        yield
+
+
+@contextlib.contextmanager
+def _serving_metrics(address: str, port: int, body: Callable[[], bytes]) -> Iterator[None]:
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(body())
 
         def log_message(self, *_: object) -> None:
             pass

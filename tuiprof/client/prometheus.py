@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 DEFAULT_REFRESH_S = 5.0
 STALE_AFTER_S = 60.0
 """A host whose newest snapshot in Prometheus is older than this is shown stale (unreachable,
-last figures kept): at the usual 15-30 s scrape interval that is two scrapes or more missed."""
+last figures kept): at the usual 15-30 s scrape interval that is two scrapes or more missed
+(with the recording rules, the newest snapshot their last evaluation recorded: up to one
+evaluation interval, 15 s in docs/prometheus, older than the newest scraped)."""
 QUERY_TIMEOUT_S = 30.0
 RANK_HOSTS_AT_ONCE = 1024
 """The NCCL/GEMM view watches at most this many hosts' agents over gRPC: one console follows
@@ -171,7 +173,10 @@ def _complete_sum(metric: str, selection: HostSelection) -> str:
 
 
 RECORDED: dict[str, str] = {
+    "sampled_at": "hostname:tuiprof_snapshot_timestamp_seconds:max",
     "cpu_percent": "hostname:tuiprof_cpu_busy:percent",
+    "memory_used_bytes": "hostname:tuiprof_memory_used_bytes:max",
+    "memory_total_bytes": "hostname:tuiprof_memory_total_bytes:max",
     "gpu_count": "hostname:tuiprof_gpus:count",
     "gpu_util_mean": "hostname:tuiprof_gpu_utilization:avg_percent",
     "gpu_util_min": "hostname:tuiprof_gpu_utilization:min_percent",
@@ -188,9 +193,13 @@ RECORDED: dict[str, str] = {
 """Columns kept as series by the recording rules of docs/prometheus/tuiprof-rules.yml (each
 rule's expression is the column's query; a test keeps them equal). Where the rules are
 loaded the console reads these series, one per host (and one per collector that is down),
-instead of aggregating every GPU's, rank's and collector's series at each refresh."""
-RULES_PROBE = f"count({RECORDED['cpu_percent']})"
-"""Answers a sample where the recording rules are loaded (every agent exports CPU figures)."""
+instead of aggregating every GPU's, rank's and collector's series at each refresh. Every
+column of a row's figures is here, with the row's time (``sampled_at``): the rules record
+them in one group, so a row's figures and its time come from one evaluation (the raw
+snapshot time is up to an evaluation interval newer than the figures recorded)."""
+RULES_PROBE = f"count({RECORDED['sampled_at']})"
+"""Answers a sample where the recording rules are loaded: those that record the rows' time (an
+older rules file without that series counts as not loaded, its rows would have no time)."""
 
 
 def column_queries(selection: HostSelection, recorded: bool = False) -> dict[str, str]:
@@ -203,6 +212,11 @@ def column_queries(selection: HostSelection, recorded: bool = False) -> dict[str
     return queries
 
 
+def _snapshot_time(selection: HostSelection) -> str:
+    """Each host's newest snapshot time as scraped (the raw series)."""
+    return f"max by (hostname) ({_series('tuiprof_snapshot_timestamp_seconds', selection)})"
+
+
 def _aggregations(selection: HostSelection) -> dict[str, str]:
     def per_rank(metric: str) -> str:
         return f"max by (hostname, pid) ({_series(metric, selection)})"
@@ -210,7 +224,7 @@ def _aggregations(selection: HostSelection) -> dict[str, str]:
     idle = _series("tuiprof_cpu_usage_ratio", selection, 'mode="idle"')
 
     return {
-        "sampled_at": f"max by (hostname) ({_series('tuiprof_snapshot_timestamp_seconds', selection)})",
+        "sampled_at": _snapshot_time(selection),
         "cpu_percent": f"100 * (1 - max by (hostname) ({idle}))",
         "memory_used_bytes": f"max by (hostname) ({_series('tuiprof_memory_used_bytes', selection)})",
         "memory_total_bytes": f"max by (hostname) ({_series('tuiprof_memory_total_bytes', selection)})",
@@ -452,8 +466,9 @@ class _Columns:
         """Why the host lacks each of ``FIGURES`` (for the figures it has, unused)."""
         figures, gaps = self.figures, self.gaps.get(host)
         has_gpus, has_ranks = host in figures["gpu_count"], host in figures["rank_count"]
-        # A host new to Prometheus has raw series before the rules' next evaluation records
-        # its figures: every agent exports CPU figures, so none recorded means not yet.
+        # A host's time recorded without its CPU figure (every agent exports one): the answers
+        # straddle the rules' first evaluation of the host (the columns are queried at once,
+        # each seeing the rules' results recorded by then), so its figures are not yet there.
         not_yet = self.recorded and host not in figures["cpu_percent"] and not (gaps and "host" in gaps)
         usual = gaps is None and not not_yet
         if usual and (has_gpus, has_ranks) in self._usual:
@@ -540,8 +555,8 @@ async def _read_columns_and_mode(client: PrometheusClient, selection: HostSelect
     if not guess:
         return await asyncio.gather(_read_columns(client, selection, False), recording_rules_loaded(client))
     columns = await _read_columns(client, selection, True)
-    # every agent exports CPU figures: none recorded means no rules, or no host selected yet
-    return columns, bool(columns.figures["cpu_percent"]) or await recording_rules_loaded(client)
+    # no recorded row time means no rules (or rules without it), or no host selected yet
+    return columns, bool(columns.figures["sampled_at"]) or await recording_rules_loaded(client)
 
 
 async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_expected: Iterable[str] = (),
@@ -553,7 +568,7 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_e
     ``recorded``: read the recording rules' series (True) or aggregate the raw ones (False).
     None: whichever the server has now, found out every time (rules are loaded, evaluated
     first, or removed while a console runs) in one round trip when it is the ``guess`` (the
-    mode last seen): recorded CPU figures in the answer say the rules are loaded; else the
+    mode last seen): recorded row times in the answer say the rules are loaded; else the
     rules probe, sent with the raw columns. Only when the guess was wrong are the columns
     read again. ``previous``: the last view's rows, kept as they are for the hosts whose
     snapshot did not change (scraped every 15 s and refreshed every 5 s, two hosts in
@@ -572,7 +587,7 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_e
     query_seconds = time.perf_counter() - started
     rows = _rows(columns, selection, previous or {})
     absent = [node for node in dict.fromkeys((*selection.expected, *also_expected)) if node not in rows]
-    missing = await _why_missing(client, absent) if absent else {}
+    missing = await _why_missing(client, absent, columns.recorded) if absent else {}
     return FleetView(columns.evaluated_at, rows, missing, query_seconds, columns.recorded,
                      {selection.node_of(host): status for host, status in hangs.items()})
 
@@ -600,15 +615,21 @@ def _rows(columns: _Columns, selection: HostSelection, previous: Mapping[str, Ho
     return rows
 
 
-async def _why_missing(client: PrometheusClient, nodes: list[str]) -> dict[str, str]:
-    """Each node's reason: Prometheus cannot scrape it (``up == 0``), or does not scrape it at all.
+async def _why_missing(client: PrometheusClient, nodes: list[str], recorded: bool) -> dict[str, str]:
+    """Each node's reason: not recorded yet (``recorded``: its raw series are there, the rules
+    have not evaluated them yet), Prometheus cannot scrape it (``up == 0``), or does not
+    scrape it at all.
 
     A target is the node's when its host is the node's name, or the node's name is the
     first part of it (SLURM's ``n1``, the target's ``n1.cluster.example``).
     """
-    by_host: dict[str, str] = {}
+    if recorded:
+        scrape_failures, new = await asyncio.gather(client.query(SCRAPE_FAILURES), _scraped_only(client, nodes))
+    else:
+        scrape_failures, new = await client.query(SCRAPE_FAILURES), set()
+    by_host: dict[str, str] = {node: NOT_RECORDED_YET for node in new}
     by_short_name: dict[str, str] = {}
-    for sample in (await client.query(SCRAPE_FAILURES)).samples:
+    for sample in scrape_failures.samples:
         instance = sample.metric.instance
         host = AgentAddress.parse(instance).host if instance else ""
         reason = (f"Prometheus cannot scrape it (up == 0 for {instance}, job {sample.metric.job or '?'}; "
@@ -617,6 +638,14 @@ async def _why_missing(client: PrometheusClient, nodes: list[str]) -> dict[str, 
         if not _is_ip_address(host):
             by_short_name.setdefault(host.split(".", 1)[0], reason)
     return {node: by_host.get(node) or by_short_name.get(node) or NOT_SCRAPED for node in nodes}
+
+
+async def _scraped_only(client: PrometheusClient, nodes: list[str]) -> set[str]:
+    """The nodes with raw series (a snapshot time), hence scraped: absent from the recorded
+    series only until the rules' next evaluation."""
+    selection = HostSelection(expected=tuple(nodes))
+    answer = await client.query(_snapshot_time(selection))
+    return {selection.node_of(sample.metric.hostname) for sample in answer.samples}
 
 
 def _is_ip_address(host: str) -> bool:
