@@ -1,6 +1,7 @@
 """CPU the console uses per second at a 1 s refresh, and where it goes (issue 14).
 
     .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--cprofile] [--only embedded,connect,replay]
+    .venv/bin/python bench/console_cpu_profile.py --frames 300 [--source /tmp/before]   # in process, per frame
     # the same, running an older commit's code (before/after on the same machine and load):
     rm -rf /tmp/before && mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
     cp tuiprof_native/*.so /tmp/before/tuiprof_native/
@@ -29,6 +30,11 @@ the top functions by inclusive and own samples are printed; with ``--cprofile`` 
 console is run once more with cProfile on in its event loop after the warm-up, and the
 functions with the largest share of the loop's busy time are printed (exact call
 counts and cumulative times where py-spy's samples are few).
+
+``--frames N`` measures instead, in one process, headless (no terminal, no timers), the
+replay's 8-GPU host view of gpu-node-01 given N new snapshots one after the other: the CPU
+of the view's refresh (``render_views``) and of the compositor's repaint of what it changed,
+per frame: the console's drawing without the noise of the rest of a second.
 """
 
 from __future__ import annotations
@@ -172,11 +178,11 @@ def looped_fixture(seconds: float) -> pathlib.Path:
     return pathlib.Path(out.name)
 
 
-def profile(pid: int, seconds: float, top: int) -> str:
+def profile(pid: int, seconds: float, top: int, rate: int) -> str:
     """py-spy's samples of ``pid`` summed by function: inclusive and own, the ``top`` of each."""
     with tempfile.NamedTemporaryFile(suffix=".txt") as raw:
         subprocess.run([str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(int(seconds)),
-                        "--rate", "200", "--format", "raw", "--nonblocking", "--output", raw.name],
+                        "--rate", str(rate), "--format", "raw", "--nonblocking", "--output", raw.name],
                        check=True, capture_output=True)
         inclusive: collections.Counter[str] = collections.Counter()
         own: collections.Counter[str] = collections.Counter()
@@ -189,7 +195,7 @@ def profile(pid: int, seconds: float, top: int) -> str:
             own[frames[-1]] += count
             for frame in set(frames):
                 inclusive[frame] += count
-    rows = [f"  py-spy: {total} samples at 200 Hz over {seconds:.0f} s (all threads, idle excluded)"]
+    rows = [f"  py-spy: {total} samples at {rate} Hz over {seconds:.0f} s (all threads, idle excluded)"]
     for title, counter in (("inclusive", inclusive), ("own", own)):
         rows.append(f"  top {top} by {title} samples:")
         rows += [f"    {n / total * 100:5.1f}%  {frame}" for frame, n in counter.most_common(top)]
@@ -275,11 +281,57 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Age
             for collector, values in sorted(agent.durations.items(), key=lambda kv: -sum(kv[1])):
                 print(f"    {collector:<12} {sum(values) / len(values) * 1000:7.2f} ms", flush=True)
         if args.profile:
-            print(profile(program.process.pid, args.seconds, args.top), flush=True)
+            print(profile(program.process.pid, args.seconds, args.top, args.rate), flush=True)
     finally:
         program.stop()
     if args.cprofile:
         print(profile_event_loop(argv, args), flush=True)
+
+
+FRAMES_PROGRAM = """
+import asyncio, sys, time
+from tuiprof.client.sources import ReplaySource
+from tuiprof.model import record
+from tuiprof.model.events import SnapshotReceived
+from tuiprof.tui.app import TuiprofApp
+
+async def main(path, frames):
+    events = list(record.read(path))
+    app = TuiprofApp(ReplaySource(events, speed=0))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("enter")  # gpu-node-01, the first row
+        await pilot.pause(0.3)
+        screen = app.screen
+        messages = [e.message for e in events if isinstance(e, SnapshotReceived) and e.host == screen.address]
+        refresh = repaint = 0.0
+        for frame in range(frames):
+            app.cluster.apply(SnapshotReceived(screen.address, app.cluster.now + 1, messages[frame % len(messages)]))
+            start = time.process_time()
+            app.render_views()
+            refreshed = time.process_time()
+            # What Screen._on_timer_update does with the widgets that asked for a repaint.
+            for widget in screen.walk_children(with_self=False):
+                if widget._repaint_required and widget.display:
+                    widget._repaint_required = False
+                    screen._dirty_widgets.add(widget)
+            marked = time.process_time()
+            screen._compositor.update_widgets(screen._dirty_widgets)
+            screen._compositor_refresh()
+            repaint += time.process_time() - marked
+            refresh += refreshed - start
+            await pilot.pause()
+        print(f"{screen.address}: {frames} frames, CPU per frame: view refresh {refresh / frames * 1000:.2f} ms, "
+              f"repaint {repaint / frames * 1000:.2f} ms")
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+"""``python -c`` this, then the fixture and a number of frames (see ``--frames``)."""
+
+
+def measure_frames(args: argparse.Namespace) -> None:
+    subprocess.run([str(VENV_BIN / "python"), "-c", FRAMES_PROGRAM, str(FIXTURE), str(args.frames)],
+                   check=True, cwd=args.source, env=source_env(args.source))
 
 
 def free_port() -> int:
@@ -318,12 +370,18 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=8.0, help="seconds before measuring (default 8)")
     parser.add_argument("--only", default="embedded,connect,replay", help="runs to do, comma-separated")
     parser.add_argument("--profile", action="store_true", help="then sample each console with py-spy")
+    parser.add_argument("--rate", type=int, default=200, help="py-spy's samples a second (default 200)")
     parser.add_argument("--cprofile", action="store_true",
                         help="then run each console again with cProfile on in its event loop")
     parser.add_argument("--source", type=pathlib.Path, default=REPO,
                         help="the source tree to run (default: this checkout)")
     parser.add_argument("--top", type=int, default=25, help="functions listed per profile (default 25)")
+    parser.add_argument("--frames", type=int, default=0,
+                        help="instead: N frames of the 8-GPU host view in process, CPU per frame")
     args = parser.parse_args()
+    if args.frames:
+        measure_frames(args)
+        return 0
     only = set(args.only.split(","))
     if "embedded" in only:
         run_console("embedded", [str(VENV_BIN / "tuiprof"), "--interval", "1"], args)
