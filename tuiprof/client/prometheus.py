@@ -624,10 +624,11 @@ async def _why_missing(client: PrometheusClient, nodes: list[str], recorded: boo
     first part of it (SLURM's ``n1``, the target's ``n1.cluster.example``).
     """
     if recorded:
-        scrape_failures, new = await asyncio.gather(client.query(SCRAPE_FAILURES), _scraped_only(client, nodes))
+        scrape_failures, not_recorded = await asyncio.gather(client.query(SCRAPE_FAILURES),
+                                                             _scraped_not_recorded(client, nodes))
     else:
-        scrape_failures, new = await client.query(SCRAPE_FAILURES), set()
-    by_host: dict[str, str] = {node: NOT_RECORDED_YET for node in new}
+        scrape_failures, not_recorded = await client.query(SCRAPE_FAILURES), set()
+    by_host: dict[str, str] = {}
     by_short_name: dict[str, str] = {}
     for sample in scrape_failures.samples:
         instance = sample.metric.instance
@@ -637,12 +638,13 @@ async def _why_missing(client: PrometheusClient, nodes: list[str], recorded: boo
         by_host.setdefault(host, reason)
         if not _is_ip_address(host):
             by_short_name.setdefault(host.split(".", 1)[0], reason)
-    return {node: by_host.get(node) or by_short_name.get(node) or NOT_SCRAPED for node in nodes}
+    return {node: NOT_RECORDED_YET if node in not_recorded else by_host.get(node) or by_short_name.get(node)
+            or NOT_SCRAPED for node in nodes}
 
 
-async def _scraped_only(client: PrometheusClient, nodes: list[str]) -> set[str]:
-    """The nodes with raw series (a snapshot time), hence scraped: absent from the recorded
-    series only until the rules' next evaluation."""
+async def _scraped_not_recorded(client: PrometheusClient, nodes: list[str]) -> set[str]:
+    """Of ``nodes`` (absent from the recorded series), those with raw series (a snapshot time):
+    scraped, and recorded at the rules' next evaluation."""
     selection = HostSelection(expected=tuple(nodes))
     answer = await client.query(_snapshot_time(selection))
     return {selection.node_of(sample.metric.hostname) for sample in answer.samples}
