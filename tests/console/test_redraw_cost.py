@@ -293,3 +293,41 @@ async def test_a_cells_neighbouring_segments_of_one_style_are_one() -> None:
         [styled] = table._render_cell(1, 1, table._get_row_style(1, table.rich_style), width)
         assert [s.text for s in plain] == [" running "]
         assert [s.text for s in styled] == [" ", "n/a", "     "]
+
+
+async def test_a_new_snapshot_on_the_gpus_tab_builds_only_the_sections_it_draws(monkeypatch) -> None:
+    """The console's model of a snapshot is built section by section as the view reads it
+    (``convert.NestedOnFirstRead``): the GPUs tab and the summary build the GPUs, their processes
+    and the ranks' own fields, not the ranks' ops, the cores, NICs or disks; the Ranks tab does."""
+    from console.recordings import replay_app
+    from tuiprof.model import convert
+    from tuiprof.model.events import SnapshotReceived
+    from tuiprof.tui.screens import host
+
+    built: list[str] = []
+    original = convert.from_proto
+
+    def counting(cls, *args, **kwargs):
+        built.append(cls.__name__)
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(convert, "from_proto", counting)
+    app = replay_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        screen = app.screen
+        assert isinstance(screen, host.HostScreen) and screen.active_tab() == "gpus"
+        message = app.cluster.host(screen.address).message
+        assert message is not None and message.ranks[0].gemm and message.ranks[0].nccl and message.cpu.cores
+        built.clear()
+        app.cluster.apply(SnapshotReceived(screen.address, app.cluster.now + 1, message))
+        app.render_views()
+        assert {"HostSnapshot", "GpuStats", "GpuProcess", "RankStats", "CpuStats"} <= set(built)
+        assert built.count("GpuStats") == len(message.gpus) and built.count("RankStats") == len(message.ranks)
+        assert not {"GemmOpStats", "NcclOpStats", "CpuCoreStats", "NicStats", "DiskStats"} & set(built)
+        built.clear()
+        await pilot.press("4")  # the Ranks tab: the highlighted rank's ops
+        await pilot.pause(0.1)
+        assert {"GemmOpStats", "NcclOpStats"} <= set(built)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
@@ -25,20 +25,20 @@ def _nested(cls: type) -> dict[str, type]:
     return getattr(cls, "NESTED", {})
 
 
-_NESTED_MANY, _NESTED_ONE, _REPEATED, _OPTIONAL, _PLAIN = range(5)
+_REPEATED, _OPTIONAL, _PLAIN = range(3)
 
 
 @functools.cache
 def _plan(cls: type, descriptor: Descriptor) -> tuple[tuple[str, int, Any], ...]:
-    """How to fill each field of ``cls`` from a message of type ``descriptor`` (computed once)."""
+    """How to fill each field of ``cls`` but the nested messages from a message of type
+    ``descriptor`` (computed once)."""
     nested = _nested(cls)
     steps: list[tuple[str, int, Any]] = []
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
         proto_field = descriptor.fields_by_name[field.name]
         if field.name in nested:
-            kind = _NESTED_MANY if proto_field.is_repeated else _NESTED_ONE
-            steps.append((field.name, kind, nested[field.name]))
-        elif proto_field.is_repeated:
+            continue  # NestedOnFirstRead converts it when it is read
+        if proto_field.is_repeated:
             steps.append((field.name, _REPEATED, ()))
         elif proto_field.has_presence:
             steps.append((field.name, _OPTIONAL, None))
@@ -58,31 +58,58 @@ def from_proto(
     ``section_reasons`` gives the default reason for a nested field's readings
     (e.g. the reason its collector could not run). The console converts every
     snapshot of every host, so this reads all set fields with one ``ListFields``
-    call and follows a per-class plan instead of probing field by field.
+    call and follows a per-class plan instead of probing field by field. Fields
+    holding other messages are converted when first read (``NestedOnFirstRead``):
+    a screen reads a few sections of a snapshot, and a rank's ops are most of it.
     """
     present = {descriptor.name: value for descriptor, value in msg.ListFields()}
     reasons: dict[str, str] = dict(present.get("unavailable", {}))
     if section_reasons:
         reasons = {**section_reasons, **reasons}
-    kwargs: dict[str, Any] = {}
+    obj = object.__new__(cls)
     for name, kind, extra in _plan(cast(type, cls), msg.DESCRIPTOR):
         if kind == _OPTIONAL:
             value = present.get(name, _ABSENT)
-            kwargs[name] = Unavailable(reasons.get(name, default_reason)) if value is _ABSENT else value
+            value = Unavailable(reasons.get(name, default_reason)) if value is _ABSENT else value
         elif kind == _PLAIN:
-            kwargs[name] = present.get(name, extra)
-        elif kind == _REPEATED:
-            kwargs[name] = tuple(present.get(name, extra))
-        elif kind == _NESTED_MANY:
-            reason = reasons.get(name, default_reason)
-            items = present.get(name, ())
-            per_item = _item_reasons(reasons, name) if reasons else {}
-            kwargs[name] = tuple(
-                from_proto(extra, item, reason, per_item.get(_item_key(item)) if per_item else None) for item in items
-            )
+            value = present.get(name, extra)
         else:
-            kwargs[name] = from_proto(extra, getattr(msg, name), reasons.get(name, default_reason))
-    return cls(**kwargs)
+            value = tuple(present.get(name, extra))
+        object.__setattr__(obj, name, value)
+    if _nested(cls):
+        object.__setattr__(obj, "_source", (msg, reasons, default_reason))
+    return obj
+
+
+class NestedOnFirstRead:
+    """Base of the generated classes whose fields hold other messages: such a field of an
+    instance made by ``from_proto`` is converted the first time it is read, then kept."""
+
+    __slots__ = ("_source",)
+    NESTED: ClassVar[dict[str, type]]
+
+    def __getattr__(self, name: str) -> Any:
+        # Python calls this only for an attribute not set: a nested field not read yet.
+        try:
+            msg, reasons, default_reason = object.__getattribute__(self, "_source")
+        except AttributeError:  # built by its constructor: every field is set
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+        if name not in self.NESTED:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = _nested_value(self.NESTED[name], msg, name, reasons, default_reason)
+        object.__setattr__(self, name, value)
+        return value
+
+
+def _nested_value(cls: type, msg: Message, name: str, reasons: dict[str, str], default_reason: str) -> Any:
+    """Field ``name`` of ``msg``, a message or a repeated message, as ``cls`` (a tuple of them)."""
+    reason = reasons.get(name, default_reason)
+    field = getattr(msg, name)
+    if not msg.DESCRIPTOR.fields_by_name[name].is_repeated:
+        return from_proto(cls, field, reason)
+    per_item = _item_reasons(reasons, name) if reasons else {}
+    return tuple(from_proto(cls, item, reason, per_item.get(_item_key(item)) if per_item else None)
+                 for item in field)
 
 
 _ABSENT = object()

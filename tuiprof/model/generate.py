@@ -11,7 +11,8 @@ as in the proto, with one field per proto field:
   the text or ``Unavailable``;
 - a plain scalar keeps its Python type, a repeated field is a tuple;
 - a message field is the nested dataclass (listed in ``NESTED`` for
-  ``convert.from_proto``);
+  ``convert.from_proto``); a class with such fields derives from
+  ``convert.NestedOnFirstRead``, so they are converted when first read;
 - the ``unavailable`` map itself has no field: its reasons live in the Readings.
 
 Anything else (another map, an enum, a oneof) has no place yet and stops the
@@ -55,6 +56,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tuiprof.model import behaviour
+from tuiprof.model.convert import NestedOnFirstRead
 from tuiprof.model.values import Reading, Unavailable
 '''
 
@@ -117,11 +119,12 @@ def _fields(message: Descriptor) -> Iterator[FieldDescriptor]:
 
 def render_class(message: Descriptor) -> str:
     mixin = f"{message.name}Mixin"
-    base = f"(behaviour.{mixin})" if hasattr(behaviour, mixin) else ""
+    nested = [f for f in _fields(message) if f.message_type is not None]
+    bases = [f"behaviour.{mixin}"] * hasattr(behaviour, mixin) + ["NestedOnFirstRead"] * bool(nested)
+    base = f"({', '.join(bases)})" if bases else ""
     lines = ["", "", "@dataclass(frozen=True, slots=True)", f"class {message.name}{base}:",
              f'    """``{message.full_name}``."""', ""]
     lines += [f"    {field.name}: {field_type(field)}" for field in _fields(message)]
-    nested = [f for f in _fields(message) if f.message_type is not None]
     if nested:
         entries = ", ".join(f'"{f.name}": {f.message_type.name}' for f in nested)
         lines.append(f"    NESTED: ClassVar[dict[str, type]] = {{{entries}}}")

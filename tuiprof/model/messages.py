@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tuiprof.model import behaviour
+from tuiprof.model.convert import NestedOnFirstRead
 from tuiprof.model.values import Reading, Unavailable
 
 
@@ -51,7 +52,7 @@ class CpuModeSeconds:
 
 
 @dataclass(frozen=True, slots=True)
-class NumaNodeStats:
+class NumaNodeStats(NestedOnFirstRead):
     """``tuiprof.v1.NumaNodeStats``."""
 
     node: int
@@ -64,7 +65,7 @@ class NumaNodeStats:
 
 
 @dataclass(frozen=True, slots=True)
-class CpuStats(behaviour.CpuStatsMixin):
+class CpuStats(behaviour.CpuStatsMixin, NestedOnFirstRead):
     """``tuiprof.v1.CpuStats``."""
 
     user_percent: Reading
@@ -110,7 +111,7 @@ class NamedCounter:
 
 
 @dataclass(frozen=True, slots=True)
-class NicStats:
+class NicStats(NestedOnFirstRead):
     """``tuiprof.v1.NicStats``."""
 
     name: str
@@ -158,7 +159,7 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuStats:
+class GpuStats(NestedOnFirstRead):
     """``tuiprof.v1.GpuStats``."""
 
     index: int
@@ -234,7 +235,7 @@ class LatencyStats:
 
 
 @dataclass(frozen=True, slots=True)
-class GemmOpStats:
+class GemmOpStats(NestedOnFirstRead):
     """``tuiprof.v1.GemmOpStats``."""
 
     op: str
@@ -253,7 +254,7 @@ class GemmOpStats:
 
 
 @dataclass(frozen=True, slots=True)
-class NcclOpStats:
+class NcclOpStats(NestedOnFirstRead):
     """``tuiprof.v1.NcclOpStats``."""
 
     op: str
@@ -315,7 +316,7 @@ class HookHealth:
 
 
 @dataclass(frozen=True, slots=True)
-class RankStats(behaviour.RankStatsMixin):
+class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     """``tuiprof.v1.RankStats``."""
 
     pid: int
@@ -355,7 +356,7 @@ class RankVerdict(behaviour.RankVerdictMixin):
 
 
 @dataclass(frozen=True, slots=True)
-class HangStatus:
+class HangStatus(NestedOnFirstRead):
     """``tuiprof.v1.HangStatus``."""
 
     level: str
@@ -374,7 +375,7 @@ class RankSegmentsRefused:
 
 
 @dataclass(frozen=True, slots=True)
-class RdmaPortStats:
+class RdmaPortStats(NestedOnFirstRead):
     """``tuiprof.v1.RdmaPortStats``."""
 
     device: str
@@ -386,7 +387,7 @@ class RdmaPortStats:
 
 
 @dataclass(frozen=True, slots=True)
-class RdmaStats:
+class RdmaStats(NestedOnFirstRead):
     """``tuiprof.v1.RdmaStats``."""
 
     ports: tuple[RdmaPortStats, ...]
@@ -395,7 +396,7 @@ class RdmaStats:
 
 
 @dataclass(frozen=True, slots=True)
-class HostSnapshot(behaviour.HostSnapshotMixin):
+class HostSnapshot(behaviour.HostSnapshotMixin, NestedOnFirstRead):
     """``tuiprof.v1.HostSnapshot``."""
 
     hostname: str
@@ -429,7 +430,7 @@ class GpuInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class AgentInfo(behaviour.AgentInfoMixin):
+class AgentInfo(behaviour.AgentInfoMixin, NestedOnFirstRead):
     """``tuiprof.v1.AgentInfo``."""
 
     hostname: str
@@ -462,7 +463,7 @@ class CollectiveTimings:
 
 
 @dataclass(frozen=True, slots=True)
-class RankTraceSummary:
+class RankTraceSummary(NestedOnFirstRead):
     """``tuiprof.v1.RankTraceSummary``."""
 
     result_json: str
@@ -474,7 +475,7 @@ class RankTraceSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceTarget(behaviour.TraceTargetMixin):
+class TraceTarget(behaviour.TraceTargetMixin, NestedOnFirstRead):
     """``tuiprof.v1.TraceTarget``."""
 
     host: str
