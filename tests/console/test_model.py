@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -52,6 +53,15 @@ def test_optional_fields_become_readings_or_reasons() -> None:
     # a section whose collector could not run carries the collector's reason
     assert snap.pmu.mips == Unavailable("perf_event_paranoid is 4")
     assert snap.cpu.load1 == Unavailable("not reported by the agent")
+
+
+def test_nested_sections_are_converted_once_when_first_read_and_equal_a_built_model() -> None:
+    snap = HostSnapshot.from_proto(snapshot_pb())
+    assert snap.gpus is snap.gpus  # converted once, then kept
+    assert not hasattr(snap, "no_such_field")
+    built = HostSnapshot(**{f.name: getattr(snap, f.name) for f in dataclasses.fields(HostSnapshot)})
+    assert built == snap and not hasattr(built, "no_such_field")
+    assert HostSnapshot.from_proto(snapshot_pb()).to_json() == snap.to_json()
 
 
 def test_json_puts_reasons_beside_nulls() -> None:
