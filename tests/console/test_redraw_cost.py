@@ -20,6 +20,17 @@ class Tables(App[None]):
         yield Static(id="line")
 
 
+async def open_first_host(app, pilot):
+    """Enter on the cluster view's first row: its host view, once shown."""
+    from tuiprof.tui.screens.host import HostScreen
+
+    await pilot.pause(0.2)
+    await pilot.press("enter")
+    await pilot.pause(0.1)
+    assert isinstance(app.screen, HostScreen)
+    return app.screen
+
+
 def recording_refreshes(widget) -> list[tuple[Region, ...]]:
     """Every ``refresh`` call of ``widget`` from now on: the regions it named (none: the whole widget)."""
     calls: list[tuple[Region, ...]] = []
@@ -131,11 +142,8 @@ async def test_the_host_views_redraw_without_news_makes_no_rows_and_a_new_snapsh
     monkeypatch.setattr(host, "gpu_rows", lambda snapshot: made.append(snapshot.hostname) or original(snapshot))
     app = replay_app()
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.pause(0.2)
-        await pilot.press("enter")
-        await pilot.pause(0.1)
-        screen = app.screen
-        assert isinstance(screen, host.HostScreen) and made
+        screen = await open_first_host(app, pilot)
+        assert made
         made.clear()
         app.render_views(force=True)
         app.render_views(force=True)
@@ -302,7 +310,6 @@ async def test_a_new_snapshot_on_the_gpus_tab_builds_only_the_sections_it_draws(
     from console.recordings import replay_app
     from tuiprof.model import convert
     from tuiprof.model.events import SnapshotReceived
-    from tuiprof.tui.screens import host
 
     built: list[str] = []
     original = convert.from_proto
@@ -314,11 +321,8 @@ async def test_a_new_snapshot_on_the_gpus_tab_builds_only_the_sections_it_draws(
     monkeypatch.setattr(convert, "from_proto", counting)
     app = replay_app()
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.pause(0.2)
-        await pilot.press("enter")
-        await pilot.pause(0.1)
-        screen = app.screen
-        assert isinstance(screen, host.HostScreen) and screen.active_tab() == "gpus"
+        screen = await open_first_host(app, pilot)
+        assert screen.active_tab() == "gpus"
         message = app.cluster.host(screen.address).message
         assert message is not None and message.ranks[0].gemm and message.ranks[0].nccl and message.cpu.cores
         built.clear()
