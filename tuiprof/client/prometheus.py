@@ -395,6 +395,11 @@ def _levels_by_host(result: QueryResult) -> dict[str, str]:
 _COUNTS = frozenset({"gpu_count", "rank_count"})
 
 
+def _count(text: str) -> int:
+    """A count as Prometheus writes it (a float: "8")."""
+    return int(float(text))
+
+
 @functools.lru_cache(maxsize=4096)
 def _unavailable(reason: str) -> Unavailable:
     """One object per reason: ten thousand rows share a handful of them."""
@@ -456,10 +461,8 @@ class _Columns:
     def _readings(self, column: str, hosts: Sequence[str], otherwise: Sequence[Unavailable]) -> list[Reading]:
         """The column's figure of each host, or the reason it has none."""
         figures = self.figures[column]
-        if column in _COUNTS:
-            return [int(float(text)) if (text := figures.get(host)) is not None else why
-                    for host, why in zip(hosts, otherwise)]
-        return [float(text) if (text := figures.get(host)) is not None else why
+        number = _count if column in _COUNTS else float
+        return [number(text) if (text := figures.get(host)) is not None else why
                 for host, why in zip(hosts, otherwise)]
 
     def _missing(self, host: str) -> tuple[Unavailable, ...]:
@@ -610,7 +613,7 @@ def _rows(columns: _Columns, selection: HostSelection, previous: Mapping[str, Ho
             hosts.append(hostname)
             times.append(sampled_at)
     ranks = columns.figures["rank_count"]
-    rank_counts = [int(float(text)) if (text := ranks.get(host)) is not None else 0 for host in hosts]
+    rank_counts = [_count(text) if (text := ranks.get(host)) is not None else 0 for host in hosts]
     rows.update(zip(nodes, map(HostRow, nodes, hosts, times, columns.summaries(hosts), rank_counts)))
     return rows
 
