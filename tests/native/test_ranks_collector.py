@@ -15,7 +15,7 @@ import pytest
 from agentd.collectors import rank_rates
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.support import segment_path, stand_in_rank, tuiprof_run, watch_rank
+from native.support import segment_path, stand_in_rank, tuiprof_run, wait_for, watch_rank
 from testkit.agents import running_agent
 from tuiprof_native import segment
 
@@ -124,10 +124,26 @@ SLEEPER = ("import ctypes, os, sys, time; lib = ctypes.CDLL(os.environ['TUIPROF_
            "lib.tuiprof_record_step(); print('ready', flush=True); time.sleep(60)")
 
 
-async def test_agent_reports_a_killed_rank_as_exited(tmp_path, cleanup_segments):
-    proc = tuiprof_run(sys.executable, "-c", SLEEPER, stdout=subprocess.PIPE, env={"RANK": "3", "LOCAL_RANK": "1"})
+def stepped_sleeper(cleanup_segments: list[int], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A SLEEPER whose one step is in its segment: the hook's worker thread counts a step after
+    the call returns, so "ready" alone does not mean a reading would see it."""
+    proc = tuiprof_run(sys.executable, "-c", SLEEPER, stdout=subprocess.PIPE, env=env or {})
     cleanup_segments.append(proc.pid)
     assert proc.stdout.readline().strip() == "ready"
+
+    def step_counted() -> bool:
+        try:
+            with segment.Segment(str(segment_path(proc.pid))) as seg:
+                return seg.header().counters.step_count == 1
+        except segment.SegmentBusyError:
+            return False
+
+    assert wait_for(step_counted), f"pid {proc.pid}: its step never reached its segment"
+    return proc
+
+
+async def test_agent_reports_a_killed_rank_as_exited(tmp_path, cleanup_segments):
+    proc = stepped_sleeper(cleanup_segments, env={"RANK": "3", "LOCAL_RANK": "1"})
     with running_agent(tmp_path) as agent:
         rank = await watch_rank(agent, proc.pid, lambda r: r.state == "running")
         assert (rank.rank, rank.local_rank, rank.step_count) == (3, 1, 1)
@@ -139,9 +155,7 @@ async def test_agent_reports_a_killed_rank_as_exited(tmp_path, cleanup_segments)
 
 
 def test_exited_rank_segment_is_cleaned_up(cleanup_segments):
-    proc = tuiprof_run(sys.executable, "-c", SLEEPER, stdout=subprocess.PIPE)
-    cleanup_segments.append(proc.pid)
-    assert proc.stdout.readline().strip() == "ready"
+    proc = stepped_sleeper(cleanup_segments)
     collector = RanksCollector(0.1, exited_keep_seconds=0.3)
     try:
         collector.collect()
