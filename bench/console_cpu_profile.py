@@ -49,6 +49,7 @@ import pstats
 import pty
 import re
 import select
+import shutil
 import socket
 import struct
 import subprocess
@@ -68,9 +69,20 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def source_env(source: pathlib.Path) -> dict[str, str]:
-    """The environment that makes the venv's entry points import tuiprof and agentd from ``source``
-    (ahead of the editable install of this checkout), run with ``source`` as working directory."""
-    return {**os.environ, "PYTHONPATH": str(source)}
+    """The environment that makes this Python import tuiprof and agentd from ``source`` (ahead of
+    the editable install of this checkout, and of what PYTHONPATH already names, such as a GPU
+    machine's carried wheels), run with ``source`` as working directory."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(source), os.environ.get("PYTHONPATH"))))}
+
+
+def tuiprof(*args: str) -> list[str]:
+    """The console's command line, run by the Python running this script (the venv's, or a GPU machine's)."""
+    return [sys.executable, "-m", "tuiprof.cli", *args]
+
+
+def py_spy() -> str:
+    """The venv's py-spy, else the one on PATH (a GPU machine's, installed from a carried wheel)."""
+    return str(VENV_BIN / "py-spy") if (VENV_BIN / "py-spy").exists() else (shutil.which("py-spy") or "py-spy")
 
 
 class PtyProgram:
@@ -140,7 +152,7 @@ def thread_names(pid: int) -> dict[int, str]:
             names[int(task.name)] = (task / "comm").read_text().strip()
         except FileNotFoundError:  # the thread ended
             pass
-    dump = subprocess.run([str(VENV_BIN / "py-spy"), "dump", "--pid", str(pid)],
+    dump = subprocess.run([py_spy(), "dump", "--pid", str(pid)],
                           capture_output=True, text=True, check=False).stdout
     names.update((int(tid), name) for tid, name in re.findall(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.M))
     return names
@@ -181,7 +193,7 @@ def looped_fixture(seconds: float) -> pathlib.Path:
 def profile(pid: int, seconds: float, top: int, rate: int) -> str:
     """py-spy's samples of ``pid`` summed by function: inclusive and own, the ``top`` of each."""
     with tempfile.NamedTemporaryFile(suffix=".txt") as raw:
-        subprocess.run([str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(int(seconds)),
+        subprocess.run([py_spy(), "record", "--pid", str(pid), "--duration", str(int(seconds)),
                         "--rate", str(rate), "--format", "raw", "--nonblocking", "--output", raw.name],
                        check=True, capture_output=True)
         inclusive: collections.Counter[str] = collections.Counter()
@@ -226,10 +238,11 @@ loop's thread from ``PROFILE_AFTER_S`` after start until q, written to ``PROFILE
 def profile_event_loop(argv: list[str], args: argparse.Namespace) -> str:
     """The console's event loop under cProfile over ``args.seconds`` after the warm-up (a run of
     its own): each function's cumulative time as a share of the loop's busy time (not waiting
-    in epoll), the ``args.top`` largest. cProfile slows pure Python more than C: shares, not ms."""
+    in epoll), the ``args.top`` largest. cProfile slows pure Python more than C: shares, not ms.
+    ``argv`` is a ``tuiprof(...)`` command line: its console arguments follow ``-m tuiprof.cli``."""
     with tempfile.TemporaryDirectory(prefix="tuiprof-bench-") as temporary:
         out = pathlib.Path(temporary) / "loop.prof"
-        program = PtyProgram([str(VENV_BIN / "python"), "-c", EVENT_LOOP_PROFILER, *argv[1:]], args.source,
+        program = PtyProgram([sys.executable, "-c", EVENT_LOOP_PROFILER, *argv[3:]], args.source,
                              {"PROFILE_AFTER_S": str(args.warmup), "PROFILE_OUT": str(out)})
         try:
             time.sleep(args.warmup / 2)
@@ -330,7 +343,7 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 
 
 def measure_frames(args: argparse.Namespace) -> None:
-    subprocess.run([str(VENV_BIN / "python"), "-c", FRAMES_PROGRAM, str(FIXTURE), str(args.frames)],
+    subprocess.run([sys.executable, "-c", FRAMES_PROGRAM, str(FIXTURE), str(args.frames)],
                    check=True, cwd=args.source, env=source_env(args.source))
 
 
@@ -346,7 +359,7 @@ class Agentd:
     def __init__(self, source: pathlib.Path) -> None:
         self.port, self._metrics_port = free_port(), free_port()
         self.process = subprocess.Popen(
-            [str(VENV_BIN / "agentd"), "--port", str(self.port), "--metrics-port", str(self._metrics_port),
+            [sys.executable, "-m", "agentd.cli", "--port", str(self.port), "--metrics-port", str(self._metrics_port),
              "--interval-ms", "1000", "--trace-dir", tempfile.mkdtemp(prefix="tuiprof-bench-traces-")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=source, env=source_env(source))
         self.durations: dict[str, list[float]] = collections.defaultdict(list)
@@ -384,19 +397,18 @@ def main() -> int:
         return 0
     only = set(args.only.split(","))
     if "embedded" in only:
-        run_console("embedded", [str(VENV_BIN / "tuiprof"), "--interval", "1"], args)
+        run_console("embedded", tuiprof("--interval", "1"), args)
     if "connect" in only:
         agent = Agentd(args.source)
         try:
-            run_console("connect", [str(VENV_BIN / "tuiprof"), "connect", f"127.0.0.1:{agent.port}",
-                                    "--interval", "1"], args, agent)
+            run_console("connect", tuiprof("connect", f"127.0.0.1:{agent.port}", "--interval", "1"), args, agent)
         finally:
             agent.stop()
     if "replay" in only:
         windows = 1 + args.profile + args.cprofile
         recording = looped_fixture((args.warmup + args.seconds) * windows + 10)
         try:
-            run_console("replay", [str(VENV_BIN / "tuiprof"), "replay", "--speed", "1", str(recording)], args)
+            run_console("replay", tuiprof("replay", "--speed", "1", str(recording)), args)
         finally:
             recording.unlink()
     return 0

@@ -3,7 +3,9 @@
 # and nvitop side by side at 1 s, under a light matmul load on every GPU. Needs the wheels
 # in $WHEELS (textual & co, grpcio, protobuf, msgspec; nvitop and its nvidia-ml-py under nv/),
 # see bench/console_nvitop.md. Results in $OUT: log.txt, and per terminal (pty, tmux) an archive
-# of result.json, the viewers' screens and agentd.log.
+# of result.json, the viewers' screens and agentd.log. PROFILE=1: then, under the same load,
+# bench/console_cpu_profile.py's per-thread CPU and py-spy profile of the embedded and connect
+# consoles (in log.txt).
 set -u
 OUT=${OUT:-bench/.work/console_nvitop}
 WHEELS=${WHEELS:-.whl-h12}
@@ -21,7 +23,9 @@ python3 setup.py -q build_ext --inplace 2>&1 | tail -3
 ls tuiprof_native/*.so || exit 1
 
 SECONDS_MEASURED=${SECONDS_MEASURED:-60} WARMUP=${WARMUP:-15}
-python3 - $((2 * (SECONDS_MEASURED + WARMUP) + 40)) <<'PY' &
+TERMINAL_COUNT=$(wc -w <<< "${TERMINALS:-pty tmux}")
+PROFILE_SECONDS=$([ -n "${PROFILE:-}" ] && echo 220 || echo 0)
+python3 - $((TERMINAL_COUNT * (SECONDS_MEASURED + WARMUP) + PROFILE_SECONDS + 40)) <<'PY' &
 # Light load on every GPU: bursts of bf16 matmuls, then a pause, so the viewers show busy GPUs.
 import sys, threading, time
 import torch
@@ -46,6 +50,11 @@ for TERMINAL in ${TERMINALS:-pty tmux}; do  # one after the other, same load; ea
     --nvitop-path /tmp/nvitop --out "/tmp/console_nvitop/$TERMINAL" || RC=1
   tar -czf "$OUT/$TERMINAL.tar.gz" -C /tmp/console_nvitop "$TERMINAL"
 done
+if [ -n "${PROFILE:-}" ]; then  # 2 x (10 s warm-up, 40 s measured, 40 s py-spy)
+  echo "== profile"
+  PATH=/tmp/site/bin:$PATH python3 bench/console_cpu_profile.py --only embedded,connect --seconds 40 --warmup 10 \
+    --profile --rate 250 --top 40 || RC=1
+fi
 nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used --format=csv
 kill $LOAD 2>/dev/null
 exit $RC
