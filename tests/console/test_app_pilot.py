@@ -23,10 +23,13 @@ SIZE = (120, 40)
 
 
 async def settle(pilot, app: TuiprofApp) -> None:
-    """Wait until the recording is applied and drawn (bounded)."""
+    """Wait until the recording is applied and drawn (bounded), and the layout that drawing
+    changed is done (the hang banner shows and moves the host grid down: a click aimed at the
+    grid before that lands on the banner)."""
     for _ in range(100):
         await pilot.pause(0.02)
         if app.cluster.version and app._rendered_version == app.cluster.version and not app._inbox:
+            await pilot.pause()
             return
     raise AssertionError("the recording was not rendered within 2 s")
 
