@@ -1,6 +1,6 @@
 """CPU the console uses per second at a 1 s refresh, and where it goes (issue 14).
 
-    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--cprofile] [--only embedded,connect,replay]
+    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--cprofile] [--only embedded,connect,replay,fake-gpu]
     .venv/bin/python bench/console_cpu_profile.py --frames 300 [--source /tmp/before]   # in process, per frame
     # the same, running an older commit's code (before/after on the same machine and load):
     rm -rf /tmp/before && mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
@@ -15,6 +15,12 @@ fast as output comes (no emulator cost counted):
 - ``replay``: ``tuiprof replay --speed 1`` over tests/console/data/gpu-fixture-4hosts.ndjson
   (4 hosts × 8 GPUs) looped to last the run, Enter opening gpu-node-01's 8-GPU view:
   the console's drawing alone, with a busier screen than this GPU-less host gives;
+- ``fake-gpu`` (not by default): ``tuiprof --interval 1`` as ``embedded``, its agent's GPU
+  collector answered by the tests' ``FakeNvml`` (tests/agent/test_collectors_gpu_fake.py) as
+  one H100 with two processes whose utilization, power, temperature, clock and SM shares
+  change every second: the GPU host view's drawing on a machine without a GPU. NVML's own
+  cost is not in it (the fake answers in microseconds); the GPU machine's run is
+  bench/console_nvitop.sh's;
 - ``connect``: ``tuiprof connect 127.0.0.1:PORT --interval 1`` to a separate
   ``agentd --interval-ms 1000``: the console's own cost and the agent's apart, in one
   window; the agent's /metrics is read every second for
@@ -214,6 +220,51 @@ def profile(pid: int, seconds: float, top: int, rate: int) -> str:
     return "\n".join(rows)
 
 
+FAKE_GPU_CONSOLE = """
+import dataclasses, random, subprocess, sys, time
+sys.path.insert(0, sys.argv.pop(1))  # the tests' folder: the fake NVML
+import pynvml
+from agent import test_collectors_gpu_fake as fake
+from agentd.collectors import gpu
+
+processes = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]) for _ in range(2)]
+
+class LiveNvml(fake.FakeNvml):
+    # NVML's clock is the wall clock, and the figures a GPU under load changes every second.
+    now_us = property(lambda self: time.time_ns() // 1000, lambda self, value: None)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return pynvml.c_nvmlUtilization_t(gpu=random.randint(20, 40), memory=random.randint(5, 20))
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return random.randint(150_000, 300_000)
+
+    def nvmlDeviceGetTemperatureV(self, handle, sensor):
+        return random.randint(40, 45)
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return {pynvml.NVML_CLOCK_SM: random.choice([1755, 1980]), pynvml.NVML_CLOCK_MEM: 2619}[clock]
+
+    def _process_utilization(self, handle, buffer, count, last_seen):
+        now = self.now_us
+        self.gpus[handle].utilization_samples = [(now - 500_000 + i * 100_000, p.pid, random.randint(10, 40))
+                                                 for i in range(5) for p in processes]
+        return super()._process_utilization(handle, buffer, count, last_seen)
+
+h100 = dataclasses.replace(fake.HOPPER, name=b"NVIDIA H100 80GB HBM3", memory_total=80 << 30,
+                           processes=[(p.pid, 20 << 30) for p in processes])
+gpu.pynvml = LiveNvml([h100])
+from tuiprof.cli import main
+sys.argv[0] = "tuiprof"
+try:
+    sys.exit(main())
+finally:
+    for p in processes:
+        p.kill()
+"""
+"""``python -c`` this, then the tests' folder, then the console's arguments: ``fake-gpu``."""
+
+
 EVENT_LOOP_PROFILER = """
 import cProfile, os, sys
 from tuiprof.tui.app import TuiprofApp
@@ -297,7 +348,7 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Age
             print(profile(program.process.pid, args.seconds, args.top, args.rate), flush=True)
     finally:
         program.stop()
-    if args.cprofile:
+    if args.cprofile and argv[1:3] == ["-m", "tuiprof.cli"]:  # a tuiprof(...) command line (not fake-gpu's)
         print(profile_event_loop(argv, args), flush=True)
 
 
@@ -398,6 +449,9 @@ def main() -> int:
     only = set(args.only.split(","))
     if "embedded" in only:
         run_console("embedded", tuiprof("--interval", "1"), args)
+    if "fake-gpu" in only:
+        run_console("fake-gpu", [sys.executable, "-c", FAKE_GPU_CONSOLE, str(REPO / "tests"), "--interval", "1"],
+                    args)
     if "connect" in only:
         agent = Agentd(args.source)
         try:
