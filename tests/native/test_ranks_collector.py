@@ -135,7 +135,7 @@ def stepped_sleeper(cleanup_segments: list[int], env: dict[str, str] | None = No
         try:
             with segment.Segment(str(segment_path(proc.pid))) as seg:
                 return seg.header().counters.step_count == 1
-        except segment.SegmentBusyError:
+        except (segment.SegmentNotReadyError, segment.SegmentBusyError):  # being created, or mid-update
             return False
 
     assert wait_for(step_counted), f"pid {proc.pid}: its step never reached its segment"
