@@ -61,6 +61,31 @@ def test_publisher_names_stalled_collectives_once_and_writes_only_changes():
     assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 5, "last_completed": 5}], "active": []}
 
 
+def test_an_older_completion_recorded_last_does_not_hide_newer_ones():
+    """Gloo's worker threads record "last completed" in whatever order they get to it: a rank that
+    finished 119 and 120 and launched 121 can report 118 for good. Once stalled, the entries say
+    what is still active; everything before the oldest of them has completed."""
+    recorder, writes, clock = Recorder(), [], [100.0]
+    recorder.status = {"0": (121, 118)}
+    # As PyTorch 2.13's recorder gives gloo's entries: all "scheduled", the completed ones "retired".
+    recorder.entries = [dict(ENTRY, collective_seq_id=seq, state="scheduled", retired=seq < 121)
+                        for seq in (119, 120, 121)]
+    publisher = tuiprof_flight.FlightPublisher(
+        recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)), clock=lambda: clock[0])
+    publisher.poll()
+    assert writes[-1]["groups"] == [{"id": "0", "last_enqueued": 121, "last_completed": 118}]  # not stalled yet
+    clock[0] += tuiprof_flight.ENTRIES_AFTER_S
+    publisher.poll()
+    assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 121, "last_completed": 120}],
+                          "active": [{"pg": "0", "seq": 121, "op": "gloo:all_reduce", "enqueued_ns": 1000}]}
+    recorder.entries = recorder.entries[2:]
+    recorder.status = {"0": (121, 120)}  # the recorder's own counter catches up: nothing new to say
+    publisher.poll()
+    clock[0] += tuiprof_flight.ENTRIES_AFTER_S
+    publisher.poll()
+    assert writes[-1]["groups"] == [{"id": "0", "last_enqueued": 121, "last_completed": 120}]
+
+
 def test_agent_reads_groups_and_in_flight_collectives():
     text = json.dumps({"groups": [{"id": "0", "last_enqueued": 121, "last_completed": 120}],
                        "active": [{"pg": "0", "seq": 121, "op": "gloo:all_reduce", "enqueued_ns": 1_000_000_000}]})
