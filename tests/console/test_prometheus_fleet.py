@@ -35,7 +35,7 @@ from tuiprof.cli import main
 from tuiprof.commands.status import NO_FREE_TEXT, ONLY_TROUBLED
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.prometheus import (
-    NOT_SCRAPED, RULES_PROBE, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource,
+    NOT_SCRAPED, RULES_PROBE, SERVER_TIME, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource,
     QueryResult, column_queries, fetch_fleet, recording_rules_loaded,
 )
 from tuiprof.model.events import HostEvent, HostUnreachable, SummaryReceived
@@ -120,7 +120,7 @@ def test_the_target_file_lists_every_node_with_its_labels(fleet: Fleet, tmp_path
 
 def test_live_agents_rows_come_from_prometheus_one_query_per_column(fleet: Fleet) -> None:
     view, queries = fetch(fleet, HostSelection(expected=(NODE_A, NODE_B)))
-    assert queries == len(column_queries(fleet.selection))  # per column, not per host; none missing
+    assert queries == len(column_queries(fleet.selection)) + 1  # per column, not per host (+ the server's time)
     assert set(view.rows) == {NODE_A, NODE_B} and not view.missing
     total = psutil.virtual_memory().total
     for node in (NODE_A, NODE_B):
@@ -164,8 +164,8 @@ def test_a_suspect_host_has_its_verdict_from_its_hang_series(fleet: Fleet) -> No
 
 def test_hosts_without_series_are_unreachable_with_the_reason(fleet: Fleet) -> None:
     view, queries = fetch(fleet)
-    # and one to learn why hosts are missing, one for the suspect (frozen) host's hang verdict
-    assert queries == len(column_queries(fleet.selection)) + 2
+    # the server's time, and one to learn why hosts are missing, one for the suspect (frozen) host's hang verdict
+    assert queries == len(column_queries(fleet.selection)) + 3
     assert view.missing[UNSCRAPED] == NOT_SCRAPED
     assert view.missing[UNSCRAPABLE].startswith(f"Prometheus cannot scrape it (up == 0 for {UNSCRAPABLE}:")
     assert set(view.missing) == {UNSCRAPED, UNSCRAPABLE}
@@ -280,10 +280,10 @@ class TimedClient(PrometheusClient):
         super().__init__(url)
         self.spans: list[tuple[str, float, float]] = []
 
-    async def query(self, promql: str) -> QueryResult:
+    async def query(self, promql: str, at: float | None = None) -> QueryResult:
         sent = time.monotonic()
         try:
-            return await super().query(promql)
+            return await super().query(promql, at)
         finally:
             self.spans.append((promql, sent, time.monotonic()))
 
@@ -301,11 +301,11 @@ def test_whether_the_rules_are_loaded_costs_no_round_trip_of_its_own(fleet: Flee
     recorded = set(column_queries(selection, recorded=True).values())
     view, spans = asyncio.run(one(guess=True))
     assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
-    assert {promql for promql, _, _ in spans} == recorded and len(spans) == len(recorded)  # no probe
+    assert {promql for promql, _, _ in spans} == recorded | {SERVER_TIME} and len(spans) == len(recorded) + 1  # no probe
 
     view, spans = asyncio.run(one(guess=False))
     assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
-    assert len(spans) == 2 * len(recorded) + 1  # raw columns and the probe, then the recorded columns
+    assert len(spans) == 2 * len(recorded) + 3  # time, raw columns and the probe, then time, the recorded columns
     [(_, _, probe_answered)] = [span for span in spans if span[0] == RULES_PROBE]
     assert min(sent for promql, sent, _ in spans if promql != RULES_PROBE) < probe_answered  # not serial
     assert {promql for promql, _, _ in spans[-len(recorded):]} == recorded
@@ -324,7 +324,7 @@ async def test_a_refresh_keeps_the_rows_whose_snapshot_did_not_change(fleet: Fle
         sent = len(client.spans)
         await source.refresh(client, events.append)
         second = source.last_view
-        assert len(client.spans) - sent == len(column_queries(fleet.selection)) + 1
+        assert len(client.spans) - sent == len(column_queries(fleet.selection)) + 2  # + the server's time
     assert first is not None and second is not None and second.recorded
     assert second.rows[FROZEN] is first.rows[FROZEN]
     assert second.rows[FROZEN].summary.step_time_seconds == 0.8125  # its figures, from the first refresh

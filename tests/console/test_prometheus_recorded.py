@@ -21,7 +21,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from console.prometheus_server import PROMETHEUS, RECORDING_RULES, running_prometheus, ticking_agent
 from testkit.ports import free_port
 from tuiprof.client.prometheus import (
-    NOT_RECORDED_YET, RECORDED, FleetView, HostSelection, PrometheusClient, fetch_fleet, recording_rules_loaded,
+    NOT_RECORDED_YET, RECORDED, SETTLED_AFTER_S, FleetView, HostSelection, PrometheusClient, fetch_fleet, recording_rules_loaded,
 )
 
 HOSTNAME = "ticking-node"
@@ -73,7 +73,8 @@ def fetch(url: str, recorded: bool | None, selection: HostSelection = SELECTION)
 
 
 def wait_for(url: str, promql: str) -> None:
-    """Until ``promql`` answers a sample (the rules evaluated over a scrape)."""
+    """Until ``promql`` answers a sample (the rules evaluated over a scrape), and that sample is
+    older than the moment a refresh's columns are evaluated at (``SETTLED_AFTER_S`` back)."""
     async def answered() -> bool:
         async with PrometheusClient(url) as client:
             return bool((await client.query(promql)).samples)
@@ -81,6 +82,7 @@ def wait_for(url: str, promql: str) -> None:
     while not asyncio.run(answered()):
         assert time.monotonic() < deadline, f"no answer to {promql} in {TIMEOUT_S:g} s"
         time.sleep(0.3)
+    time.sleep(SETTLED_AFTER_S)
 
 
 def assert_figures_of_their_time(view: FleetView) -> float:

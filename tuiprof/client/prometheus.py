@@ -55,6 +55,12 @@ last figures kept): at the usual 15-30 s scrape interval that is two scrapes or 
 (with the recording rules, the newest snapshot their last evaluation recorded: up to one
 evaluation interval, 15 s in docs/prometheus, older than the newest scraped)."""
 QUERY_TIMEOUT_S = 30.0
+SETTLED_AFTER_S = 1.0
+"""How far behind the server's clock one refresh's columns are evaluated. A scrape's samples carry
+the time it started and become visible when it ends (a rule's, its group's evaluation time, when
+that rule is done): columns evaluated at one moment this far back each see a scrape whole or not
+at all, so a row's figures are those of one snapshot (unpinned, the concurrent column queries
+each took the server's now, and a scrape ending between two of them mixed two snapshots in a row)."""
 RANK_HOSTS_AT_ONCE = 1024
 """The NCCL/GEMM view watches at most this many hosts' agents over gRPC: one console follows
 about a thousand streams in half a core (bench/console_fleet.md)."""
@@ -198,6 +204,8 @@ column of a row's figures is here, with the row's time (``sampled_at``): the rul
 them in one group, so a row's figures and its time come from one evaluation (the raw
 snapshot time is up to an evaluation interval newer than the figures recorded)."""
 RULES_PROBE = f"count({RECORDED['sampled_at']})"
+SERVER_TIME = "vector(time())"
+"""The server's clock, asked before a refresh's columns (evaluated at one moment of it)."""
 """Answers a sample where the recording rules are loaded: those that record the rows' time (an
 older rules file without that series counts as not loaded, its rows would have no time)."""
 
@@ -311,11 +319,13 @@ class PrometheusClient:
     async def __aexit__(self, *_: object) -> None:
         await self._http.aclose()
 
-    async def query(self, promql: str) -> QueryResult:
-        """One instant query (POST, so long host lists fit); PrometheusError with the reason."""
+    async def query(self, promql: str, at: float | None = None) -> QueryResult:
+        """One instant query (POST, so long host lists fit), evaluated ``at`` that time (the server's
+        Unix time; None: its now); PrometheusError with the reason."""
         self.queries_sent += 1
+        form = {"query": promql} if at is None else {"query": promql, "time": f"{at:.3f}"}
         try:
-            reply = await self._http.post("/api/v1/query", data={"query": promql})
+            reply = await self._http.post("/api/v1/query", data=form)
         except httpx.TimeoutException:
             raise PrometheusUnreachableError(
                 f"Prometheus at {self.url} did not answer within {self._http.timeout.read:g} s") from None
@@ -337,7 +347,7 @@ class PrometheusClient:
         if answer.data.resultType != "vector":
             raise NotPrometheusError(f"{self.url} answered an instant query with a {answer.data.resultType}, "
                                      "not a vector; is it a Prometheus HTTP API?")
-        evaluated = answer.data.result[0].value[0] if answer.data.result else time.time()
+        evaluated = at if at is not None else answer.data.result[0].value[0] if answer.data.result else time.time()
         return QueryResult(evaluated, answer.data.result)
 
     async def check(self) -> None:
@@ -541,12 +551,14 @@ async def recording_rules_loaded(client: PrometheusClient) -> bool:
 
 
 async def _read_columns(client: PrometheusClient, selection: HostSelection, recorded: bool) -> _Columns:
-    """Every column's query at once, each answer digested as soon as it comes, while the
-    server still evaluates the others."""
+    """Every column's query at once, all evaluated at one moment (``SETTLED_AFTER_S`` before the
+    server's now), each answer digested as soon as it comes, while the server still evaluates
+    the others."""
     columns = _Columns({}, recorded)
+    at = (await client.query(SERVER_TIME)).evaluated_at - SETTLED_AFTER_S
 
     async def read(name: str, promql: str) -> None:
-        columns.take(name, await client.query(promql))
+        columns.take(name, await client.query(promql, at))
 
     await asyncio.gather(*(read(name, promql) for name, promql in column_queries(selection, recorded).items()))
     return columns
@@ -570,9 +582,9 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_e
 
     ``recorded``: read the recording rules' series (True) or aggregate the raw ones (False).
     None: whichever the server has now, found out every time (rules are loaded, evaluated
-    first, or removed while a console runs) in one round trip when it is the ``guess`` (the
-    mode last seen): recorded row times in the answer say the rules are loaded; else the
-    rules probe, sent with the raw columns. Only when the guess was wrong are the columns
+    first, or removed while a console runs) with no round trip of its own when it is the
+    ``guess`` (the mode last seen): recorded row times in the answer say the rules are loaded;
+    else the rules probe, sent with the raw columns. Only when the guess was wrong are the columns
     read again. ``previous``: the last view's rows, kept as they are for the hosts whose
     snapshot did not change (scraped every 15 s and refreshed every 5 s, two hosts in
     three): no new row is built for them.
@@ -586,7 +598,8 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_e
         columns = await _read_columns(client, selection, recorded)
     troubled = {host: level for host, level in columns.hang.items() if level in HANG_SHOWN}
     # a healthy fleet costs no query here; a troubled one, one query over its troubled hosts
-    hangs = hang_statuses(troubled, await client.query(hang_query(selection, troubled))) if troubled else {}
+    hangs = (hang_statuses(troubled, await client.query(hang_query(selection, troubled), columns.evaluated_at))
+             if troubled else {})
     query_seconds = time.perf_counter() - started
     rows = _rows(columns, selection, previous or {})
     absent = [node for node in dict.fromkeys((*selection.expected, *also_expected)) if node not in rows]
