@@ -490,9 +490,12 @@ def _hang(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
 def _collector_runs(out: Families, runs: Mapping[str, CollectRun], host: Labels) -> None:
     duration = out("collector_duration_seconds", "gauge", "Wall time of the collector's latest collect().")
     success = out("collector_success", "gauge", "1 when the collector's latest collect() succeeded, 0 when it failed.")
+    cpu = out("collector_cpu_seconds_total", "counter",
+              "CPU time (user + system) of the collector's collect() calls since the agent started.")
     for name, run in runs.items():
         duration.add({**host, "collector": name}, run.duration_seconds)
         success.add({**host, "collector": name}, int(run.success))
+        cpu.add({**host, "collector": name}, run.cpu_seconds_total)
 
 
 Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]

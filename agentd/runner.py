@@ -8,7 +8,10 @@ and its stale data is left out of snapshots rather than shown as current.
 The runner also times every ``collect()`` (wall time, around the call) and
 keeps the outcome as ``last_run``, the way node_exporter times its collectors:
 ``/metrics`` exports it as ``tuiprof_collector_duration_seconds`` and
-``tuiprof_collector_success``. Collectors do not time themselves. A failure is
+``tuiprof_collector_success``. It also adds up the CPU time of the calls (the
+calling thread's, so not the time spent waiting for the GIL or a lock, which the
+wall time includes): ``tuiprof_collector_cpu_seconds_total``, what each collector
+costs the host. Collectors do not time themselves. A failure is
 logged when it starts, then at most once per ``FAILURE_LOG_INTERVAL_SECONDS``
 while it lasts (with the count of failures since the last line), and once more
 when the collector recovers.
@@ -41,6 +44,7 @@ class CollectRun:
     success: bool
     # Why the latest failing call failed; kept after a recovery ("" until a call fails).
     last_error: str
+    cpu_seconds_total: float  # CPU time of every call so far, this one included
 
 
 class UnloadableCollector(Collector):
@@ -95,6 +99,7 @@ class CollectorRunner:
         self._collected = threading.Event()
         # Replaced whole by the collector thread, read by others: None until the first collect().
         self.last_run: CollectRun | None = None
+        self._cpu_seconds = 0.0
         self._failures_unlogged = 0
         self._failure_logged_at = -math.inf
 
@@ -145,18 +150,20 @@ class CollectorRunner:
             self._stop.wait(deadline - now)
 
     def _collect_once(self) -> None:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             self.collector.collect()
         except Exception as exc:
             duration = time.perf_counter() - started
+            self._cpu_seconds += time.thread_time() - cpu_started
             self._error = f"collect failed: {type(exc).__name__}: {exc}"
-            self.last_run = CollectRun(duration, success=False, last_error=self._error)
+            self.last_run = CollectRun(duration, False, self._error, self._cpu_seconds)
             self._log_failure(exc)
         else:
             duration = time.perf_counter() - started
+            self._cpu_seconds += time.thread_time() - cpu_started
             last_error = self.last_run.last_error if self.last_run is not None else ""
-            self.last_run = CollectRun(duration, success=True, last_error=last_error)
+            self.last_run = CollectRun(duration, True, last_error, self._cpu_seconds)
             if self._error is not None:
                 log.info("collect recovered", extra={"collector": self.name,
                                                      "failures_not_logged": self._failures_unlogged})

@@ -1,5 +1,6 @@
 """Where agentd's CPU goes on a GPU host: process CPU per second, each collector's wall time
-per collect (its own ``tuiprof_collector_duration_seconds``), and a py-spy profile.
+per collect (its own ``tuiprof_collector_duration_seconds``) and CPU per second (the rate of
+its ``tuiprof_collector_cpu_seconds_total`` over the window), and a py-spy profile.
 
 Run on the GPU machine (see ``agentd_cpu_gpu.sh``): starts ``agentd --interval-ms 1000``,
 lets it warm up, reads /proc/PID/stat over ``--seconds`` while scraping /metrics once a
@@ -23,6 +24,7 @@ import time
 import urllib.request
 
 DURATION = re.compile(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', re.M)
+COLLECTOR_CPU = re.compile(r'^tuiprof_collector_cpu_seconds_total\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', re.M)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -37,10 +39,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def scrape(port: int) -> dict[str, float]:
+def scrape(port: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Each collector's latest wall time per collect, and its CPU seconds so far."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
-    return {name: float(value) for name, value in DURATION.findall(text)}
+    return ({name: float(value) for name, value in DURATION.findall(text)},
+            {name: float(value) for name, value in COLLECTOR_CPU.findall(text)})
 
 
 def heaviest(folded: pathlib.Path, top: int) -> dict[str, list[tuple[str, float]]]:
@@ -80,11 +84,14 @@ def main() -> int:
         time.sleep(args.warmup)
         durations: dict[str, list[float]] = collections.defaultdict(list)
         start_cpu, start = cpu_seconds(agent.pid), time.monotonic()
+        _, collector_cpu_start = scrape(metrics_port)
         while time.monotonic() - start < args.seconds:
-            for name, value in scrape(metrics_port).items():
+            latest, collector_cpu = scrape(metrics_port)
+            for name, value in latest.items():
                 durations[name].append(value)
             time.sleep(1.0)
-        cpu_per_s = (cpu_seconds(agent.pid) - start_cpu) / (time.monotonic() - start)
+        elapsed = time.monotonic() - start
+        cpu_per_s = (cpu_seconds(agent.pid) - start_cpu) / elapsed
         folded = args.out / "agentd.folded"
         subprocess.run(
             ["py-spy", "record", "--pid", str(agent.pid), "--duration", str(args.profile_seconds), "--rate", "250",
@@ -95,6 +102,8 @@ def main() -> int:
             "agent_cpu_ms_per_s": round(cpu_per_s * 1000, 2),
             "collector_ms_mean": {n: round(1000 * sum(v) / len(v), 3) for n, v in durations.items()},
             "collector_ms_max": {n: round(1000 * max(v), 3) for n, v in durations.items()},
+            "collector_cpu_ms_per_s": {n: round(1000 * (v - collector_cpu_start.get(n, 0.0)) / elapsed, 3)
+                                       for n, v in collector_cpu.items()},
             "profile": heaviest(folded, 40),
         }
     finally:

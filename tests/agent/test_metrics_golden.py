@@ -35,10 +35,12 @@ PROMTOOL = shutil.which("promtool")
 INFO = pb.AgentInfo(hostname="gpu-node-07", agent_version="0.9.0", driver_version="580.159.04",
                     nvml_version="13.580.159.04", cuda_driver_version="13.0")
 RUNS = {
-    "host": CollectRun(duration_seconds=0.00125, success=True, last_error=""),
-    "gpu": CollectRun(duration_seconds=0.0183, success=True, last_error="collect failed: NVMLError: Unknown Error"),
-    "pmu": CollectRun(duration_seconds=0.0004, success=True, last_error=""),
-    "ranks": CollectRun(duration_seconds=0.0021, success=False, last_error="collect failed: OSError: [Errno 24]"),
+    "host": CollectRun(duration_seconds=0.00125, success=True, last_error="", cpu_seconds_total=3.5),
+    "gpu": CollectRun(duration_seconds=0.0183, success=True, last_error="collect failed: NVMLError: Unknown Error",
+                      cpu_seconds_total=41.25),
+    "pmu": CollectRun(duration_seconds=0.0004, success=True, last_error="", cpu_seconds_total=0.75),
+    "ranks": CollectRun(duration_seconds=0.0021, success=False, last_error="collect failed: OSError: [Errno 24]",
+                        cpu_seconds_total=2.0),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import socket
 import struct
 import time
@@ -12,6 +13,7 @@ import httpx
 
 from agentd.agent import Agent
 from agentd.metrics_http import MetricsServer
+from agentd.prometheus import render_metrics
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.runner import CollectorRunner
 from testkit.agents import TickCollector, running_agent
@@ -95,6 +97,50 @@ def test_metrics_carry_each_collectors_timing_measured_by_its_runner():
     assert duration and 0 < float(duration[1]) < 1.0
     assert 'tuiprof_collector_success{hostname="h",collector="tick"} 1\n' in text
     assert 'tuiprof_collector_success{hostname="h",collector="tick"} 0\n' in failed
+
+
+class BusyOrIdleCollector(TickCollector):
+    """Each collect() computes until the kernel has counted ``WORK_S`` of CPU to its thread
+    (``busy``; getrusage, not the runner's clock), or sleeps ``WORK_S``."""
+
+    WORK_S = 0.2
+
+    def __init__(self, name: str, busy: bool) -> None:
+        super().__init__(interval_seconds=60)
+        self.name, self.busy = name, busy
+
+    def collect(self) -> None:
+        if not self.busy:
+            time.sleep(self.WORK_S)
+            return
+        start = thread_cpu_seconds()
+        while thread_cpu_seconds() - start < self.WORK_S:
+            pass
+
+
+def thread_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_collector_cpu_seconds_count_the_cpu_not_the_wait():
+    """Both collectors take at least 0.2 s a call, each on its runner's thread; only the one
+    computing adds them to its CPU seconds (the runner's clock is the thread's CPU time, not the
+    wall, which also counts sleeps and GIL waits: here the two threads share the GIL)."""
+    runners = [CollectorRunner(BusyOrIdleCollector("busy", True)), CollectorRunner(BusyOrIdleCollector("idle", False))]
+    for runner in runners:
+        runner.start()
+    try:
+        assert all(runner.wait_first_sample(10) for runner in runners)
+    finally:
+        for runner in runners:
+            runner.stop()
+    agent = Agent(runners, interval_seconds=0.1, hostname="h")
+    text = render_metrics(agent.snapshot(), pb.AgentInfo(), agent.collector_runs())
+    cpu = dict(re.findall(r'^tuiprof_collector_cpu_seconds_total\{hostname="h",collector="(\w+)"\} (\S+)$', text, re.M))
+    busy, idle = (runner.last_run for runner in runners)
+    assert BusyOrIdleCollector.WORK_S - 0.001 <= float(cpu["busy"]) <= busy.duration_seconds + 0.001, (cpu, busy)
+    assert float(cpu["idle"]) < 0.02 and idle.duration_seconds >= BusyOrIdleCollector.WORK_S, (cpu, idle)
 
 
 def reset_mid_request(port: int, path: str) -> None:
