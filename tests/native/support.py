@@ -38,13 +38,15 @@ def tuiprof_run_argv(*command: str, options: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", *options, "--", *command]
 
 
-def tuiprof_run(*command: str, options: tuple[str, ...] = (), **popen) -> subprocess.Popen:
-    """Start `tuiprof run --no-kineto-daemon [OPTIONS] -- COMMAND`; it execs COMMAND, so the pid is COMMAND's."""
+def tuiprof_run(*command: str, options: tuple[str, ...] = (), launcher: tuple[str, ...] = (),
+                **popen) -> subprocess.Popen:
+    """Start `tuiprof run --no-kineto-daemon [OPTIONS] -- COMMAND`; it execs COMMAND, so the pid is COMMAND's.
+    ``launcher``: an argv that runs first in that process and execs tuiprof's (given as its arguments)."""
     env = dict(os.environ)
     env.pop("KINETO_USE_DAEMON", None)
     env.pop("TUIPROF_GEMM_SAMPLE_EVERY", None)
     env.update(popen.pop("env", {}))
-    return subprocess.Popen(tuiprof_run_argv(*command, options=options), env=env, text=True, **popen)
+    return subprocess.Popen([*launcher, *tuiprof_run_argv(*command, options=options)], env=env, text=True, **popen)
 
 
 @contextlib.contextmanager

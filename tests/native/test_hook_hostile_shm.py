@@ -6,7 +6,10 @@ stderr line and leaves the reason in a `.inert` note for the agent; it never
 follows a link, never touches a file that is not its own, and never dies of
 SIGBUS. A full /dev/shm is a 64 KiB tmpfs mounted over it in a private mount
 namespace (root and unshare(1) needed); files in the way are planted at the
-process's own paths between fork and exec, when its pid is known.
+process's own paths by a small launcher that then execs `tuiprof run` (the pid is kept
+across exec). Not by ``preexec_fn``: Python run between fork and exec in this test process,
+which holds gRPC's threads from other tests, once started gRPC's poller in the child, which
+then aborted when the child's descriptors were closed.
 """
 
 from __future__ import annotations
@@ -116,10 +119,42 @@ def test_shm_without_a_free_page_leaves_an_empty_note(standins, mount_namespace)
     assert run["files"] == {f"tuiprof-{os.getuid()}-{run['pid']}{segment.INERT_SUFFIX}": ""}
 
 
-def run_driver_with(standins, plant, cleanup: list[int]) -> subprocess.CompletedProcess:
-    """The stand-in workload under `tuiprof run`, with ``plant(pid)`` run in the child before exec."""
-    proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), stdin=subprocess.DEVNULL,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: plant(os.getpid()))
+PLANT_THEN_EXEC = textwrap.dedent("""
+    import json, os, sys
+    from tuiprof_native import segment
+    own = os.path.join(segment.SEGMENT_DIR, f"tuiprof-{os.getuid()}-{os.getpid()}")
+    for item in json.loads(sys.argv[1]):
+        path = own + item["suffix"]
+        if "link_to" in item:
+            os.symlink(item["link_to"], path)
+            continue
+        with open(path, "w") as out:
+            out.write(item["text"])
+        if "owner" in item:
+            os.chown(path, item["owner"], item["owner"])
+            os.chmod(path, item["mode"])
+    os.execv(sys.argv[2], sys.argv[2:])
+""")
+"""``python -c`` this, the files to plant (JSON: each a ``suffix`` after the process's segment path and
+a ``link_to`` target or a ``text``, with an ``owner`` and ``mode`` to give it), then the argv to exec."""
+
+
+def link(suffix: str, target: pathlib.Path) -> dict:
+    return {"suffix": suffix, "link_to": str(target)}
+
+
+def planted_file(suffix: str, text: str, owner: int | None = None, mode: int = 0o644) -> dict:
+    return {"suffix": suffix, "text": text} | ({"owner": owner, "mode": mode} if owner is not None else {})
+
+
+def launcher(plants: list[dict]) -> tuple[str, ...]:
+    return (sys.executable, "-c", PLANT_THEN_EXEC, json.dumps(plants))
+
+
+def run_driver_with(standins, plants: list[dict], cleanup: list[int]) -> subprocess.CompletedProcess:
+    """The stand-in workload under `tuiprof run`, with ``plants`` in place at its pid's paths first."""
+    proc = tuiprof_run(str(standins / "driver"), str(standins / "libworkload.so"), launcher=launcher(plants),
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     cleanup.append(proc.pid)
     out, err = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.pid, proc.returncode, out, err)
@@ -134,7 +169,7 @@ def test_symlink_at_the_segment_path_is_not_followed(standins, cleanup_segments,
     victim = tmp_path / "victim"
     victim.write_bytes(b"a file the job's user can write, elsewhere\n")
     before = file_state(victim)
-    run = run_driver_with(standins, lambda pid: segment_path(pid).symlink_to(victim), cleanup_segments)
+    run = run_driver_with(standins, [link("", victim)], cleanup_segments)
     pid = run.args
     assert run.returncode == 0, run.stderr
     assert file_state(victim) == before
@@ -147,13 +182,7 @@ def test_symlink_at_the_segment_path_is_not_followed(standins, cleanup_segments,
 def test_other_users_file_at_the_segment_path_is_left_alone(standins, cleanup_segments):
     other_uid = 65534  # nobody: the user who planted the file (world-writable, as a trap would be)
 
-    def plant(pid: int) -> None:
-        path = segment_path(pid)
-        path.write_bytes(b"planted by uid 65534\n")
-        os.chown(path, other_uid, other_uid)
-        os.chmod(path, 0o666)
-
-    run = run_driver_with(standins, plant, cleanup_segments)
+    run = run_driver_with(standins, [planted_file("", "planted by uid 65534\n", other_uid, 0o666)], cleanup_segments)
     pid = run.args
     assert run.returncode == 0, run.stderr
     st = segment_path(pid).lstat()
@@ -165,11 +194,9 @@ def test_other_users_file_at_the_segment_path_is_left_alone(standins, cleanup_se
 
 
 def test_stale_own_segment_and_note_of_the_same_pid_are_replaced(standins, cleanup_segments):
-    def plant(pid: int) -> None:
-        segment_path(pid).write_bytes(b"left by an earlier process with this pid")
-        note_path(pid).write_text("an earlier process's reason\n")
-
-    run = run_driver_with(standins, plant, cleanup_segments)
+    plants = [planted_file("", "left by an earlier process with this pid"),
+              planted_file(segment.INERT_SUFFIX, "an earlier process's reason\n")]
+    run = run_driver_with(standins, plants, cleanup_segments)
     pid = run.args
     assert run.returncode == 0, run.stderr
     assert tuiprof_lines(run.stderr) == []
@@ -193,14 +220,10 @@ def test_exception_sidecar_written_only_over_own_file(cleanup_segments, tmp_path
         path = segment_path(pid)
         return path.with_name(path.name + segment.EXCEPTION_SUFFIX)
 
-    def plant(pid: int) -> None:
-        if in_the_way == "symlink":
-            sidecar(pid).symlink_to(victim)
-        else:
-            sidecar(pid).write_text("an earlier process's exception\n")
-
-    proc = tuiprof_run(sys.executable, "-c", CRASH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       preexec_fn=lambda: plant(os.getpid()))
+    plant = (link(segment.EXCEPTION_SUFFIX, victim) if in_the_way == "symlink"
+             else planted_file(segment.EXCEPTION_SUFFIX, "an earlier process's exception\n"))
+    proc = tuiprof_run(sys.executable, "-c", CRASH, launcher=launcher([plant]), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
     cleanup_segments.append(proc.pid)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and err.rstrip().endswith("RuntimeError: boom after 5 steps")  # as without us
