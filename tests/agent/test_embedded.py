@@ -15,7 +15,7 @@ from agentd.errors import ConfigError
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.client.channel import ConnectionOptions, open_channel
-from tuiprof.client.local import watch_embedded
+from tuiprof.client.local import embedded_agent, watch_embedded
 from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
 
 
@@ -170,3 +170,28 @@ def test_a_feed_whose_console_loop_closed_does_not_stop_the_agents_snapshots():
     agent.subscribe(slot)
     agent.publish(agent.snapshot())  # would raise "Event loop is closed" into the snapshot loop
     assert agent.latest is not None and agent.latest.sequence == 1
+
+
+def embedded_agent_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "embedded-agentd"]
+
+
+async def test_a_console_quitting_while_its_agent_starts_leaves_no_agent_running(tmp_path):
+    """Cancelled mid-start (a console quit in its first second), ``embedded_agent`` waits for the
+    start its thread is making, stops that agent and re-raises: no agent thread outlives it (one
+    that did died at interpreter exit with a traceback)."""
+    before = embedded_agent_threads()
+
+    async def use_it() -> None:
+        async with embedded_agent(interval_ms=100, trace_dir=tmp_path / "traces"):
+            raise AssertionError("not reached: cancelled while starting")
+
+    task = asyncio.create_task(use_it())
+    deadline = time.monotonic() + 10
+    while not set(embedded_agent_threads()) - set(before):  # the agent's thread is up: it is starting
+        assert time.monotonic() < deadline, "the embedded agent never started"
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert embedded_agent_threads() == before

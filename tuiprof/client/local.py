@@ -44,10 +44,18 @@ async def embedded_agent(interval_ms: int = 1000,
     from agentd.embedded import start_embedded_agent
     from agentd.errors import AgentdError
 
+    starting = asyncio.ensure_future(asyncio.to_thread(start_embedded_agent, interval_ms or 1000, trace_dir))
     try:
-        agent = await asyncio.to_thread(start_embedded_agent, interval_ms or 1000, trace_dir)
+        agent = await asyncio.shield(starting)
     except AgentdError as exc:
         raise LocalAgentError(f"cannot start the embedded agent: {exc}") from exc
+    except asyncio.CancelledError:
+        # Cancelled while the agent starts (the console quit in its first second): its thread
+        # finishes starting it regardless; stop it then, or it outlives the console's loop and
+        # dies with a traceback at exit.
+        with contextlib.suppress(AgentdError):  # it did not start: nothing to stop
+            await asyncio.to_thread((await starting).stop)
+        raise
     try:
         yield agent
     finally:
