@@ -204,10 +204,10 @@ column of a row's figures is here, with the row's time (``sampled_at``): the rul
 them in one group, so a row's figures and its time come from one evaluation (the raw
 snapshot time is up to an evaluation interval newer than the figures recorded)."""
 RULES_PROBE = f"count({RECORDED['sampled_at']})"
-SERVER_TIME = "vector(time())"
-"""The server's clock, asked before a refresh's columns (evaluated at one moment of it)."""
 """Answers a sample where the recording rules are loaded: those that record the rows' time (an
 older rules file without that series counts as not loaded, its rows would have no time)."""
+SERVER_TIME = "vector(time())"
+"""The server's clock, asked before a refresh's columns (evaluated at one moment of it)."""
 
 
 def column_queries(selection: HostSelection, recorded: bool = False) -> dict[str, str]:
