@@ -84,6 +84,13 @@ def test_an_older_completion_recorded_last_does_not_hide_newer_ones():
     clock[0] += tuiprof_flight.ENTRIES_AFTER_S
     publisher.poll()
     assert writes[-1]["groups"] == [{"id": "0", "last_enqueued": 121, "last_completed": 120}]
+    # the stuck rank: it never launched 121, and its every entry is retired, yet it says 118
+    recorder.status = {"0": (120, 118)}
+    recorder.entries = [dict(ENTRY, collective_seq_id=seq, state="scheduled", retired=True) for seq in (119, 120)]
+    publisher.poll()
+    clock[0] += tuiprof_flight.ENTRIES_AFTER_S
+    publisher.poll()
+    assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 120, "last_completed": 120}], "active": []}
 
 
 def test_agent_reads_groups_and_in_flight_collectives():

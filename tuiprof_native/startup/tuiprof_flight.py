@@ -45,6 +45,7 @@ class FlightPublisher:
         self._groups: Groups = {}
         self._still_since = clock()
         self._active: list[dict] | None = None
+        self._retired: dict[str, int] = {}  # group -> its newest retired collective, from the same read
         self._written: dict | None = None
 
     def start(self) -> None:
@@ -64,39 +65,36 @@ class FlightPublisher:
                   for pg, s in status.items()}
         now = self._clock()
         if groups != self._groups:
-            self._groups, self._active, self._still_since = groups, None, now
+            self._groups, self._active, self._retired, self._still_since = groups, None, {}, now
         elif (self._active is None and now - self._still_since >= ENTRIES_AFTER_S
               and any(enqueued > completed for enqueued, completed in groups.values())):
-            self._active = self._pending(groups)
-        shown = _completed_before_active(groups, self._active) if self._active else groups
-        doc = {"groups": [{"id": pg, "last_enqueued": max(e, 0), "last_completed": max(c, 0)}
-                          for pg, (e, c) in sorted(shown.items())],
+            self._active, self._retired = self._read_entries(groups)
+        # The recorder's "last completed" is whichever completion was recorded last: with several
+        # worker threads (gloo's) an older one can land after a newer one (a 4-rank gloo job on a
+        # loaded machine said 118 for good after 120). A group's collectives complete in order, so
+        # its newest retired entry is a floor.
+        doc = {"groups": [{"id": pg, "last_enqueued": max(e, 0), "last_completed": max(c, self._retired.get(pg, c), 0)}
+                          for pg, (e, c) in sorted(groups.items())],
                "active": self._active or []}
         if doc != self._written:
             self._write(self._path, json.dumps(doc))
             self._written = doc
 
-    def _pending(self, groups: Groups) -> list[dict]:
-        """The enqueued, not completed collectives, from the recorder's entries (a completed one is
-        "retired"; with only active ones asked for, gloo's still come, all "scheduled": PyTorch 2.13)."""
-        entries = json.loads(self._dump(True, True)).get("entries", [])
-        return [
+    def _read_entries(self, groups: Groups) -> tuple[list[dict], dict[str, int]]:
+        """From the recorder's entries (one read): the enqueued, not completed collectives, and each
+        group's newest completed one. A completed entry is "retired"; asked for active entries only,
+        PyTorch 2.13 still gives gloo's completed ones, all "scheduled"."""
+        entries = [e for e in json.loads(self._dump(True, True)).get("entries", [])
+                   if not e.get("is_p2p") and str(e.get("pg_id")) in groups]
+        retired: dict[str, int] = {}
+        for e in entries:
+            if e.get("retired"):
+                pg = str(e["pg_id"])
+                retired[pg] = max(retired.get(pg, -1), int(e["collective_seq_id"]))
+        active = [
             {"pg": str(e["pg_id"]), "seq": int(e["collective_seq_id"]), "op": str(e["profiling_name"]),
              "enqueued_ns": int(e["time_created_ns"])}
             for e in entries
-            if not e.get("is_p2p") and not e.get("retired") and str(e.get("pg_id")) in groups
-            and int(e["collective_seq_id"]) > groups[str(e["pg_id"])][1]
+            if not e.get("retired") and int(e["collective_seq_id"]) > groups[str(e["pg_id"])][1]
         ]
-
-
-def _completed_before_active(groups: Groups, active: list[dict]) -> Groups:
-    """``groups`` with each one's last completed collective at least the one before its oldest
-    still active: the recorder's "last completed" is whichever completion was recorded last, and
-    with several worker threads (gloo's) an older one can be recorded after a newer one (a 4-rank
-    gloo job on a loaded machine showed 118 for good while its entries had 119 and 120 completed).
-    Collectives of one group complete in order, so all before the oldest active one are done."""
-    oldest: dict[str, int] = {}
-    for entry in active:
-        oldest[entry["pg"]] = min(oldest.get(entry["pg"], entry["seq"]), entry["seq"])
-    return {pg: (enqueued, max(completed, oldest[pg] - 1) if pg in oldest else completed)
-            for pg, (enqueued, completed) in groups.items()}
+        return active, retired
