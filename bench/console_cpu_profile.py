@@ -1,6 +1,6 @@
 """CPU the console uses per second at a 1 s refresh, and where it goes (issue 14).
 
-    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile] [--cprofile] [--only embedded,connect,replay,fake-gpu]
+    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile [--native]] [--cprofile] [--only embedded,connect,replay,fake-gpu,nvitop]
     .venv/bin/python bench/console_cpu_profile.py --frames 300 [--source /tmp/before]   # in process, per frame
     # the same, running an older commit's code (before/after on the same machine and load):
     rm -rf /tmp/before && mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
@@ -25,14 +25,18 @@ fast as output comes (no emulator cost counted):
   ``agentd --interval-ms 1000``: the console's own cost and the agent's apart, in one
   window; the agent's /metrics is read every second for
   ``tuiprof_collector_duration_seconds`` (the wall time of each collector's latest
-  collect()), averaged per collector.
+  collect()), averaged per collector;
+- ``nvitop`` (not by default): ``nvitop --monitor full --interval 1`` from ``--nvitop-path``
+  (a folder holding nvitop and its own nvidia-ml-py), measured and profiled the same way:
+  the peer's split, on the same machine and load.
 
 CPU is user + system time from ``/proc/<pid>/stat`` over the measured window, in
 ms per wall second; the console's is also given per thread (``/proc/<pid>/task``, each
 named by ``py-spy dump``: the event loop's ``MainThread``, Textual's ``textual-input`` and
 ``textual-output``, gRPC's). With ``--profile`` each console run is then sampled by
 ``py-spy record`` (a second window, so py-spy's own cost is not counted above) and
-the top functions by inclusive and own samples are printed; with ``--cprofile`` each
+the top functions by inclusive and own samples are printed (``--native``: with the C
+functions under Python's, e.g. which libnvidia-ml call); with ``--cprofile`` each
 console is run once more with cProfile on in its event loop after the warm-up, and the
 functions with the largest share of the loop's busy time are printed (exact call
 counts and cumulative times where py-spy's samples are few).
@@ -196,11 +200,18 @@ def looped_fixture(seconds: float) -> pathlib.Path:
     return pathlib.Path(out.name)
 
 
-def profile(pid: int, seconds: float, top: int, rate: int) -> str:
+# The C functions a thread waits in (sleeping, polling, on a lock): idle samples under --native.
+WAITING = re.compile(r"(clock_nanosleep|__?nanosleep|epoll_wait|epoll_pwait|e?poll|ppoll|select|pselect6?"
+                     r"|__?futex\w*|futex_wait\w*|pthread_cond_\w*wait\w*|sem_\w*wait\w*|syscall) ")
+
+
+def profile(pid: int, seconds: float, top: int, rate: int, native: bool) -> str:
     """py-spy's samples of ``pid`` summed by function: inclusive and own, the ``top`` of each."""
     with tempfile.NamedTemporaryFile(suffix=".txt") as raw:
+        # --native stops the process for each sample (py-spy cannot unwind C stacks otherwise)
         subprocess.run([py_spy(), "record", "--pid", str(pid), "--duration", str(int(seconds)),
-                        "--rate", str(rate), "--format", "raw", "--nonblocking", "--output", raw.name],
+                        "--rate", str(rate), "--format", "raw", "--output", raw.name,
+                        *(["--native"] if native else ["--nonblocking"])],
                        check=True, capture_output=True)
         inclusive: collections.Counter[str] = collections.Counter()
         own: collections.Counter[str] = collections.Counter()
@@ -209,6 +220,8 @@ def profile(pid: int, seconds: float, top: int, rate: int) -> str:
             stack, _, count_text = line.rpartition(" ")
             count = int(count_text)
             frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+            if native and WAITING.match(frames[-1]):  # py-spy tells idle from busy only without --native
+                continue
             total += count
             own[frames[-1]] += count
             for frame in set(frames):
@@ -319,12 +332,14 @@ def profile_event_loop(argv: list[str], args: argparse.Namespace) -> str:
     return "\n".join(rows)
 
 
-def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Agentd | None = None) -> None:
+def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Agentd | None = None,
+                env: dict[str, str] | None = None) -> None:
     """Measure the console running ``argv`` (and ``agent``, the separate agentd it watches, if any)."""
-    program = PtyProgram(argv, args.source)
+    program = PtyProgram(argv, args.source, env)
     try:
         time.sleep(args.warmup / 2)
-        program.press_enter()
+        if name != "nvitop":  # tuiprof: Enter opens the host's view; nvitop shows its one screen
+            program.press_enter()
         time.sleep(args.warmup / 2)
         if program.process.poll() is not None:
             raise SystemExit(f"{name}: the console exited ({program.process.returncode})")
@@ -345,7 +360,7 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Age
             for collector, values in sorted(agent.durations.items(), key=lambda kv: -sum(kv[1])):
                 print(f"    {collector:<12} {sum(values) / len(values) * 1000:7.2f} ms", flush=True)
         if args.profile:
-            print(profile(program.process.pid, args.seconds, args.top, args.rate), flush=True)
+            print(profile(program.process.pid, args.seconds, args.top, args.rate, args.native), flush=True)
     finally:
         program.stop()
     if args.cprofile and argv[1:3] == ["-m", "tuiprof.cli"]:  # a tuiprof(...) command line (not fake-gpu's)
@@ -435,6 +450,8 @@ def main() -> int:
     parser.add_argument("--only", default="embedded,connect,replay", help="runs to do, comma-separated")
     parser.add_argument("--profile", action="store_true", help="then sample each console with py-spy")
     parser.add_argument("--rate", type=int, default=200, help="py-spy's samples a second (default 200)")
+    parser.add_argument("--native", action="store_true", help="py-spy profiles include C functions")
+    parser.add_argument("--nvitop-path", type=pathlib.Path, help="for the nvitop run: nvitop and its nvidia-ml-py")
     parser.add_argument("--cprofile", action="store_true",
                         help="then run each console again with cProfile on in its event loop")
     parser.add_argument("--source", type=pathlib.Path, default=REPO,
@@ -458,6 +475,11 @@ def main() -> int:
             run_console("connect", tuiprof("connect", f"127.0.0.1:{agent.port}", "--interval", "1"), args, agent)
         finally:
             agent.stop()
+    if "nvitop" in only:
+        if args.nvitop_path is None:
+            parser.error("the nvitop run needs --nvitop-path")
+        run_console("nvitop", [sys.executable, "-m", "nvitop", "--monitor", "full", "--interval", "1"], args,
+                    env={"PYTHONPATH": str(args.nvitop_path)})
     if "replay" in only:
         windows = 1 + args.profile + args.cprofile
         recording = looped_fixture((args.warmup + args.seconds) * windows + 10)

@@ -4,8 +4,9 @@
 # in $WHEELS (textual & co, grpcio, protobuf, msgspec; nvitop and its nvidia-ml-py under nv/),
 # see bench/console_nvitop.md. Results in $OUT: log.txt, and per terminal (pty, tmux) an archive
 # of result.json, the viewers' screens and agentd.log. PROFILE=1: then, under the same load,
-# bench/console_cpu_profile.py's per-thread CPU and py-spy profile of the embedded and connect
-# consoles (in log.txt).
+# NVML's per-call costs (bench/nvml_call_cost.py, beside the load) and bench/console_cpu_profile.py's
+# per-thread CPU and py-spy profile (C functions included) of the embedded and connect consoles
+# and of nvitop (in log.txt). TERMINALS= (empty): the profile alone.
 set -u
 OUT=${OUT:-bench/.work/console_nvitop}
 WHEELS=${WHEELS:-.whl-h12}
@@ -23,8 +24,8 @@ python3 setup.py -q build_ext --inplace 2>&1 | tail -3
 ls tuiprof_native/*.so || exit 1
 
 SECONDS_MEASURED=${SECONDS_MEASURED:-60} WARMUP=${WARMUP:-15}
-TERMINAL_COUNT=$(wc -w <<< "${TERMINALS:-pty tmux}")
-PROFILE_SECONDS=$([ -n "${PROFILE:-}" ] && echo 220 || echo 0)
+TERMINAL_COUNT=$(wc -w <<< "${TERMINALS-pty tmux}")
+PROFILE_SECONDS=$([ -n "${PROFILE:-}" ] && echo 320 || echo 0)
 python3 - $((TERMINAL_COUNT * (SECONDS_MEASURED + WARMUP) + PROFILE_SECONDS + 40)) <<'PY' &
 # Light load on every GPU: bursts of bf16 matmuls, then a pause, so the viewers show busy GPUs.
 import sys, threading, time
@@ -44,16 +45,18 @@ LOAD=$!
 sleep 5
 nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used --format=csv
 RC=0
-for TERMINAL in ${TERMINALS:-pty tmux}; do  # one after the other, same load; each run's files as one archive
+for TERMINAL in ${TERMINALS-pty tmux}; do  # one after the other, same load; each run's files as one archive
   echo "== $TERMINAL"
   python3 bench/console_nvitop.py --terminal "$TERMINAL" --seconds "$SECONDS_MEASURED" --warmup "$WARMUP" \
     --nvitop-path /tmp/nvitop --out "/tmp/console_nvitop/$TERMINAL" || RC=1
   tar -czf "$OUT/$TERMINAL.tar.gz" -C /tmp/console_nvitop "$TERMINAL"
 done
-if [ -n "${PROFILE:-}" ]; then  # 2 x (10 s warm-up, 40 s measured, 40 s py-spy)
+if [ -n "${PROFILE:-}" ]; then  # NVML's calls alone, then 3 x (10 s warm-up, 40 s measured, 40 s py-spy)
+  echo "== NVML calls"
+  python3 bench/nvml_call_cost.py --reps 100 | tee "$OUT/nvml_call_cost.json" || RC=1
   echo "== profile"
-  PATH=/tmp/site/bin:$PATH python3 bench/console_cpu_profile.py --only embedded,connect --seconds 40 --warmup 10 \
-    --profile --rate 250 --top 40 || RC=1
+  PATH=/tmp/site/bin:$PATH python3 bench/console_cpu_profile.py --only embedded,connect,nvitop --seconds 40 \
+    --warmup 10 --profile --native --rate 250 --top 40 --nvitop-path /tmp/nvitop || RC=1
 fi
 nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used --format=csv
 kill $LOAD 2>/dev/null

@@ -4,7 +4,8 @@ On the GPU machine, GPU 0, a light load beside it or not: each call made REPS ti
 mean and minimum wall µs per call (time.perf_counter around each call; the thread's CPU time
 over all REPS as well, since NVML may wait rather than work). ``nvmlGpmMetricsGet`` is timed with
 1, 2, 4, 8 and all 12 of the agent's metrics between the same two samples, to see whether its
-cost grows with the metric count. Prints one JSON document.
+cost grows with the metric count. The per-process utilization read is also timed as nvitop makes
+it (pynvml's two-call wrapper, the samples of the last second). Prints one JSON document.
 
     python3 bench/nvml_call_cost.py [--reps 200] [--with-load]
 """
@@ -109,6 +110,10 @@ def measure(reps: int) -> None:
     newest = max((sample.timeStamp for sample in reader.read(handle, 0)), default=0)
     result["calls"]["process_utilization_since_newest"] = timed(reader.read, handle, newest, reps=reps)
     result["calls"]["process_utilization_since_newest"]["newest_us"] = newest
+    # as nvitop asks (pynvml's wrapper: a call without a buffer for the count, then the read), for
+    # the samples of the last second
+    result["calls"]["process_utilization_pynvml_last_second"] = timed(
+        lambda: pynvml.nvmlDeviceGetProcessUtilization(handle, time.time_ns() // 1000 - 1_000_000), reps=reps)
     if hasattr(pynvml, "nvmlDeviceGetProcessesUtilizationInfo"):  # NVML 12.4+: the versioned call
         result["calls"]["processes_utilization_info_since_newest"] = timed(
             pynvml.nvmlDeviceGetProcessesUtilizationInfo, handle, newest, reps=reps)
