@@ -14,7 +14,7 @@ import logging
 import pathlib
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -123,9 +123,12 @@ def _probe_grpc_port(host: str, port: int) -> None:
 class Daemon:
     """One running agent: collectors, gRPC server, metrics endpoint, JSON sink."""
 
-    def __init__(self, config: AgentConfig, collectors: Sequence[str] = COLLECTORS) -> None:
+    def __init__(self, config: AgentConfig, collectors: Sequence[str] = COLLECTORS,
+                 on_start: Callable[[Agent], None] = lambda agent: None) -> None:
+        """``on_start``: called with the agent once its collectors started, before its first snapshot."""
         self.config = config
         self._collector_entries = collectors
+        self._on_start = on_start
         self._tasks: list[asyncio.Task[None]] = []
         self._server: grpc.aio.Server | None = None
         self._metrics: MetricsServer | None = None
@@ -190,6 +193,7 @@ class Daemon:
         pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, callers, traces, stacks), server)
 
         agent.start_collectors()
+        self._on_start(agent)
         await server.start()
         self._tasks.append(asyncio.create_task(agent.run(), name="snapshots"))
         if self._metrics is not None:

@@ -16,6 +16,11 @@ that loopback cost nearly as much CPU as the agent itself on the 2-core VM
 over gRPC like to any other agent, so nothing else in the console needs to know
 it is embedded. It serves no /metrics endpoint.
 
+What no screen shows is not read: with ``pmu_when_shown`` (the console's embedded agent)
+the host-wide PMU counters rest until ``sample_pmu(True)`` (the console's PMU tab is
+open), since reading them costs about as much as a GPU's NVML calls on a many-CPU VM
+(agentd.collectors.pmu). Headless commands (``record``) read everything.
+
 The Kineto IPC socket (``\0dynolog\0``) is one name for the whole host: the
 agent that binds it is the one every PyTorch process on the node asks for trace
 configs. A console of a non-root user must not take it from the node's root
@@ -40,6 +45,7 @@ from collections.abc import Iterator
 from agentd.address import AgentAddress
 from agentd.agent import Agent, ForeignLoopSlot
 from agentd.auth import Caller
+from agentd.collectors.pmu import PmuCollector
 from agentd.config import AgentConfig
 from agentd.daemon import Daemon, Endpoints
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -47,6 +53,8 @@ from agentd.server import snapshot_for
 
 # Seconds to wait for the agent to bind before giving up.
 START_TIMEOUT_SECONDS = 30.0
+# Why a console's snapshots have no host-wide PMU readings while no screen shows them.
+PMU_RESTING = "not read while no screen shows them (the console reads them with its PMU tab open)"
 
 
 class SnapshotFeed:
@@ -100,6 +108,14 @@ class EmbeddedAgent:
             with contextlib.suppress(RuntimeError):  # the agent's loop is closed: nothing to leave
                 self._loop.call_soon_threadsafe(self._agent.unsubscribe, slot)
 
+    def sample_pmu(self, shown: bool) -> None:
+        """Read the host-wide PMU counters while ``shown``, rest them otherwise."""
+        pmu = _pmu(self._agent)
+        if pmu is not None and shown:
+            pmu.wake()
+        elif pmu is not None:
+            pmu.rest(PMU_RESTING)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and sampling; safe to call twice."""
         if self._thread.is_alive():
@@ -115,13 +131,25 @@ class EmbeddedAgent:
         self.stop()
 
 
+def _pmu(agent: Agent) -> PmuCollector | None:
+    return next((r.collector for r in agent.runners if isinstance(r.collector, PmuCollector)), None)
+
+
+def _rest_pmu(agent: Agent) -> None:
+    pmu = _pmu(agent)
+    if pmu is not None:
+        pmu.rest(PMU_RESTING)
+
+
 def start_embedded_agent(
-    interval_ms: int = 1000, trace_dir: pathlib.Path | None = None, host_kineto_socket: bool = False
+    interval_ms: int = 1000, trace_dir: pathlib.Path | None = None, host_kineto_socket: bool = False,
+    pmu_when_shown: bool = False,
 ) -> EmbeddedAgent:
     """Start an agent on 127.0.0.1 (free port, no token, no /metrics); raises AgentdError.
 
     ``host_kineto_socket``: also serve the host-wide Kineto socket when not root
     (root's console always does; nobody else's may shadow root's agent).
+    ``pmu_when_shown``: the host-wide PMU counters rest until ``sample_pmu(True)``.
     """
     private_dir = None
     if os.geteuid() != 0 and not host_kineto_socket:
@@ -130,7 +158,7 @@ def start_embedded_agent(
                          kineto_socket_dir=str(private_dir) if private_dir is not None else None)
     if trace_dir is not None:
         config = dataclasses.replace(config, trace_dir=trace_dir)
-    daemon = Daemon(config)
+    daemon = Daemon(config, on_start=_rest_pmu if pmu_when_shown else lambda agent: None)
     started: concurrent.futures.Future[tuple[Endpoints, asyncio.AbstractEventLoop, asyncio.Event]]
     started = concurrent.futures.Future()
 

@@ -10,6 +10,12 @@ Hardware events are tried once per counter set; where they fail the reason
 (errno and cause) is reported in ``hardware_reason`` and every hardware-derived
 rate is unavailable with that reason. Rates are per interval (see
 tuiprof_native.pmu: dynolog's are since-start averages).
+
+``rest(reason)`` stops the reads until ``wake()`` (the counters stay open): the console's
+embedded agent rests it while no screen shows it, because a system-wide read is one group
+read per CPU, each an interrupt to that CPU (about 1 ms a second on a 16-CPU VM,
+bench/console_nvitop.md). While resting the collector is unavailable with that reason; the
+first read after waking is a first sample again, never a rate over the rest.
 """
 
 from __future__ import annotations
@@ -194,6 +200,7 @@ class PmuCollector(Collector):
         self._tracked: dict[int, Counters] = {}
         self._host_stats: pb.PmuStats | None = None
         self._process_stats: dict[int, pb.PmuStats] = {}
+        self._resting = ""  # why no reads are made now ("" while reading)
         self._start()
 
     def _start(self) -> None:
@@ -220,9 +227,29 @@ class PmuCollector(Collector):
         return self._scope
 
     def status(self) -> pb.CollectorStatus:
+        reason = self._reason or self._resting
         return pb.CollectorStatus(
-            name=self.name, available=not self._reason, reason=self._reason, interval_seconds=self.interval_seconds
+            name=self.name, available=not reason, reason=reason, interval_seconds=self.interval_seconds
         )
+
+    def rest(self, reason: str) -> None:
+        """Make no reads until ``wake()``; the collector is unavailable with ``reason`` meanwhile."""
+        with self._lock:
+            self._resting = reason
+            self._host_stats = None
+            self._process_stats = {}
+
+    def wake(self) -> None:
+        """Read again from the next collect(), which is a first sample (no rate spans the rest)."""
+        with self._lock:
+            if not self._resting:
+                return
+            self._resting = ""
+            self._host_stats = None
+            self._process_stats = {}
+            for counted in [self._host, *self._tracked.values()]:
+                if counted is not None:
+                    counted.previous = []
 
     def track(self, pid: int) -> None:
         """Count ``pid`` (all its threads, present and future). Raises PerfEventError (e.g. ESRCH)."""
@@ -246,7 +273,7 @@ class PmuCollector(Collector):
             return sorted(self._tracked)
 
     def collect(self) -> None:
-        if self._reason:
+        if self._reason or self._resting:
             return
         with self._lock:
             tracked = dict(self._tracked)
@@ -264,6 +291,8 @@ class PmuCollector(Collector):
         else:
             host = self._process_scope_stats(tracked, intervals)
         with self._lock:
+            if self._resting:  # rest() came while reading: keep nothing of it
+                return
             self._host_stats = host
             self._process_stats = {pid: s for pid, s in process_stats.items() if pid in self._tracked}
 

@@ -126,3 +126,35 @@ def test_process_counters_give_per_interval_stats(busy_child: subprocess.Popen[b
     assert stats.scope == "process"
     assert cpu_used > 0.03
     assert stats.task_clock_cpus * elapsed == pytest.approx(cpu_used, rel=0.2, abs=0.04)
+
+
+def test_a_resting_collector_reads_nothing_and_wakes_to_a_first_sample(collector: PmuCollector,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console's embedded agent rests the host-wide counters while no screen shows them: no
+    reads, unavailable with the reason given, and the first read after waking is a first sample,
+    not one rate over the whole rest."""
+    host_counters = collector._host if collector.scope == "system" else collector._tracked[os.getpid()]
+    assert host_counters is not None
+    reads = []
+    read = host_counters.interval
+    monkeypatch.setattr(host_counters, "interval", lambda: reads.append(1) or read())
+    collector.collect()
+    time.sleep(0.1)
+    collector.collect()
+    assert host_pmu(collector).context_switches_per_s > 0 and len(reads) == 2
+
+    collector.rest("nobody looks")
+    for _ in range(3):
+        collector.collect()
+    assert len(reads) == 2
+    assert (collector.status().available, collector.status().reason) == (False, "nobody looks")
+    assert not host_pmu(collector).ListFields()  # nothing kept from before the rest either
+
+    collector.wake()
+    assert collector.status().available, collector.status().reason
+    collector.collect()
+    assert len(reads) == 3
+    assert host_pmu(collector).unavailable["context_switches_per_s"] == "first sample"
+    time.sleep(0.1)
+    collector.collect()
+    assert host_pmu(collector).context_switches_per_s > 0

@@ -195,3 +195,36 @@ async def test_a_console_quitting_while_its_agent_starts_leaves_no_agent_running
     with pytest.raises(asyncio.CancelledError):
         await task
     assert embedded_agent_threads() == before
+
+
+async def test_a_console_agent_reads_the_pmu_only_while_a_screen_shows_it(tmp_path, monkeypatch):
+    """``pmu_when_shown`` (the console's agent): the snapshots have no host-wide PMU readings and
+    say why until ``sample_pmu(True)``, then they have them, until ``sample_pmu(False)``."""
+    from agentd.embedded import PMU_RESTING
+
+    monkeypatch.delenv("TUIPROF_TOKEN", raising=False)
+
+    async def next_snapshots(feed, count: int) -> list[pb.HostSnapshot]:
+        return [await asyncio.wait_for(feed.take(), timeout=10) for _ in range(count)]
+
+    def pmu_status(snapshot: pb.HostSnapshot) -> pb.CollectorStatus:
+        return next(c for c in snapshot.collectors if c.name == "pmu")
+
+    agent = start_embedded_agent(interval_ms=100, trace_dir=tmp_path / "traces", pmu_when_shown=True)
+    try:
+        with agent.watch() as feed:
+            for snapshot in await next_snapshots(feed, 3):
+                assert not snapshot.HasField("pmu")
+                assert (pmu_status(snapshot).available, pmu_status(snapshot).reason) == (False, PMU_RESTING)
+            agent.sample_pmu(True)
+            # the first read after waking is a first sample; rates from the second on
+            shown = await next_snapshots(feed, 1)
+            while not shown[-1].pmu.HasField("context_switches_per_s"):
+                assert len(shown) < 100, "no PMU rates 10 s after sample_pmu(True)"
+                shown += await next_snapshots(feed, 1)
+            assert pmu_status(shown[-1]).available and shown[-1].pmu.context_switches_per_s > 0
+            agent.sample_pmu(False)
+            hidden = (await next_snapshots(feed, 2))[-1]
+            assert not hidden.HasField("pmu") and pmu_status(hidden).reason == PMU_RESTING
+    finally:
+        agent.stop()

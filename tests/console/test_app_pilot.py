@@ -518,3 +518,49 @@ async def test_interval_keys_over_this_hosts_embedded_agent_save_it_for_the_next
         assert app.source is source and app.title == "tuiprof · every 1 s"  # still what the agent runs at
         assert [n.message for n in app._notifications] == [
             "interval 2 s saved: this host's embedded agent takes it at the next start"]
+
+
+async def test_this_hosts_agent_reads_the_pmu_only_while_its_tab_is_on_screen() -> None:
+    """The embedded agent's host-wide PMU read costs ~1 ms a second on a 16-CPU VM: the console has
+    it read only while the PMU tab is shown (tab 5), not on the other tabs, nor once the host view
+    is left; the tab shows rates within seconds of opening."""
+    from agentd.embedded import PMU_RESTING
+    from tuiprof.client.channel import ConnectionOptions
+    from tuiprof.client.sources import LocalSource
+
+    app = TuiprofApp(LocalSource(ConnectionOptions(interval_ms=200)))
+
+    async def until(condition, what: str) -> None:
+        for _ in range(250):
+            await pilot.pause(0.04)
+            if condition():
+                return
+        raise AssertionError(f"not within 10 s: {what}")
+
+    def resting() -> bool:
+        snapshot = app.cluster.hosts()[0].snapshot if app.cluster.hosts() else None
+        gap = snapshot.missing("pmu") if snapshot is not None else None
+        return gap is not None and gap.reason == PMU_RESTING
+
+    def pmu_cell() -> str:
+        table = app.screen.query_one("#pmu-table", DataTable)
+        keys = [row.key.value for row in table.ordered_rows]
+        return str(table.get_row_at(keys.index("context_switches_per_s"))[1]) if "context_switches_per_s" in keys else ""
+
+    async with app.run_test(size=SIZE) as pilot:
+        await until(lambda: app.cluster.version > 0 and app._rendered_version == app.cluster.version,
+                    "a first snapshot drawn")
+        await pilot.press("enter")
+        await until(lambda: isinstance(app.screen, HostScreen), "the host view")
+        assert app.screen.active_tab() == "gpus"
+        await until(resting, "the PMU resting on the GPU tab")
+        await pilot.press("5")
+        await until(lambda: pmu_cell().endswith("/s"), "context switches a second on the PMU tab")
+        assert not resting()
+        await pilot.press("1")
+        await until(resting, "the PMU resting again once tab 1 is shown")
+        await pilot.press("5")
+        await until(lambda: not resting(), "the PMU read again on tab 5")
+        await pilot.press("escape")
+        assert isinstance(app.screen, ClusterScreen)
+        await until(resting, "the PMU resting once the host view is left")

@@ -35,16 +35,18 @@ class LocalAgentError(RuntimeError):
 
 
 @contextlib.asynccontextmanager
-async def embedded_agent(interval_ms: int = 1000,
-                         trace_dir: pathlib.Path | None = None) -> AsyncIterator[EmbeddedAgent]:
+async def embedded_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = None,
+                         pmu_when_shown: bool = False) -> AsyncIterator[EmbeddedAgent]:
     """Start the embedded agent (in its own thread), yield it, stop it on exit.
 
     ``trace_dir``: where it writes traces (default: the agent's own default).
+    ``pmu_when_shown``: it reads the host-wide PMU counters only after ``sample_pmu(True)``.
     """
     from agentd.embedded import start_embedded_agent
     from agentd.errors import AgentdError
 
-    starting = asyncio.ensure_future(asyncio.to_thread(start_embedded_agent, interval_ms or 1000, trace_dir))
+    starting = asyncio.ensure_future(asyncio.to_thread(
+        start_embedded_agent, interval_ms or 1000, trace_dir, pmu_when_shown=pmu_when_shown))
     try:
         agent = await asyncio.shield(starting)
     except AgentdError as exc:

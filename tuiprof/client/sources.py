@@ -6,12 +6,15 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agentd.address import AgentAddress
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import Emit, RetryNow, watch_all
 from tuiprof.model.events import HostEvent
+
+if TYPE_CHECKING:  # the agent is imported only when one is started
+    from agentd.embedded import EmbeddedAgent
 
 
 class EventSource(Protocol):
@@ -45,18 +48,34 @@ class LiveSource:
 
 @dataclass
 class LocalSource:
-    """This host, through an agent embedded in the console process (its snapshots taken in-process)."""
+    """This host, through an agent embedded in the console process (its snapshots taken in-process).
+
+    The agent reads the host-wide PMU counters only while a screen shows them (``sample_pmu``).
+    """
 
     options: ConnectionOptions
     live: bool = True
     hosts: list[str] = field(default_factory=list)
     retry: RetryNow = field(default_factory=RetryNow)
+    _agent: EmbeddedAgent | None = field(default=None, init=False, repr=False)
+    _pmu_shown: bool = field(default=False, init=False, repr=False)
 
     async def run(self, emit: Emit) -> None:
         from tuiprof.client.local import embedded_agent, watch_embedded
 
-        async with embedded_agent(self.options.interval_ms) as agent:
-            await watch_embedded(agent, self.options, emit)
+        async with embedded_agent(self.options.interval_ms, pmu_when_shown=True) as agent:
+            self._agent = agent
+            agent.sample_pmu(self._pmu_shown)
+            try:
+                await watch_embedded(agent, self.options, emit)
+            finally:
+                self._agent = None
+
+    def sample_pmu(self, shown: bool) -> None:
+        """Whether a screen shows this host's PMU counters now (the agent reads them only then)."""
+        self._pmu_shown = shown
+        if self._agent is not None:
+            self._agent.sample_pmu(shown)
 
 
 @dataclass

@@ -35,7 +35,7 @@ from tuiprof.model.events import HostEvent, SnapshotReceived
 from tuiprof.model.history import History
 from tuiprof.model.settings import Settings
 from tuiprof.tui.columns import ColumnsScreen, hidden_in, with_hidden
-from tuiprof.tui.messages import EventsPending, SourceEnded
+from tuiprof.tui.messages import EventsPending, PmuShown, SourceEnded
 from tuiprof.tui.palette import GoToProvider
 from tuiprof.tui.plots import WINDOW_NAMES, detail_samples
 from tuiprof.tui.terminal_diff import send_only_changes
@@ -176,6 +176,11 @@ class TuiprofApp(App[None]):
             history = self.detail_history[event.host] = History()
         if history is not None:
             history.extend(detail_samples(event.message), event.at)
+
+    def on_pmu_shown(self, message: PmuShown) -> None:
+        sample_pmu = getattr(self.source, "sample_pmu", None)
+        if sample_pmu is not None:  # this host's embedded agent: it reads them only while shown
+            sample_pmu(message.shown)
 
     def on_source_ended(self, _: SourceEnded) -> None:
         self.schedule_render()

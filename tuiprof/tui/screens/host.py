@@ -16,6 +16,7 @@ from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
 from tuiprof.model.messages import GpuStats, HostSnapshot, PmuStats, RankStats
 from tuiprof.model.values import Reading, Unavailable
+from tuiprof.tui.messages import PmuShown
 from tuiprof.tui.plots import MAX_LINES, WINDOW_NAMES, HistoryPlot, Line, busiest
 from tuiprof.tui.tables import FittedTable, TableColumn
 from tuiprof.tui.text import pair, reading, reasons, set_content
@@ -360,6 +361,10 @@ class HostScreen(ConsoleScreen):
 
     def on_screen_resume(self) -> None:
         self.refresh_data()
+        self.post_message(PmuShown(self.active_tab() == "pmu"))
+
+    def on_screen_suspend(self) -> None:
+        self.post_message(PmuShown(False))
 
     def refresh_data(self) -> None:
         """Redraw from the host's state. The tables and the detail line only when the state is
@@ -515,6 +520,7 @@ class HostScreen(ConsoleScreen):
         self.update_detail()
 
     def on_tabbed_content_tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        self.post_message(PmuShown(self.active_tab() == "pmu"))
         self.refresh_bindings()  # `c` exists on the tabs with a lower table only
         self._fill_tab()
         self._fill_history()
