@@ -1,6 +1,6 @@
 """CPU the console uses per second at a 1 s refresh, and where it goes (issue 14).
 
-    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile [--native]] [--cprofile] [--only embedded,connect,replay,fake-gpu,nvitop]
+    .venv/bin/python bench/console_cpu_profile.py --seconds 30 --warmup 8 [--profile [--native] [--by-thread]] [--cprofile] [--only embedded,connect,replay,fake-gpu,nvitop]
     .venv/bin/python bench/console_cpu_profile.py --frames 300 [--source /tmp/before]   # in process, per frame
     # the same, running an older commit's code (before/after on the same machine and load):
     rm -rf /tmp/before && mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
@@ -36,7 +36,7 @@ named by ``py-spy dump``: the event loop's ``MainThread``, Textual's ``textual-i
 ``textual-output``, gRPC's). With ``--profile`` each console run is then sampled by
 ``py-spy record`` (a second window, so py-spy's own cost is not counted above) and
 the top functions by inclusive and own samples are printed (``--native``: with the C
-functions under Python's, e.g. which libnvidia-ml call); with ``--cprofile`` each
+functions under Python's, e.g. which libnvidia-ml call; ``--by-thread``: each thread's own); with ``--cprofile`` each
 console is run once more with cProfile on in its event loop after the warm-up, and the
 functions with the largest share of the loop's busy time are printed (exact call
 counts and cumulative times where py-spy's samples are few).
@@ -205,31 +205,41 @@ WAITING = re.compile(r"(clock_nanosleep|__?nanosleep|epoll_wait|epoll_pwait|e?po
                      r"|__?futex\w*|futex_wait\w*|pthread_cond_\w*wait\w*|sem_\w*wait\w*|syscall) ")
 
 
-def profile(pid: int, seconds: float, top: int, rate: int, native: bool) -> str:
-    """py-spy's samples of ``pid`` summed by function: inclusive and own, the ``top`` of each."""
+def profile(pid: int, seconds: float, top: int, rate: int, native: bool, by_thread: bool) -> str:
+    """py-spy's samples of ``pid`` summed by function: inclusive and own, the ``top`` of each
+    (``by_thread``: the own samples of each thread apart, by its name)."""
     with tempfile.NamedTemporaryFile(suffix=".txt") as raw:
         # --native stops the process for each sample (py-spy cannot unwind C stacks otherwise)
         subprocess.run([py_spy(), "record", "--pid", str(pid), "--duration", str(int(seconds)),
                         "--rate", str(rate), "--format", "raw", "--output", raw.name,
-                        *(["--native"] if native else ["--nonblocking"])],
+                        *(["--native"] if native else ["--nonblocking"]), *(["--threads"] if by_thread else [])],
                        check=True, capture_output=True)
         inclusive: collections.Counter[str] = collections.Counter()
         own: collections.Counter[str] = collections.Counter()
+        own_by_thread: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         total = 0
         for line in pathlib.Path(raw.name).read_text().splitlines():
             stack, _, count_text = line.rpartition(" ")
             count = int(count_text)
             frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
-            if native and WAITING.match(frames[-1]):  # py-spy tells idle from busy only without --native
+            thread = re.sub(r"^thread \(\d+\): ", "", frames.pop(0)) if by_thread else ""
+            if not frames or native and WAITING.match(frames[-1]):  # py-spy tells idle from busy only without --native
                 continue
             total += count
             own[frames[-1]] += count
+            own_by_thread[thread][frames[-1]] += count
             for frame in set(frames):
                 inclusive[frame] += count
     rows = [f"  py-spy: {total} samples at {rate} Hz over {seconds:.0f} s (all threads, idle excluded)"]
     for title, counter in (("inclusive", inclusive), ("own", own)):
         rows.append(f"  top {top} by {title} samples:")
         rows += [f"    {n / total * 100:5.1f}%  {frame}" for frame, n in counter.most_common(top)]
+    if by_thread:
+        for thread, counter in sorted(own_by_thread.items(), key=lambda kv: -sum(kv[1].values())):
+            count = sum(counter.values())
+            rows.append(f"  thread {thread}: {count / total * 100:.1f}% of the samples, "
+                        f"{count / rate / seconds * 1000:.2f} ms/s; top {top // 2} by own samples:")
+            rows += [f"    {n / count * 100:5.1f}%  {frame}" for frame, n in counter.most_common(top // 2)]
     return "\n".join(rows)
 
 
@@ -360,7 +370,8 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Age
             for collector, values in sorted(agent.durations.items(), key=lambda kv: -sum(kv[1])):
                 print(f"    {collector:<12} {sum(values) / len(values) * 1000:7.2f} ms", flush=True)
         if args.profile:
-            print(profile(program.process.pid, args.seconds, args.top, args.rate, args.native), flush=True)
+            print(profile(program.process.pid, args.seconds, args.top, args.rate, args.native, args.by_thread),
+                  flush=True)
     finally:
         program.stop()
     if args.cprofile and argv[1:3] == ["-m", "tuiprof.cli"]:  # a tuiprof(...) command line (not fake-gpu's)
@@ -451,6 +462,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="then sample each console with py-spy")
     parser.add_argument("--rate", type=int, default=200, help="py-spy's samples a second (default 200)")
     parser.add_argument("--native", action="store_true", help="py-spy profiles include C functions")
+    parser.add_argument("--by-thread", action="store_true", help="py-spy profiles also per thread")
     parser.add_argument("--nvitop-path", type=pathlib.Path, help="for the nvitop run: nvitop and its nvidia-ml-py")
     parser.add_argument("--cprofile", action="store_true",
                         help="then run each console again with cProfile on in its event loop")

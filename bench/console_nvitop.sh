@@ -6,7 +6,8 @@
 # of result.json, the viewers' screens and agentd.log. PROFILE=1: then, under the same load,
 # NVML's per-call costs (bench/nvml_call_cost.py, beside the load) and bench/console_cpu_profile.py's
 # per-thread CPU and py-spy profile (C functions included) of the embedded and connect consoles
-# and of nvitop (in log.txt). TERMINALS= (empty): the profile alone.
+# and of nvitop (in log.txt); PROFILE_ONLY and PROFILE_FLAGS (default --native) choose others.
+# TERMINALS= (empty): the profile alone.
 set -u
 OUT=${OUT:-bench/.work/console_nvitop}
 WHEELS=${WHEELS:-.whl-h12}
@@ -55,8 +56,8 @@ if [ -n "${PROFILE:-}" ]; then  # NVML's calls alone, then 3 x (10 s warm-up, 40
   echo "== NVML calls"
   python3 bench/nvml_call_cost.py --reps 100 | tee "$OUT/nvml_call_cost.json" || RC=1
   echo "== profile"
-  PATH=/tmp/site/bin:$PATH python3 bench/console_cpu_profile.py --only embedded,connect,nvitop --seconds 40 \
-    --warmup 10 --profile --native --rate 250 --top 40 --nvitop-path /tmp/nvitop || RC=1
+  PATH=/tmp/site/bin:$PATH python3 bench/console_cpu_profile.py --only "${PROFILE_ONLY:-embedded,connect,nvitop}" \
+    --seconds 40 --warmup 10 --profile ${PROFILE_FLAGS---native} --rate 250 --top 40 --nvitop-path /tmp/nvitop || RC=1
 fi
 nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used --format=csv
 kill $LOAD 2>/dev/null
