@@ -31,7 +31,9 @@ fast as output comes (no emulator cost counted):
   the peer's split, on the same machine and load.
 
 CPU is user + system time from ``/proc/<pid>/stat`` over the measured window, in
-ms per wall second; the console's is also given per thread (``/proc/<pid>/task``, each
+ms per wall second; the console's is also given per thread, with each thread's wakeups a
+second (its voluntary context switches; on a VM each can cost tens of µs, bench/wakeup_cost.py)
+(``/proc/<pid>/task``, each
 named by ``py-spy dump``: the event loop's ``MainThread``, Textual's ``textual-input`` and
 ``textual-output``, gRPC's). With ``--profile`` each console run is then sampled by
 ``py-spy record`` (a second window, so py-spy's own cost is not counted above) and
@@ -136,12 +138,14 @@ class PtyProgram:
         os.close(self._master)
 
 
-def thread_cpu_seconds(pid: int) -> dict[int, float]:
-    """User + system CPU seconds of each thread of ``pid`` so far, by thread id."""
+def thread_cpu_seconds(pid: int) -> dict[int, tuple[float, int]]:
+    """User + system CPU seconds of each thread of ``pid`` so far, and how many times it went to
+    sleep (its voluntary context switches: each one a wakeup later), by thread id."""
     threads = {}
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
         try:
-            threads[int(task.name)] = cpu_seconds(pid, task.name)
+            sleeps = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", (task / "status").read_text(), re.M)
+            threads[int(task.name)] = (cpu_seconds(pid, task.name), int(sleeps[1]) if sleeps else 0)
         except (FileNotFoundError, ProcessLookupError):  # the thread ended
             pass
     return threads
@@ -169,9 +173,9 @@ def thread_names(pid: int) -> dict[int, str]:
 
 
 def measure_cpu(pids: dict[str, int], seconds: float, each_second: Callable[[], None] = lambda: None,
-                threads_of: int | None = None) -> tuple[dict[str, float], dict[int, float]]:
+                threads_of: int | None = None) -> tuple[dict[str, float], dict[int, tuple[float, float]]]:
     """ms of CPU per wall second of each named process over ``seconds``, and of each thread of
-    the process ``threads_of`` (by thread id)."""
+    the process ``threads_of`` (by thread id) with its wakeups a second."""
     before, start = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.monotonic()
     threads_before = thread_cpu_seconds(threads_of) if threads_of else {}
     while time.monotonic() - start < seconds:
@@ -179,7 +183,9 @@ def measure_cpu(pids: dict[str, int], seconds: float, each_second: Callable[[], 
         each_second()
     wall = time.monotonic() - start
     threads_after = thread_cpu_seconds(threads_of) if threads_of else {}
-    per_thread = {tid: (used - threads_before.get(tid, 0.0)) / wall * 1000 for tid, used in threads_after.items()}
+    per_thread = {tid: ((used - threads_before.get(tid, (0.0, 0))[0]) / wall * 1000,
+                        (sleeps - threads_before.get(tid, (0.0, 0))[1]) / wall)
+                  for tid, (used, sleeps) in threads_after.items()}
     return {name: (cpu_seconds(pid) - before[name]) / wall * 1000 for name, pid in pids.items()}, per_thread
 
 
@@ -361,9 +367,12 @@ def run_console(name: str, argv: list[str], args: argparse.Namespace, agent: Age
         print(f"{name}: console process {used['console']:.1f} ms CPU/s, {rate:.0f} B/s to the terminal "
               f"(over {args.seconds:.0f} s)", flush=True)
         names = thread_names(program.process.pid)
-        busy = sorted(((ms, tid) for tid, ms in per_thread.items() if ms > 0), reverse=True)
+        busy = sorted(((ms, tid) for tid, (ms, _) in per_thread.items() if ms > 0), reverse=True)
         print(f"{name}: by thread: " + ", ".join(
             f"{names.get(tid, tid)} {ms:.2f}" for ms, tid in busy), flush=True)
+        awake = sorted(((woken, tid) for tid, (_, woken) in per_thread.items() if woken > 0), reverse=True)
+        print(f"{name}: wakeups a second, {sum(w for w, _ in awake):.1f} in all: " + ", ".join(
+            f"{names.get(tid, tid)} {woken:.1f}" for woken, tid in awake), flush=True)
         if agent:
             print(f"{name}: agentd process {used['agentd']:.1f} ms CPU/s; each collector's collect() "
                   "wall time, mean of per-second readings:", flush=True)

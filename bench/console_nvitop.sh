@@ -4,9 +4,10 @@
 # in $WHEELS (textual & co, grpcio, protobuf, msgspec; nvitop and its nvidia-ml-py under nv/),
 # see bench/console_nvitop.md. Results in $OUT: log.txt, and per terminal (pty, tmux) an archive
 # of result.json, the viewers' screens and agentd.log. PROFILE=1: then, under the same load,
-# NVML's per-call costs (bench/nvml_call_cost.py, beside the load) and bench/console_cpu_profile.py's
+# a thread wakeup's CPU (bench/wakeup_cost.py), NVML's per-call costs (bench/nvml_call_cost.py, beside
+# the load) and bench/console_cpu_profile.py's
 # per-thread CPU and py-spy profile (C functions included) of the embedded and connect consoles
-# and of nvitop (in log.txt); PROFILE_ONLY and PROFILE_FLAGS (default --native) choose others.
+# and of nvitop (in log.txt); PROFILE_ONLY and PROFILE_FLAGS (default --profile --native) choose others.
 # TERMINALS= (empty): the profile alone.
 set -u
 OUT=${OUT:-bench/.work/console_nvitop}
@@ -53,11 +54,13 @@ for TERMINAL in ${TERMINALS-pty tmux}; do  # one after the other, same load; eac
   tar -czf "$OUT/$TERMINAL.tar.gz" -C /tmp/console_nvitop "$TERMINAL"
 done
 if [ -n "${PROFILE:-}" ]; then  # NVML's calls alone, then 3 x (10 s warm-up, 40 s measured, 40 s py-spy)
+  echo "== wakeups"
+  python3 bench/wakeup_cost.py --seconds 10 || RC=1
   echo "== NVML calls"
   python3 bench/nvml_call_cost.py --reps 100 | tee "$OUT/nvml_call_cost.json" || RC=1
   echo "== profile"
   PATH=/tmp/site/bin:$PATH python3 bench/console_cpu_profile.py --only "${PROFILE_ONLY:-embedded,connect,nvitop}" \
-    --seconds 40 --warmup 10 --profile ${PROFILE_FLAGS---native} --rate 250 --top 40 --nvitop-path /tmp/nvitop || RC=1
+    --seconds 40 --warmup 10 ${PROFILE_FLAGS---profile --native} --rate 250 --top 40 --nvitop-path /tmp/nvitop || RC=1
 fi
 nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used --format=csv
 kill $LOAD 2>/dev/null
