@@ -119,6 +119,11 @@ class CollectorRunner:
         )
         self._thread.start()
 
+    @property
+    def has_thread(self) -> bool:
+        """Whether it samples on a thread of its own (started, and not clocked by snapshots)."""
+        return self._thread is not None
+
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread is not None:

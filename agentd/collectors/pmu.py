@@ -190,6 +190,9 @@ class PmuCollector(Collector):
     """perf_event counters: host scope plus one counter set per tracked process."""
 
     name = "pmu"
+    # Reads never block (perf counters): sampled by the snapshot tick, on its thread, rather than
+    # waking a thread of its own that would contend for the GIL with the others each second.
+    clocked_by_snapshots = True
 
     def __init__(self, interval_seconds: float) -> None:
         super().__init__(interval_seconds)

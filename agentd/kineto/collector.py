@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 class KinetoCollector(Collector):
     name = "kineto"
+    clocked_by_snapshots = True  # in-memory work only: no thread of its own to wake each second
 
     def __init__(self, interval_seconds: float, registry: Registry, socket_dir: str | None) -> None:
         super().__init__(interval_seconds)

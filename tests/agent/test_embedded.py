@@ -212,6 +212,8 @@ async def test_a_console_agent_reads_the_pmu_only_while_a_screen_shows_it(tmp_pa
 
     agent = start_embedded_agent(interval_ms=100, trace_dir=tmp_path / "traces", pmu_when_shown=True)
     try:
+        # read by the snapshot tick (they never block): no thread of their own wakes each second
+        assert not {"collector-pmu", "collector-kineto"} & {thread.name for thread in threading.enumerate()}
         with agent.watch() as feed:
             for snapshot in await next_snapshots(feed, 3):
                 assert not snapshot.HasField("pmu")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 
 from textual.widgets import DataTable, Input, Static, TabbedContent
 
@@ -564,3 +565,27 @@ async def test_this_hosts_agent_reads_the_pmu_only_while_its_tab_is_on_screen() 
         await pilot.press("escape")
         assert isinstance(app.screen, ClusterScreen)
         await until(resting, "the PMU resting once the host view is left")
+    # the agent stops with the console (Textual does not wait for its worker at exit: the app does)
+    assert not [thread for thread in threading.enumerate() if thread.name == "embedded-agentd"]
+
+
+async def test_one_watched_host_is_drawn_as_its_news_comes_several_are_gathered_first(monkeypatch) -> None:
+    """Agents on one interval answer in a burst, so a change waits ``GATHER_S`` for the rest of the
+    burst; with one host there is no burst, and that timer would only wake the loop once more a
+    second (the embedded console's case): its first news is drawn at once."""
+    from tuiprof.client.sources import ReplaySource
+    from tuiprof.model import record
+
+    events = list(record.read(AGENTS_RECORDING))
+    one_host = [event for event in events if event.host == events[0].host]
+    for recorded, first_step in ((one_host, "drawn"), (events, "timer")):
+        app = TuiprofApp(ReplaySource(recorded, speed=0))
+        steps: list[str] = []
+        set_timer, render_views = app.set_timer, app.render_views
+        monkeypatch.setattr(app, "set_timer", lambda delay, callback, **kw: (
+            steps.append("timer") if callback == app._timed_render else None) or set_timer(delay, callback, **kw))
+        monkeypatch.setattr(app, "render_views", lambda force=False: (
+            steps.append("drawn") if app.cluster.version != app._rendered_version else None) or render_views(force))
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app)
+        assert steps and steps[0] == first_step, f"{len(app.cluster.addresses())} host(s): {steps}"
