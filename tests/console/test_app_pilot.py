@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 
 from textual.widgets import DataTable, Input, Static, TabbedContent
 
@@ -589,3 +590,31 @@ async def test_one_watched_host_is_drawn_as_its_news_comes_several_are_gathered_
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot, app)
         assert steps and steps[0] == first_step, f"{len(app.cluster.addresses())} host(s): {steps}"
+
+
+async def test_the_live_clock_ticks_only_when_nothing_was_drawn_for_a_tick(monkeypatch) -> None:
+    """With no news the console still advances its clock and draws every ``TICK_S`` ("last
+    contact N s ago" counts); news drawn puts the tick off, so a console fed every second never
+    wakes for it (one wakeup a second less, ~0.1 ms of CPU on a GPU VM)."""
+    from tuiprof.client.channel import ConnectionOptions
+    from tuiprof.client.sources import LocalSource
+
+    monkeypatch.setattr(app_module, "TICK_S", 0.3)
+    for source, fed in ((QuietLiveSource(), False), (LocalSource(ConnectionOptions(interval_ms=100)), True)):
+        app = TuiprofApp(source)
+        ticks: list[float] = []
+        drawn: list[float] = []
+        tick, render_views = app._tick, app.render_views
+        monkeypatch.setattr(app, "_tick", lambda: ticks.append(time.monotonic()) or tick())
+        monkeypatch.setattr(app, "render_views", lambda force=False: (
+            drawn.append(time.monotonic()) if force or app.cluster.version != app._rendered_version else None)
+            or render_views(force))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(2.0)
+        if not fed:
+            assert len(ticks) >= 4, ticks  # ~6 in 2 s, fewer on a loaded machine
+        else:
+            assert len(drawn) >= 8, drawn  # a snapshot every 0.1 s
+        for at in ticks:
+            before = [t for t in drawn if t < at]
+            assert not before or at - before[-1] >= 0.3 - 0.02, "a tick came less than TICK_S after a drawing"

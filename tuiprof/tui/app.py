@@ -47,6 +47,8 @@ SHOWN_RENDER_HZ = 10.0
 GATHER_S = 0.03
 """Wait this long after the first new event before drawing: agents on the same
 interval answer in a burst, and one frame should show the whole burst."""
+TICK_S = 1.0
+"""Live mode: with nothing drawn for this long, the clock is advanced and the screen drawn."""
 FREEZE_AFTER_S = 15.0
 """Live mode: this long after start the fleet is connected, and what is alive then
 (widgets, a stream and a model per host) lives as long as the console. ``gc.freeze``
@@ -105,6 +107,7 @@ class TuiprofApp(App[None]):
         self._rendered_version = -1
         self._last_render = 0.0
         self._render_timer: Timer | None = None
+        self._tick_timer: Timer | None = None
         self._render_due = 0.0
         self.detail_history: dict[str, History] = {}
         """Per-GPU and per-core series (``plots.detail_samples``) of the hosts shown in detail."""
@@ -139,7 +142,7 @@ class TuiprofApp(App[None]):
             self.notify(warning, title="Settings", severity="warning", markup=False)
         self._pump()
         if self.source.live:
-            self.set_interval(1.0, self._tick)
+            self._tick_timer = self.set_timer(TICK_S, self._tick)
             self.set_timer(FREEZE_AFTER_S, gc.freeze)
 
     @work(exclusive=True, group="source", exit_on_error=False)
@@ -199,10 +202,12 @@ class TuiprofApp(App[None]):
         self.schedule_render()
 
     def _tick(self) -> None:
-        """Live mode: advance the clock so "last contact N s ago" keeps counting."""
+        """Live mode, ``TICK_S`` after the last drawing: advance the clock and draw, so "last
+        contact N s ago" keeps counting while no news comes. Every drawing puts it off again,
+        so while news comes every second it never fires (one wakeup a second less)."""
+        self._tick_timer = self.set_timer(TICK_S, self._tick)
         self.cluster.tick(self._clock())
-        if time.monotonic() - self._last_render >= 1.0:  # nothing drew it in the last second
-            self.render_views(force=True)
+        self.render_views(force=True)
 
     def schedule_render(self, shown: bool = False) -> None:
         """Render after ``GATHER_S``, no more often than ``SHOWN_RENDER_HZ`` when the
@@ -237,6 +242,9 @@ class TuiprofApp(App[None]):
             return
         self._rendered_version = self.cluster.version
         self._last_render = time.monotonic()
+        if self._tick_timer is not None:
+            self._tick_timer.stop()
+            self._tick_timer = self.set_timer(TICK_S, self._tick)
         refresh = getattr(self.screen, "refresh_data", None)
         if refresh is not None:
             refresh()
