@@ -54,7 +54,7 @@ from agentd.server import snapshot_for
 # Seconds to wait for the agent to bind before giving up.
 START_TIMEOUT_SECONDS = 30.0
 # Why a console's snapshots have no host-wide PMU readings while no screen shows them.
-PMU_RESTING = "not read while no screen shows them (the console reads them with its PMU tab open)"
+PMU_RESTING = "read only while the console's PMU tab is open: the first rates come two intervals after opening it"
 
 
 class SnapshotFeed:
