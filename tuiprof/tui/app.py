@@ -15,6 +15,7 @@ move rows or the title, which can wait.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import gc
@@ -47,6 +48,8 @@ SHOWN_RENDER_HZ = 10.0
 GATHER_S = 0.03
 """Wait this long after the first new event before drawing: agents on the same
 interval answer in a burst, and one frame should show the whole burst."""
+SOURCE_CLOSE_S = 5.0
+"""At exit, the longest the app waits for its source to close (this host's agent to stop)."""
 TICK_S = 1.0
 """Live mode: with nothing drawn for this long, the clock is advanced and the screen drawn."""
 FREEZE_AFTER_S = 15.0
@@ -157,9 +160,9 @@ class TuiprofApp(App[None]):
         sources = [worker for worker in self.workers if worker.group == "source"]
         for worker in sources:
             worker.cancel()
-        for worker in sources:
-            with contextlib.suppress(WorkerCancelled, WorkerFailed):
-                await worker.wait()
+        for worker in sources:  # a source slow to close (many hosts) does not hold the quit up long
+            with contextlib.suppress(WorkerCancelled, WorkerFailed, TimeoutError):
+                await asyncio.wait_for(worker.wait(), SOURCE_CLOSE_S)
 
     def _receive(self, event: HostEvent) -> None:
         if not self._inbox:
