@@ -110,11 +110,7 @@ class EmbeddedAgent:
 
     def sample_pmu(self, shown: bool) -> None:
         """Read the host-wide PMU counters while ``shown``, rest them otherwise."""
-        pmu = _pmu(self._agent)
-        if pmu is not None and shown:
-            pmu.wake()
-        elif pmu is not None:
-            pmu.rest(PMU_RESTING)
+        _sample_pmu(self._agent, shown)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and sampling; safe to call twice."""
@@ -131,14 +127,12 @@ class EmbeddedAgent:
         self.stop()
 
 
-def _pmu(agent: Agent) -> PmuCollector | None:
-    return next((r.collector for r in agent.runners if isinstance(r.collector, PmuCollector)), None)
-
-
-def _rest_pmu(agent: Agent) -> None:
-    pmu = _pmu(agent)
-    if pmu is not None:
-        pmu.rest(PMU_RESTING)
+def _sample_pmu(agent: Agent, shown: bool) -> None:
+    for runner in agent.runners:
+        if isinstance(runner.collector, PmuCollector) and shown:
+            runner.collector.wake()
+        elif isinstance(runner.collector, PmuCollector):
+            runner.collector.rest(PMU_RESTING)
 
 
 def start_embedded_agent(
@@ -158,7 +152,7 @@ def start_embedded_agent(
                          kineto_socket_dir=str(private_dir) if private_dir is not None else None)
     if trace_dir is not None:
         config = dataclasses.replace(config, trace_dir=trace_dir)
-    daemon = Daemon(config, on_start=_rest_pmu if pmu_when_shown else lambda agent: None)
+    daemon = Daemon(config, on_start=lambda agent: _sample_pmu(agent, False) if pmu_when_shown else None)
     started: concurrent.futures.Future[tuple[Endpoints, asyncio.AbstractEventLoop, asyncio.Event]]
     started = concurrent.futures.Future()
 
