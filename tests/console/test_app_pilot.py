@@ -594,27 +594,33 @@ async def test_one_watched_host_is_drawn_as_its_news_comes_several_are_gathered_
 
 async def test_the_live_clock_ticks_only_when_nothing_was_drawn_for_a_tick(monkeypatch) -> None:
     """With no news the console still advances its clock and draws every ``TICK_S`` ("last
-    contact N s ago" counts); news drawn puts the tick off, so a console fed every second never
-    wakes for it (one wakeup a second less, ~0.1 ms of CPU on a GPU VM)."""
+    contact N s ago" counts); news drawn puts the tick off by ``FIRST_TICK_S``, so a console fed
+    every ``TICK_S`` or faster never wakes for it (one wakeup a second less, ~0.1 ms of CPU on a
+    GPU VM)."""
     from tuiprof.client.channel import ConnectionOptions
     from tuiprof.client.sources import LocalSource
 
-    monkeypatch.setattr(app_module, "TICK_S", 0.3)
-    for source, fed in ((QuietLiveSource(), False), (LocalSource(ConnectionOptions(interval_ms=100)), True)):
+    ratio = app_module.FIRST_TICK_S / app_module.TICK_S
+    cases = ((QuietLiveSource(), None, 0.3), (LocalSource(ConnectionOptions(interval_ms=100)), 100, 0.3),
+             (LocalSource(ConnectionOptions(interval_ms=1000)), 1000, app_module.TICK_S))  # the default interval
+    for source, interval_ms, tick_s in cases:
+        monkeypatch.setattr(app_module, "TICK_S", tick_s)
+        monkeypatch.setattr(app_module, "FIRST_TICK_S", tick_s * ratio)
         app = TuiprofApp(source)
         ticks: list[float] = []
-        drawn: list[float] = []
+        news: list[float] = []  # drawings of news (not of a tick)
         tick, render_views = app._tick, app.render_views
         monkeypatch.setattr(app, "_tick", lambda: ticks.append(time.monotonic()) or tick())
         monkeypatch.setattr(app, "render_views", lambda force=False: (
-            drawn.append(time.monotonic()) if force or app.cluster.version != app._rendered_version else None)
+            news.append(time.monotonic()) if not force and app.cluster.version != app._rendered_version else None)
             or render_views(force))
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(2.0)
-        if not fed:
-            assert len(ticks) >= 4, ticks  # ~6 in 2 s, fewer on a loaded machine
-        else:
-            assert len(drawn) >= 8, drawn  # a snapshot every 0.1 s
+            await pilot.pause(max(2.0, 5 * tick_s))
+        if interval_ms is None:
+            assert len(ticks) >= 4, ticks  # 6 in 2 s (0.45 s, then every 0.3 s), fewer on a loaded machine
+            continue
+        assert len(news) >= max(2.0, 5 * tick_s) * 1000 / interval_ms * 0.6, (interval_ms, news)
+        assert len(ticks) <= 1, f"fed every {interval_ms} ms, the clock still ticked {len(ticks)} times"
         for at in ticks:
-            before = [t for t in drawn if t < at]
-            assert not before or at - before[-1] >= 0.3 - 0.02, "a tick came less than TICK_S after a drawing"
+            before = [t for t in news if t < at]
+            assert not before or at - before[-1] >= ratio * tick_s - 0.02, "a tick came less than FIRST_TICK_S after news"

@@ -51,7 +51,11 @@ interval answer in a burst, and one frame should show the whole burst."""
 SOURCE_CLOSE_S = 5.0
 """At exit, the longest the app waits for its source to close (this host's agent to stop)."""
 TICK_S = 1.0
-"""Live mode: with nothing drawn for this long, the clock is advanced and the screen drawn."""
+"""Live mode: with nothing drawn, the clock is advanced and the screen drawn this often."""
+FIRST_TICK_S = 1.5 * TICK_S
+"""Live mode: the first tick after a drawing. News on a 1 s interval comes about ``TICK_S``
+after the last, so a tick then would mostly come a moment before it and wake the loop for
+nothing (one wakeup a second on the GPU VM, bench/console_nvitop.md run 10)."""
 FREEZE_AFTER_S = 15.0
 """Live mode: this long after start the fleet is connected, and what is alive then
 (widgets, a stream and a model per host) lives as long as the console. ``gc.freeze``
@@ -145,7 +149,7 @@ class TuiprofApp(App[None]):
             self.notify(warning, title="Settings", severity="warning", markup=False)
         self._pump()
         if self.source.live:
-            self._tick_timer = self.set_timer(TICK_S, self._tick)
+            self._tick_timer = self.set_timer(FIRST_TICK_S, self._tick)
             self.set_timer(FREEZE_AFTER_S, gc.freeze)
 
     @work(exclusive=True, group="source", exit_on_error=False)
@@ -205,9 +209,10 @@ class TuiprofApp(App[None]):
         self.schedule_render()
 
     def _tick(self) -> None:
-        """Live mode, ``TICK_S`` after the last drawing: advance the clock and draw, so "last
-        contact N s ago" keeps counting while no news comes. Every drawing puts it off again,
-        so while news comes every second it never fires (one wakeup a second less)."""
+        """Live mode, ``FIRST_TICK_S`` after the last drawing, then every ``TICK_S``: advance the
+        clock and draw, so "last contact N s ago" keeps counting while no news comes. Every
+        drawing puts it off again, so while news comes every second it never fires (one wakeup
+        a second less)."""
         self._tick_timer = self.set_timer(TICK_S, self._tick)
         self.cluster.tick(self._clock())
         self.render_views(force=True)
@@ -236,6 +241,7 @@ class TuiprofApp(App[None]):
         self.render_views()
 
     def render_views(self, force: bool = False) -> None:
+        """Draw the current screen's data if it changed; ``force``: also if not (the clock's tick)."""
         if not self.screen_stack:  # shutting down
             return
         screen = self.screen
@@ -245,9 +251,9 @@ class TuiprofApp(App[None]):
             return
         self._rendered_version = self.cluster.version
         self._last_render = time.monotonic()
-        if self._tick_timer is not None:
+        if self._tick_timer is not None and not force:  # news drawn: the clock's tick is put off
             self._tick_timer.stop()
-            self._tick_timer = self.set_timer(TICK_S, self._tick)
+            self._tick_timer = self.set_timer(FIRST_TICK_S, self._tick)
         refresh = getattr(self.screen, "refresh_data", None)
         if refresh is not None:
             refresh()
