@@ -5,6 +5,7 @@ terminal receives every second (bench/console_nvitop.md)."""
 
 from __future__ import annotations
 
+from rich.style import Style
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import DataTable, Static
@@ -227,7 +228,8 @@ async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_and_col
     """DataTable looks up its own, its background's, the fixed column's and the stripe's styles for
     every line it draws, each a walk over every ancestor's styles (``DOMNode.rich_style``): 64
     walks for 16 changed rows; and it lists its columns in order three times a line. FittedTable
-    does each once per repaint (tables.py)."""
+    lists its columns once per repaint and looks each style up once until it is restyled
+    (tables.py): the next repaints walk no styles at all."""
     from textual.dom import DOMNode
 
     from tuiprof.tui.tables import FittedTable
@@ -248,6 +250,7 @@ async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_and_col
         table = app.query_one(FittedTable)
         table.show_rows(rows("running"))
         await pilot.pause()
+        table.notify_style_update()  # as Textual restyles it: its styles are looked up again
         walks.clear()
         table.show_rows(rows("stopped"))
         listings.clear()
@@ -257,6 +260,51 @@ async def test_a_repaint_of_many_changed_rows_looks_up_the_tables_styles_and_col
         # One walk per style (own, header, fixed, two stripes, the cursor's two), not four a line.
         assert 0 < repaint_walks <= 7
         assert repaint_listings == 1  # 64 without
+        walks.clear()
+        table.show_rows(rows("running"))
+        await pilot.pause()
+        assert all("running" in table.render_line(table._get_row_region(i).y).text for i in range(16))
+        assert walks == []  # the styles of the repaint before
+
+
+async def test_a_restyled_table_draws_with_its_new_styles() -> None:
+    """The styles FittedTable keeps between repaints are those a fresh lookup gives after each way
+    Textual restyles a table: a theme, focus leaving it, a class on an ancestor; and its lines are
+    drawn with them (not those of before)."""
+    from textual.widgets import Input
+
+    from tuiprof.tui.tables import FittedTable
+
+    class FittedAndInput(Fitted):
+        CSS = "Screen.dim FittedTable { background: red; }"
+
+        def compose(self) -> ComposeResult:
+            yield from super().compose()
+            yield Input(id="i")
+
+    def fresh(table: FittedTable, names: tuple[str, ...]) -> Style:
+        return DataTable.get_component_styles(table, *names).rich_style
+
+    names = [("datatable--even-row",), ("datatable--odd-row",), ("datatable--header",), ("datatable--cursor",)]
+    app = FittedAndInput()
+    async with app.run_test(size=(80, 20)) as pilot:
+        table = app.query_one(FittedTable)
+        table.show_rows({f"r{i}": [f"rank {i}", "running", "ok"] for i in range(4)})
+        table.focus()
+        await pilot.pause()
+        seen = [list(table.render_line(1))[-1].style]
+        for restyle in (lambda: setattr(app, "theme", "textual-light"), lambda: app.query_one(Input).focus(),
+                        lambda: app.screen.add_class("dim")):
+            before = {n: table.get_component_styles(*n).rich_style for n in names}, table.rich_style
+            restyle()
+            await pilot.pause()
+            await pilot.pause()
+            after = {n: table.get_component_styles(*n).rich_style for n in names}, table.rich_style
+            assert after != before
+            assert after == ({n: fresh(table, n) for n in names}, DataTable.rich_style.fget(table))
+            assert table.background_colors == DataTable.background_colors.fget(table)
+            seen.append(list(table.render_line(1))[-1].style)
+        assert len(set(seen)) == 4, seen  # each restyle drew the row anew
 
 
 async def test_changed_rows_are_repainted_in_one_request_each_where_datatable_puts_it() -> None:

@@ -145,8 +145,8 @@ def fit_columns(priorities: Sequence[int], widths: Sequence[int], room: int, gap
     return sorted(shown)
 
 
-class _StyleOfOneRepaint(RenderStyles):
-    """A component's styles whose Rich style is worked out once, for one repaint."""
+class _StyleUntilRestyled(RenderStyles):
+    """A component's styles whose Rich style is worked out once, until the table is restyled."""
 
     def __init__(self, styles: RenderStyles) -> None:
         node = styles.node
@@ -169,6 +169,8 @@ class FittedTable(DataTable[Cell]):
     _repaint_memo: dict[object, Any] | None = None
     """What ``_once_per_repaint`` made during the current ``render_lines`` (None outside one; a
     class attribute, since DataTable's constructor already asks for the columns)."""
+    _style_memo: dict[object, Any] | None = None
+    """What ``_once_until_restyled`` made since the table's styles last changed (None: nothing)."""
 
     def __init__(self, columns: Sequence[TableColumn], *, id: str, cursor: bool = True) -> None:
         super().__init__(id=id, cursor_type="row" if cursor else "none", zebra_stripes=True)
@@ -214,13 +216,10 @@ class FittedTable(DataTable[Cell]):
         sync_rows(self, self._projected())
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """The lines of ``crop``, each style (and the columns, and the size) looked up once for all of them.
+        """The lines of ``crop``, the columns and the size looked up once for all of them.
 
-        DataTable works out its own style, its background and the styles of the header, the
-        fixed column and the row's stripe for every line it draws, and each lookup walks every
-        ancestor's styles (``DOMNode.rich_style``): 15 % of the console's event loop while 8
-        GPU rows change (bench/console_cpu_profile.md, run 3). No style, column or size changes
-        while one repaint draws its lines, so they are looked up once per repaint.
+        DataTable lists its columns three times for each line it draws; no column and no size
+        changes while one repaint draws its lines, so they are looked up once per repaint.
         """
         self._repaint_memo = {}
         try:
@@ -237,17 +236,40 @@ class FittedTable(DataTable[Cell]):
             memo[name] = make()
         return memo[name]  # type: ignore[no-any-return]
 
+    def notify_style_update(self) -> None:
+        """Textual's word that this table's styles may have changed (CSS, theme, focus, hover,
+        classes, here or above): every style it draws with is looked up again."""
+        super().notify_style_update()
+        self._style_memo = None
+
+    def _once_until_restyled(self, name: object, make: Callable[[], T]) -> T:
+        """``make()``, made once until the table is restyled.
+
+        DataTable works out its own style, its background and the styles of the header, the
+        fixed column and the row's stripe for every line it draws, and each lookup walks every
+        ancestor's styles (``DOMNode.rich_style``): 15 % of the console's event loop while 8 GPU
+        rows change (bench/console_cpu_profile.md, run 3); once per repaint they were still 14 %
+        of it at one frame a second (run 8). They change only when Textual restyles the table,
+        which is when DataTable drops its own rendered rows (``notify_style_update``).
+        """
+        memo = self._style_memo
+        if memo is None:
+            memo = self._style_memo = {}
+        if name not in memo:
+            memo[name] = make()
+        return memo[name]  # type: ignore[no-any-return]
+
     def get_component_styles(self, *names: str) -> RenderStyles:
-        return self._once_per_repaint(
-            names, lambda: _StyleOfOneRepaint(super(FittedTable, self).get_component_styles(*names)))
+        return self._once_until_restyled(
+            names, lambda: _StyleUntilRestyled(super(FittedTable, self).get_component_styles(*names)))
 
     @property
     def rich_style(self) -> Style:
-        return self._once_per_repaint("rich_style", lambda: super(FittedTable, self).rich_style)
+        return self._once_until_restyled("rich_style", lambda: super(FittedTable, self).rich_style)
 
     @property
     def background_colors(self) -> tuple[Color, Color]:
-        return self._once_per_repaint("background_colors", lambda: super(FittedTable, self).background_colors)
+        return self._once_until_restyled("background_colors", lambda: super(FittedTable, self).background_colors)
 
     @property
     def ordered_columns(self) -> list[Column]:
