@@ -120,17 +120,52 @@ def _probe_grpc_port(host: str, port: int) -> None:
         raise BindError.for_port("gRPC", host, port, exc, "--port") from None
 
 
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """A socket holding ``host:port`` (0: a free port) for a gRPC server started later.
+
+    Bound and not listening, so a connection made before the server starts is refused.
+    With SO_REUSEPORT, the later gRPC socket (also SO_REUSEPORT) binds beside it; Linux
+    lets sockets share a port that way only under the same uid, so no other user can take
+    the port meanwhile. Not SO_REUSEADDR: beside a socket that does not listen, that would
+    let another user's SO_REUSEADDR socket bind the port too.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise BindError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
+    reserved = socket.socket(family, kind, proto)
+    try:
+        reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        reserved.bind(address)
+    except OSError as exc:
+        reserved.close()
+        raise BindError.for_port("gRPC", host, port, exc, "--port") from None
+    return reserved
+
+
 class Daemon:
     """One running agent: collectors, gRPC server, metrics endpoint, JSON sink."""
 
     def __init__(self, config: AgentConfig, collectors: Sequence[str] = COLLECTORS,
-                 on_start: Callable[[Agent], None] = lambda agent: None) -> None:
-        """``on_start``: called with the agent once its collectors started, before its first snapshot."""
+                 on_start: Callable[[Agent], None] = lambda agent: None, grpc_on_demand: bool = False) -> None:
+        """``on_start``: called with the agent once its collectors started, before its first snapshot.
+
+        ``grpc_on_demand``: the gRPC port is bound at start, and served only from ``serve_grpc()``
+        on. gRPC's threads wake about eight times a second even when no call comes, ~0.3 ms of
+        CPU a second (bench/console_nvitop.md, run 10): the console's embedded agent is called
+        over gRPC only when its user asks for a trace, stacks or a file.
+        """
         self.config = config
         self._collector_entries = collectors
         self._on_start = on_start
+        self._grpc_on_demand = grpc_on_demand
         self._tasks: list[asyncio.Task[None]] = []
         self._server: grpc.aio.Server | None = None
+        self._reserved: socket.socket | None = None  # the gRPC port, held until served (grpc_on_demand)
+        self._serving = asyncio.Lock()
+        self._servicer: AgentServicer | None = None
+        self._tls: _Tls | None = None
+        self._token: str | None = None
         self._metrics: MetricsServer | None = None
         self._sink: JsonLinesSink | None = None
         self.agent: Agent | None = None
@@ -157,27 +192,20 @@ class Daemon:
 
     async def _start(self) -> Endpoints:
         config = self.config
-        token = load_token(config.token_file)
-        tls = _load_tls(config)
+        token = self._token = load_token(config.token_file)
+        tls = self._tls = _load_tls(config)
         check_exposure(config.host, token, tls is not None, config.allow_plaintext_token)
         _prepare_trace_dir(config.trace_dir)
         _check_distinct_ports(config)
 
         # Bind every port and open the sink before any collector starts, so that
         # these mistakes end agentd at once with one line and nothing else logged.
-        server = self._server = grpc.aio.server(
-            interceptors=[BearerTokenInterceptor(token)] if token else None,
-            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
-        )
-        _probe_grpc_port(config.host, config.port)
-        target = AgentAddress(config.host, config.port).target
-        try:
-            if tls is None:
-                grpc_port = server.add_insecure_port(target)
-            else:
-                grpc_port = server.add_secure_port(target, tls.grpc)
-        except RuntimeError:  # lost a race for the port since the probe
-            raise BindError(f"cannot listen on {target} for gRPC; check --host and --port") from None
+        if self._grpc_on_demand:
+            self._reserved = _reserve_port(config.host, config.port)
+            grpc_port = self._reserved.getsockname()[1]
+        else:
+            _probe_grpc_port(config.host, config.port)
+            self._server, grpc_port = self._grpc_server(config.port, reuse_port=False)
         if config.metrics_port is not None:
             self._metrics = MetricsServer(config.host, config.metrics_port,
                                           tls.http if tls is not None else None, config.metric_names)
@@ -190,11 +218,13 @@ class Daemon:
         static = self._static = static_info(agent, str(config.trace_dir))
         traces, stacks = build_services(config, agent)
         callers = CallerIdentifier(token_required=token is not None, port=grpc_port)
-        pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, static, callers, traces, stacks), server)
+        self._servicer = AgentServicer(agent, static, callers, traces, stacks)
 
         agent.start_collectors()
         self._on_start(agent)
-        await server.start()
+        if self._server is not None:
+            pb_grpc.add_AgentServicer_to_server(self._servicer, self._server)
+            await self._server.start()
         self._tasks.append(asyncio.create_task(agent.run(), name="snapshots"))
         if self._metrics is not None:
             self._metrics.start(agent, lambda: agent_info(agent, static))
@@ -216,6 +246,36 @@ class Daemon:
                          extra={"collector": status.name, "reason": status.reason})
         return endpoints
 
+    def _grpc_server(self, port: int, reuse_port: bool) -> tuple[grpc.aio.Server, int]:
+        """A gRPC server bound to ``port`` (0: a free one), not yet serving, and the port it bound."""
+        server = grpc.aio.server(
+            interceptors=[BearerTokenInterceptor(self._token)] if self._token else None,
+            options=[("grpc.so_reuseport", int(reuse_port)), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
+        )
+        target = AgentAddress(self.config.host, port).target
+        try:
+            if self._tls is None:
+                return server, server.add_insecure_port(target)
+            return server, server.add_secure_port(target, self._tls.grpc)
+        except RuntimeError:  # lost a race for the port since the probe
+            raise BindError(f"cannot listen on {target} for gRPC; check --host and --port") from None
+
+    async def serve_grpc(self) -> None:
+        """Serve gRPC on the port held since start (``grpc_on_demand``); once, later calls return at once.
+        Raises BindError when gRPC cannot listen there (the port stays held)."""
+        async with self._serving:
+            if self._reserved is None:
+                return
+            port = self._reserved.getsockname()[1]
+            server, _ = self._grpc_server(port, reuse_port=True)
+            assert self._servicer is not None  # set by a successful start
+            pb_grpc.add_AgentServicer_to_server(self._servicer, server)
+            await server.start()
+            self._server = server
+            self._reserved.close()
+            self._reserved = None
+            log.info("agentd serving gRPC", extra={"grpc": f"{self.config.host}:{port}"})
+
     def info(self) -> pb.AgentInfo:
         """What GetInfo answers now (call it on the agent's loop, once started)."""
         assert self.agent is not None and self._static is not None
@@ -224,6 +284,9 @@ class Daemon:
     async def stop(self) -> None:
         if self._server is not None:
             await self._server.stop(STOP_GRACE_SECONDS)
+        if self._reserved is not None:
+            self._reserved.close()
+            self._reserved = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

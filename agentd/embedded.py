@@ -14,7 +14,10 @@ without serializing them, streaming them over loopback and parsing them again;
 that loopback cost nearly as much CPU as the agent itself on the 2-core VM
 (bench/agentd_cpu.md, round 2). Everything else (traces, stacks, files) goes
 over gRPC like to any other agent, so nothing else in the console needs to know
-it is embedded. It serves no /metrics endpoint.
+it is embedded. Its gRPC port is bound at start but served only from the first
+``serve_grpc()`` (the console's first trace, stacks or file): idle, gRPC's threads
+wake about eight times a second (bench/console_nvitop.md, run 10). It serves no
+/metrics endpoint.
 
 What no screen shows is not read: with ``pmu_when_shown`` (the console's embedded agent)
 the host-wide PMU counters rest until ``sample_pmu(True)`` (the console's PMU tab is
@@ -108,6 +111,10 @@ class EmbeddedAgent:
             with contextlib.suppress(RuntimeError):  # the agent's loop is closed: nothing to leave
                 self._loop.call_soon_threadsafe(self._agent.unsubscribe, slot)
 
+    def serve_grpc(self) -> None:
+        """Serve gRPC at ``address`` from now on (nothing listens there before); raises AgentdError."""
+        asyncio.run_coroutine_threadsafe(self._daemon.serve_grpc(), self._loop).result(START_TIMEOUT_SECONDS)
+
     def sample_pmu(self, shown: bool) -> None:
         """Read the host-wide PMU counters while ``shown``, rest them otherwise."""
         _sample_pmu(self._agent, shown)
@@ -139,7 +146,8 @@ def start_embedded_agent(
     interval_ms: int = 1000, trace_dir: pathlib.Path | None = None, host_kineto_socket: bool = False,
     pmu_when_shown: bool = False,
 ) -> EmbeddedAgent:
-    """Start an agent on 127.0.0.1 (free port, no token, no /metrics); raises AgentdError.
+    """Start an agent on 127.0.0.1 (free port, no token, no /metrics, gRPC from ``serve_grpc``);
+    raises AgentdError.
 
     ``host_kineto_socket``: also serve the host-wide Kineto socket when not root
     (root's console always does; nobody else's may shadow root's agent).
@@ -152,7 +160,8 @@ def start_embedded_agent(
                          kineto_socket_dir=str(private_dir) if private_dir is not None else None)
     if trace_dir is not None:
         config = dataclasses.replace(config, trace_dir=trace_dir)
-    daemon = Daemon(config, on_start=lambda agent: _sample_pmu(agent, False) if pmu_when_shown else None)
+    daemon = Daemon(config, on_start=lambda agent: _sample_pmu(agent, False) if pmu_when_shown else None,
+                    grpc_on_demand=True)
     started: concurrent.futures.Future[tuple[Endpoints, asyncio.AbstractEventLoop, asyncio.Event]]
     started = concurrent.futures.Future()
 

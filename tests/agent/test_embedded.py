@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 import time
 
@@ -19,12 +20,21 @@ from tuiprof.client.local import embedded_agent, watch_embedded
 from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
 
 
-async def test_embedded_agent_serves_grpc_on_a_free_loopback_port(tmp_path, monkeypatch):
+async def test_embedded_agent_serves_grpc_on_a_free_loopback_port_once_asked(tmp_path, monkeypatch):
+    """Its port is bound at start (no other program may take it) and refuses connections until
+    ``serve_grpc`` (gRPC's threads cost CPU even idle); then GetInfo and Watch are answered there."""
     monkeypatch.delenv("TUIPROF_TOKEN", raising=False)
     agent = start_embedded_agent(interval_ms=100, trace_dir=tmp_path / "traces")
     try:
         assert agent.address.host == "127.0.0.1" and agent.address.port > 0
         assert agent.endpoints.metrics_port is None
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((agent.address.host, agent.address.port), timeout=5).close()
+        with socket.socket() as squatter, pytest.raises(OSError, match="in use"):
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind((agent.address.host, agent.address.port))
+        agent.serve_grpc()
+        agent.serve_grpc()  # once serving, asking again changes nothing
         async with open_channel(agent.address) as channel:
             stub = pb_grpc.AgentStub(channel)
             info = await stub.GetInfo(pb.GetInfoRequest(), timeout=10)
@@ -76,6 +86,7 @@ async def test_the_console_takes_the_same_snapshots_in_process_as_over_grpc(tmp_
     the gRPC Watch streams to this process's user, under the agent's address as host name."""
     monkeypatch.delenv("TUIPROF_TOKEN", raising=False)
     agent = start_embedded_agent(interval_ms=100, trace_dir=tmp_path / "traces")
+    agent.serve_grpc()
     try:
         events = []
         enough = asyncio.Event()
@@ -118,6 +129,7 @@ async def test_the_in_process_feed_shows_private_fields_as_the_grpc_watch_does(t
     Watch applies to this process's caller (its effective uid)."""
     monkeypatch.delenv("TUIPROF_TOKEN", raising=False)
     agent = start_embedded_agent(interval_ms=60_000, trace_dir=tmp_path / "traces")
+    agent.serve_grpc()
     try:
         crafted = pb.HostSnapshot(hostname="crafted", sequence=10**6)
         crafted.ranks.add(pid=4242, uid=os.geteuid() + 1, exception="Traceback: secret")

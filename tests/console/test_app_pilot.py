@@ -7,6 +7,8 @@ import gc
 import threading
 import time
 
+import pytest
+
 from textual.widgets import DataTable, Input, Static, TabbedContent
 
 from console.recordings import AGENTS_RECORDING, replay_app
@@ -520,6 +522,39 @@ async def test_interval_keys_over_this_hosts_embedded_agent_save_it_for_the_next
         assert app.source is source and app.title == "tuiprof · every 1 s"  # still what the agent runs at
         assert [n.message for n in app._notifications] == [
             "interval 2 s saved: this host's embedded agent takes it at the next start"]
+
+
+async def test_this_hosts_agent_serves_grpc_only_from_the_first_call_the_console_makes() -> None:
+    """Idle, gRPC's threads wake ~8 times a second: the embedded agent's port refuses connections
+    while the console only watches (its snapshots come in-process), and serves from the first
+    call the console makes to it (here stacks, key s), which is answered."""
+    import socket
+
+    from agentd.address import AgentAddress
+    from tuiprof.client.channel import ConnectionOptions
+    from tuiprof.client.sources import LocalSource
+
+    app = TuiprofApp(LocalSource(ConnectionOptions(interval_ms=200)))
+
+    def status() -> str:
+        return str(app.screen.query_one("#stacks-status", Static).render()) if isinstance(app.screen, StacksScreen) else ""
+
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(250):
+            await pilot.pause(0.04)
+            if app.cluster.version > 2:
+                break
+        [host] = app.cluster.addresses()
+        address = AgentAddress.parse(host)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address.host, address.port), timeout=5).close()
+        await pilot.press("s")
+        for _ in range(250):
+            await pilot.pause(0.04)
+            if "taken in" in status() or "failed" in status():
+                break
+        assert "0 ranks on 1 host(s)" in status() and "no stacks from" not in status(), status()
+        socket.create_connection((address.host, address.port), timeout=5).close()
 
 
 async def test_this_hosts_agent_reads_the_pmu_only_while_its_tab_is_on_screen() -> None:

@@ -30,6 +30,59 @@ time.sleep(600)
 """
 
 
+ROOT_CONSOLE_PROGRAM = """
+import sys, tempfile, pathlib
+from agentd.embedded import start_embedded_agent
+agent = start_embedded_agent(trace_dir=pathlib.Path(tempfile.mkdtemp()))
+print(agent.address.port, flush=True)
+sys.stdin.readline()  # serve once told
+agent.serve_grpc()
+print("serving", flush=True)
+sys.stdin.readline()
+"""
+
+SQUAT_PROGRAM = """
+import json, socket, sys
+port, results = int(sys.argv[1]), {}
+for name, options in (("plain", []), ("reuseaddr", [socket.SO_REUSEADDR]), ("reuseport", [socket.SO_REUSEPORT]),
+                      ("both", [socket.SO_REUSEADDR, socket.SO_REUSEPORT])):
+    with socket.socket() as s:
+        for option in options:
+            s.setsockopt(socket.SOL_SOCKET, option, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            results[name] = "listening"
+        except OSError as exc:
+            results[name] = exc.strerror
+print(json.dumps(results))
+"""
+
+
+def test_a_users_socket_cannot_take_the_port_a_root_console_holds_for_its_agent(namespace, hostile_user):
+    """A root console's embedded agent binds its gRPC port at start and serves it only once asked:
+    meanwhile and after, another user's socket can bind and listen there with no socket option."""
+    console = namespace.popen([PYTHON, "-c", ROOT_CONSOLE_PROGRAM], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert console.stdout is not None and console.stdin is not None
+        port = int(console.stdout.readline())
+        for stage in ("held", "serving"):
+            squat = namespace.run([PYTHON, "-c", SQUAT_PROGRAM, str(port)], user=hostile_user)
+            assert json.loads(squat.stdout) == dict.fromkeys(["plain", "reuseaddr", "reuseport", "both"],
+                                                             "Address already in use"), (stage, squat.stderr)
+            if stage == "held":
+                console.stdin.write("\n")
+                console.stdin.flush()
+                assert console.stdout.readline().strip() == "serving"
+        owner = namespace.run([PYTHON, "-c", "import sys; from agentd.peer import tcp_socket_uid; "
+                               "print(tcp_socket_uid(('127.0.0.1', int(sys.argv[1])), None))", str(port)])
+        assert owner.stdout.strip() == "0", owner.stderr  # the listener is root's
+    finally:
+        console.kill()
+        console.communicate(timeout=10)
+
+
 def _rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         line = next(line for line in f if line.startswith("VmRSS:"))

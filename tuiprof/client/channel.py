@@ -8,7 +8,8 @@ Every command and screen (console, status, trace, stacks, run) builds one
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -52,6 +53,29 @@ def open_channel(
     return grpc.aio.insecure_channel(address.target, options, interceptors=interceptors)
 
 
+class InProcessAgents:
+    """Agents inside this process whose gRPC server starts with the first channel opened to them
+    (the console's embedded agent: gRPC's threads cost CPU even idle, agentd/embedded.py)."""
+
+    def __init__(self) -> None:
+        self._serve: dict[AgentAddress, Callable[[], None]] = {}
+
+    def add(self, address: AgentAddress, serve: Callable[[], None]) -> None:
+        """``serve()`` makes ``address`` answer gRPC; it is called before the first channel opened
+        to it, and raises ``grpc.aio.AioRpcError`` when it cannot (as that channel's calls would)."""
+        self._serve[address] = serve
+
+    def remove(self, address: AgentAddress) -> None:
+        self._serve.pop(address, None)
+
+    def serve(self, address: AgentAddress) -> None:
+        """Make the agent at ``address`` serve, if it is one of these and does not yet (again after a failure)."""
+        serve = self._serve.get(address)
+        if serve is not None:
+            serve()
+            self.remove(address)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionOptions:
     """How to reach the agents: built once from the command line, shared by every host and call."""
@@ -62,7 +86,10 @@ class ConnectionOptions:
     """Requested Watch period; 0 = the agent's own interval."""
     timeout: float = 5.0
     """Seconds to wait for an answer (GetInfo; the floor of the stall timeout on the stream)."""
+    in_process: InProcessAgents = field(default_factory=InProcessAgents, compare=False)
+    """Agents in this process that serve gRPC once a channel is opened to them."""
 
     def open(self, address: AgentAddress) -> grpc.aio.Channel:
-        """A channel to ``address`` with this token and TLS."""
+        """A channel to ``address`` with this token and TLS (an agent in this process serves from now on)."""
+        self.in_process.serve(address)
         return open_channel(address, self.token, self.tls_ca)

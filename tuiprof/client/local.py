@@ -18,6 +18,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
+import grpc
+
 from agentd import peer
 from agentd.address import AgentAddress
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -64,10 +66,23 @@ async def embedded_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None
         await asyncio.to_thread(agent.stop)
 
 
+def serve_grpc(agent: EmbeddedAgent) -> None:
+    """Make the embedded agent serve gRPC at its address; failing, an error as a call to it would raise."""
+    from agentd.errors import AgentdError
+
+    try:
+        agent.serve_grpc()
+    except (AgentdError, TimeoutError) as exc:
+        reason = str(exc) or "it did not start serving in time"
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   details=f"this host's embedded agent cannot serve gRPC: {reason}") from exc
+
+
 @contextlib.asynccontextmanager
 async def local_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = None) -> AsyncIterator[AgentAddress]:
-    """The embedded agent's address, for callers that talk to it over gRPC."""
+    """The embedded agent's address, for callers that talk to it over gRPC (served at once)."""
     async with embedded_agent(interval_ms, trace_dir) as agent:
+        await asyncio.to_thread(serve_grpc, agent)
         yield agent.address
 
 

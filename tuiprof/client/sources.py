@@ -50,7 +50,8 @@ class LiveSource:
 class LocalSource:
     """This host, through an agent embedded in the console process (its snapshots taken in-process).
 
-    The agent reads the host-wide PMU counters only while a screen shows them (``sample_pmu``).
+    The agent reads the host-wide PMU counters only while a screen shows them (``sample_pmu``),
+    and serves gRPC from the first channel the console opens to it (``options.in_process``).
     """
 
     options: ConnectionOptions
@@ -61,14 +62,16 @@ class LocalSource:
     _pmu_shown: bool = field(default=False, init=False, repr=False)
 
     async def run(self, emit: Emit) -> None:
-        from tuiprof.client.local import embedded_agent, watch_embedded
+        from tuiprof.client.local import embedded_agent, serve_grpc, watch_embedded
 
         async with embedded_agent(self.options.interval_ms, pmu_when_shown=True) as agent:
             self._agent = agent
             agent.sample_pmu(self._pmu_shown)
+            self.options.in_process.add(agent.address, lambda: serve_grpc(agent))
             try:
                 await watch_embedded(agent, self.options, emit)
             finally:
+                self.options.in_process.remove(agent.address)
                 self._agent = None
 
     def sample_pmu(self, shown: bool) -> None:

@@ -106,8 +106,9 @@ class TuiprofApp(App[None]):
         self.settings, warning = settings_file.load() if settings_file else (Settings(), None)
         self._warnings = [warning] if warning else []
         self.source = source
-        self.connection = connection or ConnectionOptions()
-        """How screens that make their own calls (traces, stacks) reach the agents."""
+        self.connection: ConnectionOptions = connection or getattr(source, "options", None) or ConnectionOptions()
+        """How screens that make their own calls (traces, stacks) reach the agents (by default as the
+        source does: its options also know which agent runs in this process)."""
         self.cluster = ClusterState(source.hosts)
         self._clock = clock
         self._inbox: list[HostEvent] = []
