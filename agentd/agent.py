@@ -3,7 +3,7 @@
 Collectors sample on their own threads (``agentd.runner``); this module only
 assembles what they last sampled, on the asyncio loop that also serves gRPC.
 Collectors clocked by snapshots (rates of cumulative counters) are sampled by
-the snapshot tick itself, in a worker thread, right before each snapshot:
+the snapshot tick itself, on its own thread, right before each snapshot:
 every operation they count lands in exactly one published interval.
 Watchers (gRPC ``Watch`` streams, the JSON sink) each own a ``LatestSlot``:
 publishing overwrites the slot, so a watcher that falls behind skips snapshots
@@ -13,8 +13,10 @@ and never holds more than one, however slow it is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -48,24 +50,6 @@ class LatestSlot:
         value, self._value = self._value, None
         assert value is not None
         return value
-
-
-class ForeignLoopSlot(LatestSlot):
-    """A LatestSlot read on another thread's event loop (the console of an embedded agent).
-
-    The agent puts on its own loop; the snapshot is handed to the reader's loop
-    with ``call_soon_threadsafe``, so the slot's state is only touched there.
-    """
-
-    def __init__(self, reader_loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
-        self._reader_loop = reader_loop
-
-    def put(self, snapshot: pb.HostSnapshot) -> None:
-        try:
-            self._reader_loop.call_soon_threadsafe(super().put, snapshot)
-        except RuntimeError:  # the reader's loop is closed: nobody left to hand it to, the agent goes on
-            pass
 
 
 class Agent:
@@ -175,16 +159,72 @@ class Agent:
             slot.put(snapshot)
 
     async def run(self) -> None:
-        """Publish a snapshot every interval until cancelled, on a fixed phase."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time()
-        while True:
-            await asyncio.to_thread(self.collect_for_snapshot)
-            self.publish(self.snapshot())
-            deadline += self.interval_seconds
-            now = loop.time()
-            if deadline < now:
-                skipped = int((now - deadline) // self.interval_seconds) + 1
-                log.warning("snapshot loop fell behind", extra={"skipped_intervals": skipped})
-                deadline += skipped * self.interval_seconds
-            await asyncio.sleep(deadline - now)
+        """Publish a snapshot every interval until cancelled, on a fixed phase.
+
+        The phase is kept by a thread of its own (``_TickThread``), which also samples the
+        collectors clocked by snapshots (their reads may block: the ranks collector reads
+        /proc) and then hands the tick to this loop, which assembles and publishes the
+        snapshot. A loop waking on its own timer to hand the sampling to a worker thread and
+        back woke twice more a second: ~130 µs of CPU on the GPU VM (bench/wakeup_cost.py).
+        """
+        tick = _TickThread(self, asyncio.get_running_loop())
+        tick.start()
+        try:
+            while True:
+                await tick.sampled()
+                self.publish(self.snapshot())
+                tick.published.set()
+        finally:
+            tick.stop()
+
+
+class _TickThread(threading.Thread):
+    """Samples the snapshot-clocked collectors once per interval, in step with the loop that
+    publishes: a tick is sampled only once the one before was published."""
+
+    def __init__(self, agent: Agent, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(name="snapshot-tick", daemon=True)
+        self._agent, self._loop = agent, loop
+        self._ready = asyncio.Event()  # set on the loop: a tick is sampled
+        self._failure: BaseException | None = None
+        self.published = threading.Event()  # set by the loop: the tick before was published
+        self.published.set()
+        self._stopping = threading.Event()
+
+    async def sampled(self) -> None:
+        """Return once a tick is sampled; raise what ended this thread if it failed."""
+        await self._ready.wait()
+        self._ready.clear()
+        if self._failure is not None:
+            raise self._failure
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.published.set()  # not waiting for a publication that will not come
+
+    def run(self) -> None:
+        interval = self._agent.interval_seconds
+        deadline = time.monotonic()
+        try:
+            while True:
+                self.published.wait()
+                if self._stopping.is_set():
+                    return
+                self.published.clear()
+                self._agent.collect_for_snapshot()
+                try:
+                    self._loop.call_soon_threadsafe(self._ready.set)
+                except RuntimeError:  # the loop is closed: nobody left to publish
+                    return
+                deadline += interval
+                now = time.monotonic()
+                if deadline < now:
+                    skipped = int((now - deadline) // interval) + 1
+                    log.warning("snapshot loop fell behind", extra={"skipped_intervals": skipped})
+                    deadline += skipped * interval
+                if self._stopping.wait(deadline - now):
+                    return
+        except BaseException as exc:  # a bug: the agent's snapshot loop ends with it
+            self._failure = exc
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._ready.set)

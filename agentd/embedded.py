@@ -8,11 +8,13 @@ UI: the collectors' CPU per interval, about 1.5 ms on a 2-core VM without GPUs
 (bench/agentd_cpu.md), more with NVML and GPM on GPU hosts.
 
 Its info and snapshots reach the console in-process (``EmbeddedAgent.info``,
-``EmbeddedAgent.watch``): the same messages its gRPC GetInfo and Watch would give
+``EmbeddedAgent.latest``): the same messages its gRPC GetInfo and Watch would give
 this process's user (other users' exception text taken out as for that caller),
 without serializing them, streaming them over loopback and parsing them again;
 that loopback cost nearly as much CPU as the agent itself on the 2-core VM
-(bench/agentd_cpu.md, round 2). Everything else (traces, stacks, files) goes
+(bench/agentd_cpu.md, round 2). The console takes each snapshot on its own timer
+rather than being handed it: waking another thread's event loop cost ~190 µs of CPU
+against ~40 µs for a timer on the GPU VM (bench/wakeup_cost.py). Everything else (traces, stacks, files) goes
 over gRPC like to any other agent, so nothing else in the console needs to know
 it is embedded. Its gRPC port is bound at start but served only from the first
 ``serve_grpc()`` (the console's first trace, stacks or file): idle, gRPC's threads
@@ -36,17 +38,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 import os
 import pathlib
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from typing import NamedTuple
 
 from agentd.address import AgentAddress
-from agentd.agent import Agent, ForeignLoopSlot
+from agentd.agent import Agent
 from agentd.auth import Caller
 from agentd.collectors.pmu import PmuCollector
 from agentd.config import AgentConfig
@@ -60,17 +61,11 @@ START_TIMEOUT_SECONDS = 30.0
 PMU_RESTING = "read only while the console's PMU tab is open: the first rates come two intervals after opening it"
 
 
-class SnapshotFeed:
-    """The embedded agent's snapshots, taken on the console's loop: the newest one not yet taken."""
+class Published(NamedTuple):
+    """A snapshot the agent published, and when (``time.monotonic()``)."""
 
-    def __init__(self, slot: ForeignLoopSlot) -> None:
-        self._slot = slot
-        # Who the gRPC Watch would see calling from this process (the loopback peer's uid).
-        self._caller = Caller.local(os.geteuid())
-
-    async def take(self) -> pb.HostSnapshot:
-        """The next snapshot, as this process's user may see it (shared with the agent: read-only)."""
-        return snapshot_for(await self._slot.take(), self._caller)
+    snapshot: pb.HostSnapshot
+    at: float
 
 
 @dataclasses.dataclass
@@ -100,16 +95,16 @@ class EmbeddedAgent:
 
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(ask(), self._loop))
 
-    @contextlib.contextmanager
-    def watch(self) -> Iterator[SnapshotFeed]:
-        """Every snapshot the agent publishes from now on (the newest first), on the calling loop."""
-        slot = ForeignLoopSlot(asyncio.get_running_loop())
-        self._loop.call_soon_threadsafe(self._agent.subscribe, slot)
-        try:
-            yield SnapshotFeed(slot)
-        finally:
-            with contextlib.suppress(RuntimeError):  # the agent's loop is closed: nothing to leave
-                self._loop.call_soon_threadsafe(self._agent.unsubscribe, slot)
+    def latest(self) -> Published | None:
+        """The newest snapshot, as this process's user may see it (read-only: shared with the
+        agent), and when it was published; None before the first. Safe from any thread: the
+        agent replaces its latest snapshot whole, never changes it."""
+        agent = self._agent
+        snapshot, published_at = agent.latest, agent.latest_monotonic
+        if snapshot is None or published_at is None:
+            return None
+        # Who the gRPC Watch would see calling from this process (the loopback peer's uid).
+        return Published(snapshot_for(snapshot, Caller.local(os.geteuid())), published_at)
 
     def serve_grpc(self) -> None:
         """Serve gRPC at ``address`` from now on (nothing listens there before); raises AgentdError."""

@@ -7,6 +7,8 @@ import logging
 import threading
 import time
 
+import pytest
+
 from agentd.agent import Agent, LatestSlot
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.registry import COLLECTORS
@@ -154,6 +156,40 @@ async def test_run_publishes_every_interval_to_every_watcher():
         task.cancel()
     assert sequences == sorted(sequences) and len(set(sequences)) == 3
     assert sequences[-1] - sequences[0] <= 3
+
+
+async def test_the_tick_thread_ends_with_the_snapshot_loop_and_its_failure_ends_the_loop():
+    """The snapshot tick keeps its phase on a thread of its own: cancelling ``run`` ends that
+    thread, and an error on that thread (a bug) ends ``run`` with it, so agentd stops saying why."""
+    def tick_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "snapshot-tick"]
+
+    agent = Agent([], 0.05)
+    slot = agent.subscribe()
+    task = asyncio.create_task(agent.run())
+    await asyncio.wait_for(slot.take(), 2)
+    assert len(tick_threads()) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        if not tick_threads():
+            break
+        await asyncio.sleep(0.01)
+    assert tick_threads() == []
+
+    failing = Agent([], 0.05)
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("a bug in sampling")
+
+    failing.collect_for_snapshot = broken  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="a bug in sampling"):
+        await asyncio.wait_for(failing.run(), 5)
+    assert failing.latest is not None and failing.latest.sequence == 2
 
 
 def test_a_failing_post_processor_is_logged_once_and_snapshots_go_on(caplog):

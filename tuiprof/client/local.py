@@ -86,27 +86,42 @@ async def local_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = 
         yield agent.address
 
 
+TAKE_AFTER_S = 0.02
+"""The embedded agent's next snapshot is taken this long after it is due (its publishing
+time varies by a few ms with what its collectors read)."""
+LATE_RETRY_S = 0.05
+"""A snapshot not there when due is looked for again this often, until the stall time."""
+
+
 async def watch_embedded(agent: EmbeddedAgent, options: ConnectionOptions, emit: Emit,
                          clock: Callable[[], float] = time.time) -> None:
     """Report the embedded agent as a HostClient reports an agent it watches, until cancelled.
 
     The host is named by the agent's address, so traces and stacks reach it over gRPC.
-    Every snapshot the agent publishes is reported (it samples at the console's
-    interval); none for the stall time makes the host unreachable until the next.
+    Every snapshot the agent publishes is reported (it samples at the console's interval),
+    taken on this loop's timer when due: no wakeup from the agent's thread. None for the
+    stall time makes the host unreachable until the next.
     """
     host = str(agent.address)
     info = await agent.info()
     emit(InfoReceived(host, clock(), info))
-    stall = stall_timeout(options, info.interval_seconds or 1.0)
-    with agent.watch() as feed:
-        while True:
-            try:
-                async with asyncio.timeout(stall):
-                    snapshot = await feed.take()
-            except TimeoutError:
+    interval = info.interval_seconds or 1.0
+    stall = stall_timeout(options, interval)
+    reported, last_news, stalled = 0, time.monotonic(), False
+    while True:
+        latest, now = agent.latest(), time.monotonic()
+        if latest is not None and latest.snapshot.sequence != reported:
+            reported, last_news, stalled = latest.snapshot.sequence, now, False
+            emit(SnapshotReceived(host, clock(), latest.snapshot))
+            due = latest.at + interval + TAKE_AFTER_S
+        elif now - last_news >= stall:
+            if not stalled:
                 emit(HostUnreachable(host, clock(), f"no snapshot from the embedded agent for {stall:g} s"))
-                continue
-            emit(SnapshotReceived(host, clock(), snapshot))
+            stalled = True
+            due = now + interval
+        else:
+            due = now + min(LATE_RETRY_S, last_news + stall - now)
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
 
 
 class UntrustedAgentError(Exception):
