@@ -234,7 +234,8 @@ class Daemon:
                               self._metrics.port if self._metrics else None,
                               tls=tls is not None, token_required=token is not None)
         log.info("agentd listening", extra={
-            "grpc": f"{config.host}:{grpc_port}", "metrics_port": endpoints.metrics_port,
+            "grpc": f"{config.host}:{grpc_port}", "grpc_serving": self._server is not None,
+            "metrics_port": endpoints.metrics_port,
             "tls": endpoints.tls, "token_required": endpoints.token_required,
             "interval_ms": config.interval_ms,
             "collectors": ",".join(f"{s.name}={'ok' if s.available else 'unavailable'}"

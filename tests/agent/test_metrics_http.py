@@ -37,6 +37,7 @@ def test_real_agent_serves_metrics_healthz_and_404(tmp_path):
     started = next(e for e in entries if e["message"] == "agentd listening")
     assert started["level"] == "info" and started["logger"] == "agentd.daemon"
     assert started["grpc"] == f"127.0.0.2:{agent.port}" and started["token_required"] is False
+    assert started["grpc_serving"] is True  # agentd serves at once (only the console's embedded agent waits)
     assert entries[-1]["message"] == "agentd stopped"
 
 
