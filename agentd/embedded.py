@@ -13,10 +13,10 @@ this process's user (other users' exception text taken out as for that caller),
 without serializing them, streaming them over loopback and parsing them again;
 that loopback cost nearly as much CPU as the agent itself on the 2-core VM
 (bench/agentd_cpu.md, round 2). The console takes each snapshot on its own timer
-rather than being handed it: waking another thread's event loop cost ~190 µs of CPU
-against ~40 µs for a timer on the GPU VM (bench/wakeup_cost.py). Everything else (traces, stacks, files) goes
-over gRPC like to any other agent, so nothing else in the console needs to know
-it is embedded. Its gRPC port is bound at start but served only from the first
+rather than being handed it: waking another thread's event loop costs 100-220 µs of
+CPU against 20-50 µs for a timer on the GPU VMs (bench/wakeup_cost.py). Everything
+else (traces, stacks, files) goes over gRPC like to any other agent, so nothing else
+in the console needs to know it is embedded. Its gRPC port is bound at start but served only from the first
 ``serve_grpc()`` (the console's first trace, stacks or file): idle, gRPC's threads
 wake about eight times a second (bench/console_nvitop.md, run 10). It serves no
 /metrics endpoint.
