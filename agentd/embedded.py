@@ -16,10 +16,10 @@ that loopback cost nearly as much CPU as the agent itself on the 2-core VM
 rather than being handed it: waking another thread's event loop costs 100-220 µs of
 CPU against 20-50 µs for a timer on the GPU VMs (bench/wakeup_cost.py). Everything
 else (traces, stacks, files) goes over gRPC like to any other agent, so nothing else
-in the console needs to know it is embedded. Its gRPC port is bound at start but served only from the first
-``serve_grpc()`` (the console's first trace, stacks or file): idle, gRPC's threads
-wake about eight times a second (bench/console_nvitop.md, run 10). It serves no
-/metrics endpoint.
+in the console needs to know it is embedded. Its gRPC port is bound at start but
+served only from the first ``serve_grpc()`` (the console's first trace, stacks or
+file): idle, gRPC's threads wake about eight times a second (bench/console_nvitop.md,
+run 10). It serves no /metrics endpoint.
 
 What no screen shows is not read: with ``pmu_when_shown`` (the console's embedded agent)
 the host-wide PMU counters rest until ``sample_pmu(True)`` (the console's PMU tab is
