@@ -31,6 +31,7 @@ from google.protobuf import text_format
 from agentd.proto import tuiprof_agent_pb2 as pb
 from console.prometheus_server import PROMETHEUS, RECORDING_RULES, frozen_agent, named_agent, running_prometheus
 from testkit.ports import free_port
+from testkit.terminal import tmux_environment
 from tuiprof.cli import main
 from tuiprof.commands.status import NO_FREE_TEXT, ONLY_TROUBLED
 from tuiprof.client.channel import ConnectionOptions
@@ -361,7 +362,7 @@ def test_tuiprof_prometheus_in_a_terminal(fleet: Fleet, tmp_path: pathlib.Path) 
     console = [sys.executable, "-m", "tuiprof.cli", "--prometheus", fleet.url, "--match", r"127\.0\.0\.[23]",
                "--port", str(fleet.agent_port)]
     subprocess.run([*tmux, "new-session", "-d", "-x", "160", "-y", "40", "-e", f"XDG_CONFIG_HOME={tmp_path}",
-                    shlex.join(console)], check=True, timeout=10)
+                    shlex.join(console)], check=True, timeout=10, env=tmux_environment())
     try:
         deadline, screen = time.monotonic() + 30, ""
         while not all(text in screen for text in ("2/2 hosts up", f"{NODE_A}:{fleet.agent_port}",

@@ -18,6 +18,7 @@ from console.prometheus_server import PROMETHEUS, named_agent, running_prometheu
 from testkit.agents import running_agent
 from testkit.ports import free_port
 from testkit.slurm import SlurmCluster, slurm_cluster, unavailable_reason
+from testkit.terminal import tmux_environment
 from tuiprof.client.slurm import (
     JobNotRunningError,
     SlurmCommandError,
@@ -149,7 +150,7 @@ def test_console_in_a_terminal_watches_the_jobs_nodes(
     subprocess.run(
         [*tmux, "new-session", "-d", "-x", "160", "-y", "40", "-e", f"SLURM_CONF={os.environ['SLURM_CONF']}",
          shlex.join(console)],
-        check=True, timeout=10,
+        check=True, timeout=10, env=tmux_environment(),
     )
     try:
         # Both nodes listed and connected: their agents answered through the node names.

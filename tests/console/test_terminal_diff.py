@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from testkit.terminal import tmux_environment
 from tuiprof.tui.terminal_diff import ScreenDiff
 
 MOVE_HOME = "\x1b[1;1H"
@@ -109,7 +110,7 @@ def shown_by_tmux(stream: str, columns: int, lines: int, tmp_path, name: str) ->
     path.write_text(stream)
     tmux = ["tmux", "-L", f"tuiprof-diff-{os.getpid()}-{name}", "-f", "/dev/null"]
     subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", str(lines), f"cat {path}; sleep 60"],
-                   check=True, env=dict(os.environ, TERM="xterm-256color"))
+                   check=True, env=tmux_environment(TERM="xterm-256color"))
     try:
         time.sleep(1.0)
         return subprocess.run([*tmux, "capture-pane", "-p", "-e", "-a"], capture_output=True, text=True,

@@ -19,6 +19,7 @@ import pytest
 
 from testkit.agents import agentd_command, healthz_status, stop_process
 from testkit.ports import free_port
+from testkit.terminal import tmux_environment
 
 pytestmark = [
     pytest.mark.slow,
@@ -74,7 +75,7 @@ class Tmux:
 
     def run(self, *args: str) -> str:
         return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True,
-                              text=True, timeout=10).stdout
+                              text=True, timeout=10, env=tmux_environment()).stdout
 
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", "console")

@@ -31,9 +31,8 @@ def raw_events(name: str) -> list[dict]:
     return [e for e in document["traceEvents"] if e.get("ph") == "X"]
 
 
-def our_window(name: str, hta_window: str) -> str:
-    profiler_steps = sum(e["name"].startswith("ProfilerStep#") for e in raw_events(name))
-    return "complete" if hta_window == "hta_default" and profiler_steps >= 2 else "all"
+def our_window(hta_window: str) -> str:
+    return "complete" if hta_window == "hta_default" else "all"
 
 
 def ours(name: str, steps: str, tmp_path: pathlib.Path) -> RankSummary:
@@ -66,7 +65,7 @@ def test_a_trace_without_gpu_events_is_unavailable_not_zero(tmp_path):
 @pytest.mark.parametrize(("name", "window"), CASES)
 def test_split_and_overlap_agree_within_two_points(name, window, tmp_path):
     hta = REFERENCE["files"][name][window]
-    rank = ours(name, our_window(name, window), tmp_path)
+    rank = ours(name, our_window(window), tmp_path)
     temporal = hta["temporal"]
     hta_span = temporal["kernel_time(us)"]
     assert rank.span_us and rank.compute_us is not None and rank.idle_us is not None
@@ -91,7 +90,7 @@ def test_split_and_overlap_agree_within_two_points(name, window, tmp_path):
 @pytest.mark.parametrize(("name", "window"), CASES)
 def test_gpu_span_is_hta_s_or_differs_for_the_stated_reason(name, window, tmp_path):
     hta_span = REFERENCE["files"][name][window]["temporal"]["kernel_time(us)"]
-    rank = ours(name, our_window(name, window), tmp_path)
+    rank = ours(name, our_window(window), tmp_path)
     events = raw_events(name)
     if name == "hta_alexnet.json.gz":
         # HTA puts cuda_sync events (Stream Sync, Context Sync, Stream Wait Event) in the GPU span; we
@@ -112,7 +111,7 @@ def test_gpu_span_is_hta_s_or_differs_for_the_stated_reason(name, window, tmp_pa
 @pytest.mark.parametrize(("name", "window"), CASES)
 def test_idle_by_stream_is_hta_s_host_wait_kernel_wait_other(name, window, tmp_path):
     hta = REFERENCE["files"][name][window]["idle_by_stream_us"]
-    rank = ours(name, our_window(name, window), tmp_path)
+    rank = ours(name, our_window(window), tmp_path)
     mine = {idle.stream: idle for idle in rank.idle_by_stream}
     assert set(mine) == set(hta)
     for stream, classes in hta.items():
@@ -125,7 +124,7 @@ def test_idle_by_stream_is_hta_s_host_wait_kernel_wait_other(name, window, tmp_p
 def test_kernel_totals_are_hta_s_kernel_breakdown(name, window, tmp_path):
     hta = REFERENCE["files"][name][window]["top_kernels_us"]
     merged = merge_traces([TraceInput(DATA / "corpus" / name)], tmp_path / "m.json.gz", workers=1,
-                          steps=our_window(name, window))
+                          steps=our_window(window))
     [result] = merged.ranks
     compared = 0
     for kernel, hta_us in hta.items():

@@ -122,3 +122,11 @@ def test_diff_usage_errors_are_one_line_and_exit_2(tmp_path):
         done = run_cli(*args)
         assert done.returncode == 2, args
         assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_traces_without_a_rank_are_named_as_such_in_the_diff():
+    triton, rocm = CORPUS / "hta_triton.json.gz", CORPUS / "hta_rocm62_mi250.json.gz"  # neither has a rank
+    done = run_cli("analyze", "--diff", str(triton), str(rocm))
+    assert done.returncode == 0, done.stderr
+    assert "None" not in done.stdout
+    assert "  the trace without a rank: step time" in done.stdout

@@ -187,7 +187,7 @@ def test_cuts_never_split_an_event(trace_dir, tmp_path, monkeypatch):
     merged = merge_traces([TraceInput(zero, "host-a", 0, 4242), TraceInput(one, "host-b", 1, 4242)],
                           tmp_path / "m.json.gz", workers=1)
     assert comparable(reduced.summary) == comparable(summarize(merged.ranks))
-    assert reduced.summary.ranks[0].events == len(RANK0) + len(odd) + 3  # the 3 events write_trace adds
+    assert reduced.summary.ranks[0].events == len(RANK0) + len(odd) + 5  # the 5 events write_trace adds
     assert any(t.name == "gemm}, {odd" and t.count == 40 for t in reduced.summary.ranks[0].top_kernels)
 
 

@@ -11,6 +11,7 @@ import statistics
 import pytest
 
 from testkit.traces import run_cli
+from traces.test_trace_analysis import write_trace
 from tuiprof.analysis.trace_merge import TraceInput, merge_traces
 from tuiprof.analysis.trace_summary import summarize
 
@@ -78,10 +79,31 @@ def test_launch_delay_and_short_kernels_match_the_raw_events(tmp_path):
     assert stats.short_kernels == sum(e["dur"] < 10 for e in kernels) > 0
 
 
-def test_a_trace_whose_only_step_is_the_last_counts_nothing_and_says_why(tmp_path):
-    rank = summary_of(CORPUS / "hta_triton.json.gz", "complete", tmp_path)
-    assert rank.gpu_kernels == 0 and rank.gpu_events_outside == 1
-    assert rank.compute_us is None and "use --steps all" in rank.unavailable["compute_us"]
+def test_a_trace_with_one_step_counts_the_whole_trace_as_hta_does(tmp_path):
+    """HTA filters nothing when a trace has one ProfilerStep#: ``complete`` then counts what ``all`` counts."""
+    name = "hta_triton.json.gz"
+    steps = [e["name"] for e in raw(CORPUS / name) if e["name"].startswith("ProfilerStep#")]
+    assert len(steps) == 1
+    rank = summary_of(CORPUS / name, "complete", tmp_path)
+    everything = summary_of(CORPUS / name, "all", tmp_path)
+    assert rank.window == f"whole trace, its only step ({steps[0]}) kept as HTA keeps it"
+    assert rank.gpu_kernels == everything.gpu_kernels == len(gpu_events(raw(CORPUS / name))) > 0
+    assert rank.gpu_events_outside == 0
+    assert rank.compute_us == everything.compute_us is not None
+
+
+def test_2021_step_annotations_filed_as_operators_are_steps(tmp_path):
+    """PyTorch 1.8/1.9 wrote ProfilerStep# with category ``Operator``, not ``user_annotation``."""
+    path = CORPUS / "kineto_resnet50_2021_steps5-6.json.gz"
+    steps = sorted((e["ts"], e["dur"]) for e in raw(path) if e["name"].startswith("ProfilerStep#"))
+    assert [e["cat"] for e in raw(path) if e["name"].startswith("ProfilerStep#")] == ["Operator", "Operator"]
+    everything = summary_of(path, "all", tmp_path)
+    assert everything.window == "whole trace, all 2 steps"
+    assert everything.steps == 2
+    assert everything.step_time_us == pytest.approx(statistics.mean(dur for _, dur in steps))
+    complete = summary_of(path, "complete", tmp_path)
+    assert complete.window.startswith("steps 1–1 of 2 (ProfilerStep#5–#5")
+    assert complete.steps == 1 and complete.step_time_us == pytest.approx(steps[0][1])
 
 
 def test_analyze_prints_what_it_counted_in_text_and_json():
@@ -98,3 +120,13 @@ def test_analyze_prints_what_it_counted_in_text_and_json():
     assert {idle["stream"] for idle in rank["idle_by_stream"]} == {"7", "23", "25", "84", "203"}
     refused = run_cli("analyze", str(RANK0), "--steps", "some")
     assert refused.returncode == 2 and "invalid choice: 'some'" in refused.stderr
+
+
+def test_a_one_kernel_trace_is_idle_zero_never_negative(tmp_path):
+    # Nanosecond durations (HTA's ns-resolution traces): the span rounds to 1.76 µs, the kernel is 1.7604 µs.
+    path = write_trace(tmp_path / "one.json", 1_700_000_000_000_000_000, [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100.0, "dur": 1.7604,
+         "args": {"stream": 7}}])
+    text = run_cli("analyze", str(path))
+    assert text.returncode == 0, text.stderr
+    assert ", idle 0.00 ms;" in text.stdout and "-0.00" not in text.stdout

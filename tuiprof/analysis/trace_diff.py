@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tuiprof.analysis.trace_summary import RankResult, RankSummary, short_name
+from tuiprof.analysis.trace_summary import RankResult, RankSummary, rank_name, short_name
 
 TOP = 10
 CATEGORIES = (("compute", "compute_us"), ("communication", "communication_us"), ("memcpy/memset", "memory_us"),
@@ -85,17 +85,17 @@ class TraceDiff:
 def _pairs(a: list[RankResult], b: list[RankResult]) -> tuple[list[tuple[RankResult, RankResult]], list[str]]:
     if len(a) == 1 and len(b) == 1:
         x, y = a[0].summary, b[0].summary
-        note = [] if x.rank == y.rank else [f"one rank on each side: A's rank {x.rank} compared with B's rank {y.rank}"]
+        note = [] if x.rank == y.rank else [f"one rank on each side: A's {rank_name(x.rank, x.pid)} compared with B's {rank_name(y.rank, y.pid)}"]
         return [(a[0], b[0])], note
     by_rank = {r.summary.rank: r for r in b}
     pairs, unpaired = [], []
     for result in a:
         other = by_rank.pop(result.summary.rank, None)
         if other is None:
-            unpaired.append(f"rank {result.summary.rank} only in A ({result.summary.file})")
+            unpaired.append(f"{rank_name(result.summary.rank)} only in A ({result.summary.file})")
         else:
             pairs.append((result, other))
-    unpaired += [f"rank {r.summary.rank} only in B ({r.summary.file})" for r in by_rank.values()]
+    unpaired += [f"{rank_name(r.summary.rank)} only in B ({r.summary.file})" for r in by_rank.values()]
     return pairs, unpaired
 
 
@@ -192,14 +192,14 @@ def render_diff(result: TraceDiff) -> str:
         lines.append("job GPU time: n/a (no GPU kernel, memcpy or memset events on either side)")
     lines.append("ranks, most slowed first:")
     for r in result.ranks:
-        lines.append(f"  rank {r.rank}: step time {_change_text(r.step_time_us)}")
+        lines.append(f"  {rank_name(r.rank)}: step time {_change_text(r.step_time_us)}")
         if r.span_us.a is not None or r.span_us.b is not None:
             lines.append(f"    GPU span {_change_text(r.span_us)}; " + ", ".join(
                 f"{label} {_change_text(c)}" for label, c in r.categories.items()))
     if result.collectives:
         lines.append("collectives, largest change first (per rank):")
         for t in result.collectives:
-            lines.append(f"  rank {t.rank} {short_name(t.name)}: {t.calls.a:.0f} → {t.calls.b:.0f} calls, total "
+            lines.append(f"  {rank_name(t.rank)} {short_name(t.name)}: {t.calls.a:.0f} → {t.calls.b:.0f} calls, total "
                          f"{_change_text(t.total_us)}, mean {_change_text(t.mean_us)}")
     if result.kernels:
         lines.append(f"{result.kernels_are}, largest change first (job):")

@@ -302,18 +302,16 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
     labels: dict[int | str, str] = {}
     pid_base = (rank_index + 1) * _RANK_STRIDE
     flow_shift = rank_index << _FLOW_ID_SHIFT
-    dropped: list[int] = []
     events = trace.traceEvents
     steps: list[tuple[str, float, float]] = []
     launches: dict[int, float] = {}
     steps_and_launches(events, shift_us, steps, launches)
     extractor = RankExtractor(extract, steps, launches, step_mode)
-    for index, event in enumerate(events):
+    for event in events:
         original_pid = event.pid
         if event.ph == "M" and event.name in DROPPED_METADATA:
             if event.name == "process_name" and event.args is not unset and original_pid is not unset:
                 labels[original_pid] = str(msgspec.json.decode(event.args).get("name", ""))
-            dropped.append(index)
             continue
         if original_pid is not unset:
             new_pid = pids.get(original_pid)
@@ -333,12 +331,12 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
         if name is unset or cat is unset:
             continue
         extractor.add(event, name, cat, ts, dur)
-    for index in reversed(dropped):
-        del events[index]
     calls = extractor.finish()
-    extract.events = len(events)
+    extract.events = len(events)  # every event of the file, the metadata replaced below included
     if not timeline:
         return b"", extract, calls
+    # One pass (a ``del`` per dropped event was quadratic: 186k of 456k events on HTA's MTIA trace).
+    events = [e for e in events if not (e.ph == "M" and e.name in DROPPED_METADATA)]
     for original_pid, new_pid in pids.items():
         label = _label(original_pid, labels.get(original_pid, ""), source.pid)
         where = f"rank {rank}" if rank is not None else f"pid {source.pid or '?'}"

@@ -157,12 +157,18 @@ def _launch_text(stats: LaunchStats) -> str:
             f"{stats.max_delay_us:.1f} µs over {stats.matched:,} kernels; {short}")
 
 
+def rank_name(rank: int | None, pid: int | None = None) -> str:
+    """How text names a trace's rank: its number, else its process, else that it has none."""
+    if rank is not None:
+        return f"rank {rank}"
+    return f"pid {pid}" if pid is not None else "the trace without a rank"
+
+
 def render_text(summary: TraceSummary) -> str:
     """The summary as the CLI prints it."""
     lines = []
     for r in summary.ranks:
-        who = f"rank {r.rank}" if r.rank is not None else (f"pid {r.pid}" if r.pid is not None else "unknown rank")
-        lines.append(f"{who} {'on ' + r.host if r.host else 'in ' + r.file}: {r.events} events; counted: "
+        lines.append(f"{rank_name(r.rank, r.pid)} {'on ' + r.host if r.host else 'in ' + r.file}: {r.events} events; counted: "
                      f"{r.window}, {r.gpu_kernels:,} GPU events"
                      + (f" ({r.gpu_events_outside:,} outside)" if r.gpu_events_outside else ""))
         if r.compute_us is not None:

@@ -24,6 +24,8 @@ from agentd.traces.analysis.summary import (
 CPU_COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 GLOO_PREFIX = "gloo:"
 STEP_PREFIXES = ("ProfilerStep#", "Optimizer.step#")
+# Where step annotations are: record_function spans; PyTorch 1.8/1.9 (2021) filed them under "Operator".
+STEP_CATEGORIES = frozenset({"user_annotation", "Operator"})
 # The categories RankExtractor.add counts (runtime calls, a third of a trace's events, only pair launches).
 ADDED_CATEGORIES = GPU_CATEGORIES | CPU_OP_CATEGORIES | {"user_annotation"}
 
@@ -105,7 +107,7 @@ def steps_and_launches(events: Iterable[Event], shift_us: float, steps: list[tup
         if event.cat in RUNTIME_CATEGORIES:
             if (correlation := gpu_args(event).correlation) is not None:
                 launches[correlation] = ts + shift_us
-        elif event.cat == "user_annotation" and name.startswith(STEP_PREFIXES):
+        elif event.cat in STEP_CATEGORIES and name.startswith(STEP_PREFIXES):
             steps.append((name, ts + shift_us, dur))
 
 
@@ -209,11 +211,8 @@ def extract_rank(batches: Callable[[], Iterable[list[Event]]], extract: RankExtr
     extractor = RankExtractor(extract, steps, launches, step_mode)
     unset, add, counted = msgspec.UNSET, extractor.add, 0
     for batch in batches():
+        counted += len(batch)
         for event in batch:
-            if event.ph == "M":
-                counted += event.name not in DROPPED_METADATA
-                continue
-            counted += 1
             if event.ph != "X":
                 continue
             ts, dur, cat, name = event.ts, event.dur, event.cat, event.name
@@ -224,7 +223,7 @@ def extract_rank(batches: Callable[[], Iterable[list[Event]]], extract: RankExtr
     return extractor.finish()
 
 
-# Metadata the merge replaces with its own track names (not counted as the rank's events).
+# Metadata the merge replaces with its own track names (counted as the rank's events all the same).
 DROPPED_METADATA = frozenset({"process_name", "process_sort_index", "process_labels"})
 
 

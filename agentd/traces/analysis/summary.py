@@ -72,7 +72,8 @@ class StepWindow:
 
     ``--steps all``: the whole trace. ``--steps complete``: the ProfilerStep#
     annotations but the last, which the profiler's stop cuts short (HTA drops
-    it by default too); the whole trace when it has no ProfilerStep#.
+    it by default too); the whole trace when it has no ProfilerStep# or only
+    one (HTA filters nothing then either).
     """
 
     start: float
@@ -91,10 +92,9 @@ def step_window(steps: list[tuple[str, float, float]], mode: str) -> StepWindow:
         return StepWindow(*everything, "whole trace (no ProfilerStep# annotations)")
     if mode == "all":
         return StepWindow(*everything, f"whole trace, all {len(profiler)} steps")
+    if len(profiler) == 1:  # nothing to drop but the only step: HTA then analyses the whole trace too
+        return StepWindow(*everything, f"whole trace, its only step ({profiler[0][2]}) kept as HTA keeps it")
     kept = profiler[:-1]
-    if not kept:
-        return StepWindow(0.0, -1.0, "no complete step: the only ProfilerStep# is the last, cut by the "
-                                     "profiler's stop (use --steps all)")
     first, last = kept[0][2].removeprefix("ProfilerStep"), kept[-1][2].removeprefix("ProfilerStep")
     return StepWindow(kept[0][0], kept[-1][1],
                       f"steps 1–{len(kept)} of {len(profiler)} (ProfilerStep{first}–{last}; the last is cut "
@@ -260,11 +260,12 @@ def summarize_rank(extract: RankExtract) -> RankSummary:
         return summary
     covers = {kind: union(spans) for kind, spans in extract.intervals.items()}
     everything = union([span for cover in covers.values() for span in cover])
-    summary.span_us = round(everything[-1][1] - everything[0][0], 3)
+    span = everything[-1][1] - everything[0][0]
+    summary.span_us = round(span, 3)
     summary.compute_us = round(covered(covers["compute"]), 3)
     summary.communication_us = round(covered(covers["communication"]), 3)
     summary.memory_us = round(covered(covers["memory"]), 3)
-    summary.idle_us = round(summary.span_us - covered(everything), 3)
+    summary.idle_us = round(max(0.0, span - covered(everything)), 3)  # the span less the rounding of either
     if summary.communication_us:
         summary.overlap_percent = round(100.0 * overlap(covers["communication"], covers["compute"])
                                         / summary.communication_us, 2)
