@@ -2,7 +2,8 @@
 
 dynolog's code is not part of this repository: set $DYNOLOG_CLI_SRC to the `cli/` folder of a dynolog
 checkout. It builds offline with Debian's packaged crates (`librust-clap-3-dev`, `librust-serde-json-dev`,
-`librust-anyhow-dev`) through a cargo source replacement; without any of these the tests are skipped, saying which.
+`librust-anyhow-dev`, which tests/run.sh installs when $DYNOLOG_CLI_SRC is set) through a cargo source
+replacement; without any of these the tests are skipped, saying which.
 """
 
 from __future__ import annotations
