@@ -76,6 +76,9 @@ def test_analyze_bad_input_exits_2_with_one_line(tmp_path):
         ([str(empty)], "no .json or .json.gz files in this folder"),
         ([str(tmp_path / "missing.json")], "missing.json: no such file or folder"),
         ([str(CORPUS / "hta_nccl_rank0.json.gz"), str(CORPUS / "hta_alexnet.json.gz")], "mixed jobs:"),
+        # An H100 Triton run and an MI250 run, neither with a rank: two jobs, not two ranks of one.
+        ([str(CORPUS / "hta_triton.json.gz"), str(CORPUS / "hta_rocm62_mi250.json.gz")],
+         "hta_triton.json.gz has no rank (no distributedInfo, no rank<N> in its name)"),
     ]
     for paths, message in cases:
         result = run_cli("analyze", *paths)

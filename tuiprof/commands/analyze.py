@@ -5,8 +5,8 @@ Takes files or folders of Kineto traces (``.json``/``.json.gz``, any PyTorch
 ``distributedInfo`` (else a ``rank<N>`` in the file name), and prints what
 ``tuiprof trace`` prints after a capture. ``--diff A B`` compares two captures
 (each a file or a folder of rank files) instead. Exit status 0, or 2 with one
-line when an input is not a trace, is cut short, or the files come from
-different jobs.
+line when an input is not a trace, is cut short, or the files cannot be one
+job's ranks (a file without a rank among others, a rank twice, two world sizes).
 """
 
 from __future__ import annotations
@@ -98,7 +98,13 @@ def _identify(path: pathlib.Path) -> _File:
 
 
 def check_one_job(files: list[_File]) -> None:
-    """Refuse files of different jobs: two files claiming one rank, or different world sizes."""
+    """Refuse files that cannot be told to be one job's ranks: a file without a rank among others (two
+    unrelated runs look just like that), two files claiming one rank, or different world sizes."""
+    rankless = next((f for f in files if f.rank is None), None)
+    if rankless is not None and len(files) > 1:
+        raise AnalyzeInputError(f"{rankless.path} has no rank (no distributedInfo, no rank<N> in its name), so "
+                                f"nothing says it belongs to the same job as the {len(files) - 1} other file(s); "
+                                "analyse it alone, or name each rank's file rank<N>")
     by_rank: dict[int, pathlib.Path] = {}
     sizes: dict[int, pathlib.Path] = {}
     for f in files:
