@@ -100,10 +100,16 @@ def test_2021_step_annotations_filed_as_operators_are_steps(tmp_path):
     everything = summary_of(path, "all", tmp_path)
     assert everything.window == "whole trace, all 2 steps"
     assert everything.steps == 2
-    assert everything.step_time_us == pytest.approx(statistics.mean(dur for _, dur in steps))
+    assert everything.cpu_step_time_us == pytest.approx(statistics.median(dur for _, dur in steps))
+    # On the GPU: from the first GPU event launched in step 5 to the first launched in step 6.
+    launches = {e["args"]["correlation"]: e["ts"] for e in raw(path)
+                if e.get("cat") == "Runtime" and "correlation" in e.get("args", {})}
+    first = [min(e["ts"] for e in raw(path) if e.get("cat") in ("Kernel", "Memcpy", "Memset")
+                 and start <= launches.get(e["args"].get("correlation"), -1) <= start + dur) for start, dur in steps]
+    assert everything.step_time_us == pytest.approx(first[1] - first[0])
     complete = summary_of(path, "complete", tmp_path)
     assert complete.window.startswith("steps 1–1 of 2 (ProfilerStep#5–#5")
-    assert complete.steps == 1 and complete.step_time_us == pytest.approx(steps[0][1])
+    assert complete.steps == 1 and complete.step_time_us == pytest.approx(steps[0][1])  # one step: no GPU gap
 
 
 def test_analyze_prints_what_it_counted_in_text_and_json():
@@ -130,3 +136,31 @@ def test_a_one_kernel_trace_is_idle_zero_never_negative(tmp_path):
     text = run_cli("analyze", str(path))
     assert text.returncode == 0, text.stderr
     assert ", idle 0.00 ms;" in text.stdout and "-0.00" not in text.stdout
+
+
+def test_step_time_is_the_gpus_period_when_launches_run_ahead(tmp_path):
+    """A loop that syncs every 5th step: 4 steps of 2 ms launches, then one that waits for the GPU.
+    The GPU runs one 15 ms kernel per step back to back: its period is the true step time."""
+    events, cpu, gpu = [], 0.0, 0.0
+    for step in range(10):
+        launch = cpu + 0.5
+        start = max(gpu, launch + 0.01)
+        gpu = start + 15_000.0
+        span = (gpu - cpu + 100.0) if step % 5 == 4 else 2_000.0  # the 5th step's sync waits for the GPU
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 4242, "tid": 4242,
+             "ts": cpu, "dur": span},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": launch,
+             "dur": 5.0, "args": {"correlation": 100 + step}},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": start, "dur": 15_000.0,
+             "args": {"correlation": 100 + step, "stream": 7}}]
+        cpu += span
+    document = json.loads(run_cli("analyze", str(write_trace(tmp_path / "ahead.json", 10**18, events)),
+                                  "--json").stdout)
+    [rank] = document["summary"]["ranks"]
+    assert rank["step_time_us"] == pytest.approx(15_000.0)
+    assert rank["step_time_basis"].startswith("GPU:")
+    assert rank["cpu_step_time_us"] == pytest.approx(2_000.0)  # the median span: the launch-ahead steps
+    text = run_cli("analyze", str(tmp_path / "ahead.json")).stdout
+    assert "step time 15.00 ms (10 steps; GPU: median gap between consecutive steps' first GPU work); " \
+           "CPU-side 2.00 ms" in text

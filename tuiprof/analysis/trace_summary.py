@@ -187,7 +187,9 @@ def render_text(summary: TraceSummary) -> str:
         if r.launches is not None:
             lines.append(f"  kernel launches: {_launch_text(r.launches)}")
         if r.step_time_us is not None:
-            lines.append(f"  step time {_us(r.step_time_us)} (median of {r.steps} steps)")
+            lines.append(f"  step time {_us(r.step_time_us)} ({r.steps} steps; {r.step_time_basis})"
+                         + ("" if r.cpu_step_time_us in (None, r.step_time_us)
+                            else f"; CPU-side {_us(r.cpu_step_time_us)}"))
         top = r.top_kernels or r.top_cpu_ops
         if top:
             label = "top kernels" if r.top_kernels else "top CPU ops (inclusive)"

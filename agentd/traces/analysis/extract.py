@@ -10,6 +10,7 @@ while rewriting events onto the shared base (``tuiprof.analysis.trace_merge``).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -111,6 +112,16 @@ def steps_and_launches(events: Iterable[Event], shift_us: float, steps: list[tup
             steps.append((name, ts + shift_us, dur))
 
 
+def step_windows(steps: list[tuple[str, float, float]]) -> list[tuple[float, float]]:
+    """Each step's (start, end) in time order: the ProfilerStep# spans, else from one Optimizer.step# start
+    to the next (on-demand traces have no ProfilerStep#)."""
+    profiler = sorted((ts, ts + dur) for name, ts, dur in steps if name.startswith("ProfilerStep#"))
+    if profiler:
+        return profiler
+    starts = sorted(ts for name, ts, _ in steps if name.startswith("Optimizer.step#"))
+    return list(zip(starts, starts[1:]))
+
+
 def _in_window(steps: list[tuple[str, float, float]], window: StepWindow) -> list[tuple[str, float, float]]:
     return [(name, ts, dur) for name, ts, dur in steps if window.contains(ts) and window.contains(ts + dur)]
 
@@ -139,6 +150,8 @@ class RankExtractor:
         self._window = step_window(steps, step_mode)
         extract.steps, extract.window = _in_window(steps, self._window), self._window.description
         self._start, self._end = self._window.start, self._window.end  # the window's bounds, read per event
+        windows = step_windows(extract.steps)
+        self._step_starts, self._step_ends = [start for start, _ in windows], [end for _, end in windows]
         self._kinds: dict[str, str] = {}
         self._gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start, duration
         self._cpu_collectives: list[tuple[Event, str, float, float]] = []
@@ -153,6 +166,8 @@ class RankExtractor:
             if not self._start <= (ts if launched is None else launched) <= self._end:
                 extract.gpu_events_outside += 1
                 return
+            if launched is not None:
+                self._note_step_start(launched, ts)
             if cat in KERNEL_CATEGORIES:
                 extract.kernels += 1
                 extract.short_kernels += dur < SHORT_KERNEL_US
@@ -176,6 +191,15 @@ class RankExtractor:
             _add(extract.cpu_collective_totals, name, dur)  # gloo:all_reduce spans the work c10d:: only enqueues
             if name.startswith(GLOO_PREFIX):
                 self._gloo_work.append((event, name, ts, dur))
+
+    def _note_step_start(self, launched: float, ts: float) -> None:
+        """A GPU event that started at ``ts``, launched at ``launched``: the earliest of its step's so far?"""
+        step = bisect_right(self._step_starts, launched) - 1
+        if step < 0 or launched > self._step_ends[step]:
+            return  # launched between steps
+        first = self.extract.step_gpu_starts.get(step)
+        if first is None or ts < first:
+            self.extract.step_gpu_starts[step] = ts
 
     def finish(self) -> list[CollectiveCall]:
         """The rank's collective calls in start order: its NCCL kernels; on CPU-only ranks gloo's ``gloo:``

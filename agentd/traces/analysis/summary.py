@@ -64,6 +64,8 @@ class RankExtract:
     kernels: int = 0  # GPU kernels (not memcpy/memset) counted
     short_kernels: int = 0  # of which shorter than SHORT_KERNEL_US
     streams: dict[str, list[StreamEvent]] = field(default_factory=dict)  # GPU stream → its counted GPU events
+    # step number (``extract.step_windows`` order) → the start of the first GPU event launched during that step
+    step_gpu_starts: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,10 @@ class RankSummary:
     idle_us: float | None = None
     overlap_percent: float | None = None
     compute_vs_median_percent: float | None = None
-    step_time_us: float | None = None
+    step_time_us: float | None = None  # the GPU's step period where there is one, else the CPU-side figure
     steps: int = 0
+    step_time_basis: str = ""  # what step_time_us measures
+    cpu_step_time_us: float | None = None  # the CPU-side figure alone (ProfilerStep# spans or Optimizer.step# gaps)
     window: str = ""  # what the figures count (--steps)
     gpu_events_outside: int = 0
     launches: LaunchStats | None = None
@@ -229,23 +233,49 @@ def top(totals: dict[str, list[float]]) -> list[TimeShare]:
     return [TimeShare(name, int(count), round(total, 3)) for name, (count, total) in ranked]
 
 
-def _step_time(annotations: list[tuple[str, float, float]]) -> tuple[float | None, int, str]:
-    """Median ProfilerStep# length, else the median gap between optimizer steps."""
+CPU_STEP_BASIS = "CPU-side: median ProfilerStep# span (short when launches run ahead of the GPU)"
+OPTIMIZER_STEP_BASIS = "CPU-side: median gap between Optimizer.step# starts"
+GPU_STEP_BASIS = "GPU: median gap between consecutive steps' first GPU work"
+
+
+def _cpu_step_time(annotations: list[tuple[str, float, float]]) -> tuple[float | None, int, str, str]:
+    """Median ProfilerStep# length, else the median gap between optimizer steps: (µs, steps, basis, why not)."""
     steps = [dur for name, _, dur in annotations if name.startswith("ProfilerStep#")]
     if steps:
-        return statistics.median(steps), len(steps), ""
+        return statistics.median(steps), len(steps), CPU_STEP_BASIS, ""
     starts = sorted(ts for name, ts, _ in annotations if name.startswith("Optimizer.step#"))
     if len(starts) >= 2:
-        return statistics.median(b - a for a, b in zip(starts, starts[1:])), len(starts), ""
-    return None, len(starts), "fewer than two steps in the trace (no ProfilerStep# or Optimizer.step# annotations)"
+        return statistics.median(b - a for a, b in zip(starts, starts[1:])), len(starts), OPTIMIZER_STEP_BASIS, ""
+    return None, len(starts), "", "fewer than two steps in the trace (no ProfilerStep# or Optimizer.step# annotations)"
+
+
+def gpu_step_period(first_gpu_starts: dict[int, float]) -> float | None:
+    """The GPU's step period: the median gap between the first GPU work of step k and of step k+1.
+
+    The CPU's step annotations time the launches: a loop that syncs every N steps
+    runs most of its steps ahead of the GPU, so their spans are short and one is
+    long. The GPU starts one step's work after the last one's, whatever the CPU did."""
+    gaps = [first_gpu_starts[k + 1] - start for k, start in first_gpu_starts.items() if k + 1 in first_gpu_starts]
+    return statistics.median(gaps) if gaps else None
+
+
+def _step_time(summary: RankSummary, extract: RankExtract) -> None:
+    cpu, summary.steps, basis, why_not = _cpu_step_time(extract.steps)
+    if cpu is None:
+        summary.unavailable["step_time_us"] = summary.unavailable["cpu_step_time_us"] = why_not
+        return
+    summary.cpu_step_time_us = round(cpu, 3)
+    gpu = gpu_step_period(extract.step_gpu_starts)
+    if gpu is None:
+        summary.step_time_us, summary.step_time_basis = summary.cpu_step_time_us, basis
+    else:
+        summary.step_time_us, summary.step_time_basis = round(gpu, 3), GPU_STEP_BASIS
 
 
 def summarize_rank(extract: RankExtract) -> RankSummary:
     summary = RankSummary(extract.rank, extract.host, extract.pid, extract.file, extract.events,
                           extract.gpu_kernels)
-    summary.step_time_us, summary.steps, reason = _step_time(extract.steps)
-    if reason:
-        summary.unavailable["step_time_us"] = reason
+    _step_time(summary, extract)
     summary.top_cpu_ops = top(extract.cpu_totals)
     summary.window, summary.gpu_events_outside = extract.window, extract.gpu_events_outside
     if extract.kernels:
