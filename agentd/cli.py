@@ -22,6 +22,7 @@ from agentd.config import (
 from agentd.daemon import Daemon
 from agentd.errors import AgentdError, UsageError
 from agentd.logs import configure_logging
+from agentd.version import installed_version
 
 log = logging.getLogger("agentd")
 
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agentd", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"agentd {installed_version()}")
     parser.add_argument("--config", metavar="FILE", type=pathlib.Path,
                         help=f"TOML config file (default: {DEFAULT_CONFIG_FILE} when present)")
     defaults = AgentConfig()

@@ -19,6 +19,7 @@ import sys
 from typing import NoReturn
 
 from agentd.address import DEFAULT_AGENT_PORT
+from agentd.version import installed_version
 
 # Module under tuiprof.commands → the command it registers, in the order `tuiprof --help` lists them.
 COMMANDS: dict[str, str] = {
@@ -36,6 +37,7 @@ DESCRIPTION = "Monitor and profile distributed GPU training from the terminal."
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tuiprof", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"tuiprof {installed_version()}")
     importlib.import_module("tuiprof.commands.console").add_top_level_arguments(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
