@@ -49,7 +49,11 @@ INCIDENT_WINDOW_SECONDS = 3600.0
 
 
 class IncidentBudget:
-    """How many incidents each owner (uid of the hung ranks) may still cause in the window."""
+    """How many incidents each owner (uid of the hung ranks) may still cause in the window.
+
+    Counted per owner and spent per owner: an incident that involves several owners
+    records the part of each owner still within budget, so one user who spent theirs
+    on fake hangs (and keeps a rank hung) cannot veto another user's real one."""
 
     def __init__(self, limit: int = MAX_INCIDENTS_PER_OWNER, window_s: float = INCIDENT_WINDOW_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -57,25 +61,29 @@ class IncidentBudget:
         self._times: dict[int | None, collections.deque[float]] = {}
         self._refusals_logged: set[int | None] = set()
 
-    def allow(self, owners: set[int | None]) -> bool:
-        """Spend one incident for each of ``owners``; False (nothing spent) when any is out of budget."""
+    def spend(self, owners: set[int | None]) -> set[int | None]:
+        """Spend one incident for each of ``owners`` still within budget; those owners."""
         now = self._clock()
+        within: set[int | None] = set()
         for owner in owners:
             times = self._times.setdefault(owner, collections.deque())
             while times and now - times[0] >= self.window_s:
                 times.popleft()
-            if not times:
+            if len(times) < self.limit:
+                times.append(now)
+                within.add(owner)
                 self._refusals_logged.discard(owner)
-        spent = [o for o in owners if len(self._times[o]) >= self.limit]
-        if spent:
-            for owner in set(spent) - self._refusals_logged:  # one line per owner and window
+            elif owner not in self._refusals_logged:  # one line per owner and window
                 log.warning("hang incidents capped: no more stacks taken for this owner's ranks",
                             extra={"uid": owner, "limit": self.limit, "window_s": self.window_s})
                 self._refusals_logged.add(owner)
-            return False
-        for owner in owners:
-            self._times[owner].append(now)
-        return True
+        return within
+
+    def spent_reason(self, owner: int | None) -> str:
+        """Why an owner's ranks in an incident have no stacks."""
+        who = "an unknown owner" if owner is None else f"uid {owner}"
+        return (f"no stacks taken: {who} already had {self.limit} hang incidents in the last "
+                f"{self.window_s / 60:.0f} min (the per-owner budget)")
 
 
 class HangService:
@@ -93,8 +101,10 @@ class HangService:
         self._targets: dict[int, DumpTarget] = {}
         self._level, self._explanation = "", ""
         self._hung: set[int] = set()
-        self._incident: pb.StacksReply | None = None
-        self._incident_owners: dict[int, int | None] = {}  # pid → uid of the incident's ranks
+        self._incident: pb.StacksReply | None = None  # the latest incident, whole (for admins)
+        # Each owner's ranks of the latest incident that involved them: a later incident of
+        # other owners does not take it away from them.
+        self._incident_parts: dict[int | None, pb.StacksReply] = {}
         self._lock = threading.Lock()
 
     def _locate_pyspy(self) -> None:
@@ -123,8 +133,9 @@ class HangService:
         if new:
             log.warning("ranks hung", extra={"explanation": status.explanation})
             involved = self._involved(hung)
-            if self._taker is not None and self.incidents.allow({t.uid for t in involved}):
-                threading.Thread(target=self._record_incident, args=(involved, status.explanation),
+            within = self.incidents.spend({t.uid for t in involved}) if self._taker is not None else set()
+            if within:
+                threading.Thread(target=self._record_incident, args=(involved, within, status.explanation),
                                  name="hang-incident", daemon=True).start()
         self._hung = hung
         self._level, self._explanation = status.level, status.explanation
@@ -157,12 +168,26 @@ class HangService:
                 if self._ranks[pid].state != "exited"
                 and (pid in hung or (self._ranks[pid].job_id, t.uid) in jobs)]
 
-    def _record_incident(self, involved: list[DumpTarget], explanation: str) -> None:
-        reply = self._take(involved, native=False)
+    def _record_incident(self, involved: list[DumpTarget], within: set[int | None], explanation: str) -> None:
+        """Stacks of the ``involved`` ranks whose owners are ``within`` budget; the others are
+        listed with the reason they have none."""
+        reply = self._take([t for t in involved if t.uid in within], native=False)
+        for target in involved:
+            if target.uid not in within:
+                spent = reply.ranks.add(pid=target.pid, error=self.incidents.spent_reason(target.uid))
+                if target.rank is not None:
+                    spent.rank = target.rank
         reply.incident = explanation
+        owner_of = {t.pid: t.uid for t in involved}
+        parts = {}
+        for owner in within:
+            part = merged_reply(reply.hostname, reply.taken_unix_ns,
+                                [r for r in reply.ranks if owner_of.get(r.pid) == owner])
+            part.incident = explanation
+            parts[owner] = part
         with self._lock:
             self._incident = reply
-            self._incident_owners = {t.pid: t.uid for t in involved}
+            self._incident_parts.update(parts)
         if self.incident_dir is not None:
             try:
                 path = write_private(self.incident_dir, f"hang-{reply.taken_unix_ns}.json",
@@ -230,14 +255,17 @@ class HangService:
 
     async def _incident_for(self, caller: Caller, context: grpc.aio.ServicerContext) -> pb.StacksReply:
         with self._lock:
-            incident, owners = self._incident, self._incident_owners
+            if caller.admin:
+                incident = self._incident
+            else:  # get_stacks refused unidentified callers; None is never a caller's uid here
+                incident = self._incident_parts.get(caller.uid) if caller.uid is not None else None
         if incident is None:
             await _abort(context, grpc.StatusCode.NOT_FOUND,
-                         "no hang incident on this host yet; ask with take_now to take stacks now")
+                         "no hang incident of your ranks on this host yet; ask with take_now to take stacks now")
         if caller.admin:
             return incident
-        visible = merged_reply(incident.hostname, incident.taken_unix_ns,
-                               [r for r in incident.ranks if caller.owns(owners.get(r.pid))])
+        visible = pb.StacksReply()
+        visible.CopyFrom(incident)
         visible.incident = self._explanation_for(caller, incident.incident)
         return visible
 

@@ -178,12 +178,13 @@ def test_a_pid_that_names_another_process_now_is_not_dumped(parked, pyspy_binary
 def test_incidents_are_capped_per_owner_and_window():
     clock = [0.0]
     budget = IncidentBudget(limit=2, window_s=100, clock=lambda: clock[0])
-    assert budget.allow({1000}) and budget.allow({1000})
-    assert not budget.allow({1000})
-    assert budget.allow({1001})              # another owner has its own budget
-    assert not budget.allow({1000, 1001})    # nothing spent when one owner is out
+    assert budget.spend({1000}) == {1000} and budget.spend({1000}) == {1000}
+    assert budget.spend({1000}) == set()
+    assert budget.spend({1001}) == {1001}           # another owner has its own budget
+    assert budget.spend({1000, 1001}) == {1001}     # one owner out of budget vetoes no one else
+    assert budget.spend({1001}) == set()            # 1001's second incident was spent just above
     clock[0] = 101
-    assert budget.allow({1000, 1001})
+    assert budget.spend({1000, 1001}) == {1000, 1001}
 
 
 def test_incident_files_are_private_and_never_written_through_links(tmp_path):
