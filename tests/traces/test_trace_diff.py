@@ -130,3 +130,19 @@ def test_traces_without_a_rank_are_named_as_such_in_the_diff():
     assert done.returncode == 0, done.stderr
     assert "None" not in done.stdout
     assert "  the trace without a rank: step time" in done.stdout
+
+
+def test_the_rank_that_arrives_late_is_charged_the_wait_it_caused(captures):
+    """The job's own injected delay is the truth: rank 1 sleeps DELAY_S before each recorded all_reduce."""
+    before, after = captures
+    slowed = json.loads(run_cli("analyze", str(after), "--json").stdout)["summary"]
+    [hold, *others] = slowed["held_up"]
+    assert hold["rank"] == 1 and hold["collectives"] >= RECORDED_STEPS - 1
+    assert 0.75 * DELAY_S * 1e6 <= hold["per_step_us"] <= 1.25 * DELAY_S * 1e6, hold
+    assert all(other["per_step_us"] < 0.25 * DELAY_S * 1e6 for other in others), others
+    assert hold["step_percent"] > 50.0  # the sleep is most of each step
+    healthy = json.loads(run_cli("analyze", str(before), "--json").stdout)["summary"]
+    assert all(h["per_step_us"] < 0.25 * DELAY_S * 1e6 for h in healthy["held_up"]), healthy["held_up"]
+    text = run_cli("analyze", str(after)).stdout
+    assert "held the others up (the last to start a collective, from the runner-up's start to its own):\n" \
+           "  rank 1: " in text

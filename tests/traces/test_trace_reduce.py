@@ -26,7 +26,7 @@ from tuiprof.analysis.stragglers import trace_stragglers
 from tuiprof.analysis.trace_merge import TraceInput, merge_traces
 from tuiprof.analysis.trace_collectives import match_calls
 from tuiprof.analysis.trace_reduce import NO_SUMMARY, RemoteRank, reduce_summaries
-from tuiprof.analysis.trace_summary import CollectiveSkew, RankSummary, TraceSummary, summarize, summary_json
+from tuiprof.analysis.trace_summary import RankHold, RankSummary, TraceSummary, summarize, summary_json
 from tuiprof.model import convert
 from tuiprof.model.messages import RankTraceSummary
 
@@ -157,11 +157,11 @@ def rank(number: int, compute_us: float | None = None) -> RankSummary:
 
 
 def test_stragglers_the_rank_others_waited_for_and_a_typical_one():
-    skews = [CollectiveSkew("allreduce", "0", str(i), 4, 30_000.0, 2) for i in range(3)] + \
-            [CollectiveSkew("allreduce", "0", str(i), 4, 500.0, 0) for i in range(3, 9)]
-    summary = TraceSummary([rank(0), rank(1), rank(2), rank(3)], 9, skews, {"0": 6, "2": 3}, [], "by order")
+    holds = [RankHold(2, "host2", 3, 90_000.0, None, None), RankHold(0, "host0", 6, 3_000.0, None, None)]
+    summary = TraceSummary([rank(0), rank(1), rank(2), rank(3)], 9, [], {"0": 6, "2": 3}, holds, [], "by order")
     [straggler, typical] = trace_stragglers(summary)
-    assert straggler.rank == 2 and straggler.why.startswith("the others waited 90.0 ms for it")
+    assert straggler.rank == 2 and straggler.why == ("the others waited 90.0 ms for it (last to start 3 of 9 "
+                                                     "collectives compared)")
     assert typical.rank == 1 and typical.why == "a typical rank to compare with" and typical.host == "host1"
 
 
@@ -174,7 +174,7 @@ def test_stragglers_by_compute_and_none_when_nothing_stands_out():
 
 
 def summarize_like(ranks: list[RankSummary]) -> TraceSummary:
-    return TraceSummary(ranks, 0, [], {}, [], "")
+    return TraceSummary(ranks, 0, [], {}, [], [], "")
 
 
 def test_cuts_never_split_an_event(trace_dir, tmp_path, monkeypatch):

@@ -80,24 +80,19 @@ class TraceStraggler:
 def trace_stragglers(summary: TraceSummary) -> list[TraceStraggler]:
     """The ranks worth a closer look in a capture, and one typical rank to compare them with.
 
-    Stragglers: the rank the others waited for longest, summed over the
-    collectives with the largest start skew (each one's last rank to start kept
-    the others waiting that long), and any rank whose GPU compute time ``judge``
-    finds far above the median. The typical rank is the one least often last
-    whose compute is closest to the median. Nothing when the summary points at
-    no one.
+    Stragglers: the rank that held the others up longest (``TraceSummary.held_up``:
+    at each collective it started last, the time from the runner-up's start to its
+    own), and any rank whose GPU compute time ``judge`` finds far above the median.
+    The typical rank is the one least often last whose compute is closest to the
+    median. Nothing when the summary points at no one.
     """
     ranks = {rank.rank: rank for rank in summary.ranks}
     picked: dict[int | None, str] = {}
-    waited: dict[int | None, float] = {}
-    for skew in summary.worst_collectives:
-        waited[skew.last_rank] = waited.get(skew.last_rank, 0.0) + skew.skew_us
-    if waited and len(ranks) > 1:
-        rank, total_us = max(waited.items(), key=lambda item: item[1])
-        if rank in ranks:
-            picked[rank] = (f"the others waited {total_us / 1000:.1f} ms for it in the {len(summary.worst_collectives)} "
-                            f"collectives with the largest start skew (last to start "
-                            f"{summary.last_starts.get(str(rank), 0)} of {summary.collectives_compared} compared)")
+    if summary.held_up and len(ranks) > 1 and summary.held_up[0].rank in ranks:
+        hold = summary.held_up[0]
+        picked[hold.rank] = (f"the others waited {hold.total_us / 1000:.1f} ms for it (last to start "
+                             f"{summary.last_starts.get(str(hold.rank), 0)} of {summary.collectives_compared} "
+                             "collectives compared)")
     samples = [OpSample(r.host, "", str(r.rank), "trace", "GPU compute", r.compute_us / 1e6)
                for r in summary.ranks if r.compute_us is not None]
     for verdict in judge(samples):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from agentd.slowdown.waits import arrivals
 from agentd.traces.analysis.summary import RankResult
 from agentd.traces.analysis.wire import SummaryWireError, decode_result
 from tuiprof.analysis.trace_collectives import CallColumns, Span, linked_occurrences, rank_span
@@ -93,18 +94,16 @@ def reduce_summaries(ranks: list[RemoteRank]) -> ReducedSummary:
 
 def _collective_starts(results: list[RankResult], by_stream: dict[Stream, dict[int, CallColumns]],
                        spans: list[Span], calls: int) -> CollectiveStarts:
-    """Each linked collective's earliest and latest start and last rank, straight from the columns (no object
+    """Each linked collective's arrival figures and last rank, straight from the columns (no object
     per call), in the order ``CollectiveStarts.of`` would meet them: by first rank, its streams' order, and
     the collective's place among that rank's calls."""
     numbers = [result.summary.rank for result in results]
     found = []
     for position, ((group, op), by_rank) in enumerate(by_stream.items()):
         for occurrence in linked_occurrences(by_rank, spans):
-            starts = occurrence.starts
-            latest = max(starts)
-            last = occurrence.ranks[len(starts) - 1 - starts[::-1].index(latest)]  # the last call at the latest
+            figures = arrivals(occurrence.starts)
             found.append(((occurrence.ranks[0], position, occurrence.place), (group, op, occurrence.label),
-                          (min(starts), latest, numbers[last], len(starts))))
+                          (figures, numbers[occurrence.ranks[figures.last]])))
     found.sort(key=lambda item: item[0])
     return CollectiveStarts({key: figures for _, key, figures in found}, calls)
 

@@ -18,11 +18,12 @@ from typing import Any
 
 # One rank's part lives on the agent side (the agent summarises its ranks where the files are);
 # the names the console's modules and tests use are re-exported here.
+from agentd.slowdown.waits import Arrivals, arrivals
 from agentd.traces.analysis.summary import (
     NO_GPU_EVENTS, STEP_MODES, TOP, LaunchStats, RankResult, RankSummary, TimeShare, covered, overlap, top, union,
 )
 
-__all__ = ["NO_GPU_EVENTS", "STEP_MODES", "CollectiveSkew", "CollectiveStarts", "RankResult", "RankSummary", "TimeShare", "TraceSummary",
+__all__ = ["NO_GPU_EVENTS", "STEP_MODES", "CollectiveSkew", "CollectiveStarts", "RankHold", "RankResult", "RankSummary", "TimeShare", "TraceSummary",
            "covered", "overlap", "render_text", "short_name", "summarize", "summary_json", "union"]
 
 
@@ -42,38 +43,48 @@ class TraceSummary:
     collectives_compared: int
     worst_collectives: list[CollectiveSkew]
     last_starts: dict[str, int]  # rank → how often it was the last to start a collective
+    held_up: list[RankHold]  # the ranks that held the others up, longest first
     top_kernels: list[TimeShare]
     collective_matching: str  # how calls were paired across ranks; "" with no collectives
 
 
 @dataclass
 class CollectiveStarts:
-    """Each collective's (``trace_collectives.Key``) earliest and latest start, the rank that started it last
-    and its calls, in the order the collectives first appear going through the ranks in order; ``calls``:
-    every call of every rank, a collective of its own or not."""
+    """Each collective's (``trace_collectives.Key``) arrival figures and the rank that started it last, in the
+    order the collectives first appear going through the ranks in order; ``calls``: every call of every rank,
+    a collective of its own or not."""
 
-    by_key: dict[tuple[str, ...], tuple[float, float, int | None, int]]
+    by_key: dict[tuple[str, ...], tuple[Arrivals, int | None]]
     calls: int
 
     @classmethod
     def of(cls, results: list[RankResult]) -> CollectiveStarts:
-        """From each rank's keyed calls (``RankResult.collectives``), in one pass over every call (results come
-        in rank order: on a tie the later rank counts as the last)."""
-        starts: dict[tuple[str, ...], list] = {}  # key → [earliest, latest, latest's rank, calls]
+        """From each rank's keyed calls (``RankResult.collectives``; results come in rank order: on a tie the
+        later rank counts as the last)."""
+        starts: dict[tuple[str, ...], tuple[list[float], list[int | None]]] = {}
         for result in results:
             number = result.summary.rank
             for key, ts in result.collectives:
-                entry = starts.get(key)
-                if entry is None:
-                    starts[key] = [ts, ts, number, 1]
-                    continue
-                entry[3] += 1
-                if ts < entry[0]:
-                    entry[0] = ts
-                if ts >= entry[1]:
-                    entry[1], entry[2] = ts, number
-        return cls({key: (earliest, latest, last, calls) for key, (earliest, latest, last, calls) in starts.items()},
-                   sum(len(r.collectives) for r in results))
+                times, numbers = starts.setdefault(key, ([], []))
+                times.append(ts)
+                numbers.append(number)
+        by_key = {}
+        for key, (times, numbers) in starts.items():
+            figures = arrivals(times)
+            by_key[key] = (figures, numbers[figures.last])
+        return cls(by_key, sum(len(r.collectives) for r in results))
+
+
+@dataclass(frozen=True)
+class RankHold:
+    """How long one rank, the last to start, held the others up at collectives over the traced window."""
+
+    rank: int | None
+    host: str
+    collectives: int  # collectives it started last (after the runner-up)
+    total_us: float
+    per_step_us: float | None  # total over the window's steps; None: the trace has no steps
+    step_percent: float | None  # per_step_us against the median rank's step time
 
 
 def summarize(results: list[RankResult], starts: CollectiveStarts | None = None) -> TraceSummary:
@@ -92,11 +103,17 @@ def summarize(results: list[RankResult], starts: CollectiveStarts | None = None)
         starts = CollectiveStarts.of(results)
     skews: list[CollectiveSkew] = []
     last_starts: Counter[str] = Counter()
-    for (group, name, occurrence), (earliest, latest, last_rank, calls) in starts.by_key.items():
-        if calls < 2:
+    held: dict[int | None, list[float]] = {}  # rank → [collectives, µs]
+    for (group, name, occurrence), (figures, last_rank) in starts.by_key.items():
+        if figures.calls < 2:
             continue
-        skews.append(CollectiveSkew(name, group, occurrence, calls, round(latest - earliest, 3), last_rank))
+        skews.append(CollectiveSkew(name, group, occurrence, figures.calls,
+                                    round(figures.latest - figures.earliest, 3), last_rank))
         last_starts[str(last_rank)] += 1
+        if figures.held_us > 0:
+            entry = held.setdefault(last_rank, [0, 0.0])
+            entry[0] += 1
+            entry[1] += figures.held_us
     skews.sort(key=lambda s: -s.skew_us)
     job_kernels: dict[str, list[float]] = {}
     for result in results:
@@ -104,8 +121,23 @@ def summarize(results: list[RankResult], starts: CollectiveStarts | None = None)
             entry = job_kernels.setdefault(name, [0, 0.0])
             entry[0] += count
             entry[1] += total
-    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()), top(job_kernels),
-                        _collective_matching(results, starts.calls))
+    return TraceSummary(ranks, len(skews), skews[:TOP], dict(last_starts.most_common()),
+                        _holds(ranks, held), top(job_kernels), _collective_matching(results, starts.calls))
+
+
+def _holds(ranks: list[RankSummary], held: dict[int | None, list[float]]) -> list[RankHold]:
+    """Each rank's hold-ups, per step of the window and against the median rank's step time."""
+    steps = max((rank.steps for rank in ranks), default=0)
+    step_times = [rank.step_time_us for rank in ranks if rank.step_time_us]
+    step_us = statistics.median(step_times) if step_times else None
+    hosts = {rank.rank: rank.host for rank in ranks}
+    holds = []
+    for number, (collectives, total_us) in held.items():
+        per_step = total_us / steps if steps else None
+        percent = round(100.0 * per_step / step_us, 2) if per_step is not None and step_us else None
+        holds.append(RankHold(number, hosts.get(number, ""), int(collectives), round(total_us, 3),
+                              None if per_step is None else round(per_step, 3), percent))
+    return sorted(holds, key=lambda hold: -hold.total_us)
 
 
 def _collective_matching(results: list[RankResult], calls: int) -> str:
@@ -123,6 +155,7 @@ def summary_json(summary: TraceSummary) -> dict[str, Any]:
 
 
 SHORT_NAME = 60
+TOP_HOLDS = 5  # ranks listed as holding the others up
 
 
 def short_name(name: str, width: int = SHORT_NAME) -> str:
@@ -194,6 +227,14 @@ def render_text(summary: TraceSummary) -> str:
         if top:
             label = "top kernels" if r.top_kernels else "top CPU ops (inclusive)"
             lines.append(f"  {label}: " + ", ".join(f"{short_name(t.name)} {_us(t.total_us)} ×{t.count}" for t in top[:5]))
+    if summary.held_up:
+        lines.append("held the others up (the last to start a collective, from the runner-up's start to its own):")
+        for hold in summary.held_up[:TOP_HOLDS]:
+            per_step = "" if hold.per_step_us is None else f", {_us(hold.per_step_us)} a step" + (
+                "" if hold.step_percent is None else f" ({hold.step_percent:.1f} % of the step)")
+            lines.append(f"  {rank_name(hold.rank)}{' on ' + hold.host if hold.host else ''}: "
+                         f"{_us(hold.total_us)} over {hold.collectives} collective{'s' if hold.collectives != 1 else ''}"
+                         f"{per_step}")
     if summary.worst_collectives:
         lines.append(f"collectives compared across ranks: {summary.collectives_compared} "
                      f"({summary.collective_matching}); largest start skew:")
