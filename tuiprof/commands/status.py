@@ -110,26 +110,30 @@ def _without_explanation(verdict: dict[str, Any]) -> dict[str, Any]:
     return verdict | {"explanation": None, "unavailable": verdict.get("unavailable", {}) | {"explanation": NO_FREE_TEXT}}
 
 
-def document(cluster: ClusterState, hangs: dict[str, HangStatus] | None) -> dict[str, Any]:
-    """The ``--json`` document; ``hangs``: from Prometheus (no snapshot: ``hang`` from its series)."""
+def document(cluster: ClusterState, hangs: dict[str, HangStatus] | None, embedded: bool = False) -> dict[str, Any]:
+    """The ``--json`` document; ``hangs``: from Prometheus (no snapshot: ``hang`` from its series);
+    ``embedded``: the one host is this one, through an embedded agent, named by its host name (the
+    agent's ephemeral port is gone once the command ends)."""
     result = cluster_document(cluster)
-    if hangs is not None:
-        for entry, state in zip(result["hosts"], cluster.hosts()):
-            if state.summary is not None:
-                entry["hang"] = prometheus_hang(state.summary.hang_level, hangs.get(state.address))
+    for entry, state in zip(result["hosts"], cluster.hosts()):
+        if hangs is not None and state.summary is not None:
+            entry["hang"] = prometheus_hang(state.summary.hang_level, hangs.get(state.address))
+        if embedded and state.info is not None:
+            entry["host"] = state.info.hostname
     return result
 
 
-async def _status(args: argparse.Namespace) -> tuple[ClusterState, dict[str, HangStatus] | None]:
-    """The hosts' state; the hung or suspect hosts' verdicts where they come from Prometheus."""
+async def _status(args: argparse.Namespace) -> tuple[ClusterState, dict[str, HangStatus] | None, bool]:
+    """The hosts' state; the hung or suspect hosts' verdicts where they come from Prometheus; whether the
+    one host is this one, through an embedded agent."""
     if args.prometheus or args.match is not None:
-        return await from_prometheus(args)
+        return *await from_prometheus(args), False
     options = connection(args, timeout=args.timeout)
     targets = addresses(args)
     if targets:
-        return await gather(targets, options, args.timeout), None
+        return await gather(targets, options, args.timeout), None, False
     async with local_agent() as address:
-        return await gather([address], options, args.timeout), None
+        return await gather([address], options, args.timeout), None, True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,12 +141,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"tuiprof status: --timeout {args.timeout}: expected a positive number of seconds", file=sys.stderr)
         return 2
     try:
-        cluster, hangs = asyncio.run(_status(args))
+        cluster, hangs, embedded = asyncio.run(_status(args))
     except (TargetError, TokenFileError, LocalAgentError, PrometheusError) as exc:
         print(f"tuiprof status: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        json.dump(document(cluster, hangs), sys.stdout, indent=1)
+        json.dump(document(cluster, hangs, embedded), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print_table(table(cluster))
