@@ -4,7 +4,8 @@
 ``OpenProcFile`` reads a /proc file every interval without opening it again.
 
 Everything the agent believes about a process (alive or not, its scheduler state,
-when it started, whose it is, its rank and whether it runs CUDA) comes from here,
+when it started, whose it is and whether it still acts only as that user, its rank
+and whether it runs CUDA) comes from here,
 read directly rather than through psutil: a dump must never be attempted against a
 process in uninterruptible sleep, and a pid the kernel has handed to a newer process
 must never be taken for the old one (``ProcessStat.started_by``).
@@ -164,6 +165,80 @@ def real_uid(pid: int) -> int | None:
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
     return None
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a rank's process was when the agent confirmed it as its owner's: the agent counts
+    its events and ptraces it on the owner's behalf only while it still is (``ineligible_reason``)."""
+
+    uid: int  # the owner
+    gid: int  # the process's real gid when confirmed
+    exe: tuple[int, int] | None  # (st_dev, st_ino) of the program it ran; None when unreadable
+
+
+def credentials(pid: int, owner_uid: int) -> Credentials | None:
+    """``pid``'s credentials to hold it to from now on (None when it is gone)."""
+    ids = _status_ids(pid)
+    if ids is None:
+        return None
+    return Credentials(owner_uid, ids[1][0], _exe_identity(pid))
+
+
+def ineligible_reason(pid: int, confirmed: Credentials) -> str:
+    """Why ``pid`` may no longer be counted or ptraced on its owner's behalf; "" when it may.
+
+    A rank that execs a set-user-ID or set-group-ID program keeps its pid and start time,
+    so those do not tell. It stays eligible only while every uid and gid the kernel lists
+    (real, effective, saved, filesystem) is the owner's, ``/proc/<pid>`` is owned by the
+    owner (the kernel gives it to root when the process turns non-dumpable, as on such an
+    exec) and it still runs the program it ran when confirmed. A process that is gone (or a
+    zombie, whose program the kernel no longer names) did nothing since: "" (its final
+    counter reading stands; there is nothing left to ptrace)."""
+    ids = _status_ids(pid)
+    if ids is None:
+        return ""
+    for kind, values, expected in (("uid", ids[0], confirmed.uid), ("gid", ids[1], confirmed.gid)):
+        if any(value != expected for value in values):
+            listed = "/".join(str(v) for v in values)
+            return (f"process {pid} no longer acts only as its owner: its {kind}s (real/effective/saved/filesystem) "
+                    f"are {listed}, not all {expected} (a set-user-ID or set-group-ID program?)")
+    try:
+        directory_owner = os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return ""
+    if directory_owner != confirmed.uid:
+        return (f"process {pid} is not dumpable any more (/proc/{pid} belongs to uid {directory_owner}, "
+                f"not its owner {confirmed.uid})")
+    program = _exe_identity(pid)
+    if program is not None and program != confirmed.exe:
+        return f"process {pid} runs another program than when it was confirmed as a rank (it exec'd)"
+    return ""
+
+
+def _status_ids(pid: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(uids, gids) from ``/proc/<pid>/status``: real, effective, saved, filesystem; None when gone."""
+    uids: tuple[int, ...] = ()
+    gids: tuple[int, ...] = ()
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    uids = tuple(int(v) for v in line.split()[1:5])
+                elif line.startswith(b"Gid:"):
+                    gids = tuple(int(v) for v in line.split()[1:5])
+                    break  # Gid: follows Uid:
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    return (uids, gids) if len(uids) == len(gids) == 4 else None
+
+
+def _exe_identity(pid: int) -> tuple[int, int] | None:
+    try:
+        st = os.stat(f"/proc/{pid}/exe")
+    except OSError:  # gone, a zombie, or a kernel thread: no program to name
+        return None
+    return st.st_dev, st.st_ino
 
 
 def read_environ(pid: int) -> dict[str, str]:

@@ -4,7 +4,9 @@ Host scope: system-wide per CPU where the kernel allows it (perf_event_paranoid
 <= 0 or CAP_PERFMON); otherwise "process" scope, the sum over the processes
 added with ``track(pid)`` (agentd only tracks itself), each of which is also
 counted on its own (``process_stats``). The ranks' own counters are not these:
-the ranks collector opens them per rank with ``process_counters``.
+the ranks collector opens them per rank with ``rank_counters``, which count a rank's
+process only while it acts as its owner alone (``procfs.ineligible_reason``): a rank
+that execs a set-user-ID program has them closed, with the reason.
 
 Hardware events are tried once per counter set; where they fail the reason
 (errno and cause) is reported in ``hardware_reason`` and every hardware-derived
@@ -27,6 +29,7 @@ import resource
 import threading
 from typing import Iterable
 
+from agentd import procfs
 from agentd.collectors.base import Collector
 from agentd.collectors.readings import FIRST_SAMPLE, put_unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -129,6 +132,43 @@ def process_counters(pid: int) -> Counters:
     if _IMPORT_ERROR:
         raise RuntimeError(_IMPORT_ERROR)
     return _open("process", pid)
+
+
+class ProcessLeftItsOwner(OSError):
+    """A rank's process no longer acts only as its owner: its counters are not (or no longer) read."""
+
+
+@dataclasses.dataclass
+class RankCounters:
+    """A rank process's counters, read only while it acts as its owner alone."""
+
+    pid: int
+    confirmed: procfs.Credentials
+    counters: Counters
+
+    def stats(self) -> pb.PmuStats:
+        """This interval's PmuStats; raises ProcessLeftItsOwner (read nothing) once the process
+        no longer acts only as its owner: the caller closes them."""
+        reason = procfs.ineligible_reason(self.pid, self.confirmed)
+        if reason:
+            raise ProcessLeftItsOwner(f"CPU counters of pid {self.pid} closed: {reason}")
+        return self.counters.stats()
+
+    def close(self) -> None:
+        self.counters.close()
+
+
+def rank_counters(pid: int, owner_uid: int) -> RankCounters:
+    """``process_counters`` of a rank's process, held to what it is now (its owner's credentials,
+    its program). Raises ProcessLeftItsOwner when it already does not act only as its owner,
+    ProcessLookupError when it is gone, PerfEventError (ESRCH, ...) when they cannot be opened."""
+    confirmed = procfs.credentials(pid, owner_uid)
+    if confirmed is None:
+        raise ProcessLookupError(f"process {pid} is gone")
+    reason = procfs.ineligible_reason(pid, confirmed)
+    if reason:
+        raise ProcessLeftItsOwner(reason)
+    return RankCounters(pid, confirmed, process_counters(pid))
 
 
 def summed(intervals: Iterable["native.IntervalCounts"]) -> "native.IntervalCounts":

@@ -94,7 +94,7 @@ class _Rank:
     step_times: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=STEP_WINDOW))
     exited_at: float | None = None
     stats: pb.RankStats | None = None
-    cpu_counters: "pmu.Counters | None" = None
+    cpu_counters: "pmu.RankCounters | None" = None
     cpu_counters_reason: str = ""
     exception: SidecarFile = dataclasses.field(init=False)
     flight: SidecarFile = dataclasses.field(init=False)
@@ -237,7 +237,7 @@ class RanksCollector(Collector):
                                         "(ESRCH): it exited before the agent found its segment")
         else:
             try:
-                rank.cpu_counters = pmu.process_counters(candidate.pid)
+                rank.cpu_counters = pmu.rank_counters(candidate.pid, candidate.uid)
             except (OSError, RuntimeError) as exc:  # PerfEventError is an OSError; RuntimeError: pmu not built
                 rank.cpu_counters_reason = f"CPU counters for pid {candidate.pid} could not be opened: {exc}"
                 log.info("rank CPU counters unavailable", extra={"pid": candidate.pid, "reason": str(exc)})
@@ -326,6 +326,10 @@ class RanksCollector(Collector):
             return
         try:
             stats.pmu.CopyFrom(rank.cpu_counters.stats())
+        except pmu.ProcessLeftItsOwner as exc:  # a set-user-ID exec, another program: closed for good
+            log.warning("rank CPU counters closed", extra={"pid": rank.pid, "reason": str(exc)})
+            rank.close_counters()
+            rank.cpu_counters_reason = stats.unavailable["pmu"] = str(exc)
         except OSError as exc:  # a read that fails says why; the next interval tries again
             stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
 

@@ -2,9 +2,11 @@
 
 Only processes the ranks collector knows (they registered a tuiprof segment)
 are ever dumped: the agent does not ptrace arbitrary processes. Each target is
-the process the ranks collector reported, pinned by its start time and owner;
-just before py-spy runs the pid is read again, and a pid the kernel has since
-handed to another process is not dumped.
+the process the ranks collector reported, pinned by its start time, owner,
+credentials and program; just before py-spy runs the pid is read again, and a
+pid the kernel has since handed to another process, or a rank that no longer
+acts only as its owner (it exec'd a set-user-ID program: ``procfs.ineligible_reason``),
+is not dumped.
 
 py-spy stops the target while it reads it, so dumps are a cost to the training
 job. ``RankDumper`` keeps that cost bounded however many clients ask: requests
@@ -49,14 +51,19 @@ class DumpTarget:
     rank: int | None
     uid: int | None
     start_ns: int   # when the kernel started it, read when the ranks collector first reported it
+    # What it acted as and ran when pinned: root ptraces it on its owner's behalf only while it still does.
+    credentials: procfs.Credentials | None = None
 
     @classmethod
     def pin(cls, pid: int, rank: int | None, uid: int | None) -> "DumpTarget | None":
-        """The process ``pid`` is now (its start time; its real uid unless ``uid`` is known); None if gone."""
+        """The process ``pid`` is now (its start time, credentials and program; its real uid unless
+        ``uid`` is known); None if gone."""
         stat = procfs.read_stat(pid)
         if stat is None:
             return None
-        return cls(pid, rank, uid if uid is not None else procfs.real_uid(pid), stat.start_ns)
+        owner = uid if uid is not None else procfs.real_uid(pid)
+        held = procfs.credentials(pid, owner) if owner is not None else None
+        return cls(pid, rank, owner, stat.start_ns, held)
 
     def still_same_process(self) -> str:
         """Empty when the pid still names this process; else why it does not."""
@@ -67,6 +74,10 @@ class DumpTarget:
             return "the pid now belongs to a newer process (the rank exited): not dumped"
         if self.uid is not None and procfs.real_uid(self.pid) != self.uid:
             return "the process changed owner since it registered: not dumped"
+        if self.credentials is not None:
+            reason = procfs.ineligible_reason(self.pid, self.credentials)
+            if reason:
+                return f"not dumped: {reason}; py-spy runs as root and would read it on its owner's behalf"
         return ""
 
 

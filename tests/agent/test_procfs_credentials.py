@@ -1,0 +1,41 @@
+"""``procfs.ineligible_reason``: a process stays a rank the agent acts on only while it runs what it ran and
+acts as its owner alone (issue 24 item 11; the set-user-ID case runs as a real second user in
+tests/hostile/test_setuid_rank.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from agentd import procfs
+
+# Waits for a line, then execs sleep(1): the same pid, another program.
+EXEC_ON_CUE = "import os, sys; sys.stdin.readline(); os.execv(sys.argv[1], [sys.argv[1], '60'])"
+
+
+def test_a_process_that_execs_another_program_is_no_longer_eligible():
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    proc = subprocess.Popen([sys.executable, "-c", EXEC_ON_CUE, sleep], stdin=subprocess.PIPE, text=True)
+    try:
+        confirmed = procfs.credentials(proc.pid, os.getuid())
+        assert confirmed is not None and confirmed.gid == os.getgid()
+        assert procfs.ineligible_reason(proc.pid, confirmed) == ""
+        assert procfs.ineligible_reason(proc.pid, procfs.Credentials(os.getuid() + 1, os.getgid(), confirmed.exe)) \
+            .endswith(f"are {'/'.join([str(os.getuid())] * 4)}, not all {os.getuid() + 1} "
+                      "(a set-user-ID or set-group-ID program?)")
+        proc.stdin.write("exec\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{proc.pid}/exe") != os.path.realpath(sleep):
+            assert time.monotonic() < deadline, "did not exec"
+            time.sleep(0.02)
+        assert procfs.ineligible_reason(proc.pid, confirmed) == (
+            f"process {proc.pid} runs another program than when it was confirmed as a rank (it exec'd)")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert procfs.ineligible_reason(proc.pid, confirmed) == ""  # gone: its final reading stands
