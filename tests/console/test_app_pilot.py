@@ -360,12 +360,15 @@ async def test_space_pauses_and_resumes_a_replay_and_does_nothing_live() -> None
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
         await pilot.press("space")
-        assert app.source.paused and app.sub_title == "replay · paused"
+        replayed_to = time.strftime("%H:%M:%S UTC", time.gmtime(app._replayed_to))
+        # The header's title (no screen sets its own): replay, paused, and the recorded time reached.
+        assert app.source.paused and app.title == f"paused {replayed_to}"
+        assert app.screen.title is None
         seen = app.cluster.version
         await pilot.pause(1.5)
         assert app.cluster.version == seen  # nothing moves while paused
         await pilot.press("space")
-        assert not app.source.paused and app.sub_title == "replay"
+        assert not app.source.paused and app.title.startswith("replay ")
         for _ in range(100):
             await pilot.pause(0.05)
             if app.cluster.host("gpu-node-04").reachable is False:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -43,7 +44,7 @@ async def test_record_a_real_agent_then_replay_it_in_the_console(tmp_path) -> No
         state = app.cluster.host(agent.address.target)
         assert state.message == snapshots[-1].message
         assert len(app.cluster.history(agent.address.target).numbers("memory")) == len(snapshots)
-        assert app.sub_title == "replay"
+        assert app.title == time.strftime("replay %H:%M:%S UTC", time.gmtime(snapshots[-1].at))
 
 
 def test_replay_refuses_a_file_that_is_not_a_recording(tmp_path) -> None:

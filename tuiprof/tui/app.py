@@ -119,8 +119,11 @@ class TuiprofApp(App[None]):
         self._render_due = 0.0
         self.detail_history: dict[str, History] = {}
         """Per-GPU and per-core series (``plots.detail_samples``) of the hosts shown in detail."""
+        self._replayed_to: float | None = None
+        """The recording's time (unix s) of the last event replayed; None live or before the first."""
         self.sub_title = "live" if source.live else "replay"
         self._show_interval()
+        self._show_replay()
 
     def get_driver_class(self) -> type[Driver]:
         """Where Textual would take its Linux driver, the one whose input thread sleeps until a key
@@ -185,6 +188,9 @@ class TuiprofApp(App[None]):
             self.cluster.apply(event)
             if isinstance(event, SnapshotReceived):
                 self._keep_detail(event)
+        if events and not self.source.live:
+            self._replayed_to = events[-1].at
+            self._show_replay()
         self.schedule_render(shown=self._on_screen(events))
 
     def _on_screen(self, events: list[HostEvent]) -> bool:
@@ -306,10 +312,9 @@ class TuiprofApp(App[None]):
         source = self.source
         if source.paused:  # type: ignore[attr-defined]
             source.resume()  # type: ignore[attr-defined]
-            self.sub_title = "replay"
         else:
             source.pause()  # type: ignore[attr-defined]
-            self.sub_title = "replay · paused"
+        self._show_replay()
 
     def action_reconnect(self) -> None:
         """Hosts that are down try again at once instead of at the end of their backoff."""
@@ -346,6 +351,16 @@ class TuiprofApp(App[None]):
         None for a recording (its own pace) or a source that asks no agent."""
         options = getattr(self.source, "options", None)
         return options if self.source.live and isinstance(options, ConnectionOptions) else None
+
+    def _show_replay(self) -> None:
+        """A recording says so in the header's title: replay or paused, and the recorded time reached
+        (every screen's own subtitle takes the header's other half)."""
+        if self.source.live:
+            return
+        state = "paused" if getattr(self.source, "paused", False) else "replay"
+        at = "" if self._replayed_to is None else time.strftime(" %H:%M:%S UTC", time.gmtime(self._replayed_to))
+        self.sub_title = state
+        self.title = f"{state}{at}"  # short: at 80 columns the screen's subtitle still fits beside it
 
     def _show_interval(self) -> None:
         """The interval in effect, in the header's title."""
