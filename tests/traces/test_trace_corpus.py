@@ -33,6 +33,7 @@ EXPECTED = {
     "hta_rocm62_mi250.json.gz": ("2025-02-17", 16, None),
     "kineto_tb_plugin_2021.json.gz": ("2021-05-19", 32, None),
     "kineto_resnet50_2021_steps5-6.json.gz": ("2021-01-11", 3094, None),
+    "deepseek_v3_train_ep64_rank0.json.gz": ("2025-02-25", 983, 0),
 }
 
 

@@ -17,6 +17,7 @@ part (compute against the median, collective skew) is the console's
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -219,9 +220,18 @@ def overlap(a: list[Interval], b: list[Interval]) -> float:
     return total
 
 
+# GPU kernels that move data between GPUs, by family: NCCL and RCCL (ncclKernel_*, ncclDevKernel_*), MSCCL
+# and MSCCL++, DeepEP's expert-parallel dispatch/combine (deep_ep::intranode/internode[_ll]::*, DeepSeek's own
+# dpsk::ep::*), vLLM's custom all-reduce (cross_device_reduce_*) and PyTorch's symmetric-memory all-reduce
+# (multimem_*, one_shot_/two_shot_all_reduce). HTA counts only names containing "nccl".
+COMMUNICATION_KERNELS = re.compile(
+    r"nccl|rccl|msccl|(?:deep_ep|\bep)::(?:intranode|internode)|cross_device_reduce|multimem_|"
+    r"(?:one|two)_shot_all_reduce", re.IGNORECASE)
+
+
 def kernel_kind(name: str, category: str) -> str:
-    """communication (NCCL), memory (memcpy/memset) or compute — HTA's split by name."""
-    if "nccl" in name.lower():
+    """communication (a collective library's kernel family), memory (memcpy/memset) or compute."""
+    if COMMUNICATION_KERNELS.search(name):
         return "communication"
     if category in MEMORY_CATEGORIES or name.startswith(("Memcpy", "Memset")):
         return "memory"
