@@ -3,7 +3,16 @@
 A stdlib ``ThreadingHTTPServer`` on one daemon thread (plus one per open
 connection): no extra dependency, nothing on the asyncio loop that serves gRPC.
 The exposition text itself comes from ``agentd.prometheus.render_metrics``,
-after ``render_dynolog_metrics`` with ``--metric-names dynolog``.
+after ``render_dynolog_metrics`` with ``--metric-names dynolog``; it is rendered
+once per snapshot, by the first scrape that asks for it, and every scrape of
+that snapshot is served the same bytes from memory.
+
+Anyone local may connect, so what connections cost is bounded: at most
+``MAX_CONNECTIONS`` are served at once, and at most ``MAX_CONNECTIONS_PER_PEER``
+of one peer (the uid the kernel names for a loopback client, the address of a
+remote one); a connection past either bound is answered 503 at once and closed,
+so one user's scrapers never take the place of another user's, or of
+``/healthz``.
 The endpoint is read-only and, like node_exporter's, needs no token; it listens
 on the same address as the gRPC port, so it is loopback-only unless a token is
 configured, and it speaks HTTPS with the gRPC port's certificate when TLS is on.
@@ -11,7 +20,9 @@ configured, and it speaks HTTPS with the gRPC port's certificate when TLS is on.
 
 from __future__ import annotations
 
+import collections
 import http.server
+import ipaddress
 import logging
 import socket
 import ssl
@@ -20,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from agentd import peer
 from agentd.agent import Agent
 from agentd.errors import BindError
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -33,6 +45,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # federation scrape on a busy node) would overflow it and see resets or SYN
 # retransmits (1 s+ stalls); 128 is the usual listen backlog (SOMAXCONN's old value).
 LISTEN_BACKLOG = 128
+# Connections served at once (a thread each), and at most this many of one peer. A scrape is served from
+# memory, so a connection holds its thread about as long as its client takes to read the bytes.
+MAX_CONNECTIONS = 64
+MAX_CONNECTIONS_PER_PEER = 8
 # A snapshot older than this many intervals means the snapshot loop is stuck.
 STALE_INTERVALS = 3
 
@@ -74,6 +90,8 @@ class MetricsServer:
     def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None,
                  metric_names: str = "tuiprof") -> None:
         self._renderer = load_renderer(metric_names)
+        self._rendering = threading.Lock()  # scrapes of a snapshot not yet rendered wait for its one rendering
+        self._rendered: tuple[int, bytes] | None = None  # (the snapshot's sequence, its exposition)
         handler = _handler_class(self)
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
@@ -109,27 +127,67 @@ class MetricsServer:
             self._server.shutdown()
         self._server.server_close()
 
-    def health(self) -> tuple[int, str]:
+    def health(self) -> tuple[int, bytes]:
         """200 while snapshots are fresh, 503 with the reason otherwise."""
         if self._agent.latest_monotonic is None:
-            return 503, "starting: no snapshot yet\n"
+            return 503, b"starting: no snapshot yet\n"
         age = time.monotonic() - self._agent.latest_monotonic
         if age > STALE_INTERVALS * self._agent.interval_seconds + 1:
-            return 503, f"stale: last snapshot {age:.1f} s ago\n"
-        return 200, "ok\n"
+            return 503, f"stale: last snapshot {age:.1f} s ago\n".encode()
+        return 200, b"ok\n"
 
-    def metrics(self) -> tuple[int, str]:
+    def metrics(self) -> tuple[int, bytes]:
+        """The latest snapshot's exposition, rendered by the first scrape that asks for it."""
         if isinstance(self._renderer, str):
-            return 503, self._renderer + "\n"
+            return 503, (self._renderer + "\n").encode()
         snapshot, previous = consecutive_snapshots(self._agent)
         if snapshot is None:
-            return 503, "starting: no snapshot yet\n"
-        return 200, self._renderer(snapshot, previous, self._info(), self._agent.collector_runs())
+            return 503, b"starting: no snapshot yet\n"
+        with self._rendering:
+            if self._rendered is None or self._rendered[0] < snapshot.sequence:
+                text = self._renderer(snapshot, previous, self._info(), self._agent.collector_runs())
+                self._rendered = (snapshot.sequence, text.encode())
+            return 200, self._rendered[1]
 
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._open: collections.Counter[int | str] = collections.Counter()  # connections served, per peer
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: socket.socket | tuple[bytes, socket.socket],
+                        client_address: tuple[str, int]) -> None:
+        """Serve the connection on a thread of its own, or answer 503 at once when its peer, or the
+        server, has as many connections served as it may."""
+        assert isinstance(request, socket.socket)  # a stream server's connection (the tuple is UDP's)
+        who = _peer(client_address, self.server_address[1])
+        with self._open_lock:
+            if self._open[who] >= MAX_CONNECTIONS_PER_PEER:
+                busy = f"busy: {MAX_CONNECTIONS_PER_PEER} connections of yours are being served; close one first"
+            elif self._open.total() >= MAX_CONNECTIONS:
+                busy = f"busy: {MAX_CONNECTIONS} connections are being served; try again in a moment"
+            else:
+                busy = ""
+                self._open[who] += 1
+        if busy:
+            _refuse(request, busy)
+            self.shutdown_request(request)
+            return
+        thread = threading.Thread(target=self._serve, args=(request, client_address, who), daemon=True)
+        thread.start()
+
+    def _serve(self, request: socket.socket, client_address: tuple[str, int], who: int | str) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open[who] -= 1
+                if not self._open[who]:
+                    del self._open[who]
 
     def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
         """A client that resets or drops its connection (or its TLS session) mid-request is normal
@@ -140,6 +198,33 @@ class _Server(http.server.ThreadingHTTPServer):
         else:
             log.error("http request failed", extra={"client": client_address[0], "error": repr(error)},
                       exc_info=error)
+
+
+def _peer(client_address: tuple[str, int], port: int) -> int | str:
+    """Whose connection this is: the uid the kernel names for a loopback client, else its address."""
+    host = client_address[0]
+    ip = ipaddress.ip_address(host)
+    if ip.is_loopback or (isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped and ip.ipv4_mapped.is_loopback):
+        try:
+            uid = peer.tcp_socket_uid(client_address[:2], ("::" if ":" in host else "0.0.0.0", port))
+        except (OSError, peer.PeerLookupError):
+            uid = None
+        if uid is not None:
+            return uid
+    return host
+
+
+def _refuse(request: socket.socket, reason: str) -> None:
+    """A 503 with ``reason``, sent without waiting (plain HTTP only: a TLS connection is just closed)."""
+    if isinstance(request, ssl.SSLSocket):
+        return
+    body = (reason + "\n").encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {CONTENT_TYPE}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    try:
+        request.send(head + body, socket.MSG_DONTWAIT)
+    except OSError:
+        pass  # the client is gone or its buffer full: closing says enough
 
 
 def _handler_class(owner: MetricsServer) -> type[http.server.BaseHTTPRequestHandler]:
@@ -157,11 +242,10 @@ def _handler_class(owner: MetricsServer) -> type[http.server.BaseHTTPRequestHand
             elif path == "/healthz":
                 status, body = owner.health()
             else:
-                status, body = 404, "not found: try /metrics or /healthz\n"
+                status, body = 404, b"not found: try /metrics or /healthz\n"
             self._reply(status, body)
 
-        def _reply(self, status: int, body: str) -> None:
-            data = body.encode()
+        def _reply(self, status: int, data: bytes) -> None:
             self.send_response(status)
             self.send_header("Content-Type", CONTENT_TYPE)
             self.send_header("Content-Length", str(len(data)))

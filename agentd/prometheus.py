@@ -29,6 +29,8 @@ one series per level, the StateSet pattern); free text appears only in the
 ``reason`` labels of collector_up / pmu_hardware_available, which the agent
 writes itself and which change only when a collector breaks or recovers;
 ``tuiprof_rank_segments_refused``'s ``reason`` is one of ``rank_claims.REASONS``.
+How many series one user's ranks add is bounded by the ranks collector's per-owner
+budget of ops (``tuiprof_rank_ops_dropped{uid}`` counts what it left out).
 
 ``--metric-names dynolog`` puts dynolog's own Prometheus families first
 (``render_dynolog_metrics``): its bare names, its ``host_name`` label and, per
@@ -463,6 +465,15 @@ def _rank_segments(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo,
             refused.add({**host, "reason": entry.reason}, entry.files)
 
 
+def _rank_ops_dropped(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
+    """Ops of an owner's ranks left out past the per-owner budget: one series per owner over it."""
+    dropped = out("rank_ops_dropped", "gauge",
+                  "Ops (GEMM and NCCL aggregates, in-flight entries) of this owner's ranks left out of the latest "
+                  "interval: more than the agent's per-owner budget (the snapshot's rank_ops_dropped says why).")
+    for entry in snapshot.rank_ops_dropped:
+        dropped.add({**host, "uid": str(entry.uid)}, entry.ops)
+
+
 HANG_LEVELS = ("ok", "suspect", "hung")
 RANK_HANG_LEVELS = (*HANG_LEVELS, "exited")
 
@@ -501,7 +512,8 @@ def _collector_runs(out: Families, runs: Mapping[str, CollectRun], host: Labels)
 Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]
 
 # One renderer per part of the snapshot; per-rank families (GEMM, NCCL) get their own.
-SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _rdma, _disks, _gpus, _pmu, _ranks, _rank_segments, _hang)
+SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _rdma, _disks, _gpus, _pmu, _ranks, _rank_segments,
+                                  _rank_ops_dropped, _hang)
 
 
 def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo,

@@ -36,6 +36,13 @@ published interval (``RankStats.interval_seconds`` says its span). A rank not
 read this interval (a writer mid-update, or exited after its final reading) is
 reported without the previous interval's figures, with the reason; what it did
 is counted in the next reading, never twice.
+
+What one owner's ranks put into a snapshot is bounded: at most
+``MAX_OPS_PER_OWNER`` ops (GEMM and NCCL aggregates, in-flight entries) per
+owner and interval, taken in the order the ranks are read. The rest are left
+out, never silently: the rank says how many of its ops are missing and why
+(``unavailable["ops"]``), the snapshot counts them per owner
+(``HostSnapshot.rank_ops_dropped``), and the log says so once per owner.
 """
 
 from __future__ import annotations
@@ -68,6 +75,12 @@ else:
     _IMPORT_ERROR = ""
 
 STEP_WINDOW = 32
+# The most ops one owner's ranks report per interval: GEMM and NCCL aggregates and in-flight entries, over
+# the owner's ranks in the order they are read (ranks already followed first, then by pid). Each op is at
+# most 11 series on /metrics. A rank has up to 511 aggregates and 128 in-flight entries, so one user's 256
+# segments could otherwise put 160k ops (1.5 million series) into every snapshot and scrape; an 8-GPU job's
+# ranks use a few hundred.
+MAX_OPS_PER_OWNER = 4096
 # A rank's state as the console shows it: sleeping and idle ranks are running a job.
 _RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exited", "tracing-stop": "stopped"}
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
@@ -140,6 +153,8 @@ class RanksCollector(Collector):
         self._unreadable: dict[str, str] = {}  # path → the transient error last logged for it
         self._refusals = rank_claims.Refusals()
         self._refused: dict[str, int] = {}
+        self._ops_dropped: list[pb.RankOpsDropped] = []
+        self._over_budget: set[int] = set()  # owners whose ops were left out in the last interval
         self._latest: list[pb.RankStats] = []
         self._lock = threading.Lock()
         pmu.raise_fd_limit()  # each rank's counters take one fd per event per thread
@@ -162,6 +177,7 @@ class RanksCollector(Collector):
         mono = time.monotonic()
         found = rank_claims.scan(self.directory, native, set(self._ranks))
         self._refusals.start_interval(found)
+        budget = OpsBudget(MAX_OPS_PER_OWNER)
         inert: list[pb.RankStats] = []
         read: set[str] = set()  # ranks whose counters this interval's figures come from
         for candidate in found.candidates:
@@ -170,7 +186,7 @@ class RanksCollector(Collector):
                     continue
                 if candidate.inert:
                     inert.extend(self._inert_rank(candidate))
-                elif self._follow(candidate, now_ns, mono):
+                elif self._follow(candidate, now_ns, mono, budget):
                     read.add(candidate.path)
             except Refused as refusal:
                 self._refuse(candidate, refusal)
@@ -185,12 +201,15 @@ class RanksCollector(Collector):
         self._refusals.forget_missing(present)
         self._unreadable = {p: r for p, r in self._unreadable.items() if p in present}
         followed = {r.pid for r in self._ranks.values()}
-        latest = [r.stats if r.path in read else _not_read(r.stats, exited=r.exited_at is not None)
+        latest = [r.stats if r.path in read else budget.trim(_not_read(r.stats, exited=r.exited_at is not None))
                   for r in sorted(self._ranks.values(), key=lambda r: r.pid) if r.stats is not None]
         latest += [r for r in inert if r.pid not in followed]  # a segment beats a stale note
+        ops_dropped = budget.dropped_entries()
+        self._log_budget({entry.uid: entry for entry in ops_dropped})
         with self._lock:
             self._latest = latest
             self._refused = dict(self._refusals.counts)
+            self._ops_dropped = ops_dropped
 
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         with self._lock:
@@ -198,6 +217,7 @@ class RanksCollector(Collector):
             snapshot.rank_segments_refused.extend(
                 pb.RankSegmentsRefused(reason=reason, files=self._refused.get(reason, 0))
                 for reason in rank_claims.REASONS)
+            snapshot.rank_ops_dropped.extend(self._ops_dropped)
 
     def close(self) -> None:
         for rank in list(self._ranks.values()):
@@ -205,6 +225,15 @@ class RanksCollector(Collector):
         self._ranks.clear()
 
     # ---------------------------------------------------------------- internals
+
+    def _log_budget(self, over: dict[int, pb.RankOpsDropped]) -> None:
+        """One line when an owner goes over the ops budget, one when they are back under it."""
+        for uid in sorted(over.keys() - self._over_budget):
+            log.warning("rank ops over the per-owner budget: the rest are left out of snapshots and /metrics",
+                        extra={"uid": uid, "ops_dropped": over[uid].ops, "budget": MAX_OPS_PER_OWNER})
+        for uid in sorted(self._over_budget - over.keys()):
+            log.info("rank ops back within the per-owner budget", extra={"uid": uid, "budget": MAX_OPS_PER_OWNER})
+        self._over_budget = set(over)
 
     def _refuse(self, candidate: Candidate, refusal: Refused) -> None:
         self._refusals.refuse(candidate, refusal)
@@ -217,7 +246,7 @@ class RanksCollector(Collector):
             log.warning("rank segment unreadable this interval", extra={"path": path, "reason": str(exc)})
         self._unreadable[path] = str(exc)
 
-    def _follow(self, candidate: Candidate, now_ns: int, mono: float) -> bool:
+    def _follow(self, candidate: Candidate, now_ns: int, mono: float, budget: "OpsBudget") -> bool:
         """Open (the first time) and read one rank; whether its counters were read."""
         rank = self._ranks.get(candidate.path)
         if rank is not None and not rank.same_file(candidate):  # replaced under the same name: a new claim
@@ -225,7 +254,7 @@ class RanksCollector(Collector):
             rank = None
         if rank is None:
             rank = self._open(candidate)
-        return self._sample(rank, now_ns, mono)
+        return self._sample(rank, now_ns, mono, budget)
 
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
@@ -260,7 +289,7 @@ class RanksCollector(Collector):
         if delete:
             _unlink(rank.path)
 
-    def _sample(self, rank: _Rank, now_ns: int, mono: float) -> bool:
+    def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: "OpsBudget") -> bool:
         """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
@@ -273,7 +302,7 @@ class RanksCollector(Collector):
             self._exited_mid_update(rank, mono)
             return False
         rank_claims.check_header_pid(rank.candidate, header.pid)
-        stats = self._rates(rank, header, now_ns)
+        stats = self._rates(rank, header, now_ns, budget)
         self._cpu_counters(rank, stats)
         stats.exception = rank.exception.refresh()
         rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
@@ -333,7 +362,7 @@ class RanksCollector(Collector):
         except OSError as exc:  # a read that fails says why; the next interval tries again
             stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
 
-    def _rates(self, rank: _Rank, header, now_ns: int) -> pb.RankStats:
+    def _rates(self, rank: _Rank, header, now_ns: int, budget: "OpsBudget") -> pb.RankStats:
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
         stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=header.job_id, interval_seconds=seconds,
                              step_count=header.counters.step_count,
@@ -345,23 +374,30 @@ class RanksCollector(Collector):
             else:
                 setattr(stats, field, value)
         gemm_deltas = []
-        slots = {}
-        for slot in rank.seg.slots():
-            key = rank_rates.slot_key(slot)
-            slots[key] = slot
+        # Every slot's reading is kept (the next interval's rates start from it); only the budget's share of
+        # them is turned into figures.
+        slots = {rank_rates.slot_key(slot): slot for slot in rank.seg.slots()}
+        ops = [(key, slot) for key, slot in slots.items() if slot.kind in ("gemm", "nccl")]
+        inflight = rank.seg.inflight()
+        uid = rank.candidate.uid
+        reported_ops, reported_inflight = budget.take(uid, len(ops)), budget.take(uid, len(inflight))
+        for key, slot in ops[:reported_ops]:
             delta = rank_rates.SlotDelta(slot, rank.slots.get(key))
             if slot.kind == "gemm":
                 gemm_deltas.append(delta)
                 stats.gemm.append(rank_rates.gemm_stats(delta, seconds))
-            elif slot.kind == "nccl":
+            else:
                 stats.nccl.append(rank_rates.nccl_stats(delta, seconds))
+        left_out = len(ops) + len(inflight) - reported_ops - reported_inflight
         tflops = rank_rates.total_tflops(gemm_deltas)
-        if tflops is None:
+        if left_out:
+            stats.unavailable["ops"] = budget.reason(uid, left_out, len(ops) + len(inflight))
+            stats.unavailable["gemm_tflops"] = "not all of this rank's GEMMs are reported: " + stats.unavailable["ops"]
+        elif tflops is None:
             stats.unavailable["gemm_tflops"] = "no timed GEMM finished in the interval"
         else:
             stats.gemm_tflops = tflops
-        inflight = rank.seg.inflight()
-        for entry in inflight:
+        for entry in inflight[:reported_inflight]:
             stats.inflight.append(pb.InflightOp(
                 kind=entry.kind, op=entry.op, sequence=entry.op_seq,
                 comm_hash=f"{entry.key:x}" if entry.kind == "nccl" else "",
@@ -432,6 +468,47 @@ def _not_read(stats: pb.RankStats, exited: bool) -> pb.RankStats:
         nccl.ClearField("busbw_bytes_per_s")
         nccl.ClearField("latency")
     return out
+
+
+class OpsBudget:
+    """How many ops each owner's ranks may still report this interval, and how many were left out."""
+
+    def __init__(self, per_owner: int) -> None:
+        self.per_owner = per_owner
+        self._reported: collections.Counter[int] = collections.Counter()
+        self._dropped: collections.Counter[int] = collections.Counter()
+
+    def take(self, uid: int, wanted: int) -> int:
+        """How many of ``wanted`` ops of one of ``uid``'s ranks are reported; the rest count as left out."""
+        granted = max(0, min(wanted, self.per_owner - self._reported[uid]))
+        self._reported[uid] += granted
+        if granted < wanted:
+            self._dropped[uid] += wanted - granted
+        return granted
+
+    def reason(self, uid: int, left_out: int, total: int) -> str:
+        return (f"{left_out} of this rank's {total} ops (GEMM and NCCL aggregates, in-flight entries) are not "
+                f"reported: the ranks of uid {uid} have more than {self.per_owner} this interval, the "
+                "agent's per-owner budget")
+
+    def trim(self, stats: pb.RankStats) -> pb.RankStats:
+        """``stats`` (a rank not read this interval) cut to what its owner may still report."""
+        total = left_out = 0
+        for ops in (stats.gemm, stats.nccl, stats.inflight):
+            kept = self.take(stats.uid, len(ops))
+            total, left_out = total + len(ops), left_out + len(ops) - kept
+            del ops[kept:]
+        if left_out:
+            stats.unavailable["ops"] = self.reason(stats.uid, left_out, total)
+        return stats
+
+    def dropped_entries(self) -> list[pb.RankOpsDropped]:
+        """One entry per owner whose ranks had ops left out."""
+        return [pb.RankOpsDropped(uid=uid, ops=dropped, reason=(
+                    f"the ranks of uid {uid} published {self._reported[uid] + dropped} ops (GEMM and NCCL "
+                    f"aggregates, in-flight entries) this interval; the agent reports at most {self.per_owner} "
+                    "per owner (in the order it reads the ranks: those it already followed, then by pid) and left the rest out"))
+                for uid, dropped in sorted(self._dropped.items())]
 
 
 def hook_health(header, inflight) -> pb.HookHealth:

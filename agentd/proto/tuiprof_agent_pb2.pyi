@@ -80,7 +80,7 @@ class WatchRequest(_message.Message):
     def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
 
 class HostSnapshot(_message.Message):
-    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused", "rdma")
+    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused", "rdma", "rank_ops_dropped")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class HostSnapshot(_message.Message):
     HANG_FIELD_NUMBER: _ClassVar[int]
     RANK_SEGMENTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     RDMA_FIELD_NUMBER: _ClassVar[int]
+    RANK_OPS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     timestamp_unix_ns: int
     sequence: int
@@ -109,7 +110,8 @@ class HostSnapshot(_message.Message):
     hang: HangStatus
     rank_segments_refused: _containers.RepeatedCompositeFieldContainer[RankSegmentsRefused]
     rdma: RdmaStats
-    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ..., rdma: _Optional[_Union[RdmaStats, _Mapping]] = ...) -> None: ...
+    rank_ops_dropped: _containers.RepeatedCompositeFieldContainer[RankOpsDropped]
+    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ..., rdma: _Optional[_Union[RdmaStats, _Mapping]] = ..., rank_ops_dropped: _Optional[_Iterable[_Union[RankOpsDropped, _Mapping]]] = ...) -> None: ...
 
 class RankSegmentsRefused(_message.Message):
     __slots__ = ("reason", "files")
@@ -118,6 +120,16 @@ class RankSegmentsRefused(_message.Message):
     reason: str
     files: int
     def __init__(self, reason: _Optional[str] = ..., files: _Optional[int] = ...) -> None: ...
+
+class RankOpsDropped(_message.Message):
+    __slots__ = ("uid", "ops", "reason")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    uid: int
+    ops: int
+    reason: str
+    def __init__(self, uid: _Optional[int] = ..., ops: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CpuCoreStats(_message.Message):
     __slots__ = ("cpu", "user_percent", "system_percent", "idle_percent", "iowait_percent", "unavailable")

@@ -90,6 +90,7 @@ def test_metrics_carry_each_collectors_timing_measured_by_its_runner():
         deadline = time.monotonic() + 5
         while runner.last_run.success and time.monotonic() < deadline:
             time.sleep(0.01)
+        agent.publish(agent.snapshot())  # an exposition is rendered once per snapshot: the failure shows in the next
         failed = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text
     finally:
         runner.stop()

@@ -396,6 +396,15 @@ class RdmaStats(NestedOnFirstRead):
 
 
 @dataclass(frozen=True, slots=True)
+class RankOpsDropped:
+    """``tuiprof.v1.RankOpsDropped``."""
+
+    uid: int
+    ops: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class HostSnapshot(behaviour.HostSnapshotMixin, NestedOnFirstRead):
     """``tuiprof.v1.HostSnapshot``."""
 
@@ -413,7 +422,8 @@ class HostSnapshot(behaviour.HostSnapshotMixin, NestedOnFirstRead):
     hang: HangStatus
     rank_segments_refused: tuple[RankSegmentsRefused, ...]
     rdma: RdmaStats
-    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused, "rdma": RdmaStats}
+    rank_ops_dropped: tuple[RankOpsDropped, ...]
+    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused, "rdma": RdmaStats, "rank_ops_dropped": RankOpsDropped}
 
 
 @dataclass(frozen=True, slots=True)
