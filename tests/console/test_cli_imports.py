@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from tuiprof.cli import COMMANDS, TOP_LEVEL_DEFAULTS, build_parser, command_pars
 # The fewest arguments each command takes.
 SAMPLES = {"connect": ["h1"], "status": [], "record": ["f.ndjson"], "replay": ["f.ndjson"], "stacks": [],
            "trace": ["--duration-ms", "5", "h1:9"], "analyze": ["x.json"], "run": ["--", "true"],
-           "prometheus-targets": []}
+           "prometheus-targets": [], "doctor": []}
 
 
 @pytest.mark.parametrize("name", list(COMMANDS.values()))
@@ -24,8 +25,8 @@ def test_one_command_parses_as_the_whole_parser(name):
 
 def test_top_level_defaults_are_the_whole_parsers():
     parser = build_parser()
-    top_level = {action.dest: action.default for action in parser._actions
-                 if action.dest not in ("help", "command")}
+    top_level = {action.dest: action.default for action in parser._actions  # --version sets nothing
+                 if action.dest not in ("help", "command") and action.default != argparse.SUPPRESS}
     assert TOP_LEVEL_DEFAULTS == top_level
 
 

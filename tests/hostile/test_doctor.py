@@ -1,0 +1,90 @@
+"""`tuiprof doctor` inside the private namespaces: what it says with and without the node's agent, when
+another user holds the agent's port, with a process in another PID namespace, and with a small /dev/shm
+(the namespace's is 8 MiB: room for five segments)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import time
+
+from hostile.conftest import PYTHON, wait_ready
+from testkit.ports import free_port
+
+SQUAT = """
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def doctor(namespace, *args: str) -> tuple[int, dict[str, dict]]:
+    done = namespace.run([PYTHON, "-m", "tuiprof.cli", "doctor", "--json", *args], timeout=120)
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, {check["area"]: check for check in json.loads(done.stdout)["checks"]}
+
+
+def test_doctor_sees_the_agent_its_kineto_socket_and_the_small_shm(agent_in_namespace, namespace):
+    quiet_port, quiet_metrics = free_port(), free_port()
+    code, checks = doctor(namespace, "--agent-port", str(quiet_port), "--metrics-port", str(quiet_metrics))
+    assert code == 1
+    assert not checks["agentd"]["ok"] and checks["agentd"]["finding"].startswith(
+        f"no agent listens on ports {quiet_port}/{quiet_metrics}")
+    assert not checks["Kineto"]["ok"] and checks["Kineto"]["fix"] == "run agentd as root on this host"
+    shm = checks["/dev/shm"]
+    assert not shm["ok"] and "room for 5 rank segment(s)" in shm["finding"], shm
+
+    agent = agent_in_namespace()
+    _, checks = doctor(namespace, "--agent-port", str(agent.port), "--metrics-port", str(agent.metrics_port))
+    assert checks["agentd"]["ok"], checks["agentd"]
+    assert checks["agentd"]["finding"] == (f"listening: 127.0.0.1:{agent.port} (user root), "
+                                           f"127.0.0.1:{agent.metrics_port} (user root)")
+    assert checks["Kineto"]["ok"], checks["Kineto"]  # the root agent serves @dynolog@ in this network namespace
+
+
+def test_doctor_names_another_user_on_the_agents_port(namespace, hostile_user):
+    port = free_port()
+    squatter = wait_ready(namespace.popen([PYTHON, "-c", SQUAT, str(port)], user=hostile_user,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    try:
+        code, checks = doctor(namespace, "--agent-port", str(port), "--metrics-port", str(free_port()))
+        text = namespace.run([PYTHON, "-m", "tuiprof.cli", "doctor", "--agent-port", str(port)], timeout=120)
+    finally:
+        squatter.kill()
+        squatter.wait(10)
+    assert code == 1
+    assert checks["agentd"]["finding"] == (f"the agent's ports are held by another user: 127.0.0.1:{port} "
+                                           f"(user {hostile_user.name})")
+    assert checks["agentd"]["fix"].startswith("that process is not the node's agent")
+    assert text.returncode == 1 and "Traceback" not in text.stderr
+    lines = text.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("NO  agentd"))
+    assert f"held by another user: 127.0.0.1:{port} (user {hostile_user.name})" in lines[at]
+    assert lines[at + 1].strip().startswith("fix: that process is not the node's agent")
+
+
+def test_doctor_counts_processes_in_other_pid_namespaces(namespace):
+    _, before = doctor(namespace)
+    inside = namespace.popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sleep", "60"])
+    try:
+        children = pathlib.Path(f"/proc/{inside.pid}/task/{inside.pid}/children")
+        deadline = time.monotonic() + 10
+        while not children.read_text().split():  # the sleep runs in the new namespace once unshare forked
+            assert time.monotonic() < deadline, "unshare did not fork"
+            time.sleep(0.05)
+        _, after = doctor(namespace)
+    finally:
+        inside.kill()
+        inside.wait(10)
+    assert not after["containers"]["ok"]
+    assert processes_elsewhere(after) == processes_elsewhere(before) + 1, (before["containers"], after["containers"])
+
+
+def processes_elsewhere(checks: dict[str, dict]) -> int:
+    finding = checks["containers"]["finding"]
+    return 0 if finding.startswith("no process") else int(finding.split()[0])
