@@ -105,7 +105,8 @@ def _pmu(status: pb.CollectorStatus | None, snapshot: pb.HostSnapshot) -> Check:
 
 def _agent_ports(ports: tuple[int, int]) -> Check:
     """Who listens on the node agent's gRPC and /metrics ports, on both loopback addresses."""
-    found, strangers = [], []
+    found: list[str] = []
+    strangers: list[str] = []
     for port in ports:
         for host in ("127.0.0.1", "::1"):
             try:
