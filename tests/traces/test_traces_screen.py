@@ -49,13 +49,13 @@ async def test_capture_dialog_shows_the_agents_summary_and_opens_the_merged_time
             assert ": every rank wrote its file;" in status(screen), status(screen)
             # The agent's summary, the file still on its node.
             row = screen.query_one(DataTable).get_row(agent.address.target)
-            assert row[:4] == [agent.address.target, "done", "0", "0"]
+            assert row[:5] == [agent.address.target, "done", "rank 0", "1 on node", "1 written"]
             assert "rank 0 on" in str(screen.query_one("#traces-summary", Static).render())
             assert screen.merged_path is None and not (tmp_path / "out").exists()
             await pilot.press("m")  # open the merged timeline: fetch and merge
             await wait_for(lambda: "Merged timeline:" in status(screen))
             await pilot.pause()
-            assert screen.query_one(DataTable).get_row(agent.address.target)[3] == "1"
+            assert screen.query_one(DataTable).get_row(agent.address.target)[3] == "1 on node, 1 here"
             summary_text = str(screen.query_one("#traces-summary", Static).render())
             # The same capture counted again with the other step window: re-summarised, not re-captured
             screen.query_one("#traces-steps", Select).value = "complete"

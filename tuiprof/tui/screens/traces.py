@@ -28,6 +28,8 @@ from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Sel
 from textual.worker import Worker, WorkerState
 
 from agentd.address import AgentAddress
+from agentd.stacks import ranksets
+from agentd.traces.capture import WRITTEN
 from tuiprof.analysis.stragglers import trace_stragglers
 from tuiprof.analysis.trace_merge import merge_capture
 from tuiprof.analysis.trace_reduce import reduce_summaries, remote_ranks
@@ -229,9 +231,9 @@ class TracesScreen(ConsoleScreen):
     def _progress(self, host: HostProgress) -> None:
         table = self.query_one(DataTable)
         detail = host.error or host.message or host.states_text()
-        ranks = ",".join(str(t.rank_number) for t in host.targets if t.rank_number is not None) or str(len(host.targets))
-        for column, value in zip(table.columns, (host.host, host.phase, ranks, str(len(host.files)), detail)):
-            table.update_cell(host.host, column, value)
+        for column, value in zip(table.columns, (host.host, host.phase, _targets_text(host), _files_text(host),
+                                                 detail)):
+            table.update_cell(host.host, column, value, update_width=True)  # a detail is never cut to "1 writ"
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "traces" and event.state == WorkerState.ERROR:
@@ -241,3 +243,17 @@ class TracesScreen(ConsoleScreen):
 
     def _status(self, text: str) -> None:
         self.query_one("#traces-status", Static).update(text)
+
+
+def _targets_text(host: HostProgress) -> str:
+    """The host's targets: their rank numbers ("rank 0", "ranks 0-3"), else how many processes."""
+    numbers = [t.rank_number for t in host.targets if t.rank_number is not None]
+    if numbers:
+        return f"rank{'s' if len(numbers) > 1 else ''} {ranksets.fold(numbers)}"
+    return f"{len(host.targets)} process{'es' if len(host.targets) != 1 else ''}"
+
+
+def _files_text(host: HostProgress) -> str:
+    """Files written where the targets run, and those fetched here."""
+    written = sum(t.state == WRITTEN for t in host.targets)
+    return f"{written} on node" + (f", {len(host.files)} here" if host.files else "")
