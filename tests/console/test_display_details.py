@@ -58,3 +58,19 @@ async def test_trend_of_a_gpu_less_host_says_it_plots_cpu() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         assert "trend: CPU busy (no GPU readings)" in detail(app)
+
+
+def test_the_pmu_tab_says_what_it_counts_over_and_why_a_counter_is_missing():
+    from agentd.proto import tuiprof_agent_pb2 as pb
+    from tuiprof.model import convert
+    from tuiprof.model.messages import PmuStats
+    from tuiprof.tui.screens.host import pmu_rows
+
+    pmu = convert.from_proto(PmuStats, pb.PmuStats(
+        scope="process", hardware_available=False, hardware_reason="ENOENT: no PMU", task_clock_cpus=0.01,
+        unavailable={"mips": "no hardware counters"}))
+    rows = {key: [str(cell) for cell in cells] for key, cells, _ in pmu_rows(pmu)}
+    assert rows["scope"] == ["counted over", "per process: the ranks' own processes only (host-wide needs root, "
+                                             "CAP_PERFMON or perf_event_paranoid <= 0)"]
+    assert rows["mips"] == ["instructions (millions/s)", "n/a: no hardware counters"]
+    assert rows["task_clock_cpus"] == ["CPUs busy (task clock)", "0.01"]

@@ -233,21 +233,36 @@ def _rank_state(rank: RankStats) -> Text:
     return Text(rank.state or "unknown", style=style)
 
 
-PMU_FIELDS: tuple[tuple[str, Callable[[Reading], str]], ...] = (
-    ("mips", lambda v: units.plain(v, 0)), ("mega_cycles_per_s", lambda v: units.plain(v, 0)),
-    ("ipc", units.plain), ("cache_misses_per_s", units.per_s), ("cache_miss_percent", units.percent),
-    ("branch_misses_per_s", units.per_s), ("task_clock_cpus", units.plain),
-    ("context_switches_per_s", units.per_s), ("page_faults_per_s", units.per_s),
-    ("cpu_migrations_per_s", units.per_s),
+PMU_FIELDS: tuple[tuple[str, str, Callable[[Reading], str]], ...] = (
+    ("mips", "instructions (millions/s)", lambda v: units.plain(v, 0)),
+    ("mega_cycles_per_s", "cycles (millions/s)", lambda v: units.plain(v, 0)),
+    ("ipc", "instructions per cycle", units.plain),
+    ("cache_misses_per_s", "cache misses", units.per_s),
+    ("cache_miss_percent", "cache misses of references", units.percent),
+    ("branch_misses_per_s", "branch misses", units.per_s),
+    ("task_clock_cpus", "CPUs busy (task clock)", units.plain),
+    ("context_switches_per_s", "context switches", units.per_s),
+    ("page_faults_per_s", "page faults", units.per_s),
+    ("cpu_migrations_per_s", "CPU migrations", units.per_s),
 )
+PMU_SCOPES = {
+    "system": "host-wide: every CPU, every process",
+    "process": "per process: the ranks' own processes only (host-wide needs root, CAP_PERFMON or "
+               "perf_event_paranoid <= 0)",
+}
 
 
 def pmu_rows(pmu: PmuStats) -> list[Row]:
-    rows: list[Row] = [("hardware", ["hardware counters", "yes" if pmu.hardware_available
-                                     else f"no: {pmu.hardware_reason or 'not reported'}"], {})]
-    for name, formatter in PMU_FIELDS:
+    """The counters with what they count over (host or ranks); an unavailable one says why in place."""
+    rows: list[Row] = [
+        ("scope", ["counted over", PMU_SCOPES.get(pmu.scope, pmu.scope or "not reported")], {}),
+        ("hardware", ["hardware counters", "yes" if pmu.hardware_available
+                      else f"no: {pmu.hardware_reason or 'not reported'}"], {})]
+    for name, label, formatter in PMU_FIELDS:
         value = getattr(pmu, name)
-        rows.append((name, [name, reading(value, formatter)], {name: value}))
+        cell = Text(f"{units.NA}: {value.reason}", style="dim italic") if isinstance(value, Unavailable) \
+            else reading(value, formatter)
+        rows.append((name, [label, cell], {name: value}))
     return rows
 
 
