@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Reading ranks' telemetry segments (/dev/shm/tuiprof-<uid>-<pid>).
+"""Reading ranks' telemetry segments (/dev/shm/tuiprof-<uid>-<pid>-<random>).
 
 The layout, the directory, the file names, the kinds and the flags are
 defined once, in ``include/tuiprof_segment.h``; this module compiles against
@@ -83,6 +83,7 @@ cdef extern from "tuiprof_segment.h":
     const char *TP_EXCEPTION_SUFFIX
     const char *TP_FLIGHT_SUFFIX
     const char *TP_INERT_SUFFIX
+    int TP_STEM_RANDOM_DIGITS
     uint32_t TP_KIND_NONE
     uint32_t TP_KIND_GEMM
     uint32_t TP_KIND_NCCL
@@ -229,9 +230,13 @@ FLAG_NCCL_API_EVENTS = TP_FLAG_NCCL_API_EVENTS
 # Real uids are below 2^32 - 1 ((uid_t)-1 means "none"); Linux pids never exceed PID_MAX_LIMIT (2^22).
 MAX_UID = 0xFFFFFFFE
 PID_MAX_LIMIT = 1 << 22
-# tuiprof-<uid>-<pid>[suffix]: at most 10 digits each, so a hostile name cannot make a huge int.
+STEM_RANDOM_DIGITS = TP_STEM_RANDOM_DIGITS
+# tuiprof-<uid>-<pid>-<random>[.inert]: at most 10 digits each, so a hostile name cannot make a huge
+# int; the random part is the hook's (lowercase hex), unknown to anyone before the file exists. A name
+# without it is what hooks before it wrote (same layout): still a claim, judged the same way.
 SEGMENT_NAME = re.compile(
-    rf"^{re.escape(SEGMENT_PREFIX)}([0-9]{{1,10}})-([0-9]{{1,10}})({re.escape(INERT_SUFFIX)})?$")
+    rf"^{re.escape(SEGMENT_PREFIX)}([0-9]{{1,10}})-([0-9]{{1,10}})(?:-[0-9a-f]{{{STEM_RANDOM_DIGITS}}})?"
+    rf"({re.escape(INERT_SUFFIX)})?$")
 
 # A writer updates a record in nanoseconds, but it may be preempted mid-update: a few
 # yields, then short sleeps, well under 1 ms in all before a record is declared busy
@@ -390,8 +395,9 @@ class SegmentFile:
 
 
 def parse_name(name: str):
-    """``(uid, pid, inert)`` of a segment name (``tuiprof-<uid>-<pid>``) or an inert-hook note
-    (the same with ``.inert``), None for any other name or numbers out of range."""
+    """``(uid, pid, inert)`` of a segment name (``tuiprof-<uid>-<pid>-<random>``, or an earlier hook's
+    ``tuiprof-<uid>-<pid>``) or an inert-hook note (the same with ``.inert``), None for any other name
+    or numbers out of range."""
     match = SEGMENT_NAME.match(name)
     if match is None:
         return None

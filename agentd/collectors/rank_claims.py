@@ -1,6 +1,6 @@
 """Rank segment files are claims; what the kernel says decides.
 
-Anyone can write ``/dev/shm``. A file named ``tuiprof-<uid>-<pid>`` claims
+Anyone can write ``/dev/shm``. A file named ``tuiprof-<uid>-<pid>-<random>`` claims
 "process <pid>, running as <uid>, made me" — and the agent runs as root and
 later dumps the stacks of the processes it reports as ranks. So a segment (or
 an inert hook's ``.inert`` note) is believed only when:
@@ -12,7 +12,11 @@ an inert hook's ``.inert`` note) is believed only when:
   process under a reused pid is another one), runs with that real uid.
 
 A claim about a process that is gone is about the past (the rank exited); it
-never makes the process a target. Anything else is refused: skipped, counted
+never makes the process a target. The hook draws the ``<random>`` part of its
+names from getrandom, so no one can take a rank's names ahead of it; which
+files are a process's is found by listing the directory (any number of claims
+per pid may exist, each judged on its own: ``ranks`` reports one segment per
+process). Anything else is refused: skipped, counted
 per reason, logged once per file (rate-limited), never reported.
 
 The directory is scanned with one ``lstat`` per name; at most
@@ -120,9 +124,10 @@ def scan(directory: str, layout: Any, followed: set[str]) -> Scan:
 
 
 def _claims_a_pid(name: str, layout: Any) -> bool:
-    """``tuiprof-<digits>-<digits>[.inert]`` with numbers out of range: a claim, refused (not a side file)."""
-    uid, sep, pid = name.removeprefix(layout.SEGMENT_PREFIX).removesuffix(layout.INERT_SUFFIX).partition("-")
-    return bool(sep) and uid.isdigit() and pid.isdigit()
+    """``tuiprof-<digits>-<digits>[-<random>][.inert]`` with numbers out of range: a claim, refused
+    (not a side file)."""
+    parts = name.removeprefix(layout.SEGMENT_PREFIX).removesuffix(layout.INERT_SUFFIX).split("-")
+    return 2 <= len(parts) <= 3 and parts[0].isdigit() and parts[1].isdigit()
 
 
 def check_file(candidate: Candidate) -> None:

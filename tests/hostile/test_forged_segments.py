@@ -6,8 +6,11 @@ their own rank still does, and the agent stays healthy."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
+
+from tuiprof_native import segment
 
 FORGE = """
 import os, struct, sys, time
@@ -28,6 +31,14 @@ def wait_for_log(agent, text: str, count: int, timeout: float = 20.0) -> None:
         time.sleep(0.1)
 
 
+def segment_of(namespace, uid: int, pid: int) -> str:
+    """The path of ``pid``'s segment in the namespace's /dev/shm (its name ends in the hook's random part)."""
+    listed = namespace.run(["ls", "/dev/shm"])
+    assert listed.returncode == 0, listed.stderr
+    (name,) = [n for n in listed.stdout.split() if re.fullmatch(rf"tuiprof-{uid}-{pid}-[0-9a-f]+", n)]
+    return f"{segment.SEGMENT_DIR}/{name}"
+
+
 def ranks_seen(agent, rank_pid: int, user) -> set[int]:
     """The pids in a snapshot that lists ``rank_pid`` (asked as ``user``)."""
     seen = agent.client("snapshot", "--rank-pid", str(rank_pid), user=user)
@@ -41,7 +52,7 @@ def test_a_copy_aimed_at_roots_process_gets_no_stacks_of_it(agent_in_namespace, 
     theirs = start_rank(hostile_user, "their own")
     victim = namespace.popen(["sleep", "300"])  # root's, not a rank
     try:
-        source = f"/dev/shm/tuiprof-{hostile_user.uid}-{theirs.pid}"
+        source = segment_of(namespace, hostile_user.uid, theirs.pid)
         for name in (f"tuiprof-{hostile_user.uid}-{victim.pid}", f"tuiprof-0-{victim.pid}"):
             done = run_as_hostile([sys.executable, "-c", FORGE, source, str(victim.pid), f"/dev/shm/{name}"])
             assert done.returncode == 0, done.stderr
@@ -59,7 +70,7 @@ def test_a_copy_aimed_at_roots_process_gets_no_stacks_of_it(agent_in_namespace, 
 
 
 def test_a_fifo_and_a_truncated_segment_neither_block_nor_kill_the_agent(agent_in_namespace, start_rank,
-                                                                          hostile_user, run_as_hostile):
+                                                                          hostile_user, run_as_hostile, namespace):
     agent = agent_in_namespace()
     roots = start_rank(None, "root's own")
     theirs = start_rank(hostile_user, "their own")
@@ -71,7 +82,7 @@ def test_a_fifo_and_a_truncated_segment_neither_block_nor_kill_the_agent(agent_i
                           "for i in range(400):\n"
                           "    os.truncate(sys.argv[1], 4096 if i % 2 == 0 else 1 << 20)\n"
                           "    time.sleep(0.005)\n",
-                          f"/dev/shm/tuiprof-{hostile_user.uid}-{theirs.pid}"])
+                          segment_of(namespace, hostile_user.uid, theirs.pid)])
     assert cut.returncode == 0, cut.stderr
     wait_for_log(agent, "why=not-regular", 1)
     agent.assert_healthy(user=hostile_user)

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from native.support import HOOK, STANDINS, build_cuda_standins, gcc, segment_path
-from tuiprof_native import segment
+from native.support import HOOK, STANDINS, build_cuda_standins, gcc, remove_rank_files
 
 
 def _build(out: pathlib.Path, nccl_flags: tuple[str, ...] = ()) -> pathlib.Path:
@@ -50,10 +49,7 @@ def cleanup_segments() -> Iterator[list[int]]:
     pids: list[int] = []
     yield pids
     for pid in pids:
-        path = segment_path(pid)
-        path.unlink(missing_ok=True)
-        for suffix in (segment.EXCEPTION_SUFFIX, segment.FLIGHT_SUFFIX, segment.INERT_SUFFIX):
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
+        remove_rank_files(pid)
 
 
 @pytest.fixture(scope="session", autouse=True)

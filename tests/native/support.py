@@ -61,11 +61,30 @@ def stand_in_rank(standins: pathlib.Path, env: dict[str, str] | None = None) -> 
         yield process
     finally:
         process.communicate("\n", timeout=10)
-        segment_path(process.pid).unlink(missing_ok=True)
+        remove_rank_files(process.pid)
+
+
+def rank_files(pid: int) -> list[pathlib.Path]:
+    """This user's files of ``pid`` in the segment directory: tuiprof-<uid>-<pid>-<random>[suffix]."""
+    return sorted(pathlib.Path(segment.SEGMENT_DIR).glob(f"{segment.SEGMENT_PREFIX}{os.getuid()}-{pid}-*"))
 
 
 def segment_path(pid: int) -> pathlib.Path:
-    return pathlib.Path(segment.SEGMENT_DIR) / f"tuiprof-{os.getuid()}-{pid}"
+    """The segment of ``pid`` (its hook draws the name's random part); while it has none, a path
+    that does not exist."""
+    found = [path for path in rank_files(pid) if (parsed := segment.parse_name(path.name)) and not parsed[2]]
+    assert len(found) <= 1, f"pid {pid} has {len(found)} segments: {found}"
+    return found[0] if found else pathlib.Path(segment.SEGMENT_DIR) / f"tuiprof-{os.getuid()}-{pid}-none"
+
+
+def inert_note_paths(pid: int) -> list[pathlib.Path]:
+    """The notes an inert hook in ``pid`` left (each under a random stem of its own)."""
+    return [path for path in rank_files(pid) if path.name.endswith(segment.INERT_SUFFIX)]
+
+
+def remove_rank_files(pid: int) -> None:
+    for path in rank_files(pid):
+        path.unlink(missing_ok=True)
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 10.0) -> T:

@@ -5,9 +5,9 @@ Whatever is wrong, the job runs on unchanged: the hook stays inert, says so in o
 stderr line and leaves the reason in a `.inert` note for the agent; it never
 follows a link, never touches a file that is not its own, and never dies of
 SIGBUS. A full /dev/shm is a 64 KiB tmpfs mounted over it in a private mount
-namespace (root and unshare(1) needed); files in the way are planted at the
-process's own paths by a small launcher that then execs `tuiprof run` (the pid is kept
-across exec). Not by ``preexec_fn``: Python run between fork and exec in this test process,
+namespace (root and unshare(1) needed); files at the names anyone could predict for the
+process (``tuiprof-<uid>-<pid>``, the names before the random part) are planted by a small
+launcher that then execs `tuiprof run` (the pid is kept across exec). Not by ``preexec_fn``: Python run between fork and exec in this test process,
 which holds gRPC's threads from other tests, once started gRPC's poller in the child, which
 then aborted when the child's descriptors were closed.
 """
@@ -27,7 +27,8 @@ import time
 
 import pytest
 
-from native.support import HOOK, SMALL_SHM_SETUP, segment_path, tuiprof_run, tuiprof_run_argv, wait_for
+from native.support import (HOOK, SMALL_SHM_SETUP, segment_path, stand_in_rank, tuiprof_run, tuiprof_run_argv,
+                            wait_for)
 from tuiprof_native import segment
 
 SEGMENT_MIB = f"{segment.SEGMENT_SIZE / 2**20:.1f}"
@@ -67,9 +68,11 @@ def tuiprof_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("tuiprof:")]
 
 
-def note_path(pid: int) -> pathlib.Path:
-    path = segment_path(pid)
-    return path.with_name(path.name + segment.INERT_SUFFIX)
+def only_note(files: dict[str, str], pid: int) -> str:
+    """The text of the one file left in /dev/shm: the inert note of ``pid``, under a random stem."""
+    (name,) = files
+    assert re.fullmatch(rf"tuiprof-{os.getuid()}-{pid}-[0-9a-f]{{16}}{re.escape(segment.INERT_SUFFIX)}", name), name
+    return files[name]
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +101,7 @@ def test_full_shm_standin_workload_runs_on_inert(standins, mount_namespace):
     result = json.loads(run["stdout"].splitlines()[0])
     assert result["max_error"] == 0 and run["stdout"].splitlines()[1] == "READY"
     assert tuiprof_lines(run["stderr"]) == [inert_line(run["pid"], FULL_REASON)]
-    uid = os.getuid()
-    assert run["files"] == {f"tuiprof-{uid}-{run['pid']}{segment.INERT_SUFFIX}": FULL_REASON + "\n"}
+    assert only_note(run["files"], run["pid"]) == FULL_REASON + "\n"  # the segment and its side files went
 
 
 def test_full_shm_torch_training_runs_on_inert(mount_namespace):
@@ -107,8 +109,7 @@ def test_full_shm_torch_training_runs_on_inert(mount_namespace):
     assert run["rc"] == 0, run["stderr"]
     assert run["stdout"] == "trained\n"
     assert tuiprof_lines(run["stderr"]) == [inert_line(run["pid"], FULL_REASON)]
-    uid = os.getuid()
-    assert run["files"] == {f"tuiprof-{uid}-{run['pid']}{segment.INERT_SUFFIX}": FULL_REASON + "\n"}
+    assert only_note(run["files"], run["pid"]) == FULL_REASON + "\n"
 
 
 def test_shm_without_a_free_page_leaves_an_empty_note(standins, mount_namespace):
@@ -116,7 +117,7 @@ def test_shm_without_a_free_page_leaves_an_empty_note(standins, mount_namespace)
     assert run["rc"] == 0, run["stderr"]
     assert tuiprof_lines(run["stderr"]) == [inert_line(run["pid"], FULL_REASON)]
     # the agent works the reason out itself (statvfs) from an empty note
-    assert run["files"] == {f"tuiprof-{os.getuid()}-{run['pid']}{segment.INERT_SUFFIX}": ""}
+    assert only_note(run["files"], run["pid"]) == ""
 
 
 PLANT_THEN_EXEC = textwrap.dedent("""
@@ -135,8 +136,8 @@ PLANT_THEN_EXEC = textwrap.dedent("""
             os.chmod(path, item["mode"])
     os.execv(sys.argv[2], sys.argv[2:])
 """)
-"""``python -c`` this, the files to plant (JSON: each a ``suffix`` after the process's segment path and
-a ``link_to`` target or a ``text``, with an ``owner`` and ``mode`` to give it), then the argv to exec."""
+"""``python -c`` this, the files to plant (JSON: each a ``suffix`` after the process's predictable name
+and a ``link_to`` target or a ``text``, with an ``owner`` and ``mode`` to give it), then the argv to exec."""
 
 
 def link(suffix: str, target: pathlib.Path) -> dict:
@@ -165,78 +166,92 @@ def file_state(path: pathlib.Path) -> tuple:
     return st.st_ino, st.st_uid, stat.S_IMODE(st.st_mode), st.st_mtime_ns, path.read_bytes()
 
 
-def test_symlink_at_the_segment_path_is_not_followed(standins, cleanup_segments, tmp_path):
+def predictable(pid: int, suffix: str = "") -> pathlib.Path:
+    return pathlib.Path(segment.SEGMENT_DIR) / f"tuiprof-{os.getuid()}-{pid}{suffix}"
+
+
+@pytest.mark.parametrize("in_the_way", ["symlink", "other user's file", "own stale file"])
+def test_files_at_the_predictable_names_do_not_stop_the_hook(standins, cleanup_segments, tmp_path, in_the_way):
+    """The squat of issue 24 item 7: whatever sits at tuiprof-<uid>-<pid>[.inert] and the side files'
+    names, the hook records under its random name, and touches none of it (nor what a link points to)."""
     victim = tmp_path / "victim"
     victim.write_bytes(b"a file the job's user can write, elsewhere\n")
     before = file_state(victim)
-    run = run_driver_with(standins, [link("", victim)], cleanup_segments)
-    pid = run.args
-    assert run.returncode == 0, run.stderr
-    assert file_state(victim) == before
-    assert os.readlink(segment_path(pid)) == str(victim)  # the link itself is left alone too
-    reason = f"a symbolic link is in the way at {segment_path(pid)} (left alone)"
-    assert tuiprof_lines(run.stderr) == [inert_line(pid, reason)]
-    assert note_path(pid).read_text() == reason + "\n"
-
-
-def test_other_users_file_at_the_segment_path_is_left_alone(standins, cleanup_segments):
-    other_uid = 65534  # nobody: the user who planted the file (world-writable, as a trap would be)
-
-    run = run_driver_with(standins, [planted_file("", "planted by uid 65534\n", other_uid, 0o666)], cleanup_segments)
-    pid = run.args
-    assert run.returncode == 0, run.stderr
-    st = segment_path(pid).lstat()
-    assert (st.st_uid, stat.S_IMODE(st.st_mode), st.st_size) == (other_uid, 0o666, 21)
-    assert segment_path(pid).read_bytes() == b"planted by uid 65534\n"  # not truncated, not written
-    reason = f"a file of uid {other_uid} is in the way at {segment_path(pid)} (left alone)"
-    assert tuiprof_lines(run.stderr) == [inert_line(pid, reason)]
-    assert note_path(pid).read_text() == reason + "\n"
-
-
-def test_stale_own_segment_and_note_of_the_same_pid_are_replaced(standins, cleanup_segments):
-    plants = [planted_file("", "left by an earlier process with this pid"),
-              planted_file(segment.INERT_SUFFIX, "an earlier process's reason\n")]
+    suffixes = ("", segment.INERT_SUFFIX, segment.EXCEPTION_SUFFIX, segment.FLIGHT_SUFFIX)
+    plants = {"symlink": [link(suffix, victim) for suffix in suffixes],
+              "other user's file": [planted_file(suffix, "planted by uid 65534\n", 65534, 0o666) for suffix in suffixes],
+              "own stale file": [planted_file(suffix, "left by an earlier process with this pid\n")
+                                 for suffix in suffixes]}[in_the_way]
     run = run_driver_with(standins, plants, cleanup_segments)
     pid = run.args
-    assert run.returncode == 0, run.stderr
-    assert tuiprof_lines(run.stderr) == []
-    assert not note_path(pid).exists()
-    with segment.Segment(segment_path(pid)) as seg:
-        assert seg.header().pid == pid
-        assert seg.header().flags & segment.FLAG_EXITED
-        assert sum(s.count for s in seg.slots() if s.kind == "gemm") == 16  # the workload's finished GEMMs
+    try:
+        assert run.returncode == 0, run.stderr
+        assert tuiprof_lines(run.stderr) == []
+        assert file_state(victim) == before
+        with segment.Segment(segment_path(pid)) as seg:
+            assert seg.header().pid == pid
+            assert seg.header().flags & segment.FLAG_EXITED
+            assert sum(s.count for s in seg.slots() if s.kind == "gemm") == 16  # the workload's finished GEMMs
+        for suffix in suffixes:  # left exactly as planted
+            if in_the_way == "symlink":
+                assert os.readlink(predictable(pid, suffix)) == str(victim)
+            else:
+                assert predictable(pid, suffix).read_text() in ("planted by uid 65534\n",
+                                                                "left by an earlier process with this pid\n")
+    finally:
+        for suffix in suffixes:
+            predictable(pid, suffix).unlink(missing_ok=True)
 
 
-CRASH = TRAIN.replace('print("trained", flush=True)', 'raise RuntimeError("boom after 5 steps")')
+def test_the_segments_side_files_are_taken_with_it(standins, cleanup_segments):
+    """Once the segment's name is visible, so is its stem: the hook has already created the side
+    files (empty, 0600, its own), so no one who lists /dev/shm can take their names."""
+    with stand_in_rank(standins) as proc:
+        cleanup_segments.append(proc.pid)
+        path = segment_path(proc.pid)
+        for suffix in (segment.EXCEPTION_SUFFIX, segment.FLIGHT_SUFFIX):
+            st = path.with_name(path.name + suffix).lstat()
+            assert stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o600
+            assert st.st_size == 0
+        assert re.fullmatch(rf"tuiprof-{os.getuid()}-{proc.pid}-[0-9a-f]{{16}}", path.name), path.name
+        assert segment.parse_name(path.name) == (os.getuid(), proc.pid, False)
+
+
+# Trains 5 steps (the hook has made its files), waits for a line, then dies of an uncaught exception.
+CRASH_ON_CUE = TRAIN.replace('print("trained", flush=True)', 'print("trained", flush=True)\n'
+                             'import sys\nsys.stdin.readline()\nraise RuntimeError("boom after 5 steps")')
 
 
 @pytest.mark.parametrize("in_the_way", ["symlink", "stale own file"])
 def test_exception_sidecar_written_only_over_own_file(cleanup_segments, tmp_path, in_the_way):
+    """What the startup hook finds at the exception file's name (the hook's own empty file, unless
+    something replaced it since) is written over only when it is this user's regular file."""
     victim = tmp_path / "victim"
     victim.write_text("not the exception file\n")
     before = file_state(victim)
-
-    def sidecar(pid: int) -> pathlib.Path:
-        path = segment_path(pid)
-        return path.with_name(path.name + segment.EXCEPTION_SUFFIX)
-
-    plant = (link(segment.EXCEPTION_SUFFIX, victim) if in_the_way == "symlink"
-             else planted_file(segment.EXCEPTION_SUFFIX, "an earlier process's exception\n"))
-    proc = tuiprof_run(sys.executable, "-c", CRASH, launcher=launcher([plant]), stdout=subprocess.PIPE,
+    proc = tuiprof_run(sys.executable, "-c", CRASH_ON_CUE, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)
     cleanup_segments.append(proc.pid)
-    _, err = proc.communicate(timeout=120)
+    assert proc.stdout.readline() == "trained\n"
+    path = segment_path(proc.pid)
+    sidecar = path.with_name(path.name + segment.EXCEPTION_SUFFIX)
+    sidecar.unlink()  # the hook's own empty file, replaced by what is in the way
+    if in_the_way == "symlink":
+        sidecar.symlink_to(victim)
+    else:
+        sidecar.write_text("an earlier process's exception\n")
+    _, err = proc.communicate("go\n", timeout=120)
     assert proc.returncode == 1 and err.rstrip().endswith("RuntimeError: boom after 5 steps")  # as without us
-    with segment.Segment(segment_path(proc.pid)) as seg:
+    with segment.Segment(str(path)) as seg:
         assert seg.header().counters.step_count == 5  # the hook itself ran
     assert file_state(victim) == before
     if in_the_way == "symlink":
-        assert os.readlink(sidecar(proc.pid)) == str(victim)
+        assert os.readlink(sidecar) == str(victim)
     else:
-        text = sidecar(proc.pid).read_text()
+        text = sidecar.read_text()
         assert "RuntimeError: boom after 5 steps" in text and "earlier" not in text
-        assert stat.S_IMODE(sidecar(proc.pid).stat().st_mode) == 0o600
-    assert not list(segment_path(proc.pid).parent.glob(f"{segment_path(proc.pid).name}*.tmp"))
+        assert stat.S_IMODE(sidecar.stat().st_mode) == 0o600
+    assert not list(path.parent.glob(f"{path.name}*.tmp"))
 
 
 IDLE = textwrap.dedent("""

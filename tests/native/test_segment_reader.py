@@ -98,10 +98,15 @@ def test_a_segment_cut_after_it_was_opened(tmp_path, valid_bytes):
 
 
 def test_names_parse_within_range():
-    assert segment.parse_name("tuiprof-1000-42") == (1000, 42, False)
+    random = "0123456789abcdef"
+    assert segment.parse_name(f"tuiprof-1000-42-{random}") == (1000, 42, False)  # the hook's names
+    assert segment.parse_name(f"tuiprof-0-7-{random}{segment.INERT_SUFFIX}") == (0, 7, True)
+    assert segment.parse_name("tuiprof-1000-42") == (1000, 42, False)  # an earlier hook's (same layout)
     assert segment.parse_name(f"tuiprof-0-7{segment.INERT_SUFFIX}") == (0, 7, True)
     for name in (f"tuiprof-0-{2**31}", "tuiprof-0-0", f"tuiprof-{2**32 - 1}-5", "tuiprof-0-5.exception",
-                 "tuiprof-0-" + "9" * 40, "tuiprof--1-5"):
+                 "tuiprof-0-" + "9" * 40, "tuiprof--1-5", f"tuiprof-0-5-{random}{segment.EXCEPTION_SUFFIX}",
+                 f"tuiprof-0-5-{random.upper()}", f"tuiprof-0-5-{random[1:]}", f"tuiprof-0-5-{random}0",
+                 f"tuiprof-0-5-{random}-{random}"):
         assert segment.parse_name(name) is None, name
 
 

@@ -13,6 +13,7 @@ import os
 import pathlib
 import pwd
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from agentd.collectors.ranks import RanksCollector
 from agentd.hang.detector import HangDetector, Thresholds
 from agentd.prometheus import render_metrics
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.segment_forge import forged, plant, recorded_segment
+from native.segment_forge import STEP_COUNT_OFFSET, forged, plant, recorded_segment
 from native.support import SMALL_SHM_SETUP, segment_path, tuiprof_run, tuiprof_run_argv
 from tuiprof_native import segment
 
@@ -102,11 +103,15 @@ def collector(shm_dir) -> Iterator[RanksCollector]:
     ranks.close()
 
 
-def reported(collector: RanksCollector) -> dict[int, pb.RankStats]:
+def reported_all(collector: RanksCollector) -> list[pb.RankStats]:
     collector.collect()
     snapshot = pb.HostSnapshot()
     collector.fill(snapshot)
-    return {r.pid: r for r in snapshot.ranks}
+    return list(snapshot.ranks)
+
+
+def reported(collector: RanksCollector) -> dict[int, pb.RankStats]:
+    return {r.pid: r for r in reported_all(collector)}
 
 
 def test_a_copy_claiming_roots_process_is_refused(collector, shm_dir, good_rank, valid_bytes, hostile, processes):
@@ -353,3 +358,23 @@ def test_a_job_whose_hook_stayed_inert_is_reported_with_the_reason(standins, fil
     else:
         assert reason.startswith("shared memory full: posix_fallocate of ")
     assert run["left"] == (["filler"] if fill else [])  # the note went with its process
+
+
+def test_a_process_with_several_segments_is_one_rank_the_newest(collector, shm_dir, good_rank, valid_bytes):
+    """Names are random now, so one process can have several segments: its first one after it exec'd
+    and started the hook again, or its owner's copies. It is one rank, its newest segment's."""
+    real = reported(collector)[good_rank.pid]
+    with segment.Segment(str(segment_path(good_rank.pid))) as seg:
+        start_ns = seg.header().start_ns
+
+    def copy(name_random: str, start: int, steps: int) -> None:
+        data = bytearray(forged(valid_bytes, good_rank.pid, start_ns=start))
+        struct.pack_into("<Q", data, STEP_COUNT_OFFSET, steps)
+        plant(shm_dir, f"tuiprof-0-{good_rank.pid}-{name_random}", bytes(data))
+
+    copy("a" * segment.STEM_RANDOM_DIGITS, start_ns - 10**9, 777)  # older: left behind by an exec
+    ranks = [r for r in reported_all(collector) if r.pid == good_rank.pid]
+    assert [r.step_count for r in ranks] == [real.step_count]
+    copy("b" * segment.STEM_RANDOM_DIGITS, start_ns + 10**9, 999)  # newer: the one that counts
+    ranks = [r for r in reported_all(collector) if r.pid == good_rank.pid]
+    assert [r.step_count for r in ranks] == [999]

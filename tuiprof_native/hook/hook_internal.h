@@ -19,7 +19,7 @@
 #define TP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#define TP_PATH_MAX 128   /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid><suffix> */
+#define TP_PATH_MAX 128   /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid>-<random><suffix> */
 #define TP_REASON_MAX 256 /* why the hook stays inert, one line */
 
 /* ---- small helpers (util.c) -------------------------------------------- */
@@ -27,20 +27,24 @@ uint64_t tp_now_ns(void);  /* CLOCK_REALTIME */
 void tp_copy_name(char *dst, size_t cap, const char *src);
 
 /* ---- this process's files in TP_SEGMENT_DIR (shm_files.c) -------------- */
-/* TP_SEGMENT_DIR/tuiprof-<uid>-<pid><suffix>: the one place that builds it.
- * 0, or -1 when it does not fit in cap. */
+/* Draw this process's stem, tuiprof-<uid>-<pid>-<16 random hex digits>: 0,
+ * or -1 with `why` when the kernel gives no random bytes (never blocks). */
+int tp_new_stem(char *why, size_t cap);
+/* This process's files are no longer its own (a fork child's stem is the parent's). */
+void tp_forget_stem(void);
+/* TP_SEGMENT_DIR/<stem><suffix>: the one place that builds it.  0, or -1
+ * when there is no stem or it does not fit in cap. */
 int tp_segment_path(char *buf, size_t cap, const char *suffix);
-/* Make way for a new file at `path`: 0 when nothing is there or a stale
- * regular file of this uid was removed; -1 with `why` for anything else (a
- * symlink, another user's file, not a regular file), which is left alone. */
-int tp_clear_own_file(const char *path, char *why, size_t cap);
+/* Create the segment's side files empty (<stem>.exception, <stem>.flight),
+ * right after the segment made the stem visible, so no one else takes them. */
+void tp_claim_sidecars(void);
+/* Remove the segment and the side files this process created. */
+void tp_remove_files(void);
 /* printf into `why`, then " (strerror(err))" unless err is 0. */
 void tp_reason(char *why, size_t cap, int err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* The hook could not start: one line on stderr, and the reason in the
- * <segment path>.inert note for the agent. */
+/* The hook could not start: one line on stderr, and the reason in a
+ * <stem>.inert note for the agent. */
 void tp_report_inert(const char *reason);
-/* A segment exists now: an own note of an earlier process with this pid goes. */
-void tp_remove_stale_note(void);
 
 /* ---- lifecycle (worker.c) ---------------------------------------------- */
 /* Lazy start: creates the segment and the writer thread on first use.
@@ -200,7 +204,7 @@ void tp_nccl_fork_child(void);
 /* Create, reserve and map this process's segment: 0, or -1 with `why` (and
  * nothing left behind). */
 int tp_segment_create(char *why, size_t cap);
-void tp_segment_detach(void);  /* fork child: forget the parent's mapping */
+void tp_segment_detach(void);  /* fork child: forget the parent's mapping and names */
 void tp_segment_remove(void);  /* unmap and unlink (the writer could not start) */
 tp_segment *tp_segment_get(void);
 void tp_segment_fold(const tp_record *r, uint32_t kind);  /* slot + ring */

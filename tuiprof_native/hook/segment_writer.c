@@ -102,23 +102,30 @@ static void init_header(tp_header *h)
     h->heartbeat_ns = h->start_ns;
 }
 
+#define NAME_TRIES 4 /* a random name taken already: someone saw it; draw another */
+
 int tp_segment_create(char *why, size_t cap)
 {
     char path[TP_PATH_MAX];
-    if (tp_segment_path(path, sizeof(path), "") != 0) {
-        tp_reason(why, cap, 0, "the segment path does not fit in %d bytes", TP_PATH_MAX);
-        return -1;
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < NAME_TRIES; tries++) {
+        if (tp_new_stem(why, cap) != 0) return -1;
+        if (tp_segment_path(path, sizeof(path), "") != 0) {
+            tp_reason(why, cap, 0, "the segment path does not fit in %d bytes", TP_PATH_MAX);
+            return -1;
+        }
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) break;
     }
-    if (tp_clear_own_file(path, why, cap) != 0) return -1;
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         tp_reason(why, cap, errno, "cannot create %s", path);
         return -1;
     }
+    tp_claim_sidecars(); /* the name is visible now: its side files are taken at once, before the slow part */
     void *p = reserve_and_map(fd, why, cap);
     close(fd);
     if (!p) {
-        unlink(path); /* ours: created O_EXCL just now */
+        tp_remove_files();
         return -1;
     }
     tp_segment *s = p; /* fresh file: zero-filled */
@@ -127,7 +134,6 @@ int tp_segment_create(char *why, size_t cap)
     memset(g_first_seen, 0, sizeof(g_first_seen));
     __atomic_store_n(&s->header.magic, TP_MAGIC, __ATOMIC_RELEASE);
     g_seg = s;
-    tp_remove_stale_note();
     return 0;
 }
 
@@ -135,13 +141,13 @@ void tp_segment_detach(void)
 {
     if (g_seg) munmap(g_seg, sizeof(tp_segment));
     g_seg = NULL;
+    tp_forget_stem();
 }
 
 void tp_segment_remove(void)
 {
-    char path[TP_PATH_MAX];
+    tp_remove_files();
     tp_segment_detach();
-    if (tp_segment_path(path, sizeof(path), "") == 0) unlink(path);
 }
 
 void tp_segment_heartbeat(void)

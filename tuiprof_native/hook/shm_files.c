@@ -1,28 +1,62 @@
 /* The files this process owns in TP_SEGMENT_DIR, and how it stays inert.
  *
  * /dev/shm is writable by every local user, and the agent that reads these
- * files runs as root.  So a name there is never trusted: a stale file at our
- * path is removed only when it is this uid's own regular file (a symlink,
- * another user's file or anything else is left exactly as it is, and the hook
- * stays inert); new files are created O_EXCL | O_NOFOLLOW, mode 0600.
+ * files runs as root.  A name there that others can predict can be taken
+ * ahead of us: squatting tuiprof-<uid>-<pid> for the next pids once kept a
+ * user's ranks out of every view.  So the names are
+ * tuiprof-<uid>-<pid>-<16 hex digits from getrandom> (the "stem"), unknown
+ * until the file exists, and every file is created O_EXCL | O_NOFOLLOW,
+ * mode 0600 (a name that is taken is never ours: another stem is drawn).
+ * The agent finds them by listing the directory and checks each claim
+ * against the kernel.
  *
  * When the hook cannot record, the process says so once on stderr and leaves
- * a note, <segment path>.inert, with the reason for the agent. */
+ * a note, <stem>.inert, with the reason for the agent. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "hook_internal.h"
 
+#define STEM_MAX 48 /* tuiprof-<10 digits>-<7 digits>-<16 hex digits> */
+_Static_assert(TP_STEM_RANDOM_DIGITS == 2 * sizeof(uint64_t), "the random part is one uint64_t in hex");
+
+/* This process's stem: written before the hook runs (tp_new_stem), read-only while it does. */
+static char g_stem[STEM_MAX];
+/* The side files this process created (tp_claim_sidecars), the only ones it removes. */
+static int g_claimed_exception, g_claimed_flight;
+
+int tp_new_stem(char *why, size_t cap)
+{
+    uint64_t random;
+    ssize_t got;
+    do /* never blocks: before the kernel's pool is ready it fails with EAGAIN */
+        got = getrandom(&random, sizeof(random), GRND_NONBLOCK);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sizeof(random)) {
+        g_stem[0] = '\0';
+        tp_reason(why, cap, got < 0 ? errno : 0, "no random bytes for an unpredictable file name (getrandom)");
+        return -1;
+    }
+    snprintf(g_stem, sizeof(g_stem), TP_SEGMENT_PREFIX "%u-%d-%016llx", (unsigned)getuid(), (int)getpid(),
+             (unsigned long long)random);
+    g_claimed_exception = g_claimed_flight = 0;
+    return 0;
+}
+
+void tp_forget_stem(void) { g_stem[0] = '\0'; }
+
 int tp_segment_path(char *buf, size_t cap, const char *suffix)
 {
-    int n = snprintf(buf, cap, TP_SEGMENT_DIR "/" TP_SEGMENT_PREFIX "%u-%d%s", (unsigned)getuid(), (int)getpid(),
-                     suffix);
+    if (!g_stem[0]) return -1;
+    int n = snprintf(buf, cap, TP_SEGMENT_DIR "/%s%s", g_stem, suffix);
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
@@ -38,42 +72,48 @@ void tp_reason(char *why, size_t cap, int err, const char *fmt, ...)
     }
 }
 
-int tp_clear_own_file(const char *path, char *why, size_t cap)
+/* A new empty file <stem><suffix> of this user: 1 when created, 0 when not. */
+static int create_empty(const char *suffix)
 {
-    struct stat st;
-    if (lstat(path, &st) != 0) {
-        if (errno == ENOENT) return 0;
-        tp_reason(why, cap, errno, "cannot look at %s", path);
-        return -1;
-    }
-    if (S_ISLNK(st.st_mode)) {
-        tp_reason(why, cap, 0, "a symbolic link is in the way at %s (left alone)", path);
-        return -1;
-    }
-    if (st.st_uid != getuid()) {
-        tp_reason(why, cap, 0, "a file of uid %u is in the way at %s (left alone)", (unsigned)st.st_uid, path);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        tp_reason(why, cap, 0, "something other than a regular file is in the way at %s (left alone)", path);
-        return -1;
-    }
-    /* Our own file, left by an earlier process with this pid.  In the sticky
-     * /dev/shm no other user can swap it between the lstat and the unlink. */
-    if (unlink(path) != 0 && errno != ENOENT) {
-        tp_reason(why, cap, errno, "cannot remove the stale %s", path);
-        return -1;
-    }
-    return 0;
+    char path[TP_PATH_MAX];
+    if (tp_segment_path(path, sizeof(path), suffix) != 0) return 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
 }
 
-/* The note for the agent: one line, or empty when not even one page of
- * shared memory is left (creating the inode needs none). */
+void tp_claim_sidecars(void)
+{
+    /* An empty file says nothing (the agent reads it as no exception, no progress); the
+     * startup hook replaces it whole.  One that cannot be made (taken in the moment since
+     * the segment appeared, no inode left) only costs that file: the startup hook finds a
+     * file not its own there and leaves it alone, and the agent ignores it. */
+    g_claimed_exception = create_empty(TP_EXCEPTION_SUFFIX);
+    g_claimed_flight = create_empty(TP_FLIGHT_SUFFIX);
+}
+
+static void unlink_suffix(const char *suffix)
+{
+    char path[TP_PATH_MAX];
+    if (tp_segment_path(path, sizeof(path), suffix) == 0) unlink(path);
+}
+
+void tp_remove_files(void)
+{
+    unlink_suffix(""); /* ours: created O_EXCL; in the sticky /dev/shm no one else can swap it */
+    if (g_claimed_exception) unlink_suffix(TP_EXCEPTION_SUFFIX);
+    if (g_claimed_flight) unlink_suffix(TP_FLIGHT_SUFFIX);
+    g_claimed_exception = g_claimed_flight = 0;
+}
+
+/* The note for the agent, under a stem of its own (a segment name given up may have been
+ * seen): one line, or empty when not even one page of shared memory is left (creating
+ * the inode needs none). */
 static void write_note(const char *reason)
 {
     char path[TP_PATH_MAX], why[TP_REASON_MAX];
-    if (tp_segment_path(path, sizeof(path), TP_INERT_SUFFIX) != 0 || tp_clear_own_file(path, why, sizeof(why)) != 0)
-        return;
+    if (tp_new_stem(why, sizeof(why)) != 0 || tp_segment_path(path, sizeof(path), TP_INERT_SUFFIX) != 0) return;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return;
     char line[TP_REASON_MAX + 1];
@@ -95,10 +135,4 @@ void tp_report_inert(const char *reason)
         (void)w;
     }
     write_note(reason);
-}
-
-void tp_remove_stale_note(void)
-{
-    char path[TP_PATH_MAX], why[TP_REASON_MAX];
-    if (tp_segment_path(path, sizeof(path), TP_INERT_SUFFIX) == 0) tp_clear_own_file(path, why, sizeof(why));
 }

@@ -1,6 +1,6 @@
 /*
  * tuiprof_segment.h — THE layout of a rank's telemetry segment,
- * /dev/shm/tuiprof-<uid>-<pid>.  The writer (libtuiprof_hook.so) and the
+ * /dev/shm/tuiprof-<uid>-<pid>-<random>.  The writer (libtuiprof_hook.so) and the
  * reader (tuiprof_native.segment) both compile against this file; nothing
  * else may describe the layout.
  *
@@ -25,15 +25,22 @@
 #define TP_LAYOUT_VERSION 7u
 
 #define TP_SEGMENT_DIR "/dev/shm"
-#define TP_SEGMENT_PREFIX "tuiprof-" /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid> */
-/* Beside the segment, written whole and replaced atomically by the Python
- * startup hook, removed together with the segment by the agent:
- *   /dev/shm/tuiprof-<uid>-<pid>.exception  the last uncaught exception (text)
- *   /dev/shm/tuiprof-<uid>-<pid>.flight     PyTorch Flight Recorder progress (JSON) */
+/* TP_SEGMENT_DIR/tuiprof-<uid>-<pid>-<random>, the "stem": <random> is 16
+ * lowercase hex digits from getrandom, drawn per process, so that no other
+ * user can take the name ahead of it (readers find segments by listing the
+ * directory and check every claim against the kernel). */
+#define TP_SEGMENT_PREFIX "tuiprof-"
+#define TP_STEM_RANDOM_DIGITS 16
+/* Beside the segment, created empty with it by the hook (so that no one who
+ * sees the segment's name can take theirs), written whole and replaced
+ * atomically by the Python startup hook, removed together with the segment by
+ * the agent:
+ *   /dev/shm/<stem>.exception  the last uncaught exception (text)
+ *   /dev/shm/<stem>.flight     PyTorch Flight Recorder progress (JSON) */
 #define TP_EXCEPTION_SUFFIX ".exception"
 #define TP_FLIGHT_SUFFIX ".flight"
 /* Written by the hook instead of a segment when it has to stay inert (shared
- * memory full, a file in the way), created O_EXCL|O_NOFOLLOW, mode 0600: one
+ * memory full, ...), under a stem of its own, created O_EXCL|O_NOFOLLOW, mode 0600: one
  * line saying why, ending in '\n' -- or empty when not even one page of
  * shared memory was left for the line (statvfs of the directory tells why).
  * Read and removed by the agent once the process is gone. */
