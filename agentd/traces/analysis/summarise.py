@@ -1,20 +1,25 @@
-"""The agent summarises its ranks' trace files where they are, off the event loop, one at a time.
+"""The agent summarises its ranks' trace files where they are, off the event loop, one per owner at a time.
 
 ``Summariser.schedule(capture)`` queues every written file of a capture that
-has no summary yet; one worker thread reads each (opened through the trace
-dir: no links, plain files of the folder's owner), decodes it, and stores a
-``RankTraceSummary`` — or one whose ``error`` says why there is none — in
-``capture.summaries``. Files are read piece by piece (``stream``) and one at
-a time, so the agent holds one rank's extract and one batch of events, or the
-events of a small file (``KEEP_DECODED_BYTES``, decoded once), never a large
-trace whole; a file that decompresses past ``MAX_TRACE_BYTES`` is left alone
-(its summary says so: fetch it and run ``tuiprof analyze``).
+has no summary yet, in a queue per owner (the uid whose folder holds it); a
+worker thread reads each (opened through the trace dir: no links, plain files
+of the folder's owner), decodes it, and stores a ``RankTraceSummary`` — or one
+whose ``error`` says why there is none — in ``capture.summaries``. Owners are
+served round-robin, one file of an owner at a time and at most
+``MAX_SUMMARY_WORKERS`` files at once, so one user's large or hostile files
+never hold up another user's capture. Files are read piece by piece
+(``stream``), so a worker holds one rank's extract and one batch of events, or
+the events of a small file (``KEEP_DECODED_BYTES``, decoded once), never a
+large trace whole; a file that decompresses past ``MAX_TRACE_BYTES``, or a
+gzipped one that inflates more than ``MAX_INFLATION_RATIO`` times, is left
+alone (its summary says so).
 Which caller may see a summary is decided when replying, as for FetchFile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import gzip
 import logging
@@ -23,6 +28,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.analysis.extract import Event, extract_rank, rank_result
@@ -30,7 +36,7 @@ from agentd.traces.analysis.stream import TraceFacts, TraceStreamError, event_ba
 from agentd.traces.analysis.summary import RankExtract
 from agentd.traces.analysis.wire import to_proto
 from agentd.traces.capture import WRITTEN, Capture, Target
-from agentd.traces.paths import TracePathError, TraceDir, reason, relative_parts
+from agentd.traces.paths import TracePathError, TraceDir, owner_uid, reason, relative_parts
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,13 @@ MAX_TRACE_BYTES = 4 << 30
 # second pass; a larger one is read and decoded twice.
 KEEP_DECODED_BYTES = 16 << 20
 _READ_BYTES = 1 << 20
+# A gzipped trace whose JSON is more than this many times its compressed bytes is refused: Kineto's traces
+# inflate 7-25 times (tests/traces/data/corpus), a gzip bomb (a run of one byte) about 1000 times.
+MAX_INFLATION_RATIO = 200
+# The ratio is judged once this much JSON has come out (a small file's gzip header and tail skew it).
+_RATIO_JUDGED_AFTER = 16 << 20
+# Files summarised at once, each by a worker thread, each of another owner (an owner's files go one by one).
+MAX_SUMMARY_WORKERS = 2
 
 
 class TraceTooLarge(Exception):
@@ -59,6 +72,9 @@ def trace_chunks(trace_dir: TraceDir, file: str, limit: int = MAX_TRACE_BYTES) -
             if total > limit:
                 raise TraceTooLarge(f"it holds more than {limit >> 30} GiB of JSON, more than the agent reads; "
                                     "fetch it (tuiprof trace --fetch all) and run tuiprof analyze")
+            if gzipped and total > _RATIO_JUDGED_AFTER and total > MAX_INFLATION_RATIO * raw.tell():
+                raise TraceTooLarge(f"its {raw.tell()} gzipped bytes inflated to {total} bytes already, more than "
+                                    f"{MAX_INFLATION_RATIO} times (traces inflate 7-25 times): not summarised")
             yield piece
 
 
@@ -120,29 +136,60 @@ def summarise_file(trace_dir: TraceDir, file: str, host: str, pid: int, rank: in
     return to_proto(result, calls, facts.base_time_ns, time.monotonic() - started)
 
 
+@dataclass(frozen=True)
+class _Job:
+    capture: Capture
+    target: Target
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.capture.capture_id, self.target.file)
+
+
 class Summariser:
-    """Summarises captures' written files on one worker thread (one file at a time per agent)."""
+    """Summarises captures' written files on ``MAX_SUMMARY_WORKERS`` threads, one file per owner at a time,
+    owners served round-robin. Scheduling runs on the event loop (``schedule`` and each file's completion)."""
 
     def __init__(self, trace_dir: TraceDir, hostname: str) -> None:
         self.trace_dir = trace_dir
         self.hostname = hostname
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace-summary")
-        self._queued: set[tuple[str, str]] = set()
+        self._pool = ThreadPoolExecutor(MAX_SUMMARY_WORKERS, thread_name_prefix="trace-summary")
+        self._queued: set[tuple[str, str]] = set()  # waiting or being summarised
+        # Owner (None: the agent's own folders) -> files waiting; an owner's turn comes in insertion order.
+        self._waiting: collections.OrderedDict[int | None, collections.deque[_Job]] = collections.OrderedDict()
+        self._busy: set[int | None] = set()  # owners with a file being summarised
 
     def schedule(self, capture: Capture, may_read: Callable[[str], bool]) -> None:
         """Queue each written file of ``capture`` that the caller ``may_read``, has no summary and is not queued."""
-        loop = asyncio.get_running_loop()
         for target in capture.targets:
-            key = (capture.capture_id, target.file)
-            if target.state != WRITTEN or target.file in capture.summaries or key in self._queued \
+            job = _Job(capture, target)
+            if target.state != WRITTEN or target.file in capture.summaries or job.key in self._queued \
                     or not may_read(target.file):
                 continue
-            self._queued.add(key)
-            future = loop.run_in_executor(self._pool, self._summarise, capture, target)
-            future.add_done_callback(functools.partial(self._forget, key))
+            self._queued.add(job.key)
+            self._waiting.setdefault(_owner(target.file), collections.deque()).append(job)
+        self._start_next()
 
-    def _forget(self, key: tuple[str, str], _: object) -> None:
+    def _start_next(self) -> None:
+        """Start the waiting files of owners not being served, round-robin, while a worker is free."""
+        loop = asyncio.get_running_loop()
+        for owner in list(self._waiting):
+            if len(self._busy) >= MAX_SUMMARY_WORKERS:
+                return
+            if owner in self._busy:
+                continue
+            jobs = self._waiting.pop(owner)
+            job = jobs.popleft()
+            if jobs:  # the owner's next file waits behind every other owner's
+                self._waiting[owner] = jobs
+            self._busy.add(owner)
+            future = loop.run_in_executor(self._pool, self._summarise, job.capture, job.target)
+            future.add_done_callback(functools.partial(self._done, owner, job.key))
+
+    def _done(self, owner: int | None, key: tuple[str, str], _: object) -> None:
+        self._busy.discard(owner)
         self._queued.discard(key)
+        self._start_next()
 
     def _summarise(self, capture: Capture, target: Target) -> None:
         try:
@@ -157,4 +204,13 @@ class Summariser:
                                               "seconds": round(summary.seconds, 3), "error": summary.error or None})
 
     def close(self) -> None:
+        self._waiting.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _owner(file: str) -> int | None:
+    """The uid whose folder holds ``file`` (None: the agent's own)."""
+    try:
+        return owner_uid(relative_parts(file, "file"))
+    except TracePathError:
+        return None
