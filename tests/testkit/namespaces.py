@@ -17,6 +17,7 @@ import dataclasses
 import os
 import pathlib
 import pwd
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,44 @@ SHM_SIZE = "8m"
 REPO = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = pathlib.Path(sys.executable).parent
 TOOLS = ("unshare", "nsenter", "setpriv", "ip", "mount")
+
+
+# What the other user runs: this checkout (its code, the virtual environment in it) and the interpreter
+# the environment was made from (its standard library).
+NEEDED_BY_OTHERS = (REPO, pathlib.Path(os.path.realpath(sys.executable)).parents[1],
+                    pathlib.Path(os.path.realpath(sys.base_prefix)))
+VIEW_KEEP = "/mnt"  # where the needed folders are held while their blocking parent is covered
+
+
+def blocking_parent(path: pathlib.Path) -> pathlib.Path | None:
+    """The first folder above ``path`` that other users cannot pass through (no o+x), None when there is none."""
+    for folder in reversed(path.parents):
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
+
+
+def traversal_view(paths: Sequence[pathlib.Path]) -> list[str]:
+    """Shell steps, run in the namespace's own mount namespace, after which every one of ``paths`` is
+    reachable by other users at its own path: a folder above it that others cannot pass (root's 0700
+    home, where a checkout or pyenv may live) is covered by a 0711 tmpfs holding just those paths
+    (bind mounts), so a checkout anywhere works and nothing else of that folder shows."""
+    covered: dict[pathlib.Path, list[pathlib.Path]] = {}
+    for path in dict.fromkeys(paths):
+        parent = blocking_parent(path)
+        if parent is not None:
+            covered.setdefault(parent, []).append(path)
+    if not covered:
+        return []
+    steps = [f"mount -t tmpfs -o mode=0700 tmpfs {VIEW_KEEP}"]
+    held = [(path, f"{VIEW_KEEP}/{n}") for n, path in enumerate(p for paths in covered.values() for p in paths)]
+    for path, keep in held:
+        steps += [f"mkdir {keep}", f"mount --bind {shlex.quote(str(path))} {keep}"]
+    for parent in covered:
+        steps.append(f"mount -t tmpfs -o mode=0711 tmpfs {shlex.quote(str(parent))}")
+    for path, keep in held:
+        steps += [f"mkdir -p -m 0711 {shlex.quote(str(path))}", f"mount --bind {keep} {shlex.quote(str(path))}"]
+    return steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +110,8 @@ class Namespace:
     @classmethod
     @contextlib.contextmanager
     def create(cls) -> Iterator["Namespace"]:
-        setup = (f"ip link set lo up && mount -t tmpfs -o size={SHM_SIZE},mode=1777 tmpfs /dev/shm "
-                 "&& echo ready && exec sleep infinity")
+        setup = " && ".join(["ip link set lo up", f"mount -t tmpfs -o size={SHM_SIZE},mode=1777 tmpfs /dev/shm",
+                             *traversal_view(NEEDED_BY_OTHERS), "echo ready", "exec sleep infinity"])
         holder = subprocess.Popen(["unshare", "--mount", "--net", "--propagation", "private", "--",
                                    "sh", "-c", setup], stdout=subprocess.PIPE)
         try:
