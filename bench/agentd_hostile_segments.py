@@ -134,7 +134,8 @@ def main() -> None:
         sys.exit("run as root: the hostile files belong to other users")
     hostile_uid = pwd.getpwnam(HOSTILE).pw_uid
     rank = start_rank()
-    own = pathlib.Path(segment.SEGMENT_DIR) / f"tuiprof-{os.getuid()}-{rank.pid}"
+    (own,) = pathlib.Path(segment.SEGMENT_DIR).glob(f"tuiprof-{os.getuid()}-{rank.pid}-" +
+                                                    "[0-9a-f]" * segment.STEM_RANDOM_DIGITS)
     header = bytearray(own.read_bytes()[: segment.HEADER_SIZE])
     header[PID_OFFSET:PID_OFFSET + 4] = (1).to_bytes(4, "little")  # pid 1 in the header, another in the name
     scenarios = {"none": [], "one-owner": [hostile_uid], "many-owners": [hostile_uid + i for i in range(8)]}

@@ -165,8 +165,8 @@ def stop(job: subprocess.Popen, agent: subprocess.Popen | None) -> None:
         proc.kill()
     psutil.wait_procs(family, timeout=30)
     for proc in family:
-        for suffix in ("", ".exception", ".flight"):
-            pathlib.Path(f"/dev/shm/tuiprof-{os.getuid()}-{proc.pid}{suffix}").unlink(missing_ok=True)
+        for path in pathlib.Path("/dev/shm").glob(f"tuiprof-{os.getuid()}-{proc.pid}-*"):  # segment, side files
+            path.unlink(missing_ok=True)
     if agent is not None:
         agent.terminate()
         agent.wait(timeout=30)

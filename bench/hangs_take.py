@@ -145,7 +145,8 @@ def main() -> None:
             proc.kill()
         psutil.wait_procs(family, timeout=30)
         for proc in family:
-            pathlib.Path(f"/dev/shm/tuiprof-{os.getuid()}-{proc.pid}").unlink(missing_ok=True)
+            for path in pathlib.Path("/dev/shm").glob(f"tuiprof-{os.getuid()}-{proc.pid}-*"):  # segment, side files
+                path.unlink(missing_ok=True)
         agent.terminate()
         agent.wait(timeout=30)
 

@@ -63,11 +63,12 @@ def measure(library: str, seconds: float, burst: int) -> dict[str, float]:
     env = {**os.environ, "LD_PRELOAD": library}
     proc = subprocess.Popen([sys.executable, "-c", IDLE_PROGRAM], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
-    path = pathlib.Path(segment.SEGMENT_DIR) / f"tuiprof-{os.getuid()}-{proc.pid}"
     assert proc.stdin is not None and proc.stdout is not None
+    directory, own = pathlib.Path(segment.SEGMENT_DIR), f"tuiprof-{os.getuid()}-{proc.pid}-"  # its files' names
     try:
         if proc.stdout.readline().strip() != "up":
             raise RuntimeError(f"idle program under {library} did not start")
+        (path,) = directory.glob(own + "[0-9a-f]" * segment.STEM_RANDOM_DIGITS)  # the segment, not its side files
         time.sleep(0.5)  # past start-up and the writer's first back-off steps
         proc_stat = pathlib.Path(f"/proc/{proc.pid}/stat")
         task = writer_task(proc.pid)
@@ -85,7 +86,8 @@ def measure(library: str, seconds: float, burst: int) -> dict[str, float]:
     finally:
         proc.kill()
         proc.wait()
-        path.unlink(missing_ok=True)
+        for file in directory.glob(own + "*"):
+            file.unlink(missing_ok=True)
     wall = after[0] - before[0]
     return {"process_cpu_percent": 100 * (after[1] - before[1]) / wall,
             "writer_cpu_percent": 100 * (after[2] - before[2]) / wall,

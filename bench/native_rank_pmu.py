@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -87,9 +88,8 @@ def main() -> None:
         for proc in procs:
             proc.kill()
             proc.wait(timeout=10)
-            path = f"/dev/shm/tuiprof-{os.getuid()}-{proc.pid}"
-            if os.path.exists(path):
-                os.unlink(path)
+            for path in pathlib.Path("/dev/shm").glob(f"tuiprof-{os.getuid()}-{proc.pid}-*"):  # segment, side files
+                path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

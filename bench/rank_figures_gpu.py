@@ -94,8 +94,10 @@ def timed_call(c: int, first: int = TIMED_FIRST, every: int = SAMPLE_EVERY) -> b
 def own_segment():
     """This process's segment, everything submitted so far folded in."""
     from tuiprof_native import segment
-    ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"]).tuiprof_flush(5000)
-    return segment.Segment(f"{segment.SEGMENT_DIR}/tuiprof-{os.getuid()}-{os.getpid()}")
+    lib = ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"])
+    lib.tuiprof_flush(5000)
+    lib.tuiprof_segment_path.restype = ctypes.c_char_p
+    return segment.Segment(lib.tuiprof_segment_path().decode())
 
 
 # ---------------------------------------------------------------- workers (inside the measured process)

@@ -68,8 +68,8 @@ class Job:
         psutil.wait_procs(family, timeout=30)
         self.process.wait(timeout=30)
         for proc in family:
-            for suffix in ("", ".exception", ".flight"):  # the segment and the startup hook's files beside it
-                pathlib.Path(f"/dev/shm/tuiprof-{os.getuid()}-{proc.pid}{suffix}").unlink(missing_ok=True)
+            for path in pathlib.Path("/dev/shm").glob(f"tuiprof-{os.getuid()}-{proc.pid}-*"):  # segment, side files
+                path.unlink(missing_ok=True)
         self.log.close()
 
 

@@ -12,7 +12,7 @@ import struct
 import sys
 import time
 
-from native.support import segment_path, tuiprof_run
+from native.support import remove_rank_files, segment_path, tuiprof_run
 
 PID_OFFSET = 56
 START_NS_OFFSET = 200
@@ -24,14 +24,14 @@ RECORD_ONE_STEP = ("import ctypes, os; lib = ctypes.CDLL(os.environ['TUIPROF_HOO
 
 
 def recorded_segment() -> bytes:
-    """The segment of a real process that recorded one step (the file is removed)."""
+    """The segment of a real process that recorded one step (its files are removed)."""
     proc = tuiprof_run(sys.executable, "-c", RECORD_ONE_STEP)
     assert proc.wait(timeout=60) == 0
     path = segment_path(proc.pid)
     try:
         data = path.read_bytes()
     finally:
-        path.unlink()
+        remove_rank_files(proc.pid)
     assert struct.unpack_from("<i", data, PID_OFFSET)[0] == proc.pid, "tp_header.pid moved: update the offsets"
     assert struct.unpack_from("<QQ", data, COUNTERS_SEQ_OFFSET) == (2, 1), "tp_counters moved: update the offsets"
     assert abs(struct.unpack_from("<Q", data, START_NS_OFFSET)[0] - time.time_ns()) < 60e9

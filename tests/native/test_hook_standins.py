@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from native.support import segment_path, tuiprof_run, wait_for
+from native.support import remove_rank_files, segment_path, tuiprof_run, wait_for
 from tuiprof_native import segment
 
 # (op, dtype, b, m, n, k, count) of the finished GEMMs
@@ -69,7 +69,7 @@ def hooked_run(standins):
     proc.stdin.write("\n")
     proc.stdin.close()
     assert proc.wait(timeout=10) == 0
-    segment_path(proc.pid).unlink(missing_ok=True)
+    remove_rank_files(proc.pid)
 
 
 def test_host_results_untouched(standins, cleanup_segments, hooked_run):

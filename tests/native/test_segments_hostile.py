@@ -31,7 +31,7 @@ from agentd.hang.detector import HangDetector, Thresholds
 from agentd.prometheus import render_metrics
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.segment_forge import STEP_COUNT_OFFSET, forged, plant, recorded_segment
-from native.support import SMALL_SHM_SETUP, segment_path, tuiprof_run, tuiprof_run_argv
+from native.support import SMALL_SHM_SETUP, remove_rank_files, segment_path, tuiprof_run, tuiprof_run_argv
 from tuiprof_native import segment
 
 HOSTILE = "tuiprof-hostile"
@@ -64,7 +64,7 @@ def good_rank() -> Iterator[subprocess.Popen]:
     assert proc.stdout.readline().strip() == "ready"
     yield proc
     proc.communicate("\n", timeout=10)
-    segment_path(proc.pid).unlink(missing_ok=True)
+    remove_rank_files(proc.pid)
 
 
 @pytest.fixture
