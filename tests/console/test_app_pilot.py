@@ -662,3 +662,32 @@ async def test_the_live_clock_ticks_only_when_nothing_was_drawn_for_a_tick(monke
         for at in ticks:
             before = [t for t in news if t < at]
             assert not before or at - before[-1] >= ratio * tick_s - 0.02, "a tick came less than FIRST_TICK_S after news"
+
+
+@pytest.mark.parametrize(("recording", "host", "tab"), [("agents", "127.0.0.1:33905", "cpu"),
+                                                          ("gpu", "gpu-node-01", "gpus")])
+async def test_the_only_host_opens_on_its_host_view(recording, host, tab) -> None:
+    """`tuiprof` watching one host starts on that host's view (a cluster table of one row is an empty
+    screen); a host without GPUs on its CPU tab."""
+    from console.recordings import GPU_FIXTURE
+    from tuiprof.client.sources import ReplaySource
+    from tuiprof.model import record
+
+    path = AGENTS_RECORDING if recording == "agents" else GPU_FIXTURE
+    events = [e for e in record.read(path) if e.host == host]
+    assert any(isinstance(e, SnapshotReceived) for e in events)
+    app = TuiprofApp(ReplaySource(events, speed=0), open_only_host=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert isinstance(app.screen, HostScreen) and app.screen.address == host
+        assert app.screen.active_tab() == tab
+        await pilot.press("escape")
+        assert isinstance(app.screen, ClusterScreen)  # the cluster view is one key away, and stays
+
+
+async def test_several_hosts_start_on_the_cluster_view_even_when_asked_to_open_the_only_one() -> None:
+    app = replay_app(AGENTS_RECORDING)
+    app._open_only_host = True
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert isinstance(app.screen, ClusterScreen) and len(app.cluster.hosts()) == 2

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from tuiprof.tui.app import TuiprofApp  # Textual only for the interactive console
 
-    app = TuiprofApp(source, connection=options, settings_file=settings_file)  # type: ignore[arg-type]
+    app = TuiprofApp(source, connection=options, settings_file=settings_file,  # type: ignore[arg-type]
+                     open_only_host=not fleet and len(source.hosts) <= 1)
     if not fleet:  # the refresh of Prometheus mode is not an agent interval to remember
         app.remember(interval_seconds=args.interval)
     app.run()

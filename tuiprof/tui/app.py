@@ -99,8 +99,12 @@ class TuiprofApp(App[None]):
         connection: ConnectionOptions | None = None,
         clock: Callable[[], float] = time.time,
         settings_file: SettingsFile | None = None,
+        open_only_host: bool = False,
     ) -> None:
         super().__init__()
+        self._open_only_host = open_only_host
+        """Open the host view once the only watched host sends its first snapshot (a cluster table of one row
+        leaves the screen empty); on a host without GPUs, on its CPU tab."""
         self.settings_file = settings_file
         """Where the settings are loaded from and saved to; None: defaults, nothing saved (tests)."""
         self.settings, warning = settings_file.load() if settings_file else (Settings(), None)
@@ -191,6 +195,8 @@ class TuiprofApp(App[None]):
         if events and not self.source.live:
             self._replayed_to = events[-1].at
             self._show_replay()
+        if self._open_only_host:
+            self._show_only_host(events)
         self.schedule_render(shown=self._on_screen(events))
 
     def _on_screen(self, events: list[HostEvent]) -> bool:
@@ -199,6 +205,13 @@ class TuiprofApp(App[None]):
         shows = getattr(self.screen, "shows", None) if self.screen_stack else None
         return shows is not None and any(
             not isinstance(event, SnapshotReceived) or shows(event.host) for event in events)
+
+    def _show_only_host(self, events: list[HostEvent]) -> None:
+        snapshot = next((e for e in events if isinstance(e, SnapshotReceived)), None)
+        if snapshot is None or len(self.cluster.hosts()) != 1 or len(self.screen_stack) > 2:
+            return  # no snapshot yet, more than one host, or the user already went elsewhere
+        self._open_only_host = False
+        self.show_host(snapshot.host, tab=None if snapshot.message.gpus else "cpu")
 
     def _keep_detail(self, event: SnapshotReceived) -> None:
         history = self.detail_history.get(event.host)
