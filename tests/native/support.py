@@ -126,7 +126,9 @@ async def watch_snapshot(agent, predicate: Callable[[pb.HostSnapshot], bool],
 # tmpfs on /dev/shm, filled to the last byte when the script's first argument is "fill".
 SMALL_SHM_SETUP = """
 import os, subprocess, sys
-subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", "/dev/shm"], check=True)
+inodes = 64
+options = "size=64k" + (f",nr_inodes={inodes}" if sys.argv[1] == "no-inode" else "")
+subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", "/dev/shm"], check=True)
 if sys.argv[1] == "fill":
     fd = os.open("/dev/shm/filler", os.O_WRONLY | os.O_CREAT)
     try:
@@ -134,4 +136,10 @@ if sys.argv[1] == "fill":
             os.write(fd, b"x" * 4096)
     except OSError:
         os.close(fd)
+elif sys.argv[1] == "no-inode":  # every inode taken by empty files
+    try:
+        for n in range(inodes):
+            os.close(os.open(f"/dev/shm/filler{n}", os.O_WRONLY | os.O_CREAT))
+    except OSError:
+        pass
 """

@@ -46,8 +46,9 @@ TRAIN = textwrap.dedent("""
     print("trained", flush=True)
 """)
 
-# Runs inside `unshare --mount --fork`: a 64 KiB tmpfs on /dev/shm (optionally filled
-# to the last byte), the command with stdin closed, then what it left in /dev/shm.
+# Runs inside `unshare --mount --fork`: a 64 KiB tmpfs on /dev/shm ("room"; "fill": filled
+# to the last byte; "no-inode": every inode taken), the command with stdin closed, then what it
+# left in /dev/shm.
 SMALL_SHM = SMALL_SHM_SETUP + textwrap.dedent("""
     import json
     command = sys.argv[2:]
@@ -55,7 +56,7 @@ SMALL_SHM = SMALL_SHM_SETUP + textwrap.dedent("""
                             text=True)
     out, err = proc.communicate(timeout=300)
     files = {name: open(os.path.join("/dev/shm", name)).read() for name in os.listdir("/dev/shm")
-             if name != "filler"}
+             if not name.startswith("filler")}
     print(json.dumps({"pid": proc.pid, "rc": proc.returncode, "stdout": out, "stderr": err, "files": files}))
 """)
 
@@ -86,10 +87,10 @@ def mount_namespace() -> None:
         pytest.skip(f"unshare --mount is refused here: {probe.stderr.strip()}")
 
 
-def run_in_small_shm(*command: str, fill: bool = False) -> dict:
+def run_in_small_shm(*command: str, mode: str = "room") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "KINETO_USE_DAEMON"}
     done = subprocess.run(["unshare", "--mount", "--fork", sys.executable, "-c", SMALL_SHM,
-                           "fill" if fill else "room", *command],
+                           mode, *command],
                           capture_output=True, text=True, env=env, timeout=320)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -113,11 +114,24 @@ def test_full_shm_torch_training_runs_on_inert(mount_namespace):
 
 
 def test_shm_without_a_free_page_leaves_an_empty_note(standins, mount_namespace):
-    run = run_in_small_shm(*tuiprof_run_argv(str(standins / "driver"), str(standins / "libworkload.so")), fill=True)
+    run = run_in_small_shm(*tuiprof_run_argv(str(standins / "driver"), str(standins / "libworkload.so")), mode="fill")
     assert run["rc"] == 0, run["stderr"]
     assert tuiprof_lines(run["stderr"]) == [inert_line(run["pid"], FULL_REASON)]
     # the agent works the reason out itself (statvfs) from an empty note
     assert only_note(run["files"], run["pid"]) == ""
+
+
+def test_shm_without_a_free_inode_says_so_on_stderr(standins, mount_namespace):
+    """Every file /dev/shm can hold is taken (by anyone): no segment, no note either; the
+    job's stderr says why, in one line, and the job runs on."""
+    run = run_in_small_shm(*tuiprof_run_argv(str(standins / "driver"), str(standins / "libworkload.so")),
+                           mode="no-inode")
+    assert run["rc"] == 0, run["stderr"]
+    (line,) = tuiprof_lines(run["stderr"])
+    assert re.fullmatch(rf"tuiprof: telemetry off in pid {run['pid']}: shared memory has no free inode: all 64 "
+                        rf"files of /dev/shm are taken, so /dev/shm/tuiprof-{os.getuid()}-{run['pid']}-[0-9a-f]{{16}} "
+                        "cannot be created; training continues", line), line
+    assert run["files"] == {}
 
 
 PLANT_THEN_EXEC = textwrap.dedent("""

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "hook_internal.h"
@@ -118,7 +119,13 @@ int tp_segment_create(char *why, size_t cap)
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
-        tp_reason(why, cap, errno, "cannot create %s", path);
+        int err = errno;
+        struct statvfs vfs;
+        if (err == ENOSPC && statvfs(TP_SEGMENT_DIR, &vfs) == 0 && vfs.f_ffree == 0)
+            tp_reason(why, cap, 0, "shared memory has no free inode: all %llu files of " TP_SEGMENT_DIR
+                      " are taken, so %s cannot be created", (unsigned long long)vfs.f_files, path);
+        else
+            tp_reason(why, cap, err, "cannot create %s", path);
         return -1;
     }
     tp_claim_sidecars(); /* the name is visible now: its side files are taken at once, before the slow part */
