@@ -1,7 +1,7 @@
 """Per-rank telemetry: the training processes' shared-memory segments, turned into rates.
 
 Every process started under `tuiprof run` that does GPU or training work has a
-segment /dev/shm/tuiprof-<uid>-<pid>-<random> (layout: tuiprof_native/include/
+segment /dev/shm/tuiprof-<uid>-<pid> (layout: tuiprof_native/include/
 tuiprof_segment.h). Each interval this collector scans the directory, checks
 every segment's claim against the kernel (``rank_claims``: file owner, process
 owner, pid, start time — the agent runs as root and later dumps the stacks of
@@ -27,8 +27,7 @@ process whose hook stayed inert (no segment: shared memory full, ...) left a
 Each live rank also gets its own CPU counter group (``agentd.collectors.pmu``,
 inheriting into threads and children created later), opened when its segment
 is verified, read once per interval into ``RankStats.pmu``, and closed when
-the rank is seen to exit (after that final reading), or when its process no
-longer acts only as its owner (``pmu.rank_counters``). A rank whose counters
+the rank is seen to exit (after that final reading). A rank whose counters
 cannot be opened has ``pmu`` unset and ``unavailable["pmu"]`` saying why.
 
 The collector is clocked by snapshots: each snapshot's reading is compared with
@@ -82,6 +81,10 @@ STEP_WINDOW = 32
 # segments could otherwise put 160k ops (1.5 million series) into every snapshot and scrape; an 8-GPU job's
 # ranks use a few hundred.
 MAX_OPS_PER_OWNER = 4096
+# The most aggregate slots a segment holds (TP_MAX_SLOTS): what a rank not read for the budget counts as left out.
+_SLOTS_AT_MOST = 512
+_OPS_BASELINE = ("its ops were left out of the previous interval (over the per-owner budget): this reading is "
+                 "their new baseline, their figures come from the next interval")
 # A rank's state as the console shows it: sleeping and idle ranks are running a job.
 _RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exited", "tracing-stop": "stopped"}
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
@@ -103,7 +106,7 @@ class _Rank:
     seg: "native.Segment"
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     read_ns: int = 0
-    slots: dict = dataclasses.field(default_factory=dict)
+    slots: dict | None = dataclasses.field(default_factory=dict)  # None: not read last time (over the ops budget)
     counters: "native.Counters | None" = None
     step_times: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=STEP_WINDOW))
     exited_at: float | None = None
@@ -203,9 +206,8 @@ class RanksCollector(Collector):
         self._unreadable = {p: r for p, r in self._unreadable.items() if p in present}
         followed = {r.pid for r in self._ranks.values()}
         latest = [r.stats if r.path in read else budget.trim(_not_read(r.stats, exited=r.exited_at is not None))
-                  for r in _one_per_process(self._ranks) if r.stats is not None]
-        # a segment beats a stale note; one note per process
-        latest += {r.pid: r for r in inert if r.pid not in followed}.values()
+                  for r in sorted(self._ranks.values(), key=lambda r: r.pid) if r.stats is not None]
+        latest += [r for r in inert if r.pid not in followed]  # a segment beats a stale note
         ops_dropped = budget.dropped_entries()
         self._log_budget({entry.uid: entry for entry in ops_dropped})
         with self._lock:
@@ -375,30 +377,13 @@ class RanksCollector(Collector):
                 stats.unavailable[field] = "not set in the process's environment (RANK/LOCAL_RANK/WORLD_SIZE)"
             else:
                 setattr(stats, field, value)
-        gemm_deltas = []
-        # Every slot's reading is kept (the next interval's rates start from it); only the budget's share of
-        # them is turned into figures.
-        slots = {rank_rates.slot_key(slot): slot for slot in rank.seg.slots()}
-        ops = [(key, slot) for key, slot in slots.items() if slot.kind in ("gemm", "nccl")]
-        inflight = rank.seg.inflight()
         uid = rank.candidate.uid
-        reported_ops, reported_inflight = budget.take(uid, len(ops)), budget.take(uid, len(inflight))
-        for key, slot in ops[:reported_ops]:
-            delta = rank_rates.SlotDelta(slot, rank.slots.get(key))
-            if slot.kind == "gemm":
-                gemm_deltas.append(delta)
-                stats.gemm.append(rank_rates.gemm_stats(delta, seconds))
-            else:
-                stats.nccl.append(rank_rates.nccl_stats(delta, seconds))
-        left_out = len(ops) + len(inflight) - reported_ops - reported_inflight
-        tflops = rank_rates.total_tflops(gemm_deltas)
+        left_out = self._slot_stats(rank, header, stats, seconds, budget)
+        inflight = rank.seg.inflight()
+        reported_inflight = budget.take(uid, len(inflight))
+        left_out += len(inflight) - reported_inflight
         if left_out:
-            stats.unavailable["ops"] = budget.reason(uid, left_out, len(ops) + len(inflight))
-            stats.unavailable["gemm_tflops"] = "not all of this rank's GEMMs are reported: " + stats.unavailable["ops"]
-        elif tflops is None:
-            stats.unavailable["gemm_tflops"] = "no timed GEMM finished in the interval"
-        else:
-            stats.gemm_tflops = tflops
+            stats.unavailable["ops"] = budget.reason(uid, left_out)
         for entry in inflight[:reported_inflight]:
             stats.inflight.append(pb.InflightOp(
                 kind=entry.kind, op=entry.op, sequence=entry.op_seq,
@@ -408,10 +393,46 @@ class RanksCollector(Collector):
         stats.hook.CopyFrom(hook_health(header, inflight))
         _nccl_reason(stats)
         self._host_rates(rank, header, stats, seconds)
-        rank.slots = slots
         rank.counters = header.counters
         rank.read_ns = now_ns
         return stats
+
+    @staticmethod
+    def _slot_stats(rank: _Rank, header, stats: pb.RankStats, seconds: float, budget: "OpsBudget") -> int:
+        """The interval's GEMM and NCCL figures of ``rank``, as many as its owner's budget allows; how many
+        aggregates were left out. Every slot read is kept (the next interval's rates start from it). A rank
+        with no budget left is not read at all (reading the slots is the cost the budget bounds); the next
+        reading of its slots is then a baseline, its figures reported from the interval after."""
+        uid = rank.candidate.uid
+        over_budget = (f"not all of this rank's GEMMs are reported: the ranks of uid {uid} have more ops than "
+                       f"the agent's per-owner budget of {budget.per_owner}")
+        if not budget.left(uid):
+            rank.slots = None
+            stats.unavailable["gemm_tflops"] = over_budget
+            return budget.leave_out(uid, min(header.slots_used, _SLOTS_AT_MOST))
+        slots = {rank_rates.slot_key(slot): slot for slot in rank.seg.slots()}
+        ops = [(key, slot) for key, slot in slots.items() if slot.kind in ("gemm", "nccl")]
+        reported = budget.take(uid, len(ops))
+        previous, rank.slots = rank.slots, slots
+        if previous is None:
+            stats.unavailable["gemm"] = stats.unavailable["nccl"] = stats.unavailable["gemm_tflops"] = _OPS_BASELINE
+            return len(ops) - reported
+        gemm_deltas = []
+        for key, slot in ops[:reported]:
+            delta = rank_rates.SlotDelta(slot, previous.get(key))
+            if slot.kind == "gemm":
+                gemm_deltas.append(delta)
+                stats.gemm.append(rank_rates.gemm_stats(delta, seconds))
+            else:
+                stats.nccl.append(rank_rates.nccl_stats(delta, seconds))
+        tflops = rank_rates.total_tflops(gemm_deltas)
+        if reported < len(ops):
+            stats.unavailable["gemm_tflops"] = over_budget
+        elif tflops is None:
+            stats.unavailable["gemm_tflops"] = "no timed GEMM finished in the interval"
+        else:
+            stats.gemm_tflops = tflops
+        return len(ops) - reported
 
     def _host_rates(self, rank: _Rank, header, stats: pb.RankStats, seconds: float) -> None:
         now, before = header.counters, rank.counters
@@ -430,18 +451,6 @@ class RanksCollector(Collector):
             before.gc_pause_total_ns if before else 0, now.gc_pause_total_ns, seconds), 1e-9))
         put(stats, "dataloader_wait_seconds_per_s", scaled(counter_rate(
             before.dataloader_wait_total_ns if before else 0, now.dataloader_wait_total_ns, seconds), 1e-9))
-
-
-def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:
-    """One segment per process, by pid: the newest (latest verified start). A process that started
-    the hook again after an exec (same pid and start time) left its first segment behind, and an
-    owner may copy their own segment under other names; neither is another rank."""
-    newest: dict[int, _Rank] = {}
-    for rank in ranks.values():
-        kept = newest.get(rank.pid)
-        if kept is None or rank.start_ns > kept.start_ns:
-            newest[rank.pid] = rank
-    return sorted(newest.values(), key=lambda r: r.pid)
 
 
 def _nccl_reason(stats: pb.RankStats) -> None:
@@ -492,6 +501,15 @@ class OpsBudget:
         self._reported: collections.Counter[int] = collections.Counter()
         self._dropped: collections.Counter[int] = collections.Counter()
 
+    def left(self, uid: int) -> int:
+        """How many more ops ``uid``'s ranks may report this interval."""
+        return self.per_owner - self._reported[uid]
+
+    def leave_out(self, uid: int, ops: int) -> int:
+        """Count ``ops`` of ``uid``'s left out unread; returns ``ops``."""
+        self._dropped[uid] += ops
+        return ops
+
     def take(self, uid: int, wanted: int) -> int:
         """How many of ``wanted`` ops of one of ``uid``'s ranks are reported; the rest count as left out."""
         granted = max(0, min(wanted, self.per_owner - self._reported[uid]))
@@ -500,20 +518,20 @@ class OpsBudget:
             self._dropped[uid] += wanted - granted
         return granted
 
-    def reason(self, uid: int, left_out: int, total: int) -> str:
-        return (f"{left_out} of this rank's {total} ops (GEMM and NCCL aggregates, in-flight entries) are not "
+    def reason(self, uid: int, left_out: int) -> str:
+        return (f"{left_out} of this rank's ops (GEMM and NCCL aggregates, in-flight entries) are not "
                 f"reported: the ranks of uid {uid} have more than {self.per_owner} this interval, the "
                 "agent's per-owner budget")
 
     def trim(self, stats: pb.RankStats) -> pb.RankStats:
         """``stats`` (a rank not read this interval) cut to what its owner may still report."""
-        total = left_out = 0
+        left_out = 0
         for ops in (stats.gemm, stats.nccl, stats.inflight):
             kept = self.take(stats.uid, len(ops))
-            total, left_out = total + len(ops), left_out + len(ops) - kept
+            left_out += len(ops) - kept
             del ops[kept:]
         if left_out:
-            stats.unavailable["ops"] = self.reason(stats.uid, left_out, total)
+            stats.unavailable["ops"] = self.reason(stats.uid, left_out)
         return stats
 
     def dropped_entries(self) -> list[pb.RankOpsDropped]:
