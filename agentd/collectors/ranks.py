@@ -1,7 +1,7 @@
 """Per-rank telemetry: the training processes' shared-memory segments, turned into rates.
 
 Every process started under `tuiprof run` that does GPU or training work has a
-segment /dev/shm/tuiprof-<uid>-<pid> (layout: tuiprof_native/include/
+segment /dev/shm/tuiprof-<uid>-<pid>-<random> (layout: tuiprof_native/include/
 tuiprof_segment.h). Each interval this collector scans the directory, checks
 every segment's claim against the kernel (``rank_claims``: file owner, process
 owner, pid, start time — the agent runs as root and later dumps the stacks of
@@ -27,7 +27,8 @@ process whose hook stayed inert (no segment: shared memory full, ...) left a
 Each live rank also gets its own CPU counter group (``agentd.collectors.pmu``,
 inheriting into threads and children created later), opened when its segment
 is verified, read once per interval into ``RankStats.pmu``, and closed when
-the rank is seen to exit (after that final reading). A rank whose counters
+the rank is seen to exit (after that final reading), or when its process no
+longer acts only as its owner (``pmu.rank_counters``). A rank whose counters
 cannot be opened has ``pmu`` unset and ``unavailable["pmu"]`` saying why.
 
 The collector is clocked by snapshots: each snapshot's reading is compared with
@@ -206,8 +207,9 @@ class RanksCollector(Collector):
         self._unreadable = {p: r for p, r in self._unreadable.items() if p in present}
         followed = {r.pid for r in self._ranks.values()}
         latest = [r.stats if r.path in read else budget.trim(_not_read(r.stats, exited=r.exited_at is not None))
-                  for r in sorted(self._ranks.values(), key=lambda r: r.pid) if r.stats is not None]
-        latest += [r for r in inert if r.pid not in followed]  # a segment beats a stale note
+                  for r in _one_per_process(self._ranks) if r.stats is not None]
+        # a segment beats a stale note; one note per process
+        latest += {r.pid: r for r in inert if r.pid not in followed}.values()
         ops_dropped = budget.dropped_entries()
         self._log_budget({entry.uid: entry for entry in ops_dropped})
         with self._lock:
@@ -451,6 +453,18 @@ class RanksCollector(Collector):
             before.gc_pause_total_ns if before else 0, now.gc_pause_total_ns, seconds), 1e-9))
         put(stats, "dataloader_wait_seconds_per_s", scaled(counter_rate(
             before.dataloader_wait_total_ns if before else 0, now.dataloader_wait_total_ns, seconds), 1e-9))
+
+
+def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:
+    """One segment per process, by pid: the newest (latest verified start). A process that started
+    the hook again after an exec (same pid and start time) left its first segment behind, and an
+    owner may copy their own segment under other names; neither is another rank."""
+    newest: dict[int, _Rank] = {}
+    for rank in ranks.values():
+        kept = newest.get(rank.pid)
+        if kept is None or rank.start_ns > kept.start_ns:
+            newest[rank.pid] = rank
+    return sorted(newest.values(), key=lambda r: r.pid)
 
 
 def _nccl_reason(stats: pb.RankStats) -> None:
