@@ -15,6 +15,7 @@ import os
 import struct
 import tempfile
 
+from native.segment_forge import PID_OFFSET, START_NS_OFFSET
 from tuiprof_native import segment
 
 SLOT_SIZE_OFFSET = 24       # tp_header.slot_size
@@ -61,7 +62,7 @@ def check_ops(prefix: bytes, ops: int) -> None:
 # Run as a user: argv[1] a file holding with_ops' bytes, argv[2] how many segments. Starts that many
 # `sleep`s, gives each a segment (sparse: the header and slots written, the rest a hole) claiming it
 # (pid and start time patched in), prints their pids as one JSON line, and keeps them until stdin closes.
-PUBLISH = """
+PUBLISH = f"PID_OFFSET, START_NS_OFFSET = {PID_OFFSET}, {START_NS_OFFSET}\n" + """
 import json, os, struct, subprocess, sys, time
 prefix, count = open(sys.argv[1], "rb").read(), int(sys.argv[2])
 from tuiprof_native import segment
@@ -69,8 +70,8 @@ sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(count)]
 time.sleep(0.05)  # each sleep has started: its start time is before the segment's
 for proc in sleepers:
     data = bytearray(prefix)
-    struct.pack_into("<i", data, 56, proc.pid)  # tp_header.pid
-    struct.pack_into("<Q", data, 200, time.time_ns())  # tp_header.start_ns
+    struct.pack_into("<i", data, PID_OFFSET, proc.pid)
+    struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
     path = f"{segment.SEGMENT_DIR}/{segment.SEGMENT_PREFIX}{os.getuid()}-{proc.pid}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     os.write(fd, data)
