@@ -468,8 +468,9 @@ def _rank_segments(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo,
 def _rank_ops_dropped(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
     """Ops of an owner's ranks left out past the per-owner budget: one series per owner over it."""
     dropped = out("rank_ops_dropped", "gauge",
-                  "Ops (GEMM and NCCL aggregates, in-flight entries) of this owner's ranks left out of the latest "
-                  "interval: more than the agent's per-owner budget (the snapshot's rank_ops_dropped says why).")
+                  "Ops (GEMM and NCCL aggregates, in-flight entries, process groups) of this owner's ranks left "
+                  "out of the latest interval: more than the agent's per-owner budget (the snapshot's "
+                  "rank_ops_dropped says why).")
     for entry in snapshot.rank_ops_dropped:
         dropped.add({**host, "uid": str(entry.uid)}, entry.ops)
 

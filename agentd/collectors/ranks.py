@@ -39,8 +39,8 @@ reported without the previous interval's figures, with the reason; what it did
 is counted in the next reading, never twice.
 
 What one owner's ranks put into a snapshot is bounded: at most
-``MAX_OPS_PER_OWNER`` ops (GEMM and NCCL aggregates, in-flight entries) per
-owner and interval, taken in the order the ranks are read. The rest are left
+``MAX_OPS_PER_OWNER`` ops (GEMM and NCCL aggregates, in-flight entries, Flight
+Recorder process groups) per owner and interval, taken in the order the ranks are read. The rest are left
 out, never silently: the rank says how many of its ops are missing and why
 (``unavailable["ops"]``), the snapshot counts them per owner
 (``HostSnapshot.rank_ops_dropped``), and the log says so once per owner.
@@ -76,10 +76,11 @@ else:
     _IMPORT_ERROR = ""
 
 STEP_WINDOW = 32
-# The most ops one owner's ranks report per interval: GEMM and NCCL aggregates and in-flight entries, over
-# the owner's ranks in the order they are read (ranks already followed first, then by pid). Each op is at
-# most 11 series on /metrics. A rank has up to 511 aggregates and 128 in-flight entries, so one user's 256
-# segments could otherwise put 160k ops (1.5 million series) into every snapshot and scrape; an 8-GPU job's
+# The most ops one owner's ranks report per interval: GEMM and NCCL aggregates, in-flight entries and
+# Flight Recorder process groups, over the owner's ranks in the order they are read (ranks already followed
+# first, then by pid). Each op is at most 11 series on /metrics. A rank has up to 511 aggregates, 128
+# in-flight entries and a 96 KiB Flight Recorder file (thousands of groups), so one user's 256 segments
+# could otherwise put 160k ops or more (1.5 million series) into every snapshot and scrape; an 8-GPU job's
 # ranks use a few hundred.
 MAX_OPS_PER_OWNER = 4096
 # The most aggregate slots a segment holds (TP_MAX_SLOTS): what a rank not read for the budget counts as left out.
@@ -308,10 +309,12 @@ class RanksCollector(Collector):
             self._exited_mid_update(rank, mono)
             return False
         rank_claims.check_header_pid(rank.candidate, header.pid)
-        stats = self._rates(rank, header, now_ns, budget)
+        stats, left_out = self._rates(rank, header, now_ns, budget)
         self._cpu_counters(rank, stats)
         stats.exception = rank.exception.refresh()
-        rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
+        left_out += self._flight(rank, stats, now_ns, budget)
+        if left_out:
+            stats.unavailable["ops"] = budget.reason(rank.candidate.uid, left_out)
         if alive is None:
             rank.exited_at = mono
             rank.close_counters()
@@ -321,6 +324,26 @@ class RanksCollector(Collector):
             stats.state = _RANK_STATES.get(alive.state, alive.state)
         rank.stats = stats
         return True
+
+    @staticmethod
+    def _flight(rank: _Rank, stats: pb.RankStats, now_ns: int, budget: "OpsBudget") -> int:
+        """The rank's Flight Recorder process groups and in-flight collectives, as many as its owner's budget
+        allows; how many were left out. With no budget left the file is not even parsed (up to 96 KiB of
+        JSON per rank and interval)."""
+        uid = rank.candidate.uid
+        if not budget.left(uid):
+            stats.unavailable["process_groups"] = (f"not read: the ranks of uid {uid} have more ops than the "
+                                                   f"agent's per-owner budget of {budget.per_owner}")
+            return 0
+        inflight_before = len(stats.inflight)
+        rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
+        groups = budget.take(uid, len(stats.process_groups))
+        added = len(stats.inflight) - inflight_before
+        collectives = budget.take(uid, added)
+        left_out = len(stats.process_groups) - groups + added - collectives
+        del stats.process_groups[groups:]
+        del stats.inflight[inflight_before + collectives:]
+        return left_out
 
     def _exited_mid_update(self, rank: _Rank, mono: float) -> None:
         """A rank whose process died while writing its counters: exited, its last reading kept."""
@@ -368,7 +391,8 @@ class RanksCollector(Collector):
         except OSError as exc:  # a read that fails says why; the next interval tries again
             stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
 
-    def _rates(self, rank: _Rank, header, now_ns: int, budget: "OpsBudget") -> pb.RankStats:
+    def _rates(self, rank: _Rank, header, now_ns: int, budget: "OpsBudget") -> tuple[pb.RankStats, int]:
+        """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
         stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=header.job_id, interval_seconds=seconds,
                              step_count=header.counters.step_count,
@@ -384,8 +408,6 @@ class RanksCollector(Collector):
         inflight = rank.seg.inflight()
         reported_inflight = budget.take(uid, len(inflight))
         left_out += len(inflight) - reported_inflight
-        if left_out:
-            stats.unavailable["ops"] = budget.reason(uid, left_out)
         for entry in inflight[:reported_inflight]:
             stats.inflight.append(pb.InflightOp(
                 kind=entry.kind, op=entry.op, sequence=entry.op_seq,
@@ -397,7 +419,7 @@ class RanksCollector(Collector):
         self._host_rates(rank, header, stats, seconds)
         rank.counters = header.counters
         rank.read_ns = now_ns
-        return stats
+        return stats, left_out
 
     @staticmethod
     def _slot_stats(rank: _Rank, header, stats: pb.RankStats, seconds: float, budget: "OpsBudget") -> int:
@@ -533,14 +555,14 @@ class OpsBudget:
         return granted
 
     def reason(self, uid: int, left_out: int) -> str:
-        return (f"{left_out} of this rank's ops (GEMM and NCCL aggregates, in-flight entries) are not "
-                f"reported: the ranks of uid {uid} have more than {self.per_owner} this interval, the "
+        return (f"{left_out} of this rank's ops (GEMM and NCCL aggregates, in-flight entries, process groups) "
+                f"are not reported: the ranks of uid {uid} have more than {self.per_owner} this interval, the "
                 "agent's per-owner budget")
 
     def trim(self, stats: pb.RankStats) -> pb.RankStats:
         """``stats`` (a rank not read this interval) cut to what its owner may still report."""
         left_out = 0
-        for ops in (stats.gemm, stats.nccl, stats.inflight):
+        for ops in (stats.gemm, stats.nccl, stats.inflight, stats.process_groups):
             kept = self.take(stats.uid, len(ops))
             left_out += len(ops) - kept
             del ops[kept:]
@@ -552,8 +574,9 @@ class OpsBudget:
         """One entry per owner whose ranks had ops left out."""
         return [pb.RankOpsDropped(uid=uid, ops=dropped, reason=(
                     f"the ranks of uid {uid} published {self._reported[uid] + dropped} ops (GEMM and NCCL "
-                    f"aggregates, in-flight entries) this interval; the agent reports at most {self.per_owner} "
-                    "per owner (in the order it reads the ranks: those it already followed, then by pid) and left the rest out"))
+                    f"aggregates, in-flight entries, process groups) this interval; the agent reports at most "
+                    f"{self.per_owner} per owner (in the order it reads the ranks: those it already followed, then "
+                    "by pid) and left the rest out"))
                 for uid, dropped in sorted(self._dropped.items())]
 
 

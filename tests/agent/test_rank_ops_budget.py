@@ -9,6 +9,7 @@ its slots have no previous reading), then reported with rates.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -95,3 +96,26 @@ def test_an_owners_ops_past_the_budget_are_left_out_counted_and_read_again_as_a_
         assert all(op.count_per_s == 0 for op in third_stats.gemm)  # nothing called since its baseline
     finally:
         collector.close()
+
+
+def test_flight_recorder_groups_count_against_the_budget_and_are_not_parsed_past_it(three_segments, monkeypatch):
+    folder, (first, second, third) = three_segments
+    groups, active = 200, 3
+    flight = {"groups": [{"id": str(n), "last_enqueued": 5, "last_completed": 5} for n in range(groups)],
+              "active": [{"op": "allreduce", "pg": n, "seq": 6, "enqueued_ns": time.time_ns()} for n in range(active)]}
+    for proc in (first, second):
+        (folder / f"tuiprof-{os.getuid()}-{proc.pid}{segment.FLIGHT_SUFFIX}").write_text(json.dumps(flight))
+    monkeypatch.setattr(ranks, "MAX_OPS_PER_OWNER", BUDGET)
+    collector = RanksCollector(1.0, directory=str(folder))
+    try:
+        snapshot = collected(collector)
+    finally:
+        collector.close()
+    reported = {rank.pid: rank for rank in snapshot.ranks}
+    assert len(reported[first.pid].gemm) == MAX_OPS_PER_SEGMENT and len(reported[first.pid].process_groups) == 89
+    assert not [op for op in reported[first.pid].inflight if op.kind == "fr"]
+    assert reported[first.pid].unavailable["ops"].startswith(f"{groups - 89 + active} of this rank's ops")
+    assert not reported[second.pid].process_groups
+    assert reported[second.pid].unavailable["process_groups"].startswith("not read: the ranks of uid")
+    [dropped] = snapshot.rank_ops_dropped  # the second's groups were never parsed: not counted
+    assert dropped.ops == groups - 89 + active + 2 * MAX_OPS_PER_SEGMENT
