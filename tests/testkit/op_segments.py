@@ -60,8 +60,9 @@ def check_ops(prefix: bytes, ops: int) -> None:
 
 
 # Run as a user: argv[1] a file holding with_ops' bytes, argv[2] how many segments. Starts that many
-# `sleep`s, gives each a segment (sparse: the header and slots written, the rest a hole) claiming it
-# (pid and start time patched in), prints their pids as one JSON line, and keeps them until stdin closes.
+# `sleep`s, gives each a segment named as the hook names it (a random stem) and claiming it (pid and
+# start time patched in; sparse: the header and slots written, the rest a hole), prints their pids as
+# one JSON line, and keeps them until stdin closes.
 PUBLISH = f"PID_OFFSET, START_NS_OFFSET = {PID_OFFSET}, {START_NS_OFFSET}\n" + """
 import json, os, struct, subprocess, sys, time
 prefix, count = open(sys.argv[1], "rb").read(), int(sys.argv[2])
@@ -72,7 +73,7 @@ for proc in sleepers:
     data = bytearray(prefix)
     struct.pack_into("<i", data, PID_OFFSET, proc.pid)
     struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
-    path = f"{segment.SEGMENT_DIR}/{segment.SEGMENT_PREFIX}{os.getuid()}-{proc.pid}"
+    path = f"{segment.SEGMENT_DIR}/{segment.SEGMENT_PREFIX}{os.getuid()}-{proc.pid}-{os.urandom(segment.STEM_RANDOM_DIGITS // 2).hex()}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     os.write(fd, data)
     os.ftruncate(fd, segment.SEGMENT_SIZE)
