@@ -1,5 +1,6 @@
 """Types of tuiprof_native.segment (the Cython segment reader); see segment.pyx for the why."""
 
+import builtins
 import re
 from dataclasses import dataclass
 from os import PathLike
@@ -15,6 +16,8 @@ LAYOUT_VERSION: int
 SEGMENT_SIZE: int
 HEADER_SIZE: int
 HIST_BUCKETS: int
+FINE_OCTAVES: int
+FINE_SUB_BITS: int
 RING_CAPACITY: int
 KINDS: dict[int, str]
 FLAG_CUDA_TIMING: int
@@ -103,6 +106,9 @@ class Slot:
     weighted_timed_flops: int
     hist: tuple[int, ...]
     sample_every: int = ...
+    fine_octave: int = ...
+    fine_anchors: int = ...
+    fine: builtins.bytes = ...
 
 @dataclass(frozen=True)
 class Inflight:

@@ -27,6 +27,7 @@ without the GIL. Every error is a ``SegmentError`` (an ``OSError``) whose
 message names the file and what to do.
 """
 
+import builtins
 import os
 import re
 from dataclasses import dataclass
@@ -78,6 +79,9 @@ cdef extern from "tuiprof_segment.h":
     enum: TP_JOB_ID_LEN
     enum: TP_HOSTNAME_LEN
     enum: TP_HIST_BUCKETS_N "TP_HIST_BUCKETS"
+    enum: TP_FINE_BUCKETS_N "TP_FINE_BUCKETS"
+    uint32_t TP_FINE_OCTAVES
+    uint32_t TP_FINE_SUB_BITS
     const char *TP_SEGMENT_DIR
     const char *TP_SEGMENT_PREFIX
     const char *TP_EXCEPTION_SUFFIX
@@ -165,6 +169,9 @@ cdef extern from "tuiprof_segment.h":
         uint64_t weighted_timed_flops
         uint64_t hist[TP_HIST_BUCKETS_N]
         uint32_t sample_every
+        uint32_t fine_octave
+        uint32_t fine_anchors
+        uint32_t fine[TP_FINE_BUCKETS_N]
 
     ctypedef struct tp_inflight:
         uint64_t seq
@@ -217,6 +224,8 @@ LAYOUT_VERSION = TP_LAYOUT_VERSION
 SEGMENT_SIZE = sizeof(tp_segment)
 HEADER_SIZE = sizeof(tp_header)
 HIST_BUCKETS = TP_HIST_BUCKETS
+FINE_OCTAVES = TP_FINE_OCTAVES
+FINE_SUB_BITS = TP_FINE_SUB_BITS
 RING_CAPACITY = TP_RING_CAPACITY
 KINDS = {TP_KIND_NONE: "none", TP_KIND_GEMM: "gemm", TP_KIND_NCCL: "nccl", TP_KIND_STEP: "step",
          TP_KIND_GC: "gc", TP_KIND_DATALOADER: "dataloader"}
@@ -354,6 +363,12 @@ class Slot:
     hist: tuple[int, ...]
     # GEMM: the sampling period of its latest call due for timing after the first ones; 0: none yet
     sample_every: int = 0
+    # The fine window (tuiprof_segment.h): its lowest octave (0: none yet), how often the writer placed
+    # it (readings with different counts do not subtract), and its FINE_OCTAVES << FINE_SUB_BITS
+    # counts as native uint32 that wrap (subtract modulo 2^32); bytes, not ints, to keep reading cheap.
+    fine_octave: int = 0
+    fine_anchors: int = 0
+    fine: builtins.bytes = b""
 
 
 @dataclass(frozen=True)
@@ -771,7 +786,8 @@ cdef object _slot(const tp_slot *s):
                 s.first_ns if s.first_ns else None,
                 s.bytes, s.flops, s.timed_bytes, s.timed_flops,
                 s.weighted_timed_count, s.weighted_total_ns, s.weighted_timed_bytes, s.weighted_timed_flops,
-                tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)), s.sample_every)
+                tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)), s.sample_every, s.fine_octave, s.fine_anchors,
+                (<const char *>s.fine)[:sizeof(s.fine)])
 
 
 cdef object _event(const tp_event *e, uint64_t index):

@@ -1,7 +1,7 @@
 """Per-interval rates of one rank from two readings of its segment (pure functions).
 
 A segment holds cumulative counters per aggregate slot (count, timed count,
-total kernel ns, bytes, FLOPs, a log2 latency histogram). Everything here is
+total kernel ns, bytes, FLOPs, latency histograms). Everything here is
 the difference of two readings divided by the time between them, so a rank
 that did nothing in an interval shows zero rates, and a rank seen for the
 first time is compared with its segment's creation (all counters zero).
@@ -23,17 +23,29 @@ Definitions (the same as xpu-timer's and nccl-tests'):
   AllReduce, x (n-1)/n for AllGather and ReduceScatter, x 1 otherwise.
 - Step time = the median over recent intervals of each interval's mean
   step-to-step time (exact per step while steps are slower than the interval).
-- Latency percentiles come from the interval's histogram delta: buckets are
-  powers of two, a percentile is interpolated inside its bucket (an estimate).
+- Latency percentiles come from the interval's histogram delta. Each slot has
+  log2 buckets and a fine window of FINE_OCTAVES octaves cut into 2^FINE_SUB_BITS
+  (64) equal sub-buckets each, placed by the hook where the slot's latencies
+  fall (tuiprof_segment.h). The interval's buckets are the fine ones inside the
+  window and the log2 ones outside it. A percentile is the nearest-rank one
+  (the ceil(q x n)-th smallest call) and is estimated by the middle of the
+  bucket that holds it: within 1/128 (0.8 %) of the true value in the window
+  (a sub-bucket of [2^e, 2^(e+1)) is 2^e/64 wide), within a factor of 1.5
+  outside it. The interval in which the hook placed or moved a window has only
+  the calls since then in it: when its fine counts do not add up to the log2
+  counts of the window's octaves, that interval uses the log2 buckets alone.
 - Latency min/max: exact when the slot's lifetime min/max was set by a call of
   this interval (the hook records the timed count at which it set each);
   otherwise a bound: the interval's lowest/highest bucket edge clamped to the
-  lifetime min/max, and ``min_exact``/``max_exact`` say so.
+  lifetime min/max (within 1/64 in the window), and ``min_exact``/``max_exact``
+  say so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Sequence
 
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -52,23 +64,64 @@ def busbw_factor(op: str, nranks: int) -> float:
     return 1.0
 
 
-def _bucket_edges(i: int) -> tuple[float, float]:
-    return (0.0 if i == 0 else float(2**i)), float(2 ** (i + 1))
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+    """Calls with latencies in [low, high) ns."""
+
+    low: int
+    high: int
+    count: int
 
 
-def percentile_ns(hist: Sequence[int], q: float) -> float | None:
-    """The q-quantile (0..1) of a log2 histogram, interpolated within its bucket."""
-    total = sum(hist)
+_U32 = 1 << 32
+
+
+@functools.cache
+def fine_layout() -> tuple[int, int]:
+    """The segment layout's (FINE_OCTAVES, FINE_SUB_BITS). Imported on first use, not with this module:
+    ranks.py imports it before knowing whether the extension is built (and reports it when not)."""
+    from tuiprof_native import segment
+    return segment.FINE_OCTAVES, segment.FINE_SUB_BITS
+
+
+def log2_bucket(i: int, count: int) -> Bucket:
+    """Log2 bucket ``i`` of the hook: [2^i, 2^(i+1)) ns, bucket 0 from 0 ns."""
+    return Bucket(0 if i == 0 else 2**i, 2 ** (i + 1), count)
+
+
+def fine_bucket(octave: int, index: int, count: int) -> Bucket:
+    """Sub-bucket ``index`` of a fine window whose lowest octave is ``octave``."""
+    sub_bits = fine_layout()[1]
+    e = octave + (index >> sub_bits)
+    width = 2 ** (e - sub_bits)
+    low = 2**e + (index & ((1 << sub_bits) - 1)) * width
+    return Bucket(low, low + width, count)
+
+
+def interval_buckets(hist: Sequence[int], fine: Sequence[int] | None, fine_octave: int) -> list[Bucket]:
+    """The non-empty buckets of an interval, ascending: the fine window's in place of the log2 buckets of
+    its octaves when ``fine`` is given and holds every call of those octaves, else the log2 ones."""
+    top = fine_octave + fine_layout()[0]
+    if fine is None or sum(fine) != sum(hist[fine_octave:top]):
+        return [log2_bucket(i, n) for i, n in enumerate(hist) if n]
+    return ([log2_bucket(i, n) for i, n in enumerate(hist[:fine_octave]) if n]
+            + [fine_bucket(fine_octave, i, n) for i, n in enumerate(fine) if n]
+            + [log2_bucket(i, n) for i, n in enumerate(hist[top:], top) if n])
+
+
+def percentile_ns(buckets: Sequence[Bucket], q: float) -> float | None:
+    """The nearest-rank q-quantile (0..1) of ascending ``buckets``: the middle of the bucket holding
+    the ceil(q x n)-th smallest call; None when there are no calls."""
+    total = sum(b.count for b in buckets)
     if total == 0:
         return None
-    rank = q * total
+    rank = max(1, math.ceil(round(q * total, 6)))
     seen = 0
-    for i, n in enumerate(hist):
-        if n and seen + n >= rank:
-            low, high = _bucket_edges(i)
-            return low + (high - low) * max(0.0, rank - seen) / n
-        seen += n
-    return _bucket_edges(len(hist) - 1)[1]
+    for b in buckets:
+        seen += b.count
+        if seen >= rank:
+            return (b.low + b.high) / 2
+    raise AssertionError("unreachable: rank <= total")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,17 +132,16 @@ class Extreme:
     in_interval: bool
 
 
-def latency(hist_delta: Sequence[int], weighted_ns: int, weighted_timed: int, lifetime_min: Extreme,
+def latency(buckets: Sequence[Bucket], weighted_ns: int, weighted_timed: int, lifetime_min: Extreme,
             lifetime_max: Extreme) -> pb.LatencyStats:
     """Latency of the interval's timed ops (empty message when none were timed); the mean
     from their weighted sums (an estimate over all calls), the rest per timed op."""
     stats = pb.LatencyStats()
-    p50, p99 = percentile_ns(hist_delta, 0.50), percentile_ns(hist_delta, 0.99)
-    if weighted_timed <= 0 or p50 is None or p99 is None or min(hist_delta) < 0:
-        return stats  # nothing timed; or buckets that went backwards: no interval of one writer's segment
-    used = [i for i, n in enumerate(hist_delta) if n]
-    low = _bucket_edges(used[0])[0]
-    high = _bucket_edges(used[-1])[1]
+    p50, p99 = percentile_ns(buckets, 0.50), percentile_ns(buckets, 0.99)
+    if weighted_timed <= 0 or p50 is None or p99 is None:
+        return stats
+    low = buckets[0].low
+    high = buckets[-1].high
     if lifetime_min.ns is not None:
         low = lifetime_min.ns if lifetime_min.in_interval else max(low, lifetime_min.ns)
         stats.min_exact = lifetime_min.in_interval
@@ -108,6 +160,18 @@ def slot_key(slot) -> tuple:
     return (slot.kind, slot.op, slot.dtype, slot.algo, slot.proto, slot.b, slot.m, slot.n, slot.k, slot.comm_hash)
 
 
+def fine_delta(now, before) -> list[int] | None:
+    """The fine-window counts of the calls between two readings of a slot (``before`` None: since the
+    segment's creation); None without a window. When the hook placed or moved the window in between,
+    the counts since then: :func:`interval_buckets` uses them only if they hold all of the interval's."""
+    if not now.fine_octave:
+        return None
+    counts = memoryview(now.fine).cast("I")
+    if before is None or before.fine_anchors != now.fine_anchors:
+        return list(counts)
+    return [(a - b) % _U32 for a, b in zip(counts, memoryview(before.fine).cast("I"))]
+
+
 class SlotDelta:
     """What one slot did between two readings."""
 
@@ -122,11 +186,18 @@ class SlotDelta:
         self.weighted_bytes = now.weighted_timed_bytes - (before.weighted_timed_bytes if before else 0)
         self.weighted_flops = now.weighted_timed_flops - (before.weighted_timed_flops if before else 0)
         self.hist = [a - (b if before else 0) for a, b in zip(now.hist, before.hist if before else now.hist)]
+        self.fine = fine_delta(now, before) if self.timed > 0 else None
+
+    def buckets(self) -> list[Bucket]:
+        """The interval's buckets; none when a bucket went backwards (no interval of one writer's segment)."""
+        if min(self.hist) < 0:
+            return []
+        return interval_buckets(self.hist, self.fine, self.slot.fine_octave)
 
     def latency(self) -> pb.LatencyStats:
         timed_before = self.slot.timed_count - self.timed
         s = self.slot
-        return latency(self.hist, self.weighted_ns, self.weighted_timed,
+        return latency(self.buckets(), self.weighted_ns, self.weighted_timed,
                        Extreme(s.min_ns, s.min_at_timed is not None and s.min_at_timed > timed_before),
                        Extreme(s.max_ns, s.max_at_timed is not None and s.max_at_timed > timed_before))
 

@@ -39,16 +39,18 @@ def test_busbw_factors_are_nccl_tests():
     assert rank_rates.busbw_factor("Send", 2) == 1.0
 
 
-def test_percentiles_interpolate_within_log2_buckets():
+def test_percentiles_are_log2_bucket_middles_without_a_fine_window():
     hist = [0] * 40
     hist[10] = 100  # 100 values in [1024, 2048)
-    assert rank_rates.percentile_ns(hist, 0.5) == pytest.approx(1024 + 1024 * 0.5)
+    log2 = rank_rates.interval_buckets(hist, None, 0)
+    assert rank_rates.percentile_ns(log2, 0.5) == pytest.approx(1024 + 1024 * 0.5)
     hist[20] = 1  # one outlier in [1 Mi, 2 Mi)
-    assert rank_rates.percentile_ns(hist, 0.99) < 2048 < rank_rates.percentile_ns(hist, 1.0)
-    assert rank_rates.percentile_ns([0] * 40, 0.5) is None
+    log2 = rank_rates.interval_buckets(hist, None, 0)
+    assert rank_rates.percentile_ns(log2, 0.99) < 2048 < rank_rates.percentile_ns(log2, 1.0)
+    assert rank_rates.percentile_ns(rank_rates.interval_buckets([0] * 40, None, 0), 0.5) is None
     Extreme = rank_rates.Extreme
     total_ns = 100 * 1500 + 1_500_000
-    stats = rank_rates.latency(hist, total_ns, weighted_timed=101, lifetime_min=Extreme(1100, in_interval=True),
+    stats = rank_rates.latency(log2, total_ns, weighted_timed=101, lifetime_min=Extreme(1100, in_interval=True),
                                lifetime_max=Extreme(1_500_000, in_interval=True))
     assert stats.min_seconds == pytest.approx(1100e-9) and stats.max_seconds == pytest.approx(1.5e-3)
     assert stats.min_exact and stats.max_exact
@@ -60,12 +62,13 @@ def test_latency_extremes_are_exact_only_when_set_in_the_interval():
     max is a bound (its top bucket's edge, 2^21 ns), said so; its own new min is exact."""
     hist = [0] * 40
     hist[20] = 3  # three calls in [1.05 ms, 2.10 ms)
-    stats = rank_rates.latency(hist, weighted_ns=4_500_000, weighted_timed=3,
+    log2 = rank_rates.interval_buckets(hist, None, 0)
+    stats = rank_rates.latency(log2, weighted_ns=4_500_000, weighted_timed=3,
                                lifetime_min=rank_rates.Extreme(1_100_000, in_interval=True),
                                lifetime_max=rank_rates.Extreme(127_000_000, in_interval=False))
     assert stats.min_seconds == pytest.approx(1.1e-3) and stats.min_exact
     assert stats.max_seconds == pytest.approx(2**21 * 1e-9) and not stats.max_exact
-    bounded = rank_rates.latency(hist, weighted_ns=4_500_000, weighted_timed=3,
+    bounded = rank_rates.latency(log2, weighted_ns=4_500_000, weighted_timed=3,
                                  lifetime_min=rank_rates.Extreme(900_000, in_interval=False),
                                  lifetime_max=rank_rates.Extreme(1_562_000, in_interval=False))
     assert bounded.min_seconds == pytest.approx(2**20 * 1e-9) and not bounded.min_exact  # bucket edge > 0.9 ms

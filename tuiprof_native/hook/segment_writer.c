@@ -18,6 +18,9 @@
 static tp_segment *g_seg;
 static uint32_t g_slot_index[SLOT_INDEX_SIZE]; /* slot number + 1; 0 = empty */
 static uint8_t g_first_seen[TP_MAX_SLOTS];     /* a GEMM slot's first call was folded */
+/* Per slot, the current block of TP_FINE_BLOCK timed calls: how many so far, how many outside the window. */
+static uint8_t g_fine_block_calls[TP_MAX_SLOTS];
+static uint8_t g_fine_block_outside[TP_MAX_SLOTS];
 
 tp_segment *tp_segment_get(void) { return g_seg; }
 
@@ -269,6 +272,32 @@ void tp_segment_count(const tp_record *r, uint32_t kind, uint64_t calls)
     tp_write_end(&s->seq);
 }
 
+/* Puts slot n's fine window around `ns` (inside the slot's write section). */
+static void place_fine_window(tp_slot *s, uint32_t n, uint64_t ns)
+{
+    s->fine_octave = tp_fine_anchor(ns);
+    s->fine_anchors++;
+    memset(s->fine, 0, sizeof(s->fine));
+    g_fine_block_calls[n] = 0;
+    g_fine_block_outside[n] = 0;
+}
+
+/* Counts a timed call of slot n in its fine window; places the window at the
+ * slot's first call, and moves it to this call once more than half of the
+ * current block of calls fell outside it (the latencies moved: warm-up ended,
+ * a new regime).  Inside the slot's write section. */
+static void add_fine(tp_slot *s, uint32_t n, uint64_t ns)
+{
+    if (s->fine_octave == 0) place_fine_window(s, n, ns);
+    int32_t i = tp_fine_bucket(ns, s->fine_octave);
+    if (i < 0 && ++g_fine_block_outside[n] > TP_FINE_BLOCK / 2) {
+        place_fine_window(s, n, ns);
+        i = tp_fine_bucket(ns, s->fine_octave);
+    }
+    if (i >= 0) s->fine[i]++;
+    if (++g_fine_block_calls[n] == TP_FINE_BLOCK) g_fine_block_calls[n] = 0, g_fine_block_outside[n] = 0;
+}
+
 void tp_segment_fold(const tp_record *r, uint32_t kind)
 {
     tp_slot *s = slot_for(r, kind);
@@ -297,6 +326,7 @@ void tp_segment_fold(const tp_record *r, uint32_t kind)
         if (r->dur_ns < s->min_ns) s->min_ns = r->dur_ns, s->min_at_timed = s->timed_count;
         if (r->dur_ns > s->max_ns) s->max_ns = r->dur_ns, s->max_at_timed = s->timed_count;
         s->hist[tp_hist_bucket(r->dur_ns)]++;
+        add_fine(s, n, r->dur_ns);
     }
     tp_write_end(&s->seq);
     write_event(r, kind, first ? TP_EVENT_FIRST_CALL : 0);

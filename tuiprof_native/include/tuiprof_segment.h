@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 7u
+#define TP_LAYOUT_VERSION 8u
 
 #define TP_SEGMENT_DIR "/dev/shm"
 /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid>-<random>, the "stem": <random> is 16
@@ -50,6 +50,16 @@
 #define TP_MAX_INFLIGHT 128u   /* one entry per stream / communicator with unfinished work */
 #define TP_RING_CAPACITY 8192u /* last N events */
 #define TP_HIST_BUCKETS 40u    /* bucket i counts latencies in [2^i, 2^(i+1)) ns; 0 also holds 0 ns */
+/* Each slot's fine window: TP_FINE_OCTAVES consecutive octaves [2^a, 2^(a+TP_FINE_OCTAVES)) ns,
+ * a = the slot's fine_octave, each cut into 2^TP_FINE_SUB_BITS equal sub-buckets.  A sub-bucket
+ * of octave e is 2^(e - TP_FINE_SUB_BITS) ns wide: at most 1/64 of any value in it, so a
+ * quantile that falls in the window is known to 1/64 (1.6 %), to 1/128 (0.8 %) from the
+ * sub-bucket's middle.  One op kind and shape has latencies within a few octaves; the window
+ * follows them (see tp_slot.fine_octave).  Values outside it are in the log2 buckets only. */
+#define TP_FINE_OCTAVES 4u
+#define TP_FINE_SUB_BITS 6u
+#define TP_FINE_BUCKETS (TP_FINE_OCTAVES << TP_FINE_SUB_BITS)
+#define TP_FINE_BLOCK 64u /* calls the writer judges its window over (tp_slot.fine_octave) */
 
 #define TP_NAME_LEN 32u
 #define TP_DTYPE_LEN 16u
@@ -181,7 +191,18 @@ typedef struct tp_slot {
     uint64_t hist[TP_HIST_BUCKETS];
     uint32_t sample_every;        /* GEMM: the period of its latest call due for timing past its shape's
                                    * first gemm_timed_first calls; 0 while there was none */
+    /* The fine window's lowest octave a (>= TP_FINE_SUB_BITS), 0 before the slot's first
+     * call into hist.  Set from that call (its octave - 1), then moved by the writer when
+     * most of a block of TP_FINE_BLOCK calls fell outside it (to the octave - 1 of the call
+     * that decided it); every move zeroes fine[] and bumps fine_anchors.  A reader takes
+     * the difference of two readings' fine[] only when both have the same fine_anchors. */
+    uint32_t fine_octave;
+    uint32_t fine_anchors;
     uint32_t reserved0;
+    /* The same timed calls as hist, those inside the window: fine[(e - a) << TP_FINE_SUB_BITS |
+     * sub] counts values in octave e's sub-th sub-bucket.  32-bit counts that wrap: a
+     * reader takes differences modulo 2^32 (fewer than 2^32 calls between two readings). */
+    uint32_t fine[TP_FINE_BUCKETS];
 } tp_slot;
 
 /* Oldest unfinished work on one stream (GEMM) or communicator (NCCL). */
@@ -229,6 +250,27 @@ static inline uint32_t tp_hist_bucket(uint64_t ns)
     if (ns < 2) return 0;
     uint32_t b = 63u - (uint32_t)__builtin_clzll(ns);
     return b < TP_HIST_BUCKETS ? b : TP_HIST_BUCKETS - 1;
+}
+
+/* The fine-window index of a duration for a window starting at octave `a`
+ * (a >= TP_FINE_SUB_BITS), or -1 when the duration is outside the window. */
+static inline int32_t tp_fine_bucket(uint64_t ns, uint32_t a)
+{
+    if (ns < (1ULL << a)) return -1;
+    uint32_t e = 63u - (uint32_t)__builtin_clzll(ns);
+    if (e >= a + TP_FINE_OCTAVES) return -1;
+    uint32_t sub = (uint32_t)(ns >> (e - TP_FINE_SUB_BITS)) & ((1u << TP_FINE_SUB_BITS) - 1u);
+    return (int32_t)(((e - a) << TP_FINE_SUB_BITS) | sub);
+}
+
+/* The fine window's lowest octave for a slot whose calls take about `ns`: one
+ * octave below ns's, kept inside [TP_FINE_SUB_BITS, TP_HIST_BUCKETS - 1) so that
+ * sub-buckets are whole nanoseconds and the last, clamped log2 bucket stays out. */
+static inline uint32_t tp_fine_anchor(uint64_t ns)
+{
+    uint32_t a = tp_hist_bucket(ns);
+    a = a > TP_FINE_SUB_BITS ? a - 1 : TP_FINE_SUB_BITS;
+    return a < TP_HIST_BUCKETS - 1 - TP_FINE_OCTAVES ? a : TP_HIST_BUCKETS - 1 - TP_FINE_OCTAVES;
 }
 
 /* Writer side of a seqlock (single writer). */

@@ -3,7 +3,9 @@
  * clock by the modelled kernel time (10 us + 1 ns per 100 FLOPs).
  * STANDIN_SGEMM_SLOWER=<calls>:<extra_ns> makes every cublasSgemm_v2 call
  * after the process's first <calls> of them run <extra_ns> longer: a GPU that
- * leaves its boost clock after a burst's first calls. */
+ * leaves its boost clock after a burst's first calls.  standin_sgemm_extra_ns(ns)
+ * makes the following cublasSgemm_v2 calls run `ns` longer (a caller that
+ * chooses each call's duration). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,11 +94,14 @@ static uint64_t sgemm_slowdown_ns(void)
     return ++calls > fast_calls ? extra_ns : 0;
 }
 
+static uint64_t sgemm_extra_ns;
+void standin_sgemm_extra_ns(uint64_t ns) { sgemm_extra_ns = ns; }
+
 int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
                    const float *B, int ldb, const float *beta, float *C, int ldc)
 {
     gemm(ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
-    standin_stream_advance(((handle *)h)->stream, standin_kernel_ns(1, m, n, k) + sgemm_slowdown_ns());
+    standin_stream_advance(((handle *)h)->stream, standin_kernel_ns(1, m, n, k) + sgemm_slowdown_ns() + sgemm_extra_ns);
     return 0;
 }
 
