@@ -50,7 +50,7 @@ from testkit.ports import free_port  # noqa: E402
 
 AGENTD = str(pathlib.Path(sys.executable).parent / "agentd")
 SEGMENTS = 256
-SHM_SIZE = "256m"
+SHM_SIZE = "1g"  # 256 slot tables of 0.3-1.4 MB (the layout's slot size)
 # The agent is killed past this RSS (the unfixed agent reached 4.9 GB in the run).
 RSS_LIMIT_KIB = 6 << 20
 

@@ -27,6 +27,7 @@ from native.segment_forge import recorded_segment
 from testkit.op_segments import MAX_OPS_PER_SEGMENT, PUBLISH, check_ops, with_ops
 
 HOSTILE_SEGMENTS = MAX_OPS_PER_OWNER // MAX_OPS_PER_SEGMENT + 2  # two segments' worth past the budget
+SHM_SIZE = "64m"
 SCRAPERS = 40
 SCRAPE_SECONDS = 6.0
 HELD = 2 * MAX_CONNECTIONS_PER_PEER
@@ -111,6 +112,8 @@ def agent_status(pid: int) -> tuple[int, int]:
 
 def test_a_users_ops_past_the_budget_are_counted_and_their_scrapes_are_bounded(agent_in_namespace, namespace,
                                                                              hostile_user):
+    # The namespace's 8 MiB /dev/shm holds fewer segments than this (their slot tables are written).
+    namespace.run(["mount", "-o", f"remount,size={SHM_SIZE}", "/dev/shm"]).check_returncode()
     agent = agent_in_namespace()
     prefix = with_ops(recorded_segment(), MAX_OPS_PER_SEGMENT)
     check_ops(prefix, MAX_OPS_PER_SEGMENT)

@@ -75,7 +75,7 @@ for proc in sleepers:
     struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
     path = f"{segment.SEGMENT_DIR}/{segment.SEGMENT_PREFIX}{os.getuid()}-{proc.pid}-{os.urandom(segment.STEM_RANDOM_DIGITS // 2).hex()}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    os.write(fd, data)
+    assert os.write(fd, data) == len(data), f"{path}: a short write (is {segment.SEGMENT_DIR} full?)"
     os.ftruncate(fd, segment.SEGMENT_SIZE)
     os.close(fd)
 print(json.dumps([proc.pid for proc in sleepers]), flush=True)
