@@ -338,10 +338,12 @@ def _pmu(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Lab
 # How each latency figure is known (see LatencyStats in the proto).
 _LATENCY_STATS = {
     "avg": "exact",
-    "min": "exact when the slot's lifetime extreme fell in the interval, else a log2-bucket bound",
-    "max": "exact when the slot's lifetime extreme fell in the interval, else a log2-bucket bound",
-    "p50": "estimated from log2 buckets",
-    "p99": "estimated from log2 buckets",
+    "min": "exact when the slot's lifetime extreme fell in the interval, else a bucket-edge bound, within 1.6 %"
+           " in the slot's fine window",
+    "max": "exact when the slot's lifetime extreme fell in the interval, else a bucket-edge bound, within 1.6 %"
+           " in the slot's fine window",
+    "p50": "nearest-rank, estimated within 0.8 % in the slot's fine window, else within a factor of 1.5",
+    "p99": "nearest-rank, estimated within 0.8 % in the slot's fine window, else within a factor of 1.5",
 }
 
 
