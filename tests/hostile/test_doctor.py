@@ -1,16 +1,19 @@
 """`tuiprof doctor` inside the private namespaces: what it says with and without the node's agent, when
 another user holds the agent's port, with a process in another PID namespace, and with a small /dev/shm
-(the namespace's is 8 MiB: room for five segments)."""
+(the namespace's is 8 MiB: room for a few segments only)."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import time
 
 from hostile.conftest import PYTHON, wait_ready
+from testkit.namespaces import SHM_BYTES
 from testkit.ports import free_port
+from tuiprof_native import segment
 
 SQUAT = """
 import socket, sys
@@ -37,7 +40,8 @@ def test_doctor_sees_the_agent_its_kineto_socket_and_the_small_shm(agent_in_name
         f"no agent listens on ports {quiet_port}/{quiet_metrics}")
     assert not checks["Kineto"]["ok"] and checks["Kineto"]["fix"] == "run agentd as root on this host"
     shm = checks["/dev/shm"]
-    assert not shm["ok"] and "room for 5 rank segment(s)" in shm["finding"], shm
+    room = int(re.search(r"room for (\d+) rank segment", shm["finding"]).group(1))
+    assert not shm["ok"] and room == SHM_BYTES // segment.SEGMENT_SIZE, shm  # nothing else in it yet
 
     agent = agent_in_namespace()
     _, checks = doctor(namespace, "--agent-port", str(agent.port), "--metrics-port", str(agent.metrics_port))

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 HOSTILE_USER = "tuiprof-hostile"
-SHM_SIZE = "8m"
+SHM_BYTES = 8 << 20  # the namespace's own /dev/shm
 REPO = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = pathlib.Path(sys.executable).parent
 TOOLS = ("unshare", "nsenter", "setpriv", "ip", "mount")
@@ -110,7 +110,7 @@ class Namespace:
     @classmethod
     @contextlib.contextmanager
     def create(cls) -> Iterator["Namespace"]:
-        setup = " && ".join(["ip link set lo up", f"mount -t tmpfs -o size={SHM_SIZE},mode=1777 tmpfs /dev/shm",
+        setup = " && ".join(["ip link set lo up", f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
                              *traversal_view(NEEDED_BY_OTHERS), "echo ready", "exec sleep infinity"])
         holder = subprocess.Popen(["unshare", "--mount", "--net", "--propagation", "private", "--",
                                    "sh", "-c", setup], stdout=subprocess.PIPE)
