@@ -17,6 +17,7 @@ owner, root or the token holder.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import platform
@@ -50,6 +51,8 @@ class TraceService(Protocol):
     def fetch_file(
         self, request: pb.FetchFileRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FileChunk]: ...
+
+    def kineto_user_folder(self, caller: Caller) -> tuple[str, str]: ...
 
 
 class StacksService(Protocol):
@@ -129,8 +132,15 @@ class AgentServicer(pb_grpc.AgentServicer):
         self._stacks = stacks
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.AgentInfo:
-        await self._callers.identify(context)  # refuses a call from another host without the token
-        return agent_info(self._agent, self._static)
+        caller = await self._callers.identify(context)  # refuses a call from another host without the token
+        info = agent_info(self._agent, self._static)
+        if request.kineto_socket_dir:
+            if self._traces is None:
+                info.kineto_socket_dir_reason = "this agent serves no traces"
+            else:
+                info.kineto_socket_dir, info.kineto_socket_dir_reason = await asyncio.to_thread(
+                    self._traces.kineto_user_folder, caller)
+        return info
 
     async def Watch(
         self, request: pb.WatchRequest, context: grpc.aio.ServicerContext

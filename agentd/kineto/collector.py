@@ -1,6 +1,7 @@
 """The IPC endpoint as part of the agent's lifecycle: started with the agent, closed with it,
 reported in GetInfo / snapshots as collector ``kineto`` (unavailable, with the reason, when
-the socket cannot be bound — e.g. dynolog already holds it), and the registry's
+the socket cannot be bound — e.g. dynolog, or a squatter, already holds it: then
+who holds it, while the bind is tried again every few seconds), and the registry's
 silent clients dropped once per interval. The optional dynolog RPC closes with it too."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import asyncio
 import logging
 
 from agentd.collectors.base import Collector
-from agentd.kineto.endpoint import EndpointError, KinetoEndpoint
+from agentd.kineto.endpoint import EndpointError, KinetoEndpoint, UserFolderError
 from agentd.kineto.registry import Registry
 from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -21,7 +22,8 @@ class KinetoCollector(Collector):
     name = "kineto"
     clocked_by_snapshots = True  # in-memory work only: no thread of its own to wake each second
 
-    def __init__(self, interval_seconds: float, registry: Registry, socket_dir: str | None) -> None:
+    def __init__(self, interval_seconds: float, registry: Registry, socket_dir: str | None,
+                 user_folders: str | None = None) -> None:
         super().__init__(interval_seconds)
         self.registry = registry
         self.endpoint: KinetoEndpoint | None = None
@@ -30,8 +32,9 @@ class KinetoCollector(Collector):
         self._rpc_task: asyncio.Task[None] | None = None
         self._reason = ""
         try:
-            self.endpoint = KinetoEndpoint(registry, socket_dir)
-            log.info("Kineto IPC endpoint listening", extra={"socket": self.endpoint.description})
+            self.endpoint = KinetoEndpoint(registry, socket_dir, user_folders)
+            if not self.endpoint.unavailable:
+                log.info("Kineto IPC endpoint listening", extra={"socket": self.endpoint.description})
         except EndpointError as exc:
             self._reason = str(exc)
             log.warning("Kineto IPC endpoint unavailable", extra={"reason": self._reason})
@@ -42,9 +45,19 @@ class KinetoCollector(Collector):
         self._rpc = rpc
         self._rpc_task = self._rpc_loop.create_task(rpc.serve())
 
+    def user_folder(self, uid: int) -> str:
+        """``uid``'s own Kineto IPC folder (UserFolderError: none served)."""
+        if self.endpoint is None:
+            raise UserFolderError(f"the agent's Kineto endpoint is not running: {self._reason}")
+        return self.endpoint.user_folder(uid)
+
     def status(self) -> pb.CollectorStatus:
+        reason = self._reason
+        if self.endpoint is not None and self.endpoint.unavailable:
+            # Available (per-user folders are served, and the registry must keep expiring), but loud.
+            reason = f"{self.endpoint.unavailable}; retrying; per-user folders still served"
         return pb.CollectorStatus(name=self.name, available=self.endpoint is not None,
-                                  reason=self._reason, interval_seconds=self.interval_seconds)
+                                  reason=reason, interval_seconds=self.interval_seconds)
 
     def collect(self) -> None:
         for gone in self.registry.expire():

@@ -12,19 +12,33 @@ dynolog answers the event part with the event config stored for the process, and
 its RPC only ever stores activity configs, so that part is always empty; agentd
 answers the same way (an events-only poll gets an empty config, and a pending
 activity config waits for the next poll that asks for activities).
+
+Besides the host-wide socket, a root agent serves each local user who asks
+(``user_folder``) a socket in a folder of their own, ``/run/tuiprof/kineto/<uid>/``
+(0700, the user's): a job started with ``KINETO_IPC_SOCKET_DIR`` set to it binds its
+client socket there, where no other user can find or reach it (the abstract
+``@dynoconfigclient<uuid>`` of the default mode takes any datagram from anyone). Such a
+socket answers only its user's and root's processes. Every poll's pid ancestry is
+checked against /proc (agentd.kineto.ancestry) before the registry sees it.
 """
 
 from __future__ import annotations
 
 import logging
+import errno
 import os
+import pwd
 import select
 import socket
+import stat
 import struct
 import threading
+import time
 from dataclasses import dataclass
 
 from agentd.kineto import wire
+from agentd.kineto.ancestry import believed_prefix, real_ancestry
+from agentd.kineto.holder import describe_holders
 from agentd.kineto.ratelimit import CauseLimitedLogger
 from agentd.kineto.registry import Registry, RegistryFullError
 
@@ -34,10 +48,18 @@ ABSTRACT_NAME = b"\0dynolog\0"  # the trailing NUL is part of the name
 SOCKET_DIR_ENV = "KINETO_IPC_SOCKET_DIR"
 _CREDENTIALS = struct.Struct("iII")  # struct ucred: pid, uid, gid
 _RECV_BUFFER = 64 * 1024
+USER_FOLDERS = "/run/tuiprof/kineto"  # a root agent's per-user folders: USER_FOLDERS/<uid>/dynolog
+CLIENT_NAME_BYTES = len("dynoconfigclient") + 36  # libkineto's client socket name: the prefix and a UUID
+_ADDRESS_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+BIND_RETRY_SECONDS = 5.0  # a host-wide name held by another process is tried again this often
 
 
 class EndpointError(Exception):
     """The endpoint cannot bind (another daemon holds the name, bad socket dir)."""
+
+
+class UserFolderError(Exception):
+    """A user's Kineto folder cannot be prepared (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -52,27 +74,72 @@ def socket_address(socket_dir: str | None) -> bytes | str:
     if not socket_dir:
         return ABSTRACT_NAME
     path = os.path.join(socket_dir, "dynolog")
-    if len(path.encode()) > 107:
+    if len(path.encode()) > _ADDRESS_MAX:
         raise EndpointError(f"socket path {path!r} is longer than the 107 bytes AF_UNIX allows; "
                             f"use a shorter {SOCKET_DIR_ENV}")
     return path
 
 
 class KinetoEndpoint:
-    """Serves libkineto polls from its own thread until ``close()``."""
+    """Serves libkineto polls from its own thread until ``close()``.
 
-    def __init__(self, registry: Registry, socket_dir: str | None = None) -> None:
+    The host-wide socket (``address``) may be held by another process at start:
+    ``unavailable`` then says by whom, and the serving thread tries the name again
+    every BIND_RETRY_SECONDS."""
+
+    def __init__(self, registry: Registry, socket_dir: str | None = None,
+                 user_folders: str | None = None) -> None:
         self.registry = registry
         self.address = socket_address(socket_dir)
+        self.user_folders = user_folders
+        self.unavailable = ""
         self._limited = CauseLimitedLogger(log)
         self._received = 0
         self._answered = 0
         self._stop = threading.Event()
-        self._sock = self._bind()
-        # close() writes here: the thread sleeps in select() until a datagram or this, never polls.
+        self._lock = threading.Lock()
+        # Each served socket and the one user it answers (None: anyone, the host-wide socket).
+        self._sockets: dict[socket.socket, int | None] = {}
+        self._user_sockets: dict[int, socket.socket] = {}
+        self._next_bind = 0.0
+        # close() and new sockets write here: the thread sleeps in select() until a datagram or this.
         self._wake_reader, self._wake_writer = socket.socketpair()
+        self.retry_bind()
+        if self.unavailable and (user_folders is None or isinstance(self.address, str)):
+            self._wake_reader.close()
+            self._wake_writer.close()
+            raise EndpointError(self.unavailable)  # nothing else to serve, or a folder: not a squat to wait out
         self._thread = threading.Thread(target=self._serve, name="kineto-ipc", daemon=True)
         self._thread.start()
+
+    def retry_bind(self) -> bool:
+        """Bind the host-wide socket if not yet bound and due (True: bound now or before); the
+        constructor's thread, then only the serving thread, call it."""
+        if not self.unavailable and self._sockets:
+            return True
+        now = time.monotonic()
+        if now < self._next_bind:
+            return False
+        self._next_bind = now + BIND_RETRY_SECONDS
+        try:
+            sock = self._bind()
+        except EndpointError as exc:
+            first = not self.unavailable
+            self.unavailable = str(exc)
+            if first:
+                log.warning("Kineto IPC socket unavailable; retrying every %g s", BIND_RETRY_SECONDS,
+                            extra={"reason": self.unavailable})
+            return False
+        if self.unavailable:
+            log.warning("Kineto IPC socket bound after all", extra={"socket": self.description})
+        self.unavailable = ""
+        self._add(sock, None)
+        return True
+
+    def _add(self, sock: socket.socket, uid: int | None) -> None:
+        with self._lock:
+            self._sockets[sock] = uid
+        self._wake_writer.send(b"\1")  # select() again, over the new set
 
     def _bind(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -87,10 +154,87 @@ class KinetoEndpoint:
                 sock.bind(self.address)
         except OSError as exc:
             sock.close()
-            where = self.address if isinstance(self.address, str) else "@dynolog@ (abstract)"
-            hint = " (is dynolog or another agentd running?)" if exc.errno == 98 else ""
-            raise EndpointError(f"cannot bind the Kineto IPC socket {where}: {exc.strerror}{hint}") from exc
+            if isinstance(self.address, str):
+                raise EndpointError(f"cannot bind the Kineto IPC socket {self.address}: {exc.strerror}") from exc
+            hint = ""
+            if exc.errno == errno.EADDRINUSE:
+                hint = f": {describe_holders(self.address)} (dynolog, another agentd, or a squatter)"
+            raise EndpointError(f"cannot bind the Kineto IPC socket @dynolog@ (abstract): {exc.strerror}{hint}") \
+                from exc
         sock.setblocking(False)  # a send to a client that does not read must fail at once, never wait
+        return sock
+
+    def user_folder(self, uid: int) -> str:
+        """The folder whose ``dynolog`` socket serves only ``uid`` (and root), prepared on first ask.
+
+        Root never follows a path the user can change: the folder is taken back
+        (fchown to root through an O_NOFOLLOW handle, in a root-owned parent) while
+        the socket is bound and handed over, then given to the user."""
+        if self.user_folders is None:
+            raise UserFolderError("this agent serves no per-user Kineto folders (it is not root)")
+        folder = os.path.join(self.user_folders, str(uid))
+        if len(folder.encode()) + 1 + CLIENT_NAME_BYTES > _ADDRESS_MAX:
+            raise UserFolderError(f"{folder} is too long for libkineto's client socket names "
+                                  f"(AF_UNIX paths hold {_ADDRESS_MAX} bytes)")
+        path = os.path.join(folder, "dynolog")
+        with self._lock:
+            served = self._user_sockets.get(uid)
+        try:
+            if served is not None and stat.S_ISSOCK(os.lstat(path).st_mode):
+                return folder
+        except FileNotFoundError:
+            pass  # the user removed it: bind a new one
+        try:
+            sock = self._bind_user(folder, path, uid)
+        except OSError as exc:
+            raise UserFolderError(f"cannot prepare {folder}: {exc.strerror or exc}") from exc
+        with self._lock:
+            old = self._user_sockets.pop(uid, None)
+            if old is not None:
+                del self._sockets[old]
+            self._user_sockets[uid] = sock
+        if old is not None:
+            old.close()
+        self._add(sock, uid)
+        log.info("Kineto IPC folder served", extra={"uid": uid, "socket": path})
+        return folder
+
+    def _bind_user(self, folder: str, path: str, uid: int) -> socket.socket:
+        parent = self.user_folders
+        assert parent is not None
+        _root_folder(os.path.dirname(parent))
+        _root_folder(parent)
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        try:
+            gid = pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            gid = -1
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchown(fd, 0, 0)
+            os.fchmod(fd, 0o700)  # now no one else can add, swap or remove names in it
+            try:
+                os.unlink("dynolog", dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+                sock.bind(path)
+                os.chmod(path, 0o600, follow_symlinks=False)
+                os.chown(path, uid, gid, follow_symlinks=False)
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                raise
+        finally:
+            try:
+                os.fchown(fd, uid, gid)  # the folder is the user's again (their job's client sockets go in it)
+            finally:
+                os.close(fd)
         return sock
 
     @property
@@ -103,26 +247,45 @@ class KinetoEndpoint:
     def _serve(self) -> None:
         ancillary = socket.CMSG_SPACE(_CREDENTIALS.size)
         while not self._stop.is_set():
+            with self._lock:
+                served = dict(self._sockets)
             try:
-                readable, _, _ = select.select([self._sock, self._wake_reader], [], [])
-                if self._sock not in readable:
-                    continue  # woken by close()
-                data, ancdata, flags, sender = self._sock.recvmsg(_RECV_BUFFER, ancillary)
-            except (BlockingIOError, InterruptedError):
+                # While another process holds the host-wide name, wake up to try it again.
+                readable, _, _ = select.select([*served, self._wake_reader], [], [],
+                                               BIND_RETRY_SECONDS if self.unavailable else None)
+            except (OSError, ValueError):  # a user socket closed while waited on: take the new set
                 continue
-            except OSError as exc:
-                if self._stop.is_set():
-                    return
-                self._limited.warning("recv-error", "receiving on the Kineto socket failed: %s", exc)
-                continue
-            self._received += 1
-            if flags & socket.MSG_TRUNC:
-                self._limited.warning("oversized", "dropped a datagram larger than %d bytes from %r",
-                                      _RECV_BUFFER, sender)
-                continue
-            self._handle(data, _sender_credentials(ancdata), sender)
+            if self.unavailable:
+                self.retry_bind()
+            if self._wake_reader in readable:
+                self._wake_reader.recv(64)
+            for sock in readable:
+                if sock in served:
+                    self._receive(sock, served[sock], ancillary)
 
-    def _handle(self, data: bytes, credentials: tuple[int, int] | None, sender: bytes | str) -> None:
+    def _receive(self, sock: socket.socket, user: int | None, ancillary: int) -> None:
+        try:
+            data, ancdata, flags, sender = sock.recvmsg(_RECV_BUFFER, ancillary)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if not self._stop.is_set():
+                self._limited.warning("recv-error", "receiving on the Kineto socket failed: %s", exc)
+            return
+        self._received += 1
+        if flags & socket.MSG_TRUNC:
+            self._limited.warning("oversized", "dropped a datagram larger than %d bytes from %r",
+                                  _RECV_BUFFER, sender)
+            return
+        credentials = _sender_credentials(ancdata)
+        if user is not None and (credentials is None or credentials[1] not in (user, 0)):
+            self._limited.warning("foreign-sender", "ignored a datagram to uid %d's socket from uid %s",
+                                  user, credentials[1] if credentials else "unknown")
+            return
+        self._handle(data, credentials, sender, sock)
+
+    def _handle(self, data: bytes, credentials: tuple[int, int] | None, sender: bytes | str,
+                sock: socket.socket) -> None:
         try:
             message = wire.parse(data)
         except wire.FrameError as exc:
@@ -136,23 +299,39 @@ class KinetoEndpoint:
             # Registers a GPU context only; dynolog's count table is not used for tracing.
             reply = wire.context_reply(1)
         else:
-            host_pid = host_pid or message.pids[0]
+            pids = self._believed(message.pids, host_pid)
+            if not pids:
+                return
             try:
-                config = self.registry.poll(message.job_id, message.pids, host_pid, uid, message.wants_activities)
+                config = self.registry.poll(message.job_id, pids, host_pid, uid, message.wants_activities)
             except RegistryFullError as exc:
                 self._limited.warning("registry-full", "pid %d not registered: %s", host_pid, exc)
                 config = None
             reply = wire.poll_reply(config.text if config else "")
-            if not self._send(reply, sender) and config is not None:
-                self.registry.undeliver(message.job_id, message.pids, host_pid, config)
+            if not self._send(sock, reply, sender) and config is not None:
+                self.registry.undeliver(message.job_id, pids, host_pid, config)
             elif config is not None:
                 log.info("handed a trace config to pid %d (job %d)", host_pid, message.job_id)
             return
-        self._send(reply, sender)
+        self._send(sock, reply, sender)
 
-    def _send(self, reply: bytes, sender: bytes | str) -> bool:
+    def _believed(self, claimed: tuple[int, ...], host_pid: int) -> tuple[int, ...]:
+        """The part of a poll's pid ancestry that /proc confirms (empty: the poll is refused)."""
+        real = real_ancestry(host_pid) if host_pid > 0 else None
+        if real is None:
+            self._limited.warning("unverifiable-ancestry", "ignored a poll from a process the agent cannot see "
+                                  "in /proc (kernel pid %d; it claims pids %s)", host_pid, list(claimed[:3]))
+            return ()
+        believed = believed_prefix(claimed, real)
+        if believed != claimed:
+            self._limited.warning("forged-ancestry", "pid %d claims the ancestry %s, /proc says %s; %s",
+                                  host_pid, list(claimed), list(real),
+                                  f"kept {list(believed)}" if believed else "poll ignored")
+        return believed
+
+    def _send(self, sock: socket.socket, reply: bytes, sender: bytes | str) -> bool:
         try:
-            self._sock.sendto(reply, sender)
+            sock.sendto(reply, sender)
         except (ConnectionRefusedError, FileNotFoundError):
             self._limited.warning("client-gone", "client %r vanished before its reply", sender)
         except BlockingIOError:
@@ -170,14 +349,32 @@ class KinetoEndpoint:
         self._stop.set()
         self._wake_writer.send(b"\0")
         self._thread.join(timeout=2)
-        self._sock.close()
+        with self._lock:
+            served = dict(self._sockets)
+            self._sockets.clear()
+            self._user_sockets.clear()
+        for sock in served:
+            sock.close()
         self._wake_reader.close()
         self._wake_writer.close()
-        if isinstance(self.address, str):
+        if isinstance(self.address, str) and not self.unavailable:
             try:
                 os.unlink(self.address)
             except FileNotFoundError:
                 pass
+
+
+def _root_folder(path: str) -> None:
+    """``path`` is a folder only root can change (created 0711 when missing), or UserFolderError."""
+    try:
+        os.mkdir(path, 0o711)
+        os.chmod(path, 0o711, follow_symlinks=False)  # mkdir's mode went through the umask
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UserFolderError(f"{path} is not a folder that only root can change "
+                              f"(owner uid {info.st_uid}, mode {stat.filemode(info.st_mode)})")
 
 
 def _sender_credentials(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, int] | None:

@@ -8,8 +8,10 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GetInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("kineto_socket_dir",)
+    KINETO_SOCKET_DIR_FIELD_NUMBER: _ClassVar[int]
+    kineto_socket_dir: bool
+    def __init__(self, kineto_socket_dir: _Optional[bool] = ...) -> None: ...
 
 class CollectorStatus(_message.Message):
     __slots__ = ("name", "available", "reason", "interval_seconds")
@@ -42,7 +44,7 @@ class GpuInfo(_message.Message):
     def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., architecture: _Optional[str] = ..., gpm_supported: _Optional[bool] = ...) -> None: ...
 
 class AgentInfo(_message.Message):
-    __slots__ = ("hostname", "agent_version", "python_version", "kernel_release", "cpu_count", "memory_total_bytes", "boot_time_unix_ns", "interval_seconds", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "collectors", "trace_dir")
+    __slots__ = ("hostname", "agent_version", "python_version", "kernel_release", "cpu_count", "memory_total_bytes", "boot_time_unix_ns", "interval_seconds", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "collectors", "trace_dir", "kineto_socket_dir", "kineto_socket_dir_reason")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     PYTHON_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +59,8 @@ class AgentInfo(_message.Message):
     GPUS_FIELD_NUMBER: _ClassVar[int]
     COLLECTORS_FIELD_NUMBER: _ClassVar[int]
     TRACE_DIR_FIELD_NUMBER: _ClassVar[int]
+    KINETO_SOCKET_DIR_FIELD_NUMBER: _ClassVar[int]
+    KINETO_SOCKET_DIR_REASON_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     agent_version: str
     python_version: str
@@ -71,7 +75,9 @@ class AgentInfo(_message.Message):
     gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
     collectors: _containers.RepeatedCompositeFieldContainer[CollectorStatus]
     trace_dir: str
-    def __init__(self, hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., python_version: _Optional[str] = ..., kernel_release: _Optional[str] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., boot_time_unix_ns: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., driver_version: _Optional[str] = ..., nvml_version: _Optional[str] = ..., cuda_driver_version: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., trace_dir: _Optional[str] = ...) -> None: ...
+    kineto_socket_dir: str
+    kineto_socket_dir_reason: str
+    def __init__(self, hostname: _Optional[str] = ..., agent_version: _Optional[str] = ..., python_version: _Optional[str] = ..., kernel_release: _Optional[str] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., boot_time_unix_ns: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., driver_version: _Optional[str] = ..., nvml_version: _Optional[str] = ..., cuda_driver_version: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., trace_dir: _Optional[str] = ..., kineto_socket_dir: _Optional[str] = ..., kineto_socket_dir_reason: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("interval_ms",)

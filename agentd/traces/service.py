@@ -34,7 +34,7 @@ from agentd.auth import Caller, current_caller
 from agentd.collectors.gpu import GpuCollector
 from agentd.errors import BindError
 from agentd.kineto.collector import KinetoCollector
-from agentd.kineto.endpoint import SOCKET_DIR_ENV
+from agentd.kineto.endpoint import SOCKET_DIR_ENV, USER_FOLDERS, UserFolderError
 from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
 from agentd.kineto.rpc import DynologRpc, GpmPause
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -89,13 +89,18 @@ class CaptureService:
         self._captures: OrderedDict[str, Capture] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self.summariser = Summariser(self.trace_dir, hostname)
+        self.kineto: KinetoCollector | None = None  # set by attach()
 
     @classmethod
     def attach(cls, config: "AgentConfig", agent: "Agent") -> "CaptureService":
         """The service for ``agent``: its IPC endpoint runs (and closes) with the agent's collectors."""
         registry = Registry()
         service = cls(config.trace_dir, agent.hostname, registry)
-        collector = KinetoCollector(config.interval_seconds, registry, config.kineto_socket_dir or os.environ.get(SOCKET_DIR_ENV))
+        socket_dir = config.kineto_socket_dir or os.environ.get(SOCKET_DIR_ENV)
+        # Per-user folders: a root agent's, for `tuiprof run` jobs (agentd.kineto.endpoint).
+        user_folders = USER_FOLDERS if os.geteuid() == 0 and not socket_dir else None
+        collector = KinetoCollector(config.interval_seconds, registry, socket_dir, user_folders)
+        service.kineto = collector
         if config.dynolog_rpc_port is not None:
             gpu = next((r.collector for r in agent.runners if isinstance(r.collector, GpuCollector)), None)
             collector.serve_rpc(_bind_rpc(config, registry, service.trace_dir, gpu))
@@ -107,6 +112,17 @@ class CaptureService:
         """Keep the ranks collector's view (pid → rank, job) for matching and reporting."""
         self._ranks = {r.pid: r for r in snapshot.ranks}
         self._step_rates.observe(snapshot.ranks, time.monotonic())
+
+    def kineto_user_folder(self, caller: Caller) -> tuple[str, str]:
+        """(the caller's own Kineto IPC folder, "") or ("", why there is none)."""
+        if self.kineto is None:
+            return "", "this agent serves no Kineto IPC endpoint"
+        if caller.uid is None:
+            return "", f"the agent cannot tell which local user you are ({caller.reason or 'not local'})"
+        try:
+            return self.kineto.user_folder(caller.uid), ""
+        except UserFolderError as exc:
+            return "", str(exc)
 
     # ---------------------------------------------------------------- gRPC
 

@@ -88,7 +88,10 @@ def test_launch_environment_prepends_and_keeps():
     assert env["PYTHONPATH"].split(os.pathsep)[1:] == ["/x"]
     assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("tuiprof_native/startup")
     assert env["KINETO_USE_DAEMON"] == "0"
-    assert launch_environment({})["KINETO_USE_DAEMON"] == "1"
+    # Daemon mode only with a private Kineto folder from the agent (issue 24 item 1).
+    assert "KINETO_USE_DAEMON" not in launch_environment({})
+    private = launch_environment({}, kineto_socket_dir="/run/tuiprof/kineto/0")
+    assert (private["KINETO_USE_DAEMON"], private["KINETO_IPC_SOCKET_DIR"]) == ("1", "/run/tuiprof/kineto/0")
     again = launch_environment(env)  # nested `tuiprof run` does not stack the library twice
     assert again["LD_PRELOAD"] == env["LD_PRELOAD"]
 

@@ -21,7 +21,7 @@ import pytest
 
 from testkit.ports import free_port
 from testkit.traces import as_user, hostile_user
-from tuiprof.commands.run import TRACE_DIR_ENV, agent_trace_dir
+from tuiprof.commands.run import TRACE_DIR_ENV, agent_folders, report_unusable
 
 FAKE_AGENT = """
 import asyncio, sys
@@ -77,7 +77,9 @@ def safe_dir(tmp_path: pathlib.Path) -> pathlib.Path:
 def test_a_listener_of_the_caller_naming_a_safe_folder_is_trusted(safe_dir):
     with fake_agent(str(safe_dir)) as port:
         done = tuiprof_run(port)
-    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, str(safe_dir.resolve()), "")
+    assert (done.returncode, done.stdout.strip()) == (0, str(safe_dir.resolve()))
+    # This stand-in agent offers no private Kineto folder: daemon mode stays off, in one line (issue 24 item 1).
+    assert done.stderr.count("\n") == 1 and "KINETO_USE_DAEMON not set" in done.stderr, done.stderr
 
 
 def test_another_users_listener_is_not_trusted_even_with_a_safe_folder(safe_dir):
@@ -88,7 +90,7 @@ def test_another_users_listener_is_not_trusted_even_with_a_safe_folder(safe_dir)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert f"127.0.0.1:{port} is served by a process of user tuiprof-hostile (uid {user[0]})" in lines[0]
-    assert lines[0].endswith(f"{TRACE_DIR_ENV} not set")
+    assert lines[0].endswith(f"{TRACE_DIR_ENV} and KINETO_USE_DAEMON not set")
 
 
 def test_a_folder_other_users_can_change_is_refused(tmp_path, capsys):
@@ -112,7 +114,9 @@ def test_a_folder_other_users_can_change_is_refused(tmp_path, capsys):
     }
     for folder, reason in cases.items():
         with fake_agent(str(folder)) as port:
-            assert agent_trace_dir(port) is None
+            folders = agent_folders(port)
+        assert folders is not None and folders.trace_dir is None, folders
+        report_unusable(folders, {"KINETO_USE_DAEMON": "1"})  # the Kineto folder's line is another test's
         err = capsys.readouterr().err
         assert reason in err and err.count("\n") == 1 and err.strip().endswith(f"{TRACE_DIR_ENV} not set"), err
 

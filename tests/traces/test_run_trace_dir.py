@@ -12,7 +12,7 @@ import pytest
 
 from testkit.agents import running_agent
 from testkit.ports import free_port
-from tuiprof.commands.run import TRACE_DIR_ENV, agent_trace_dir, launch_environment
+from tuiprof.commands.run import TRACE_DIR_ENV, agent_folders, launch_environment
 
 PRINT_DIR = f"import os; print(os.environ.get({TRACE_DIR_ENV!r}))"
 
@@ -55,7 +55,7 @@ def test_a_users_trace_dir_stands(agent):
 def test_no_agent_leaves_it_unset_quietly():
     port = free_port()
     started = time.monotonic()
-    assert agent_trace_dir(port) is None
+    assert agent_folders(port) is None
     assert time.monotonic() - started < 1.5  # refused at once: no waiting for a timeout
     done = tuiprof_run(port, clean_env())
     assert (done.returncode, done.stdout.strip()) == (0, "None")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import pathlib
 import pwd
@@ -128,34 +129,76 @@ class UntrustedAgentError(Exception):
     """What listens on this host's agent port, or the folder it names, could be another user's."""
 
 
-def local_trace_dir(port: int, options: ConnectionOptions) -> str | None:
-    """The trace dir of the agentd listening on 127.0.0.1:``port``, resolved; None when nothing listens.
+@dataclasses.dataclass(frozen=True)
+class LocalAgentFolders:
+    """What the local agent offers a job: its trace dir and the caller's own Kineto IPC folder.
+
+    Each is None when it cannot be used, with the reason in ``*_problem``
+    ("" when the agent simply has none)."""
+
+    trace_dir: str | None
+    trace_dir_problem: str
+    kineto_socket_dir: str | None
+    kineto_problem: str
+
+
+def local_agent_folders(port: int, options: ConnectionOptions) -> LocalAgentFolders | None:
+    """The folders of the agentd listening on 127.0.0.1:``port``, resolved; None when nothing listens.
 
     Anyone may listen on a free port once the agent is down, and a trace dir set
-    for a root job is where its traces get written. So the answer counts only
-    from a listening socket owned (per the kernel) by root or by the caller,
-    checked before and after asking, and names a folder that only root or the
-    caller can change: UntrustedAgentError says which check failed. RPC errors
-    (grpc.aio.AioRpcError) pass through.
+    for a root job is where its traces get written, a Kineto folder where its
+    trace requests come from. So the answer counts only from a listening socket
+    owned (per the kernel) by root or by the caller, checked before and after
+    asking (UntrustedAgentError otherwise), and a folder counts only when only
+    root or the caller can change it (the Kineto folder: the caller's own, 0700).
+    RPC errors (grpc.aio.AioRpcError) pass through.
     """
     address = AgentAddress("127.0.0.1", port)
     if _trusted_listener(address) is None:
         return None  # nothing listens: no agent on this host
-    trace_dir = asyncio.run(_ask_trace_dir(address, options))
+    info = asyncio.run(_ask_folders(address, options))
     if _trusted_listener(address) is None:
         raise UntrustedAgentError(f"the agent on {address.target} stopped listening right after answering")
-    if not trace_dir:
-        return None
-    # Kineto compares the log file's path (which the agent resolves) with this prefix.
-    resolved = pathlib.Path(os.path.realpath(trace_dir))
-    _check_folder(resolved)
-    return str(resolved)
+    trace_dir, trace_dir_problem = None, ""
+    if info.trace_dir:
+        # Kineto compares the log file's path (which the agent resolves) with this prefix.
+        trace_dir = os.path.realpath(info.trace_dir)
+        try:
+            _check_folder(pathlib.Path(trace_dir), "trace dir")
+        except UntrustedAgentError as exc:
+            trace_dir, trace_dir_problem = None, str(exc)
+    kineto_dir, kineto_problem = None, info.kineto_socket_dir_reason or "the agent offers no Kineto folder"
+    if info.kineto_socket_dir:
+        try:
+            kineto_dir, kineto_problem = _check_kineto_folder(info.kineto_socket_dir), ""
+        except UntrustedAgentError as exc:
+            kineto_problem = str(exc)
+    return LocalAgentFolders(trace_dir, trace_dir_problem, kineto_dir, kineto_problem)
 
 
-async def _ask_trace_dir(address: AgentAddress, options: ConnectionOptions) -> str:
+async def _ask_folders(address: AgentAddress, options: ConnectionOptions) -> pb.AgentInfo:
     async with options.open(address) as channel:
-        info = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(), timeout=options.timeout)
-    return info.trace_dir
+        return await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(kineto_socket_dir=True),
+                                                        timeout=options.timeout)
+
+
+def _check_kineto_folder(folder: str) -> str:
+    """``folder`` resolved, once it is the caller's own (mode 0700, in folders only root or the caller can
+    change) and holds the agent's ``dynolog`` socket: then no one else can reach a job's socket in it."""
+    path = pathlib.Path(os.path.realpath(folder))
+    _check_folder(path, "Kineto folder")
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise UntrustedAgentError(f"the agent's Kineto folder {path} is not yours alone (owner {_user(info.st_uid)}, "
+                                  f"mode {stat.filemode(info.st_mode)})")
+    try:
+        socket_mode = (path / "dynolog").lstat().st_mode
+    except OSError as exc:
+        raise UntrustedAgentError(f"the agent's Kineto socket {path / 'dynolog'} cannot be read: "
+                                  f"{exc.strerror}") from exc
+    if not stat.S_ISSOCK(socket_mode):
+        raise UntrustedAgentError(f"{path / 'dynolog'} is not a socket")
+    return str(path)
 
 
 def _trusted_listener(address: AgentAddress) -> int | None:
@@ -170,24 +213,24 @@ def _trusted_listener(address: AgentAddress) -> int | None:
     return uid
 
 
-def _check_folder(path: pathlib.Path) -> None:
+def _check_folder(path: pathlib.Path, what: str) -> None:
     """``path`` and every folder above it are owned by root or the caller and writable by no one else
     (a sticky folder such as /tmp may be, above the last level: others cannot rename what is not theirs)."""
     trusted = (0, os.getuid())
     try:
         info = path.stat()
     except OSError as exc:
-        raise UntrustedAgentError(f"the agent's trace dir {path} cannot be read: {exc.strerror}") from exc
+        raise UntrustedAgentError(f"the agent's {what} {path} cannot be read: {exc.strerror}") from exc
     if not stat.S_ISDIR(info.st_mode):
-        raise UntrustedAgentError(f"the agent's trace dir {path} is not a folder")
+        raise UntrustedAgentError(f"the agent's {what} {path} is not a folder")
     for folder in (path, *path.parents):
         info = folder.stat()
         if info.st_uid not in trusted:
-            raise UntrustedAgentError(f"the agent's trace dir {path} is not safe: {folder} belongs to "
+            raise UntrustedAgentError(f"the agent's {what} {path} is not safe: {folder} belongs to "
                                       f"{_user(info.st_uid)}")
         others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         if others_write and not (folder != path and info.st_mode & stat.S_ISVTX):
-            raise UntrustedAgentError(f"the agent's trace dir {path} is not safe: {folder} is writable by "
+            raise UntrustedAgentError(f"the agent's {what} {path} is not safe: {folder} is writable by "
                                       f"other users (mode {stat.filemode(info.st_mode)})")
 
 

@@ -4,12 +4,20 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
 - LD_PRELOAD: libtuiprof_hook.so first, what was there kept after it
   (times cuBLAS / cuBLASLt GEMMs);
 - NCCL_PROFILER_PLUGIN: the same library (NCCL's profiler plugin API);
-- KINETO_USE_DAEMON=1 (unless set): PyTorch polls agentd for on-demand traces;
-- KINETO_ONDEMAND_TRACE_DIR (unless set): the local agentd's trace dir, asked
-  of the agent (newer Kineto writes on-demand traces only under /tmp or that
-  dir) with --token-file/--tls-ca (or $TUIPROF_TOKEN); left unset, silently,
-  when no agent listens, and with one line saying why when the port belongs to
-  another user's process or the folder is one that others can change;
+- KINETO_USE_DAEMON=1 and KINETO_IPC_SOCKET_DIR (unless KINETO_USE_DAEMON is
+  set): PyTorch polls agentd for on-demand traces over file sockets in your own
+  Kineto folder, which a root agentd prepares for you (0700, yours: no other
+  user can find or reach the job's socket there). Only when the agent gives
+  such a folder: without one, KINETO_USE_DAEMON is left unset (libkineto's
+  default abstract socket takes any datagram from any local user, who can
+  then make the job write a trace where they ask, or abort it), with one line
+  saying why when an agent listens;
+- KINETO_ONDEMAND_TRACE_DIR (unless set): the local agentd's trace dir
+  (newer Kineto writes on-demand traces only under /tmp or that dir).
+  Both are asked of the agent with --token-file/--tls-ca (or $TUIPROF_TOKEN);
+  left unset, silently, when no agent listens, and with one line saying why
+  when the port belongs to another user's process or a folder is one that
+  others can change;
 - PYTHONPATH: tuiprof's startup hook first (steps, GC pauses, DataLoader waits);
 - TUIPROF_GEMM_SAMPLE_EVERY, with --gemm-sample-every N: the hook times every
   call of a GEMM shape up to its 32nd, then one call in N (1 times every call)
@@ -37,12 +45,14 @@ import tuiprof_native
 from agentd.address import DEFAULT_AGENT_PORT
 from agentd.token import TokenFileError
 from tuiprof.client.channel import ConnectionOptions
-from tuiprof.client.local import UntrustedAgentError, local_trace_dir
+from tuiprof.client.local import LocalAgentFolders, UntrustedAgentError, local_agent_folders
 from tuiprof.client.targets import TargetError, add_credential_arguments, connection
 
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
 TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
+DAEMON_ENV = "KINETO_USE_DAEMON"
+SOCKET_DIR_ENV = "KINETO_IPC_SOCKET_DIR"
 SAMPLE_EVERY_ENV = "TUIPROF_GEMM_SAMPLE_EVERY"
 SAMPLE_EVERY_MAX = 1_000_000  # TP_GEMM_SAMPLE_EVERY_MAX in the hook
 NCCL_FALLBACK_ENV = "TUIPROF_NCCL_FALLBACK"
@@ -63,11 +73,15 @@ def _prepend(value: str, existing: str | None, sep: str) -> str:
     return sep.join([value] + [p for p in text.split(sep) if p and p != value])
 
 
-def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
+def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True, kineto_socket_dir: str | None = None,
                        library: Path = HOOK_LIBRARY, trace_dir: str | None = None,
                        gemm_sample_every: int | None = None, nccl_fallback: bool = False) -> dict[str, str]:
     """The environment CMD runs in: ``env`` plus tuiprof's variables.
 
+    ``kineto_socket_dir`` is the caller's own Kineto folder from the local agent:
+    only with it (and ``kineto_daemon``) are KINETO_USE_DAEMON and
+    KINETO_IPC_SOCKET_DIR set; a KINETO_USE_DAEMON the user set stands, with
+    whatever KINETO_IPC_SOCKET_DIR they set (or none).
     ``trace_dir`` is the local agent's trace dir, where Kineto may then write
     on-demand traces; a KINETO_ONDEMAND_TRACE_DIR the user set stands.
     ``gemm_sample_every`` (given) replaces any TUIPROF_GEMM_SAMPLE_EVERY;
@@ -86,7 +100,9 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True,
     else:
         out["NCCL_PROFILER_PLUGIN"] = lib
     if kineto_daemon:
-        out.setdefault("KINETO_USE_DAEMON", "1")  # an explicit choice of the user stands
+        if kineto_socket_dir and DAEMON_ENV not in env:  # an explicit choice of the user stands
+            out[DAEMON_ENV] = "1"
+            out[SOCKET_DIR_ENV] = kineto_socket_dir
         if trace_dir:
             out.setdefault(TRACE_DIR_ENV, trace_dir)
     out["PYTHONPATH"] = _prepend(str(STARTUP_DIR), env.get("PYTHONPATH"), os.pathsep)
@@ -109,23 +125,35 @@ def sample_period(text: str) -> int:
     return value
 
 
-def agent_trace_dir(port: int, options: ConnectionOptions = ConnectionOptions(timeout=AGENT_LOOKUP_TIMEOUT_S)
-                    ) -> str | None:
-    """The trace dir of the agentd on this host (GetInfo on 127.0.0.1:``port``), None when none is usable.
+def agent_folders(port: int, options: ConnectionOptions = ConnectionOptions(timeout=AGENT_LOOKUP_TIMEOUT_S)
+                  ) -> LocalAgentFolders | None:
+    """The trace dir and Kineto folder of the agentd on this host (GetInfo on 127.0.0.1:``port``), None
+    when no agent is usable.
 
     Never fails the launch: no agent is a normal set-up (silence); an agent
     that answers with an error (a token is needed, say), or whose answer cannot
-    be trusted (another user's process on the port, a folder others can
-    change), gets one line on stderr saying why nothing is set."""
+    be trusted (another user's process on the port), gets one line on stderr
+    saying why nothing is set."""
+    nothing_set = f"{TRACE_DIR_ENV} and {DAEMON_ENV} not set"
     try:
-        return local_trace_dir(port, options)
+        return local_agent_folders(port, options)
     except grpc.aio.AioRpcError as exc:
         if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            print(f"tuiprof run: agentd on port {port} did not give its trace dir ({exc.code().name}: "
-                  f"{exc.details()}); {TRACE_DIR_ENV} not set", file=sys.stderr)
+            print(f"tuiprof run: agentd on port {port} did not give its folders ({exc.code().name}: "
+                  f"{exc.details()}); {nothing_set}", file=sys.stderr)
     except UntrustedAgentError as exc:
-        print(f"tuiprof run: {exc}; {TRACE_DIR_ENV} not set", file=sys.stderr)
+        print(f"tuiprof run: {exc}; {nothing_set}", file=sys.stderr)
     return None
+
+
+def report_unusable(folders: LocalAgentFolders, env: Mapping[str, str]) -> None:
+    """One line per folder the agent offered but that cannot be used (or did not offer, for Kineto)."""
+    if folders.trace_dir_problem and TRACE_DIR_ENV not in env:
+        print(f"tuiprof run: {folders.trace_dir_problem}; {TRACE_DIR_ENV} not set", file=sys.stderr)
+    if folders.kineto_socket_dir is None and DAEMON_ENV not in env:
+        print(f"tuiprof run: no private Kineto folder ({folders.kineto_problem}); {DAEMON_ENV} not set, "
+              "so on-demand traces of this job are off (libkineto's default socket would let any local user "
+              "trigger or abort them)", file=sys.stderr)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -137,8 +165,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--no-kineto-daemon", dest="kineto_daemon", action="store_false",
-        help="do not set KINETO_USE_DAEMON (without an agentd on the node, PyTorch's daemon client "
-             "delays the job's exit by several seconds)")
+        help="do not ask the agent for a Kineto folder nor set KINETO_USE_DAEMON (no on-demand traces of "
+             "this job)")
     parser.add_argument(
         "--agent-port", type=int, default=DEFAULT_AGENT_PORT, metavar="PORT",
         help=f"port of this host's agentd, asked for its trace dir (default {DEFAULT_AGENT_PORT})")
@@ -165,10 +193,14 @@ def run(args: argparse.Namespace) -> int:
         print("tuiprof run: no command given; usage: tuiprof run [--] CMD [ARGS...]", file=sys.stderr)
         return 2
     try:
-        trace_dir = None
-        if args.kineto_daemon and TRACE_DIR_ENV not in os.environ:
-            trace_dir = agent_trace_dir(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
-        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon, trace_dir=trace_dir,
+        folders = None
+        if args.kineto_daemon:
+            folders = agent_folders(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
+            if folders is not None:
+                report_unusable(folders, os.environ)
+        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon,
+                                 kineto_socket_dir=folders.kineto_socket_dir if folders else None,
+                                 trace_dir=folders.trace_dir if folders else None,
                                  gemm_sample_every=args.gemm_sample_every, nccl_fallback=args.nccl_fallback)
     except (TokenFileError, TargetError) as exc:
         print(f"tuiprof run: {exc}", file=sys.stderr)

@@ -457,6 +457,8 @@ class AgentInfo(behaviour.AgentInfoMixin, NestedOnFirstRead):
     gpus: tuple[GpuInfo, ...]
     collectors: tuple[CollectorStatus, ...]
     trace_dir: str
+    kineto_socket_dir: str
+    kineto_socket_dir_reason: str
     NESTED: ClassVar[dict[str, type]] = {"gpus": GpuInfo, "collectors": CollectorStatus}
 
 
