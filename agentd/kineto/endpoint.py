@@ -109,6 +109,9 @@ class KinetoEndpoint:
             self._wake_reader.close()
             self._wake_writer.close()
             raise EndpointError(self.unavailable)  # nothing else to serve, or a folder: not a squat to wait out
+        if self.unavailable:
+            log.warning("Kineto IPC socket unavailable; retrying every %g s", BIND_RETRY_SECONDS,
+                        extra={"reason": self.unavailable})
         self._thread = threading.Thread(target=self._serve, name="kineto-ipc", daemon=True)
         self._thread.start()
 
@@ -124,11 +127,7 @@ class KinetoEndpoint:
         try:
             sock = self._bind()
         except EndpointError as exc:
-            first = not self.unavailable
-            self.unavailable = str(exc)
-            if first:
-                log.warning("Kineto IPC socket unavailable; retrying every %g s", BIND_RETRY_SECONDS,
-                            extra={"reason": self.unavailable})
+            self.unavailable = str(exc)  # the holder may have changed: name the current one
             return False
         if self.unavailable:
             log.warning("Kineto IPC socket bound after all", extra={"socket": self.description})
