@@ -43,10 +43,13 @@ Definitions (the same as xpu-timer's and nccl-tests'):
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -64,13 +67,11 @@ def busbw_factor(op: str, nranks: int) -> float:
     return 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Bucket:
-    """Calls with latencies in [low, high) ns."""
+class Edges(NamedTuple):
+    """A histogram bucket: latencies in [low, high) ns."""
 
     low: int
     high: int
-    count: int
 
 
 _U32 = 1 << 32
@@ -84,44 +85,74 @@ def fine_layout() -> tuple[int, int]:
     return segment.FINE_OCTAVES, segment.FINE_SUB_BITS
 
 
-def log2_bucket(i: int, count: int) -> Bucket:
+def log2_edges(i: int) -> Edges:
     """Log2 bucket ``i`` of the hook: [2^i, 2^(i+1)) ns, bucket 0 from 0 ns."""
-    return Bucket(0 if i == 0 else 2**i, 2 ** (i + 1), count)
+    return Edges(0 if i == 0 else 2**i, 2 ** (i + 1))
 
 
-def fine_bucket(octave: int, index: int, count: int) -> Bucket:
+def fine_edges(octave: int, index: int) -> Edges:
     """Sub-bucket ``index`` of a fine window whose lowest octave is ``octave``."""
     sub_bits = fine_layout()[1]
     e = octave + (index >> sub_bits)
     width = 2 ** (e - sub_bits)
     low = 2**e + (index & ((1 << sub_bits) - 1)) * width
-    return Bucket(low, low + width, count)
+    return Edges(low, low + width)
 
 
-def interval_buckets(hist: Sequence[int], fine: Sequence[int] | None, fine_octave: int) -> list[Bucket]:
-    """The non-empty buckets of an interval, ascending: the fine window's in place of the log2 buckets of
-    its octaves when ``fine`` is given and holds every call of those octaves, else the log2 ones."""
-    top = fine_octave + fine_layout()[0]
-    if fine is None or sum(fine) != sum(hist[fine_octave:top]):
-        return [log2_bucket(i, n) for i, n in enumerate(hist) if n]
-    return ([log2_bucket(i, n) for i, n in enumerate(hist[:fine_octave]) if n]
-            + [fine_bucket(fine_octave, i, n) for i, n in enumerate(fine) if n]
-            + [log2_bucket(i, n) for i, n in enumerate(hist[top:], top) if n])
+class FineCounts(NamedTuple):
+    """Fine-window counts from sub-bucket ``start`` on (those before and after are zero)."""
+
+    start: int
+    counts: list[int]
 
 
-def percentile_ns(buckets: Sequence[Bucket], q: float) -> float | None:
-    """The nearest-rank q-quantile (0..1) of ascending ``buckets``: the middle of the bucket holding
-    the ceil(q x n)-th smallest call; None when there are no calls."""
-    total = sum(b.count for b in buckets)
-    if total == 0:
-        return None
-    rank = max(1, math.ceil(round(q * total, 6)))
-    seen = 0
-    for b in buckets:
-        seen += b.count
-        if seen >= rank:
-            return (b.low + b.high) / 2
-    raise AssertionError("unreachable: rank <= total")
+class IntervalHistogram:
+    """An interval's timed calls by latency bucket, ascending: the log2 buckets below the slot's fine
+    window, the window's sub-buckets, the log2 buckets above it; or the log2 buckets alone when no fine
+    counts are given or they do not hold every call of the window's octaves (the window was placed or
+    moved within the interval). Kept as running sums, bisected in C; a bucket's edges are worked out
+    only for the few buckets asked for (the agent does this for every active slot every interval)."""
+
+    def __init__(self, hist: Sequence[int], fine: FineCounts | None, fine_octave: int) -> None:
+        top = fine_octave + fine_layout()[0]
+        if fine is not None and sum(fine.counts) == sum(hist[fine_octave:top]):
+            self._fine_at, self._fine_len, self._fine_start = fine_octave, len(fine.counts), fine.start
+            self._octave, self._top = fine_octave, top
+            counts = [*hist[:fine_octave], *fine.counts, *hist[top:]]
+        else:
+            self._fine_at, self._fine_len = len(hist), 0
+            counts = list(hist)
+        self._cumulative = list(itertools.accumulate(counts))
+        self.total = self._cumulative[-1] if counts else 0
+
+    @property
+    def uses_fine(self) -> bool:
+        return self._fine_len > 0
+
+    def _edges(self, position: int) -> Edges:
+        if position < self._fine_at:
+            return log2_edges(position)
+        position -= self._fine_at
+        if position < self._fine_len:
+            return fine_edges(self._octave, self._fine_start + position)
+        return log2_edges(self._top + position - self._fine_len)
+
+    def percentile_ns(self, q: float) -> float | None:
+        """The nearest-rank q-quantile (0..1): the middle of the bucket holding the ceil(q x n)-th
+        smallest call; None when there are no calls."""
+        if self.total <= 0:
+            return None
+        rank = max(1, math.ceil(round(q * self.total, 6)))
+        low, high = self._edges(bisect.bisect_left(self._cumulative, rank))
+        return (low + high) / 2
+
+    def lowest(self) -> Edges:
+        """The lowest non-empty bucket (there must be calls)."""
+        return self._edges(bisect.bisect_right(self._cumulative, 0))
+
+    def highest(self) -> Edges:
+        """The highest non-empty bucket (there must be calls)."""
+        return self._edges(bisect.bisect_left(self._cumulative, self.total))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,16 +163,16 @@ class Extreme:
     in_interval: bool
 
 
-def latency(buckets: Sequence[Bucket], weighted_ns: int, weighted_timed: int, lifetime_min: Extreme,
+def latency(histogram: IntervalHistogram, weighted_ns: int, weighted_timed: int, lifetime_min: Extreme,
             lifetime_max: Extreme) -> pb.LatencyStats:
     """Latency of the interval's timed ops (empty message when none were timed); the mean
     from their weighted sums (an estimate over all calls), the rest per timed op."""
     stats = pb.LatencyStats()
-    p50, p99 = percentile_ns(buckets, 0.50), percentile_ns(buckets, 0.99)
+    p50, p99 = histogram.percentile_ns(0.50), histogram.percentile_ns(0.99)
     if weighted_timed <= 0 or p50 is None or p99 is None:
         return stats
-    low = buckets[0].low
-    high = buckets[-1].high
+    low = histogram.lowest().low
+    high = histogram.highest().high
     if lifetime_min.ns is not None:
         low = lifetime_min.ns if lifetime_min.in_interval else max(low, lifetime_min.ns)
         stats.min_exact = lifetime_min.in_interval
@@ -160,16 +191,28 @@ def slot_key(slot) -> tuple:
     return (slot.kind, slot.op, slot.dtype, slot.algo, slot.proto, slot.b, slot.m, slot.n, slot.k, slot.comm_hash)
 
 
-def fine_delta(now, before) -> list[int] | None:
+def _nonzero_span(counts: bytes) -> tuple[int, int]:
+    """The indices [start, end) of the native uint32 ``counts`` outside which all are zero (found in C:
+    one op's calls fill a few of the window's sub-buckets)."""
+    start = (len(counts) - len(counts.lstrip(b"\0"))) // 4
+    return start, max(start, (len(counts.rstrip(b"\0")) + 3) // 4)
+
+
+def fine_delta(now, before) -> FineCounts | None:
     """The fine-window counts of the calls between two readings of a slot (``before`` None: since the
     segment's creation); None without a window. When the hook placed or moved the window in between,
-    the counts since then: :func:`interval_buckets` uses them only if they hold all of the interval's."""
+    the counts since then: :class:`IntervalHistogram` uses them only if they hold all of the interval's."""
     if not now.fine_octave:
         return None
+    start, end = _nonzero_span(now.fine)
     counts = memoryview(now.fine).cast("I")
     if before is None or before.fine_anchors != now.fine_anchors:
-        return list(counts)
-    return [(a - b) % _U32 for a, b in zip(counts, memoryview(before.fine).cast("I"))]
+        return FineCounts(start, counts[start:end].tolist())
+    old_start, old_end = _nonzero_span(before.fine)
+    if old_start < old_end:  # a count that wrapped to 0 lies in the old span
+        start, end = min(start, old_start), max(end, old_end)
+    old = memoryview(before.fine).cast("I")
+    return FineCounts(start, [(a - b) % _U32 for a, b in zip(counts[start:end], old[start:end])])
 
 
 class SlotDelta:
@@ -188,16 +231,15 @@ class SlotDelta:
         self.hist = [a - (b if before else 0) for a, b in zip(now.hist, before.hist if before else now.hist)]
         self.fine = fine_delta(now, before) if self.timed > 0 else None
 
-    def buckets(self) -> list[Bucket]:
-        """The interval's buckets; none when a bucket went backwards (no interval of one writer's segment)."""
-        if min(self.hist) < 0:
-            return []
-        return interval_buckets(self.hist, self.fine, self.slot.fine_octave)
+    def histogram(self) -> IntervalHistogram:
+        return IntervalHistogram(self.hist, self.fine, self.slot.fine_octave)
 
     def latency(self) -> pb.LatencyStats:
+        if min(self.hist) < 0:
+            return pb.LatencyStats()  # buckets that went backwards: no interval of one writer's segment
         timed_before = self.slot.timed_count - self.timed
         s = self.slot
-        return latency(self.buckets(), self.weighted_ns, self.weighted_timed,
+        return latency(self.histogram(), self.weighted_ns, self.weighted_timed,
                        Extreme(s.min_ns, s.min_at_timed is not None and s.min_at_timed > timed_before),
                        Extreme(s.max_ns, s.max_at_timed is not None and s.max_at_timed > timed_before))
 

@@ -82,13 +82,13 @@ octaves = st.integers(segment.FINE_SUB_BITS, segment.HIST_BUCKETS - 1 - segment.
 @settings(max_examples=2000, deadline=None)
 @given(ns=st.integers(1, 2**segment.HIST_BUCKETS - 1), octave=octaves)
 def test_the_reader_puts_every_duration_in_the_bucket_the_writer_counted_it_in(writer_math, ns, octave):
-    coarse = rank_rates.log2_bucket(writer_math.hist_bucket(ns), 1)
+    coarse = rank_rates.log2_edges(writer_math.hist_bucket(ns))
     assert coarse.low <= ns < coarse.high
     index = writer_math.fine_bucket(ns, octave)
     if not in_window(ns, octave):
         assert index == -1
         return
-    fine = rank_rates.fine_bucket(octave, index, 1)
+    fine = rank_rates.fine_edges(octave, index)
     assert fine.low <= ns < fine.high
     assert (fine.high - fine.low) <= fine.low * FINE_WIDTH
 
@@ -113,14 +113,15 @@ def test_percentiles_and_extremes_are_within_the_bound(writer_math, drawn, shift
     octave = min(max(writer_math.fine_anchor(centre) + shift, segment.FINE_SUB_BITS),
                  segment.HIST_BUCKETS - 1 - segment.FINE_OCTAVES)
     hist, fine = histograms(writer_math, values, octave)
-    buckets = rank_rates.interval_buckets(hist, fine, octave)
+    histogram = rank_rates.IntervalHistogram(hist, rank_rates.FineCounts(0, fine), octave)
+    assert histogram.uses_fine
     for q in QUANTILES:
         true = nearest_rank(values, q)
-        estimate = rank_rates.percentile_ns(buckets, q)
+        estimate = histogram.percentile_ns(q)
         bound = FINE_ERROR if in_window(true, octave) else LOG2_ERROR
         assert abs(estimate - true) <= true * bound, (q, true, estimate)
     far = rank_rates.Extreme(10**13, in_interval=False)  # lifetime extremes set in an earlier interval
-    stats = rank_rates.latency(buckets, sum(values), len(values), rank_rates.Extreme(1, False), far)
+    stats = rank_rates.latency(histogram, sum(values), len(values), rank_rates.Extreme(1, False), far)
     top, bottom = max(values), min(values)
     top_bound = FINE_WIDTH if in_window(top, octave) else 1.0
     assert top <= stats.max_seconds * 1e9 * (1 + 1e-12) <= top * (1 + top_bound) * (1 + 1e-12)
@@ -133,11 +134,12 @@ def test_an_interval_whose_fine_counts_are_short_uses_the_log2_buckets():
     octave = 10
     hist = [0] * segment.HIST_BUCKETS
     hist[11] = 5  # five calls in [2048, 4096)
-    fine = [0] * (segment.FINE_OCTAVES << segment.FINE_SUB_BITS)
-    fine[1 << segment.FINE_SUB_BITS] = 3  # the window saw three of them
-    assert rank_rates.interval_buckets(hist, fine, octave) == [rank_rates.log2_bucket(11, 5)]
-    fine[1 << segment.FINE_SUB_BITS] = 5
-    assert rank_rates.interval_buckets(hist, fine, octave) == [rank_rates.fine_bucket(octave, 64, 5)]
+    index = 1 << segment.FINE_SUB_BITS  # the first sub-bucket of octave 11: [2048, 2080)
+    short = rank_rates.IntervalHistogram(hist, rank_rates.FineCounts(index, [3]), octave)  # saw 3 of 5
+    assert not short.uses_fine and short.percentile_ns(0.5) == 3072
+    whole = rank_rates.IntervalHistogram(hist, rank_rates.FineCounts(index, [5]), octave)
+    assert whole.uses_fine and whole.percentile_ns(0.5) == 2064
+    assert whole.lowest() == whole.highest() == (2048, 2080)
 
 
 def fine_reading(octave: int, anchors: int, counts: dict[int, int]) -> types.SimpleNamespace:
@@ -148,11 +150,21 @@ def fine_reading(octave: int, anchors: int, counts: dict[int, int]) -> types.Sim
         (ctypes.c_uint32 * len(fine))(*fine)).cast("B")))
 
 
+def nonzero(fine: rank_rates.FineCounts) -> dict[int, int]:
+    return {i: n for i, n in enumerate(fine.counts, fine.start) if n}
+
+
 def test_fine_counts_subtract_modulo_2_32_and_only_under_one_placement():
-    before = fine_reading(20, 2, {7: 2**32 - 3})
-    assert rank_rates.fine_delta(fine_reading(20, 2, {7: 4}), before)[7] == 7  # wrapped between readings
+    before = fine_reading(20, 2, {3: 2**32 - 1, 7: 2**32 - 3, 200: 5})
+    # between the readings: 3 wrapped to exactly 0 (outside the new reading's non-zero span), 7 wrapped
+    # to 4, 200 unchanged, 255 new
+    assert nonzero(rank_rates.fine_delta(fine_reading(20, 2, {7: 4, 200: 5, 255: 2}), before)) == {3: 1, 7: 7, 255: 2}
+    # counts whose low (high) bytes are zero at the span's ends
+    assert rank_rates.fine_delta(fine_reading(20, 1, {5: 1 << 24, 6: 1}), None) == (5, [1 << 24, 1])
     moved = fine_reading(18, 3, {100: 9})  # placed again in between: its counts since then
-    assert rank_rates.fine_delta(moved, before)[100] == 9 and sum(rank_rates.fine_delta(moved, before)) == 9
+    assert rank_rates.fine_delta(moved, before) == (100, [9])
+    assert nonzero(rank_rates.fine_delta(fine_reading(20, 1, {0: 1, 255: 1 << 24}), None)) == {0: 1, 255: 1 << 24}
+    assert rank_rates.fine_delta(fine_reading(20, 1, {}), fine_reading(20, 1, {})).counts == []
     assert rank_rates.fine_delta(fine_reading(0, 0, {}), None) is None  # no window yet
 
 
@@ -249,5 +261,7 @@ def test_the_interval_in_which_the_window_moved_reports_log2_buckets(latency_job
     """From the segment's creation to the warm-up's end the AllReduce window moved (50 ms first calls,
     then 1.2 ms ones): its fine counts miss the calls before the move, so the log2 buckets stand."""
     readings, _ = latency_job
-    buckets = rank_rates.SlotDelta(readings[0]["nccl"], None).buckets()
-    assert buckets and all(b.high == 2 * b.low for b in buckets)
+    first = rank_rates.SlotDelta(readings[0]["nccl"], None)
+    assert first.fine is not None and first.histogram().total == first.timed
+    assert not first.histogram().uses_fine
+    assert rank_rates.SlotDelta(readings[1]["nccl"], readings[0]["nccl"]).histogram().uses_fine

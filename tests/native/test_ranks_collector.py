@@ -42,12 +42,12 @@ def test_busbw_factors_are_nccl_tests():
 def test_percentiles_are_log2_bucket_middles_without_a_fine_window():
     hist = [0] * 40
     hist[10] = 100  # 100 values in [1024, 2048)
-    log2 = rank_rates.interval_buckets(hist, None, 0)
-    assert rank_rates.percentile_ns(log2, 0.5) == pytest.approx(1024 + 1024 * 0.5)
+    log2 = rank_rates.IntervalHistogram(hist, None, 0)
+    assert log2.percentile_ns(0.5) == pytest.approx(1024 + 1024 * 0.5)
     hist[20] = 1  # one outlier in [1 Mi, 2 Mi)
-    log2 = rank_rates.interval_buckets(hist, None, 0)
-    assert rank_rates.percentile_ns(log2, 0.99) < 2048 < rank_rates.percentile_ns(log2, 1.0)
-    assert rank_rates.percentile_ns(rank_rates.interval_buckets([0] * 40, None, 0), 0.5) is None
+    log2 = rank_rates.IntervalHistogram(hist, None, 0)
+    assert log2.percentile_ns(0.99) < 2048 < log2.percentile_ns(1.0)
+    assert rank_rates.IntervalHistogram([0] * 40, None, 0).percentile_ns(0.5) is None
     Extreme = rank_rates.Extreme
     total_ns = 100 * 1500 + 1_500_000
     stats = rank_rates.latency(log2, total_ns, weighted_timed=101, lifetime_min=Extreme(1100, in_interval=True),
@@ -62,7 +62,7 @@ def test_latency_extremes_are_exact_only_when_set_in_the_interval():
     max is a bound (its top bucket's edge, 2^21 ns), said so; its own new min is exact."""
     hist = [0] * 40
     hist[20] = 3  # three calls in [1.05 ms, 2.10 ms)
-    log2 = rank_rates.interval_buckets(hist, None, 0)
+    log2 = rank_rates.IntervalHistogram(hist, None, 0)
     stats = rank_rates.latency(log2, weighted_ns=4_500_000, weighted_timed=3,
                                lifetime_min=rank_rates.Extreme(1_100_000, in_interval=True),
                                lifetime_max=rank_rates.Extreme(127_000_000, in_interval=False))
