@@ -92,3 +92,28 @@ def test_doctor_counts_processes_in_other_pid_namespaces(namespace):
 def processes_elsewhere(checks: dict[str, dict]) -> int:
     finding = checks["containers"]["finding"]
     return 0 if finding.startswith("no process") else int(finding.split()[0])
+
+
+SQUAT_DYNOLOG = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(b"\\0dynolog\\0")
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_doctor_names_another_user_holding_kinetos_socket(namespace, hostile_user):
+    squatter = wait_ready(namespace.popen([PYTHON, "-c", SQUAT_DYNOLOG], user=hostile_user,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    try:
+        command = pathlib.Path(f"/proc/{squatter.pid}/comm").read_text().strip()
+        code, checks = doctor(namespace)
+    finally:
+        squatter.kill()
+        squatter.wait(10)
+    assert code == 1
+    kineto = checks["Kineto"]
+    assert not kineto["ok"] and kineto["finding"].startswith(
+        f"@dynolog@ is held by pid {squatter.pid} ({command!r}) of user {hostile_user.name} (uid {hostile_user.uid})")
+    assert kineto["fix"].startswith("stop that process")

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from agentd import peer
 from agentd.address import DEFAULT_AGENT_PORT, DEFAULT_METRICS_PORT
 from agentd.hang.pyspy import PySpyMissing, find_pyspy
+from agentd.kineto.endpoint import ABSTRACT_NAME
+from agentd.kineto.holder import holders, socket_inodes
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.client.local import embedded_agent
 
@@ -129,17 +131,23 @@ def _agent_ports(ports: tuple[int, int]) -> Check:
 
 
 def _kineto_socket() -> Check:
-    """Whether libkineto's host-wide abstract socket is bound (by anyone) in this network namespace."""
+    """Whether libkineto's host-wide abstract socket is served in this network namespace, and by whom."""
     try:
-        table = pathlib.Path("/proc/net/unix").read_text()
+        bound = socket_inodes(ABSTRACT_NAME)
+        found = holders(ABSTRACT_NAME) if bound else []
     except OSError as exc:
         return Check("Kineto", False, f"cannot read /proc/net/unix: {exc.strerror}")
-    if any(line.split()[-1:] == [KINETO_SOCKET] for line in table.splitlines()[1:]):
-        return Check("Kineto", True, f"{KINETO_SOCKET} is served: PyTorch jobs with KINETO_USE_DAEMON=1 can be "
-                     "traced on demand")
-    return Check("Kineto", False, f"nothing serves {KINETO_SOCKET}: on-demand traces of PyTorch jobs "
-                 "(tuiprof trace, dyno gputrace) have no daemon to poll",
-                 "run agentd as root on this host")
+    if not bound:
+        return Check("Kineto", False, f"nothing serves {KINETO_SOCKET}: on-demand traces of PyTorch jobs "
+                     "(tuiprof trace, dyno gputrace) have no daemon to poll", "run agentd as root on this host")
+    strangers = [holder for holder in found if holder.uid not in (0, None)]
+    if strangers:
+        return Check("Kineto", False, f"{KINETO_SOCKET} is held by {', '.join(map(str, strangers))}: jobs that poll "
+                     "it talk to that process, not to the node's agent",
+                     "stop that process; agentd takes the name within 5 s (jobs under `tuiprof run` use "
+                     "their own folder and are not affected)")
+    who = ", ".join(map(str, found)) if found else "a process you cannot inspect (root's agent, as a user)"
+    return Check("Kineto", True, f"{KINETO_SOCKET} is served by {who}: PyTorch jobs can be traced on demand")
 
 
 def _pyspy() -> Check:
