@@ -364,10 +364,12 @@ class Slot:
     # GEMM: the sampling period of its latest call due for timing after the first ones; 0: none yet
     sample_every: int = 0
     # The fine window (tuiprof_segment.h): its lowest octave (0: none yet), how often the writer placed
-    # it (readings with different counts do not subtract), and its FINE_OCTAVES << FINE_SUB_BITS
-    # counts as native uint32 that wrap (subtract modulo 2^32); bytes, not ints, to keep reading cheap.
+    # it (readings with different counts do not subtract), and its counts from sub-bucket fine_start to
+    # the last non-zero one, as native uint32 that wrap (subtract modulo 2^32); those outside are zero.
+    # Bytes of the span, not ints of the whole window: a slot is read every interval, and kept.
     fine_octave: int = 0
     fine_anchors: int = 0
+    fine_start: int = 0
     fine: builtins.bytes = b""
 
 
@@ -778,6 +780,11 @@ cdef class Segment:
 
 
 cdef object _slot(const tp_slot *s):
+    cdef uint32_t start = 0, end = TP_FINE_BUCKETS_N
+    while start < end and s.fine[start] == 0:
+        start += 1
+    while end > start and s.fine[end - 1] == 0:
+        end -= 1
     return Slot(_kind(s.kind), _text(s.op, sizeof(s.op)), _text(s.dtype, sizeof(s.dtype)),
                 _text(s.algo, sizeof(s.algo)), _text(s.proto, sizeof(s.proto)), s.nranks, s.b, s.m, s.n, s.k,
                 s.comm_hash, s.count, s.timed_count, s.total_ns,
@@ -787,7 +794,7 @@ cdef object _slot(const tp_slot *s):
                 s.bytes, s.flops, s.timed_bytes, s.timed_flops,
                 s.weighted_timed_count, s.weighted_total_ns, s.weighted_timed_bytes, s.weighted_timed_flops,
                 tuple(s.hist[j] for j in range(TP_HIST_BUCKETS)), s.sample_every, s.fine_octave, s.fine_anchors,
-                (<const char *>s.fine)[:sizeof(s.fine)])
+                start if end > start else 0, (<const char *>&s.fine[start])[:(end - start) * sizeof(uint32_t)])
 
 
 cdef object _event(const tp_event *e, uint64_t index):

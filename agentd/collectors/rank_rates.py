@@ -191,28 +191,25 @@ def slot_key(slot) -> tuple:
     return (slot.kind, slot.op, slot.dtype, slot.algo, slot.proto, slot.b, slot.m, slot.n, slot.k, slot.comm_hash)
 
 
-def _nonzero_span(counts: bytes) -> tuple[int, int]:
-    """The indices [start, end) of the native uint32 ``counts`` outside which all are zero (found in C:
-    one op's calls fill a few of the window's sub-buckets)."""
-    start = (len(counts) - len(counts.lstrip(b"\0"))) // 4
-    return start, max(start, (len(counts.rstrip(b"\0")) + 3) // 4)
-
-
 def fine_delta(now, before) -> FineCounts | None:
     """The fine-window counts of the calls between two readings of a slot (``before`` None: since the
     segment's creation); None without a window. When the hook placed or moved the window in between,
-    the counts since then: :class:`IntervalHistogram` uses them only if they hold all of the interval's."""
+    the counts since then: :class:`IntervalHistogram` uses them only if they hold all of the interval's.
+    A reading holds its counts' non-zero span only; a count that wrapped to 0 lies in the older span."""
     if not now.fine_octave:
         return None
-    start, end = _nonzero_span(now.fine)
-    counts = memoryview(now.fine).cast("I")
-    if before is None or before.fine_anchors != now.fine_anchors:
-        return FineCounts(start, counts[start:end].tolist())
-    old_start, old_end = _nonzero_span(before.fine)
-    if old_start < old_end:  # a count that wrapped to 0 lies in the old span
-        start, end = min(start, old_start), max(end, old_end)
-    old = memoryview(before.fine).cast("I")
-    return FineCounts(start, [(a - b) % _U32 for a, b in zip(counts[start:end], old[start:end])])
+    counts = memoryview(now.fine).cast("I").tolist()
+    if before is None or before.fine_anchors != now.fine_anchors or not before.fine:
+        return FineCounts(now.fine_start, counts)
+    old = memoryview(before.fine).cast("I").tolist()
+    now_start = now.fine_start if counts else before.fine_start  # an empty span starts anywhere
+    start = min(now_start, before.fine_start)
+    end = max(now_start + len(counts), before.fine_start + len(old))
+
+    def spread(first: int, values: list[int]) -> list[int]:
+        return [0] * (first - start) + values + [0] * (end - first - len(values))
+
+    return FineCounts(start, [(a - b) % _U32 for a, b in zip(spread(now_start, counts), spread(before.fine_start, old))])
 
 
 class SlotDelta:

@@ -143,11 +143,11 @@ def test_an_interval_whose_fine_counts_are_short_uses_the_log2_buckets():
 
 
 def fine_reading(octave: int, anchors: int, counts: dict[int, int]) -> types.SimpleNamespace:
-    fine = [0] * (segment.FINE_OCTAVES << segment.FINE_SUB_BITS)
-    for index, n in counts.items():
-        fine[index] = n
-    return types.SimpleNamespace(fine_octave=octave, fine_anchors=anchors, fine=bytes(memoryview(
-        (ctypes.c_uint32 * len(fine))(*fine)).cast("B")))
+    """A slot's fine window as the reader hands it over: the counts' non-zero span, native uint32."""
+    span = range(min(counts, default=0), max(counts, default=-1) + 1)
+    data = (ctypes.c_uint32 * len(span))(*(counts.get(i, 0) for i in span))
+    return types.SimpleNamespace(fine_octave=octave, fine_anchors=anchors, fine_start=span.start,
+                                 fine=bytes(memoryview(data).cast("B")))
 
 
 def nonzero(fine: rank_rates.FineCounts) -> dict[int, int]:
@@ -159,8 +159,8 @@ def test_fine_counts_subtract_modulo_2_32_and_only_under_one_placement():
     # between the readings: 3 wrapped to exactly 0 (outside the new reading's non-zero span), 7 wrapped
     # to 4, 200 unchanged, 255 new
     assert nonzero(rank_rates.fine_delta(fine_reading(20, 2, {7: 4, 200: 5, 255: 2}), before)) == {3: 1, 7: 7, 255: 2}
-    # counts whose low (high) bytes are zero at the span's ends
-    assert rank_rates.fine_delta(fine_reading(20, 1, {5: 1 << 24, 6: 1}), None) == (5, [1 << 24, 1])
+    # a count that wrapped to exactly 0 between readings, the new reading empty
+    assert nonzero(rank_rates.fine_delta(fine_reading(20, 2, {}), fine_reading(20, 2, {4: 2**32 - 6}))) == {4: 6}
     moved = fine_reading(18, 3, {100: 9})  # placed again in between: its counts since then
     assert rank_rates.fine_delta(moved, before) == (100, [9])
     assert nonzero(rank_rates.fine_delta(fine_reading(20, 1, {0: 1, 255: 1 << 24}), None)) == {0: 1, 255: 1 << 24}
@@ -240,6 +240,8 @@ def test_the_agents_percentiles_are_within_the_bound_of_the_calls_true_ones(late
     delta = rank_rates.SlotDelta(readings[1][kind], readings[0][kind])
     assert delta.timed == len(truth)
     assert readings[1][kind].fine_anchors == readings[0][kind].fine_anchors == 2  # moved once, in the warm-up
+    fine = memoryview(readings[1][kind].fine).cast("I")  # the reader hands over the non-zero span only
+    assert fine[0] and fine[-1] and readings[1][kind].fine_start + len(fine) <= segment.FINE_OCTAVES << segment.FINE_SUB_BITS
     stats = delta.latency()
     # GEMM event times travel as float milliseconds: a measured duration may be 1 ns off
     slack = 2
