@@ -10,6 +10,15 @@ from dataclasses import dataclass
 
 DEFAULT_AGENT_PORT = 1779
 DEFAULT_METRICS_PORT = 9779
+LOOPBACK_HOSTS = ("127.0.0.1", "::1")
+"""Both loopback addresses: ``localhost`` names either, so an agent listening on one only leaves
+the other free for any local user to listen on, and receive what clients send to ``localhost``."""
+
+
+def listen_hosts(host: str) -> tuple[str, ...]:
+    """The addresses the agent listens on for ``--host``: a loopback host (127.0.0.1, ::1,
+    localhost) means both loopback addresses, any other host itself."""
+    return LOOPBACK_HOSTS if host.strip("[]") in (*LOOPBACK_HOSTS, "localhost") else (host,)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from agentd.runner import CollectorRunner, load_collectors
 from agentd.server import AgentServicer, StacksService, TraceService, agent_info, static_info
 from agentd.sinks import JsonLinesSink
 from agentd.traces.service import CaptureService
-from agentd.address import AgentAddress
+from agentd.address import AgentAddress, listen_hosts
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,25 @@ def _probe_grpc_port(host: str, port: int) -> None:
         raise BindError.for_port("gRPC", host, port, exc, "--port") from None
 
 
+def _hosts_to_bind(host: str, port: int) -> list[str]:
+    """The addresses to listen on for ``--host``: both loopback addresses for a loopback one
+    (``listen_hosts``), less ::1 where this kernel has no IPv6 loopback (logged, with why).
+
+    Port 0 (a free port, which the agent tells its clients as ``host:port``, e.g. the
+    console's embedded agent) binds ``host`` only: no client reaches it by guessing.
+    """
+    hosts = list(listen_hosts(host)) if port else [host]
+    if "::1" in hosts and host.strip("[]") != "::1":
+        try:
+            with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+                probe.bind(("::1", 0))
+        except OSError as exc:
+            hosts.remove("::1")
+            log.warning("not listening on ::1: this host has no IPv6 loopback; clients refuse to send their "
+                        "token to another user's listener there", extra={"reason": exc.strerror or str(exc)})
+    return hosts
+
+
 def _reserve_port(host: str, port: int) -> socket.socket:
     """A socket holding ``host:port`` (0: a free port) for a gRPC server started later.
 
@@ -161,12 +180,13 @@ class Daemon:
         self._grpc_on_demand = grpc_on_demand
         self._tasks: list[asyncio.Task[None]] = []
         self._server: grpc.aio.Server | None = None
-        self._reserved: socket.socket | None = None  # the gRPC port, held until served (grpc_on_demand)
+        self._hosts: list[str] = []  # the addresses every port is bound on (_hosts_to_bind)
+        self._reserved: list[socket.socket] = []  # the gRPC port on each host, held until served (grpc_on_demand)
         self._serving = asyncio.Lock()
         self._servicer: AgentServicer | None = None
         self._tls: _Tls | None = None
         self._token: str | None = None
-        self._metrics: MetricsServer | None = None
+        self._metrics: list[MetricsServer] = []  # one per host
         self._sink: JsonLinesSink | None = None
         self.agent: Agent | None = None
         self._static: pb.AgentInfo | None = None
@@ -200,15 +220,22 @@ class Daemon:
 
         # Bind every port and open the sink before any collector starts, so that
         # these mistakes end agentd at once with one line and nothing else logged.
+        hosts = self._hosts = _hosts_to_bind(config.host, config.port)
+        grpc_port = config.port  # 0 until the first host is bound, then the port every other host binds
         if self._grpc_on_demand:
-            self._reserved = _reserve_port(config.host, config.port)
-            grpc_port = self._reserved.getsockname()[1]
+            for host in hosts:
+                self._reserved.append(_reserve_port(host, grpc_port))
+                grpc_port = self._reserved[-1].getsockname()[1]
         else:
-            _probe_grpc_port(config.host, config.port)
-            self._server, grpc_port = self._grpc_server(config.port, reuse_port=False)
-        if config.metrics_port is not None:
-            self._metrics = MetricsServer(config.host, config.metrics_port,
-                                          tls.http if tls is not None else None, config.metric_names)
+            self._server = self._new_grpc_server(reuse_port=False)
+            for host in hosts:
+                _probe_grpc_port(host, grpc_port)
+                grpc_port = self._add_grpc_port(self._server, host, grpc_port)
+        metrics_port = config.metrics_port
+        for host in _hosts_to_bind(config.host, metrics_port) if metrics_port is not None else []:
+            self._metrics.append(MetricsServer(host, metrics_port, tls.http if tls is not None else None,
+                                               config.metric_names))
+            metrics_port = self._metrics[-1].port
         if config.json_sink is not None:
             self._sink = JsonLinesSink.open(config.json_sink)
 
@@ -226,15 +253,16 @@ class Daemon:
             pb_grpc.add_AgentServicer_to_server(self._servicer, self._server)
             await self._server.start()
         self._tasks.append(asyncio.create_task(agent.run(), name="snapshots"))
-        if self._metrics is not None:
-            self._metrics.start(agent, lambda: agent_info(agent, static))
+        for metrics in self._metrics:
+            metrics.start(agent, lambda: agent_info(agent, static))
         if self._sink is not None:
             self._tasks.append(asyncio.create_task(self._sink.run(agent), name="json-sink"))
         endpoints = Endpoints(config.host, grpc_port,
-                              self._metrics.port if self._metrics else None,
+                              self._metrics[0].port if self._metrics else None,
                               tls=tls is not None, token_required=token is not None)
         log.info("agentd listening", extra={
-            "grpc": f"{config.host}:{grpc_port}", "grpc_serving": self._server is not None,
+            "grpc": " ".join(AgentAddress(host, grpc_port).target for host in hosts),
+            "grpc_serving": self._server is not None,
             "metrics_port": endpoints.metrics_port,
             "tls": endpoints.tls, "token_required": endpoints.token_required,
             "interval_ms": config.interval_ms,
@@ -247,17 +275,20 @@ class Daemon:
                          extra={"collector": status.name, "reason": status.reason})
         return endpoints
 
-    def _grpc_server(self, port: int, reuse_port: bool) -> tuple[grpc.aio.Server, int]:
-        """A gRPC server bound to ``port`` (0: a free one), not yet serving, and the port it bound."""
-        server = grpc.aio.server(
+    def _new_grpc_server(self, reuse_port: bool) -> grpc.aio.Server:
+        """A gRPC server with the token check, bound to nothing yet."""
+        return grpc.aio.server(
             interceptors=[BearerTokenInterceptor(self._token)] if self._token else None,
             options=[("grpc.so_reuseport", int(reuse_port)), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
         )
-        target = AgentAddress(self.config.host, port).target
+
+    def _add_grpc_port(self, server: grpc.aio.Server, host: str, port: int) -> int:
+        """Bind ``server`` to ``host:port`` (0: a free port); the port bound."""
+        target = AgentAddress(host, port).target
         try:
             if self._tls is None:
-                return server, server.add_insecure_port(target)
-            return server, server.add_secure_port(target, self._tls.grpc)
+                return server.add_insecure_port(target)
+            return server.add_secure_port(target, self._tls.grpc)
         except RuntimeError:  # lost a race for the port since the probe
             raise BindError(f"cannot listen on {target} for gRPC; check --host and --port") from None
 
@@ -265,17 +296,24 @@ class Daemon:
         """Serve gRPC on the port held since start (``grpc_on_demand``); once, later calls return at once.
         Raises BindError when gRPC cannot listen there (the port stays held)."""
         async with self._serving:
-            if self._reserved is None:
+            if not self._reserved:
                 return
-            port = self._reserved.getsockname()[1]
-            server, _ = self._grpc_server(port, reuse_port=True)
+            server = self._new_grpc_server(reuse_port=True)
+            targets = []
+            for host, reserved in zip(self._hosts, self._reserved):
+                port = self._add_grpc_port(server, host, reserved.getsockname()[1])
+                targets.append(AgentAddress(host, port).target)
             assert self._servicer is not None  # set by a successful start
             pb_grpc.add_AgentServicer_to_server(self._servicer, server)
             await server.start()
             self._server = server
-            self._reserved.close()
-            self._reserved = None
-            log.info("agentd serving gRPC", extra={"grpc": f"{self.config.host}:{port}"})
+            self._close_reserved()
+            log.info("agentd serving gRPC", extra={"grpc": " ".join(targets)})
+
+    def _close_reserved(self) -> None:
+        for reserved in self._reserved:
+            reserved.close()
+        self._reserved.clear()
 
     def info(self) -> pb.AgentInfo:
         """What GetInfo answers now (call it on the agent's loop, once started)."""
@@ -285,18 +323,16 @@ class Daemon:
     async def stop(self) -> None:
         if self._server is not None:
             await self._server.stop(STOP_GRACE_SECONDS)
-        if self._reserved is not None:
-            self._reserved.close()
-            self._reserved = None
+        self._close_reserved()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task  # a task's own failure was already reported by serve_until
         self._tasks.clear()
-        if self._metrics is not None:
-            self._metrics.stop()
-            self._metrics = None
+        for metrics in self._metrics:
+            metrics.stop()
+        self._metrics.clear()
         if self.agent is not None:
             await asyncio.to_thread(self.agent.stop_collectors)
         if self._sink is not None:

@@ -7,6 +7,9 @@ with its ``exit_code``; nothing else reaches the terminal as a traceback.
 from __future__ import annotations
 
 import errno
+import socket
+
+from agentd import peer
 
 
 class AgentdError(Exception):
@@ -48,7 +51,7 @@ class BindError(AgentdError):
     def for_port(cls, what: str, host: str, port: int, exc: OSError, flag: str) -> "BindError":
         """The error for a failed bind of ``what`` (gRPC, metrics) with its usual cause."""
         if exc.errno == errno.EADDRINUSE:
-            return cls(f"{what} port {port} on {host} is already in use (another agentd?); "
+            return cls(f"{what} port {port} on {host} is already in use by {_port_holder(host, port)}; "
                        f"stop that process or choose another port with {flag}")
         if exc.errno == errno.EACCES:
             return cls(f"no permission to listen on {what} port {port}; "
@@ -56,3 +59,15 @@ class BindError(AgentdError):
         if exc.errno == errno.EADDRNOTAVAIL:
             return cls(f"cannot listen on {host}: no local interface has that address; check --host")
         return cls(f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}; check --host")
+
+
+def _port_holder(host: str, port: int) -> str:
+    """Who listens on ``host:port``, per the kernel: a user may take an agent's port while it restarts."""
+    try:
+        address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+        listener = peer.tcp_listener((str(address), port))
+    except (OSError, peer.PeerLookupError) as exc:
+        return f"a process this agent cannot name ({exc})"
+    if listener is None:
+        return "a socket that is not listening (see `ss -tanpe`)"
+    return str(listener)

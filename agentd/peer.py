@@ -17,6 +17,11 @@ API (used by the agent's per-call policy, the dynolog RPC and ``tuiprof run``):
   IPv4 or IPv6 host; a remote host that is a wildcard (``0.0.0.0``, ``::``)
   matches any address. None when no such socket exists or when two sockets of
   different owners match (the answer would be a guess).
+- ``tcp_listener(local)`` — who holds the listening socket that accepts
+  connections to ``local``: a ``Listener`` (uid and the pids that have the
+  socket open, as far as /proc lets the caller see), None when none listens.
+  For messages naming who holds a port, and for clients deciding whether a
+  loopback listener may be sent a token.
 - ``grpc_peer_address(peer)`` — ``("127.0.0.1", 54321)`` from gRPC's
   ``context.peer()`` text (``ipv4:127.0.0.1:54321``, ``ipv6:[::1]:54321``);
   None for other transports.
@@ -36,6 +41,8 @@ import dataclasses
 import errno
 import ipaddress
 import os
+import pathlib
+import pwd
 import socket
 import struct
 
@@ -82,6 +89,25 @@ class _Socket:
     local: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]
     remote: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]
     uid: int
+    inode: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Listener:
+    """The owner of a listening socket: its uid, and the pids that hold it (empty when
+    /proc does not show them to this caller, i.e. another user's processes to a non-root one)."""
+
+    uid: int
+    pids: tuple[int, ...]
+
+    def __str__(self) -> str:
+        try:
+            user = f"user {pwd.getpwuid(self.uid).pw_name} (uid {self.uid})"
+        except KeyError:
+            user = f"uid {self.uid}"
+        if not self.pids:
+            return f"{user}, pid not visible to you"
+        return f"{user}, pid {', '.join(str(pid) for pid in self.pids)}"
 
 
 def tcp_socket_uid(local: Address, remote: Address | None) -> int | None:
@@ -128,21 +154,49 @@ def grpc_peer_uid(peer: str, server_port: int) -> int | None:
     return tcp_socket_uid(address, (wildcard, server_port))
 
 
+def tcp_listener(local: Address) -> Listener | None:
+    """Who holds the socket listening for connections to ``local`` (None: none, or owners disagree)."""
+    sockets = _listeners(ipaddress.ip_address(local[0]), local[1])
+    uids = {sock.uid for sock in sockets}
+    if len(uids) != 1:
+        return None
+    return Listener(uids.pop(), _pids_holding({sock.inode for sock in sockets}))
+
+
 def _listener_uid(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> int | None:
     """The owner of the listener the kernel would hand a connection to ``ip``:``port``."""
+    uids = {sock.uid for sock in _listeners(ip, port)}
+    return uids.pop() if len(uids) == 1 else None
+
+
+def _listeners(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> list[_Socket]:
+    """The listening sockets the kernel would pick from for a connection to ``ip``:``port``."""
     listeners = [sock for family in (socket.AF_INET, socket.AF_INET6)
                  for sock in _dump(family, _LISTEN_STATES, port, 0)]
-    exact = {s.uid for s in listeners if _same_ip(s.local[0], ip)}
+    exact = [s for s in listeners if _same_ip(s.local[0], ip)]
     if exact:
-        return exact.pop() if len(exact) == 1 else None
-    same_family = {s.uid for s in listeners
-                   if s.local[0].is_unspecified and s.local[0].version == ip.version}
+        return exact
+    same_family = [s for s in listeners if s.local[0].is_unspecified and s.local[0].version == ip.version]
     if same_family:
-        return same_family.pop() if len(same_family) == 1 else None
+        return same_family
     # An IPv6 wildcard listener also accepts IPv4 connections unless it is v6-only,
     # which inet_diag does not report; a v4 address reaching here has no v4 listener.
-    any_family = {s.uid for s in listeners if s.local[0].is_unspecified}
-    return any_family.pop() if len(any_family) == 1 else None
+    return [s for s in listeners if s.local[0].is_unspecified]
+
+
+def _pids_holding(inodes: set[int]) -> tuple[int, ...]:
+    """The pids with one of the socket ``inodes`` open, among the processes whose fds /proc shows us."""
+    names = {f"socket:[{inode}]" for inode in inodes}
+    pids = []
+    for process in pathlib.Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in names for fd in (process / "fd").iterdir()):
+                pids.append(int(process.name))
+        except OSError:  # not ours to see, or gone
+            continue
+    return tuple(sorted(pids))
 
 
 def _families(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[int, ...]:
@@ -233,8 +287,8 @@ def _parse(data: bytes, offset: int, family: int) -> _Socket:
         raise PeerLookupError("malformed inet_diag answer (message too short)")
     _, state, _, _ = _DIAG_MSG_HEAD.unpack_from(data, offset)
     sport, dport, src, dst = _SOCKID.unpack_from(data, offset + _DIAG_MSG_HEAD.size)
-    _, _, _, uid, _ = _DIAG_MSG_TAIL.unpack_from(data, offset + _DIAG_MSG_HEAD.size + _SOCKID_SIZE)
-    return _Socket(state, (_ip(family, src), sport), (_ip(family, dst), dport), uid)
+    _, _, _, uid, inode = _DIAG_MSG_TAIL.unpack_from(data, offset + _DIAG_MSG_HEAD.size + _SOCKID_SIZE)
+    return _Socket(state, (_ip(family, src), sport), (_ip(family, dst), dport), uid, inode)
 
 
 def _ip(family: int, raw: bytes) -> ipaddress.IPv4Address | ipaddress.IPv6Address:

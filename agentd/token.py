@@ -8,34 +8,52 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pwd
 import stat
 
 TOKEN_ENV = "TUIPROF_TOKEN"
 
 
 class TokenFileError(Exception):
-    """A token file that cannot be used (missing, unreadable, or world-readable)."""
+    """A token file that cannot be used (missing, unreadable, world-readable, or another user's)."""
 
 
 def read_token(token_file: str | os.PathLike[str] | None) -> str | None:
     """The shared token from ``token_file`` or ``$TUIPROF_TOKEN``; None when neither is set.
 
     A token file readable by other users is refused: anyone who can read it can
-    control the agents.
+    control the agents. So is one owned by another user than the reader or root:
+    its owner can change the token the reader sends or checks (a root agent would
+    then accept that user's token, a root command would send the admin's calls
+    with it). The checks are made on the file opened, not on its name, so the
+    file cannot be swapped between check and read.
     """
     if token_file is None:
         return os.environ.get(TOKEN_ENV) or None
     path = pathlib.Path(token_file)
     try:
-        mode = path.stat().st_mode
-        text = path.read_text().strip()
+        with open(path, encoding="utf-8", errors="replace") as file:
+            info = os.fstat(file.fileno())
+            text = file.read().strip()
     except OSError as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc.strerror}") from exc
-    if mode & stat.S_IROTH:
+    if info.st_uid not in (0, os.getuid()):
         raise TokenFileError(
-            f"token file {path} is readable by every user (mode {stat.filemode(mode)}); "
+            f"token file {path} belongs to {_owner(info.st_uid)}, not to you or root; "
+            "use a token file you own (mode 600)"
+        )
+    if info.st_mode & stat.S_IROTH:
+        raise TokenFileError(
+            f"token file {path} is readable by every user (mode {stat.filemode(info.st_mode)}); "
             f"run `chmod 600 {path}`"
         )
     if not text:
         raise TokenFileError(f"token file {path} is empty")
     return text
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"

@@ -3,16 +3,26 @@
 Every command and screen (console, status, trace, stacks, run) builds one
 ``ConnectionOptions`` from its command line and opens channels with
 ``options.open(address)``, so authentication works the same way everywhere.
+
+Where the token may go is decided here too, at every open (``token_destination_problem``):
+to a loopback address only when the kernel says root or the caller holds the
+listening socket there (any local user may listen on a free loopback port, e.g.
+on ``[::1]`` while the agent holds 127.0.0.1 only, and ``localhost`` may name
+either); beyond loopback only over TLS, unless ``--allow-plaintext-token``.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import pathlib
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
 
+from agentd import peer
 from agentd.address import AgentAddress
 
 
@@ -53,6 +63,43 @@ def open_channel(
     return grpc.aio.insecure_channel(address.target, options, interceptors=interceptors)
 
 
+class TokenRefusedError(grpc.aio.AioRpcError):
+    """The token is not sent to this address; raised where a call would fail, so callers report it
+    as they report a failed call (FAILED_PRECONDITION, the reason as details)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(grpc.StatusCode.FAILED_PRECONDITION, grpc.aio.Metadata(), grpc.aio.Metadata(), reason)
+
+
+def token_destination_problem(address: AgentAddress, tls: bool, allow_plaintext_token: bool) -> str | None:
+    """Why a token must not be sent to ``address``, or None when it may.
+
+    Every address the name resolves to counts, as gRPC may try any of them: a loopback
+    one must be listened on by root or the caller (or by no one: then nothing receives
+    the token); any other one needs TLS or ``allow_plaintext_token``.
+    """
+    try:
+        infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        return f"not sending the token to {address.target}: cannot resolve {address.host!r} ({reason})"
+    ips = dict.fromkeys(ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in infos)
+    for ip in ips:
+        if not ip.is_loopback:
+            if tls or allow_plaintext_token:
+                continue
+            return (f"not sending the token to {address.target} in clear text ({ip} is not loopback); "
+                    "give --tls-ca FILE for an agent serving TLS, or --allow-plaintext-token to send it anyway")
+        try:
+            listener = peer.tcp_listener((str(ip), address.port))
+        except peer.PeerLookupError as exc:
+            return f"not sending the token to {address.target}: {exc}"
+        if listener is not None and listener.uid not in (0, os.getuid()):
+            return (f"not sending the token to {address.target}: port {address.port} on {ip} is held by "
+                    f"{listener}, not by root or you; stop that process or start agentd there")
+    return None
+
+
 class InProcessAgents:
     """Agents inside this process whose gRPC server starts with the first channel opened to them
     (the console's embedded agent: gRPC's threads cost CPU even idle, agentd/embedded.py)."""
@@ -82,6 +129,8 @@ class ConnectionOptions:
 
     token: str | None = None
     tls_ca: str | None = None
+    allow_plaintext_token: bool = False
+    """Send the token to non-loopback agents without TLS (``--allow-plaintext-token``)."""
     interval_ms: int = 0
     """Requested Watch period; 0 = the agent's own interval."""
     timeout: float = 5.0
@@ -90,6 +139,18 @@ class ConnectionOptions:
     """Agents in this process that serve gRPC once a channel is opened to them."""
 
     def open(self, address: AgentAddress) -> grpc.aio.Channel:
-        """A channel to ``address`` with this token and TLS (an agent in this process serves from now on)."""
+        """A channel to ``address`` with this token and TLS (an agent in this process serves from now on).
+
+        Raises TokenRefusedError when the token must not go there (``token_destination_problem``).
+        """
         self.in_process.serve(address)
+        self.check_token_destination(address)
         return open_channel(address, self.token, self.tls_ca)
+
+    def check_token_destination(self, address: AgentAddress) -> None:
+        """Raise TokenRefusedError when this token must not be sent to ``address`` now."""
+        if self.token is None:
+            return
+        problem = token_destination_problem(address, self.tls_ca is not None, self.allow_plaintext_token)
+        if problem is not None:
+            raise TokenRefusedError(problem)

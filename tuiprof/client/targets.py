@@ -7,7 +7,7 @@ import pathlib
 
 from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
 from agentd.token import read_token
-from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.channel import ConnectionOptions, TokenRefusedError
 
 
 class TargetError(ValueError):
@@ -35,9 +35,13 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_credential_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--token-file`` and ``--tls-ca``: what ``connection`` reads."""
+    """``--token-file``, ``--tls-ca`` and ``--allow-plaintext-token``: what ``connection`` reads."""
     parser.add_argument("--token-file", metavar="FILE", help="shared agent token (mode 600); default $TUIPROF_TOKEN")
     parser.add_argument("--tls-ca", metavar="FILE", help="CA certificate to verify agents' TLS certificates")
+    parser.add_argument(
+        "--allow-plaintext-token", action="store_true",
+        help="send the token to agents beyond loopback without TLS (anyone on the path can read it)",
+    )
 
 
 def addresses(args: argparse.Namespace) -> list[AgentAddress]:
@@ -52,10 +56,14 @@ def addresses(args: argparse.Namespace) -> list[AgentAddress]:
             names.extend(slurm.hosts_for_job(args.slurm_job))
         except slurm.SlurmError as exc:
             raise TargetError(f"--slurm-job {args.slurm_job}: {exc}") from exc
+    return _parse_hosts(names, args.port)
+
+
+def _parse_hosts(names: list[str], port: int) -> list[AgentAddress]:
     result: list[AgentAddress] = []
     for name in names:
         try:
-            address = AgentAddress.parse(name, default_port=args.port)
+            address = AgentAddress.parse(name, default_port=port)
         except ValueError as exc:
             raise TargetError(f"bad host {name!r}: {exc}") from None
         if address not in result:
@@ -66,14 +74,24 @@ def addresses(args: argparse.Namespace) -> list[AgentAddress]:
 def connection(args: argparse.Namespace, interval_ms: int = 0, timeout: float = 5.0) -> ConnectionOptions:
     """The one set of connection options every agent of this command is reached with.
 
-    Raises TokenFileError when ``--token-file`` cannot be used, TargetError when ``--tls-ca`` cannot.
+    Raises TokenFileError when ``--token-file`` cannot be used, TargetError when ``--tls-ca`` cannot
+    or when the token must not be sent to one of the hosts named on the command line (in clear text
+    beyond loopback, to a loopback port another user holds). ``ConnectionOptions.open`` checks every
+    connection again, also to hosts found later (SLURM, Prometheus), and fails it with the reason.
     """
     if args.tls_ca is not None:
         _check_tls_ca(args.tls_ca)
-    return ConnectionOptions(
+    options = ConnectionOptions(
         token=read_token(args.token_file), tls_ca=args.tls_ca,
-        interval_ms=interval_ms, timeout=timeout,
+        allow_plaintext_token=args.allow_plaintext_token, interval_ms=interval_ms, timeout=timeout,
     )
+    named = _parse_hosts(list(getattr(args, "hosts", None) or []), getattr(args, "port", DEFAULT_AGENT_PORT))
+    for address in named:
+        try:
+            options.check_token_destination(address)
+        except TokenRefusedError as exc:
+            raise TargetError(exc.details()) from None
+    return options
 
 
 def _check_tls_ca(path: str) -> None:
