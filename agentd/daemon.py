@@ -120,14 +120,10 @@ def _probe_grpc_port(host: str, port: int) -> None:
         raise BindError.for_port("gRPC", host, port, exc, "--port") from None
 
 
-def _hosts_to_bind(host: str, port: int) -> list[str]:
+def _hosts_to_bind(host: str) -> list[str]:
     """The addresses to listen on for ``--host``: both loopback addresses for a loopback one
-    (``listen_hosts``), less ::1 where this kernel has no IPv6 loopback (logged, with why).
-
-    Port 0 (a free port, which the agent tells its clients as ``host:port``, e.g. the
-    console's embedded agent) binds ``host`` only: no client reaches it by guessing.
-    """
-    hosts = list(listen_hosts(host)) if port else [host]
+    (``listen_hosts``), less ::1 where this kernel has no IPv6 loopback (logged, with why)."""
+    hosts = list(listen_hosts(host))
     if "::1" in hosts and host.strip("[]") != "::1":
         try:
             with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
@@ -220,22 +216,27 @@ class Daemon:
 
         # Bind every port and open the sink before any collector starts, so that
         # these mistakes end agentd at once with one line and nothing else logged.
-        hosts = self._hosts = _hosts_to_bind(config.host, config.port)
+        # A port 0 (a free port, which the agent tells its clients as host:port, e.g. the console's
+        # embedded agent) is bound on --host only: no client reaches it by guessing, as by `localhost`.
+        hosts = _hosts_to_bind(config.host) if config.port or config.metrics_port else [config.host]
+        grpc_hosts = self._hosts = hosts if config.port else [config.host]
         grpc_port = config.port  # 0 until the first host is bound, then the port every other host binds
         if self._grpc_on_demand:
-            for host in hosts:
+            for host in grpc_hosts:
                 self._reserved.append(_reserve_port(host, grpc_port))
                 grpc_port = self._reserved[-1].getsockname()[1]
         else:
             self._server = self._new_grpc_server(reuse_port=False)
-            for host in hosts:
+            for host in grpc_hosts:
                 _probe_grpc_port(host, grpc_port)
                 grpc_port = self._add_grpc_port(self._server, host, grpc_port)
-        metrics_port = config.metrics_port
-        for host in _hosts_to_bind(config.host, metrics_port) if metrics_port is not None else []:
-            self._metrics.append(MetricsServer(host, metrics_port, tls.http if tls is not None else None,
-                                               config.metric_names))
-            metrics_port = self._metrics[-1].port
+        if config.metrics_port is not None:
+            metrics_hosts = hosts if config.metrics_port else [config.host]
+            metrics_port = config.metrics_port  # as grpc_port
+            for host in metrics_hosts:
+                self._metrics.append(MetricsServer(host, metrics_port, tls.http if tls is not None else None,
+                                                   config.metric_names))
+                metrics_port = self._metrics[-1].port
         if config.json_sink is not None:
             self._sink = JsonLinesSink.open(config.json_sink)
 
@@ -261,7 +262,7 @@ class Daemon:
                               self._metrics[0].port if self._metrics else None,
                               tls=tls is not None, token_required=token is not None)
         log.info("agentd listening", extra={
-            "grpc": " ".join(AgentAddress(host, grpc_port).target for host in hosts),
+            "grpc": " ".join(AgentAddress(host, grpc_port).target for host in grpc_hosts),
             "grpc_serving": self._server is not None,
             "metrics_port": endpoints.metrics_port,
             "tls": endpoints.tls, "token_required": endpoints.token_required,

@@ -197,3 +197,36 @@ def test_token_file_planted_by_other_user_is_refused(namespace, hostile_user, ru
     status = tuiprof(namespace, "status", f"127.0.0.1:{free_port()}", "--token-file", str(planted))
     assert status.returncode == 2, status
     assert status.stderr.count("\n") == 1 and f"belongs to user {hostile_user.name}" in status.stderr, status.stderr
+
+
+# The console's way to an agent (tuiprof/client/host_client.py), for a host it is told of after start
+# (a SLURM node, a host added on screen): the check is made at every connection, not only on the command line.
+CONSOLE_WATCH = """
+import asyncio, sys
+from agentd.address import AgentAddress
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.client.host_client import HostClient
+events = []
+options = ConnectionOptions(token=sys.argv[2], timeout=2.0)
+client = HostClient(AgentAddress.parse(sys.argv[1]), options, events.append)
+asyncio.run(client.once(lambda snapshot: True, 3.0))
+print("\\n".join(f"{type(event).__name__}: {getattr(event, 'error', '')}" for event in events))
+"""
+
+
+def test_console_reports_v6_squatter_unreachable_and_sends_no_token(namespace, hostile_user, debian_hosts):
+    port = free_port()
+    squatter, pid = squat(namespace, hostile_user, "::1", port)
+    done = namespace.run([PYTHON, "-c", CONSOLE_WATCH, f"localhost:{port}", TOKEN], timeout=60)
+    assert squatter_got(squatter) == {"connections": 0, "bytes": 0, "bearer": False}
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("HostUnreachable: ") and done.stdout.count("\n") == 1, done.stdout
+    assert "not sending the token" in done.stdout and f"pid {pid}" in done.stdout, done.stdout
+
+
+def test_agent_without_ipv6_loopback_says_why_it_holds_127_only(namespace, agent_in_namespace):
+    done = namespace.run(["sysctl", "-w", "net.ipv6.conf.lo.disable_ipv6=1"])
+    assert done.returncode == 0, done.stderr
+    agent = agent_in_namespace()
+    agent.assert_healthy()
+    assert "not listening on ::1: this host has no IPv6 loopback" in agent.log(), agent.log()
