@@ -32,11 +32,15 @@ def read_token(token_file: str | os.PathLike[str] | None) -> str | None:
         return os.environ.get(TOKEN_ENV) or None
     path = pathlib.Path(token_file)
     try:
-        with open(path, encoding="utf-8", errors="replace") as file:
+        # Not blocking: a FIFO put in its place would hang the reader before any check.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), encoding="utf-8",
+                  errors="replace") as file:
             info = os.fstat(file.fileno())
-            text = file.read().strip()
+            text = file.read().strip() if stat.S_ISREG(info.st_mode) else ""
     except OSError as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise TokenFileError(f"token file {path} is not a regular file; give the file holding the token")
     if info.st_uid not in (0, os.getuid()):
         raise TokenFileError(
             f"token file {path} belongs to {_owner(info.st_uid)}, not to you or root; "

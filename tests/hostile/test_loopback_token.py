@@ -230,3 +230,13 @@ def test_agent_without_ipv6_loopback_says_why_it_holds_127_only(namespace, agent
     agent = agent_in_namespace()
     agent.assert_healthy()
     assert "not listening on ::1: this host has no IPv6 loopback" in agent.log(), agent.log()
+
+
+def test_token_fifo_planted_by_other_user_is_refused_without_hanging(namespace, hostile_user, run_as_hostile,
+                                                                      shared_dir):
+    planted = shared_dir / "planted.fifo"
+    done = run_as_hostile(["mkfifo", "-m", "600", str(planted)])
+    assert done.returncode == 0, done.stderr
+    status = tuiprof(namespace, "status", f"127.0.0.1:{free_port()}", "--token-file", str(planted))
+    assert status.returncode == 2, status
+    assert "is not a regular file" in status.stderr, status.stderr
