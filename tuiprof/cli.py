@@ -30,7 +30,8 @@ COMMANDS: dict[str, str] = {
 # What the console's top-level options (``console.add_top_level_arguments``) leave in every command's
 # arguments when not given: a command run alone gets the same namespace as through the whole parser.
 TOP_LEVEL_DEFAULTS: dict[str, object] = {
-    "slurm_job": None, "port": DEFAULT_AGENT_PORT, "token_file": None, "tls_ca": None, "interval": 0.0,
+    "slurm_job": None, "port": DEFAULT_AGENT_PORT, "token_file": None, "tls_ca": None,
+    "allow_plaintext_token": False, "interval": 0.0,
     "prometheus": None, "match": None,
 }
 DESCRIPTION = "Monitor and profile distributed GPU training from the terminal."
