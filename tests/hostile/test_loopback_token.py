@@ -35,6 +35,7 @@ import json, os, socket, sys, time
 HTTP2_SETTINGS = bytes.fromhex("000000040000000000" "000000040100000000")
 host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the TIME_WAIT of an agent just stopped
 server.bind((host, port))
 server.listen()
 print("ready", os.getpid(), flush=True)
@@ -240,3 +241,44 @@ def test_token_fifo_planted_by_other_user_is_refused_without_hanging(namespace, 
     status = tuiprof(namespace, "status", f"127.0.0.1:{free_port()}", "--token-file", str(planted))
     assert status.returncode == 2, status
     assert "is not a regular file" in status.stderr, status.stderr
+
+
+# One channel kept across an agent restart, as the console's and `tuiprof trace`'s are: a call after the
+# agent stopped must not carry the token to whoever took the port meanwhile.
+LONG_LIVED_CHANNEL = """
+import asyncio, sys
+import grpc
+from agentd.address import AgentAddress
+from agentd.proto import tuiprof_agent_pb2 as pb, tuiprof_agent_pb2_grpc as pb_grpc
+from tuiprof.client.channel import ConnectionOptions
+async def main():
+    options = ConnectionOptions(token=sys.argv[2], timeout=2.0)
+    async with options.open(AgentAddress.parse(sys.argv[1])) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        info = await stub.GetInfo(pb.GetInfoRequest(), timeout=5)
+        print("first", bool(info.hostname), flush=True)
+        sys.stdin.readline()
+        try:
+            await stub.Watch(pb.WatchRequest(), timeout=3).read()
+            print("second OK")
+        except grpc.aio.AioRpcError as exc:
+            print("second", exc.code().name, exc.details())
+asyncio.run(main())
+"""
+
+
+def test_channel_kept_across_restart_sends_no_token_to_who_took_the_port(namespace, hostile_user, agent_in_namespace,
+                                                                         admin_token):
+    agent = agent_in_namespace("--token-file", str(admin_token))
+    client = namespace.popen([PYTHON, "-c", LONG_LIVED_CHANNEL, f"127.0.0.1:{agent.port}", TOKEN],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert client.stdout is not None and client.stdin is not None
+    first = client.stdout.readline()
+    assert first.strip() == "first True", (first, client.stderr and client.stderr.read())
+    agent.process.terminate()
+    assert agent.process.wait(30) == 0, agent.log()
+    squatter, pid = squat(namespace, hostile_user, "127.0.0.1", agent.port)
+    out, err = client.communicate("go\n", timeout=60)
+    got = squatter_got(squatter)
+    assert got == {"connections": 0, "bytes": 0, "bearer": False}, (got, out, err)
+    assert out.startswith("second FAILED_PRECONDITION not sending the token") and f"pid {pid}" in out, (out, err)

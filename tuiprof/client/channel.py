@@ -4,7 +4,7 @@ Every command and screen (console, status, trace, stacks, run) builds one
 ``ConnectionOptions`` from its command line and opens channels with
 ``options.open(address)``, so authentication works the same way everywhere.
 
-Where the token may go is decided here too, at every open (``token_destination_problem``):
+Where the token may go is decided here too, before every call (``token_destination_problem``):
 to a loopback address only when the kernel says root or the caller holds the
 listening socket there (any local user may listen on a free loopback port, e.g.
 on ``[::1]`` while the agent holds 127.0.0.1 only, and ``localhost`` may name
@@ -27,16 +27,18 @@ from agentd.address import AgentAddress
 
 
 class _BearerToken:
-    """Adds ``authorization: Bearer <token>`` to every call.
+    """Adds ``authorization: Bearer <token>`` to every call, once ``check()`` let it (it raises otherwise).
 
     grpc.aio files an interceptor under the first call kind it implements only, so
     each call kind gets its own subclass below.
     """
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, check: Callable[[], None]) -> None:
         self._metadata = ("authorization", f"Bearer {token}")
+        self._check = check
 
     def _with_token(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        self._check()
         metadata = grpc.aio.Metadata(*(details.metadata or ()), self._metadata)
         return details._replace(metadata=metadata)
 
@@ -52,10 +54,12 @@ class _UnaryStreamToken(_BearerToken, grpc.aio.UnaryStreamClientInterceptor):
 
 
 def open_channel(
-    address: AgentAddress, token: str | None = None, tls_ca: str | None = None
+    address: AgentAddress, token: str | None = None, tls_ca: str | None = None,
+    check: Callable[[], None] = lambda: None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel to one agent, carrying the token on every call."""
-    interceptors = [_UnaryUnaryToken(token), _UnaryStreamToken(token)] if token else None
+    """An asyncio channel to one agent, carrying the token on every call once ``check()`` returned
+    (it raises, e.g. TokenRefusedError, to fail the call instead)."""
+    interceptors = [_UnaryUnaryToken(token, check), _UnaryStreamToken(token, check)] if token else None
     options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
     if tls_ca is not None:
         credentials = grpc.ssl_channel_credentials(pathlib.Path(tls_ca).read_bytes())
@@ -141,11 +145,12 @@ class ConnectionOptions:
     def open(self, address: AgentAddress) -> grpc.aio.Channel:
         """A channel to ``address`` with this token and TLS (an agent in this process serves from now on).
 
-        Raises TokenRefusedError when the token must not go there (``token_destination_problem``).
+        Each call fails with TokenRefusedError when the token must not go there at that moment
+        (``token_destination_problem``): checked per call, as an agent restarting under a long-lived
+        channel leaves its port free for anyone to take before the channel reconnects.
         """
         self.in_process.serve(address)
-        self.check_token_destination(address)
-        return open_channel(address, self.token, self.tls_ca)
+        return open_channel(address, self.token, self.tls_ca, lambda: self.check_token_destination(address))
 
     def check_token_destination(self, address: AgentAddress) -> None:
         """Raise TokenRefusedError when this token must not be sent to ``address`` now."""
