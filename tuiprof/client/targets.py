@@ -76,8 +76,9 @@ def connection(args: argparse.Namespace, interval_ms: int = 0, timeout: float = 
 
     Raises TokenFileError when ``--token-file`` cannot be used, TargetError when ``--tls-ca`` cannot
     or when the token must not be sent to one of the hosts named on the command line (in clear text
-    beyond loopback, to a loopback port another user holds). ``ConnectionOptions.open`` checks every
-    connection again, also to hosts found later (SLURM, Prometheus), and fails it with the reason.
+    beyond loopback, to a loopback port another user holds). The channels ``ConnectionOptions.open``
+    makes check again before every call, also to hosts found later (SLURM, Prometheus), and fail it
+    with the reason.
     """
     if args.tls_ca is not None:
         _check_tls_ca(args.tls_ca)
