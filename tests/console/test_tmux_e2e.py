@@ -166,13 +166,14 @@ def test_no_host_means_this_host_through_an_embedded_agent(tmux, tmp_path) -> No
     tmux.run("set-option", "-t", "console", "remain-on-exit", "on")
     tmux.run("respawn-pane", "-k", "-t", "console",
              f"env TERM=xterm-256color TEXTUAL_ANIMATIONS=none XDG_CONFIG_HOME={tmp_path} {sys.executable} -m tuiprof.cli")
-    screen = tmux.wait_screen(lambda s: "1/1 hosts up" in s and "%" in host_row(s, os.uname().nodename), 30,
-                              "this host up")
-    assert "127.0.0.1:" in screen  # the embedded agent's loopback address, in the detail line
-    tmux.keys("Enter")
-    tmux.wait_screen(lambda s: "Net/Disk" in s, 10, "the host view")
+    # One host: the console opens on its host view, on the CPU tab here (no GPU on the test machine).
+    screen = tmux.wait_screen(lambda s: "Net/Disk" in s and "all " in s, 30, "this host's view, CPU tab")
+    assert f"{os.uname().nodename} (127.0.0.1:" in screen  # the embedded agent's loopback address
     tmux.keys("3")
     tmux.wait_screen(lambda s: "nic lo" in s, 10, "this host's NICs")
+    tmux.keys("Escape")
+    tmux.wait_screen(lambda s: "1/1 hosts up" in s and "%" in host_row(s, os.uname().nodename), 10,
+                     "the cluster view, one key away")
     tmux.keys("q")
     wait_for(lambda: tmux.run("display-message", "-p", "-t", "console", "#{pane_dead}").strip() == "1",
              10, "the console to quit")
