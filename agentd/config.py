@@ -153,7 +153,7 @@ class Field:
 FIELDS: dict[str, Field] = {
     f.key: f
     for f in (
-        Field("host", _text, False, "address to listen on; non-loopback needs a token"),
+        Field("host", _text, False, "address to listen on (a loopback one binds both 127.0.0.1 and ::1); non-loopback needs a token"),
         Field("port", _port, False, "gRPC port"),
         Field("metrics_port", _port, False, "Prometheus /metrics and /healthz port"),
         Field("interval_ms", _interval, False, "snapshot interval in milliseconds"),

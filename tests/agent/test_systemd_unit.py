@@ -26,7 +26,17 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
     assert result.stderr == ""
 
 
-def test_unit_does_not_restart_on_configuration_errors():
+def test_unit_does_not_restart_on_configuration_errors_but_retries_a_taken_port():
     text = UNIT.read_text()
     assert "ExecStart=/usr/local/bin/agentd --log-format json" in text
-    assert "RestartPreventExitStatus=2 3 4" in text  # agentd.errors exit codes
+    assert "RestartPreventExitStatus=2 3\n" in text  # agentd.errors: usage, token/TLS; 4 (port in use) retried
+    assert "Restart=on-failure" in text and "RestartSec=5" in text
+
+
+def test_unit_gives_the_agent_its_run_folder_for_the_kineto_sockets():
+    from agentd.kineto.endpoint import USER_FOLDERS
+
+    text = UNIT.read_text()
+    assert USER_FOLDERS.startswith("/run/tuiprof/")  # writable under ProtectSystem=strict only as RuntimeDirectory
+    assert "RuntimeDirectory=tuiprof\n" in text and "RuntimeDirectoryMode=0711" in text
+    assert "RuntimeDirectoryPreserve=yes" in text  # running jobs keep their sockets across a restart
