@@ -46,8 +46,9 @@ def test_doctor_sees_the_agent_its_kineto_socket_and_the_small_shm(agent_in_name
     agent = agent_in_namespace()
     _, checks = doctor(namespace, "--agent-port", str(agent.port), "--metrics-port", str(agent.metrics_port))
     assert checks["agentd"]["ok"], checks["agentd"]
-    assert checks["agentd"]["finding"] == (f"listening: 127.0.0.1:{agent.port} (user root), "
-                                           f"127.0.0.1:{agent.metrics_port} (user root)")
+    assert checks["agentd"]["finding"] == (  # both loopback twins held
+        f"listening: 127.0.0.1:{agent.port} (user root), [::1]:{agent.port} (user root), "
+        f"127.0.0.1:{agent.metrics_port} (user root), [::1]:{agent.metrics_port} (user root)")
     assert checks["Kineto"]["ok"], checks["Kineto"]  # the root agent serves @dynolog@ in this network namespace
 
 
