@@ -163,6 +163,9 @@ class RanksCollector(Collector):
         self._over_budget: set[int] = set()  # owners whose ops were left out in the last interval
         self._latest: list[pb.RankStats] = []
         self._lock = threading.Lock()
+        # An agent that is not root reads its own user's ranks only: the others' segments are 0600, theirs
+        # and root's (their owners did nothing wrong: no warning for them, the collector's status says so).
+        self._own_uid = os.geteuid()
         pmu.raise_fd_limit()  # each rank's counters take one fd per event per thread
 
     def status(self) -> pb.CollectorStatus:
@@ -171,7 +174,15 @@ class RanksCollector(Collector):
         if not os.path.isdir(self.directory):
             return pb.CollectorStatus(name=self.name, available=False,
                                       reason=f"{self.directory} does not exist: no shared memory for rank segments")
-        return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds)
+        return pb.CollectorStatus(name=self.name, available=True, interval_seconds=self.interval_seconds,
+                                  reason=self._scope())
+
+    def _scope(self) -> str:
+        """Whose ranks this agent shows, when not everyone's."""
+        if self._own_uid == 0:
+            return ""
+        return (f"shows the ranks of uid {self._own_uid} only (this agent's user): other users' rank segments are "
+                "private to them and root; the node's root agent shows every rank")
 
     def refused(self) -> dict[str, int]:
         """Files refused in the last interval, per reason (``rank_claims``' reason keys)."""
@@ -187,6 +198,8 @@ class RanksCollector(Collector):
         inert: list[pb.RankStats] = []
         read: set[str] = set()  # ranks whose counters this interval's figures come from
         for candidate in found.candidates:
+            if self._own_uid not in (0, candidate.uid):
+                continue  # another user's: not readable by this agent, and not an anomaly
             try:
                 if self._refusals.still_refused(candidate):
                     continue
@@ -250,7 +263,8 @@ class RanksCollector(Collector):
 
     def _note_unreadable(self, path: str, exc: OSError) -> None:
         if self._unreadable.get(path) != str(exc):
-            log.warning("rank segment unreadable this interval", extra={"path": path, "reason": str(exc)})
+            log.warning("rank segment busy or gone while read; read again next interval",
+                        extra={"path": path, "reason": str(exc)})
         self._unreadable[path] = str(exc)
 
     def _follow(self, candidate: Candidate, now_ns: int, mono: float, budget: "OpsBudget") -> bool:
