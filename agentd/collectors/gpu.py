@@ -46,6 +46,7 @@ import pynvml
 from agentd.collectors.base import Collector
 from agentd.collectors.readings import FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -577,7 +578,8 @@ def process_facts(pid: int) -> ProcessFacts:
     except psutil.AccessDenied:
         denied = Unavailable("permission denied (the agent is not root)")
         return ProcessFacts("", denied, denied)
-    return ProcessFacts(name, user, command)
+    return ProcessFacts(printable(name), printable(user) if isinstance(user, str) else user,
+                        printable(command) if isinstance(command, str) else command)
 
 
 class UtilizationSamples:

@@ -36,6 +36,7 @@ from typing import Any
 
 from agentd import procfs
 from agentd.collectors.rank_files import read_owned_text
+from agentd.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,7 @@ def check_still_unready(candidate: Candidate, now_ns: int) -> None:
 def read_note(candidate: Candidate) -> str:
     """The first line of an inert hook's note ("" when empty)."""
     text = read_owned_text(candidate.path, candidate.uid, NOTE_LIMIT)
-    return (text or "").strip().split("\n", 1)[0].strip()
+    return printable((text or "").strip().split("\n", 1)[0].strip())
 
 
 def no_segment_reason(directory: str, segment_size: int) -> str:

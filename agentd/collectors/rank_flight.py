@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.text import printable
 
 NO_FLIGHT = ("no Flight Recorder progress: not a torch.distributed job (or no optimizer step yet), "
              "or the recorder is off (TORCH_FR_BUFFER_SIZE=0)")
@@ -26,9 +27,10 @@ def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> None:
         return
     try:
         doc = json.loads(text)
-        groups = [pb.ProcessGroupProgress(id=str(g["id"]), last_enqueued=int(g["last_enqueued"]),
+        groups = [pb.ProcessGroupProgress(id=printable(str(g["id"])), last_enqueued=int(g["last_enqueued"]),
                                           last_completed=int(g["last_completed"])) for g in doc["groups"]]
-        active = [pb.InflightOp(kind="fr", op=str(a["op"]), comm_hash=f"pg{a['pg']}", sequence=int(a["seq"]),
+        active = [pb.InflightOp(kind="fr", op=printable(str(a["op"])), comm_hash=printable(f"pg{a['pg']}"),
+                                sequence=int(a["seq"]),
                                 age_seconds=max(0.0, (now_ns - int(a["enqueued_ns"])) * 1e-9))
                   for a in doc["active"]]
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep

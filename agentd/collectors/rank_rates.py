@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.text import printable
 
 NS = 1e-9
 
@@ -243,7 +244,7 @@ class SlotDelta:
 
 def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:
     s = d.slot
-    out = pb.GemmOpStats(op=s.op, dtype=s.dtype, shape=f"b={s.b} m={s.m} n={s.n} k={s.k}", count_total=s.count,
+    out = pb.GemmOpStats(op=printable(s.op), dtype=printable(s.dtype), shape=f"b={s.b} m={s.m} n={s.n} k={s.k}", count_total=s.count,
                          count_per_s=d.count / seconds, flops_total=float(s.flops))
     if d.weighted_ns > 0:
         out.tflops = d.weighted_flops / (d.weighted_ns * NS) / 1e12
@@ -258,7 +259,8 @@ def gemm_stats(d: SlotDelta, seconds: float) -> pb.GemmOpStats:
 
 def nccl_stats(d: SlotDelta, seconds: float) -> pb.NcclOpStats:
     s = d.slot
-    out = pb.NcclOpStats(op=s.op, dtype=s.dtype, algorithm=s.algo, protocol=s.proto, comm_hash=f"{s.comm_hash:x}",
+    out = pb.NcclOpStats(op=printable(s.op), dtype=printable(s.dtype), algorithm=printable(s.algo),
+                         protocol=printable(s.proto), comm_hash=f"{s.comm_hash:x}",
                          comm_size=s.nranks, count_total=s.count, count_per_s=d.count / seconds,
                          bytes_total=s.bytes)
     if d.weighted_ns > 0:

@@ -63,6 +63,7 @@ from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.readings import counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +326,7 @@ class RanksCollector(Collector):
         rank_claims.check_header_pid(rank.candidate, header.pid)
         stats, left_out = self._rates(rank, header, now_ns, budget)
         self._cpu_counters(rank, stats)
-        stats.exception = rank.exception.refresh()
+        stats.exception = printable(rank.exception.refresh(), keep_lines=True)
         left_out += self._flight(rank, stats, now_ns, budget)
         if left_out:
             stats.unavailable["ops"] = budget.reason(rank.candidate.uid, left_out)
@@ -408,7 +409,7 @@ class RanksCollector(Collector):
     def _rates(self, rank: _Rank, header, now_ns: int, budget: "OpsBudget") -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
-        stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=header.job_id, interval_seconds=seconds,
+        stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=printable(header.job_id), interval_seconds=seconds,
                              step_count=header.counters.step_count,
                              heartbeat_age_seconds=max(0.0, (now_ns - header.heartbeat_ns) * 1e-9))
         for field in ("rank", "local_rank", "world_size"):
@@ -424,7 +425,7 @@ class RanksCollector(Collector):
         left_out += len(inflight) - reported_inflight
         for entry in inflight[:reported_inflight]:
             stats.inflight.append(pb.InflightOp(
-                kind=entry.kind, op=entry.op, sequence=entry.op_seq,
+                kind=entry.kind, op=printable(entry.op), sequence=entry.op_seq,
                 comm_hash=f"{entry.key:x}" if entry.kind == "nccl" else "",
                 stream=entry.key if entry.kind == "gemm" else 0,
                 age_seconds=max(0.0, (now_ns - entry.launched_ns) * 1e-9)))

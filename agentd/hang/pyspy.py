@@ -19,6 +19,7 @@ import time
 
 from agentd.procfs import DISK_SLEEP, GONE, state_of
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +85,14 @@ def _run(binary: pathlib.Path, pid: int, native: bool, result: pb.RankStacks) ->
         command.append("--native")
     timeout = NATIVE_TIMEOUT_S if native else PYTHON_TIMEOUT_S
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"py-spy did not finish within {timeout:.0f} s"
     if out.returncode != 0:
         lines = (out.stderr or out.stdout).strip().splitlines()
         # py-spy prints "Error: <cause>" and then a Rust backtrace: the cause is the message.
         cause = next((line for line in lines if line.startswith("Error:")), lines[0] if lines else "no output")
-        return f"py-spy failed (exit {out.returncode}): {cause.removeprefix('Error:').strip()}"
+        return f"py-spy failed (exit {out.returncode}): {printable(cause.removeprefix('Error:').strip())}"
     try:
         threads = json.loads(out.stdout)
     except json.JSONDecodeError as exc:
@@ -107,18 +108,18 @@ def thread_from_pyspy(thread: dict) -> pb.ThreadStack:
     out = pb.ThreadStack(
         thread_id=int(thread.get("os_thread_id") or thread.get("thread_id") or 0),
         # unnamed threads share one name (numbered "[2]"... per rank by merge) so they line up across ranks
-        thread_name=thread.get("thread_name") or UNNAMED_THREAD,
+        thread_name=printable(thread.get("thread_name") or UNNAMED_THREAD),
         active=bool(thread.get("active")),
     )
     for frame in reversed(thread.get("frames") or []):
         module = frame.get("module")
         out.frames.append(
             pb.Frame(
-                function=frame.get("name") or "??",
-                file=frame.get("filename") or "",
+                function=printable(frame.get("name") or "??"),
+                file=printable(frame.get("filename") or ""),
                 line=int(frame.get("line") or 0),
                 native=module is not None,
-                module=module or "",
+                module=printable(module or ""),
             )
         )
     return out

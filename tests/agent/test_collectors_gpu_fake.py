@@ -20,6 +20,7 @@ import math
 import os
 import pathlib
 import subprocess
+import sys
 import types
 from typing import Any
 
@@ -607,3 +608,35 @@ def test_only_root_or_the_owner_of_a_gpu_process_may_pause_gpm(fake: FakeNvml, t
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_process_whose_name_and_command_are_not_utf8_keeps_the_gpu_collector_working(fake: FakeNvml) -> None:
+    """A GPU process's name (comm) and argv are bytes its owner chose: undecodable ones used to raise
+    UnicodeEncodeError in stats.processes.add and fail the collector every interval; control characters
+    in them would reach every console's terminal."""
+    weird = subprocess.Popen([sys.executable.encode(), b"-c", RENAMED, b"\xff\xfe\x1b]52;c;aGk=\x07"],
+                             stdout=subprocess.PIPE)
+    try:
+        assert weird.stdout is not None and weird.stdout.readline() == b"ready\n"
+        fake.gpus[0].processes = [(weird.pid, 1 << 20)]
+        collector = gpu.GpuCollector(1.0, clock=fake.clock)
+        [stats] = [s for s in tick(collector) if s.index == 0]
+        (entry,) = stats.processes
+        assert entry.pid == weird.pid
+        assert entry.name == "n\ufffd\\x1b[2J"
+        assert entry.command.endswith(" \ufffd\ufffd\\x1b]52;c;aGk=\\x07")
+        assert all(ord(c) >= 0x20 for c in entry.name + entry.command)
+        stats.SerializeToString()  # a proto string holds only valid UTF-8
+        collector.close()
+    finally:
+        weird.kill()
+        weird.wait(10)
+
+
+# Names itself with bytes that are not UTF-8 and a clear-screen sequence (prctl PR_SET_NAME), then waits.
+RENAMED = b"""
+import ctypes, sys, time
+ctypes.CDLL(None).prctl(15, b"n\\xff\\x1b[2J", 0, 0, 0)
+print("ready", flush=True)
+time.sleep(30)
+"""
