@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from agentd.stacks import ranksets
+from agentd.text import printable
 
 MAIN_THREAD = "MainThread"
 
@@ -143,18 +144,18 @@ def normalize_frames(frames: Iterable[RawFrame]) -> tuple[Frame, ...]:
     """
     out: list[Frame] = []
     for raw in frames:
-        function = _OFFSET.sub("", raw.function.strip()) or UNKNOWN
+        function = _OFFSET.sub("", printable(raw.function).strip()) or UNKNOWN
         if raw.native:
             if _INTERPRETER.match(function):
                 continue
             if _ADDRESS.match(function):
                 function = UNKNOWN
-            library = os.path.basename(raw.module or raw.file)
+            library = os.path.basename(printable(raw.module or raw.file))
             frame = Frame(function, library, 0, True)
             if function == UNKNOWN and out and out[-1] == frame:
                 continue
         else:
-            frame = Frame(function, raw.file, max(raw.line, 0), False)
+            frame = Frame(function, printable(raw.file), max(raw.line, 0), False)
         out.append(frame)
     return tuple(out)
 

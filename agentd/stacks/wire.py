@@ -8,6 +8,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.stacks import ranksets
 from agentd.stacks.merge import Frame, MergedStacks, Node, ThreadSample, normalize_frames
 from agentd.stacks.collectives import Inflight, RankCollectives
+from agentd.text import printable
 
 
 def samples_from_ranks(ranks: Iterable[pb.RankStacks]) -> list[ThreadSample]:
@@ -17,7 +18,7 @@ def samples_from_ranks(ranks: Iterable[pb.RankStacks]) -> list[ThreadSample]:
         if not rank.HasField("rank") or rank.rank < 0:
             continue
         for thread in rank.threads:
-            samples.append(ThreadSample(rank.rank, thread.thread_name, normalize_frames(thread.frames)))
+            samples.append(ThreadSample(rank.rank, printable(thread.thread_name), normalize_frames(thread.frames)))
     return samples
 
 
@@ -52,14 +53,14 @@ def tree_from_proto(root: pb.StackNode) -> MergedStacks:
             raise TreeFormatError(
                 "a child of the merged root has no thread name; expected one thread group per child"
             )
-        node = merged.root(group.thread)
+        node = merged.root(printable(group.thread))
         pending = [(group, node)]
         while pending:
             source, target = pending.pop()
             target.ranks |= ranksets.mask_of(source.ranks)
             for child in source.children:
                 f = child.frame
-                frame = Frame(f.function, f.file, f.line, f.native)
+                frame = Frame(printable(f.function), printable(f.file), f.line, f.native)  # another agent's text
                 pending.append((child, target.child(frame)))
         merged.ranks |= node.ranks
     return merged

@@ -14,6 +14,8 @@ import textwrap
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from testkit.terminal import tmux_environment
 from tuiprof.tui.terminal_diff import ScreenDiff
@@ -40,6 +42,37 @@ def test_a_new_size_or_an_erase_sends_the_next_frame_whole() -> None:
     assert "load 1.00" in diff.filter(frame)
     diff.filter("\x1b[2J")
     assert "load 1.00" in diff.filter(frame)
+
+
+def test_an_erase_inside_drawn_text_is_passed_on_and_the_next_frame_goes_whole() -> None:
+    """An op name holding ESC [ K once crashed the console here (KeyError: the screen forgotten before the
+    cells drawn just before the erase were sent)."""
+    diff = ScreenDiff(lambda: (40, 3))
+    frame = "\x1b[1;1Hop all_reduce\x1b[K\x1b[2;1Hnext line"
+    first = diff.filter(frame)
+    assert "op all_reduce" in first and "\x1b[K" in first and "next line" in first
+    assert "op all_reduce" in diff.filter(frame)  # the erase made it forget: sent whole again
+
+
+def test_no_clipboard_write_or_title_reaches_the_terminal() -> None:
+    diff = ScreenDiff(lambda: (40, 3))
+    frame = ("\x1b[1;1Hname\x1b]52;c;ZXZpbA==\x07 \x1b]0;owned\x1b\\ \x1b]8;;https://x.test\x1b\\link"
+             "\x1b]8;;\x1b\\")
+    out = diff.filter(frame)
+    assert "\x1b]52" not in out and "\x1b]0;" not in out
+    assert "\x1b]8;;https://x.test\x1b\\" in out  # a hyperlink is Rich's: kept
+
+
+@given(st.lists(st.one_of(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12),
+    st.sampled_from(["\x1b[K", "\x1b[2J", "\x1b[0m", "\x1b[1m", "\x1b[3;4H", "\x1b[H", "\x1b]52;c;aGk=\x07",
+                     "\x1b]0;t\x1b\\", "\x1b[?1049h", "\x1b[?2026h", "\x1b[?2026l", "\x1b(B", "\x1bc", "\r", "\n",
+                     "\x1b[99;99H", "\x1b[0;0H"])), max_size=40))
+def test_any_stream_is_filtered_without_error_and_no_osc_but_links_passes(parts) -> None:
+    diff = ScreenDiff(lambda: (20, 5))
+    for chunk in ("".join(parts), "".join(reversed(parts))):
+        out = diff.filter(chunk)
+        assert "\x1b]52" not in out and "\x1b]0;" not in out
 
 
 def test_wide_characters_take_two_cells() -> None:

@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from agentd.text import printable
 from tuiprof.analysis.trace_merge import (
     MERGED_NAME, MergeResult, TraceFormatError, TraceHeader, TraceInput, merge_traces, trace_header,
 )
@@ -180,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(document, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    sys.stdout.write(render_text(summary))
+    sys.stdout.write(printable(render_text(summary), keep_lines=True))  # kernel names are the job's text
     if kept:
         sys.stdout.write(f"merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)\n")
     return 0
@@ -204,5 +205,5 @@ def _run_diff(args: argparse.Namespace) -> int:
         json.dump(document, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    sys.stdout.write(render_diff(result))
+    sys.stdout.write(printable(render_diff(result), keep_lines=True))
     return 0

@@ -19,6 +19,7 @@ from agentd.hang.detector import HUNG, SUSPECT
 from agentd.stacks import ranksets
 from agentd.stacks.verdicts import summarize
 from agentd.token import TokenFileError
+from agentd.text import printable
 from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks_report import (
     StacksReport, duplicate_ranks, folded, job_report, job_verdicts, render_text, report_json,
@@ -148,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
         json.dump(document(hosts, report), sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif args.folded:
-        sys.stdout.write(folded(report.merged))
+        sys.stdout.write(printable(folded(report.merged), keep_lines=True))
     else:
-        sys.stdout.write("\n".join(_host_lines(hosts) + [f"warning: {w}" for w in duplicate_ranks(hosts)]) + "\n\n")
-        sys.stdout.write(render_text(report))
+        # Frames, thread names and errors are other users' text: escaped again on the way to the terminal.
+        text = "\n".join(_host_lines(hosts) + [f"warning: {w}" for w in duplicate_ranks(hosts)]) + "\n\n"
+        sys.stdout.write(printable(text + render_text(report), keep_lines=True))
     return exit_status(hosts)

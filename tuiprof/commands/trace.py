@@ -27,6 +27,7 @@ import msgspec
 
 from agentd.address import AgentAddress
 from agentd.token import TokenFileError
+from agentd.text import printable
 from tuiprof.analysis.stragglers import TraceStraggler, trace_stragglers
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
 from tuiprof.analysis.trace_reduce import ReducedSummary, reduce_summaries, remote_ranks
@@ -239,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         # msgspec: json.dump with indent is pure Python (0.5 s for 512 ranks' summaries)
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(document), indent=1).decode() + "\n")
     else:
-        sys.stdout.write("\n".join(_text(run_, output, merged, summary)) + "\n")
+        sys.stdout.write(printable("\n".join(_text(run_, output, merged, summary)) + "\n", keep_lines=True))
     return 0 if run_.delivered else 1
 
 

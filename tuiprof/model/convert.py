@@ -5,6 +5,9 @@ names the fields that hold other dataclasses. Optional proto scalars become a
 number or an Unavailable whose reason comes from the message's ``unavailable`` map.
 In JSON an unavailable reading is ``null`` and its reason sits in the object's
 ``"unavailable"`` map (present only when some reading is null), as in the proto.
+Every string and reason goes through ``agentd.text.printable`` on the way in: text other
+users wrote (op names, process names, frames) reaches the screen escaped, whatever the
+agent that sent it did.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import dataclasses
 import functools
 from typing import Any, ClassVar, TypeVar, cast
 
-from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from agentd.text import printable
 from tuiprof.model.values import NOT_REPORTED, Unavailable
 
 D = TypeVar("D")
@@ -25,7 +29,7 @@ def _nested(cls: type) -> dict[str, type]:
     return getattr(cls, "NESTED", {})
 
 
-_REPEATED, _OPTIONAL, _PLAIN = range(3)
+_REPEATED, _OPTIONAL, _PLAIN, _TEXT = range(4)
 
 
 @functools.cache
@@ -42,6 +46,8 @@ def _plan(cls: type, descriptor: Descriptor) -> tuple[tuple[str, int, Any], ...]
             steps.append((field.name, _REPEATED, ()))
         elif proto_field.has_presence:
             steps.append((field.name, _OPTIONAL, None))
+        elif proto_field.type == FieldDescriptor.TYPE_STRING:
+            steps.append((field.name, _TEXT, ""))
         else:
             steps.append((field.name, _PLAIN, proto_field.default_value))
     return tuple(steps)
@@ -63,7 +69,7 @@ def from_proto(
     a screen reads a few sections of a snapshot, and a rank's ops are most of it.
     """
     present = {descriptor.name: value for descriptor, value in msg.ListFields()}
-    reasons: dict[str, str] = dict(present.get("unavailable", {}))
+    reasons: dict[str, str] = {key: printable(reason) for key, reason in present.get("unavailable", {}).items()}
     if section_reasons:
         reasons = {**section_reasons, **reasons}
     obj = object.__new__(cls)
@@ -71,6 +77,8 @@ def from_proto(
         if kind == _OPTIONAL:
             value = present.get(name, _ABSENT)
             value = Unavailable(reasons.get(name, default_reason)) if value is _ABSENT else value
+        elif kind == _TEXT:  # another user's text may be in any string: shown escaped, never acted on
+            value = printable(present.get(name, extra))
         elif kind == _PLAIN:
             value = present.get(name, extra)
         else:

@@ -10,6 +10,8 @@ only the cells that differ, with the cursor moves and styles they need. Everythi
 that is not drawing (modes, synchronized-update markers, the final cursor position)
 passes through in order. Anything it cannot follow (an erase, a sequence it does not
 know, a new terminal size) makes it forget the screen, so the next frame goes out whole.
+An OSC other than a hyperlink (a clipboard write, a window title) is never passed on:
+Textual draws none, so one can only come from text another user wrote.
 """
 
 from __future__ import annotations
@@ -78,15 +80,15 @@ class ScreenDiff:
                 y, x = max(int(row or 1), 1) - 1, max(int(column or 1), 1) - 1  # 0 means 1, as on a terminal
                 pending_move = sequence
             else:
-                if csi and final in "JKLMPX@STr":  # erases, scrolls: lost track
-                    self.forget()
-                out.extend(self._runs(changed))
+                out.extend(self._runs(changed))  # what was drawn before it, while the screen is still known
                 changed.clear()
                 out.append(pending_move)
                 pending_move = ""
+                if sequence.startswith("\x1b]") and not sequence.startswith("\x1b]8;"):
+                    continue  # an OSC that is not a hyperlink (a clipboard write, a title): never Textual's drawing
                 out.append(sequence)
-                if sequence in ("\x1b[?1049h", "\x1b[?1049l"):  # another screen buffer
-                    self.forget()
+                if (csi and final in "JKLMPX@STr") or sequence in ("\x1b[?1049h", "\x1b[?1049l"):
+                    self.forget()  # erases, scrolls, another screen buffer: lost track
         if position < len(data):
             x, y = self._draw(data[position:], x, y, style, changed)
             pending_move = f"\x1b[{y + 1};{x + 1}H"  # where Textual's text left the cursor, not the runs
