@@ -202,3 +202,17 @@ def test_backoff_grows_to_the_cap_and_resets() -> None:
     assert [backoff.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
     backoff.reset()
     assert backoff.next() == 0.5
+
+
+def test_strings_from_an_agent_become_the_model_escaped_whatever_the_agent_did():
+    """An older agent may send another user's text raw: the console escapes it where it becomes the model."""
+    from agentd.proto import tuiprof_agent_pb2 as pb
+    from tuiprof.model import convert
+    from tuiprof.model.messages import GemmOpStats
+
+    raw = pb.GemmOpStats(op="x\x1b]52;c;aGk=\x07\x1b[K", dtype="bf16")
+    model = convert.from_proto(GemmOpStats, raw)
+    assert model.op == "x\\x1b]52;c;aGk=\\x07\\x1b[K" and model.dtype == "bf16"
+    down = pb.CollectorStatus(name="gpu", available=False, reason="why\x1b[2J")
+    snapshot = convert.from_proto(HostSnapshot, pb.HostSnapshot(hostname="n1", collectors=[down]))
+    assert str(snapshot.missing("gpu")) == "unavailable: why\\x1b[2J"

@@ -27,9 +27,9 @@ SLOT_KIND, SLOT_OP, SLOT_DTYPE, SLOT_M, SLOT_COUNT = 8, 16, 48, 96, 128
 MAX_OPS_PER_SEGMENT = MAX_SLOTS - 1
 
 
-def with_ops(data: bytes, ops: int) -> bytes:
-    """The header and slot table of ``data`` (a real segment) claiming ``ops`` GEMM slots, each of
-    its own shape (m = 1, 2, ...), called once; the rest of the segment is left out (a hole)."""
+def with_ops(data: bytes, ops: int, op: bytes = b"cublasGemmEx") -> bytes:
+    """The header and slot table of ``data`` (a real segment) claiming ``ops`` GEMM slots named ``op``, each
+    of its own shape (m = 1, 2, ...), called once; the rest of the segment is left out (a hole)."""
     assert 0 < ops <= MAX_OPS_PER_SEGMENT, ops
     slot_size = struct.unpack_from("<I", data, SLOT_SIZE_OFFSET)[0]
     out = bytearray(data[:segment.HEADER_SIZE + MAX_SLOTS * slot_size])
@@ -37,7 +37,7 @@ def with_ops(data: bytes, ops: int) -> bytes:
     for i in range(ops):
         slot = segment.HEADER_SIZE + i * slot_size
         struct.pack_into("<I", out, slot + SLOT_KIND, KIND_GEMM)
-        struct.pack_into("32s", out, slot + SLOT_OP, b"cublasGemmEx")
+        struct.pack_into("32s", out, slot + SLOT_OP, op)
         struct.pack_into("16s", out, slot + SLOT_DTYPE, b"fp32")
         struct.pack_into("<q", out, slot + SLOT_M, i + 1)
         struct.pack_into("<Q", out, slot + SLOT_COUNT, 1)
