@@ -282,3 +282,22 @@ class ProcessFacts:
 def process_facts(pid: int) -> ProcessFacts:
     stat = read_stat(pid)
     return ProcessFacts(rank_from_environ(read_environ(pid)), uses_cuda(pid), stat is not None and stat.alive)
+
+
+def proc_hides_processes(mountinfo: str = "/proc/self/mountinfo") -> str:
+    """The hidepid option of the /proc this agent sees when it hides other users' processes
+    ("invisible", "noaccess" or their numbers 2 and 1), "" when it does not.
+
+    On such a node a user cannot see another user's command line in /proc; the agent, as root, can,
+    and must not undo the admin's choice by showing it to them."""
+    try:
+        lines = read_whole(mountinfo).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    mounted = [line for line in lines if line.split()[4:5] == ["/proc"] and " - proc " in line]
+    if not mounted:
+        return ""
+    # The last mount on /proc is the one on top; its super options end the line (per mount since 5.8).
+    options = mounted[-1].split(" - proc ", 1)[1].split()[-1].split(",")
+    hidden = [option.split("=", 1)[1] for option in options if option.startswith("hidepid=")]
+    return hidden[-1] if hidden and hidden[-1] not in ("0", "off") else ""

@@ -28,6 +28,7 @@ from typing import Protocol
 import grpc
 import psutil
 
+from agentd import procfs
 from agentd.agent import Agent
 from agentd.auth import Caller, CallerIdentifier, set_current_caller
 from agentd.hang.detector import hide_exceptions
@@ -63,8 +64,10 @@ class StacksService(Protocol):
     ) -> pb.StacksReply: ...
 
 
-def snapshot_for(snapshot: pb.HostSnapshot, caller: Caller) -> pb.HostSnapshot:
-    """``snapshot`` as ``caller`` may see it: other users' exception text taken out.
+def snapshot_for(snapshot: pb.HostSnapshot, caller: Caller, hidepid: str = "") -> pb.HostSnapshot:
+    """``snapshot`` as ``caller`` may see it: other users' exception text taken out, and, where /proc
+    hides other users' processes (``hidepid``, the agent's /proc mount option), their GPU processes'
+    name, user and command line too.
 
     The shared snapshot is returned as is when nothing in it is private to
     someone else (the usual case); otherwise a redacted copy.
@@ -72,7 +75,8 @@ def snapshot_for(snapshot: pb.HostSnapshot, caller: Caller) -> pb.HostSnapshot:
     if caller.admin:
         return snapshot
     foreign = [r.exception for r in snapshot.ranks if r.exception and not caller.owns(_owner(r))]
-    if not foreign:
+    hidden = hidepid and any(not caller.owns(_process_owner(p)) for gpu in snapshot.gpus for p in gpu.processes)
+    if not foreign and not hidden:
         return snapshot
     redacted = pb.HostSnapshot()
     redacted.CopyFrom(snapshot)
@@ -82,7 +86,26 @@ def snapshot_for(snapshot: pb.HostSnapshot, caller: Caller) -> pb.HostSnapshot:
             rank.unavailable["exception"] = (
                 f"private: shown only to the rank's owner, root or the token holder (you are {caller})")
     redacted.hang.CopyFrom(hide_exceptions(redacted.hang, foreign))
+    if hidden:
+        _hide_processes(redacted, caller, hidepid)
     return redacted
+
+
+def _hide_processes(snapshot: pb.HostSnapshot, caller: Caller, hidepid: str) -> None:
+    why = (f"private: /proc is mounted hidepid={hidepid} on this host, so another user's process is shown only "
+           f"to its owner, root or the token holder (you are {caller})")
+    for gpu in snapshot.gpus:
+        for process in gpu.processes:
+            if caller.owns(_process_owner(process)):
+                continue
+            process.name = ""
+            for field in ("user", "command"):
+                process.ClearField(field)
+                gpu.unavailable[f"processes[{process.pid}].{field}"] = why
+
+
+def _process_owner(process: pb.GpuProcess) -> int | None:
+    return process.uid if process.HasField("uid") else None
 
 
 def _owner(rank: pb.RankStats) -> int | None:
@@ -130,6 +153,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         self._static = static
         self._traces = traces
         self._stacks = stacks
+        self._hidepid = procfs.proc_hides_processes()  # the node admin's choice, read once at start
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.AgentInfo:
         caller = await self._callers.identify(context)  # refuses a call from another host without the token
@@ -163,7 +187,7 @@ class AgentServicer(pb_grpc.AgentServicer):
                 if last_sent_ns is not None and snapshot.timestamp_unix_ns - last_sent_ns < period_ns:
                     continue
                 last_sent_ns = snapshot.timestamp_unix_ns
-                yield snapshot_for(snapshot, caller)
+                yield snapshot_for(snapshot, caller, self._hidepid)
         finally:
             self._agent.unsubscribe(slot)
             log.info("watch ended", extra={"peer": peer, "watchers": self._agent.watcher_count})

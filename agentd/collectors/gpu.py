@@ -558,6 +558,7 @@ class ProcessFacts(NamedTuple):
     name: str
     user: str | Unavailable
     command: str | Unavailable
+    uid: int | Unavailable
 
 
 def process_facts(pid: int) -> ProcessFacts:
@@ -566,6 +567,7 @@ def process_facts(pid: int) -> ProcessFacts:
         process = psutil.Process(pid)
         with process.oneshot():
             name = process.name()
+            uid: int | Unavailable = process.uids().real
             user: str | Unavailable = process.username()
             try:
                 arguments = process.cmdline()
@@ -574,12 +576,12 @@ def process_facts(pid: int) -> ProcessFacts:
             except psutil.AccessDenied:
                 command = Unavailable("command line: permission denied (the agent is not root)")
     except psutil.NoSuchProcess:
-        return ProcessFacts("", Unavailable(NOT_VISIBLE), Unavailable(NOT_VISIBLE))
+        return ProcessFacts("", Unavailable(NOT_VISIBLE), Unavailable(NOT_VISIBLE), Unavailable(NOT_VISIBLE))
     except psutil.AccessDenied:
         denied = Unavailable("permission denied (the agent is not root)")
-        return ProcessFacts("", denied, denied)
+        return ProcessFacts("", denied, denied, denied)
     return ProcessFacts(printable(name), printable(user) if isinstance(user, str) else user,
-                        printable(command) if isinstance(command, str) else command)
+                        printable(command) if isinstance(command, str) else command, uid)
 
 
 class UtilizationSamples:
@@ -647,7 +649,7 @@ class GpuProcesses:
         entry = stats.processes.add(pid=pid, name=facts.name)
         memory = process.usedGpuMemory
         readings = {
-            "user": facts.user, "command": facts.command, "sm_percent": sm_share,
+            "user": facts.user, "command": facts.command, "uid": facts.uid, "sm_percent": sm_share,
             "used_memory_bytes": Unavailable("NVML gives no per-process memory here") if memory is None else memory,
         }
         for field, value in readings.items():

@@ -397,20 +397,22 @@ class DiskStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., read_iops: _Optional[float] = ..., write_iops: _Optional[float] = ..., read_bytes_total: _Optional[int] = ..., write_bytes_total: _Optional[int] = ..., busy_seconds_total: _Optional[float] = ..., busy_percent: _Optional[float] = ..., reads_total: _Optional[int] = ..., writes_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
-    __slots__ = ("pid", "name", "used_memory_bytes", "user", "command", "sm_percent")
+    __slots__ = ("pid", "name", "used_memory_bytes", "user", "command", "sm_percent", "uid")
     PID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     SM_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
     pid: int
     name: str
     used_memory_bytes: int
     user: str
     command: str
     sm_percent: float
-    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ..., user: _Optional[str] = ..., command: _Optional[str] = ..., sm_percent: _Optional[float] = ...) -> None: ...
+    uid: int
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ..., user: _Optional[str] = ..., command: _Optional[str] = ..., sm_percent: _Optional[float] = ..., uid: _Optional[int] = ...) -> None: ...
 
 class GpuStats(_message.Message):
     __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "graphics_active_percent", "gpm_nvlink_rx_bytes_per_s", "gpm_nvlink_tx_bytes_per_s", "minor_number", "nvml_failed_queries", "unavailable")

@@ -22,13 +22,14 @@ def two_gpus() -> pb.HostSnapshot:
         message.collectors.add(name=name, available=True)
     busy = message.gpus.add(index=0, name="NVIDIA H100", memory_total_bytes=80 * GIB)
     busy.processes.add(pid=4100, name="python", used_memory_bytes=60 * GIB, user="alice",
-                       command="python train.py --lr 3e-4", sm_percent=87.0)
+                       command="python train.py --lr 3e-4", sm_percent=87.0, uid=1000)
     busy.processes.add(pid=5200, name="")
-    for field in ("user", "command"):
+    for field in ("user", "command", "uid"):
         busy.unavailable[f"processes[5200].{field}"] = "not visible to the agent (another PID namespace)"
     busy.unavailable["processes[5200].used_memory_bytes"] = "NVML gives no per-process memory here"
     busy.unavailable["processes[5200].sm_percent"] = "NVML: Not Supported"
-    busy.processes.add(pid=6300, name="nvtop-probe", used_memory_bytes=GIB, user="root", command="nvtop-probe -1")
+    busy.processes.add(pid=6300, name="nvtop-probe", used_memory_bytes=GIB, user="root", command="nvtop-probe -1",
+                       uid=0)
     busy.unavailable["processes[6300].sm_percent"] = "NVML gave no utilization sample of this process in the interval"
     message.gpus.add(index=1, name="NVIDIA H100", memory_total_bytes=80 * GIB)
     message.ranks.add(pid=4100, rank=3, job_id="77", state="running")
@@ -72,6 +73,7 @@ def test_status_json_gives_each_process_field_the_agent_could_not_read_with_its_
     assert hidden["unavailable"] == {
         "user": "not visible to the agent (another PID namespace)",
         "command": "not visible to the agent (another PID namespace)",
+        "uid": "not visible to the agent (another PID namespace)",
         "used_memory_bytes": "NVML gives no per-process memory here",
         "sm_percent": "NVML: Not Supported",
     }

@@ -53,6 +53,18 @@ def snapshot(stub, args) -> dict:
     return {"code": "NOT_SEEN", "details": f"no snapshot with rank pid {args.rank_pid}"}
 
 
+def gpu_processes(stub, args) -> dict:
+    """GPU 0's processes (and the GPU's unavailable map) from the first snapshot that lists any."""
+    try:
+        for snap in stub.Watch(pb.WatchRequest(), timeout=args.timeout):
+            if snap.gpus and snap.gpus[0].processes:
+                gpu = json_format.MessageToDict(snap.gpus[0], preserving_proto_field_name=True)
+                return {"code": "OK", "processes": gpu["processes"], "unavailable": gpu.get("unavailable", {})}
+    except grpc.RpcError as exc:
+        return {"code": exc.code().name, "details": exc.details()}
+    return {"code": "NOT_SEEN", "details": "no snapshot with a GPU process"}
+
+
 def stacks(stub, args) -> dict:
     request = pb.GetStacksRequest(take_now=not args.incident, native=args.native, pids=args.pids)
     return _call(stub.GetStacks, request, timeout=args.timeout)
@@ -164,10 +176,11 @@ def main() -> int:
     health = commands.add_parser("healthz")
     health.add_argument("--metrics-port", type=int, required=True)
     commands.add_parser("listener-owner")
+    commands.add_parser("gpu-processes")
     args = parser.parse_args()
     actions = {"info": info, "snapshot": snapshot, "stacks": stacks, "many-pids": many_pids,
                "capture": capture, "fetch": fetch, "fetch-race": fetch_race, "healthz": healthz,
-               "listener-owner": listener_owner}
+               "listener-owner": listener_owner, "gpu-processes": gpu_processes}
     with grpc.insecure_channel(f"{args.host}:{args.port}",
                                options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
         if args.token:

@@ -156,6 +156,7 @@ class GpuProcess:
     user: str | Unavailable
     command: str | Unavailable
     sm_percent: Reading
+    uid: Reading
 
 
 @dataclass(frozen=True, slots=True)
