@@ -118,3 +118,18 @@ def test_doctor_names_another_user_holding_kinetos_socket(namespace, hostile_use
     assert not kineto["ok"] and kineto["finding"].startswith(
         f"@dynolog@ is held by pid {squatter.pid} ({command!r}) of user {hostile_user.name} (uid {hostile_user.uid})")
     assert kineto["fix"].startswith("stop that process")
+
+
+def test_doctor_refuses_a_token_file_another_user_planted(namespace, hostile_user, tmp_path):
+    planted = pathlib.Path("/tmp") / f"tp-doctor-token-{tmp_path.name}"
+    done = namespace.run(["sh", "-c", f"umask 077 && echo stolen-token-0123456789 > {planted}"], user=hostile_user)
+    assert done.returncode == 0, done.stderr
+    try:
+        code, checks = doctor(namespace, "--token-file", str(planted))
+    finally:
+        planted.unlink()
+    assert code == 1
+    assert checks["token"] == {
+        "area": "token", "ok": False, "fix": "",
+        "finding": f"token file {planted} belongs to user {hostile_user.name} (uid {hostile_user.uid}), not to you "
+                   "or root; use a token file you own (mode 600)"}

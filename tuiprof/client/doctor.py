@@ -13,6 +13,7 @@ import asyncio
 import os
 import pathlib
 import pwd
+import stat
 from dataclasses import dataclass
 
 from agentd import peer
@@ -21,6 +22,7 @@ from agentd.hang.pyspy import PySpyMissing, find_pyspy
 from agentd.kineto.endpoint import ABSTRACT_NAME
 from agentd.kineto.holder import holders, socket_inodes
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.token import TokenFileError, read_token
 from tuiprof.client.local import embedded_agent
 
 DOCTOR_INTERVAL_MS = 500
@@ -29,6 +31,7 @@ PTRACE_SCOPE = pathlib.Path("/proc/sys/kernel/yama/ptrace_scope")
 PERF_EVENT_PARANOID = pathlib.Path("/proc/sys/kernel/perf_event_paranoid")
 KINETO_SOCKET = "@dynolog@"  # how /proc/net/unix shows libkineto's abstract \0dynolog\0
 SHM = pathlib.Path("/dev/shm")
+NODE_TOKEN_FILE = pathlib.Path("/etc/tuiprof/token")  # where agentd's systemd unit keeps it
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,28 @@ class Check:
     fix: str = ""
 
 
-async def host_checks(agent_ports: tuple[int, int] = (DEFAULT_AGENT_PORT, DEFAULT_METRICS_PORT)) -> list[Check]:
+async def host_checks(agent_ports: tuple[int, int] = (DEFAULT_AGENT_PORT, DEFAULT_METRICS_PORT),
+                      token_file: pathlib.Path = NODE_TOKEN_FILE) -> list[Check]:
     """Every check, in the order a person reads them: GPUs, CPU counters, the agent (on ``agent_ports``:
-    gRPC, /metrics), traces, stacks, ranks."""
+    gRPC, /metrics, and its ``token_file``), traces, stacks, ranks."""
     info, snapshot = await _first_snapshot()
     checks = _collector_checks(info, snapshot)
-    checks += [_agent_ports(agent_ports), _kineto_socket(), _pyspy(), _shared_memory(), _namespaces()]
+    checks += [_agent_ports(agent_ports), _token(token_file), _kineto_socket(), _pyspy(), _shared_memory(),
+               _namespaces()]
     return checks
+
+
+def _token(path: pathlib.Path) -> Check:
+    """Whether the token file can be used, by the same rules agentd and every command apply."""
+    if not path.exists():
+        return Check("token", True, f"no {path}: the agent serves local users by the uid the kernel names; "
+                     "remote consoles need a token (README, agentd)")
+    try:
+        read_token(path)
+    except TokenFileError as exc:
+        return Check("token", False, str(exc))
+    mode = stat.filemode(path.stat().st_mode)
+    return Check("token", True, f"{path}: usable ({mode}, owned by {_user(path.stat().st_uid)})")
 
 
 async def _first_snapshot() -> tuple[pb.AgentInfo, pb.HostSnapshot]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import pathlib
 import sys
 from dataclasses import asdict
 
 from agentd.address import DEFAULT_AGENT_PORT, DEFAULT_METRICS_PORT
-from tuiprof.client.doctor import Check, host_checks
+from tuiprof.client.doctor import NODE_TOKEN_FILE, Check, host_checks
 from tuiprof.client.local import LocalAgentError
 
 
@@ -26,6 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"the node agent's gRPC port to look for (default {DEFAULT_AGENT_PORT})")
     parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, metavar="PORT",
                         help=f"the node agent's /metrics port to look for (default {DEFAULT_METRICS_PORT})")
+    parser.add_argument("--token-file", type=pathlib.Path, default=NODE_TOKEN_FILE, metavar="FILE",
+                        help=f"the token file to check (default {NODE_TOKEN_FILE})")
     parser.add_argument("--json", action="store_true", help="one JSON document: a list of checks")
     parser.set_defaults(func=run)
 
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"tuiprof doctor: port {port}: expected 1-65535", file=sys.stderr)
             return 2
     try:
-        checks = asyncio.run(host_checks((args.agent_port, args.metrics_port)))
+        checks = asyncio.run(host_checks((args.agent_port, args.metrics_port), args.token_file))
     except LocalAgentError as exc:
         print(f"tuiprof doctor: {exc}", file=sys.stderr)
         return 1
