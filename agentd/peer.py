@@ -42,9 +42,10 @@ import errno
 import ipaddress
 import os
 import pathlib
-import pwd
 import socket
 import struct
+
+from agentd.text import user_label
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -101,10 +102,7 @@ class Listener:
     pids: tuple[int, ...]
 
     def __str__(self) -> str:
-        try:
-            user = f"user {pwd.getpwuid(self.uid).pw_name} (uid {self.uid})"
-        except KeyError:
-            user = f"uid {self.uid}"
+        user = user_label(self.uid)
         if not self.pids:
             return f"{user}, pid not visible to you"
         return f"{user}, pid {', '.join(str(pid) for pid in self.pids)}"

@@ -15,6 +15,7 @@ may not have).
 
 from __future__ import annotations
 
+import pwd
 import re
 
 # C0 controls, DEL and C1 controls; the bidirectional overrides and isolates that reorder what is shown
@@ -44,3 +45,11 @@ def printable(text: str | bytes, keep_lines: bool = False) -> str:
 def _escaped(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def user_label(uid: int) -> str:
+    """A uid as people read it: ``user alice (uid 1001)``, or ``uid 1001`` when it has no name here."""
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"

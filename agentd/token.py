@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import pathlib
-import pwd
 import stat
+
+from agentd.text import user_label
 
 TOKEN_ENV = "TUIPROF_TOKEN"
 
@@ -43,7 +44,7 @@ def read_token(token_file: str | os.PathLike[str] | None) -> str | None:
         raise TokenFileError(f"token file {path} is not a regular file; give the file holding the token")
     if info.st_uid not in (0, os.getuid()):
         raise TokenFileError(
-            f"token file {path} belongs to {_owner(info.st_uid)}, not to you or root; "
+            f"token file {path} belongs to {user_label(info.st_uid)}, not to you or root; "
             "use a token file you own (mode 600)"
         )
     if info.st_mode & stat.S_IROTH:
@@ -54,10 +55,3 @@ def read_token(token_file: str | os.PathLike[str] | None) -> str | None:
     if not text:
         raise TokenFileError(f"token file {path} is empty")
     return text
-
-
-def _owner(uid: int) -> str:
-    try:
-        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"

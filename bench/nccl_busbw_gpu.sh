@@ -4,14 +4,7 @@
 # nccl-tests' source is carried, never committed: NCCL_TESTS_SRC (default .carry/nccl-tests, from
 # github.com/NVIDIA/nccl-tests). Results in $OUT (log.txt, *_perf.txt, torch-*.json, report.md).
 set -u
-OUT=${OUT:-bench/.work/nccl_busbw}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/log.txt") 2>&1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1  # the machine's rule
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
+. bench/device_env.sh bench/.work/nccl_busbw
 nvidia-smi -L
 NCCL_HOME=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'

@@ -5,14 +5,7 @@
 # the versions pyproject.toml asks for, as for bench/agentd_cpu_gpu.sh):  OUT=$OUT bash bench/rank_percentiles_gpu.sh
 # Results in $OUT: log.txt (versions and the table), report.json, snapshots.json, worker_*.json.
 set -u
-OUT=${OUT:-bench/.work/rank_percentiles}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/log.txt") 2>&1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1  # the machine's rule
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
+. bench/device_env.sh bench/.work/rank_percentiles
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
 python3 setup.py -q build_ext --inplace 2>&1 | grep -v -i warning | tail -3

@@ -8,10 +8,10 @@ holder (pid and uid) in its log and in the kineto collector's reason.
 from __future__ import annotations
 
 import os
-import pwd
 from dataclasses import dataclass
 
 from agentd.procfs import read_whole, real_uid
+from agentd.text import user_label
 
 
 @dataclass(frozen=True)
@@ -21,15 +21,8 @@ class Holder:
     command: str
 
     def __str__(self) -> str:
-        who = "an unknown user" if self.uid is None else f"user {_user(self.uid)}"
+        who = "an unknown user" if self.uid is None else user_label(self.uid)
         return f"pid {self.pid} ({self.command!r}) of {who}"
-
-
-def _user(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
 
 
 def socket_inodes(abstract_name: bytes) -> set[int]:

@@ -15,6 +15,7 @@ from testkit.namespaces import SHM_BYTES
 from testkit.ports import free_port
 from tuiprof_native import segment
 
+ROOT = "user root (uid 0)"
 SQUAT = """
 import socket, sys
 s = socket.socket()
@@ -47,8 +48,8 @@ def test_doctor_sees_the_agent_its_kineto_socket_and_the_small_shm(agent_in_name
     _, checks = doctor(namespace, "--agent-port", str(agent.port), "--metrics-port", str(agent.metrics_port))
     assert checks["agentd"]["ok"], checks["agentd"]
     assert checks["agentd"]["finding"] == (  # both loopback twins held
-        f"listening: 127.0.0.1:{agent.port} (user root), [::1]:{agent.port} (user root), "
-        f"127.0.0.1:{agent.metrics_port} (user root), [::1]:{agent.metrics_port} (user root)")
+        f"listening: 127.0.0.1:{agent.port} ({ROOT}), [::1]:{agent.port} ({ROOT}), "
+        f"127.0.0.1:{agent.metrics_port} ({ROOT}), [::1]:{agent.metrics_port} ({ROOT})")
     assert checks["Kineto"]["ok"], checks["Kineto"]  # the root agent serves @dynolog@ in this network namespace
 
 
@@ -64,12 +65,12 @@ def test_doctor_names_another_user_on_the_agents_port(namespace, hostile_user):
         squatter.wait(10)
     assert code == 1
     assert checks["agentd"]["finding"] == (f"the agent's ports are held by another user: 127.0.0.1:{port} "
-                                           f"(user {hostile_user.name})")
+                                           f"(user {hostile_user.name} (uid {hostile_user.uid}))")
     assert checks["agentd"]["fix"].startswith("that process is not the node's agent")
     assert text.returncode == 1 and "Traceback" not in text.stderr
     lines = text.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("NO  agentd"))
-    assert f"held by another user: 127.0.0.1:{port} (user {hostile_user.name})" in lines[at]
+    assert f"held by another user: 127.0.0.1:{port} (user {hostile_user.name} (uid {hostile_user.uid}))" in lines[at]
     assert lines[at + 1].strip().startswith("fix: that process is not the node's agent")
 
 

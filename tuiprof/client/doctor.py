@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-import pwd
 import stat
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from agentd.hang.pyspy import PySpyMissing, find_pyspy
 from agentd.kineto.endpoint import ABSTRACT_NAME
 from agentd.kineto.holder import holders, socket_inodes
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.text import user_label
 from agentd.token import TokenFileError, read_token
 from tuiprof.client.local import embedded_agent
 
@@ -65,7 +65,7 @@ def _token(path: pathlib.Path) -> Check:
     except TokenFileError as exc:
         return Check("token", False, str(exc))
     mode = stat.filemode(path.stat().st_mode)
-    return Check("token", True, f"{path}: usable ({mode}, owned by {_user(path.stat().st_uid)})")
+    return Check("token", True, f"{path}: usable ({mode}, owned by {user_label(path.stat().st_uid)})")
 
 
 async def _first_snapshot() -> tuple[pb.AgentInfo, pb.HostSnapshot]:
@@ -136,7 +136,7 @@ def _agent_ports(ports: tuple[int, int]) -> Check:
             if uid is None:
                 continue
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            (found if uid == 0 or uid == os.getuid() else strangers).append(f"{where} ({_user(uid)})")
+            (found if uid == 0 or uid == os.getuid() else strangers).append(f"{where} ({user_label(uid)})")
     if strangers:
         return Check("agentd", False, f"the agent's ports are held by another user: {', '.join(strangers)}",
                      "that process is not the node's agent: stop it (`ss -ltnp`), then `systemctl restart agentd`")
@@ -228,10 +228,3 @@ def _read_int(path: pathlib.Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def _user(uid: int) -> str:
-    try:
-        return f"user {pwd.getpwuid(uid).pw_name}"
-    except KeyError:
-        return f"uid {uid}"

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import os
 import pathlib
-import pwd
 import stat
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +24,7 @@ from agentd import peer
 from agentd.address import AgentAddress
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from agentd.text import user_label
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import Emit, stall_timeout
 from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
@@ -189,7 +189,7 @@ def _check_kineto_folder(folder: str) -> str:
     _check_folder(path, "Kineto folder")
     info = path.stat()
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise UntrustedAgentError(f"the agent's Kineto folder {path} is not yours alone (owner {_user(info.st_uid)}, "
+        raise UntrustedAgentError(f"the agent's Kineto folder {path} is not yours alone (owner {user_label(info.st_uid)}, "
                                   f"mode {stat.filemode(info.st_mode)})")
     try:
         socket_mode = (path / "dynolog").lstat().st_mode
@@ -208,7 +208,7 @@ def _trusted_listener(address: AgentAddress) -> int | None:
     except peer.PeerLookupError as exc:
         raise UntrustedAgentError(f"cannot tell who listens on {address.target}: {exc}") from exc
     if uid is not None and uid not in (0, os.getuid()):
-        raise UntrustedAgentError(f"{address.target} is served by a process of {_user(uid)}, not by root "
+        raise UntrustedAgentError(f"{address.target} is served by a process of {user_label(uid)}, not by root "
                                   "or you: not an agent to take a trace dir from")
     return uid
 
@@ -227,15 +227,8 @@ def _check_folder(path: pathlib.Path, what: str) -> None:
         info = folder.stat()
         if info.st_uid not in trusted:
             raise UntrustedAgentError(f"the agent's {what} {path} is not safe: {folder} belongs to "
-                                      f"{_user(info.st_uid)}")
+                                      f"{user_label(info.st_uid)}")
         others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         if others_write and not (folder != path and info.st_mode & stat.S_ISVTX):
             raise UntrustedAgentError(f"the agent's {what} {path} is not safe: {folder} is writable by "
                                       f"other users (mode {stat.filemode(info.st_mode)})")
-
-
-def _user(uid: int) -> str:
-    try:
-        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
