@@ -78,7 +78,7 @@ def from_proto(
             value = present.get(name, _ABSENT)
             value = Unavailable(reasons.get(name, default_reason)) if value is _ABSENT else value
         elif kind == _TEXT:  # another user's text may be in any string: shown escaped, never acted on
-            value = printable(present.get(name, extra))
+            value = printable(present.get(name, extra), keep_lines=True)  # a traceback keeps its lines
         elif kind == _PLAIN:
             value = present.get(name, extra)
         else:
