@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentd.traces.paths import TraceDir
 from testkit.agents import RunningAgent, running_agent
 from testkit.ports import free_port
 from testkit.traces import trainers, wait_registered
@@ -46,3 +47,12 @@ def dynolog_served(tmp_path: pathlib.Path) -> Iterator[tuple[RunningAgent, int, 
             yield agent, rpc_port, trainer.pid
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def trace_dir(tmp_path: pathlib.Path) -> TraceDir:
+    """An agent's trace dir, prepared as the agent prepares its own (a module may define its own instead)."""
+    (tmp_path / "traces").mkdir()
+    directory = TraceDir(tmp_path / "traces")
+    directory.prepare()
+    return directory

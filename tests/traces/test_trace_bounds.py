@@ -18,7 +18,6 @@ from agentd.auth import Caller
 from agentd.kineto.registry import Registry
 from agentd.traces.analysis import stream, summarise
 from agentd.traces.capture import WRITTEN, Capture, Target
-from agentd.traces.paths import TraceDir
 from agentd.traces.service import CaptureService
 
 CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
@@ -35,14 +34,6 @@ def gzip_bomb(path: pathlib.Path, inflated: int) -> None:
         for _ in range(inflated // len(piece)):
             out.write(compressor.compress(piece))
         out.write(compressor.compress(TAIL) + compressor.flush())
-
-
-@pytest.fixture
-def trace_dir(tmp_path) -> TraceDir:
-    (tmp_path / "traces").mkdir()
-    trace_dir = TraceDir(tmp_path / "traces")
-    trace_dir.prepare()
-    return trace_dir
 
 
 def test_a_gzip_bomb_is_refused_once_it_inflates_past_the_ratio(trace_dir):

@@ -35,14 +35,6 @@ from traces.test_trace_analysis import BASE0, BASE1, RANK0, RANK1, kernel, write
 CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
 
 
-@pytest.fixture
-def trace_dir(tmp_path) -> TraceDir:
-    (tmp_path / "traces").mkdir()
-    directory = TraceDir(tmp_path / "traces")
-    directory.prepare()
-    return directory
-
-
 def on_node(trace_dir: TraceDir, source: pathlib.Path, host: str, rank: int | None) -> RemoteRank:
     """``source`` written into the trace dir and summarised there, as the agent on ``host`` does."""
     folder = trace_dir.user_folder(0)
