@@ -22,7 +22,6 @@ import logging
 import os
 import platform
 from collections.abc import AsyncIterator
-from importlib import metadata
 from typing import Protocol
 
 import grpc
@@ -34,6 +33,7 @@ from agentd.auth import Caller, CallerIdentifier, set_current_caller
 from agentd.hang.detector import hide_exceptions
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from agentd.version import installed_version
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +114,9 @@ def _owner(rank: pb.RankStats) -> int | None:
 
 def static_info(agent: Agent, trace_dir: str) -> pb.AgentInfo:
     """The parts of GetInfo that do not change while the agent runs."""
-    try:
-        version = metadata.version("tuiprof")
-    except metadata.PackageNotFoundError:
-        version = "unknown (not installed as a package)"
     return pb.AgentInfo(
         hostname=agent.hostname,
-        agent_version=version,
+        agent_version=installed_version(),
         python_version=platform.python_version(),
         kernel_release=os.uname().release,
         cpu_count=os.cpu_count() or 0,

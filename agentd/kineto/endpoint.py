@@ -24,8 +24,8 @@ checked against /proc (agentd.kineto.ancestry) before the registry sees it.
 
 from __future__ import annotations
 
-import logging
 import errno
+import logging
 import os
 import pwd
 import select
