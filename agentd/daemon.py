@@ -23,6 +23,7 @@ from agentd.auth import BearerTokenInterceptor, CallerIdentifier, check_exposure
 from agentd.config import AgentConfig
 from agentd.errors import BindError, ConfigError, TlsError
 from agentd.hang.service import HangService
+from agentd.slowdown.verdict import SlowdownJudge
 from agentd.metrics_http import MetricsServer
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
@@ -43,8 +44,11 @@ MAX_REQUEST_BYTES = 256 * 1024
 
 
 def build_services(config: AgentConfig, agent: Agent) -> tuple[TraceService | None, StacksService | None]:
-    """The trace and stacks services the gRPC servicer delegates to (None: not wired in yet)."""
-    return CaptureService.attach(config, agent), HangService.attach(config, agent)
+    """The trace and stacks services the gRPC servicer delegates to (None: not wired in yet); the slowdown
+    verdict judges every snapshot after the hang verdict."""
+    services = CaptureService.attach(config, agent), HangService.attach(config, agent)
+    agent.post_processors.append(SlowdownJudge().fill)
+    return services
 
 
 @dataclasses.dataclass(frozen=True)

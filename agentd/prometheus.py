@@ -354,7 +354,7 @@ def _latency(out: Families, prefix: str, what: str, labels: Labels, latency: pb.
             labels, optional(latency, f"{stat}_seconds"))
 
 
-def _rank_labels(host: Labels, pid: int, rank: pb.RankStats | pb.RankVerdict) -> Labels:
+def _rank_labels(host: Labels, pid: int, rank: pb.RankStats | pb.RankVerdict | pb.RankCost) -> Labels:
     """The labels every per-rank series has: pid, rank, local_rank ("" when unknown)."""
     local_rank = rank.local_rank if isinstance(rank, pb.RankStats) and rank.HasField("local_rank") else None
     return {**host, "pid": str(pid),
@@ -423,6 +423,12 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
             labels, optional(rank, "gc_pause_seconds_per_s"))
         out("rank_dataloader_wait_seconds_per_second", "gauge", "DataLoader wait time per second.").add(
             labels, optional(rank, "dataloader_wait_seconds_per_s"))
+        out("rank_run_delay_seconds_per_second", "gauge",
+            "Time the rank's threads waited runnable for a CPU, summed over threads, per second.").add(
+            labels, optional(rank, "run_delay_seconds_per_s"))
+        out("rank_cpu_throttled_seconds_per_second", "gauge",
+            "Time the rank's cgroup was throttled by its CPU quota, per second.").add(
+            labels, optional(rank, "cpu_throttled_seconds_per_s"))
         if rank.HasField("pmu"):
             out("rank_pmu_hardware_available", "gauge",
                 "1 when the rank's hardware PMU counters work, 0 when not (reason label says why).").add(
@@ -501,6 +507,19 @@ def _hang(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
             per_rank.add({**labels, "level": level}, int(verdict.level == level))
 
 
+def _slowdowns(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
+    """The slowdown verdict of each job with ranks here: every rank's cost, and the job's state and cause."""
+    ranks = {rank.pid: rank for rank in snapshot.ranks}
+    for job in snapshot.slowdowns:
+        out("job_slow", "gauge", "1 while the job is judged slow (cause: the verdict's cause), 0 while healthy.").add(
+            {**host, "job_id": job.job_id, "cause": job.cause}, int(job.slow))
+        for cost in job.ranks:
+            out("rank_slowdown_cost_seconds", "gauge",
+                "Time per step the rank's peers waited for it at collectives over the verdict's window: how much "
+                "shorter the step would be had it arrived with them.").add(
+                _rank_labels(host, cost.pid, ranks.get(cost.pid, cost)), cost.cost_seconds)
+
+
 def _collector_runs(out: Families, runs: Mapping[str, CollectRun], host: Labels) -> None:
     duration = out("collector_duration_seconds", "gauge", "Wall time of the collector's latest collect().")
     success = out("collector_success", "gauge", "1 when the collector's latest collect() succeeded, 0 when it failed.")
@@ -516,7 +535,7 @@ Section = Callable[[Families, pb.HostSnapshot, pb.AgentInfo, Labels], None]
 
 # One renderer per part of the snapshot; per-rank families (GEMM, NCCL) get their own.
 SECTIONS: tuple[Section, ...] = (_agent, _cpu, _memory, _network, _rdma, _disks, _gpus, _pmu, _ranks, _rank_segments,
-                                  _rank_ops_dropped, _hang)
+                                  _rank_ops_dropped, _hang, _slowdowns)
 
 
 def render_metrics(snapshot: pb.HostSnapshot, info: pb.AgentInfo,

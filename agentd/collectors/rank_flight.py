@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from agentd.collectors.rank_arrivals import Arrival, from_flight_recent
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.text import printable
 
@@ -20,11 +21,11 @@ NO_GROUPS = ("the Flight Recorder holds no process group of this rank: PyTorch k
              "of their own, which is not read (NCCL collectives come from the hook library's NCCL plugin)")
 
 
-def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> None:
-    """``process_groups`` and the "fr" in-flight entries from the file's ``text``."""
+def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> list[Arrival]:
+    """``process_groups`` and the "fr" in-flight entries from the file's ``text``; the arrivals it lists."""
     if not text:
         stats.unavailable["process_groups"] = NO_FLIGHT
-        return
+        return []
     try:
         doc = json.loads(text)
         groups = [pb.ProcessGroupProgress(id=printable(str(g["id"])), last_enqueued=int(g["last_enqueued"]),
@@ -33,10 +34,12 @@ def fill_flight(text: str, stats: pb.RankStats, now_ns: int) -> None:
                                 sequence=int(a["seq"]),
                                 age_seconds=max(0.0, (now_ns - int(a["enqueued_ns"])) * 1e-9))
                   for a in doc["active"]]
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nested too deep
+        arrivals = from_flight_recent(doc.get("recent", []))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # RecursionError: nested too deep
         stats.unavailable["process_groups"] = f"the Flight Recorder progress file is malformed: {exc!r}"
-        return
+        return []
     if not groups:
         stats.unavailable["process_groups"] = NO_GROUPS
     stats.process_groups.extend(groups)
     stats.inflight.extend(active)
+    return arrivals

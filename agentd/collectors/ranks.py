@@ -57,7 +57,9 @@ import threading
 import time
 
 from agentd import procfs
-from agentd.collectors import pmu, rank_claims, rank_exit, rank_flight, rank_rates
+from agentd.collectors import pmu, rank_arrivals, rank_claims, rank_exit, rank_flight, rank_rates
+from agentd.collectors.rank_arrivals import Arrival, ArrivalTracker
+from agentd.collectors.rank_sched import SchedReader
 from agentd.collectors.base import Collector
 from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.collectors.rank_files import SidecarFile
@@ -91,6 +93,9 @@ _OPS_BASELINE = ("its ops were left out of the previous interval (over the per-o
 # A rank's state as the console shows it: sleeping and idle ranks are running a job.
 _RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exited", "tracing-stop": "stopped"}
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
+# The most collective arrivals one rank reports per interval (MAX_ARRIVALS_PER_COMM per communicator):
+# an honest job has a few communicators; any local user can fill a ring with made-up ones.
+MAX_ARRIVALS_PER_RANK = 256
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 _PER_INTERVAL_FIELDS = ("gemm_tflops", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu")
@@ -116,12 +121,16 @@ class _Rank:
     stats: pb.RankStats | None = None
     cpu_counters: "pmu.RankCounters | None" = None
     cpu_counters_reason: str = ""
+    ring_read: int = 0  # events before this ring index were read for arrivals
+    arrivals: ArrivalTracker = dataclasses.field(default_factory=ArrivalTracker)
     exception: SidecarFile = dataclasses.field(init=False)
     flight: SidecarFile = dataclasses.field(init=False)
+    sched: SchedReader = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.exception = SidecarFile(self.path, native.EXCEPTION_SUFFIX)
         self.flight = SidecarFile(self.path, native.FLIGHT_SUFFIX)
+        self.sched = SchedReader(self.pid)
 
     @property
     def path(self) -> str:
@@ -327,7 +336,9 @@ class RanksCollector(Collector):
         stats, left_out = self._rates(rank, header, now_ns, budget)
         self._cpu_counters(rank, stats)
         stats.exception = printable(rank.exception.refresh(), keep_lines=True)
-        left_out += self._flight(rank, stats, now_ns, budget)
+        flight_left_out, flight_arrivals = self._flight(rank, stats, now_ns, budget)
+        left_out += flight_left_out
+        _arrivals(rank, header, stats, flight_arrivals)
         if left_out:
             stats.unavailable["ops"] = budget.reason(rank.candidate.uid, left_out)
         if alive is None:
@@ -341,24 +352,24 @@ class RanksCollector(Collector):
         return True
 
     @staticmethod
-    def _flight(rank: _Rank, stats: pb.RankStats, now_ns: int, budget: "OpsBudget") -> int:
+    def _flight(rank: _Rank, stats: pb.RankStats, now_ns: int, budget: "OpsBudget") -> tuple[int, list[Arrival]]:
         """The rank's Flight Recorder process groups and in-flight collectives, as many as its owner's budget
-        allows; how many were left out. With no budget left the file is not even parsed (up to 96 KiB of
-        JSON per rank and interval)."""
+        allows: how many were left out, and the arrivals the file lists. With no budget left the file is
+        not even parsed (up to 96 KiB of JSON per rank and interval)."""
         uid = rank.candidate.uid
         if not budget.left(uid):
             stats.unavailable["process_groups"] = (f"not read: the ranks of uid {uid} have more ops than the "
                                                    f"agent's per-owner budget of {budget.per_owner}")
-            return 0
+            return 0, []
         inflight_before = len(stats.inflight)
-        rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
+        arrivals = rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
         groups = budget.take(uid, len(stats.process_groups))
         added = len(stats.inflight) - inflight_before
         collectives = budget.take(uid, added)
         left_out = len(stats.process_groups) - groups + added - collectives
         del stats.process_groups[groups:]
         del stats.inflight[inflight_before + collectives:]
-        return left_out
+        return left_out, arrivals
 
     def _exited_mid_update(self, rank: _Rank, mono: float) -> None:
         """A rank whose process died while writing its counters: exited, its last reading kept."""
@@ -432,6 +443,8 @@ class RanksCollector(Collector):
         stats.hook.CopyFrom(hook_health(header, inflight))
         _nccl_reason(stats)
         self._host_rates(rank, header, stats, seconds)
+        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds))
+        put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))
         rank.counters = header.counters
         rank.read_ns = now_ns
         return stats, left_out
@@ -490,6 +503,20 @@ class RanksCollector(Collector):
             before.gc_pause_total_ns if before else 0, now.gc_pause_total_ns, seconds), 1e-9))
         put(stats, "dataloader_wait_seconds_per_s", scaled(counter_rate(
             before.dataloader_wait_total_ns if before else 0, now.dataloader_wait_total_ns, seconds), 1e-9))
+
+
+def _arrivals(rank: _Rank, header, stats: pb.RankStats, flight_arrivals: list[Arrival]) -> None:
+    """The rank's new collective arrivals (``rank_arrivals``): its NCCL events since the last reading and
+    what its Flight Recorder file lists, at most MAX_ARRIVALS_PER_RANK."""
+    head = header.ring_head
+    events = [e for e in rank.seg.events(since=rank.ring_read, kind="nccl") if e.index < head]
+    rank.ring_read = head
+    arrivals = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals)
+    if len(arrivals) > MAX_ARRIVALS_PER_RANK:
+        stats.unavailable["arrivals"] = (f"{len(arrivals) - MAX_ARRIVALS_PER_RANK} collective arrivals left out: "
+                                         f"at most {MAX_ARRIVALS_PER_RANK} per rank and interval")
+        del arrivals[MAX_ARRIVALS_PER_RANK:]
+    stats.arrivals.extend(arrivals)
 
 
 def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:

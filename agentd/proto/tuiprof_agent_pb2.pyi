@@ -86,7 +86,7 @@ class WatchRequest(_message.Message):
     def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
 
 class HostSnapshot(_message.Message):
-    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused", "rdma", "rank_ops_dropped")
+    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused", "rdma", "rank_ops_dropped", "slowdowns")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,7 @@ class HostSnapshot(_message.Message):
     RANK_SEGMENTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     RDMA_FIELD_NUMBER: _ClassVar[int]
     RANK_OPS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    SLOWDOWNS_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     timestamp_unix_ns: int
     sequence: int
@@ -117,7 +118,8 @@ class HostSnapshot(_message.Message):
     rank_segments_refused: _containers.RepeatedCompositeFieldContainer[RankSegmentsRefused]
     rdma: RdmaStats
     rank_ops_dropped: _containers.RepeatedCompositeFieldContainer[RankOpsDropped]
-    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ..., rdma: _Optional[_Union[RdmaStats, _Mapping]] = ..., rank_ops_dropped: _Optional[_Iterable[_Union[RankOpsDropped, _Mapping]]] = ...) -> None: ...
+    slowdowns: _containers.RepeatedCompositeFieldContainer[JobSlowdown]
+    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ..., rdma: _Optional[_Union[RdmaStats, _Mapping]] = ..., rank_ops_dropped: _Optional[_Iterable[_Union[RankOpsDropped, _Mapping]]] = ..., slowdowns: _Optional[_Iterable[_Union[JobSlowdown, _Mapping]]] = ...) -> None: ...
 
 class RankSegmentsRefused(_message.Message):
     __slots__ = ("reason", "files")
@@ -631,7 +633,7 @@ class InflightOp(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class RankStats(_message.Message):
-    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "unavailable")
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -662,6 +664,9 @@ class RankStats(_message.Message):
     HOOK_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ARRIVALS_FIELD_NUMBER: _ClassVar[int]
+    RUN_DELAY_SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CPU_THROTTLED_SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
@@ -686,8 +691,23 @@ class RankStats(_message.Message):
     hook: HookHealth
     uid: int
     interval_seconds: float
+    arrivals: _containers.RepeatedCompositeFieldContainer[CollectiveArrival]
+    run_delay_seconds_per_s: float
+    cpu_throttled_seconds_per_s: float
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrival, _Mapping]]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CollectiveArrival(_message.Message):
+    __slots__ = ("comm", "sequence", "start_unix_ns", "sample_every")
+    COMM_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_EVERY_FIELD_NUMBER: _ClassVar[int]
+    comm: str
+    sequence: int
+    start_unix_ns: int
+    sample_every: int
+    def __init__(self, comm: _Optional[str] = ..., sequence: _Optional[int] = ..., start_unix_ns: _Optional[int] = ..., sample_every: _Optional[int] = ...) -> None: ...
 
 class HookHealth(_message.Message):
     __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason", "gemm_timed_first_calls", "gemm_sample_every", "nccl_api_fallback", "nccl_api_events", "gemm_sample_max")
@@ -758,6 +778,59 @@ class HangStatus(_message.Message):
     explanation: str
     ranks: _containers.RepeatedCompositeFieldContainer[RankVerdict]
     def __init__(self, level: _Optional[str] = ..., since_unix_ns: _Optional[int] = ..., explanation: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankVerdict, _Mapping]]] = ...) -> None: ...
+
+class RankCost(_message.Message):
+    __slots__ = ("pid", "rank", "host", "gpu", "cost_seconds", "cost_percent")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    COST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COST_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    rank: int
+    host: str
+    gpu: int
+    cost_seconds: float
+    cost_percent: float
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., host: _Optional[str] = ..., gpu: _Optional[int] = ..., cost_seconds: _Optional[float] = ..., cost_percent: _Optional[float] = ...) -> None: ...
+
+class JobSlowdown(_message.Message):
+    __slots__ = ("job_id", "slow", "cause", "culprits", "ranks", "evidence", "unchecked", "step_seconds", "baseline_step_seconds", "cost_seconds", "cost_percent", "since_unix_ns", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOW_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CULPRITS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    UNCHECKED_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COST_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    slow: bool
+    cause: str
+    culprits: _containers.RepeatedCompositeFieldContainer[RankCost]
+    ranks: _containers.RepeatedCompositeFieldContainer[RankCost]
+    evidence: _containers.RepeatedScalarFieldContainer[str]
+    unchecked: _containers.RepeatedScalarFieldContainer[str]
+    step_seconds: float
+    baseline_step_seconds: float
+    cost_seconds: float
+    cost_percent: float
+    since_unix_ns: int
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., slow: _Optional[bool] = ..., cause: _Optional[str] = ..., culprits: _Optional[_Iterable[_Union[RankCost, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankCost, _Mapping]]] = ..., evidence: _Optional[_Iterable[str]] = ..., unchecked: _Optional[_Iterable[str]] = ..., step_seconds: _Optional[float] = ..., baseline_step_seconds: _Optional[float] = ..., cost_seconds: _Optional[float] = ..., cost_percent: _Optional[float] = ..., since_unix_ns: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TraceOptions(_message.Message):
     __slots__ = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")

@@ -21,7 +21,7 @@ ENTRY = {"pg_id": 0, "collective_seq_id": 5, "profiling_name": "gloo:all_reduce"
 
 
 class Recorder:
-    """What torch._C._distributed_c10d._dump_fr_trace_json returns, scripted; counts full dumps."""
+    """What torch._C._distributed_c10d's Flight Recorder dumps return, scripted; counts entry reads."""
 
     def __init__(self) -> None:
         self.status = {"0": (4, 4)}
@@ -29,36 +29,64 @@ class Recorder:
         self.full_dumps = 0
 
     def __call__(self, collectives: bool, only_active: bool) -> bytes:
-        doc = {"pg_status": {pg: {"last_enqueued_collective": str(e), "last_completed_collective": str(c),
-                                  "last_started_collective": "-1"} for pg, (e, c) in self.status.items()}}
-        if collectives:
-            self.full_dumps += 1
-            doc["entries"] = self.entries
-        return json.dumps(doc).encode()
+        assert not collectives, "entries are read through read_entries"
+        return json.dumps({"pg_status": {
+            pg: {"last_enqueued_collective": str(e), "last_completed_collective": str(c),
+                 "last_started_collective": "-1"} for pg, (e, c) in self.status.items()}}).encode()
+
+    def read_entries(self) -> list[dict]:
+        self.full_dumps += 1
+        return self.entries
+
+
+def publisher_of(recorder: Recorder, writes: list, clock: list[float]) -> tuiprof_flight.FlightPublisher:
+    return tuiprof_flight.FlightPublisher(recorder, recorder.read_entries, "/x.flight",
+                                          lambda path, text: writes.append(json.loads(text)), clock=lambda: clock[0])
+
+
+def recent(*seqs: int) -> list[dict]:
+    return [{"pg": "0", "seq": seq, "enqueued_ns": 1000} for seq in seqs]
 
 
 def test_publisher_names_stalled_collectives_once_and_writes_only_changes():
     recorder, writes, clock = Recorder(), [], [100.0]
-    publisher = tuiprof_flight.FlightPublisher(
-        recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)), clock=lambda: clock[0])
-    publisher.poll()
-    assert writes == [{"groups": [{"id": "0", "last_enqueued": 4, "last_completed": 4}], "active": []}]
+    publisher = publisher_of(recorder, writes, clock)
+    publisher.poll()  # the first reading: the newest arrivals come with it
+    assert writes == [{"groups": [{"id": "0", "last_enqueued": 4, "last_completed": 4}], "active": [],
+                       "recent": recent(4, 5)}]
     publisher.poll()
     assert len(writes) == 1  # nothing changed, nothing written
     recorder.status = {"0": (5, 4)}
-    publisher.poll()  # just enqueued
+    publisher.poll()  # just enqueued, within a second of the last arrivals read: not read again
     clock[0] += tuiprof_flight.ENTRIES_AFTER_S - 0.5
     publisher.poll()  # still, but not long enough to pay for the entries
-    assert recorder.full_dumps == 0 and writes[-1]["active"] == []
+    assert recorder.full_dumps == 1 and writes[-1]["active"] == []
     clock[0] += 0.5
     publisher.poll()  # stalled: the entries name it, once
     clock[0] += 5
     publisher.poll()
-    assert recorder.full_dumps == 1
+    assert recorder.full_dumps == 2
     assert writes[-1]["active"] == [{"pg": "0", "seq": 5, "op": "gloo:all_reduce", "enqueued_ns": 1000}]
     recorder.status = {"0": (5, 5)}
     publisher.poll()
-    assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 5, "last_completed": 5}], "active": []}
+    assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 5, "last_completed": 5}], "active": [],
+                          "recent": recent(4, 5)}
+
+
+def test_arrivals_are_read_at_most_once_a_second_while_collectives_move():
+    recorder, writes, clock = Recorder(), [], [100.0]
+    publisher = publisher_of(recorder, writes, clock)
+    recorder.entries = [dict(ENTRY, collective_seq_id=s, time_created_ns=s * 10) for s in range(1, 101)]
+    for step in range(10):  # five seconds of polls, counters moving at every one
+        recorder.status = {"0": (step + 1, step)}
+        publisher.poll()
+        clock[0] += tuiprof_flight.POLL_S
+    assert recorder.full_dumps == 5
+    assert [a["seq"] for a in writes[-1]["recent"]] == list(range(100 - tuiprof_flight.RECENT_PER_GROUP + 1, 101))
+    assert writes[-1]["recent"][-1] == {"pg": "0", "seq": 100, "enqueued_ns": 1000}
+    publisher.poll()
+    publisher.poll()  # counters still: nothing read
+    assert recorder.full_dumps == 5
 
 
 def test_an_older_completion_recorded_last_does_not_hide_newer_ones():
@@ -70,14 +98,14 @@ def test_an_older_completion_recorded_last_does_not_hide_newer_ones():
     # As PyTorch 2.13's recorder gives gloo's entries: all "scheduled", the completed ones "retired".
     recorder.entries = [dict(ENTRY, collective_seq_id=seq, state="scheduled", retired=seq < 121)
                         for seq in (119, 120, 121)]
-    publisher = tuiprof_flight.FlightPublisher(
-        recorder, "/x.flight", lambda path, text: writes.append(json.loads(text)), clock=lambda: clock[0])
+    publisher = publisher_of(recorder, writes, clock)
     publisher.poll()
     assert writes[-1]["groups"] == [{"id": "0", "last_enqueued": 121, "last_completed": 118}]  # not stalled yet
     clock[0] += tuiprof_flight.ENTRIES_AFTER_S
     publisher.poll()
     assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 121, "last_completed": 120}],
-                          "active": [{"pg": "0", "seq": 121, "op": "gloo:all_reduce", "enqueued_ns": 1000}]}
+                          "active": [{"pg": "0", "seq": 121, "op": "gloo:all_reduce", "enqueued_ns": 1000}],
+                          "recent": recent(119, 120, 121)}
     recorder.entries = recorder.entries[2:]
     recorder.status = {"0": (121, 120)}  # the recorder's own counter catches up: nothing new to say
     publisher.poll()
@@ -90,7 +118,8 @@ def test_an_older_completion_recorded_last_does_not_hide_newer_ones():
     publisher.poll()
     clock[0] += tuiprof_flight.ENTRIES_AFTER_S
     publisher.poll()
-    assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 120, "last_completed": 120}], "active": []}
+    assert writes[-1] == {"groups": [{"id": "0", "last_enqueued": 120, "last_completed": 120}], "active": [],
+                          "recent": recent(119, 120)}
 
 
 def test_agent_reads_groups_and_in_flight_collectives():

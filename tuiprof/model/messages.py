@@ -317,6 +317,16 @@ class HookHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class CollectiveArrival:
+    """``tuiprof.v1.CollectiveArrival``."""
+
+    comm: str
+    sequence: int
+    start_unix_ns: int
+    sample_every: int
+
+
+@dataclass(frozen=True, slots=True)
 class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     """``tuiprof.v1.RankStats``."""
 
@@ -343,7 +353,10 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     hook: HookHealth
     uid: Reading
     interval_seconds: Reading
-    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth}
+    arrivals: tuple[CollectiveArrival, ...]
+    run_delay_seconds_per_s: Reading
+    cpu_throttled_seconds_per_s: Reading
+    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrival}
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +419,37 @@ class RankOpsDropped:
 
 
 @dataclass(frozen=True, slots=True)
+class RankCost:
+    """``tuiprof.v1.RankCost``."""
+
+    pid: int
+    rank: Reading
+    host: str
+    gpu: Reading
+    cost_seconds: float
+    cost_percent: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobSlowdown(NestedOnFirstRead):
+    """``tuiprof.v1.JobSlowdown``."""
+
+    job_id: str
+    slow: bool
+    cause: str
+    culprits: tuple[RankCost, ...]
+    ranks: tuple[RankCost, ...]
+    evidence: tuple[str, ...]
+    unchecked: tuple[str, ...]
+    step_seconds: Reading
+    baseline_step_seconds: Reading
+    cost_seconds: float
+    cost_percent: float
+    since_unix_ns: int
+    NESTED: ClassVar[dict[str, type]] = {"culprits": RankCost, "ranks": RankCost}
+
+
+@dataclass(frozen=True, slots=True)
 class HostSnapshot(behaviour.HostSnapshotMixin, NestedOnFirstRead):
     """``tuiprof.v1.HostSnapshot``."""
 
@@ -424,7 +468,8 @@ class HostSnapshot(behaviour.HostSnapshotMixin, NestedOnFirstRead):
     rank_segments_refused: tuple[RankSegmentsRefused, ...]
     rdma: RdmaStats
     rank_ops_dropped: tuple[RankOpsDropped, ...]
-    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused, "rdma": RdmaStats, "rank_ops_dropped": RankOpsDropped}
+    slowdowns: tuple[JobSlowdown, ...]
+    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused, "rdma": RdmaStats, "rank_ops_dropped": RankOpsDropped, "slowdowns": JobSlowdown}
 
 
 @dataclass(frozen=True, slots=True)

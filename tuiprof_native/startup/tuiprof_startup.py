@@ -22,8 +22,10 @@ import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import logging
 import os
+import pickle
 import stat
 import sys
 import time
@@ -112,12 +114,22 @@ class _StepRecorder:
             import torch
             import tuiprof_flight
 
-            dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
+            c10d = torch._C._distributed_c10d
+            dump = getattr(c10d, "_dump_fr_trace_json", None)
             path = self._flight_path().decode()
             if dump is not None and path:
-                tuiprof_flight.FlightPublisher(dump, path, _write_whole).start()
+                tuiprof_flight.FlightPublisher(dump, _entries_reader(c10d, dump), path, _write_whole).start()
         except Exception:  # telemetry must never break the training step
             log.debug("tuiprof Flight Recorder publisher not started", exc_info=True)
+
+
+def _entries_reader(c10d: Any, dump: Any) -> Any:
+    """The Flight Recorder's entries: from its pickle dump without stack traces where PyTorch has it
+    (half the cost of the JSON dump, which always carries them), else from the JSON dump."""
+    without_stacks = getattr(c10d, "_dump_fr_trace", None)
+    if without_stacks is not None:
+        return lambda: pickle.loads(without_stacks(True, False, False)).get("entries", [])
+    return lambda: json.loads(dump(True, True)).get("entries", [])
 
 
 class _ExceptionRecorder:

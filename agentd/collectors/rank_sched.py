@@ -1,0 +1,97 @@
+"""Is a rank starved of CPU? Its threads' run-queue delay and its cgroup's quota throttling, per second.
+
+A thread that is runnable but not running waits on a run queue; the kernel sums that
+wait per thread in ``/proc/<pid>/task/<tid>/schedstat`` (second field, ns). Summed
+over the rank's threads, it grows when other work competes for the rank's CPUs
+(busy processes pinned where the rank runs). A cgroup whose CPU quota is spent is
+throttled as a whole: ``cpu.stat``'s ``throttled_usec`` in cgroup v2. Both are
+counters: the collector turns them into rates between two readings of one rank.
+Threads come and go: each thread's delay counts from its previous reading, a new
+thread's from zero (it started in the interval), so an exiting thread never makes
+the sum go down.
+"""
+
+from __future__ import annotations
+
+import os
+
+from agentd.collectors.readings import FIRST_SAMPLE, NO_TIME_ELAPSED, Unavailable, counter_rate
+
+NO_SCHEDSTAT = "/proc/<pid>/task/*/schedstat is not readable (kernel without CONFIG_SCHED_INFO, or the process is gone)"
+NO_CGROUP_V2 = "the process's cgroup has no cgroup v2 cpu.stat (cgroup v1 host, or no cpu controller)"
+
+
+class SchedReader:
+    """One rank process's run-queue delay and CPU throttling, read each interval."""
+
+    def __init__(self, pid: int, proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> None:
+        self.pid, self.proc, self.cgroup_root = pid, proc, cgroup_root
+        self._delays: dict[int, int] | None = None
+        self._throttled_us: int | None = None
+        self._cpu_stat: str | None = None  # its path once looked up ("" when there is none)
+
+    def run_delay_seconds_per_s(self, seconds: float) -> float | Unavailable:
+        delays = _task_delays(f"{self.proc}/{self.pid}/task")
+        if not delays:
+            return Unavailable(NO_SCHEDSTAT)
+        before, self._delays = self._delays, delays
+        if before is None:
+            return Unavailable(FIRST_SAMPLE)
+        if seconds <= 0:
+            return Unavailable(NO_TIME_ELAPSED)
+        return sum(max(0, delay - before.get(tid, 0)) for tid, delay in delays.items()) * 1e-9 / seconds
+
+    def cpu_throttled_seconds_per_s(self, seconds: float) -> float | Unavailable:
+        throttled = self._read_throttled_us()
+        if throttled is None:
+            return Unavailable(NO_CGROUP_V2)
+        before, self._throttled_us = self._throttled_us, throttled
+        rate = counter_rate(before, throttled, seconds)
+        return rate if isinstance(rate, Unavailable) else rate * 1e-6
+
+    def _read_throttled_us(self) -> int | None:
+        if self._cpu_stat is None:
+            self._cpu_stat = _cpu_stat_path(self.proc, self.pid, self.cgroup_root) or ""
+        if not self._cpu_stat:
+            return None
+        try:
+            with open(self._cpu_stat) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == "throttled_usec":
+                        return int(value)
+        except (OSError, ValueError):
+            return None
+        return None
+
+
+def _task_delays(task_dir: str) -> dict[int, int]:
+    """Each thread's run-queue delay (ns), by thread id; {} when none could be read."""
+    delays = {}
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            with open(f"{task_dir}/{tid}/schedstat", "rb") as f:
+                delays[int(tid)] = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread exited between the listing and the read
+    return delays
+
+
+def _cpu_stat_path(proc: str, pid: int, cgroup_root: str) -> str | None:
+    """The cgroup v2 cpu.stat of the process's cgroup, or None (cgroup v1, gone, unreadable)."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hierarchy, _, path = line.partition("::")
+        if hierarchy == "0":
+            candidate = os.path.normpath(f"{cgroup_root}/{path.lstrip('/')}/cpu.stat")
+            if candidate.startswith(cgroup_root) and os.path.exists(candidate):
+                return candidate
+    return None

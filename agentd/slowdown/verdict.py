@@ -1,0 +1,376 @@
+"""The slowdown verdict: which rank the others wait for, what it costs the job, and why.
+
+One judge, fed every snapshot with the ranks it can see (``feeds``): the agent feeds
+its own host's, the console every host's of a job. Per job (ranks grouped by job id):
+
+Attribute. Each collective's arrivals (``RankStats.arrivals``) are joined on
+(communicator, sequence number) once every rank taking part in that communicator
+reported it. The last rank to start held the others up by its start minus the
+runner-up's (``waits.arrivals``); that time, weighed by the sample it stands for,
+is summed per rank over the last ``WINDOW_S``.
+
+Cost. A rank's held time per step (the job's steps in the window, median over
+ranks): had it arrived with the others, the step would be that much shorter.
+
+Detect. A job is slow while one rank's cost is at least ``COST_MIN_FRACTION`` of the
+step and ``DOMINANCE`` times the next rank's, or while the step time is
+``STEP_RISE`` above its baseline (the step time while the job was healthy). Noise a
+healthy job makes is spread over its ranks and small (bench/slowdown/README.md has
+the figures these thresholds were chosen against). It must hold for
+``CONFIRM_SNAPSHOTS`` snapshots in a row, and a slow job is healthy again only after
+``CLEAR_SNAPSHOTS`` snapshots without it.
+
+Cause. The costliest rank's signals against its peers' median, first match wins:
+stopped (seen in state T), GC pauses, DataLoader waits, CPU run-queue delay or quota
+throttling, another process on its GPU, slower GEMMs at the same shapes. Without a
+culprit, a step that grew with the time spent in NCCL kernels is slow
+communication. Otherwise unknown, with the figures that were checked. Signals a
+rank could not give are listed as unchecked with their reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.slowdown.feeds import SIGNALS, GpuFeed, RankFeed, from_snapshot
+from agentd.slowdown.waits import arrivals
+from agentd.stacks.verdicts import rank_or_pid
+
+CAUSES = ("gpu_slower", "gpu_contention", "input_pipeline", "cpu_starved", "gc_pauses", "slow_communication",
+          "stopped", "unknown")
+WINDOW_S = 6.0
+SETTLE_S = 4.0            # a collective not reported by all its ranks by then is dropped
+COST_MIN_FRACTION = 0.05
+DOMINANCE = 2.0
+STEP_RISE = 0.25
+MIN_COLLECTIVES = 6       # joined collectives (sample weights not counted) in the window before judging
+CONFIRM_SNAPSHOTS = 2
+CLEAR_SNAPSHOTS = 5
+BASELINE_SNAPSHOTS = 60
+STOPPED_MEMORY_S = 60.0   # a duty cycle of SIGSTOP is seen in some snapshots only: remember a minute of them
+SIGNAL_SNAPSHOTS = 3
+SIGNAL_SHARE = 0.3        # a signal explains the cost when its excess over the peers is this share of it
+GEMM_SLOWER = 1.05        # the culprit's mean GEMM time at a shape its peers run, over theirs
+
+_SIGNAL_CAUSES = (  # (signal, cause, what the rank was doing)
+    ("gc_pause_seconds_per_s", "gc_pauses", "paused for garbage collection"),
+    ("dataloader_wait_seconds_per_s", "input_pipeline", "waited for its DataLoader"),
+    ("run_delay_seconds_per_s", "cpu_starved", "had threads waiting for a CPU (run-queue delay)"),
+    ("cpu_throttled_seconds_per_s", "cpu_starved", "was throttled by its cgroup's CPU quota"),
+)
+
+
+@dataclass
+class _Rank:
+    """What the judge remembers of one rank process."""
+
+    feed: RankFeed
+    steps: deque = field(default_factory=deque)     # (time, step count)
+    signals: deque = field(default_factory=deque)   # (time, {signal: rate})
+    gemm: dict[str, float] = field(default_factory=dict)
+    stopped: deque = field(default_factory=deque)   # times it was seen stopped, the last STOPPED_MEMORY_S
+
+
+@dataclass
+class _Job:
+    ranks: dict[int, _Rank] = field(default_factory=dict)
+    pending: dict[tuple[str, int], tuple[float, dict[int, tuple[int, int]]]] = field(default_factory=dict)
+    members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → pid → last seen reporting
+    held: deque = field(default_factory=deque)      # (time, pid, held ns × weight)
+    joined: deque = field(default_factory=deque)    # times of joined collectives
+    baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
+    comm_baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
+    slow_streak: int = 0
+    clear_streak: int = 0
+    since_ns: int = 0
+    verdict: pb.JobSlowdown | None = None
+
+
+class SlowdownJudge:
+    """Turns successive feeds (one list per snapshot) into one ``JobSlowdown`` per job."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 wall_clock_ns: Callable[[], int] = time.time_ns) -> None:
+        self._clock, self._wall_ns = clock, wall_clock_ns
+        self._jobs: dict[str, _Job] = {}
+
+    def observe(self, feeds: Iterable[RankFeed]) -> list[pb.JobSlowdown]:
+        """Every job's verdict after this snapshot, jobs of at least two ranks only, by job id."""
+        now = self._clock()
+        by_job: dict[str, list[RankFeed]] = {}
+        for feed in feeds:
+            if feed.state != "exited":
+                by_job.setdefault(feed.job_id, []).append(feed)
+        self._jobs = {job_id: self._jobs.get(job_id) or _Job() for job_id in by_job}
+        verdicts = []
+        for job_id, members in sorted(by_job.items()):
+            if len(members) >= 2:
+                verdicts.append(self._judge(job_id, self._jobs[job_id], members, now))
+        return verdicts
+
+    def fill(self, snapshot: pb.HostSnapshot) -> None:
+        """``snapshot.slowdowns`` judged over the snapshot's own ranks (the agent's post-processor)."""
+        snapshot.slowdowns.extend(self.observe(from_snapshot(snapshot)))
+
+    # ------------------------------------------------------------ one job
+
+    def _judge(self, job_id: str, job: _Job, feeds: list[RankFeed], now: float) -> pb.JobSlowdown:
+        job.ranks = {f.pid: _remember(job.ranks.get(f.pid), f, now) for f in feeds}
+        _join(job, feeds, now)
+        _expire(job, now)
+        step = _job_step_seconds(job)
+        costs = _costs(job, step)
+        verdict = pb.JobSlowdown(job_id=job_id, ranks=costs)
+        if step is None:
+            verdict.unavailable["step_seconds"] = "no rank finished two optimizer steps in the window"
+        else:
+            verdict.step_seconds = step
+        baseline = statistics.median(job.baseline) if job.baseline else None
+        if baseline is not None:
+            verdict.baseline_step_seconds = baseline
+        else:
+            verdict.unavailable["baseline_step_seconds"] = "no healthy window seen yet"
+        culprits = _culprits(costs, step) if len(job.joined) >= MIN_COLLECTIVES else []
+        rose = step is not None and baseline is not None and step > baseline * (1 + STEP_RISE)
+        slow_now = bool(culprits) or rose
+        job.slow_streak = job.slow_streak + 1 if slow_now else 0
+        job.clear_streak = 0 if slow_now else job.clear_streak + 1
+        was_slow = job.verdict is not None and job.verdict.slow
+        slow = job.slow_streak >= CONFIRM_SNAPSHOTS or (was_slow and job.clear_streak < CLEAR_SNAPSHOTS)
+        if not slow:
+            job.since_ns = 0
+            if step is not None and not slow_now:
+                job.baseline.append(step)
+                comm = _median([r.feed.comm_seconds_per_s for r in job.ranks.values()])
+                if comm is not None:
+                    job.comm_baseline.append(comm * step)
+        else:
+            if not job.since_ns:
+                job.since_ns = self._wall_ns()
+            _explain(verdict, job, culprits or _culprits_of_last(job), costs, step, baseline)
+            verdict.slow = True
+            verdict.since_unix_ns = job.since_ns
+        job.verdict = verdict
+        return verdict
+
+
+def _remember(rank: _Rank | None, feed: RankFeed, now: float) -> _Rank:
+    rank = rank or _Rank(feed)
+    rank.feed = feed
+    rank.steps.append((now, feed.step_count))
+    rank.signals.append((now, {k: v for k, v in feed.signals.items() if v is not None}))
+    rank.gemm.update(feed.gemm_seconds)
+    if feed.state == "stopped":
+        rank.stopped.append(now)
+    while rank.stopped and now - rank.stopped[0] > STOPPED_MEMORY_S:
+        rank.stopped.popleft()
+    return rank
+
+
+def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
+    """Add the feeds' arrivals; settle every collective all its communicator's ranks reported."""
+    touched = set()
+    for feed in feeds:
+        for comm, seq, start_ns, every in feed.arrivals:
+            job.members.setdefault(comm, {})[feed.pid] = now
+            _, starts = job.pending.setdefault((comm, seq), (now, {}))
+            starts[feed.pid] = (start_ns, every)
+            touched.add((comm, seq))
+    for key in touched:
+        first_seen, starts = job.pending[key]
+        members = job.members[key[0]]
+        if len(starts) >= 2 and members.keys() <= starts.keys():
+            del job.pending[key]
+            pids = list(starts)
+            figures = arrivals([starts[pid][0] for pid in pids])
+            weight = max(every for _, every in starts.values())
+            job.held.append((now, pids[figures.last], figures.held_us * weight))
+            job.joined.append(now)
+
+
+def _expire(job: _Job, now: float) -> None:
+    for key in [k for k, (seen, _) in job.pending.items() if now - seen > SETTLE_S]:
+        del job.pending[key]
+    for comm, members in job.members.items():
+        job.members[comm] = {pid: seen for pid, seen in members.items() if now - seen <= WINDOW_S and pid in job.ranks}
+    while job.held and now - job.held[0][0] > WINDOW_S:
+        job.held.popleft()
+    while job.joined and now - job.joined[0] > WINDOW_S:
+        job.joined.popleft()
+    for rank in job.ranks.values():
+        for queue in (rank.steps, rank.signals):
+            while len(queue) > 1 and now - queue[0][0] > WINDOW_S:
+                queue.popleft()
+
+
+def _job_step_seconds(job: _Job) -> float | None:
+    """The job's step time in the window: the median over ranks of time per step."""
+    per_rank = []
+    for rank in job.ranks.values():
+        (t0, s0), (t1, s1) = rank.steps[0], rank.steps[-1]
+        if s1 - s0 >= 2:
+            per_rank.append((t1 - t0) / (s1 - s0))
+    return statistics.median(per_rank) if per_rank else None
+
+
+def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
+    """Every rank's held time per step, costliest first (per second of the window without a step time)."""
+    held: dict[int, float] = {pid: 0.0 for pid in job.ranks}
+    for _, pid, ns in job.held:
+        if pid in held:
+            held[pid] += ns * 1e-9
+    steps = _median([r.steps[-1][1] - r.steps[0][1] for r in job.ranks.values()]) or 0
+    span = max((r.steps[-1][0] - r.steps[0][0] for r in job.ranks.values()), default=0.0)
+    costs = []
+    for pid, seconds in held.items():
+        rank = job.ranks[pid].feed
+        per_step = seconds / steps if steps else (seconds / span if span else 0.0)
+        cost = pb.RankCost(pid=pid, host=rank.host, cost_seconds=per_step,
+                           cost_percent=100 * per_step / step if step else 0.0)
+        if rank.rank is not None:
+            cost.rank = rank.rank
+        if rank.gpu is not None:
+            cost.gpu = rank.gpu.index
+        costs.append(cost)
+    return sorted(costs, key=lambda c: (-c.cost_seconds, c.rank if c.HasField("rank") else c.pid))
+
+
+def _culprits(costs: list[pb.RankCost], step: float | None) -> list[pb.RankCost]:
+    """The ranks the others wait for: the costliest when it stands out (see the module's docstring)."""
+    if step is None or not costs or costs[0].cost_seconds < COST_MIN_FRACTION * step:
+        return []
+    runner_up = costs[1].cost_seconds if len(costs) > 1 else 0.0
+    if costs[0].cost_seconds < DOMINANCE * runner_up:
+        return []
+    return [c for c in costs if c.cost_seconds >= max(COST_MIN_FRACTION * step, costs[0].cost_seconds / DOMINANCE)]
+
+
+def _culprits_of_last(job: _Job) -> list[pb.RankCost]:
+    """While a slow verdict holds without a culprit now, the one it named last."""
+    return list(job.verdict.culprits) if job.verdict is not None else []
+
+
+# ---------------------------------------------------------------- cause
+
+def _explain(verdict: pb.JobSlowdown, job: _Job, culprits: list[pb.RankCost], costs: list[pb.RankCost],
+             step: float | None, baseline: float | None) -> None:
+    by_pid = {c.pid: c for c in costs}  # a culprit named last time carries this window's cost
+    verdict.culprits.extend(by_pid.get(c.pid, c) for c in culprits)
+    if culprits:
+        verdict.cost_seconds = sum(c.cost_seconds for c in verdict.culprits)
+        verdict.cost_percent = sum(c.cost_percent for c in verdict.culprits)
+        culprit = job.ranks.get(verdict.culprits[0].pid)
+        if culprit is not None:
+            verdict.cause = _rank_cause(verdict, job, culprit, verdict.culprits[0], step)
+            return
+    if step is not None and baseline is not None:
+        verdict.cost_seconds = max(0.0, step - baseline)
+        verdict.cost_percent = 100 * verdict.cost_seconds / step
+    verdict.cause = _job_cause(verdict, job, step, baseline)
+
+
+def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.RankCost, step: float | None) -> str:
+    who = rank_or_pid(culprit.feed.rank, culprit.feed.pid)
+    peers = [r for pid, r in job.ranks.items() if pid != culprit.feed.pid]
+    cost_per_s = cost.cost_seconds / step if step else 0.0
+    verdict.evidence.append(
+        f"the others waited for {who} ({culprit.feed.host}) at collectives: {cost.cost_seconds * 1e3:.1f} ms "
+        f"per step ({cost.cost_percent:.0f} % of a {(step or 0) * 1e3:.1f} ms step), over "
+        f"{len(job.joined)} collectives joined in the last {WINDOW_S:g} s")
+    if culprit.stopped:
+        verdict.evidence.append(f"{who}'s process was seen stopped (SIGSTOP, a debugger or job control) in "
+                                f"{len(culprit.stopped)} snapshot(s) in the last {STOPPED_MEMORY_S:g} s")
+        return "stopped"
+    for signal, cause, doing in _SIGNAL_CAUSES:
+        own, others = _mean_signal(culprit, signal), _median([_mean_signal(p, signal) for p in peers])
+        if own is None:
+            verdict.unchecked.append(f"{signal} of {who}: {culprit.feed.missing.get(signal, 'not reported')}")
+            continue
+        excess = own - (others or 0.0)
+        if cost_per_s and excess >= SIGNAL_SHARE * cost_per_s:
+            verdict.evidence.append(f"{who} {doing} {own * 1e3:.0f} ms per second against "
+                                    f"{(others or 0.0) * 1e3:.0f} ms on its peers (median)")
+            return cause
+    gpu = culprit.feed.gpu
+    if gpu is None:
+        verdict.unchecked.append(f"GPU of {who}: {culprit.feed.missing.get('gpu', 'unknown')}")
+    else:
+        job_pids = set(job.ranks)
+        intruders = [(pid, share) for pid, share in gpu.processes if pid not in job_pids]
+        if intruders:
+            shares = ", ".join(f"pid {pid}" + (f" ({share:.0f} % SM)" if share is not None else "")
+                               for pid, share in intruders)
+            verdict.evidence.append(f"GPU {gpu.index} of {who} also runs {shares}")
+            return "gpu_contention"
+        slower = _slower_gemm(culprit, peers)
+        if slower:
+            verdict.evidence.append(slower)
+            verdict.evidence.extend(_gpu_facts(gpu, [p.feed.gpu for p in peers if p.feed.gpu is not None]))
+            return "gpu_slower"
+    verdict.evidence.append("checked, and like its peers in each: " + ", ".join(
+        f"{s} {_fmt(_mean_signal(culprit, s))}" for s in SIGNALS))
+    return "unknown"
+
+
+def _job_cause(verdict: pb.JobSlowdown, job: _Job, step: float | None, baseline: float | None) -> str:
+    if step is None or baseline is None:
+        verdict.evidence.append("the step time rose, and no rank held the others up")
+        return "unknown"
+    verdict.evidence.append(f"the step takes {step * 1e3:.1f} ms against {baseline * 1e3:.1f} ms before, and no "
+                            f"rank held the others up at collectives ({len(job.joined)} joined in {WINDOW_S:g} s)")
+    comm = _median([r.feed.comm_seconds_per_s for r in job.ranks.values()])
+    comm_baseline = statistics.median(job.comm_baseline) if job.comm_baseline else None
+    if comm is None or comm_baseline is None:
+        verdict.unchecked.append("time in NCCL kernels: no NCCL figures (no hook plugin, or not an NCCL job)")
+        return "unknown"
+    grew = comm * step - comm_baseline
+    verdict.evidence.append(f"time in NCCL kernels per step {comm * step * 1e3:.1f} ms against "
+                            f"{comm_baseline * 1e3:.1f} ms before")
+    return "slow_communication" if grew >= 0.5 * (step - baseline) else "unknown"
+
+
+def _slower_gemm(culprit: _Rank, peers: list[_Rank]) -> str:
+    """A sentence on the shape the culprit runs slowest against its peers, or ""."""
+    worst, worst_ratio = "", GEMM_SLOWER
+    for shape, own in culprit.gemm.items():
+        theirs = _median([p.gemm.get(shape) for p in peers])
+        if theirs and own / theirs >= worst_ratio:
+            worst_ratio = own / theirs
+            worst = (f"{rank_or_pid(culprit.feed.rank, culprit.feed.pid)}'s GEMMs {shape} take "
+                     f"{own * 1e6:.0f} µs against {theirs * 1e6:.0f} µs on its peers ({worst_ratio:.2f}×)")
+    return worst
+
+
+def _gpu_facts(gpu: GpuFeed, peers: list[GpuFeed]) -> list[str]:
+    facts = []
+    peer_clock = _median([p.sm_clock_hz for p in peers])
+    if gpu.sm_clock_hz is not None and peer_clock:
+        facts.append(f"GPU {gpu.index} SM clock {gpu.sm_clock_hz / 1e6:.0f} MHz against {peer_clock / 1e6:.0f} MHz "
+                     "on its peers' GPUs")
+    if gpu.power_limit_watts is not None:
+        peer_limit = _median([p.power_limit_watts for p in peers])
+        facts.append(f"GPU {gpu.index} power {_fmt(gpu.power_watts, 'W')} of a {gpu.power_limit_watts:.0f} W cap"
+                     + (f" (peers' cap {peer_limit:.0f} W)" if peer_limit else ""))
+    if gpu.clock_event_reasons:
+        facts.append(f"GPU {gpu.index} clock event reasons: {', '.join(gpu.clock_event_reasons)}")
+    return facts
+
+
+def _mean_signal(rank: _Rank, signal: str) -> float | None:
+    """The signal's mean over the rank's last SIGNAL_SNAPSHOTS snapshots (the window's start may predate the cause)."""
+    values = [v[signal] for _, v in list(rank.signals)[-SIGNAL_SNAPSHOTS:] if signal in v]
+    return sum(values) / len(values) if values else None
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _fmt(value: float | None, unit: str = "s/s") -> str:
+    return "unavailable" if value is None else f"{value:.3g} {unit}"

@@ -1,0 +1,184 @@
+"""The slowdown verdict on scripted rank streams: who, what it costs, why; and no verdict on noise.
+
+The streams are what the ranks collector reports each second: per rank its step count,
+its collectives' starts (a sample, as ``rank_arrivals`` takes it) and its rates. Real jobs
+drive the same judge in tests/hangs/test_slowdown_gloo.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agentd.collectors.rank_arrivals import ArrivalTracker
+from agentd.slowdown import verdict as v
+from agentd.slowdown.feeds import GpuFeed, RankFeed
+
+STEP_S = 0.1
+COLLECTIVES_PER_STEP = 4
+
+
+class Job:
+    """``ranks`` ranks stepping every STEP_S (plus ``late[rank]`` s for the late one), one snapshot a second."""
+
+    def __init__(self, ranks: int = 4, job_id: str = "job", seed: int = 0) -> None:
+        self.ranks, self.job_id = ranks, job_id
+        self.random = random.Random(seed)
+        self.seconds, self.steps, self.seq = 0, 0, 0
+        self.late: dict[int, float] = {}
+        self.extra_step_s = 0.0
+        self.signals: dict[int, dict[str, float]] = {}
+        self.states: dict[int, str] = {}
+        self.comm_s_per_s = 0.2
+        self.gpus: dict[int, GpuFeed] = {}
+        self.gemm: dict[int, float] = {}
+        self.trackers = [ArrivalTracker() for _ in range(ranks)]
+
+    def second(self) -> list[RankFeed]:
+        """One second of the job: its ranks' feeds for the snapshot that follows it."""
+        step_s = STEP_S + max(self.late.values(), default=0.0) + self.extra_step_s
+        starts: list[list[tuple[str, int, int]]] = [[] for _ in range(self.ranks)]
+        t = self.seconds * 1e9
+        steps = 0
+        while t < (self.seconds + 1) * 1e9:
+            # a late rank reaches the step's first collective late; the others wait in it, so the
+            # step's later collectives find everyone together again
+            for collective in range(COLLECTIVES_PER_STEP):
+                self.seq += 1
+                for rank in range(self.ranks):
+                    late = self.late.get(rank, 0.0) if collective == 0 else 0.0
+                    jitter = self.random.uniform(0, 0.0005)
+                    starts[rank].append(("c0ffee", self.seq, int(t + (late + jitter) * 1e9)))
+                t += step_s / COLLECTIVES_PER_STEP * 1e9
+            steps += 1
+        self.steps += steps
+        self.seconds += 1
+        feeds = []
+        for rank in range(self.ranks):
+            sample = self.trackers[rank].take(starts[rank])
+            signals = {name: 0.0 for name in v.SIGNALS}
+            signals.update(self.signals.get(rank, {}))
+            feeds.append(RankFeed(
+                pid=1000 + rank, rank=rank, host="node1", job_id=self.job_id, state=self.states.get(rank, "running"),
+                step_count=self.steps,
+                arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every) for a in sample),
+                signals=signals, gemm_seconds={"gemm bf16 m=4096": self.gemm.get(rank, 0.001)},
+                comm_seconds_per_s=self.comm_s_per_s, gpu=self.gpus.get(rank)))
+        return feeds
+
+
+def run(judge: v.SlowdownJudge, clock: list[float], job: Job, seconds: int):
+    verdicts = []
+    for _ in range(seconds):
+        clock[0] += 1.0
+        verdicts = judge.observe(job.second())
+    return verdicts
+
+
+@pytest.fixture
+def judged():
+    clock = [0.0]
+    return v.SlowdownJudge(clock=lambda: clock[0], wall_clock_ns=lambda: int(clock[0] * 1e9)), clock
+
+
+def test_a_healthy_job_with_jittery_arrivals_is_not_slow(judged):
+    judge, clock = judged
+    job = Job()
+    for _ in range(120):
+        (verdict,) = run(judge, clock, job, 1)
+        assert not verdict.slow and not verdict.culprits and verdict.cause == ""
+    assert len(verdict.ranks) == 4 and verdict.step_seconds == pytest.approx(STEP_S, rel=0.1)
+
+
+def test_the_late_rank_is_named_with_its_cost_within_seconds(judged):
+    judge, clock = judged
+    job = Job()
+    run(judge, clock, job, 10)
+    job.late[2] = 0.03  # rank 2 reaches each collective 30 ms after the others
+    for seconds in range(1, 11):
+        (verdict,) = run(judge, clock, job, 1)
+        if verdict.slow:
+            break
+    assert seconds <= 4
+    assert [c.rank for c in verdict.culprits] == [2]
+    (verdict,) = run(judge, clock, job, int(v.WINDOW_S))  # a window of the slow job alone
+    # the others wait 30 ms a step for it (its sampled collectives weighed by their sample), in a 130 ms step
+    assert verdict.culprits[0].cost_seconds == pytest.approx(0.03, rel=0.25)
+    assert verdict.cost_percent == pytest.approx(100 * 0.03 / (STEP_S + 0.03), rel=0.25)
+    assert verdict.step_seconds == pytest.approx(STEP_S + 0.03, rel=0.1)
+    assert verdict.cause == "unknown" and "checked, and like its peers in each" in verdict.evidence[-1]
+    job.late.clear()
+    (verdict,) = run(judge, clock, job, int(v.WINDOW_S) + v.CLEAR_SNAPSHOTS + 1)
+    assert not verdict.slow
+
+
+@pytest.mark.parametrize(("signal", "cause"), [
+    ("gc_pause_seconds_per_s", "gc_pauses"),
+    ("dataloader_wait_seconds_per_s", "input_pipeline"),
+    ("run_delay_seconds_per_s", "cpu_starved"),
+    ("cpu_throttled_seconds_per_s", "cpu_starved"),
+])
+def test_the_cause_is_the_signal_that_sets_the_rank_apart(judged, signal, cause):
+    judge, clock = judged
+    job = Job()
+    run(judge, clock, job, 10)
+    job.late[1] = 0.03
+    job.signals[1] = {signal: 0.2}
+    (verdict,) = run(judge, clock, job, 5)
+    assert verdict.slow and verdict.cause == cause and verdict.culprits[0].rank == 1
+    assert any("200 ms per second against 0 ms" in line for line in verdict.evidence)
+
+
+def test_a_stopped_rank_is_named_stopped(judged):
+    judge, clock = judged
+    job = Job()
+    run(judge, clock, job, 10)
+    job.late[3] = 0.03
+    job.states[3] = "stopped"
+    run(judge, clock, job, 1)
+    job.states[3] = "running"
+    (verdict,) = run(judge, clock, job, 4)
+    assert verdict.cause == "stopped" and verdict.culprits[0].rank == 3
+
+
+def test_another_process_on_its_gpu_then_slower_gemms(judged):
+    judge, clock = judged
+    job = Job()
+    job.gpus = {r: GpuFeed(index=r, sm_clock_hz=1.98e9, processes=((1000 + r, 90.0),)) for r in range(4)}
+    run(judge, clock, job, 10)
+    job.late[0] = 0.03
+    job.gpus[0] = GpuFeed(index=0, sm_clock_hz=1.98e9, processes=((1000, 50.0), (4242, 45.0)))
+    (verdict,) = run(judge, clock, job, 5)
+    assert verdict.cause == "gpu_contention" and "pid 4242 (45 % SM)" in " ".join(verdict.evidence)
+    assert verdict.culprits[0].gpu == 0
+    job.gpus[0] = GpuFeed(index=0, sm_clock_hz=1.2e9, power_limit_watts=300.0, processes=((1000, 99.0),))
+    job.gemm[0] = 0.0016
+    (verdict,) = run(judge, clock, job, 3)
+    assert verdict.cause == "gpu_slower"
+    text = " ".join(verdict.evidence)
+    assert "1600 µs against 1000 µs" in text and "1200 MHz against 1980 MHz" in text
+
+
+def test_a_step_that_grows_with_nccl_time_and_no_late_rank_is_slow_communication(judged):
+    judge, clock = judged
+    job = Job()
+    run(judge, clock, job, 20)
+    job.extra_step_s = 0.05
+    job.comm_s_per_s = 0.5
+    (verdict,) = run(judge, clock, job, 8)
+    assert verdict.slow and verdict.cause == "slow_communication" and not verdict.culprits
+    assert verdict.cost_seconds == pytest.approx(0.05, rel=0.2)
+
+
+def test_two_jobs_on_one_host_are_judged_apart(judged):
+    judge, clock = judged
+    a, b = Job(job_id="a"), Job(job_id="b", seed=1)
+    b.late[1] = 0.03
+    verdicts = []
+    for _ in range(15):
+        clock[0] += 1.0
+        verdicts = judge.observe(a.second() + [
+            RankFeed(**{**f.__dict__, "pid": f.pid + 100}) for f in b.second()])
+    by_job = {verdict.job_id: verdict for verdict in verdicts}
+    assert not by_job["a"].slow
+    assert by_job["b"].slow and [c.pid for c in by_job["b"].culprits] == [1101]
