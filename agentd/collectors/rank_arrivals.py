@@ -48,6 +48,7 @@ class ArrivalTracker:
 
     def __init__(self) -> None:
         self._reported: dict[str, int] = {}  # communicator → the newest sequence number already taken
+        self._newest: dict[str, tuple[int, int]] = {}  # communicator → (sequence, start) of the newest taken
 
     def take(self, arrivals: Iterable[Arrival]) -> list[pb.CollectiveArrival]:
         """The sample of ``arrivals`` newer than those taken before (see the module's docstring)."""
@@ -57,10 +58,13 @@ class ArrivalTracker:
                 new.setdefault(comm, {})[seq] = start_ns
         sample = []
         for comm, starts in sorted(new.items()):
-            self._reported[comm] = max(starts)
+            newest = max(starts)
             every = sample_every(len(starts))
-            sample += [pb.CollectiveArrival(comm=comm, sequence=seq, start_unix_ns=start, sample_every=every)
+            before = dict([self._newest[comm]]) if comm in self._newest else {}
+            sample += [pb.CollectiveArrival(comm=comm, sequence=seq, start_unix_ns=start, sample_every=every,
+                                            previous_start_unix_ns=starts.get(seq - 1, before.get(seq - 1, 0)))
                        for seq, start in sorted(starts.items()) if _mixed(seq) % every == 0]
+            self._reported[comm], self._newest[comm] = newest, (newest, starts[newest])
         return sample
 
 

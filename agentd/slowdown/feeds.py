@@ -40,7 +40,8 @@ class RankFeed:
     job_id: str
     state: str
     step_count: int
-    arrivals: tuple[tuple[str, int, int, int], ...] = ()  # (communicator, sequence, start Unix ns, sample_every)
+    # (communicator, sequence, start Unix ns, sample_every, start of the one before or 0)
+    arrivals: tuple[tuple[str, int, int, int, int], ...] = ()
     signals: dict[str, float | None] = field(default_factory=dict)   # SIGNALS → rate, None when unavailable
     missing: dict[str, str] = field(default_factory=dict)            # SIGNALS (and "gpu") → why unavailable
     gemm_seconds: dict[str, float] = field(default_factory=dict)     # "op dtype shape" → mean GEMM latency
@@ -66,7 +67,8 @@ def _rank_feed(host: str, rank: pb.RankStats, gpu: pb.GpuStats | None, any_gpu: 
     return RankFeed(
         pid=rank.pid, rank=rank.rank if rank.HasField("rank") else None, host=host, job_id=rank.job_id,
         state=rank.state, step_count=rank.step_count,
-        arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every) for a in rank.arrivals),
+        arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every, a.previous_start_unix_ns)
+                       for a in rank.arrivals),
         signals=signals, missing=missing, gemm_seconds=gemm,
         comm_seconds_per_s=comm if rank.nccl else None, gpu=None if gpu is None else _gpu_feed(gpu))
 

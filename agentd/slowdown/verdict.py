@@ -45,8 +45,8 @@ CAUSES = ("gpu_slower", "gpu_contention", "input_pipeline", "cpu_starved", "gc_p
           "stopped", "unknown")
 WINDOW_S = 6.0
 SETTLE_S = 4.0            # a collective not reported by all its ranks by then is dropped
-COST_MIN_FRACTION = 0.05
-DOMINANCE = 2.0
+COST_MIN_FRACTION = 0.10
+DOMINANCE = 3.0
 STEP_RISE = 0.25
 MIN_COLLECTIVES = 6       # joined collectives (sample weights not counted) in the window before judging
 CONFIRM_SNAPSHOTS = 2
@@ -79,7 +79,8 @@ class _Rank:
 @dataclass
 class _Job:
     ranks: dict[int, _Rank] = field(default_factory=dict)
-    pending: dict[tuple[str, int], tuple[float, dict[int, tuple[int, int]]]] = field(default_factory=dict)
+    # (comm, seq) → (first seen, pid → (start, sample_every, its start of the one before))
+    pending: dict[tuple[str, int], tuple[float, dict[int, tuple[int, int, int]]]] = field(default_factory=dict)
     members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → pid → last seen reporting
     held: deque = field(default_factory=deque)      # (time, pid, held ns × weight)
     joined: deque = field(default_factory=deque)    # times of joined collectives
@@ -176,10 +177,10 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
     """Add the feeds' arrivals; settle every collective all its communicator's ranks reported."""
     touched = set()
     for feed in feeds:
-        for comm, seq, start_ns, every in feed.arrivals:
+        for comm, seq, start_ns, every, previous_ns in feed.arrivals:
             job.members.setdefault(comm, {})[feed.pid] = now
             _, starts = job.pending.setdefault((comm, seq), (now, {}))
-            starts[feed.pid] = (start_ns, every)
+            starts[feed.pid] = (start_ns, every, previous_ns)
             touched.add((comm, seq))
     for key in touched:
         first_seen, starts = job.pending[key]
@@ -187,8 +188,9 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
         if len(starts) >= 2 and members.keys() <= starts.keys():
             del job.pending[key]
             pids = list(starts)
-            figures = arrivals([starts[pid][0] for pid in pids])
-            weight = max(every for _, every in starts.values())
+            previous = [p for _, _, p in starts.values()]
+            figures = arrivals([starts[pid][0] for pid in pids], max(previous) if all(previous) else 0)
+            weight = max(every for _, every, _ in starts.values())
             job.held.append((now, pids[figures.last], figures.held_us * weight))
             job.joined.append(now)
 

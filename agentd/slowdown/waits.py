@@ -26,8 +26,14 @@ class Arrivals:
     calls: int
 
 
-def arrivals(starts: Sequence[float]) -> Arrivals:
-    """The arrival figures of one collective from each call's start (at least one)."""
+def arrivals(starts: Sequence[float], not_before: float = 0.0) -> Arrivals:
+    """The arrival figures of one collective from each call's start (at least one).
+
+    ``not_before``: when the collective could begin at the earliest. A communicator runs its
+    collectives in order, so none begins before every rank started the one before it; a rank
+    that enqueued it earlier (a CPU backend enqueues without waiting) arrived, in effect, then.
+    GPU kernel starts are in order already: for them it changes nothing."""
+    starts = [max(start, not_before) for start in starts]
     last, latest = 0, starts[0]
     for position, start in enumerate(starts):
         if start >= latest:

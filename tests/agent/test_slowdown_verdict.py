@@ -61,7 +61,8 @@ class Job:
             feeds.append(RankFeed(
                 pid=1000 + rank, rank=rank, host="node1", job_id=self.job_id, state=self.states.get(rank, "running"),
                 step_count=self.steps,
-                arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every) for a in sample),
+                arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every, a.previous_start_unix_ns)
+                               for a in sample),
                 signals=signals, gemm_seconds={"gemm bf16 m=4096": self.gemm.get(rank, 0.001)},
                 comm_seconds_per_s=self.comm_s_per_s, gpu=self.gpus.get(rank)))
         return feeds
@@ -182,3 +183,31 @@ def test_two_jobs_on_one_host_are_judged_apart(judged):
     by_job = {verdict.job_id: verdict for verdict in verdicts}
     assert not by_job["a"].slow
     assert by_job["b"].slow and [c.pid for c in by_job["b"].culprits] == [1101]
+
+
+def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged):
+    """A CPU backend enqueues without waiting: a rank that is late to a step is late to each of the
+    step's collectives it enqueues, but the communicator runs them in order, so the others wait once."""
+    judge, clock = judged
+    trackers = [ArrivalTracker() for _ in range(2)]
+    seq, t, steps = 0, 0.0, 0
+    verdict = None
+    for second in range(20):
+        late = 0.03 if second >= 8 else 0.0
+        starts: list[list[tuple[str, int, int]]] = [[], []]
+        while t < second + 1:
+            for bucket in range(4):  # the step's 4 buckets, enqueued 1 ms apart on each rank
+                seq += 1
+                starts[0].append(("pg0", seq, int((t + bucket * 0.001) * 1e9)))
+                starts[1].append(("pg0", seq, int((t + late + bucket * 0.001) * 1e9)))
+            t += STEP_S + late
+            steps += 1
+        clock[0] += 1.0
+        feeds = [RankFeed(pid=1000 + r, rank=r, host="node1", job_id="job", state="running", step_count=steps,
+                          arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every,
+                                          a.previous_start_unix_ns) for a in trackers[r].take(starts[r])))
+                 for r in range(2)]
+        (verdict,) = judge.observe(feeds)
+    assert verdict is not None and verdict.slow and verdict.culprits[0].rank == 1
+    # 30 ms at the first bucket, 1 ms at each of the next three (sampled: within its spread), not 4 × 30 ms
+    assert verdict.culprits[0].cost_seconds == pytest.approx(0.033, rel=0.3)

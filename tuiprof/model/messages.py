@@ -324,6 +324,7 @@ class CollectiveArrival:
     sequence: int
     start_unix_ns: int
     sample_every: int
+    previous_start_unix_ns: int
 
 
 @dataclass(frozen=True, slots=True)
