@@ -40,6 +40,7 @@ class RankFeed:
     job_id: str
     state: str
     step_count: int
+    at: float | None = None  # when its host took the snapshot (Unix s); None: when the judge is fed
     # (communicator, sequence, start Unix ns, sample_every, start of the one before or 0)
     arrivals: tuple[tuple[str, int, int, int, int], ...] = ()
     signals: dict[str, float | None] = field(default_factory=dict)   # SIGNALS → rate, None when unavailable
@@ -49,13 +50,17 @@ class RankFeed:
     gpu: GpuFeed | None = None
 
 
-def from_snapshot(snapshot: pb.HostSnapshot) -> list[RankFeed]:
-    """The feeds of a snapshot's ranks, each with the GPU its process is on."""
+def from_snapshot(snapshot: pb.HostSnapshot, with_arrivals: bool = True) -> list[RankFeed]:
+    """The feeds of a snapshot's ranks, each with the GPU its process is on. ``with_arrivals=False``:
+    a snapshot fed before again (a host that sent nothing new), whose arrivals were judged already."""
     gpus = {p.pid: gpu for gpu in snapshot.gpus for p in gpu.processes}
-    return [_rank_feed(snapshot.hostname, rank, gpus.get(rank.pid), bool(snapshot.gpus)) for rank in snapshot.ranks]
+    at = snapshot.timestamp_unix_ns / 1e9 if snapshot.timestamp_unix_ns else None
+    return [_rank_feed(snapshot.hostname, at, rank, gpus.get(rank.pid), bool(snapshot.gpus), with_arrivals)
+            for rank in snapshot.ranks]
 
 
-def _rank_feed(host: str, rank: pb.RankStats, gpu: pb.GpuStats | None, any_gpu: bool) -> RankFeed:
+def _rank_feed(host: str, at: float | None, rank: pb.RankStats, gpu: pb.GpuStats | None, any_gpu: bool,
+               with_arrivals: bool) -> RankFeed:
     signals = {name: getattr(rank, name) if rank.HasField(name) else None for name in SIGNALS}
     missing = {name: rank.unavailable.get(name, "not reported") for name in SIGNALS if signals[name] is None}
     if gpu is None:
@@ -66,9 +71,9 @@ def _rank_feed(host: str, rank: pb.RankStats, gpu: pb.GpuStats | None, any_gpu: 
     comm = sum(n.count_per_s * n.latency.avg_seconds for n in rank.nccl if n.latency.HasField("avg_seconds"))
     return RankFeed(
         pid=rank.pid, rank=rank.rank if rank.HasField("rank") else None, host=host, job_id=rank.job_id,
-        state=rank.state, step_count=rank.step_count,
+        state=rank.state, step_count=rank.step_count, at=at,
         arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every, a.previous_start_unix_ns)
-                       for a in rank.arrivals),
+                       for a in rank.arrivals) if with_arrivals else (),
         signals=signals, missing=missing, gemm_seconds=gemm,
         comm_seconds_per_s=comm if rank.nccl else None, gpu=None if gpu is None else _gpu_feed(gpu))
 

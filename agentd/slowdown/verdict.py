@@ -161,10 +161,15 @@ class SlowdownJudge:
 
 
 def _remember(rank: _Rank | None, feed: RankFeed, now: float) -> _Rank:
+    """Take one snapshot's feed of a rank; a snapshot seen before (same ``at``) adds no sample."""
     rank = rank or _Rank(feed)
+    fresh = feed.at is None or not rank.steps or rank.feed.at != feed.at
     rank.feed = feed
-    rank.steps.append((now, feed.step_count))
-    rank.signals.append((now, {k: v for k, v in feed.signals.items() if v is not None}))
+    if fresh:
+        # Steps are timed by the host's snapshot clock where it says: a host whose snapshot came late
+        # still has its steps at the time it counted them.
+        rank.steps.append((now if feed.at is None else feed.at, feed.step_count))
+        rank.signals.append((now, {k: v for k, v in feed.signals.items() if v is not None}))
     rank.gemm.update(feed.gemm_seconds)
     if feed.state == "stopped":
         rank.stopped.append(now)
@@ -205,9 +210,11 @@ def _expire(job: _Job, now: float) -> None:
     while job.joined and now - job.joined[0] > WINDOW_S:
         job.joined.popleft()
     for rank in job.ranks.values():
-        for queue in (rank.steps, rank.signals):
-            while len(queue) > 1 and now - queue[0][0] > WINDOW_S:
-                queue.popleft()
+        newest_step = rank.steps[-1][0]  # on the host's clock, or the judge's
+        while len(rank.steps) > 1 and newest_step - rank.steps[0][0] > WINDOW_S:
+            rank.steps.popleft()
+        while len(rank.signals) > 1 and now - rank.signals[0][0] > WINDOW_S:
+            rank.signals.popleft()
 
 
 def _job_step_seconds(job: _Job) -> float | None:

@@ -10,6 +10,7 @@ job must get no verdict. The same judge runs in the console (``tuiprof status --
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
 import random
@@ -155,9 +156,21 @@ def assert_cost_matches_step_timer(job: Job, verdict: pb.JobSlowdown, fault_at: 
     assert verdict.culprits[0].cost_seconds == pytest.approx(slow - healthy, rel=0.35), (healthy, slow, verdict)
 
 
+async def status_job(agent, job: Job) -> dict:
+    """The job's entry in `tuiprof status --json`."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tuiprof.cli", "status", "--json", agent.address.target,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return next(entry for entry in json.loads(out)["jobs"] if entry["job_id"] == job.id)
+
+
 async def test_a_healthy_job_gets_no_verdict(agent, start_job):
     job = start_job()
     await healthy_for(agent, job, 20)
+    entry = await status_job(agent, job)
+    assert entry["ranks"] == 2 and entry["slowdown"] is None
 
 
 async def test_a_slow_dataloader_on_one_rank(agent, start_job):
@@ -169,6 +182,9 @@ async def test_a_slow_dataloader_on_one_rank(agent, start_job):
     await asyncio.sleep(6)
     _, verdict = await watch(agent, job, lambda s, v: v is not None and v.slow, 30)
     assert_cost_matches_step_timer(job, verdict, fault_at)
+    slowdown = (await status_job(agent, job))["slowdown"]
+    assert slowdown["cause"] == "input_pipeline" and [r["rank"] for r in slowdown["ranks"]] == [SLOW_RANK]
+    assert slowdown["cost_ms"] > 0 and slowdown["cost_percent"] > 10 and slowdown["hosts"] == [verdict.culprits[0].host]
 
 
 async def test_a_gc_storm_on_one_rank(agent, start_job):

@@ -28,6 +28,7 @@ from rich.text import Text
 
 from agentd.address import AgentAddress
 from agentd.token import TokenFileError
+from tuiprof.analysis.slowdown import jobs_of_agents, slowdown_json
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import HostClient
 from tuiprof.client.local import LocalAgentError, local_agent
@@ -120,7 +121,21 @@ def document(cluster: ClusterState, hangs: dict[str, HangStatus] | None, embedde
             entry["hang"] = prometheus_hang(state.summary.hang_level, hangs.get(state.address))
         if embedded and state.info is not None:
             entry["host"] = state.info.hostname
+    result["jobs"] = jobs_document(cluster)
     return result
+
+
+def jobs_document(cluster: ClusterState) -> list[dict[str, Any]]:
+    """Every job with ranks on the hosts, with its slowdown verdict (the agents' own; null when healthy)."""
+    messages = [state.message for state in cluster.hosts() if state.message is not None]
+    verdicts = jobs_of_agents(messages)
+    ranks: dict[str, list[str]] = {}
+    for message in messages:
+        for rank in message.ranks:
+            ranks.setdefault(rank.job_id, []).append(message.hostname)
+    return [{"job_id": job_id, "ranks": len(hosts), "hosts": sorted(set(hosts)),
+             "slowdown": slowdown_json(verdicts.get(job_id))}
+            for job_id, hosts in sorted(ranks.items())]
 
 
 async def _status(args: argparse.Namespace) -> tuple[ClusterState, dict[str, HangStatus] | None, bool]:
