@@ -65,7 +65,7 @@ def slow_banner(verdicts: Iterable[pb.JobSlowdown]) -> SlowBanner | None:
         parts.append(worst.evidence[-1])
     if len(slow) > 1:
         parts.append(f"{len(slow) - 1} more slow job{'s' if len(slow) > 2 else ''}")
-    parts.append("press o for the job's ranks")
+    parts.append("press n for its ranks' ops")
     return SlowBanner(" — ".join(parts))
 
 

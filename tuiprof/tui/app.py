@@ -30,6 +30,7 @@ from textual.driver import Driver
 from textual.timer import Timer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
+from tuiprof.analysis.slowdown import ClusterSlowdowns
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.settings import SettingsFile
 from tuiprof.client.sources import EventSource, LiveSource
@@ -114,6 +115,8 @@ class TuiprofApp(App[None]):
         """How screens that make their own calls (traces, stacks) reach the agents (by default as the
         source does: its options also know which agent runs in this process)."""
         self.cluster = ClusterState(source.hosts)
+        self.slowdowns = ClusterSlowdowns()
+        """The slowdown verdict of every job, its collectives joined across all watched hosts."""
         self._clock = clock
         self._inbox: list[HostEvent] = []
         self._rendered_version = -1
@@ -188,10 +191,18 @@ class TuiprofApp(App[None]):
 
     def on_events_pending(self, _: EventsPending) -> None:
         events, self._inbox = self._inbox, []
+        unjudged: set[str] = set()  # hosts with a snapshot the slowdown verdict has not seen yet
         for event in events:
+            if isinstance(event, SnapshotReceived) and event.host in unjudged:
+                # a second snapshot of a host in one batch (a replay at full speed): judge the first
+                self.slowdowns.observe(self.cluster.hosts(), self.cluster.now)
+                unjudged.clear()
             self.cluster.apply(event)
             if isinstance(event, SnapshotReceived):
+                unjudged.add(event.host)
                 self._keep_detail(event)
+        if unjudged:
+            self.slowdowns.observe(self.cluster.hosts(), self.cluster.now)
         if events and not self.source.live:
             self._replayed_to = events[-1].at
             self._show_replay()

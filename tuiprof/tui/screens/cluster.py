@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Input, Static
 
+from tuiprof.analysis.slowdown import slow_banner
 from tuiprof.analysis.stacks_banner import hang_banner
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState, worst_first
@@ -186,6 +187,7 @@ class ClusterScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="hang-banner", markup=False)  # data, not markup
+        yield Static(id="slow-banner", markup=False)
         yield self.grid
         yield Static(id="detail", classes="detail", markup=False)  # data, not markup
         yield Input(placeholder="filter: name words and util<10 mem>90 hang=hung (Enter applies, Esc cancels)",
@@ -235,6 +237,7 @@ class ClusterScreen(ConsoleScreen):
         self._update_titles(len(hosts))
         self.update_detail()
         self.update_hang_banner()
+        self.update_slow_banner()
 
     def _view_changed(self) -> None:
         """Redraw after a sort, invert or filter change, and remember the choice for the next console."""
@@ -258,6 +261,14 @@ class ClusterScreen(ConsoleScreen):
         widget.display = banner is not None
         if banner is not None:
             widget.set_classes(f"hang-{banner.level}")
+            set_content(widget, banner.text)
+
+    def update_slow_banner(self) -> None:
+        """The costliest slow job over the table: who the others wait for, what it costs, why."""
+        banner = slow_banner(self.console.slowdowns.verdicts)
+        widget = self.query_one("#slow-banner", Static)
+        widget.display = banner is not None
+        if banner is not None:
             set_content(widget, banner.text)
 
     def _hang_status(self, state: HostState) -> HangStatus | None:

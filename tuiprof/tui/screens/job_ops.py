@@ -7,7 +7,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
+from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.analysis.job_ops import Extreme, OpRow, job_ops
+from tuiprof.analysis.slowdown import slow_banner
 from tuiprof.model import units
 from tuiprof.tui.tables import FittedTable, TableColumn
 from tuiprof.model.values import Unavailable
@@ -58,14 +60,26 @@ def _cells(row: OpRow) -> list[Text | str]:
     return cells
 
 
-def _detail(row: OpRow) -> str:
-    """Which process the highlighted row is, and why its n/a cells are n/a."""
+def _detail(row: OpRow, slow: dict[tuple[str, int], pb.JobSlowdown]) -> str:
+    """Which process the highlighted row is, and why its n/a cells are n/a; the evidence when the
+    others wait for it."""
     named = {"p50": row.p50_seconds, "p99": row.p99_seconds, "min": row.min_seconds.seconds,
              "max": row.max_seconds.seconds, "throughput": row.throughput}
     if row.first_call_seconds is not None:
         named["first call"] = row.first_call_seconds
     timing = [row.timing.describe()] if row.timing is not None else []
-    return " · ".join([f"{row.host} {row.rank} pid {row.pid} job {row.job or 'none'}", *timing, *reasons(named)])
+    verdict = slow.get((row.job, row.pid))
+    evidence = [f"SLOW ({verdict.cause.replace('_', ' ')}): " + "; ".join(verdict.evidence)] if verdict else []
+    return " · ".join([f"{row.host} {row.rank} pid {row.pid} job {row.job or 'none'}", *evidence, *timing,
+                       *reasons(named)])
+
+
+def _by_cost(rows: list[OpRow], verdicts: list[pb.JobSlowdown]) -> list[OpRow]:
+    """The rows of slow jobs' ranks first, costliest rank first; the rest as they were."""
+    cost = {(v.job_id, c.pid): c.cost_seconds for v in verdicts if v.slow for c in v.ranks}
+    if not cost:
+        return rows
+    return sorted(rows, key=lambda row: -cost.get((row.job, row.pid), -1.0))
 
 
 class JobOpsScreen(ConsoleScreen):
@@ -81,10 +95,13 @@ class JobOpsScreen(ConsoleScreen):
 
     _drawn_version = -1
     """The cluster state's version the rows were made from."""
+    _slow: dict[tuple[str, int], pb.JobSlowdown] = {}
+    """The slow jobs' verdicts by (job, pid) of the ranks the others wait for."""
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="ops-summary", classes="summary", markup=False)
+        yield Static(id="slow-banner", markup=False)
         yield FittedTable(COLUMNS, id="ops")
         yield Static(id="ops-detail", classes="detail", markup=False)
         yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
@@ -103,8 +120,15 @@ class JobOpsScreen(ConsoleScreen):
         if self.console.cluster.version == self._drawn_version:
             return
         self._drawn_version = self.console.cluster.version
-        rows = job_ops(self.console.cluster)
+        verdicts = self.console.slowdowns.verdicts
+        rows = _by_cost(job_ops(self.console.cluster), verdicts)
         self._rows = rows
+        self._slow = {(v.job_id, c.pid): v for v in verdicts if v.slow for c in v.culprits}
+        banner = slow_banner(verdicts)
+        widget = self.query_one("#slow-banner", Static)
+        widget.display = banner is not None
+        if banner is not None:
+            set_content(widget, banner.text)
         table = self.query_one("#ops", FittedTable)
         table.show_rows({r.key: _cells(r) for r in rows})
         stragglers = sum(1 for r in rows if r.verdict and r.verdict.straggler)
@@ -119,7 +143,7 @@ class JobOpsScreen(ConsoleScreen):
 
     def update_detail(self) -> None:
         row = self._highlighted()
-        set_content(self.query_one("#ops-detail", Static), _detail(row) if row is not None else "")
+        set_content(self.query_one("#ops-detail", Static), _detail(row, self._slow) if row is not None else "")
 
     def _highlighted(self) -> OpRow | None:
         table = self.query_one("#ops", DataTable)
