@@ -50,7 +50,7 @@ class ArrivalTracker:
         self._reported: dict[str, int] = {}  # communicator → the newest sequence number already taken
         self._newest: dict[str, tuple[int, int]] = {}  # communicator → (sequence, start) of the newest taken
 
-    def take(self, arrivals: Iterable[Arrival]) -> list[pb.CollectiveArrival]:
+    def take(self, arrivals: Iterable[Arrival]) -> list[pb.CollectiveArrivals]:
         """The sample of ``arrivals`` newer than those taken before (see the module's docstring)."""
         new: dict[str, dict[int, int]] = {}
         for comm, seq, start_ns in arrivals:
@@ -61,9 +61,10 @@ class ArrivalTracker:
             newest = max(starts)
             every = sample_every(len(starts))
             before = dict([self._newest[comm]]) if comm in self._newest else {}
-            sample += [pb.CollectiveArrival(comm=comm, sequence=seq, start_unix_ns=start, sample_every=every,
-                                            previous_start_unix_ns=starts.get(seq - 1, before.get(seq - 1, 0)))
-                       for seq, start in sorted(starts.items()) if _mixed(seq) % every == 0]
+            kept = [seq for seq in sorted(starts) if _mixed(seq) % every == 0]
+            sample.append(pb.CollectiveArrivals(
+                comm=comm, sample_every=every, sequence=kept, start_unix_ns=[starts[seq] for seq in kept],
+                previous_start_unix_ns=[starts.get(seq - 1, before.get(seq - 1, 0)) for seq in kept]))
             self._reported[comm], self._newest[comm] = newest, (newest, starts[newest])
         return sample
 

@@ -93,9 +93,9 @@ _OPS_BASELINE = ("its ops were left out of the previous interval (over the per-o
 # A rank's state as the console shows it: sleeping and idle ranks are running a job.
 _RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exited", "tracing-stop": "stopped"}
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
-# The most collective arrivals one rank reports per interval (MAX_ARRIVALS_PER_COMM per communicator):
-# an honest job has a few communicators; any local user can fill a ring with made-up ones.
-MAX_ARRIVALS_PER_RANK = 256
+# The most communicators one rank reports arrivals of per interval (each at most about MAX_ARRIVALS_PER_COMM
+# collectives): an honest job has a few; any local user can fill a ring with made-up ones.
+MAX_COMMS_PER_RANK = 16
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 _PER_INTERVAL_FIELDS = ("gemm_tflops", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu")
@@ -507,16 +507,16 @@ class RanksCollector(Collector):
 
 def _arrivals(rank: _Rank, header, stats: pb.RankStats, flight_arrivals: list[Arrival]) -> None:
     """The rank's new collective arrivals (``rank_arrivals``): its NCCL events since the last reading and
-    what its Flight Recorder file lists, at most MAX_ARRIVALS_PER_RANK."""
+    what its Flight Recorder file lists, of at most MAX_COMMS_PER_RANK communicators."""
     head = header.ring_head
     events = [e for e in rank.seg.events(since=rank.ring_read, kind="nccl") if e.index < head]
     rank.ring_read = head
-    arrivals = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals)
-    if len(arrivals) > MAX_ARRIVALS_PER_RANK:
-        stats.unavailable["arrivals"] = (f"{len(arrivals) - MAX_ARRIVALS_PER_RANK} collective arrivals left out: "
-                                         f"at most {MAX_ARRIVALS_PER_RANK} per rank and interval")
-        del arrivals[MAX_ARRIVALS_PER_RANK:]
-    stats.arrivals.extend(arrivals)
+    comms = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals)
+    if len(comms) > MAX_COMMS_PER_RANK:
+        stats.unavailable["arrivals"] = (f"the arrivals of {len(comms) - MAX_COMMS_PER_RANK} communicators left out: "
+                                         f"at most {MAX_COMMS_PER_RANK} per rank and interval")
+        del comms[MAX_COMMS_PER_RANK:]
+    stats.arrivals.extend(comms)
 
 
 def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:

@@ -8,9 +8,12 @@ is ``None``, and ``missing`` says why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+
+RankKey = tuple[str, int]  # (host, pid)
 
 # The per-rank rates a cause is read from, by the name the verdict uses (RankStats field names).
 SIGNALS = ("gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "run_delay_seconds_per_s",
@@ -41,13 +44,17 @@ class RankFeed:
     state: str
     step_count: int
     at: float | None = None  # when its host took the snapshot (Unix s); None: when the judge is fed
-    # (communicator, sequence, start Unix ns, sample_every, start of the one before or 0)
-    arrivals: tuple[tuple[str, int, int, int, int], ...] = ()
+    arrivals: Sequence[pb.CollectiveArrivals] = ()  # one per communicator, as ``rank_arrivals`` takes them
     signals: dict[str, float | None] = field(default_factory=dict)   # SIGNALS → rate, None when unavailable
     missing: dict[str, str] = field(default_factory=dict)            # SIGNALS (and "gpu") → why unavailable
     gemm_seconds: dict[str, float] = field(default_factory=dict)     # "op dtype shape" → mean GEMM latency
     comm_seconds_per_s: float | None = None  # time in NCCL kernels per second, all communicators
     gpu: GpuFeed | None = None
+
+    @property
+    def key(self) -> RankKey:
+        """One rank process across hosts: pids repeat from host to host."""
+        return self.host, self.pid
 
 
 def from_snapshot(snapshot: pb.HostSnapshot, with_arrivals: bool = True) -> list[RankFeed]:
@@ -72,8 +79,7 @@ def _rank_feed(host: str, at: float | None, rank: pb.RankStats, gpu: pb.GpuStats
     return RankFeed(
         pid=rank.pid, rank=rank.rank if rank.HasField("rank") else None, host=host, job_id=rank.job_id,
         state=rank.state, step_count=rank.step_count, at=at,
-        arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every, a.previous_start_unix_ns)
-                       for a in rank.arrivals) if with_arrivals else (),
+        arrivals=rank.arrivals if with_arrivals else (),
         signals=signals, missing=missing, gemm_seconds=gemm,
         comm_seconds_per_s=comm if rank.nccl else None, gpu=None if gpu is None else _gpu_feed(gpu))
 

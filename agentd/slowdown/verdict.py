@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.slowdown.feeds import SIGNALS, GpuFeed, RankFeed, from_snapshot
+from agentd.slowdown.feeds import SIGNALS, GpuFeed, RankFeed, RankKey, from_snapshot
 from agentd.slowdown.waits import arrivals
 from agentd.stacks.verdicts import rank_or_pid
 
@@ -78,11 +78,14 @@ class _Rank:
 
 @dataclass
 class _Job:
-    ranks: dict[int, _Rank] = field(default_factory=dict)
-    # (comm, seq) → (first seen, pid → (start, sample_every, its start of the one before))
-    pending: dict[tuple[str, int], tuple[float, dict[int, tuple[int, int, int]]]] = field(default_factory=dict)
-    members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → pid → last seen reporting
-    held: deque = field(default_factory=deque)      # (time, pid, held ns × weight)
+    ranks: dict[RankKey, _Rank] = field(default_factory=dict)
+    # A small number per rank for the hot loop (a (host, pid) tuple is hashed anew at every lookup).
+    ids: dict[RankKey, int] = field(default_factory=dict)
+    # comm → seq → rank id → (start, its start of the one before, sample_every); when each was first reported
+    pending: dict[str, dict[int, dict[int, tuple[int, int, int]]]] = field(default_factory=dict)
+    first_seen: dict[tuple[str, int], float] = field(default_factory=dict)
+    members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → rank id → last seen reporting
+    held: deque = field(default_factory=deque)      # (time, rank, comm, held ns × weight)
     joined: deque = field(default_factory=deque)    # times of joined collectives
     baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
     comm_baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
@@ -121,7 +124,7 @@ class SlowdownJudge:
     # ------------------------------------------------------------ one job
 
     def _judge(self, job_id: str, job: _Job, feeds: list[RankFeed], now: float) -> pb.JobSlowdown:
-        job.ranks = {f.pid: _remember(job.ranks.get(f.pid), f, now) for f in feeds}
+        job.ranks = {f.key: _remember(job.ranks.get(f.key), f, now) for f in feeds}
         _join(job, feeds, now)
         _expire(job, now)
         step = _job_step_seconds(job)
@@ -179,32 +182,49 @@ def _remember(rank: _Rank | None, feed: RankFeed, now: float) -> _Rank:
 
 
 def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
-    """Add the feeds' arrivals; settle every collective all its communicator's ranks reported."""
-    touched = set()
+    """Add the feeds' arrivals; settle every collective all its communicator's ranks reported.
+
+    The hot loop of a large job (24,000 arrivals a round at 1024 ranks: bench/slowdown/scale.py):
+    the wire's packed arrays read whole, small ints for ranks, nothing per arrival but dict work."""
+    full = []  # collectives that may have every rank of their communicator now
     for feed in feeds:
-        for comm, seq, start_ns, every, previous_ns in feed.arrivals:
-            job.members.setdefault(comm, {})[feed.pid] = now
-            _, starts = job.pending.setdefault((comm, seq), (now, {}))
-            starts[feed.pid] = (start_ns, every, previous_ns)
-            touched.add((comm, seq))
-    for key in touched:
-        first_seen, starts = job.pending[key]
-        members = job.members[key[0]]
-        if len(starts) >= 2 and members.keys() <= starts.keys():
-            del job.pending[key]
-            pids = list(starts)
-            previous = [p for _, _, p in starts.values()]
-            figures = arrivals([starts[pid][0] for pid in pids], max(previous) if all(previous) else 0)
-            weight = max(every for _, every, _ in starts.values())
-            job.held.append((now, pids[figures.last], figures.held_us * weight))
+        rid = job.ids.setdefault(feed.key, len(job.ids))
+        for comm_arrivals in feed.arrivals:
+            comm, every = comm_arrivals.comm, comm_arrivals.sample_every
+            members = job.members.setdefault(comm, {})
+            members[rid] = now
+            need = len(members)
+            pending = job.pending.setdefault(comm, {})
+            for seq, start, previous in zip(comm_arrivals.sequence, comm_arrivals.start_unix_ns,
+                                            comm_arrivals.previous_start_unix_ns, strict=True):
+                starts = pending.get(seq)
+                if starts is None:
+                    starts = pending[seq] = {}
+                    job.first_seen[comm, seq] = now
+                starts[rid] = (start, previous, every)
+                if len(starts) >= need:
+                    full.append((comm, seq))
+    for comm, seq in full:
+        starts = job.pending[comm].get(seq)
+        if starts is None:
+            continue  # settled already (listed twice)
+        if len(starts) >= 2 and job.members[comm].keys() <= starts.keys():
+            del job.pending[comm][seq]
+            del job.first_seen[comm, seq]
+            ids = list(starts)
+            begun, previous, every = zip(*starts.values(), strict=True)
+            figures = arrivals(begun, max(previous) if all(previous) else 0)
+            weight = max(every)
+            job.held.append((now, ids[figures.last], comm, figures.held_us * weight))
             job.joined.append(now)
 
 
 def _expire(job: _Job, now: float) -> None:
-    for key in [k for k, (seen, _) in job.pending.items() if now - seen > SETTLE_S]:
-        del job.pending[key]
+    for comm, seq in [key for key, seen in job.first_seen.items() if now - seen > SETTLE_S]:
+        del job.pending[comm][seq], job.first_seen[comm, seq]
+    live = {job.ids[key] for key in job.ranks if key in job.ids}
     for comm, members in job.members.items():
-        job.members[comm] = {pid: seen for pid, seen in members.items() if now - seen <= WINDOW_S and pid in job.ranks}
+        job.members[comm] = {rid: seen for rid, seen in members.items() if now - seen <= WINDOW_S and rid in live}
     while job.held and now - job.held[0][0] > WINDOW_S:
         job.held.popleft()
     while job.joined and now - job.joined[0] > WINDOW_S:
@@ -228,18 +248,26 @@ def _job_step_seconds(job: _Job) -> float | None:
 
 
 def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
-    """Every rank's held time per step, costliest first (per second of the window without a step time)."""
-    held: dict[int, float] = {pid: 0.0 for pid in job.ranks}
-    for _, pid, ns in job.held:
-        if pid in held:
-            held[pid] += ns * 1e-9
+    """Every rank's held time per step, costliest first (per second of the window without a step time).
+
+    Summed per communicator, then the largest: a rank late to a step is late in each communicator
+    it is in (its tensor- and data-parallel groups), and the others wait for it once, not once per group."""
+    per_comm: dict[tuple[int, str], float] = {}
+    for _, rid, comm, ns in job.held:
+        per_comm[rid, comm] = per_comm.get((rid, comm), 0.0) + ns * 1e-9
+    key_of = {rid: key for key, rid in job.ids.items()}
+    held: dict[RankKey, float] = dict.fromkeys(job.ranks, 0.0)
+    for (rid, _), seconds in per_comm.items():
+        key = key_of[rid]
+        if key in held:
+            held[key] = max(held[key], seconds)
     steps = _median([r.steps[-1][1] - r.steps[0][1] for r in job.ranks.values()]) or 0
     span = max((r.steps[-1][0] - r.steps[0][0] for r in job.ranks.values()), default=0.0)
     costs = []
-    for pid, seconds in held.items():
-        rank = job.ranks[pid].feed
+    for key, seconds in held.items():
+        rank = job.ranks[key].feed
         per_step = seconds / steps if steps else (seconds / span if span else 0.0)
-        cost = pb.RankCost(pid=pid, host=rank.host, cost_seconds=per_step,
+        cost = pb.RankCost(pid=rank.pid, host=rank.host, cost_seconds=per_step,
                            cost_percent=100 * per_step / step if step else 0.0)
         if rank.rank is not None:
             cost.rank = rank.rank
@@ -268,12 +296,12 @@ def _culprits_of_last(job: _Job) -> list[pb.RankCost]:
 
 def _explain(verdict: pb.JobSlowdown, job: _Job, culprits: list[pb.RankCost], costs: list[pb.RankCost],
              step: float | None, baseline: float | None) -> None:
-    by_pid = {c.pid: c for c in costs}  # a culprit named last time carries this window's cost
-    verdict.culprits.extend(by_pid.get(c.pid, c) for c in culprits)
+    by_rank = {(c.host, c.pid): c for c in costs}  # a culprit named last time carries this window's cost
+    verdict.culprits.extend(by_rank.get((c.host, c.pid), c) for c in culprits)
     if culprits:
         verdict.cost_seconds = sum(c.cost_seconds for c in verdict.culprits)
         verdict.cost_percent = sum(c.cost_percent for c in verdict.culprits)
-        culprit = job.ranks.get(verdict.culprits[0].pid)
+        culprit = job.ranks.get((verdict.culprits[0].host, verdict.culprits[0].pid))
         if culprit is not None:
             verdict.cause = _rank_cause(verdict, job, culprit, verdict.culprits[0], step)
             return
@@ -285,7 +313,7 @@ def _explain(verdict: pb.JobSlowdown, job: _Job, culprits: list[pb.RankCost], co
 
 def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.RankCost, step: float | None) -> str:
     who = rank_or_pid(culprit.feed.rank, culprit.feed.pid)
-    peers = [r for pid, r in job.ranks.items() if pid != culprit.feed.pid]
+    peers = [r for key, r in job.ranks.items() if key != culprit.feed.key]
     cost_per_s = cost.cost_seconds / step if step else 0.0
     verdict.evidence.append(
         f"the others waited for {who} ({culprit.feed.host}) at collectives: {cost.cost_seconds * 1e3:.1f} ms "
@@ -309,7 +337,7 @@ def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.Ran
     if gpu is None:
         verdict.unchecked.append(f"GPU of {who}: {culprit.feed.missing.get('gpu', 'unknown')}")
     else:
-        job_pids = set(job.ranks)
+        job_pids = {key[1] for key in job.ranks if key[0] == culprit.feed.host}
         intruders = [(pid, share) for pid, share in gpu.processes if pid not in job_pids]
         if intruders:
             shares = ", ".join(f"pid {pid}" + (f" ({share:.0f} % SM)" if share is not None else "")

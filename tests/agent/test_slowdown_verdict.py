@@ -6,6 +6,7 @@ drive the same judge in tests/hangs/test_slowdown_gloo.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -61,8 +62,7 @@ class Job:
             feeds.append(RankFeed(
                 pid=1000 + rank, rank=rank, host="node1", job_id=self.job_id, state=self.states.get(rank, "running"),
                 step_count=self.steps,
-                arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every, a.previous_start_unix_ns)
-                               for a in sample),
+                arrivals=sample,
                 signals=signals, gemm_seconds={"gemm bf16 m=4096": self.gemm.get(rank, 0.001)},
                 comm_seconds_per_s=self.comm_s_per_s, gpu=self.gpus.get(rank)))
         return feeds
@@ -178,8 +178,7 @@ def test_two_jobs_on_one_host_are_judged_apart(judged):
     verdicts = []
     for _ in range(15):
         clock[0] += 1.0
-        verdicts = judge.observe(a.second() + [
-            RankFeed(**{**f.__dict__, "pid": f.pid + 100}) for f in b.second()])
+        verdicts = judge.observe(a.second() + [dataclasses.replace(f, pid=f.pid + 100) for f in b.second()])
     by_job = {verdict.job_id: verdict for verdict in verdicts}
     assert not by_job["a"].slow
     assert by_job["b"].slow and [c.pid for c in by_job["b"].culprits] == [1101]
@@ -204,10 +203,23 @@ def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged):
             steps += 1
         clock[0] += 1.0
         feeds = [RankFeed(pid=1000 + r, rank=r, host="node1", job_id="job", state="running", step_count=steps,
-                          arrivals=tuple((a.comm, a.sequence, a.start_unix_ns, a.sample_every,
-                                          a.previous_start_unix_ns) for a in trackers[r].take(starts[r])))
+                          arrivals=trackers[r].take(starts[r]))
                  for r in range(2)]
         (verdict,) = judge.observe(feeds)
     assert verdict is not None and verdict.slow and verdict.culprits[0].rank == 1
     # 30 ms at the first bucket, 1 ms at each of the next three (sampled: within its spread), not 4 × 30 ms
     assert verdict.culprits[0].cost_seconds == pytest.approx(0.033, rel=0.3)
+
+
+def test_ranks_with_the_same_pid_on_two_hosts_are_two_ranks(judged):
+    judge, clock = judged
+    job = Job()
+    job.late[3] = 0.03
+    verdicts = []
+    for _ in range(12):
+        clock[0] += 1.0
+        feeds = job.second()
+        verdicts = judge.observe([dataclasses.replace(f, pid=7, host=f"node{f.rank}") for f in feeds])
+    (verdict,) = verdicts
+    assert len(verdict.ranks) == 4 and verdict.slow
+    assert [(c.host, c.pid, c.rank) for c in verdict.culprits] == [("node3", 7, 3)]

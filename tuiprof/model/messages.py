@@ -317,14 +317,14 @@ class HookHealth:
 
 
 @dataclass(frozen=True, slots=True)
-class CollectiveArrival:
-    """``tuiprof.v1.CollectiveArrival``."""
+class CollectiveArrivals:
+    """``tuiprof.v1.CollectiveArrivals``."""
 
     comm: str
-    sequence: int
-    start_unix_ns: int
     sample_every: int
-    previous_start_unix_ns: int
+    sequence: tuple[int, ...]
+    start_unix_ns: tuple[int, ...]
+    previous_start_unix_ns: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,10 +354,10 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     hook: HookHealth
     uid: Reading
     interval_seconds: Reading
-    arrivals: tuple[CollectiveArrival, ...]
+    arrivals: tuple[CollectiveArrivals, ...]
     run_delay_seconds_per_s: Reading
     cpu_throttled_seconds_per_s: Reading
-    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrival}
+    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals}
 
 
 @dataclass(frozen=True, slots=True)
