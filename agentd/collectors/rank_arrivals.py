@@ -8,15 +8,18 @@ startup hook publishes (``recent``): when this rank enqueued the collective, whi
 for a CPU backend is when it reached it.
 
 Every rank of a job must report the same collectives for the verdict to join them on
-(communicator, sequence number), and a snapshot must stay small at 1024 ranks: per
-communicator and interval, only the sequence numbers whose hash is a multiple of
-``sample_every`` are kept, the smallest power of two that leaves about
-``MAX_ARRIVALS_PER_COMM``. Hashed, not the multiples themselves: a step has a fixed
-number of collectives, and keeping every second one could keep only the ones a late
-rank never holds up. Peers whose intervals hold a few more or fewer collectives may
-pick the next power of two; what the larger one keeps the smaller one keeps too, and
-the verdict weighs each joined collective by the largest ``sample_every`` its ranks
-reported.
+(communicator, sequence number), and what the console joins must stay within reach at 1024
+ranks (bench/slowdown/scale.py). A rank reports every collective while its job is small:
+up to ``ARRIVALS_PER_JOB`` an interval over the job's world size, per communicator (at
+least ``MAX_ARRIVALS_PER_COMM``). Past that it keeps whole blocks of ``BLOCK`` consecutive
+sequence numbers, those whose block number hashes to a multiple of a power of two chosen
+to stay within the budget. Whole blocks, because a late rank holds up one collective of
+its step (the first) and the others start together after it: a block spans whole steps,
+so what it holds up per collective is what the job loses per collective. Hashed, because
+a step has a fixed number of collectives that a period could match. Every rank draws the
+same blocks: peers whose intervals hold a few more collectives may pick the next power of
+two, and what the larger keeps the smaller keeps too. ``collectives`` says how many the
+rank started in all: the verdict scales what it joined by it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.text import printable
 
 MAX_ARRIVALS_PER_COMM = 16
+ARRIVALS_PER_JOB = 16384
+BLOCK = 16
 
 _MASK64 = 2**64 - 1
 
@@ -50,8 +55,10 @@ class ArrivalTracker:
         self._reported: dict[str, int] = {}  # communicator → the newest sequence number already taken
         self._newest: dict[str, tuple[int, int]] = {}  # communicator → (sequence, start) of the newest taken
 
-    def take(self, arrivals: Iterable[Arrival]) -> list[pb.CollectiveArrivals]:
-        """The sample of ``arrivals`` newer than those taken before (see the module's docstring)."""
+    def take(self, arrivals: Iterable[Arrival], world_size: int | None) -> list[pb.CollectiveArrivals]:
+        """The arrivals newer than those taken before, each communicator's within the budget of a job of
+        ``world_size`` ranks (unknown: the smallest budget)."""
+        budget = max(MAX_ARRIVALS_PER_COMM, ARRIVALS_PER_JOB // world_size) if world_size else MAX_ARRIVALS_PER_COMM
         new: dict[str, dict[int, int]] = {}
         for comm, seq, start_ns in arrivals:
             if seq > self._reported.get(comm, -1):
@@ -59,14 +66,23 @@ class ArrivalTracker:
         sample = []
         for comm, starts in sorted(new.items()):
             newest = max(starts)
-            every = sample_every(len(starts))
+            every = blocks_every(len(starts), budget)
             before = dict([self._newest[comm]]) if comm in self._newest else {}
-            kept = [seq for seq in sorted(starts) if _mixed(seq) % every == 0]
+            kept = [seq for seq in sorted(starts) if every == 1 or _mixed(seq // BLOCK) % every == 0]
             sample.append(pb.CollectiveArrivals(
-                comm=comm, sample_every=every, sequence=kept, start_unix_ns=[starts[seq] for seq in kept],
+                comm=comm, collectives=len(starts), sequence=kept, start_unix_ns=[starts[seq] for seq in kept],
                 previous_start_unix_ns=[starts.get(seq - 1, before.get(seq - 1, 0)) for seq in kept]))
             self._reported[comm], self._newest[comm] = newest, (newest, starts[newest])
         return sample
+
+
+def blocks_every(count: int, budget: int) -> int:
+    """1 when ``count`` collectives fit the budget, else the smallest power of two of blocks to keep one
+    in, so that on average at most ``budget`` are kept."""
+    every = 1
+    while count / every > budget:
+        every *= 2
+    return every
 
 
 def _mixed(seq: int) -> int:
@@ -75,11 +91,3 @@ def _mixed(seq: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return z ^ (z >> 31)
-
-
-def sample_every(count: int) -> int:
-    """The smallest power of two that keeps at most MAX_ARRIVALS_PER_COMM of ``count`` consecutive collectives."""
-    every = 1
-    while count / every > MAX_ARRIVALS_PER_COMM:
-        every *= 2
-    return every

@@ -511,7 +511,8 @@ def _arrivals(rank: _Rank, header, stats: pb.RankStats, flight_arrivals: list[Ar
     head = header.ring_head
     events = [e for e in rank.seg.events(since=rank.ring_read, kind="nccl") if e.index < head]
     rank.ring_read = head
-    comms = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals)
+    comms = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals,
+                               stats.world_size if stats.HasField("world_size") else None)
     if len(comms) > MAX_COMMS_PER_RANK:
         stats.unavailable["arrivals"] = (f"the arrivals of {len(comms) - MAX_COMMS_PER_RANK} communicators left out: "
                                          f"at most {MAX_COMMS_PER_RANK} per rank and interval")

@@ -6,8 +6,9 @@ its own host's, the console every host's of a job. Per job (ranks grouped by job
 Attribute. Each collective's arrivals (``RankStats.arrivals``) are joined on
 (communicator, sequence number) once every rank taking part in that communicator
 reported it. The last rank to start held the others up by its start minus the
-runner-up's (``waits.arrivals``); that time, weighed by the sample it stands for,
-is summed per rank over the last ``WINDOW_S``.
+runner-up's (``waits.arrivals``); that time is summed per rank and communicator over the
+last ``WINDOW_S``, scaled by the collectives started over those joined where ranks report
+a sample.
 
 Cost. A rank's held time per step (the job's steps in the window, median over
 ranks): had it arrived with the others, the step would be that much shorter.
@@ -48,7 +49,7 @@ SETTLE_S = 4.0            # a collective not reported by all its ranks by then i
 COST_MIN_FRACTION = 0.10
 DOMINANCE = 3.0
 STEP_RISE = 0.25
-MIN_COLLECTIVES = 6       # joined collectives (sample weights not counted) in the window before judging
+MIN_COLLECTIVES = 6       # joined collectives in the window before judging
 CONFIRM_SNAPSHOTS = 2
 CLEAR_SNAPSHOTS = 5
 BASELINE_SNAPSHOTS = 60
@@ -81,12 +82,13 @@ class _Job:
     ranks: dict[RankKey, _Rank] = field(default_factory=dict)
     # A small number per rank for the hot loop (a (host, pid) tuple is hashed anew at every lookup).
     ids: dict[RankKey, int] = field(default_factory=dict)
-    # comm → seq → rank id → (start, its start of the one before, sample_every); when each was first reported
-    pending: dict[str, dict[int, dict[int, tuple[int, int, int]]]] = field(default_factory=dict)
+    # comm → seq → rank id → (start, its start of the one before); when each was first reported
+    pending: dict[str, dict[int, dict[int, tuple[int, int]]]] = field(default_factory=dict)
     first_seen: dict[tuple[str, int], float] = field(default_factory=dict)
     members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → rank id → last seen reporting
-    held: deque = field(default_factory=deque)      # (time, rank, comm, held ns × weight)
-    joined: deque = field(default_factory=deque)    # times of joined collectives
+    held: deque = field(default_factory=deque)      # (time, rank id, comm, held ns) of each joined collective
+    joined: deque = field(default_factory=deque)    # (time, comm) of each joined collective
+    started: deque = field(default_factory=deque)   # (time, rank id, comm, collectives it started since its last report)
     baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
     comm_baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
     slow_streak: int = 0
@@ -190,7 +192,8 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
     for feed in feeds:
         rid = job.ids.setdefault(feed.key, len(job.ids))
         for comm_arrivals in feed.arrivals:
-            comm, every = comm_arrivals.comm, comm_arrivals.sample_every
+            comm = comm_arrivals.comm
+            job.started.append((now, rid, comm, comm_arrivals.collectives))
             members = job.members.setdefault(comm, {})
             members[rid] = now
             need = len(members)
@@ -201,7 +204,7 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
                 if starts is None:
                     starts = pending[seq] = {}
                     job.first_seen[comm, seq] = now
-                starts[rid] = (start, previous, every)
+                starts[rid] = (start, previous)
                 if len(starts) >= need:
                     full.append((comm, seq))
     for comm, seq in full:
@@ -212,11 +215,10 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
             del job.pending[comm][seq]
             del job.first_seen[comm, seq]
             ids = list(starts)
-            begun, previous, every = zip(*starts.values(), strict=True)
+            begun, previous = zip(*starts.values(), strict=True)
             figures = arrivals(begun, max(previous) if all(previous) else 0)
-            weight = max(every)
-            job.held.append((now, ids[figures.last], comm, figures.held_us * weight))
-            job.joined.append(now)
+            job.held.append((now, ids[figures.last], comm, figures.held_us))
+            job.joined.append((now, comm))
 
 
 def _expire(job: _Job, now: float) -> None:
@@ -225,10 +227,11 @@ def _expire(job: _Job, now: float) -> None:
     live = {job.ids[key] for key in job.ranks if key in job.ids}
     for comm, members in job.members.items():
         job.members[comm] = {rid: seen for rid, seen in members.items() if now - seen <= WINDOW_S and rid in live}
-    while job.held and now - job.held[0][0] > WINDOW_S:
-        job.held.popleft()
-    while job.joined and now - job.joined[0] > WINDOW_S:
-        job.joined.popleft()
+    # What each snapshot brought covers the interval before it: the last WINDOW_S of them, strictly,
+    # span WINDOW_S, as the step counts below do from their first to their last.
+    for queue in (job.held, job.joined, job.started):
+        while queue and now - queue[0][0] >= WINDOW_S:
+            queue.popleft()
     for rank in job.ranks.values():
         newest_step = rank.steps[-1][0]  # on the host's clock, or the judge's
         while len(rank.steps) > 1 and newest_step - rank.steps[0][0] > WINDOW_S:
@@ -255,12 +258,13 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
     per_comm: dict[tuple[int, str], float] = {}
     for _, rid, comm, ns in job.held:
         per_comm[rid, comm] = per_comm.get((rid, comm), 0.0) + ns * 1e-9
+    scale = _sampled_fraction_inverse(job)
     key_of = {rid: key for key, rid in job.ids.items()}
     held: dict[RankKey, float] = dict.fromkeys(job.ranks, 0.0)
-    for (rid, _), seconds in per_comm.items():
+    for (rid, comm), seconds in per_comm.items():
         key = key_of[rid]
         if key in held:
-            held[key] = max(held[key], seconds)
+            held[key] = max(held[key], seconds * scale.get(comm, 1.0))
     steps = _median([r.steps[-1][1] - r.steps[0][1] for r in job.ranks.values()]) or 0
     span = max((r.steps[-1][0] - r.steps[0][0] for r in job.ranks.values()), default=0.0)
     costs = []
@@ -275,6 +279,21 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
             cost.gpu = rank.gpu.index
         costs.append(cost)
     return sorted(costs, key=lambda c: (-c.cost_seconds, c.rank if c.HasField("rank") else c.pid))
+
+
+def _sampled_fraction_inverse(job: _Job) -> dict[str, float]:
+    """Per communicator, the collectives its ranks started in the window over those joined: what one
+    joined collective stands for when ranks report a sample (``rank_arrivals``), about 1 when they
+    report all. A ratio, so the luck of how many blocks a window drew does not count."""
+    started: dict[str, dict[int, int]] = {}
+    for _, rid, comm, count in job.started:
+        per_rank = started.setdefault(comm, {})
+        per_rank[rid] = per_rank.get(rid, 0) + count
+    joined: dict[str, int] = {}
+    for _, comm in job.joined:
+        joined[comm] = joined.get(comm, 0) + 1
+    return {comm: max(1.0, statistics.median(per_rank.values()) / joined[comm])
+            for comm, per_rank in started.items() if joined.get(comm)}
 
 
 def _culprits(costs: list[pb.RankCost], step: float | None) -> list[pb.RankCost]:

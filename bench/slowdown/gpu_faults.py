@@ -2,7 +2,7 @@
 
 Run on the GPU machine from the repository root, after building the package in place
 (bench/slowdown/gpu_faults.sh does both):
-    python3 bench/slowdown/gpu_faults.py --out DIR [--healthy-s 150]
+    python3 bench/slowdown/gpu_faults.py --out DIR [--healthy-s 150] [--faults gemm,cpu,dataloader,gc,clocks]
 
 Starts agentd (real collectors, 500 ms interval) and bench/slowdown/gpu_job.py under
 `tuiprof run -- torchrun --nproc-per-node 4`, and follows the agent's Watch stream throughout.
@@ -156,8 +156,11 @@ class Fault:
 
     def off(self) -> None:
         for proc in self.processes:
-            os.killpg(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if proc.returncode not in (0, -signal.SIGKILL):
+                self.note += f" (pid {proc.pid} of the fault ended by itself with {proc.returncode})"
         for undo in self.undo:
             subprocess.run(undo, capture_output=True, timeout=30)
         write_control(self.control, {})
@@ -246,8 +249,9 @@ async def bench(args, address: AgentAddress, job: subprocess.Popen, control: pat
         await asyncio.sleep(1)
     await asyncio.sleep(args.warmup_s)
     start = time.time()
+    chosen = [kind for kind in args.faults.split(",") if kind]
     faults = [Fault(kind, rank % args.ranks, control, verdicts, env) for kind, rank in
-              (("gemm", 1), ("cpu", 2), ("dataloader", 3), ("gc", 1), ("clocks", 2))]
+              (("gemm", 1), ("cpu", 2), ("dataloader", 3), ("gc", 1), ("clocks", 2)) if kind in chosen]
     results = []
     for fault in faults:
         result = await run_fault(fault, verdicts, step_log)
@@ -279,6 +283,8 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--warmup-s", type=float, default=30)
     parser.add_argument("--healthy-s", type=float, default=150)
+    parser.add_argument("--faults", default="gemm,cpu,dataloader,gc,clocks",
+                        help="which faults, in this order ('' for a healthy run only)")
     parser.add_argument("job_args", nargs="*", help="passed to gpu_job.py (e.g. --cpu --width 256)")
     args = parser.parse_args()
     out = args.out
@@ -293,7 +299,7 @@ def main() -> None:
                               str(free_port()), "--interval-ms", str(INTERVAL_MS), "--trace-dir", str(work / "traces")],
                              stderr=open(out / "agentd.log", "wb"), env=env)
     job = subprocess.Popen(
-        [sys.executable, __file__, "cli", "run", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+        [sys.executable, __file__, "cli", "run", "--no-kineto-daemon", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
          "--nproc-per-node", str(args.ranks), str(JOB), "--control", str(control), "--step-log", step_log,
          *args.job_args], stdout=open(out / "job.log", "wb"), stderr=subprocess.STDOUT, env=env)
     summary: dict = {}

@@ -25,6 +25,7 @@ from tuiprof.model.events import SnapshotReceived
 
 COLLECTIVES_PER_S = 40
 STEP_S = 0.2
+LATE_S = 0.04
 
 
 def main() -> None:
@@ -41,7 +42,7 @@ def main() -> None:
     seq, times, t0 = 0, [], 1_795_000_000.0
     verdict = None
     for second in range(args.seconds):
-        late = 0.02 if second >= 10 else 0.0
+        late = LATE_S if second >= 10 else 0.0
         starts: list[list[tuple[str, int, int]]] = [[] for _ in range(ranks)]
         for k in range(COLLECTIVES_PER_S):
             seq += 1
@@ -60,19 +61,22 @@ def main() -> None:
                 r = host * args.ranks_per_host + local
                 rank = snapshot.ranks.add(pid=1000 + local, rank=r, job_id="bench", state="running",
                                           step_count=int((second + 1) / STEP_S))
-                rank.arrivals.extend(trackers[r].take(starts[r]))
+                rank.arrivals.extend(trackers[r].take(starts[r], ranks))
             events.append(SnapshotReceived(host=f"node{host:03d}:1779", at=t0 + second + 1, message=snapshot))
         for event in events:
             cluster.apply(event)
         started = time.perf_counter()
         (verdict,) = judged.observe(cluster.hosts(), cluster.now)
         times.append(time.perf_counter() - started)
-    arrivals = sum(len(r.arrivals) for state in cluster.hosts() if state.message for r in state.message.ranks)
-    print(f"{ranks} ranks on {args.hosts} hosts, {arrivals} arrivals a round: observe median "
-          f"{statistics.median(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms over {len(times)} rounds")
+    arrivals = sum(len(c.sequence) for state in cluster.hosts() if state.message
+                   for r in state.message.ranks for c in r.arrivals)
+    ordered = sorted(times)
+    print(f"{ranks} ranks on {args.hosts} hosts, {arrivals} arrivals in the last round: observe median "
+          f"{statistics.median(times) * 1e3:.1f} ms, p90 {ordered[int(0.9 * len(ordered))] * 1e3:.1f} ms, "
+          f"max {ordered[-1] * 1e3:.1f} ms (round {times.index(ordered[-1]) + 1}) over {len(times)} rounds")
     assert verdict is not None
     print(f"verdict: slow={verdict.slow} culprits={[(c.rank, c.host) for c in verdict.culprits]} "
-          f"cost={verdict.cost_seconds * 1e3:.1f} ms/step (truth 20.0) cause={verdict.cause}")
+          f"cost={verdict.cost_seconds * 1e3:.1f} ms/step (truth {LATE_S * 1e3:.1f}) cause={verdict.cause}")
 
 
 if __name__ == "__main__":

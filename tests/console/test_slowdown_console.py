@@ -52,7 +52,7 @@ def snapshots(seconds: int, late_from: int) -> list[SnapshotReceived]:
             for rank in ranks:
                 stats = snapshot.ranks.add(pid=100 + rank, rank=rank, job_id="4242", state="running",
                                            step_count=steps, gc_pause_seconds_per_s=0.0)
-                stats.arrivals.extend(trackers[rank].take(starts[rank]))
+                stats.arrivals.extend(trackers[rank].take(starts[rank], 4))
             events.append(SnapshotReceived(host=f"{host}:1779", at=T0 + second + 1 + number * 0.01,
                                            message=snapshot))
     return events

@@ -321,7 +321,7 @@ class CollectiveArrivals:
     """``tuiprof.v1.CollectiveArrivals``."""
 
     comm: str
-    sample_every: int
+    collectives: int
     sequence: tuple[int, ...]
     start_unix_ns: tuple[int, ...]
     previous_start_unix_ns: tuple[int, ...]
