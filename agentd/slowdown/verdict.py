@@ -216,7 +216,9 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
             del job.first_seen[comm, seq]
             ids = list(starts)
             begun, previous = zip(*starts.values(), strict=True)
-            figures = arrivals(begun, max(previous) if all(previous) else 0)
+            # The latest start of the collective before that any rank reported (0: none did) is a
+            # floor of everyone's latest: safe to use when some rank missed that one.
+            figures = arrivals(begun, max(previous))
             job.held.append((now, ids[figures.last], comm, figures.held_us))
             job.joined.append((now, comm))
 

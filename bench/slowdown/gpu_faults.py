@@ -271,6 +271,7 @@ async def bench(args, address: AgentAddress, job: subprocess.Popen, control: pat
                           "step_ms": round(step_seconds(step_log, healthy_from, time.time()) * 1e3, 2)}
     warm = [v for at, v in verdicts.seen if start - args.warmup_s <= at < start and v is not None]
     summary["warmup"] = {"snapshots": len(warm), "false_verdicts": sum(v.slow for v in warm),
+                         "step_ms": round(step_seconds(step_log, start - args.warmup_s, start) * 1e3, 2),
                          "max_rank_cost_percent": round(max((c.cost_percent for v in warm for c in v.ranks),
                                                             default=0.0), 2)}
     follower.cancel()

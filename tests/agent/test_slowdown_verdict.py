@@ -184,9 +184,11 @@ def test_two_jobs_on_one_host_are_judged_apart(judged):
     assert by_job["b"].slow and [c.pid for c in by_job["b"].culprits] == [1101]
 
 
-def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged):
+@pytest.mark.parametrize("missed_every", [0, 5])
+def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged, missed_every):
     """A CPU backend enqueues without waiting: a rank that is late to a step is late to each of the
-    step's collectives it enqueues, but the communicator runs them in order, so the others wait once."""
+    step's collectives it enqueues, but the communicator runs them in order, so the others wait once.
+    Also when rank 0 missed every fifth collective (a Flight Recorder read that came too late)."""
     judge, clock = judged
     trackers = [ArrivalTracker() for _ in range(2)]
     seq, t, steps = 0, 0.0, 0
@@ -197,7 +199,8 @@ def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged):
         while t < second + 1:
             for bucket in range(4):  # the step's 4 buckets, enqueued 1 ms apart on each rank
                 seq += 1
-                starts[0].append(("pg0", seq, int((t + bucket * 0.001) * 1e9)))
+                if not missed_every or seq % missed_every:
+                    starts[0].append(("pg0", seq, int((t + bucket * 0.001) * 1e9)))
                 starts[1].append(("pg0", seq, int((t + late + bucket * 0.001) * 1e9)))
             t += STEP_S + late
             steps += 1

@@ -76,14 +76,14 @@ def test_publisher_names_stalled_collectives_once_and_writes_only_changes():
 def test_arrivals_are_read_at_most_once_a_second_while_collectives_move():
     recorder, writes, clock = Recorder(), [], [100.0]
     publisher = publisher_of(recorder, writes, clock)
-    recorder.entries = [dict(ENTRY, collective_seq_id=s, time_created_ns=s * 10) for s in range(1, 101)]
+    recorder.entries = [dict(ENTRY, collective_seq_id=s, time_created_ns=s * 10) for s in range(1, 301)]
     for step in range(10):  # five seconds of polls, counters moving at every one
         recorder.status = {"0": (step + 1, step)}
         publisher.poll()
         clock[0] += tuiprof_flight.POLL_S
     assert recorder.full_dumps == 5
-    assert [a["seq"] for a in writes[-1]["recent"]] == list(range(100 - tuiprof_flight.RECENT_PER_GROUP + 1, 101))
-    assert writes[-1]["recent"][-1] == {"pg": "0", "seq": 100, "enqueued_ns": 1000}
+    assert [a["seq"] for a in writes[-1]["recent"]] == list(range(300 - tuiprof_flight.RECENT_PER_GROUP + 1, 301))
+    assert writes[-1]["recent"][-1] == {"pg": "0", "seq": 300, "enqueued_ns": 3000}
     publisher.poll()
     publisher.poll()  # counters still: nothing read
     assert recorder.full_dumps == 5

@@ -33,7 +33,7 @@ from collections.abc import Callable
 POLL_S = 0.5
 ENTRIES_AFTER_S = 2.0
 ARRIVALS_EVERY_S = 1.0
-RECENT_PER_GROUP = 64
+RECENT_PER_GROUP = 256
 log = logging.getLogger("tuiprof.startup")
 
 Dump = Callable[[bool, bool], bytes]  # torch._C._distributed_c10d._dump_fr_trace_json(collectives, only_active)
