@@ -18,8 +18,7 @@ its step (the first) and the others start together after it: a block spans whole
 so what it holds up per collective is what the job loses per collective. Hashed, because
 a step has a fixed number of collectives that a period could match. Every rank draws the
 same blocks: peers whose intervals hold a few more collectives may pick the next power of
-two, and what the larger keeps the smaller keeps too. ``collectives`` says how many the
-rank started in all: the verdict scales what it joined by it.
+two, and what the larger keeps the smaller keeps too.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ class ArrivalTracker:
             before = dict([self._newest[comm]]) if comm in self._newest else {}
             kept = [seq for seq in sorted(starts) if every == 1 or _mixed(seq // BLOCK) % every == 0]
             sample.append(pb.CollectiveArrivals(
-                comm=comm, collectives=len(starts), sequence=kept, start_unix_ns=[starts[seq] for seq in kept],
+                comm=comm, sequence=kept, start_unix_ns=[starts[seq] for seq in kept],
                 previous_start_unix_ns=[starts.get(seq - 1, before.get(seq - 1, 0)) for seq in kept]))
             self._reported[comm], self._newest[comm] = newest, (newest, starts[newest])
         return sample

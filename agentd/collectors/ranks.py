@@ -96,6 +96,7 @@ _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was n
 # The most communicators one rank reports arrivals of per interval (each at most about MAX_ARRIVALS_PER_COMM
 # collectives): an honest job has a few; any local user can fill a ring with made-up ones.
 MAX_COMMS_PER_RANK = 16
+MAX_STEP_ENDS = 256  # step ends one rank reports per interval (a step under 4 ms at the 1 s default is rare)
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 _PER_INTERVAL_FIELDS = ("gemm_tflops", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu")
@@ -507,10 +508,13 @@ class RanksCollector(Collector):
 
 def _arrivals(rank: _Rank, header, stats: pb.RankStats, flight_arrivals: list[Arrival]) -> None:
     """The rank's new collective arrivals (``rank_arrivals``): its NCCL events since the last reading and
-    what its Flight Recorder file lists, of at most MAX_COMMS_PER_RANK communicators."""
+    what its Flight Recorder file lists, of at most MAX_COMMS_PER_RANK communicators; and when its steps
+    of the interval ended."""
     head = header.ring_head
     events = [e for e in rank.seg.events(since=rank.ring_read, kind="nccl") if e.index < head]
+    steps = [e.end_ns for e in rank.seg.events(since=rank.ring_read, kind="step") if e.index < head and e.end_ns]
     rank.ring_read = head
+    stats.step_ends_unix_ns.extend(steps[-MAX_STEP_ENDS:])
     comms = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals,
                                stats.world_size if stats.HasField("world_size") else None)
     if len(comms) > MAX_COMMS_PER_RANK:

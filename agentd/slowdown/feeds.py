@@ -45,6 +45,7 @@ class RankFeed:
     step_count: int
     at: float | None = None  # when its host took the snapshot (Unix s); None: when the judge is fed
     arrivals: Sequence[pb.CollectiveArrivals] = ()  # one per communicator, as ``rank_arrivals`` takes them
+    step_ends: Sequence[int] = ()  # Unix ns, the steps it finished since its last snapshot
     signals: dict[str, float | None] = field(default_factory=dict)   # SIGNALS → rate, None when unavailable
     missing: dict[str, str] = field(default_factory=dict)            # SIGNALS (and "gpu") → why unavailable
     gemm_seconds: dict[str, float] = field(default_factory=dict)     # "op dtype shape" → mean GEMM latency
@@ -79,7 +80,7 @@ def _rank_feed(host: str, at: float | None, rank: pb.RankStats, gpu: pb.GpuStats
     return RankFeed(
         pid=rank.pid, rank=rank.rank if rank.HasField("rank") else None, host=host, job_id=rank.job_id,
         state=rank.state, step_count=rank.step_count, at=at,
-        arrivals=rank.arrivals if with_arrivals else (),
+        arrivals=rank.arrivals if with_arrivals else (), step_ends=rank.step_ends_unix_ns if with_arrivals else (),
         signals=signals, missing=missing, gemm_seconds=gemm,
         comm_seconds_per_s=comm if rank.nccl else None, gpu=None if gpu is None else _gpu_feed(gpu))
 

@@ -6,12 +6,11 @@ its own host's, the console every host's of a job. Per job (ranks grouped by job
 Attribute. Each collective's arrivals (``RankStats.arrivals``) are joined on
 (communicator, sequence number) once every rank taking part in that communicator
 reported it. The last rank to start held the others up by its start minus the
-runner-up's (``waits.arrivals``); that time is summed per rank and communicator over the
-last ``WINDOW_S``, scaled by the collectives started over those joined where ranks report
-a sample.
+runner-up's (``waits.arrivals``).
 
-Cost. A rank's held time per step (the job's steps in the window, median over
-ranks): had it arrived with the others, the step would be that much shorter.
+Cost. Per step of the late rank, the most it held the others up at one collective of
+that step, averaged over the last ``WINDOW_S`` (``_costs``): had it arrived with the
+others, the step would be that much shorter.
 
 Detect. A job is slow while one rank's cost is at least ``COST_MIN_FRACTION`` of the
 step and ``DOMINANCE`` times the next rank's, or while the step time is
@@ -31,6 +30,7 @@ rank could not give are listed as unchecked with their reason.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import time
 from collections import deque
@@ -75,6 +75,7 @@ class _Rank:
     signals: deque = field(default_factory=deque)   # (time, {signal: rate})
     gemm: dict[str, float] = field(default_factory=dict)
     stopped: deque = field(default_factory=deque)   # times it was seen stopped, the last STOPPED_MEMORY_S
+    step_ends: deque = field(default_factory=deque)  # Unix ns, the last 2 × WINDOW_S of them
 
 
 @dataclass
@@ -86,9 +87,8 @@ class _Job:
     pending: dict[str, dict[int, dict[int, tuple[int, int]]]] = field(default_factory=dict)
     first_seen: dict[tuple[str, int], float] = field(default_factory=dict)
     members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → rank id → last seen reporting
-    held: deque = field(default_factory=deque)      # (time, rank id, comm, held ns) of each joined collective
-    joined: deque = field(default_factory=deque)    # (time, comm) of each joined collective
-    started: deque = field(default_factory=deque)   # (time, rank id, comm, collectives it started since its last report)
+    held: deque = field(default_factory=deque)      # (time, rank id, comm, held ns, latest start ns) per joined one
+    joined: deque = field(default_factory=deque)    # (time, comm, latest start ns, seq) of each joined collective
     baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
     comm_baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
     slow_streak: int = 0
@@ -176,6 +176,9 @@ def _remember(rank: _Rank | None, feed: RankFeed, now: float) -> _Rank:
         rank.steps.append((now if feed.at is None else feed.at, feed.step_count))
         rank.signals.append((now, {k: v for k, v in feed.signals.items() if v is not None}))
     rank.gemm.update(feed.gemm_seconds)
+    rank.step_ends.extend(feed.step_ends)
+    while rank.step_ends and rank.step_ends[0] < rank.step_ends[-1] - 2 * WINDOW_S * 1e9:
+        rank.step_ends.popleft()
     if feed.state == "stopped":
         rank.stopped.append(now)
     while rank.stopped and now - rank.stopped[0] > STOPPED_MEMORY_S:
@@ -193,7 +196,6 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
         rid = job.ids.setdefault(feed.key, len(job.ids))
         for comm_arrivals in feed.arrivals:
             comm = comm_arrivals.comm
-            job.started.append((now, rid, comm, comm_arrivals.collectives))
             members = job.members.setdefault(comm, {})
             members[rid] = now
             need = len(members)
@@ -219,8 +221,8 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
             # The latest start of the collective before that any rank reported (0: none did) is a
             # floor of everyone's latest: safe to use when some rank missed that one.
             figures = arrivals(begun, max(previous))
-            job.held.append((now, ids[figures.last], comm, figures.held_us))
-            job.joined.append((now, comm))
+            job.held.append((now, ids[figures.last], comm, figures.held_us, figures.latest))
+            job.joined.append((now, comm, figures.latest, seq))
 
 
 def _expire(job: _Job, now: float) -> None:
@@ -231,7 +233,7 @@ def _expire(job: _Job, now: float) -> None:
         job.members[comm] = {rid: seen for rid, seen in members.items() if now - seen <= WINDOW_S and rid in live}
     # What each snapshot brought covers the interval before it: the last WINDOW_S of them, strictly,
     # span WINDOW_S, as the step counts below do from their first to their last.
-    for queue in (job.held, job.joined, job.started):
+    for queue in (job.held, job.joined):
         while queue and now - queue[0][0] >= WINDOW_S:
             queue.popleft()
     for rank in job.ranks.values():
@@ -253,49 +255,60 @@ def _job_step_seconds(job: _Job) -> float | None:
 
 
 def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
-    """Every rank's held time per step, costliest first (per second of the window without a step time).
+    """Every rank's cost per step, costliest first: what its peers lost waiting for it.
 
-    Summed per communicator, then the largest: a rank late to a step is late in each communicator
-    it is in (its tensor- and data-parallel groups), and the others wait for it once, not once per group."""
+    Per step of the late rank, its largest lateness in that step, not the sum: a rank that
+    reaches a step late is late at each of the step's collectives (each bucket of a DDP step, each
+    of its groups), while the others lose that time once. A late rank's lateness grows through a
+    step when it computes slower, so the largest is the step's loss. Averaged over the steps'
+    worth of collectives joined in the window (``_steps_joined``). Without step ends (no
+    optimizer step seen): the lateness per communicator over the window, the largest, per second."""
+    ref_ends = next((sorted(r.step_ends) for r in job.ranks.values() if r.step_ends), [])
+    steps_with_data = _steps_joined(job, ref_ends) if ref_ends else 0.0
+    ends_of = {job.ids[key]: sorted(rank.step_ends) for key, rank in job.ranks.items() if key in job.ids}
+    per_step: dict[tuple[int, int], float] = {}
     per_comm: dict[tuple[int, str], float] = {}
-    for _, rid, comm, ns in job.held:
-        per_comm[rid, comm] = per_comm.get((rid, comm), 0.0) + ns * 1e-9
-    scale = _sampled_fraction_inverse(job)
-    key_of = {rid: key for key, rid in job.ids.items()}
-    held: dict[RankKey, float] = dict.fromkeys(job.ranks, 0.0)
-    for (rid, comm), seconds in per_comm.items():
-        key = key_of[rid]
-        if key in held:
-            held[key] = max(held[key], seconds * scale.get(comm, 1.0))
-    steps = _median([r.steps[-1][1] - r.steps[0][1] for r in job.ranks.values()]) or 0
+    for _, rid, comm, ns, at in job.held:
+        ends = ends_of.get(rid)
+        if ends and steps_with_data:
+            index = bisect.bisect_left(ends, at)
+            per_step[rid, index] = max(per_step.get((rid, index), 0.0), ns * 1e-9)
+        else:
+            per_comm[rid, comm] = per_comm.get((rid, comm), 0.0) + ns * 1e-9
+    held: dict[int, float] = {}
+    for (rid, _), seconds in per_step.items():
+        held[rid] = held.get(rid, 0.0) + seconds / steps_with_data
     span = max((r.steps[-1][0] - r.steps[0][0] for r in job.ranks.values()), default=0.0)
+    for (rid, _), seconds in per_comm.items():
+        held[rid] = max(held.get(rid, 0.0), seconds / span if span else 0.0)
     costs = []
-    for key, seconds in held.items():
-        rank = job.ranks[key].feed
-        per_step = seconds / steps if steps else (seconds / span if span else 0.0)
-        cost = pb.RankCost(pid=rank.pid, host=rank.host, cost_seconds=per_step,
-                           cost_percent=100 * per_step / step if step else 0.0)
-        if rank.rank is not None:
-            cost.rank = rank.rank
-        if rank.gpu is not None:
-            cost.gpu = rank.gpu.index
+    for key, rank in job.ranks.items():
+        feed = rank.feed
+        per = held.get(job.ids.get(key, -1), 0.0)
+        cost = pb.RankCost(pid=feed.pid, host=feed.host, cost_seconds=per,
+                           cost_percent=100 * per / step if step else 0.0)
+        if feed.rank is not None:
+            cost.rank = feed.rank
+        if feed.gpu is not None:
+            cost.gpu = feed.gpu.index
         costs.append(cost)
     return sorted(costs, key=lambda c: (-c.cost_seconds, c.rank if c.HasField("rank") else c.pid))
 
 
-def _sampled_fraction_inverse(job: _Job) -> dict[str, float]:
-    """Per communicator, the collectives its ranks started in the window over those joined: what one
-    joined collective stands for when ranks report a sample (``rank_arrivals``), about 1 when they
-    report all. A ratio, so the luck of how many blocks a window drew does not count."""
-    started: dict[str, dict[int, int]] = {}
-    for _, rid, comm, count in job.started:
-        per_rank = started.setdefault(comm, {})
-        per_rank[rid] = per_rank.get(rid, 0) + count
-    joined: dict[str, int] = {}
-    for _, comm in job.joined:
-        joined[comm] = joined.get(comm, 0) + 1
-    return {comm: max(1.0, statistics.median(per_rank.values()) / joined[comm])
-            for comm, per_rank in started.items() if joined.get(comm)}
+def _steps_joined(job: _Job, ref_ends: list[int]) -> float:
+    """How many steps' worth of collectives the window joined: per communicator, those joined over its
+    collectives per step (sequence numbers over steps, between the first and the last joined), the
+    largest. Not the steps that had one joined: a sample's block covers parts of the steps at its edges."""
+    by_comm: dict[str, list[tuple[int, int]]] = {}
+    for _, comm, at, seq in job.joined:
+        by_comm.setdefault(comm, []).append((seq, at))
+    best = 0.0
+    for joined in by_comm.values():
+        seqs = [seq for seq, _ in joined]
+        times = [at for _, at in joined]
+        steps = bisect.bisect_left(ref_ends, max(times)) - bisect.bisect_left(ref_ends, min(times)) + 1
+        best = max(best, len(joined) * steps / (max(seqs) - min(seqs) + 1))
+    return best
 
 
 def _culprits(costs: list[pb.RankCost], step: float | None) -> list[pb.RankCost]:

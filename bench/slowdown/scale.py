@@ -44,6 +44,7 @@ def main() -> None:
     for second in range(args.seconds):
         late = LATE_S if second >= 10 else 0.0
         starts: list[list[tuple[str, int, int]]] = [[] for _ in range(ranks)]
+        ends = [int((t0 + second + k * STEP_S) * 1e9) for k in range(1, int(1 / STEP_S) + 1)]
         for k in range(COLLECTIVES_PER_S):
             seq += 1
             base = t0 + second + k / COLLECTIVES_PER_S
@@ -62,6 +63,7 @@ def main() -> None:
                 rank = snapshot.ranks.add(pid=1000 + local, rank=r, job_id="bench", state="running",
                                           step_count=int((second + 1) / STEP_S))
                 rank.arrivals.extend(trackers[r].take(starts[r], ranks))
+                rank.step_ends_unix_ns.extend(ends)
             events.append(SnapshotReceived(host=f"node{host:03d}:1779", at=t0 + second + 1, message=snapshot))
         for event in events:
             cluster.apply(event)

@@ -40,7 +40,7 @@ class Job:
         step_s = STEP_S + max(self.late.values(), default=0.0) + self.extra_step_s
         starts: list[list[tuple[str, int, int]]] = [[] for _ in range(self.ranks)]
         t = self.seconds * 1e9
-        steps = 0
+        steps, ends = 0, []
         while t < (self.seconds + 1) * 1e9:
             # a late rank reaches the step's first collective late; the others wait in it, so the
             # step's later collectives find everyone together again
@@ -52,6 +52,7 @@ class Job:
                     starts[rank].append(("c0ffee", self.seq, int(t + (late + jitter) * 1e9)))
                 t += step_s / COLLECTIVES_PER_STEP * 1e9
             steps += 1
+            ends.append(int(t))
         self.steps += steps
         self.seconds += 1
         feeds = []
@@ -62,7 +63,7 @@ class Job:
             feeds.append(RankFeed(
                 pid=1000 + rank, rank=rank, host="node1", job_id=self.job_id, state=self.states.get(rank, "running"),
                 step_count=self.steps,
-                arrivals=sample,
+                arrivals=sample, step_ends=ends,
                 signals=signals, gemm_seconds={"gemm bf16 m=4096": self.gemm.get(rank, 0.001)},
                 comm_seconds_per_s=self.comm_s_per_s, gpu=self.gpus.get(rank)))
         return feeds
@@ -196,6 +197,7 @@ def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged, miss
     for second in range(20):
         late = 0.03 if second >= 8 else 0.0
         starts: list[list[tuple[str, int, int]]] = [[], []]
+        ends = []
         while t < second + 1:
             for bucket in range(4):  # the step's 4 buckets, enqueued 1 ms apart on each rank
                 seq += 1
@@ -204,9 +206,10 @@ def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged, miss
                 starts[1].append(("pg0", seq, int((t + late + bucket * 0.001) * 1e9)))
             t += STEP_S + late
             steps += 1
+            ends.append(int(t * 1e9))
         clock[0] += 1.0
         feeds = [RankFeed(pid=1000 + r, rank=r, host="node1", job_id="job", state="running", step_count=steps,
-                          arrivals=trackers[r].take(starts[r], 2))
+                          arrivals=trackers[r].take(starts[r], 2), step_ends=ends)
                  for r in range(2)]
         (verdict,) = judge.observe(feeds)
     assert verdict is not None and verdict.slow and verdict.culprits[0].rank == 1

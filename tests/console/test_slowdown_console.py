@@ -38,6 +38,7 @@ def snapshots(seconds: int, late_from: int) -> list[SnapshotReceived]:
     for second in range(seconds):
         late = LATE_S if second >= late_from else 0.0
         starts: dict[int, list[tuple[str, int, int]]] = {rank: [] for rank in trackers}
+        ends = []
         while t < second + 1:
             for collective in range(COLLECTIVES):
                 seq += 1
@@ -46,6 +47,7 @@ def snapshots(seconds: int, late_from: int) -> list[SnapshotReceived]:
                     starts[rank].append(("ab12", seq, int((T0 + t + delay + rng.uniform(0, 4e-4)) * 1e9)))
                 t += (STEP_S + late) / COLLECTIVES
             steps += 1
+            ends.append(int((T0 + t) * 1e9))
         for number, (host, ranks) in enumerate(HOSTS.items()):
             snapshot = pb.HostSnapshot(hostname=host, timestamp_unix_ns=int((T0 + second + 1) * 1e9),
                                        sequence=second + 1)
@@ -53,6 +55,7 @@ def snapshots(seconds: int, late_from: int) -> list[SnapshotReceived]:
                 stats = snapshot.ranks.add(pid=100 + rank, rank=rank, job_id="4242", state="running",
                                            step_count=steps, gc_pause_seconds_per_s=0.0)
                 stats.arrivals.extend(trackers[rank].take(starts[rank], 4))
+                stats.step_ends_unix_ns.extend(ends)
             events.append(SnapshotReceived(host=f"{host}:1779", at=T0 + second + 1 + number * 0.01,
                                            message=snapshot))
     return events

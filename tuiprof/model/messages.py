@@ -321,7 +321,6 @@ class CollectiveArrivals:
     """``tuiprof.v1.CollectiveArrivals``."""
 
     comm: str
-    collectives: int
     sequence: tuple[int, ...]
     start_unix_ns: tuple[int, ...]
     previous_start_unix_ns: tuple[int, ...]
@@ -355,6 +354,7 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     uid: Reading
     interval_seconds: Reading
     arrivals: tuple[CollectiveArrivals, ...]
+    step_ends_unix_ns: tuple[int, ...]
     run_delay_seconds_per_s: Reading
     cpu_throttled_seconds_per_s: Reading
     NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals}
