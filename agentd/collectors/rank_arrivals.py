@@ -34,17 +34,17 @@ BLOCK = 16
 
 _MASK64 = 2**64 - 1
 
-Arrival = tuple[str, int, int]  # (communicator, sequence number, start in Unix ns)
+Arrival = tuple[str, int, int, bool]  # (communicator, sequence number, start in Unix ns, enqueued: see the proto)
 
 
 def from_nccl_events(events: Iterable) -> list[Arrival]:
     """Arrivals of the hook library's finished NCCL events (``tuiprof_native.segment.Event``)."""
-    return [(f"{e.comm_hash:x}", e.op_seq, e.start_ns) for e in events if e.kind == "nccl" and e.start_ns]
+    return [(f"{e.comm_hash:x}", e.op_seq, e.start_ns, False) for e in events if e.kind == "nccl" and e.start_ns]
 
 
 def from_flight_recent(recent: Iterable[dict]) -> list[Arrival]:
     """Arrivals of the Flight Recorder's newest entries, as the startup hook publishes them."""
-    return [(printable(f"pg{r['pg']}"), int(r["seq"]), int(r["enqueued_ns"])) for r in recent]
+    return [(printable(f"pg{r['pg']}"), int(r["seq"]), int(r["enqueued_ns"]), True) for r in recent]
 
 
 class ArrivalTracker:
@@ -52,26 +52,25 @@ class ArrivalTracker:
 
     def __init__(self) -> None:
         self._reported: dict[str, int] = {}  # communicator → the newest sequence number already taken
-        self._newest: dict[str, tuple[int, int]] = {}  # communicator → (sequence, start) of the newest taken
 
     def take(self, arrivals: Iterable[Arrival], world_size: int | None) -> list[pb.CollectiveArrivals]:
         """The arrivals newer than those taken before, each communicator's within the budget of a job of
         ``world_size`` ranks (unknown: the smallest budget)."""
         budget = max(MAX_ARRIVALS_PER_COMM, ARRIVALS_PER_JOB // world_size) if world_size else MAX_ARRIVALS_PER_COMM
         new: dict[str, dict[int, int]] = {}
-        for comm, seq, start_ns in arrivals:
+        enqueued: dict[str, bool] = {}
+        for comm, seq, start_ns, by_enqueue in arrivals:
             if seq > self._reported.get(comm, -1):
                 new.setdefault(comm, {})[seq] = start_ns
+                enqueued[comm] = by_enqueue
         sample = []
         for comm, starts in sorted(new.items()):
             newest = max(starts)
             every = blocks_every(len(starts), budget)
-            before = dict([self._newest[comm]]) if comm in self._newest else {}
             kept = [seq for seq in sorted(starts) if every == 1 or _mixed(seq // BLOCK) % every == 0]
-            sample.append(pb.CollectiveArrivals(
-                comm=comm, sequence=kept, start_unix_ns=[starts[seq] for seq in kept],
-                previous_start_unix_ns=[starts.get(seq - 1, before.get(seq - 1, 0)) for seq in kept]))
-            self._reported[comm], self._newest[comm] = newest, (newest, starts[newest])
+            sample.append(pb.CollectiveArrivals(comm=comm, sequence=kept, start_unix_ns=[starts[seq] for seq in kept],
+                                                enqueued=enqueued[comm]))
+            self._reported[comm] = newest
         return sample
 
 

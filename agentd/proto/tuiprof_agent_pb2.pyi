@@ -700,16 +700,16 @@ class RankStats(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CollectiveArrivals(_message.Message):
-    __slots__ = ("comm", "sequence", "start_unix_ns", "previous_start_unix_ns")
+    __slots__ = ("comm", "sequence", "start_unix_ns", "enqueued")
     COMM_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
-    PREVIOUS_START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
     comm: str
     sequence: _containers.RepeatedScalarFieldContainer[int]
     start_unix_ns: _containers.RepeatedScalarFieldContainer[int]
-    previous_start_unix_ns: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, comm: _Optional[str] = ..., sequence: _Optional[_Iterable[int]] = ..., start_unix_ns: _Optional[_Iterable[int]] = ..., previous_start_unix_ns: _Optional[_Iterable[int]] = ...) -> None: ...
+    enqueued: bool
+    def __init__(self, comm: _Optional[str] = ..., sequence: _Optional[_Iterable[int]] = ..., start_unix_ns: _Optional[_Iterable[int]] = ..., enqueued: _Optional[bool] = ...) -> None: ...
 
 class HookHealth(_message.Message):
     __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason", "gemm_timed_first_calls", "gemm_sample_every", "nccl_api_fallback", "nccl_api_events", "gemm_sample_max")

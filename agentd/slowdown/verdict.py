@@ -8,9 +8,9 @@ Attribute. Each collective's arrivals (``RankStats.arrivals``) are joined on
 reported it. The last rank to start held the others up by its start minus the
 runner-up's (``waits.arrivals``).
 
-Cost. Per step of the late rank, the most it held the others up at one collective of
-that step, averaged over the last ``WINDOW_S`` (``_costs``): had it arrived with the
-others, the step would be that much shorter.
+Cost. Per step of the late rank, what it held the others up in that step (``_costs``),
+averaged over the last ``WINDOW_S``: had it arrived with the others, the step would be
+that much shorter.
 
 Detect. A job is slow while one rank's cost is at least ``COST_MIN_FRACTION`` of the
 step and ``DOMINANCE`` times the next rank's, or while the step time is
@@ -83,8 +83,9 @@ class _Job:
     ranks: dict[RankKey, _Rank] = field(default_factory=dict)
     # A small number per rank for the hot loop (a (host, pid) tuple is hashed anew at every lookup).
     ids: dict[RankKey, int] = field(default_factory=dict)
-    # comm → seq → rank id → (start, its start of the one before); when each was first reported
-    pending: dict[str, dict[int, dict[int, tuple[int, int]]]] = field(default_factory=dict)
+    # comm → seq → rank id → start; when each was first reported
+    pending: dict[str, dict[int, dict[int, int]]] = field(default_factory=dict)
+    enqueued: dict[str, bool] = field(default_factory=dict)  # comm → its starts are CPU enqueue times
     first_seen: dict[tuple[str, int], float] = field(default_factory=dict)
     members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → rank id → last seen reporting
     held: deque = field(default_factory=deque)      # (time, rank id, comm, held ns, latest start ns) per joined one
@@ -196,17 +197,17 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
         rid = job.ids.setdefault(feed.key, len(job.ids))
         for comm_arrivals in feed.arrivals:
             comm = comm_arrivals.comm
+            job.enqueued[comm] = comm_arrivals.enqueued
             members = job.members.setdefault(comm, {})
             members[rid] = now
             need = len(members)
             pending = job.pending.setdefault(comm, {})
-            for seq, start, previous in zip(comm_arrivals.sequence, comm_arrivals.start_unix_ns,
-                                            comm_arrivals.previous_start_unix_ns, strict=True):
+            for seq, start in zip(comm_arrivals.sequence, comm_arrivals.start_unix_ns, strict=True):
                 starts = pending.get(seq)
                 if starts is None:
                     starts = pending[seq] = {}
                     job.first_seen[comm, seq] = now
-                starts[rid] = (start, previous)
+                starts[rid] = start
                 if len(starts) >= need:
                     full.append((comm, seq))
     for comm, seq in full:
@@ -217,10 +218,7 @@ def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
             del job.pending[comm][seq]
             del job.first_seen[comm, seq]
             ids = list(starts)
-            begun, previous = zip(*starts.values(), strict=True)
-            # The latest start of the collective before that any rank reported (0: none did) is a
-            # floor of everyone's latest: safe to use when some rank missed that one.
-            figures = arrivals(begun, max(previous))
+            figures = arrivals(list(starts.values()))
             job.held.append((now, ids[figures.last], comm, figures.held_us, figures.latest))
             job.joined.append((now, comm, figures.latest, seq))
 
@@ -257,27 +255,43 @@ def _job_step_seconds(job: _Job) -> float | None:
 def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
     """Every rank's cost per step, costliest first: what its peers lost waiting for it.
 
-    Per step of the late rank, its largest lateness in that step, not the sum: a rank that
-    reaches a step late is late at each of the step's collectives (each bucket of a DDP step, each
-    of its groups), while the others lose that time once. A late rank's lateness grows through a
-    step when it computes slower, so the largest is the step's loss. Averaged over the steps'
-    worth of collectives joined in the window (``_steps_joined``). Without step ends (no
-    optimizer step seen): the lateness per communicator over the window, the largest, per second."""
+    Per step of the late rank (between its step ends), from the collectives it was last at:
+    - where the starts are kernel starts (NCCL), the sum of its lateness: a kernel starts only
+      after the one before ended, so each collective's lateness is what the rank added there;
+      averaged over the steps' worth of collectives joined in the window;
+    - where they are CPU enqueue times (gloo), the largest: the others enqueue a step's
+      collectives without waiting, so the rank is late at each by all it lost so far, and the
+      step's last lateness is the step's loss; averaged over the steps with one joined.
+    Without step ends (no optimizer step seen): the lateness per communicator over the window,
+    the largest, per second."""
     ref_ends = next((sorted(r.step_ends) for r in job.ranks.values() if r.step_ends), [])
-    steps_with_data = _steps_joined(job, ref_ends) if ref_ends else 0.0
     ends_of = {job.ids[key]: sorted(rank.step_ends) for key, rank in job.ranks.items() if key in job.ids}
-    per_step: dict[tuple[int, int], float] = {}
+    largest: dict[tuple[int, int], float] = {}  # (rank id, step) → its largest lateness (enqueue times)
+    summed: dict[tuple[int, int, str], float] = {}  # (rank id, step, comm) → its lateness summed (kernel starts)
     per_comm: dict[tuple[int, str], float] = {}
     for _, rid, comm, ns, at in job.held:
         ends = ends_of.get(rid)
-        if ends and steps_with_data:
-            index = bisect.bisect_left(ends, at)
-            per_step[rid, index] = max(per_step.get((rid, index), 0.0), ns * 1e-9)
-        else:
+        if not (ends and ref_ends):
             per_comm[rid, comm] = per_comm.get((rid, comm), 0.0) + ns * 1e-9
+        elif job.enqueued.get(comm):
+            rank_step = rid, bisect.bisect_left(ends, at)
+            largest[rank_step] = max(largest.get(rank_step, 0.0), ns * 1e-9)
+        else:
+            in_comm = rid, bisect.bisect_left(ends, at), comm
+            summed[in_comm] = summed.get(in_comm, 0.0) + ns * 1e-9
+    # A rank late to a step is late in each communicator it is in (its tensor- and data-parallel
+    # groups): the others wait for it once, the largest of them.
+    largest_summed: dict[tuple[int, int], float] = {}
+    for (rid, index, _), seconds in summed.items():
+        largest_summed[rid, index] = max(largest_summed.get((rid, index), 0.0), seconds)
     held: dict[int, float] = {}
-    for (rid, _), seconds in per_step.items():
-        held[rid] = held.get(rid, 0.0) + seconds / steps_with_data
+    for per_step, steps in ((largest, _steps_joined(job, ref_ends, True)),
+                            (largest_summed, _steps_joined(job, ref_ends, False))):
+        totals: dict[int, float] = {}
+        for (rid, _), seconds in per_step.items():
+            totals[rid] = totals.get(rid, 0.0) + seconds / steps
+        for rid, total in totals.items():
+            held[rid] = max(held.get(rid, 0.0), total)
     span = max((r.steps[-1][0] - r.steps[0][0] for r in job.ranks.values()), default=0.0)
     for (rid, _), seconds in per_comm.items():
         held[rid] = max(held.get(rid, 0.0), seconds / span if span else 0.0)
@@ -295,13 +309,18 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
     return sorted(costs, key=lambda c: (-c.cost_seconds, c.rank if c.HasField("rank") else c.pid))
 
 
-def _steps_joined(job: _Job, ref_ends: list[int]) -> float:
-    """How many steps' worth of collectives the window joined: per communicator, those joined over its
-    collectives per step (sequence numbers over steps, between the first and the last joined), the
-    largest. Not the steps that had one joined: a sample's block covers parts of the steps at its edges."""
+def _steps_joined(job: _Job, ref_ends: list[int], enqueued: bool) -> float:
+    """The steps the window's joined collectives of one kind cover. Enqueue times: the steps with one
+    joined (any of a step's collectives carries the step's lateness). Kernel starts: the steps' worth
+    of collectives joined, per communicator those joined over its collectives per step (sequence
+    numbers over steps, between the first and the last joined), the largest; not the steps with one
+    joined: a sample's block covers parts of the steps at its edges."""
     by_comm: dict[str, list[tuple[int, int]]] = {}
     for _, comm, at, seq in job.joined:
-        by_comm.setdefault(comm, []).append((seq, at))
+        if job.enqueued.get(comm, False) == enqueued:
+            by_comm.setdefault(comm, []).append((seq, at))
+    if enqueued:
+        return float(len({bisect.bisect_left(ref_ends, at) for joined in by_comm.values() for _, at in joined}))
     best = 0.0
     for joined in by_comm.values():
         seqs = [seq for seq, _ in joined]

@@ -27,17 +27,10 @@ class Arrivals:
     calls: int
 
 
-def arrivals(starts: Sequence[float], not_before: float = 0.0) -> Arrivals:
-    """The arrival figures of one collective from each call's start (at least one).
-
-    ``not_before``: when the collective could begin at the earliest. A communicator runs its
-    collectives in order, so none begins before every rank started the one before it; a rank
-    that enqueued it earlier (a CPU backend enqueues without waiting) arrived, in effect, then.
-    GPU kernel starts are in order already: for them it changes nothing."""
+def arrivals(starts: Sequence[float]) -> Arrivals:
+    """The arrival figures of one collective from each call's start (at least one)."""
     # Builtins only (no Python loop per start): the console runs this for every collective of a
     # 1024-rank job it joins, each over 1024 starts (bench/slowdown/scale.py).
-    if min(starts) < not_before:
-        starts = [start if start > not_before else not_before for start in starts]
     latest = max(starts)
     last = len(starts) - 1 - list(reversed(starts)).index(latest)
     top = heapq.nlargest(2, starts)

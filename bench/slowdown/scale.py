@@ -43,7 +43,7 @@ def main() -> None:
     verdict = None
     for second in range(args.seconds):
         late = LATE_S if second >= 10 else 0.0
-        starts: list[list[tuple[str, int, int]]] = [[] for _ in range(ranks)]
+        starts: list[list[tuple[str, int, int, bool]]] = [[] for _ in range(ranks)]
         ends = [int((t0 + second + k * STEP_S) * 1e9) for k in range(1, int(1 / STEP_S) + 1)]
         for k in range(COLLECTIVES_PER_S):
             seq += 1
@@ -52,8 +52,8 @@ def main() -> None:
             for r in range(ranks):
                 delay = late if r == late_rank and first_of_step else 0.0
                 start = int((base + delay + rng.uniform(0, 2e-4)) * 1e9)
-                starts[r].append(("dp0", seq, start))
-                starts[r].append((f"tp{r // args.ranks_per_host}", seq, start))
+                starts[r].append(("dp0", seq, start, False))
+                starts[r].append((f"tp{r // args.ranks_per_host}", seq, start, False))
         events = []
         for host in range(args.hosts):
             snapshot = pb.HostSnapshot(hostname=f"node{host:03d}", timestamp_unix_ns=int((t0 + second + 1) * 1e9),

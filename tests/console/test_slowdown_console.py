@@ -37,14 +37,14 @@ def snapshots(seconds: int, late_from: int) -> list[SnapshotReceived]:
     events, t, seq, steps = [], 0.0, 0, 0
     for second in range(seconds):
         late = LATE_S if second >= late_from else 0.0
-        starts: dict[int, list[tuple[str, int, int]]] = {rank: [] for rank in trackers}
+        starts: dict[int, list[tuple[str, int, int, bool]]] = {rank: [] for rank in trackers}
         ends = []
         while t < second + 1:
             for collective in range(COLLECTIVES):
                 seq += 1
                 for rank in trackers:
                     delay = late if rank == 3 and collective == 0 else 0.0
-                    starts[rank].append(("ab12", seq, int((T0 + t + delay + rng.uniform(0, 4e-4)) * 1e9)))
+                    starts[rank].append(("ab12", seq, int((T0 + t + delay + rng.uniform(0, 4e-4)) * 1e9), False))
                 t += (STEP_S + late) / COLLECTIVES
             steps += 1
             ends.append(int((T0 + t) * 1e9))

@@ -323,7 +323,7 @@ class CollectiveArrivals:
     comm: str
     sequence: tuple[int, ...]
     start_unix_ns: tuple[int, ...]
-    previous_start_unix_ns: tuple[int, ...]
+    enqueued: bool
 
 
 @dataclass(frozen=True, slots=True)
