@@ -5,7 +5,8 @@ Per round and per tree, in that order, so that both see the same load:
 1. ``collect()`` of the host and pmu collectors, called ``--calls`` times in a child process
    (the tree's code): mean wall time and mean CPU time of the calling thread per call; and,
    for a many-core host, the CPU figures of a made-up /proc/stat of ``--cpus`` CPUs (two
-   readings, a 2000-IRQ ``intr`` line): ``parse_proc_stat`` and the collector's ``_cpu_stats``;
+   readings, a 2000-IRQ ``intr`` line): ``parse_proc_stat`` and the CPU figures (``fill_cpu_stats``
+   and ``fill_numa_nodes``, one node of every CPU);
    and the RDMA counters of a made-up /sys/class/infiniband (8 devices, one port each, 40
    counters and 30 hw_counters: a tmp tree, so the kernel's side of real sysfs is not in it);
 2. a whole ``agentd --interval-ms 1000`` (the tree's code, no client): its CPU time (the
@@ -18,7 +19,9 @@ Per round and per tree, in that order, so that both see the same load:
    gRPC before the in-process feed, in-process after), its CPU over ``--seconds`` as in 2.
 
 Make each tree with ``git archive <commit> | tar -x -C /tmp/before`` and copy the built
-extensions (``tuiprof_native/*.so``) into it. Run as root (system-wide perf counters)::
+extensions (``tuiprof_native/*.so``) into it. Step 1 calls the host readers (``host_cpu``,
+``host_numa``, ``host_rdma``) by name: a tree from before the host collector was split into
+them (issue 26) needs this file as it was then. Run as root (system-wide perf counters)::
 
     .venv/bin/python bench/agentd_cpu.py --source before=/tmp/before --source after=/tmp/after --rounds 5
 
@@ -46,8 +49,11 @@ DURATION = re.compile(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^
 # Runs in the child, with the tree under test first on sys.path.
 COLLECT_CALLS = """
 import json, sys, time
-from agentd.collectors import host
+from agentd.collectors import host_cpu, host_numa
 from agentd.collectors.host import HostCollector
+from agentd.collectors.host_rdma import RdmaReader
+from agentd.collectors.host_roots import HostRoots
+from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.collectors.pmu import PmuCollector
 calls, cpus = int(sys.argv[1]), int(sys.argv[2])
 result = {}
@@ -60,31 +66,34 @@ def proc_stat(reading):
     return "\\n".join(lines) + "\\n"
 
 texts = [proc_stat(1), proc_stat(2)]
-stats = [host.parse_proc_stat(text, 100) for text in texts]
-raws = [host._Raw(float(i), stat, {0: host.NodeTimes(tuple(range(cpus)), stat.total)}, {}, {})
-        for i, stat in enumerate(stats)]
-collector = HostCollector(1.0)
-for name, work in (("parse_proc_stat", lambda: host.parse_proc_stat(texts[1], 100)),
-                   ("cpu_stats", lambda: collector._cpu_stats(raws[0], raws[1]))):
+stats = [host_cpu.parse_proc_stat(text, 100) for text in texts]
+nodes = [{0: host_numa.NodeTimes(tuple(range(cpus)), stat.total)} for stat in stats]
+
+def cpu_stats():
+    cpu = pb.CpuStats()
+    host_cpu.fill_cpu_stats(cpu, stats[0], stats[1])
+    host_numa.fill_numa_nodes(cpu, nodes[0], nodes[1])
+
+for name, work in (("parse_proc_stat", lambda: host_cpu.parse_proc_stat(texts[1], 100)),
+                   ("cpu_stats", cpu_stats)):
     cpu = time.thread_time()
     for _ in range(calls):
         work()
     result[f"{cpus} CPUs {name}"] = {"cpu_ms": 1e3 * (time.thread_time() - cpu) / calls}
-collector.close()
 
 import os, tempfile
 with tempfile.TemporaryDirectory() as root:
     for device in range(8):
-        port = os.path.join(root, f"mlx5_{device}", "ports", "1")
+        port = os.path.join(root, "class", "infiniband", f"mlx5_{device}", "ports", "1")
         for kind, count in (("counters", 40), ("hw_counters", 30)):
             os.makedirs(os.path.join(port, kind))
             for number in range(count):
                 with open(os.path.join(port, kind, f"{kind}_{number}"), "w") as file:
                     file.write(f"{number * 1000}\\n")
-    rdma = host.RdmaCounters(root).read if hasattr(host, "RdmaCounters") else (lambda now: host.read_rdma(root))
+    rdma = RdmaReader(HostRoots(sys=root))
     cpu = time.thread_time()
     for sample in range(calls):
-        rdma(float(sample))
+        rdma.read(pb.HostSnapshot(), float(sample))
     result["8 RDMA ports read"] = {"cpu_ms": 1e3 * (time.thread_time() - cpu) / calls}
 for name, factory in (("host", HostCollector), ("pmu", PmuCollector)):
     collector = factory(1.0)

@@ -10,7 +10,9 @@ import subprocess
 import pytest
 
 from agentd.collectors.ethtool import ETHTOOL_GSSET_INFO, EthtoolStats
-from agentd.collectors.host import PAUSE_COUNTERS, STATIC_REFRESH_SECONDS, HostCollector, nic_driver, pause_counters
+from agentd.collectors.host import HostCollector
+from agentd.collectors.host_netdev import PAUSE_COUNTERS, nic_driver, pause_counters
+from agentd.collectors.host_roots import STATIC_REFRESH_SECONDS
 from agentd.collectors.readings import Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 

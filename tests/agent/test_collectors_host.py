@@ -14,29 +14,24 @@ import time
 import psutil
 import pytest
 
-from agentd.collectors import host
-from agentd.collectors.host import (
-    IB_ROOT,
+from agentd.collectors import host_cpu, host_diskstats, host_numa
+from agentd.collectors.host import HostCollector
+from agentd.collectors.host_cpu import (
     CpuShares,
-    CpuTimes,
-    HostCollector,
-    NodeTimes,
     ProcessCount,
-    RdmaCounters,
-    STATIC_REFRESH_SECONDS,
-    Unwrapped,
     count_processes,
     cpu_shares,
-    disk_counters,
-    memory_stats,
-    parse_cpulist,
-    parse_diskstats,
-    parse_net_dev,
+    parse_loadavg,
     parse_proc_stat,
-    read_numa_nodes,
-    read_task_count,
     read_proc_stat,
 )
+from agentd.collectors.host_devices import Unwrapped
+from agentd.collectors.host_diskstats import DiskCounters, disk_counters, parse_diskstats
+from agentd.collectors.host_memory import memory_stats
+from agentd.collectors.host_netdev import parse_net_dev
+from agentd.collectors.host_numa import NodeTimes, fill_numa_nodes, parse_cpulist, read_numa_nodes
+from agentd.collectors.host_rdma import RdmaReader
+from agentd.collectors.host_roots import STATIC_REFRESH_SECONDS, HostRoots
 from agentd.collectors.readings import COUNTER_RESET, FIRST_SAMPLE, Unavailable
 from agentd.procfs import OpenProcFile, read_whole
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -171,14 +166,17 @@ def test_partitions_and_loop_devices_are_not_reported() -> None:
 
 
 def test_cpu_shares_of_two_readings() -> None:
-    before = CpuTimes(user=10, nice=0, system=5, idle=80, iowait=5, irq=0, softirq=0, steal=0, guest=0, guest_nice=0)
-    after = CpuTimes(user=40, nice=0, system=15, idle=124, iowait=15, irq=2, softirq=2, steal=2, guest=20, guest_nice=0)
+    before = pb.CpuModeSeconds(user=10, nice=0, system=5, idle=80, iowait=5, irq=0, softirq=0, steal=0, guest=0,
+                               guest_nice=0)
+    after = pb.CpuModeSeconds(user=40, nice=0, system=15, idle=124, iowait=15, irq=2, softirq=2, steal=2, guest=20,
+                              guest_nice=0)
     shares = cpu_shares(before, after)  # 100 s elapsed: guest is inside user, so not added to the total
     assert (shares.user_percent, shares.system_percent, shares.idle_percent, shares.iowait_percent) == (30.0, 10.0, 44.0, 10.0)
     assert (shares.irq_percent, shares.softirq_percent, shares.steal_percent, shares.guest_percent) == (2.0, 2.0, 2.0, 20.0)
     assert cpu_shares(after, before) == Unavailable(COUNTER_RESET)
     # Modes can go backwards (iowait, a kernel quirk): each share is clamped to [0, 100].
-    backwards = cpu_shares(before, before._replace(user=5, iowait=0, idle=180))  # 90 s elapsed, 100 s idle
+    went_back = pb.CpuModeSeconds(user=5, nice=0, system=5, idle=180, iowait=0)
+    backwards = cpu_shares(before, went_back)  # 90 s elapsed, 100 s idle
     assert isinstance(backwards, CpuShares)
     assert (backwards.user_percent, backwards.iowait_percent, backwards.idle_percent) == (0.0, 0.0, 100.0)
 
@@ -344,9 +342,9 @@ def test_nic_and_disk_totals_are_psutils_nowrap_ones_from_one_read_each(tmp_path
 
 def test_a_device_that_disappears_starts_again_from_its_own_counters() -> None:
     totals = Unwrapped()
-    counters = host.DiskCounters(100, 100, 100, 100, 100)
+    counters = DiskCounters(100, 100, 100, 100, 100)
     assert totals({"sda": counters}) == {"sda": counters}
-    low = host.DiskCounters(1, 1, 1, 1, 1)
+    low = DiskCounters(1, 1, 1, 1, 1)
     assert totals({"sda": low})["sda"] == (101, 101, 101, 101, 101)  # wrapped: the old value is added
     assert totals({}) == {}
     assert totals({"sda": low})["sda"] == low  # a new device under the old name
@@ -354,22 +352,22 @@ def test_a_device_that_disappears_starts_again_from_its_own_counters() -> None:
 
 def test_uptime_and_process_count_agree_with_proc() -> None:
     before = float(pathlib.Path("/proc/uptime").read_text().split()[0])
-    uptime = host.uptime_seconds()
+    uptime = host_cpu.uptime_seconds()
     after = float(pathlib.Path("/proc/uptime").read_text().split()[0])
     assert before <= uptime <= after and round(uptime, 2) == uptime
-    assert count_processes() == pytest.approx(len(psutil.pids()), abs=20)
+    assert count_processes("/proc") == pytest.approx(len(psutil.pids()), abs=20)
 
 
 def test_the_task_count_is_the_threads_of_every_process() -> None:
     threads = sum(len(os.listdir(f"/proc/{pid}/task")) for pid in os.listdir("/proc") if pid.isdigit()
                   and os.path.exists(f"/proc/{pid}/task"))
-    assert read_task_count(OpenProcFile("/proc/loadavg")) == pytest.approx(threads, abs=50)  # kernel threads included in both
+    assert parse_loadavg(read_whole("/proc/loadavg")).tasks == pytest.approx(threads, abs=50)  # kernel threads included in both
 
 
 def test_processes_are_listed_again_only_when_a_task_was_created_or_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
     listings = []
-    monkeypatch.setattr(host, "count_processes", lambda: listings.append(1) or 100 + len(listings))
-    count = ProcessCount()
+    monkeypatch.setattr(host_cpu, "count_processes", lambda _proc: listings.append(1) or 100 + len(listings))
+    count = ProcessCount("/proc")
     assert [count(500, 80), count(500, 80), count(501, 81), count(501, 80), count(501, 80)] == [101, 101, 102, 103, 103]
     assert [count(None, 80), count(None, 80)] == [104, 105]  # no "processes" line: listed every time
     assert len(listings) == 5
@@ -383,13 +381,13 @@ def test_new_processes_are_counted_by_the_next_sample() -> None:
         time.sleep(0.2)
         collector.collect()
         counted = snapshot_of(collector).cpu.process_count
-        assert counted == pytest.approx(count_processes(), abs=3)
+        assert counted == pytest.approx(count_processes("/proc"), abs=3)
     finally:
         for child in children:
             child.kill()
             child.wait()
     collector.collect()
-    assert snapshot_of(collector).cpu.process_count == pytest.approx(count_processes(), abs=3)
+    assert snapshot_of(collector).cpu.process_count == pytest.approx(count_processes("/proc"), abs=3)
     collector.close()
 
 
@@ -398,9 +396,9 @@ def test_numa_nodes_are_read_again_only_when_the_online_cpus_change_or_after_the
     now = [0.0]
     stats = {"two": "cpu0 1 0 1 10\ncpu1 1 0 1 10\n", "one": "cpu0 2 0 2 20\n"}
     current = ["two"]
-    monkeypatch.setattr(host, "read_proc_stat", lambda _file: parse_proc_stat(stats[current[0]], 100))
+    monkeypatch.setattr(host_cpu, "read_proc_stat", lambda _file: parse_proc_stat(stats[current[0]], 100))
     reads = []
-    monkeypatch.setattr(host, "read_numa_nodes", lambda: reads.append(now[0]) or {0: [0, 1]})
+    monkeypatch.setattr(host_numa, "read_numa_nodes", lambda _root: reads.append(now[0]) or {0: [0, 1]})
     collector = HostCollector(1.0, clock=lambda: now[0])
     for at, online in ((0.0, "two"), (1.0, "two"), (2.0, "one"), (3.0, "one"), (62.5, "one"), (63.0, "one")):
         now[0], current[0] = at, online
@@ -413,8 +411,9 @@ def test_numa_nodes_are_read_again_only_when_the_online_cpus_change_or_after_the
 
 def test_whole_disks_are_decided_again_only_when_the_names_change(monkeypatch: pytest.MonkeyPatch) -> None:
     decided = []
-    real = host.whole_disks
-    monkeypatch.setattr(host, "whole_disks", lambda names: decided.append(list(names)) or real(names))
+    real = host_diskstats.whole_disks
+    monkeypatch.setattr(host_diskstats, "whole_disks",
+                        lambda names, sys_block: decided.append(list(names)) or real(names, sys_block))
     collector = HostCollector(1.0)
     for _ in range(3):
         collector.collect()
@@ -424,7 +423,7 @@ def test_whole_disks_are_decided_again_only_when_the_names_change(monkeypatch: p
 
 def test_proc_stat_of_an_old_kernel_without_softirq_line_or_guest_columns() -> None:
     stat = parse_proc_stat("cpu 100 2 30 400\ncpu0 60 1 10 200\ncpu3 40 1 20 200\nintr 77 1 2\n", 100)
-    assert stat.total == CpuTimes(1.0, 0.02, 0.3, 4.0, 0, 0, 0, 0, 0, 0)
+    assert stat.total == pb.CpuModeSeconds(user=1.0, nice=0.02, system=0.3, idle=4.0)
     assert sorted(stat.cpus) == [0, 3] and stat.cpus[3].system == 0.2
     assert stat.counts == {"intr": 77}
 
@@ -458,14 +457,14 @@ def test_proc_stat_without_the_all_cpus_line_sums_the_cpus() -> None:
 
 
 def test_numa_node_shares_need_the_same_online_cpus_in_both_samples() -> None:
-    def times(user: float, idle: float) -> CpuTimes:
-        return CpuTimes(user, 0, 0, idle, 0, 0, 0, 0, 0, 0)
+    def times(user: float, idle: float) -> pb.CpuModeSeconds:
+        return pb.CpuModeSeconds(user=user, idle=idle)
 
     before = {0: NodeTimes((0, 1), times(10, 90)), 1: NodeTimes((2, 3), times(5, 95)), 2: NodeTimes((), times(0, 0))}
     after = {0: NodeTimes((0, 1), times(40, 160)), 1: NodeTimes((2,), times(7, 140)), 2: NodeTimes((), times(0, 0)),
              3: NodeTimes((6,), times(1, 1))}
     cpu = pb.CpuStats()
-    HostCollector._numa_stats(cpu, before, after)
+    fill_numa_nodes(cpu, before, after)
     node0, node1, node2, node3 = cpu.numa_nodes
     assert (node0.user_percent, node0.idle_percent, node0.seconds_total.user) == (30.0, 70.0, 40.0)
     assert node1.unavailable["user_percent"] == "the node's online CPUs changed since the previous sample"
@@ -473,7 +472,7 @@ def test_numa_node_shares_need_the_same_online_cpus_in_both_samples() -> None:
     assert not node2.HasField("seconds_total")  # no time to report, not 0
     assert node3.unavailable["system_percent"] == FIRST_SAMPLE
     without = pb.CpuStats()
-    HostCollector._numa_stats(without, None, Unavailable("no NUMA here"))
+    fill_numa_nodes(without, None, Unavailable("no NUMA here"))
     assert not without.numa_nodes and without.unavailable["numa_nodes"] == "no NUMA here"
 
 
@@ -502,7 +501,7 @@ def test_numa_nodes_of_a_fake_two_socket_host_and_of_a_kernel_without_numa(tmp_p
 
 
 def test_numa_node_times_are_the_sums_of_their_cpus_in_proc_stat() -> None:
-    nodes = read_numa_nodes()
+    nodes = read_numa_nodes("/sys/devices/system/node")
     if isinstance(nodes, Unavailable):
         pytest.skip(f"this kernel has no NUMA information: {nodes.reason}")
     user_hz = os.sysconf("SC_CLK_TCK")
@@ -525,7 +524,15 @@ def test_numa_node_times_are_the_sums_of_their_cpus_in_proc_stat() -> None:
         assert 0.0 <= node.idle_percent <= 100.0
 
 
-def _fake_rdma_device(root: pathlib.Path, name: str, netdev: str | None) -> pathlib.Path:
+def rdma_of(sys: pathlib.Path, now: float, reader: RdmaReader | None = None) -> pb.RdmaStats:
+    """What ``reader`` (a new one over ``sys`` when None) reads at ``now``."""
+    snapshot = pb.HostSnapshot()
+    (reader or RdmaReader(HostRoots(sys=str(sys)))).read(snapshot, now)
+    return snapshot.rdma
+
+
+def _fake_rdma_device(sys: pathlib.Path, name: str, netdev: str | None) -> pathlib.Path:
+    root = sys / "class" / "infiniband"
     port = root / name / "ports" / "1"
     (port / "counters").mkdir(parents=True)
     (port / "hw_counters").mkdir()
@@ -544,7 +551,7 @@ def test_rdma_counters_of_a_fake_sysfs_tree(tmp_path: pathlib.Path) -> None:
     bare = _fake_rdma_device(tmp_path, "ibp1s0", None)
     (bare / "counters" / "port_rcv_packets").write_text("5\n")
     os.rmdir(bare / "hw_counters")  # a driver without hw counters
-    stats = RdmaCounters(str(tmp_path)).read(0.0)
+    stats = rdma_of(tmp_path, 0.0)
     assert not stats.unavailable_reason
     first, second = stats.ports
     assert (first.device, first.port, first.netdev) == ("ibp1s0", 1, "")
@@ -558,34 +565,36 @@ def test_rdma_counters_of_a_fake_sysfs_tree(tmp_path: pathlib.Path) -> None:
 
 
 def test_rdma_without_a_device_says_why(tmp_path: pathlib.Path) -> None:
-    assert "is absent" in RdmaCounters(str(tmp_path / "absent")).read(0.0).unavailable_reason
-    assert "is empty" in RdmaCounters(str(tmp_path)).read(0.0).unavailable_reason
+    assert "is absent" in rdma_of(tmp_path, 0.0).unavailable_reason
+    (tmp_path / "class" / "infiniband").mkdir(parents=True)
+    assert "is empty" in rdma_of(tmp_path, 0.0).unavailable_reason
 
 
 def test_rdma_ports_and_counter_names_are_listed_again_after_the_refresh_or_when_a_device_goes(
         tmp_path: pathlib.Path) -> None:
     port = _fake_rdma_device(tmp_path, "mlx5_0", "ens1f0np0")
     (port / "counters" / "port_rcv_errors").write_text("7\n")
-    rdma = RdmaCounters(str(tmp_path))
-    assert [c.name for c in rdma.read(0.0).ports[0].counters] == ["port_rcv_errors"]
+    rdma = RdmaReader(HostRoots(sys=str(tmp_path)))
+    assert [c.name for c in rdma_of(tmp_path, 0.0, rdma).ports[0].counters] == ["port_rcv_errors"]
     (port / "counters" / "port_rcv_errors").write_text("8\n")
     (port / "counters" / "port_xmit_data").write_text("9\n")  # a new file: seen after the refresh
-    values = rdma.read(1.0).ports[0].counters
+    values = rdma_of(tmp_path, 1.0, rdma).ports[0].counters
     assert [(c.name, c.value) for c in values] == [("port_rcv_errors", 8)]
-    values = rdma.read(STATIC_REFRESH_SECONDS + 0.5).ports[0].counters
+    values = rdma_of(tmp_path, STATIC_REFRESH_SECONDS + 0.5, rdma).ports[0].counters
     assert [(c.name, c.value) for c in values] == [("port_rcv_errors", 8), ("port_xmit_data", 9)]
-    shutil.rmtree(tmp_path / "mlx5_0")  # the device goes: its counters say why, then it is gone
-    gone = rdma.read(STATIC_REFRESH_SECONDS + 1.0).ports[0].counters[0]
+    shutil.rmtree(tmp_path / "class" / "infiniband" / "mlx5_0")  # the device goes: its counters say why, then it is gone
+    gone = rdma_of(tmp_path, STATIC_REFRESH_SECONDS + 1.0, rdma).ports[0].counters[0]
     assert dict(gone.unavailable) == {"value": "No such file or directory"}
-    assert "is empty" in rdma.read(STATIC_REFRESH_SECONDS + 2.0).unavailable_reason
+    assert "is empty" in rdma_of(tmp_path, STATIC_REFRESH_SECONDS + 2.0, rdma).unavailable_reason
 
 
 def test_rdma_of_this_host_from_the_collector() -> None:
     collector = HostCollector(1.0)
     collector.collect()
     rdma = snapshot_of(collector).rdma
-    if os.path.isdir(IB_ROOT) and os.listdir(IB_ROOT):
+    infiniband = "/sys/class/infiniband"
+    if os.path.isdir(infiniband) and os.listdir(infiniband):
         assert rdma.ports and not rdma.unavailable_reason
-        assert {port.device for port in rdma.ports} == set(os.listdir(IB_ROOT))
+        assert {port.device for port in rdma.ports} == set(os.listdir(infiniband))
     else:
         assert not rdma.ports and rdma.unavailable_reason.startswith("no RDMA device")
