@@ -21,7 +21,7 @@ HOOK_LIBRARY = "libtuiprof_hook.so"
 
 
 # Cython's C for our two small modules is ~1 MB each; Python's default flags (-g -O3)
-# made compiling it most of `pip install .` (bench/install_time.md). -O2 without debug
+# made compiling it most of `pip install .` (bench/native/install_time.md). -O2 without debug
 # info compiles in about half the time, and the modules only read counters and segments.
 EXTENSION_FLAGS = ["-O2", "-g0"]
 

@@ -83,7 +83,7 @@ class Agent:
         """Start the collectors one after the other: each thread once the one before has taken
         its first sample (or after ``STAGGER_MAX_S``). Their ticks keep these offsets, so they do
         not all wake at once and wait on each other for the GIL: each such wait is one more
-        wakeup, 20-60 µs of CPU on the GPU VMs (bench/wakeup_cost.py)."""
+        wakeup, 20-60 µs of CPU on the GPU VMs (bench/console/wakeup_cost.py)."""
         for runner in self.runners:
             runner.start()
             if runner.has_thread:
@@ -165,7 +165,7 @@ class Agent:
         collectors clocked by snapshots (their reads may block: the ranks collector reads
         /proc) and then hands the tick to this loop, which assembles and publishes the
         snapshot. A loop waking on its own timer to hand the sampling to a worker thread and
-        back woke twice more a second: ~130 µs of CPU on the GPU VM (bench/wakeup_cost.py).
+        back woke twice more a second: ~130 µs of CPU on the GPU VM (bench/console/wakeup_cost.py).
         """
         tick = _TickThread(self, asyncio.get_running_loop())
         tick.start()

@@ -171,7 +171,7 @@ class Daemon:
 
         ``grpc_on_demand``: the gRPC port is bound at start, and served only from ``serve_grpc()``
         on. gRPC's threads wake about eight times a second even when no call comes, ~0.3 ms of
-        CPU a second (bench/console_nvitop.md, run 10): the console's embedded agent is called
+        CPU a second (bench/console/console_nvitop.md, run 10): the console's embedded agent is called
         over gRPC only when its user asks for a trace, stacks or a file.
         """
         self.config = config

@@ -5,20 +5,20 @@ process: it starts in a fraction of a second (no second interpreter to import
 grpc and psutil), it binds port 0 so the OS picks a free loopback port with no
 race, and it cannot outlive the console. The cost is sharing the GIL with the
 UI: the collectors' CPU per interval, about 1.5 ms on a 2-core VM without GPUs
-(bench/agentd_cpu.md), more with NVML and GPM on GPU hosts.
+(bench/agent/agentd_cpu.md), more with NVML and GPM on GPU hosts.
 
 Its info and snapshots reach the console in-process (``EmbeddedAgent.info``,
 ``EmbeddedAgent.latest``): the same messages its gRPC GetInfo and Watch would give
 this process's user (other users' exception text taken out as for that caller),
 without serializing them, streaming them over loopback and parsing them again;
 that loopback cost nearly as much CPU as the agent itself on the 2-core VM
-(bench/agentd_cpu.md, round 2). The console takes each snapshot on its own timer
+(bench/agent/agentd_cpu.md, round 2). The console takes each snapshot on its own timer
 rather than being handed it: waking another thread's event loop costs 100-220 µs of
-CPU against 20-50 µs for a timer on the GPU VMs (bench/wakeup_cost.py). Everything
+CPU against 20-50 µs for a timer on the GPU VMs (bench/console/wakeup_cost.py). Everything
 else (traces, stacks, files) goes over gRPC like to any other agent, so nothing else
 in the console needs to know it is embedded. Its gRPC port is bound at start but
 served only from the first ``serve_grpc()`` (the console's first trace, stacks or
-file): idle, gRPC's threads wake about eight times a second (bench/console_nvitop.md,
+file): idle, gRPC's threads wake about eight times a second (bench/console/console_nvitop.md,
 run 10). It serves no /metrics endpoint.
 
 What no screen shows is not read: with ``pmu_when_shown`` (the console's embedded agent)

@@ -16,7 +16,7 @@ tuiprof_native.pmu: dynolog's are since-start averages).
 ``rest(reason)`` stops the reads until ``wake()`` (the counters stay open): the console's
 embedded agent rests it while no screen shows it, because a system-wide read is one group
 read per CPU, each an interrupt to that CPU (about 1 ms a second on a 16-CPU VM,
-bench/console_nvitop.md). While resting the collector is unavailable with that reason; the
+bench/console/console_nvitop.md). While resting the collector is unavailable with that reason; the
 first read after waking is a first sample again, never a rate over the rest.
 """
 

@@ -4,7 +4,7 @@ There is no NVIDIA driver on the CI machine, so the collector must report
 NVML's own error and fill nothing. The conversions (GPM metric structs, field
 value unions, clock-event masks, error caching) are exercised on the ctypes
 structures and error classes of the real pynvml module. The real GPU path is
-run on a GPU machine (bench/agentd_metrics_gpu.md).
+run on a GPU machine (bench/agent/agentd_metrics_gpu.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ pynvml ctypes structures where the collector reads them) and raises real
 ``pynvml.NVMLError`` subclasses where a test wants a failure. Constants, struct
 types and error classes come from the real pynvml; any NVML function the fake
 does not implement raises AttributeError, so an unexpected call fails the test.
-The real driver path is measured on a GPU machine (bench/agentd_metrics_gpu.md).
+The real driver path is measured on a GPU machine (bench/agent/agentd_metrics_gpu.md).
 """
 
 from __future__ import annotations

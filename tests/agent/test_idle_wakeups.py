@@ -1,7 +1,7 @@
 """agentd's server threads sleep until there is work: no polling while nothing comes.
 
 A thread that wakes on a timer to check a stop flag costs a scheduler slice and a GIL
-hand-off each time, for nothing (bench/agentd_cpu.md). The kernel counts a thread's
+hand-off each time, for nothing (bench/agent/agentd_cpu.md). The kernel counts a thread's
 voluntary context switches: one that sleeps in select() until woken makes none.
 """
 

@@ -3,7 +3,7 @@
 The TSDB is backfilled with ``promtool tsdb create-blocks-from openmetrics``: 10,000
 hosts × the series the cluster view reads (one GPU and one rank each, two samples a
 few seconds apart, ending now), then Prometheus starts on it. Figures at this scale
-(CPU, memory, time to rows) are in bench/console_prometheus.md, not asserted here.
+(CPU, memory, time to rows) are in bench/console/console_prometheus.md, not asserted here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The console repaints only what changed: a table row whose cells changed, a line whose text changed.
 
 Textual's own ``DataTable.update_cell`` and ``Static.update`` repaint the whole widget, which a
-terminal receives every second (bench/console_nvitop.md)."""
+terminal receives every second (bench/console/console_nvitop.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """On a node whose /proc hides other users' processes (hidepid=2), the root agent does not undo it: a
 GPU process's name, user and command line go only to its owner, root and the token holder.
 
-The GPU is the stand-in libnvidia-ml.so.1 of bench/fake_nvml.c (compiled here), which puts the
+The GPU is the stand-in libnvidia-ml.so.1 of bench/console/fake_nvml.c (compiled here), which puts the
 processes named in $FAKE_NVML_PIDS on its one device; /proc is a new instance mounted with
 hidepid=2 inside the test's private mount namespace (the host's is untouched)."""
 
@@ -26,7 +26,7 @@ def fake_nvml(tmp_path_factory) -> pathlib.Path:
         pytest.skip("no C compiler (build-essential) for the stand-in NVML")
     folder = tmp_path_factory.mktemp("nvml")
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(folder / "libnvidia-ml.so.1"),
-                    str(REPO / "bench" / "fake_nvml.c")], check=True)
+                    str(REPO / "bench" / "console" / "fake_nvml.c")], check=True)
     folder.chmod(0o755)
     return folder
 

@@ -1,4 +1,4 @@
-"""The summary and the merge on real traces: 12 ms of a 2-rank DDP job on 2 x H200 (bench/traces_gpu.md).
+"""The summary and the merge on real traces: 12 ms of a 2-rank DDP job on 2 x H200 (bench/traces/traces_gpu.md).
 
 The files are what on-demand Kineto wrote for `tuiprof trace --duration-ms 300`
 (PyTorch 2.11, CUDA 13, NCCL 2.28), cut to a 12 ms window. The summary is

@@ -1,6 +1,6 @@
 """A real torchrun job (CPU, gloo): its launcher polls the agent too, but a capture traces only the ranks.
 
-Seen on 2 x H200 (bench/traces_gpu.md): torchrun's launcher imports torch, so it
+Seen on 2 x H200 (bench/traces/traces_gpu.md): torchrun's launcher imports torch, so it
 registers like a rank; an ``--iterations`` capture then waited ~10 s on it,
 though it never steps and has no GPU work.
 """

@@ -63,7 +63,7 @@ at all, so a row's figures are those of one snapshot (unpinned, the concurrent c
 each took the server's now, and a scrape ending between two of them mixed two snapshots in a row)."""
 RANK_HOSTS_AT_ONCE = 1024
 """The NCCL/GEMM view watches at most this many hosts' agents over gRPC: one console follows
-about a thousand streams in half a core (bench/console_fleet.md)."""
+about a thousand streams in half a core (bench/console/console_fleet.md)."""
 
 NOT_EXPORTED = "not in Prometheus: the agent did not export it (the host view says why)"
 NOT_RECORDED_YET = ("not recorded yet: the host is new to Prometheus, and its recording rules "

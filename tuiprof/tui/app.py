@@ -56,17 +56,17 @@ TICK_S = 1.0
 FIRST_TICK_S = 1.5 * TICK_S
 """Live mode: the first tick after a drawing. News on a 1 s interval comes about ``TICK_S``
 after the last, so a tick then would mostly come a moment before it and wake the loop for
-nothing (one wakeup a second on the GPU VM, bench/console_nvitop.md run 10)."""
+nothing (one wakeup a second on the GPU VM, bench/console/console_nvitop.md run 10)."""
 FREEZE_AFTER_S = 15.0
 """Live mode: this long after start the fleet is connected, and what is alive then
 (widgets, a stream and a model per host) lives as long as the console. ``gc.freeze``
 takes it out of Python's full collections, which otherwise re-scan it several
 times a minute: at 1024 hosts each one stopped the event loop for ~80 ms, and a
-key press or a frame waited that long (~20 ms frozen; bench/console_fleet.md)."""
+key press or a frame waited that long (~20 ms frozen; bench/console/console_fleet.md)."""
 DETAIL_HOSTS = 8
 """Per-GPU and per-core history is kept for the first this many hosts that answer, and for
 any host whose view is opened (from then on): 1.3 MB a host of 96 cores and 8 GPUs
-(bench/console_detail_history.md), so a whole fleet's would cost more memory than the
+(bench/console/console_detail_history.md), so a whole fleet's would cost more memory than the
 rest of the console."""
 INTERVAL_KEYS = Binding.Group("Interval", compact=True)
 """`-` and `+` show as one footer entry."""
@@ -145,7 +145,7 @@ class TuiprofApp(App[None]):
     def on_mount(self) -> None:
         from tuiprof.tui.screens.cluster import ClusterScreen
 
-        send_only_changes(self)  # a few changed cells a second, not whole lines (bench/console_nvitop.md)
+        send_only_changes(self)  # a few changed cells a second, not whole lines (bench/console/console_nvitop.md)
 
         if self.settings.history_window not in WINDOW_NAMES:
             self._warnings.append(f"unknown history window '{self.settings.history_window}' in the settings; "

@@ -5,7 +5,7 @@ Textual's input thread wakes every 100 ms, to see whether it should stop and whe
 a lone Esc has waited long enough to be the Escape key rather than the start of a
 sequence. Ten wake-ups a second cost ~1.1 ms of CPU per second on the development VM,
 a fifth of what the whole console used there watching one host
-(bench/console_cpu_profile.md). This thread waits for a key, for the Esc timeout
+(bench/console/console_cpu_profile.md). This thread waits for a key, for the Esc timeout
 only while one is pending, or for a byte on its own pipe, which ``disable_input``
 writes when the driver stops (or suspends) the thread.
 """

@@ -36,10 +36,10 @@ def _replace_cells(table: DataTable, changes: Mapping[str, Mapping[ColumnKey, Ce
     ``DataTable.update_cell`` repaints the whole table, header and empty space
     included, and a terminal receives all of it every second; repainting each cell
     apart is worse, since the terminal is sent the row's line up to every changed
-    cell (bench/console_nvitop.md). It also bumps the table's update count, a part
+    cell (bench/console/console_nvitop.md). It also bumps the table's update count, a part
     of the key of every one of its render caches, so each cell of each row shown is
     rendered again through Rich (the console's largest CPU cost,
-    bench/console_cpu_profile.md); here only the changed cells' cache entries go.
+    bench/console/console_cpu_profile.md); here only the changed cells' cache entries go.
     Writes the table's own cell store, as ``update_cell`` does.
     """
     stale_cells: set[tuple[str, int]] = set()
@@ -248,7 +248,7 @@ class FittedTable(DataTable[Cell]):
         DataTable works out its own style, its background and the styles of the header, the
         fixed column and the row's stripe for every line it draws, and each lookup walks every
         ancestor's styles (``DOMNode.rich_style``): 15 % of the console's event loop while 8 GPU
-        rows change (bench/console_cpu_profile.md, run 3); once per repaint they were still 14 %
+        rows change (bench/console/console_cpu_profile.md, run 3); once per repaint they were still 14 %
         of it at one frame a second (run 8). They change only when Textual restyles the table,
         which is when DataTable drops its own rendered rows (``notify_style_update``).
         """
@@ -286,7 +286,7 @@ class FittedTable(DataTable[Cell]):
 
         DataTable renders each cell through ``Console.render_lines(Styled(Padding(cell)))``,
         ~140 µs a cell on the development VM and most of the console's CPU while rows change
-        (bench/console_cpu_profile.md). Every cell here is one line of ``Text`` no wider than
+        (bench/console/console_cpu_profile.md). Every cell here is one line of ``Text`` no wider than
         its column (``sync_rows`` sizes the columns), so the same segments are made directly:
         padding, the text's own segments, padding to the width, each under the table's style
         and over the cursor's (as ``Styled`` layers them), kept in the table's own cell cache.

@@ -3,7 +3,7 @@
 Textual repaints a widget's region line by line: one changed number in a table row
 sends the whole row, its padding and a colour code per cell, every second. curses
 programs such as nvitop send only the changed cells, ~30x fewer bytes, which matters
-over a slow ssh link (bench/console_nvitop.md). ``ScreenDiff`` sits between Textual
+over a slow ssh link (bench/console/console_nvitop.md). ``ScreenDiff`` sits between Textual
 and the terminal: it keeps what each cell of the screen shows (character and style,
 as Textual's own escape sequences set them), and of what Textual writes it passes on
 only the cells that differ, with the cursor moves and styles they need. Everything

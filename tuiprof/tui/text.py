@@ -56,7 +56,7 @@ def set_content(widget: Static, content: VisualType) -> None:
     ``Static.update`` always repaints (and re-lays out) the widget; a screen redrawn
     every second with the same line would send it to the terminal every second. A
     layout pass of the whole screen is the console's largest cost after drawing table
-    rows (bench/console_cpu_profile.md): it is skipped when the new text takes the
+    rows (bench/console/console_cpu_profile.md): it is skipped when the new text takes the
     room the old one did.
     """
     old = widget.content

@@ -5,7 +5,7 @@
  * makes on its own thread (capture check, current context, two event
  * records) go to the driver API: a runtime cudaEvent_t / cudaStream_t is the
  * driver's CUevent / CUstream, the runtime made the context current, and the
- * driver's calls skip the runtime's own layer (bench/native_callcost.md: on
+ * driver's calls skip the runtime's own layer (bench/native/native_callcost.md: on
  * an H100, cuEventRecord 0.83-1.16 us against cudaEventRecord's 1.08-1.99 us).
  * Creating events, querying them and the writer's device switch stay with
  * the runtime (cold paths; cudaSetDevice makes a device's primary context

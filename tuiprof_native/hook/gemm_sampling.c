@@ -1,7 +1,7 @@
 /* Which GEMM calls are timed, and the exact count of those that are not.
  *
  * Timing a call costs two CUDA event records on its stream (host time, and
- * 3.34 us of GPU time on an H100: bench/rank_figures_gpu.md), so only some
+ * 3.34 us of GPU time on an H100: bench/gpu/rank_figures_gpu.md), so only some
  * calls are timed: every call of a shape until TP_GEMM_TIMED_FIRST of them,
  * then one in a period.  The period is fixed by TUIPROF_GEMM_SAMPLE_EVERY;
  * by default it is chosen per shape from the shape's mean kernel time so

@@ -20,7 +20,7 @@
  *   plugin's figure).  Waiting for peers is inside either.  The op is
  *   in-flight (for the hang detector) from its enqueue until the stop event
  *   completes.  Events on the NCCL stream may cost comm/compute overlap,
- *   which is why this is opt-in (bench/nccl_fallback.md).
+ *   which is why this is opt-in (bench/native/nccl_fallback.md).
  *
  * Ops inside ncclGroupStart/End are launched at the outermost ncclGroupEnd:
  * the group is timed as one span, and each of its ops carries that span

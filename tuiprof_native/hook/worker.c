@@ -28,7 +28,7 @@
 #define BUSY_SLEEP_NS 100000L /* GEMMs to poll or collectives in flight */
 /* Nothing to do: sleep 1 ms, then twice as long each time up to 50 ms, and
  * back to 1 ms once work comes.  An idle rank's writer wakes 20 times a
- * second instead of 1000 (bench/native_idle.md); 50 ms bounds the heartbeat's
+ * second instead of 1000 (bench/native/native_idle.md); 50 ms bounds the heartbeat's
  * age.  A writer asleep longer than 1 ms is "parked" on a futex, and the
  * first record submitted wakes it, so a burst after a quiet spell finds it
  * draining the queue instead of overflowing it. */

@@ -6,7 +6,7 @@ completed. A daemon thread reads those counters every ``POLL_S`` (microseconds: 
 when a group has collectives enqueued and not completed and no counter moved
 for ``ENTRIES_AFTER_S``, reads the entries once to name them (op, sequence
 number, when enqueued): that dump serializes the recorder's whole ring (tens of
-milliseconds for its default 2000 entries, see bench/hangs.md), so it waits for
+milliseconds for its default 2000 entries, see bench/hangs/hangs.md), so it waits for
 a stall that a healthy step does not have. While collectives move it also
 reads the entries at most once per ``ARRIVALS_EVERY_S``, without stack traces
 (a few ms for 800 entries on one core, see bench/slowdown/README.md), to
