@@ -5,6 +5,9 @@ Each subcommand lives in its own module under ``tuiprof.commands`` and exposes
 itself (``tuiprof``, ``tuiprof connect``, ``tuiprof --slurm-job``) is the
 ``console`` command module, which also handles the no-subcommand case.
 
+Commands raise ``tuiprof.errors.TuiprofError`` for what the user can fix; ``main``
+prints it as ``tuiprof COMMAND: message`` and exits with its status.
+
 ``tuiprof COMMAND …`` imports only that command's module: importing every one
 (the console's Textual and Prometheus client among them) costs more than most
 headless commands take to run. Anything else (top-level options, ``--help``, no
@@ -20,6 +23,7 @@ from typing import NoReturn
 
 from agentd.address import DEFAULT_AGENT_PORT
 from agentd.version import installed_version
+from tuiprof.errors import TuiprofError
 
 # Module under tuiprof.commands → the command it registers, in the order `tuiprof --help` lists them.
 COMMANDS: dict[str, str] = {
@@ -74,12 +78,18 @@ def command_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names; a ``TuiprofError`` becomes one line on stderr and its exit status."""
     arguments = sys.argv[1:] if argv is None else argv
     args = command_parser(arguments).parse_args(arguments)
     func = getattr(args, "func", None)
     if func is None:  # no subcommand: the console on this host or on --slurm-job's nodes
         func = importlib.import_module("tuiprof.commands.console").run
-    return int(func(args) or 0)
+    try:
+        return int(func(args) or 0)
+    except TuiprofError as exc:
+        command = f"tuiprof {args.command}" if args.command else "tuiprof"
+        print(f"{command}: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from console.recordings import GPU_FIXTURE
 from tuiprof.cli import build_parser
 from tuiprof.client.settings import SettingsFile
 from tuiprof.client.sources import ReplaySource
+from tuiprof.errors import BadInputError
 from tuiprof.model import record
 from tuiprof.model.settings import Settings
 from tuiprof.tui.app import TuiprofApp
@@ -140,12 +141,13 @@ def test_an_unwritable_config_dir_is_one_line_not_a_traceback(config_home: pathl
     assert failed is not None and failed.startswith("cannot save the settings to ")
 
 
-def test_the_console_takes_the_saved_interval_unless_given_one(config_home: pathlib.Path, capsys) -> None:
+def test_the_console_takes_the_saved_interval_unless_given_one(config_home: pathlib.Path) -> None:
     """Up to the terminal check (pytest's stdout is none): the interval the live source would ask for."""
     SettingsFile().save(Settings(interval_seconds=2.5))
     for argv, expected in ((["connect", "127.0.0.1"], 2.5), (["connect", "127.0.0.1", "--interval", "0.5"], 0.5)):
         args = build_parser().parse_args(argv)
-        assert args.func(args) == 2 and "not a terminal" in capsys.readouterr().err
+        with pytest.raises(BadInputError, match="not a terminal"):
+            args.func(args)
         assert args.interval == expected
 
 

@@ -38,6 +38,7 @@ from agentd.traces.analysis.summary import RankExtract, RankResult
 from tuiprof.analysis.trace_collectives import match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
 from tuiprof.analysis.trace_summary import TraceSummary, summarize
+from tuiprof.errors import BadInputError
 
 if TYPE_CHECKING:  # only its type: tuiprof analyze starts without the capture model
     from tuiprof.model.capture import ClusterCapture
@@ -54,7 +55,7 @@ _FLOW_ID_SHIFT = 32
 FLOW_CATEGORY = "collective"
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(BadInputError):
     """An input that is not a Chrome trace; the message names the file."""
 
 

@@ -24,6 +24,7 @@ import grpc
 
 from agentd import peer
 from agentd.address import AgentAddress
+from tuiprof.errors import BadInputError
 
 
 class _BearerToken:
@@ -67,12 +68,16 @@ def open_channel(
     return grpc.aio.insecure_channel(address.target, options, interceptors=interceptors)
 
 
-class TokenRefusedError(grpc.aio.AioRpcError):
+class TokenRefusedError(grpc.aio.AioRpcError, BadInputError):
     """The token is not sent to this address; raised where a call would fail, so callers report it
-    as they report a failed call (FAILED_PRECONDITION, the reason as details)."""
+    as they report a failed call (FAILED_PRECONDITION, the reason as details). Before any call (the
+    hosts on the command line) it is bad input: the reason is the whole message."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(grpc.StatusCode.FAILED_PRECONDITION, grpc.aio.Metadata(), grpc.aio.Metadata(), reason)
+
+    def __str__(self) -> str:
+        return self.details() or ""
 
 
 def token_destination_problem(address: AgentAddress, tls: bool, allow_plaintext_token: bool) -> str | None:

@@ -27,14 +27,17 @@ from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.text import user_label
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import Emit, stall_timeout
+from tuiprof.errors import TuiprofError
 from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
 
 if TYPE_CHECKING:  # the agent is imported only when one is started
     from agentd.embedded import EmbeddedAgent
 
 
-class LocalAgentError(RuntimeError):
+class LocalAgentError(TuiprofError):
     """The embedded agent could not start; the message says why."""
+
+    exit_code = 2  # what the commands have always exited with when it cannot start, before any host is asked
 
 
 @contextlib.asynccontextmanager
@@ -125,7 +128,7 @@ async def watch_embedded(agent: EmbeddedAgent, options: ConnectionOptions, emit:
         await asyncio.sleep(max(0.0, due - time.monotonic()))
 
 
-class UntrustedAgentError(Exception):
+class UntrustedAgentError(TuiprofError):
     """What listens on this host's agent port, or the folder it names, could be another user's."""
 
 

@@ -40,6 +40,7 @@ import msgspec
 from agentd.address import AgentAddress
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import Emit, HostClient, RetryNow
+from tuiprof.errors import BadInputError
 from tuiprof.model.behaviour import ratio_percent
 from tuiprof.model.events import HostEvent, HostUnreachable, SummaryReceived
 from tuiprof.model.messages import HangStatus, RankVerdict
@@ -73,7 +74,7 @@ NOT_SCRAPED = ("no tuiprof series in Prometheus: the agent is not scraped (add t
                "`tuiprof prometheus-targets`) or reports another hostname")
 
 
-class PrometheusError(Exception):
+class PrometheusError(BadInputError):
     """Prometheus could not answer; the message says why and what to do."""
 
 
@@ -89,7 +90,7 @@ class QueryRejectedError(PrometheusError):
     """Prometheus refused a query (a bad ``--match`` pattern, a server limit)."""
 
 
-class BadPatternError(ValueError):
+class BadPatternError(BadInputError):
     """A ``--match`` that is not a regular expression."""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from tuiprof.client.prometheus import BadPatternError, HostSelection, PrometheusClient
+from tuiprof.client.prometheus import HostSelection, PrometheusClient
 from tuiprof.client.targets import TargetError, addresses
 
 
@@ -23,7 +23,8 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def prometheus_selection(args: argparse.Namespace) -> HostSelection:
-    """The hosts ``--slurm-job``, the host list or ``--match`` name (TargetError when unusable).
+    """The hosts ``--slurm-job``, the host list or ``--match`` name (TargetError, BadPatternError when
+    unusable).
 
     Expected hosts (a job's nodes, named hosts) are shown even when Prometheus has no series of them.
     """
@@ -33,10 +34,7 @@ def prometheus_selection(args: argparse.Namespace) -> HostSelection:
     if args.match is not None:
         if nodes:
             raise TargetError("give either --match REGEX or the hosts (HOST…, --slurm-job), not both")
-        try:
-            return HostSelection.matching(args.match)
-        except BadPatternError as exc:
-            raise TargetError(str(exc)) from None
+        return HostSelection.matching(args.match)
     return HostSelection(expected=tuple(nodes))
 
 

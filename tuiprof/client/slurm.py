@@ -16,6 +16,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from tuiprof.errors import BadInputError
+
 log = logging.getLogger(__name__)
 
 # States in which a job holds its nodes: its processes may still be there to watch
@@ -31,7 +33,7 @@ _CHECK_CONTROLLER = (
 )
 
 
-class SlurmError(Exception):
+class SlurmError(BadInputError):
     """SLURM could not say which nodes a job runs on; the message says why and what to do."""
 
 

@@ -6,11 +6,12 @@ import argparse
 import pathlib
 
 from agentd.address import DEFAULT_AGENT_PORT, AgentAddress
-from agentd.token import read_token
-from tuiprof.client.channel import ConnectionOptions, TokenRefusedError
+from agentd.token import TokenFileError, read_token
+from tuiprof.client.channel import ConnectionOptions
+from tuiprof.errors import BadInputError
 
 
-class TargetError(ValueError):
+class TargetError(BadInputError):
     """A host list that cannot be used (bad address, SLURM job that cannot be resolved)."""
 
 
@@ -74,24 +75,25 @@ def _parse_hosts(names: list[str], port: int) -> list[AgentAddress]:
 def connection(args: argparse.Namespace, interval_ms: int = 0, timeout: float = 5.0) -> ConnectionOptions:
     """The one set of connection options every agent of this command is reached with.
 
-    Raises TokenFileError when ``--token-file`` cannot be used, TargetError when ``--tls-ca`` cannot
-    or when the token must not be sent to one of the hosts named on the command line (in clear text
-    beyond loopback, to a loopback port another user holds). The channels ``ConnectionOptions.open``
-    makes check again before every call, also to hosts found later (SLURM, Prometheus), and fail it
-    with the reason.
+    Raises TargetError when ``--token-file`` or ``--tls-ca`` cannot be used, TokenRefusedError when
+    the token must not be sent to one of the hosts named on the command line (in clear text beyond
+    loopback, to a loopback port another user holds). The channels ``ConnectionOptions.open`` makes
+    check again before every call, also to hosts found later (SLURM, Prometheus), and fail it with
+    the reason.
     """
     if args.tls_ca is not None:
         _check_tls_ca(args.tls_ca)
+    try:
+        token = read_token(args.token_file)
+    except TokenFileError as exc:  # the agent's error type: the console's root is not above it
+        raise TargetError(str(exc)) from exc
     options = ConnectionOptions(
-        token=read_token(args.token_file), tls_ca=args.tls_ca,
+        token=token, tls_ca=args.tls_ca,
         allow_plaintext_token=args.allow_plaintext_token, interval_ms=interval_ms, timeout=timeout,
     )
     named = _parse_hosts(list(getattr(args, "hosts", None) or []), getattr(args, "port", DEFAULT_AGENT_PORT))
     for address in named:
-        try:
-            options.check_token_destination(address)
-        except TokenRefusedError as exc:
-            raise TargetError(exc.details()) from None
+        options.check_token_destination(address)
     return options
 
 

@@ -21,18 +21,17 @@ import time
 from dataclasses import dataclass
 
 from agentd.text import printable
-from tuiprof.analysis.trace_merge import (
-    MERGED_NAME, MergeResult, TraceFormatError, TraceHeader, TraceInput, merge_traces, trace_header,
-)
+from tuiprof.analysis.trace_merge import MERGED_NAME, MergeResult, TraceHeader, TraceInput, merge_traces, trace_header
 from tuiprof.analysis.trace_diff import diff, diff_json, render_diff
 from tuiprof.analysis.trace_summary import STEP_MODES, RankResult, render_text, summarize, summary_json
+from tuiprof.errors import BadInputError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
-class AnalyzeInputError(ValueError):
-    """The inputs cannot be analysed together; the message says which file and what to do."""
+class AnalyzeInputError(BadInputError):
+    """The arguments or files cannot be analysed (together); the message says which and what to do."""
 
 
 @dataclass(frozen=True)
@@ -146,31 +145,24 @@ def _warn_unavailable(results: list[RankResult]) -> None:
                   file=sys.stderr)
 
 
-def _usage_error(args: argparse.Namespace) -> str:
+def _check_usage(args: argparse.Namespace) -> None:
     if args.diff and args.paths:
-        return "give either PATH… or --diff A B, not both"
+        raise AnalyzeInputError("give either PATH… or --diff A B, not both")
     if args.diff and args.output is not None:
-        return "--output writes one capture's merged timeline; it does not go with --diff"
+        raise AnalyzeInputError("--output writes one capture's merged timeline; it does not go with --diff")
     if not args.diff and not args.paths:
-        return "give trace files or folders (PATH…), or --diff A B"
-    return ""
+        raise AnalyzeInputError("give trace files or folders (PATH…), or --diff A B")
 
 
 def run(args: argparse.Namespace) -> int:
-    if message := _usage_error(args):
-        print(f"tuiprof analyze: {message}", file=sys.stderr)
-        return 2
+    _check_usage(args)
     if args.diff:
         return _run_diff(args)
     started = time.monotonic()
     try:
         files, merged = _capture(args.paths, args.output, args.steps)
-    except (AnalyzeInputError, TraceFormatError) as exc:
-        print(f"tuiprof analyze: {exc}", file=sys.stderr)
-        return 2
     except OSError as exc:
-        print(f"tuiprof analyze: cannot write --output {args.output}: {exc.strerror}", file=sys.stderr)
-        return 2
+        raise AnalyzeInputError(f"cannot write --output {args.output}: {exc.strerror}") from exc
     summary = summarize(merged.ranks)
     _warn_unavailable(merged.ranks)
     kept = args.output is not None
@@ -189,14 +181,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_diff(args: argparse.Namespace) -> int:
     sides = []
-    try:
-        for side in args.diff:
-            files, merged = _capture([side], None, args.steps)
-            summarize(merged.ranks)  # fills each rank's compute against the job's median
-            sides.append((files, merged.ranks))
-    except (AnalyzeInputError, TraceFormatError) as exc:
-        print(f"tuiprof analyze: {exc}", file=sys.stderr)
-        return 2
+    for side in args.diff:
+        files, merged = _capture([side], None, args.steps)
+        summarize(merged.ranks)  # fills each rank's compute against the job's median
+        sides.append((files, merged.ranks))
     (files_a, ranks_a), (files_b, ranks_b) = sides
     result = diff(ranks_a, ranks_b)
     if args.json:

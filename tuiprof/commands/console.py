@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentd.token import TokenFileError
-from tuiprof.client.prometheus import DEFAULT_REFRESH_S, PrometheusError, PrometheusSource
+from tuiprof.client.prometheus import DEFAULT_REFRESH_S, PrometheusSource
 from tuiprof.client.prometheus_options import add_prometheus_arguments, check_prometheus, prometheus_selection
 from tuiprof.client.settings import SettingsFile
 from tuiprof.client.sources import EventSource, LiveSource, LocalSource
 from tuiprof.client.targets import (
     TargetError, add_connection_arguments, add_target_arguments, addresses, connection,
 )
+from tuiprof.errors import BadInputError
 
 
 def add_top_level_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,15 +79,10 @@ def run(args: argparse.Namespace) -> int:
     fleet = _fleet_mode(args)
     if not args.interval and not fleet:  # not given: the remembered one (a bad file is reported inside the console)
         args.interval = settings_file.load()[0].interval_seconds
-    try:
-        source, options = source_from_args(args)
-    except (TargetError, TokenFileError, PrometheusError) as exc:
-        print(f"tuiprof: {exc}", file=sys.stderr)
-        return 2
+    source, options = source_from_args(args)
     if not sys.stdout.isatty():
-        print("tuiprof: stdout is not a terminal; for scripts use `tuiprof status --json` "
-              "(under SLURM use `srun --pty`)", file=sys.stderr)
-        return 2
+        raise BadInputError("stdout is not a terminal; for scripts use `tuiprof status --json` "
+                            "(under SLURM use `srun --pty`)")
     from tuiprof.tui.app import TuiprofApp  # Textual only for the interactive console
 
     app = TuiprofApp(source, connection=options, settings_file=settings_file,  # type: ignore[arg-type]

@@ -16,6 +16,12 @@ from dataclasses import asdict
 from agentd.address import DEFAULT_AGENT_PORT, DEFAULT_METRICS_PORT
 from tuiprof.client.doctor import NODE_TOKEN_FILE, Check, host_checks
 from tuiprof.client.local import LocalAgentError
+from tuiprof.errors import BadInputError, TuiprofError
+
+
+class ChecksNotRunError(TuiprofError):
+    """The checks could not run (their embedded agent did not start): something on this host does not
+    work, which is exit status 1 here, not the 2 of bad arguments other commands give this failure."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -46,13 +52,11 @@ def render(checks: list[Check]) -> str:
 def run(args: argparse.Namespace) -> int:
     for port in (args.agent_port, args.metrics_port):
         if not 0 < port < 65536:
-            print(f"tuiprof doctor: port {port}: expected 1-65535", file=sys.stderr)
-            return 2
+            raise BadInputError(f"port {port}: expected 1-65535")
     try:
         checks = asyncio.run(host_checks((args.agent_port, args.metrics_port), args.token_file))
     except LocalAgentError as exc:
-        print(f"tuiprof doctor: {exc}", file=sys.stderr)
-        return 1
+        raise ChecksNotRunError(str(exc)) from exc
     if args.json:
         json.dump({"checks": [asdict(check) for check in checks]}, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -24,6 +24,7 @@ import tempfile
 
 from agentd.address import DEFAULT_METRICS_PORT, AgentAddress
 from tuiprof.client import slurm
+from tuiprof.errors import BadInputError
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 RESERVED_LABELS = {
@@ -33,7 +34,7 @@ RESERVED_LABELS = {
 }
 
 
-class TargetFileError(ValueError):
+class TargetFileError(BadInputError):
     """Input the target file cannot be made from; the message says what to do."""
 
 
@@ -105,19 +106,15 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        names = list(args.hosts)
-        if args.slurm_job:
-            try:
-                names.extend(slurm.hosts_for_job(args.slurm_job))
-            except slurm.SlurmError as exc:
-                raise TargetFileError(f"--slurm-job {args.slurm_job}: {exc}") from exc
-        if not names:
-            raise TargetFileError("no hosts: name them (HOST …) or give --slurm-job JOBID")
-        document = target_document(targets(names, args.metrics_port), parse_labels(args.label))
-    except TargetFileError as exc:
-        print(f"tuiprof prometheus-targets: {exc}", file=sys.stderr)
-        return 2
+    names = list(args.hosts)
+    if args.slurm_job:
+        try:
+            names.extend(slurm.hosts_for_job(args.slurm_job))
+        except slurm.SlurmError as exc:
+            raise TargetFileError(f"--slurm-job {args.slurm_job}: {exc}") from exc
+    if not names:
+        raise TargetFileError("no hosts: name them (HOST …) or give --slurm-job JOBID")
+    document = target_document(targets(names, args.metrics_port), parse_labels(args.label))
     text = json.dumps(document, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)
@@ -125,7 +122,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         write_atomically(pathlib.Path(args.output), text)
     except OSError as exc:
-        print(f"tuiprof prometheus-targets: cannot write {args.output}: {exc.strerror}; "
-              "give a file in a folder you can write", file=sys.stderr)
-        return 2
+        raise TargetFileError(f"cannot write {args.output}: {exc.strerror}; "
+                              "give a file in a folder you can write") from exc
     return 0

@@ -11,11 +11,9 @@ import contextlib
 import pathlib
 import sys
 
-from agentd.token import TokenFileError
-from tuiprof.client.local import LocalAgentError
-from tuiprof.client.targets import TargetError
-from tuiprof.commands.console import _add_interval, source_from_args
 from tuiprof.client.targets import add_target_arguments
+from tuiprof.commands.console import _add_interval, source_from_args
+from tuiprof.errors import BadInputError
 from tuiprof.model import record
 from tuiprof.model.events import HostEvent, HostUnreachable
 
@@ -64,19 +62,14 @@ async def _record(args: argparse.Namespace, out) -> tuple[int, dict[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
-        print(f"tuiprof record: --duration {args.duration}: expected a positive number", file=sys.stderr)
-        return 2
+        raise BadInputError(f"--duration {args.duration}: expected a positive number")
     try:
         out = args.file.open("a", encoding="utf-8")
     except OSError as exc:
-        print(f"tuiprof record: cannot write {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
+        raise BadInputError(f"cannot write {args.file}: {exc.strerror}") from exc
     with out:
         try:
             count, down = asyncio.run(_record(args, out))
-        except (TargetError, TokenFileError, LocalAgentError) as exc:
-            print(f"tuiprof record: {exc}", file=sys.stderr)
-            return 2
         except KeyboardInterrupt:
             return 0
     print(f"recorded {count} events to {args.file}", file=sys.stderr)

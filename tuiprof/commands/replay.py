@@ -7,6 +7,7 @@ import pathlib
 import sys
 
 from tuiprof.client.sources import ReplaySource
+from tuiprof.errors import BadInputError
 from tuiprof.model import record
 
 
@@ -23,20 +24,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.speed < 0:
-        print(f"tuiprof replay: --speed {args.speed}: expected 0 or more", file=sys.stderr)
-        return 2
-    try:
-        events = list(record.read(args.file))
-    except record.RecordFormatError as exc:
-        print(f"tuiprof replay: {exc}", file=sys.stderr)
-        return 2
+        raise BadInputError(f"--speed {args.speed}: expected 0 or more")
+    events = list(record.read(args.file))
     if not events:
-        print(f"tuiprof replay: {args.file} holds no events", file=sys.stderr)
-        return 2
+        raise BadInputError(f"{args.file} holds no events")
     if not sys.stdout.isatty():
-        print("tuiprof replay: stdout is not a terminal; replay draws the console "
-              "(read the NDJSON itself for scripts)", file=sys.stderr)
-        return 2
+        raise BadInputError("stdout is not a terminal; replay draws the console (read the NDJSON itself for scripts)")
     from tuiprof.tui.app import TuiprofApp
 
     app = TuiprofApp(ReplaySource(events, speed=args.speed))

@@ -43,10 +43,10 @@ import grpc
 
 import tuiprof_native
 from agentd.address import DEFAULT_AGENT_PORT
-from agentd.token import TokenFileError
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import LocalAgentFolders, UntrustedAgentError, local_agent_folders
-from tuiprof.client.targets import TargetError, add_credential_arguments, connection
+from tuiprof.client.targets import add_credential_arguments, connection
+from tuiprof.errors import BadInputError, TuiprofError
 
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
@@ -59,8 +59,14 @@ NCCL_FALLBACK_ENV = "TUIPROF_NCCL_FALLBACK"
 AGENT_LOOKUP_TIMEOUT_S = 2.0
 
 
-class LaunchError(Exception):
+class LaunchError(TuiprofError):
     """`tuiprof run` cannot start the command (the message says why and what to do)."""
+
+
+class CommandNotRunError(TuiprofError):
+    """CMD itself could not be executed (not found, not executable)."""
+
+    exit_code = 127  # what a shell exits with for a command it cannot run
 
 
 def _prepend(value: str, existing: str | None, sep: str) -> str:
@@ -181,36 +187,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
              "events on their stream (from their turn on the stream to their end, not kernel time); without it "
              "they are only counted")
     add_credential_arguments(parser)
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
+    # not "command": that is where the command line keeps which tuiprof command runs (``tuiprof run``)
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    command = list(args.command)
+    command = list(args.cmd)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        print("tuiprof run: no command given; usage: tuiprof run [--] CMD [ARGS...]", file=sys.stderr)
-        return 2
-    try:
-        folders = None
-        if args.kineto_daemon:
-            folders = agent_folders(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
-            if folders is not None:
-                report_unusable(folders, os.environ)
-        env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon,
-                                 kineto_socket_dir=folders.kineto_socket_dir if folders else None,
-                                 trace_dir=folders.trace_dir if folders else None,
-                                 gemm_sample_every=args.gemm_sample_every, nccl_fallback=args.nccl_fallback)
-    except (TokenFileError, TargetError) as exc:
-        print(f"tuiprof run: {exc}", file=sys.stderr)
-        return 2
-    except LaunchError as exc:
-        print(f"tuiprof run: {exc}", file=sys.stderr)
-        return 1
+        raise BadInputError("no command given; usage: tuiprof run [--] CMD [ARGS...]")
+    folders = None
+    if args.kineto_daemon:
+        folders = agent_folders(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
+        if folders is not None:
+            report_unusable(folders, os.environ)
+    env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon,
+                             kineto_socket_dir=folders.kineto_socket_dir if folders else None,
+                             trace_dir=folders.trace_dir if folders else None,
+                             gemm_sample_every=args.gemm_sample_every, nccl_fallback=args.nccl_fallback)
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:
-        print(f"tuiprof run: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
-        return 127
+        raise CommandNotRunError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
     return 0  # not reached: exec replaced this process

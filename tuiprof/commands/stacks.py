@@ -18,16 +18,16 @@ import sys
 from agentd.hang.detector import HUNG, SUSPECT
 from agentd.stacks import ranksets
 from agentd.stacks.verdicts import summarize
-from agentd.token import TokenFileError
 from agentd.text import printable
 from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks_report import (
     StacksReport, duplicate_ranks, folded, job_report, job_verdicts, render_text, report_json,
 )
-from tuiprof.client.local import LocalAgentError, local_agent
+from tuiprof.client.local import local_agent
 from tuiprof.client.stacks import gather_stacks
-from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
-from tuiprof.model.stacks import HostStacks, JobChoiceError
+from tuiprof.client.targets import add_target_arguments, addresses, connection
+from tuiprof.errors import BadInputError
+from tuiprof.model.stacks import HostStacks
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -127,13 +127,8 @@ def exit_status(hosts: list[HostStacks]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
-        print(f"tuiprof stacks: --timeout {args.timeout}: expected a positive number of seconds", file=sys.stderr)
-        return 2
-    try:
-        hosts = asyncio.run(_gather(args))
-    except (TargetError, TokenFileError, LocalAgentError, JobChoiceError) as exc:
-        print(f"tuiprof stacks: {exc}", file=sys.stderr)
-        return 2
+        raise BadInputError(f"--timeout {args.timeout}: expected a positive number of seconds")
+    hosts = asyncio.run(_gather(args))
     report = job_report(hosts, lines=args.lines, native=args.native)
     if report.merged.ranks == 0 and not args.json:
         print("\n".join(_host_lines(hosts) + [f"tuiprof stacks: {NO_RANKS}"]), file=sys.stderr)
@@ -143,8 +138,7 @@ def run(args: argparse.Namespace) -> int:
             with open(args.svg, "w") as out:
                 out.write(flamegraph_svg(report.merged, title=f"tuiprof stacks: {', '.join(h.host for h in hosts)}"))
         except OSError as exc:
-            print(f"tuiprof stacks: cannot write --svg {args.svg}: {exc.strerror}", file=sys.stderr)
-            return 2
+            raise BadInputError(f"cannot write --svg {args.svg}: {exc.strerror}") from exc
     if args.json:
         json.dump(document(hosts, report), sys.stdout, indent=1)
         sys.stdout.write("\n")

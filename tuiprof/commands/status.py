@@ -27,14 +27,14 @@ from rich.table import Table
 from rich.text import Text
 
 from agentd.address import AgentAddress
-from agentd.token import TokenFileError
 from tuiprof.analysis.slowdown import jobs_of_agents, slowdown_json
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.host_client import HostClient
-from tuiprof.client.local import LocalAgentError, local_agent
-from tuiprof.client.prometheus import FleetEvents, PrometheusClient, PrometheusError, fetch_fleet
+from tuiprof.client.local import local_agent
+from tuiprof.client.prometheus import FleetEvents, PrometheusClient, fetch_fleet
 from tuiprof.client.prometheus_options import add_prometheus_arguments, prometheus_selection
-from tuiprof.client.targets import TargetError, add_target_arguments, addresses, connection
+from tuiprof.client.targets import add_target_arguments, addresses, connection
+from tuiprof.errors import BadInputError
 from tuiprof.model import convert, units
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.export import cluster_document
@@ -153,13 +153,8 @@ async def _status(args: argparse.Namespace) -> tuple[ClusterState, dict[str, Han
 
 def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
-        print(f"tuiprof status: --timeout {args.timeout}: expected a positive number of seconds", file=sys.stderr)
-        return 2
-    try:
-        cluster, hangs, embedded = asyncio.run(_status(args))
-    except (TargetError, TokenFileError, LocalAgentError, PrometheusError) as exc:
-        print(f"tuiprof status: {exc}", file=sys.stderr)
-        return 2
+        raise BadInputError(f"--timeout {args.timeout}: expected a positive number of seconds")
+    cluster, hangs, embedded = asyncio.run(_status(args))
     if args.json:
         json.dump(document(cluster, hangs, embedded), sys.stdout, indent=1)
         sys.stdout.write("\n")

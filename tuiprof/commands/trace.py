@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import msgspec
 
 from agentd.address import AgentAddress
-from agentd.token import TokenFileError
 from agentd.text import printable
 from tuiprof.analysis.stragglers import TraceStraggler, trace_stragglers
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
@@ -34,10 +33,16 @@ from tuiprof.analysis.trace_reduce import ReducedSummary, reduce_summaries, remo
 from tuiprof.analysis.trace_summary import TraceSummary, render_text
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
 from tuiprof.client.channel import ConnectionOptions
-from tuiprof.client.local import LocalAgentError, local_agent
+from tuiprof.client.local import local_agent
 from tuiprof.client.targets import add_target_arguments, addresses, connection
 from tuiprof.commands.analyze import add_steps_argument, merged_json
+from tuiprof.errors import BadInputError, TuiprofError
 from tuiprof.model.capture import ClusterCapture, HostProgress
+
+
+class UnmergeableCaptureError(TuiprofError):
+    """A fetched file of the capture is not a trace that can be merged: the capture did not deliver
+    (exit status 1, as for ranks that wrote no file; the files were not the user's input)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -96,17 +101,17 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def spec_from_args(args: argparse.Namespace) -> CaptureSpec:
-    """The capture the arguments describe; ValueError with the reason when they do not fit together."""
+    """The capture the arguments describe; BadInputError with the reason when they do not fit together."""
     for name in ("duration_ms", "iterations", "last_events"):
         value = getattr(args, name)
         if value is not None and value <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+            raise BadInputError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     if args.kind == "kineto" and args.last_events is not None:
-        raise ValueError("--last-events is for --kind timeline; Kineto traces take --duration-ms or --iterations")
+        raise BadInputError("--last-events is for --kind timeline; Kineto traces take --duration-ms or --iterations")
     if args.kind == "timeline" and args.iterations is not None:
-        raise ValueError("--kind timeline takes --duration-ms or --last-events, not --iterations")
+        raise BadInputError("--kind timeline takes --duration-ms or --last-events, not --iterations")
     if args.start_delay_ms < 0 or args.timeout <= 0:
-        raise ValueError("--start-delay-ms must be 0 or more and --timeout positive")
+        raise BadInputError("--start-delay-ms must be 0 or more and --timeout positive")
     return CaptureSpec(kind=args.kind, duration_ms=args.duration_ms, iterations=args.iterations,
                        last_events=args.last_events, pids=args.pids, ranks=args.ranks, job_id=args.job_id,
                        record_shapes=args.record_shapes, profile_memory=args.profile_memory,
@@ -208,20 +213,16 @@ async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], 
 
 
 def run(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    output = args.output or pathlib.Path(f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}")
+    if output.exists() and not output.is_dir():
+        raise BadInputError(f"--output {output} exists and is not a directory")
+    if args.merge and args.fetch not in (None, "all"):
+        raise BadInputError(f"--merge fetches every file; it does not go with --fetch {args.fetch}")
     try:
-        spec = spec_from_args(args)
-        output = args.output or pathlib.Path(f"tuiprof-trace-{time.strftime('%Y%m%d-%H%M%S')}")
-        if output.exists() and not output.is_dir():
-            raise ValueError(f"--output {output} exists and is not a directory")
-        if args.merge and args.fetch not in (None, "all"):
-            raise ValueError(f"--merge fetches every file; it does not go with --fetch {args.fetch}")
         run_ = asyncio.run(_trace(args, spec, output))
-    except (ValueError, TokenFileError, LocalAgentError) as exc:  # ValueError includes TargetError
-        print(f"tuiprof trace: {exc}", file=sys.stderr)
-        return 2
     except OSError as exc:
-        print(f"tuiprof trace: cannot use --output {args.output}: {exc.strerror}", file=sys.stderr)
-        return 2
+        raise BadInputError(f"cannot use --output {args.output}: {exc.strerror}") from exc
     capture = run_.capture
     merged: MergeResult | None = None
     summary = run_.reduced.summary
@@ -230,8 +231,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             merged, merged_summary = merge_capture(capture, output, args.steps)
         except TraceFormatError as exc:
-            print(f"tuiprof trace: {exc}", file=sys.stderr)
-            return 1
+            raise UnmergeableCaptureError(str(exc)) from exc
         run_.seconds["merge"] = round(time.monotonic() - merging, 3)
         if run_.reduced.missing:  # some agents sent no summary (older agents): the files' own is whole
             summary = merged_summary

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tuiprof.errors import BadInputError
 from tuiprof.model.cluster import HostState
 from tuiprof.model.values import Unavailable
 
@@ -40,7 +41,7 @@ _OPERATOR_CHARS = set("<>=!")  # never in a host name: a term holding one is mea
 HANG_LEVELS = ("ok", "suspect", "hung")
 
 
-class FilterError(ValueError):
+class FilterError(BadInputError):
     """A filter expression that cannot be understood."""
 
 

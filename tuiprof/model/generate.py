@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.errors import TuiprofError
 from tuiprof.model import behaviour
 
 TARGET = pathlib.Path(__file__).with_name("messages.py")
@@ -61,7 +62,7 @@ from tuiprof.model.values import Reading, Unavailable
 '''
 
 
-class NoPlaceError(ValueError):
+class NoPlaceError(TuiprofError):
     """A proto field the generated model has no way to hold."""
 
 

@@ -19,10 +19,11 @@ from typing import Any
 from google.protobuf import json_format
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.errors import BadInputError
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived
 
 
-class RecordFormatError(ValueError):
+class RecordFormatError(BadInputError):
     """A recording line that is not a host event; names the file and line."""
 
 

@@ -13,8 +13,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from tuiprof.errors import BadInputError
 
-class SettingsError(ValueError):
+
+class SettingsError(BadInputError):
     """The settings file holds something other than the settings (the message says which key)."""
 
 

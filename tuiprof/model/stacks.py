@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from tuiprof.errors import BadInputError
 
 
 @dataclass
@@ -25,7 +26,7 @@ class HostStacks:
         return [r for r in self.snapshot.ranks if r.state != "exited"] if self.snapshot is not None else []
 
 
-class JobChoiceError(ValueError):
+class JobChoiceError(BadInputError):
     """The hosts run several jobs and none was chosen (their rank numbers overlap)."""
 
     def __init__(self, jobs: dict[str, int]) -> None:

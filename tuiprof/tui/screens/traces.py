@@ -35,6 +35,7 @@ from tuiprof.analysis.trace_merge import merge_capture
 from tuiprof.analysis.trace_reduce import reduce_summaries, remote_ranks
 from tuiprof.analysis.trace_summary import STEP_MODES, TraceSummary, render_text
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
+from tuiprof.errors import BadInputError
 from tuiprof.model.capture import ClusterCapture, HostProgress
 from tuiprof.tui.screens.base import ConsoleScreen
 
@@ -42,7 +43,7 @@ SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last e
 STEP_LABELS = {"all": "all steps", "complete": "complete steps (drop the last)"}
 
 
-class CaptureFormError(ValueError):
+class CaptureFormError(BadInputError):
     """A form value that cannot be used; the message says which and why."""
 
 
