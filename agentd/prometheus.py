@@ -377,6 +377,7 @@ _HOOK_COUNTERS = (
     ("slot_overflow_total", "Records folded into the overflow slot (too many op kinds)."),
     ("nccl_channel_shortfall_total", "Collectives finished with fewer kernel channels than announced."),
     ("nccl_late_channels_total", "Kernel-channel events for collectives already finished."),
+    ("stale_inflight_total", "In-flight collectives left out: a later one of the same communicator finished."),
 )
 
 

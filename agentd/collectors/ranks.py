@@ -123,6 +123,8 @@ class _Rank:
     cpu_counters: "pmu.RankCounters | None" = None
     cpu_counters_reason: str = ""
     ring_read: int = 0  # events before this ring index were read for arrivals
+    finished: dict = dataclasses.field(default_factory=dict)  # NCCL communicator (hex) → newest finished sequence
+    stale: set = dataclasses.field(default_factory=set)  # (communicator, sequence) of in-flight entries found stale
     arrivals: ArrivalTracker = dataclasses.field(default_factory=ArrivalTracker)
     exception: SidecarFile = dataclasses.field(init=False)
     flight: SidecarFile = dataclasses.field(init=False)
@@ -514,6 +516,7 @@ def _arrivals(rank: _Rank, header, stats: pb.RankStats, flight_arrivals: list[Ar
     events = [e for e in rank.seg.events(since=rank.ring_read, kind="nccl") if e.index < head]
     steps = [e.end_ns for e in rank.seg.events(since=rank.ring_read, kind="step") if e.index < head and e.end_ns]
     rank.ring_read = head
+    _drop_stale_inflight(rank, stats, events)
     stats.step_ends_unix_ns.extend(steps[-MAX_STEP_ENDS:])
     comms = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals,
                                stats.world_size if stats.HasField("world_size") else None)
@@ -522,6 +525,25 @@ def _arrivals(rank: _Rank, header, stats: pb.RankStats, flight_arrivals: list[Ar
                                          f"at most {MAX_COMMS_PER_RANK} per rank and interval")
         del comms[MAX_COMMS_PER_RANK:]
     stats.arrivals.extend(comms)
+
+
+def _drop_stale_inflight(rank: _Rank, stats: pb.RankStats, events: list) -> None:
+    """Leave out the in-flight NCCL entries a later finished collective of the same communicator shows
+    finished (one communicator's collectives finish in order), and count each in the hook's health.
+    Left in, such an entry makes a healthy rank look stuck at an old collective to the hang detector."""
+    for event in events:
+        comm = f"{event.comm_hash:x}"
+        rank.finished[comm] = max(rank.finished.get(comm, -1), event.op_seq)
+    kept = []
+    for op in stats.inflight:
+        if op.kind == "nccl" and op.sequence < rank.finished.get(op.comm_hash, -1):
+            rank.stale.add((op.comm_hash, op.sequence))
+        else:
+            kept.append(op)
+    if len(kept) < len(stats.inflight):
+        del stats.inflight[:]
+        stats.inflight.extend(kept)
+    stats.hook.stale_inflight_total = len(rank.stale)
 
 
 def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:

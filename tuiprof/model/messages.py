@@ -314,6 +314,7 @@ class HookHealth:
     nccl_api_fallback: bool
     nccl_api_events: bool
     gemm_sample_max: int
+    stale_inflight_total: int
 
 
 @dataclass(frozen=True, slots=True)
