@@ -51,6 +51,7 @@ from typing import Any, Callable
 
 from agentd.collectors import rank_claims
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.slowdown.verdict import CAUSES
 from agentd.runner import CollectRun
 from agentd.sinks import dynolog_record
 
@@ -512,8 +513,9 @@ def _slowdowns(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, hos
     """The slowdown verdict of each job with ranks here: every rank's cost, and the job's state and cause."""
     ranks = {rank.pid: rank for rank in snapshot.ranks}
     for job in snapshot.slowdowns:
+        cause = job.cause if job.cause in CAUSES else ""  # a label value from the closed list only
         out("job_slow", "gauge", "1 while the job is judged slow (cause: the verdict's cause), 0 while healthy.").add(
-            {**host, "job_id": job.job_id, "cause": job.cause}, int(job.slow))
+            {**host, "job_id": job.job_id, "cause": cause}, int(job.slow))
         for cost in job.ranks:
             out("rank_slowdown_cost_seconds", "gauge",
                 "Time per step the rank's peers waited for it at collectives over the verdict's window: how much "

@@ -7,6 +7,7 @@ drive the same judge in tests/hangs/test_slowdown_gloo.py."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 import random
 
 import pytest
@@ -229,3 +230,11 @@ def test_ranks_with_the_same_pid_on_two_hosts_are_two_ranks(judged):
     (verdict,) = verdicts
     assert len(verdict.ranks) == 4 and verdict.slow
     assert [(c.host, c.pid, c.rank) for c in verdict.culprits] == [("node3", 7, 3)]
+
+
+def test_the_readme_documents_every_cause_and_only_those():
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Why is my job slow?"):]
+    table = section[section.index("| cause | evidence |"):section.index("\n\n", section.index("| cause | evidence |"))]
+    documented = [line.split("`")[1] for line in table.splitlines()[2:]]
+    assert sorted(documented) == sorted(v.CAUSES)
