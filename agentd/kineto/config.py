@@ -13,6 +13,9 @@ from dataclasses import dataclass
 CPU_ACTIVITIES = ("cpu_op", "user_annotation", "cpu_instant_event")
 GPU_ACTIVITIES = ("gpu_user_annotation", "gpu_memcpy", "gpu_memset", "kernel", "cuda_runtime", "cuda_driver")
 STACK_ACTIVITIES = ("python_function",)
+# How often libkineto asks the daemon for a config (its on-demand update interval, unless the
+# base config sets ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS); a process registers on its first ask.
+DEFAULT_POLL_SECONDS = 5.0
 # Seconds libkineto spends warming up before the start time; the start time must
 # leave at least this much after the process picks the config up.
 WARMUP_SECONDS = 1

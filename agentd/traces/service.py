@@ -62,15 +62,15 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 1024 * 1024
 KEEP_CAPTURES = 64
 # Without a start time from the client: the slowest poll interval seen (libkineto's
-# default is 5 s) plus the controller's pickup delay plus the warmup.
-DEFAULT_POLL_SECONDS = 5.0
+# default, kineto_config.DEFAULT_POLL_SECONDS) plus the controller's pickup delay plus the warmup.
 PICKUP_SECONDS = 2.0
 SHOWN_IN_MESSAGES = 20
 
 
 def lead_seconds(registrants: list[Registrant]) -> float:
     """How far ahead a start time must be for every one of ``registrants`` to take it."""
-    poll = max((r.poll_interval or DEFAULT_POLL_SECONDS for r in registrants), default=DEFAULT_POLL_SECONDS)
+    poll = max((r.poll_interval or kineto_config.DEFAULT_POLL_SECONDS for r in registrants),
+               default=kineto_config.DEFAULT_POLL_SECONDS)
     return poll + PICKUP_SECONDS + kineto_config.WARMUP_SECONDS
 
 
@@ -295,7 +295,7 @@ class CaptureService:
         target.pending = pending
         if spec.duration_ms is not None and spec.start_time_unix_ms / 1000 - time.time() < lead_seconds([registrant]):
             target.reason = (f"start time may be too soon: this process polls every "
-                             f"{registrant.poll_interval or DEFAULT_POLL_SECONDS:.1f} s and needs "
+                             f"{registrant.poll_interval or kineto_config.DEFAULT_POLL_SECONDS:.1f} s and needs "
                              f"{kineto_config.WARMUP_SECONDS} s of warmup")
         return target
 

@@ -10,7 +10,11 @@ ranks' files itself and its last reply carries the summaries
 ``FETCH_CONCURRENCY`` files at a time, each chunk written to disk as it
 arrives. Each host is independent: one that cannot be reached, or whose ranks
 fail, does not stop the others; its error is kept for the summary and exit
-status.
+status. A Kineto capture that matches no process on a host is asked for again,
+with the same start time, for up to libkineto's poll period
+(``REGISTRATION_WAIT_SECONDS``): a job started a moment ago registers with the
+agent on its first poll. The host's phase is ``waiting`` meanwhile; after that,
+the agent's reply (why nothing matched) stands.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 import grpc
 
 from agentd.address import AgentAddress
+from agentd.kineto.config import DEFAULT_POLL_SECONDS
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from tuiprof.client.channel import ConnectionOptions
@@ -44,6 +49,8 @@ STATUS_PERIOD_SECONDS = 0.5
 # Once every file is written the agent only summarises (a second or so): asked more often then.
 SUMMARY_PERIOD_SECONDS = 0.1
 RPC_TIMEOUT_SECONDS = 10.0
+# How long a host where nothing matched is asked again: a process registers on its first poll.
+REGISTRATION_WAIT_SECONDS = DEFAULT_POLL_SECONDS
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ async def _capture_host(address: AgentAddress, progress: HostProgress, spec: Cap
     try:
         async with options.open(address) as channel:
             stub = pb_grpc.AgentStub(channel)
-            reply = await stub.CaptureTrace(spec.request(start_ms), timeout=RPC_TIMEOUT_SECONDS)
+            reply = await _start_when_registered(stub, spec, start_ms, progress, on_progress)
             progress.capture_id, progress.message, progress.phase = reply.capture_id, reply.message, "capturing"
             fetched: set[str] = set()
             seen: list[pb.TraceTarget] = []
@@ -137,6 +144,22 @@ async def _capture_host(address: AgentAddress, progress: HostProgress, spec: Cap
         progress.error = f"cannot write fetched file: {exc}"
     progress.phase = "failed" if progress.error else "done"
     on_progress(progress)
+
+
+async def _start_when_registered(stub: pb_grpc.AgentStub, spec: CaptureSpec, start_ms: int, progress: HostProgress,
+                                 on_progress: ProgressCallback) -> pb.CaptureTraceReply:
+    """Start the capture; while a Kineto capture matches no process (its reply has no targets), in phase
+    ``waiting``, ask again until ``REGISTRATION_WAIT_SECONDS`` have passed. The last reply, whatever it says."""
+    request = spec.request(start_ms)
+    registered_by = time.monotonic() + REGISTRATION_WAIT_SECONDS
+    reply = await stub.CaptureTrace(request, timeout=RPC_TIMEOUT_SECONDS)
+    while spec.kind == "kineto" and not reply.targets and time.monotonic() < registered_by:
+        if progress.phase != "waiting":
+            progress.phase = "waiting"
+            on_progress(progress)
+        await asyncio.sleep(STATUS_PERIOD_SECONDS)
+        reply = await stub.CaptureTrace(request, timeout=RPC_TIMEOUT_SECONDS)
+    return reply
 
 
 async def _fetch(stub: pb_grpc.AgentStub, host: str, target: TraceTarget, output: pathlib.Path) -> FetchedFile:

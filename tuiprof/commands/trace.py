@@ -31,7 +31,8 @@ from tuiprof.analysis.stragglers import TraceStraggler, trace_stragglers
 from tuiprof.analysis.trace_merge import MergeResult, TraceFormatError, merge_capture
 from tuiprof.analysis.trace_reduce import ReducedSummary, reduce_summaries, remote_ranks
 from tuiprof.analysis.trace_summary import TraceSummary, render_text
-from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
+from tuiprof.client.capture import (DEFAULT_START_DELAY_MS, REGISTRATION_WAIT_SECONDS, CaptureSpec, capture_cluster,
+                                    fetch_files)
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import local_agent
 from tuiprof.client.targets import add_target_arguments, addresses, connection
@@ -192,10 +193,20 @@ async def _trace_hosts(args: argparse.Namespace, targets: list[AgentAddress], sp
     return run
 
 
+def _waiting_line(host: HostProgress) -> str:
+    """The one line said on stderr when ``host``'s capture waits for a process to register."""
+    return (f"tuiprof trace: waiting up to {REGISTRATION_WAIT_SECONDS:g} s for a training process to register "
+            f"with the agent at {host.host} (start it under `tuiprof run`)")
+
+
 async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], spec: CaptureSpec,
                          options: ConnectionOptions) -> ClusterCapture:
     if args.json:  # one document on stdout and no progress drawn
-        return await capture_cluster(targets, spec, None, options)
+        def say_waiting(host: HostProgress) -> None:
+            if host.phase == "waiting":
+                print(_waiting_line(host), file=sys.stderr, flush=True)
+
+        return await capture_cluster(targets, spec, None, options, say_waiting)
     # Imported only to draw the progress: `--json` (scripts) starts without rich.
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -205,6 +216,8 @@ async def _capture_hosts(args: argparse.Namespace, targets: list[AgentAddress], 
         tasks: dict[str, TaskID] = {str(a): progress.add_task(str(a), total=None, status="starting") for a in targets}
 
         def update(host: HostProgress) -> None:
+            if host.phase == "waiting":
+                progress.console.print(_waiting_line(host), markup=False, highlight=False, soft_wrap=True)
             total = len(host.targets) or None
             progress.update(tasks[host.host], total=total, completed=host.finished_targets,
                             status=_describe(host))

@@ -24,7 +24,8 @@ class FetchedFile:
 
 @dataclass
 class HostProgress:
-    """One host's capture as it goes: ``phase`` is starting, capturing, done or failed."""
+    """One host's capture as it goes: ``phase`` is starting, waiting (for a process to register with the
+    agent), capturing, done or failed."""
 
     host: str
     phase: str = "starting"
