@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from console.prometheus_server import PROMTOOL
-from tuiprof.client.prometheus import RECORDED, HostSelection, column_queries
+from tuiprof.client.prometheus import FIGURES, HostSelection, column_queries
 
 DOCS = pathlib.Path(__file__).parents[2] / "docs" / "prometheus"
 RULES = DOCS / "tuiprof-rules.yml"
@@ -42,5 +42,7 @@ def test_rules_compute_what_their_tests_expect() -> None:
 def test_recording_rules_are_the_consoles_queries() -> None:
     recorded = dict(re.findall(r"- record: (\S+)\n\s+expr: (.+)", RULES.read_text()))
     queries = column_queries(HostSelection())
-    for column, rule in RECORDED.items():
-        assert recorded[rule] == queries[column], rule
+    rules = [figure for figure in FIGURES.values() if figure.recorded]
+    assert rules, "no figure is recorded"
+    for figure in rules:
+        assert recorded[figure.recorded] == queries[figure.name], figure.recorded

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from tuiprof.client.prometheus import (
-    FIGURES, NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, _Columns, _Labels, _Sample,
-    _rows, column_queries,
+    FIGURES, NOT_RECORDED_YET, NOT_SCRAPED, FleetEvents, FleetView, HostRow, HostSelection, QueryResult, column_queries,
 )
+from tuiprof.client.prometheus.fleet import NOT_EVERY_GPU, NOT_EXPORTED, _Columns, _rows
+from tuiprof.client.prometheus.http import Labels, Sample
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostUnreachable, SummaryReceived
 from tuiprof.model.messages import HangStatus
@@ -119,7 +120,7 @@ def test_a_host_not_recorded_yet_says_so_rather_than_no_gpus() -> None:
     """The columns are queried at once: answers that straddle the rules' first evaluation of a
     host can give its recorded time (the group's last rule) but not yet its figures."""
     def answer(name: str) -> QueryResult:
-        samples = [_Sample(_Labels(hostname="n1"), (100.0, "99"))] if name == "sampled_at" else []
+        samples = [Sample(Labels(hostname="n1"), (100.0, "99"))] if name == "sampled_at" else []
         return QueryResult(100.0, samples)
 
     columns = _Columns({name: answer(name) for name in column_queries(HostSelection(), recorded=True)},
@@ -135,7 +136,7 @@ def test_a_row_is_kept_while_its_snapshot_is_the_same() -> None:
     def columns(cpu: dict[str, str], sampled: dict[str, str]) -> _Columns:
         answers = {"cpu_percent": cpu, "sampled_at": sampled,
                    "rank_count": {host: "8" for host in sampled}}
-        return _Columns({name: QueryResult(100.0, [_Sample(_Labels(hostname=host), (100.0, value))
+        return _Columns({name: QueryResult(100.0, [Sample(Labels(hostname=host), (100.0, value))
                                                    for host, value in answers.get(name, {}).items()])
                          for name in column_queries(HostSelection())}, recorded=False)
 
@@ -149,33 +150,52 @@ def test_a_row_is_kept_while_its_snapshot_is_the_same() -> None:
     assert second["n2"].rank_count == 8 and isinstance(second["n2"].summary.gpu_count, Unavailable)
 
 
-def test_rows_are_built_in_the_summarys_field_order() -> None:
-    """``_Columns.summaries`` builds rows positionally, column by column: its figures must stay in
-    ``HostSummary``'s order (memory_percent computed, hang_level last)."""
-    assert list(HostSummary.__dataclass_fields__) == [
-        "cpu_percent", "memory_percent", "memory_used_bytes", *FIGURES[3:], "hang_level"]
-    answers = {name: QueryResult(100.0, [_Sample(_Labels(hostname="n1"), (100.0, str(i + 1)))])
-               for i, name in enumerate(FIGURES)}
+def test_each_summary_field_is_filled_by_its_figure() -> None:
+    """Every field of ``HostSummary`` but ``memory_percent`` (worked out) is one figure's, and a
+    row holds each figure's own answer in that field."""
+    fills = [figure.fills for figure in FIGURES.values() if figure.fills]
+    assert sorted([*fills, "memory_percent"]) == sorted(HostSummary.__dataclass_fields__)
+    numbers = [figure for figure in FIGURES.values() if figure.fills and figure.name != "hang"]
+    answers = {figure.name: QueryResult(100.0, [Sample(Labels(hostname="n1"), (100.0, str(i + 1)))])
+               for i, figure in enumerate(numbers)}
+    answers["memory_total_bytes"] = QueryResult(100.0, [Sample(Labels(hostname="n1"), (100.0, "8"))])
+    answers["hang"] = QueryResult(100.0, [Sample(Labels(hostname="n1", level="suspect"), (100.0, "1"))])
     columns = _Columns({**{name: QueryResult(100.0, []) for name in column_queries(HostSelection())}, **answers},
                        recorded=False)
     [summary] = columns.summaries(["n1"])
-    assert [getattr(summary, name) for name in FIGURES if name != "memory_total_bytes"] == [
-        i + 1 for i, name in enumerate(FIGURES) if name != "memory_total_bytes"]
-    assert summary.memory_percent == 100.0 * 2 / 3 and summary.hang_level == ""
+    assert [getattr(summary, figure.fills) for figure in numbers] == list(range(1, len(numbers) + 1))
+    assert summary.memory_percent == 100.0 * summary.memory_used_bytes / 8 and summary.hang_level == "suspect"
+
+
+def test_a_figure_a_host_lacks_says_why_by_its_kind() -> None:
+    """A figure's ``why_missing`` picks its reason: GPU figures of a host with GPUs are not
+    exported, GPU sums not complete, and without GPUs there are none; likewise for ranks."""
+    answers = {"sampled_at": {"n1": "90", "n2": "90"}, "cpu_percent": {"n1": "10", "n2": "10"},
+               "gpu_count": {"n1": "8"}, "rank_count": {"n1": "8"}}
+    columns = _Columns({name: QueryResult(100.0, [Sample(Labels(hostname=host), (100.0, value))
+                                                  for host, value in answers.get(name, {}).items()])
+                        for name in column_queries(HostSelection())}, recorded=False)
+    with_both, without = columns.summaries(["n1", "n2"])
+    assert with_both.gpu_util_mean == with_both.step_time_seconds == with_both.memory_used_bytes == Unavailable(
+        NOT_EXPORTED)
+    assert with_both.power_watts == Unavailable(NOT_EVERY_GPU)
+    assert with_both.nccl_busbw_bytes_per_s == Unavailable("no NCCL collectives seen")
+    assert without.gpu_util_min == without.gpu_memory_total_bytes == Unavailable("no GPUs on this host")
+    assert without.nccl_busbw_bytes_per_s == without.step_time_seconds == Unavailable("no training processes seen")
 
 
 def test_the_ops_view_watches_at_most_so_many_hosts_with_ranks(monkeypatch) -> None:
     """Past RANK_HOSTS_AT_ONCE hosts with ranks the hung or suspect ones are watched first, then
     the others by name, and the notice says how to see the rest; hosts without ranks never are."""
-    from tuiprof.client import prometheus
     from tuiprof.client.channel import ConnectionOptions
+    from tuiprof.client.prometheus import events
 
-    monkeypatch.setattr(prometheus, "RANK_HOSTS_AT_ONCE", 2)
+    monkeypatch.setattr(events, "RANK_HOSTS_AT_ONCE", 2)
     rows = {node: HostRow(node, node, 99.0, SUMMARY, ranks) for node, ranks in
             (("n3", 8), ("n1", 8), ("cpu", 0), ("n2", 4))}
 
     async def attend(hangs: dict[str, HangStatus]) -> tuple[str, list[str]]:
-        source = prometheus.PrometheusSource("http://prometheus.test", HostSelection(), ConnectionOptions(), 1780)
+        source = events.PrometheusSource("http://prometheus.test", HostSelection(), ConnectionOptions(), 1780)
         assert "no answer from Prometheus yet" in source.attend_ranks(lambda: True)
         source.last_view = FleetView(100.0, rows, {}, 0.01, False, hangs)
         source._emit = [].append

@@ -21,7 +21,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from console.prometheus_server import PROMETHEUS, RECORDING_RULES, running_prometheus, ticking_agent
 from testkit.ports import free_port
 from tuiprof.client.prometheus import (
-    NOT_RECORDED_YET, RECORDED, SETTLED_AFTER_S, FleetView, HostSelection, PrometheusClient, fetch_fleet, recording_rules_loaded,
+    FIGURES, NOT_RECORDED_YET, SETTLED_AFTER_S, FleetView, HostSelection, PrometheusClient, fetch_fleet, recording_rules_loaded,
 )
 
 HOSTNAME = "ticking-node"
@@ -99,7 +99,7 @@ def test_a_recorded_row_has_the_figures_and_the_time_of_one_evaluation(
         targets: pathlib.Path, tmp_path: pathlib.Path) -> None:
     with running_prometheus(tmp_path, file_sd=targets, scrape_interval="1s", evaluation_interval="4s",
                             rule_files=[RECORDING_RULES]) as url:
-        wait_for(url, RECORDED["sampled_at"])
+        wait_for(url, FIGURES["sampled_at"].recorded)
         newer_scraped = 0  # refreshes where the newest snapshot scraped was newer than the row's
         deadline = time.monotonic() + TIMEOUT_S
         while newer_scraped < 3:
@@ -117,11 +117,11 @@ def test_rules_without_the_row_time_count_as_not_loaded(targets: pathlib.Path, t
     """An older rules file records the figures but not their time: the console reads the raw
     series (rows with their time), not recorded figures with no time to show."""
     lines = RECORDING_RULES.read_text().splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if f"record: {RECORDED['sampled_at']}" in line)
+    at = next(i for i, line in enumerate(lines) if f"record: {FIGURES['sampled_at'].recorded}" in line)
     older = tmp_path / "tuiprof-rules-older.yml"
     older.write_text("".join(lines[:at] + lines[at + 2:]))
     with running_prometheus(tmp_path, file_sd=targets, scrape_interval="1s", rule_files=[older]) as url:
-        wait_for(url, RECORDED["cpu_percent"])
+        wait_for(url, FIGURES["cpu_percent"].recorded)
 
         async def loaded() -> bool:
             async with PrometheusClient(url) as client:
