@@ -520,7 +520,7 @@ def _slowdowns(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, hos
             out("rank_slowdown_cost_seconds", "gauge",
                 "Time per step the rank's peers waited for it at collectives over the verdict's window: how much "
                 "shorter the step would be had it arrived with them.").add(
-                _rank_labels(host, cost.pid, ranks.get(cost.pid, cost)), cost.cost_seconds)
+                {**_rank_labels(host, cost.pid, ranks.get(cost.pid, cost)), "job_id": job.job_id}, cost.cost_seconds)
 
 
 def _collector_runs(out: Families, runs: Mapping[str, CollectRun], host: Labels) -> None:

@@ -39,9 +39,11 @@ from tuiprof.client.prometheus import (
     NOT_SCRAPED, RULES_PROBE, SERVER_TIME, FleetEvents, FleetView, HostSelection, PrometheusClient, PrometheusSource,
     QueryResult, column_queries, fetch_fleet, recording_rules_loaded,
 )
+from tuiprof.client.prometheus.figures import slow_jobs_query
 from tuiprof.model.events import HostEvent, HostUnreachable, SummaryReceived
 from tuiprof.model.messages import HangStatus
-from tuiprof.model.summary import HostSummary, summarize
+from tuiprof.model.summary import HostSummary, SlowJob, summarize
+from tuiprof.analysis.slowdown import fleet_slow_banner
 from tuiprof.model.values import Unavailable
 
 NODE_A, NODE_B = "127.0.0.2", "127.0.0.3"
@@ -121,7 +123,8 @@ def test_the_target_file_lists_every_node_with_its_labels(fleet: Fleet, tmp_path
 
 def test_live_agents_rows_come_from_prometheus_one_query_per_column(fleet: Fleet) -> None:
     view, queries = fetch(fleet, HostSelection(expected=(NODE_A, NODE_B)))
-    assert queries == len(column_queries(fleet.selection)) + 1  # per column, not per host (+ the server's time)
+    # per column, not per host (+ the server's time, the slow jobs)
+    assert queries == len(column_queries(fleet.selection)) + 2
     assert set(view.rows) == {NODE_A, NODE_B} and not view.missing
     total = psutil.virtual_memory().total
     for node in (NODE_A, NODE_B):
@@ -165,8 +168,9 @@ def test_a_suspect_host_has_its_verdict_from_its_hang_series(fleet: Fleet) -> No
 
 def test_hosts_without_series_are_unreachable_with_the_reason(fleet: Fleet) -> None:
     view, queries = fetch(fleet)
-    # the server's time, and one to learn why hosts are missing, one for the suspect (frozen) host's hang verdict
-    assert queries == len(column_queries(fleet.selection)) + 3
+    # the server's time, and one to learn why hosts are missing, one for the suspect (frozen) host's hang verdict,
+    # one for the slow jobs
+    assert queries == len(column_queries(fleet.selection)) + 4
     assert view.missing[UNSCRAPED] == NOT_SCRAPED
     assert view.missing[UNSCRAPABLE].startswith(f"Prometheus cannot scrape it (up == 0 for {UNSCRAPABLE}:")
     assert set(view.missing) == {UNSCRAPED, UNSCRAPABLE}
@@ -300,16 +304,19 @@ def test_whether_the_rules_are_loaded_costs_no_round_trip_of_its_own(fleet: Flee
             return await fetch_fleet(client, selection, guess=guess), client.spans
 
     recorded = set(column_queries(selection, recorded=True).values())
+    slow = slow_jobs_query(selection)
     view, spans = asyncio.run(one(guess=True))
     assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
-    assert {promql for promql, _, _ in spans} == recorded | {SERVER_TIME} and len(spans) == len(recorded) + 1  # no probe
+    # no probe; the slow jobs after the columns
+    assert {promql for promql, _, _ in spans} == recorded | {SERVER_TIME, slow} and len(spans) == len(recorded) + 2
 
     view, spans = asyncio.run(one(guess=False))
     assert view.recorded and set(view.rows) == {NODE_A, NODE_B}
-    assert len(spans) == 2 * len(recorded) + 3  # time, raw columns and the probe, then time, the recorded columns
+    # time, raw columns and the probe, then time, the recorded columns; the slow jobs
+    assert len(spans) == 2 * len(recorded) + 4 and spans[-1][0] == slow
     [(_, _, probe_answered)] = [span for span in spans if span[0] == RULES_PROBE]
     assert min(sent for promql, sent, _ in spans if promql != RULES_PROBE) < probe_answered  # not serial
-    assert {promql for promql, _, _ in spans[-len(recorded):]} == recorded
+    assert {promql for promql, _, _ in spans[-len(recorded) - 1:-1]} == recorded
 
 
 async def test_a_refresh_keeps_the_rows_whose_snapshot_did_not_change(fleet: Fleet) -> None:
@@ -325,7 +332,7 @@ async def test_a_refresh_keeps_the_rows_whose_snapshot_did_not_change(fleet: Fle
         sent = len(client.spans)
         await source.refresh(client, events.append)
         second = source.last_view
-        assert len(client.spans) - sent == len(column_queries(fleet.selection)) + 2  # + the server's time
+        assert len(client.spans) - sent == len(column_queries(fleet.selection)) + 3  # + the server's time, slow jobs
     assert first is not None and second is not None and second.recorded
     assert second.rows[FROZEN] is first.rows[FROZEN]
     assert second.rows[FROZEN].summary.step_time_seconds == 0.8125  # its figures, from the first refresh
@@ -373,3 +380,13 @@ def test_tuiprof_prometheus_in_a_terminal(fleet: Fleet, tmp_path: pathlib.Path) 
                                     check=True, timeout=10).stdout
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, timeout=10)
+
+
+def test_the_slow_jobs_come_from_the_agents_verdict_series(fleet: Fleet) -> None:
+    """The frozen agent's snapshot judges job 4242 slow (gpu_slower, rank 8 costing 62.5 ms a step): the
+    fleet view names it with its cause and cost, and the banner says so; the healthy job is not named."""
+    view, _ = fetch(fleet)
+    assert view.slow_jobs == [SlowJob("4242", "gpu_slower", pytest.approx(0.0625))]
+    banner = fleet_slow_banner(view.slow_jobs)
+    assert banner is not None and banner.text.startswith(
+        "SLOW jobs (Prometheus, each judged on its hosts): 4242: gpu slower, its costliest rank 62.5 ms a step")

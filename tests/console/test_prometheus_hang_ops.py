@@ -123,7 +123,8 @@ def hung_job(standins: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -
 
 def test_the_hung_rank_comes_from_its_hang_series_in_one_more_query(hung_job: HungJob) -> None:
     view, queries = fetch(hung_job)
-    assert queries == len(column_queries(hung_job.selection)) + 2  # the time, the columns, one for the hung host
+    # the time, the columns, one for the hung host, one for the slow jobs
+    assert queries == len(column_queries(hung_job.selection)) + 3
     status = view.hangs[NODE]
     assert status.level == "hung" and view.rows[NODE].summary.hang_level == "hung"
     ours = next(v for v in status.ranks if v.pid == hung_job.pid)

@@ -61,7 +61,8 @@ def test_ten_thousand_rows_from_one_query_per_column(prometheus: str) -> None:
         assert summary.sm_active_min == pytest.approx(utilization / 2)
         assert summary.gpu_memory_used_bytes == 40 * 2**30 and summary.gpu_memory_total_bytes == 80 * 2**30
         assert isinstance(summary.nccl_busbw_bytes_per_s, float)
-    assert queries == len(column_queries(HostSelection())) + 2  # per column, not per host; + time, rules loaded?
+    # per column, not per host; + time, rules loaded?, slow jobs
+    assert queries == len(column_queries(HostSelection())) + 3
 
 
 def test_without_the_rules_a_guess_of_them_reads_the_columns_again(prometheus: str) -> None:
@@ -69,7 +70,8 @@ def test_without_the_rules_a_guess_of_them_reads_the_columns_again(prometheus: s
     with the recorded columns says so, and the raw columns are read."""
     queries, view = fetch(prometheus, guess=True)
     assert not view.recorded and len(view.rows) == HOSTS
-    assert queries == 2 * len(column_queries(HostSelection())) + 3  # twice the columns and the time; the probe
+    # twice the columns and the time; the probe; the slow jobs
+    assert queries == 2 * len(column_queries(HostSelection())) + 4
 
 
 async def test_console_shows_ten_thousand_hosts(prometheus: str) -> None:

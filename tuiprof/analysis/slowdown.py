@@ -10,7 +10,7 @@ and a replay phrase a slow job the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from agentd.slowdown.feeds import RankFeed, from_snapshot
 from agentd.slowdown.verdict import SlowdownJudge
 from agentd.stacks import ranksets
 from tuiprof.model.cluster import HostState
+from tuiprof.model.summary import SlowJob
 
 
 class ClusterSlowdowns:
@@ -67,6 +68,15 @@ def slow_banner(verdicts: Iterable[pb.JobSlowdown]) -> SlowBanner | None:
         parts.append(f"{len(slow) - 1} more slow job{'s' if len(slow) > 2 else ''}")
     parts.append("press n for its ranks' ops")
     return SlowBanner(" — ".join(parts))
+
+
+def fleet_slow_banner(jobs: Sequence[SlowJob]) -> SlowBanner | None:
+    """The line over the fleet view: the costliest slow jobs as Prometheus has the agents' verdicts."""
+    if not jobs:
+        return None
+    named = "; ".join(f"{job.job_id or '(no job id)'}: {job.cause.replace('_', ' ') or 'cause not exported'}, "
+                      f"its costliest rank {job.cost_seconds * 1e3:.1f} ms a step" for job in jobs)
+    return SlowBanner(f"SLOW jobs (Prometheus, each judged on its hosts): {named} — press n for their ranks' ops")
 
 
 def culprits_text(culprits: Iterable[pb.RankCost]) -> str:

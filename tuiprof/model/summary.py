@@ -95,3 +95,13 @@ def summarize(message: pb.HostSnapshot) -> HostSummary:
         step_time_seconds=_median(_field(ranks, "step_time_seconds", no_ranks.reason), no_ranks),
         hang_level=message.hang.level,
     )
+
+
+@dataclass(frozen=True)
+class SlowJob:
+    """A job the agents judge slow, as the fleet view's Prometheus has it: its cause, its costliest
+    rank's cost per step (``tuiprof_job_slow``, ``tuiprof_rank_slowdown_cost_seconds``)."""
+
+    job_id: str
+    cause: str
+    cost_seconds: float

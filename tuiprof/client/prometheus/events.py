@@ -27,6 +27,7 @@ from tuiprof.client.prometheus.fleet import FleetView, fetch_fleet
 from tuiprof.client.prometheus.http import PrometheusClient, PrometheusError
 from tuiprof.model.events import HostEvent, HostUnreachable, SummaryReceived
 from tuiprof.model.messages import HangStatus
+from tuiprof.model.summary import SlowJob
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,10 @@ class PrometheusSource:
         if self.last_view is None or address in self._attended:
             return None
         return self.last_view.hangs.get(self._nodes.get(address, address))
+
+    def slow_jobs(self) -> list[SlowJob]:
+        """The costliest slow jobs as Prometheus has them (the agents' verdicts, each judged on its host)."""
+        return self.last_view.slow_jobs if self.last_view is not None else []
 
     def rank_hosts(self) -> RankHosts | None:
         """The hosts the console asks over gRPC about their ranks (the NCCL/GEMM view, stacks):

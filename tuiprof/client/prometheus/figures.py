@@ -270,3 +270,18 @@ def hang_query(selection: HostSelection, hostnames: Collection[str]) -> str:
     levels = f"level=~{promql_string('|'.join(HANG_SHOWN))}"
     return (f"max by (hostname, pid, rank, level) ({_selector('tuiprof_rank_hang_status', hosts, levels)} == 1) "
             f"or max by (hostname) ({_selector('tuiprof_hang_since_timestamp_seconds', hosts)})")
+
+
+SLOW_JOBS_SHOWN = 5
+"""The costliest slow jobs the fleet view names (the banner's)."""
+
+
+def slow_jobs_query(selection: HostSelection) -> str:
+    """The slow jobs of these hosts in one answer: a sample labelled ``kind="verdict"`` is a job's
+    verdict and cause (``tuiprof_job_slow``), the others the costliest rank's cost per step of the
+    ``SLOW_JOBS_SHOWN`` costliest slow jobs."""
+    hosts = selection.matcher()
+    slow = f"{_selector('tuiprof_job_slow', hosts)} == 1"
+    cost = f"max by (job_id) ({_selector('tuiprof_rank_slowdown_cost_seconds', hosts)})"
+    verdicts = f'label_replace(max by (job_id, cause) ({slow}), "kind", "verdict", "job_id", ".*")'
+    return f"topk({SLOW_JOBS_SHOWN}, {cost} and on (job_id) ({slow})) or {verdicts}"

@@ -16,9 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentd.address import AgentAddress
+from tuiprof.model.summary import SlowJob
 from tuiprof.client.prometheus.figures import (
     FIGURES, HANG_SHOWN, ROW_FIGURES, RULES_PROBE, SCRAPE_FAILURES, SERVER_TIME, Figure, HostSelection, WhyMissing,
-    column_queries, hang_query, is_ip_address,
+    column_queries, hang_query, is_ip_address, slow_jobs_query,
 )
 from tuiprof.client.prometheus.http import PrometheusClient, QueryResult
 from tuiprof.model.behaviour import ratio_percent
@@ -65,6 +66,16 @@ class FleetView:
     """Whether the rows came from the recording rules' series."""
     hangs: dict[str, HangStatus] = field(default_factory=dict)
     """The verdicts of the hosts (by node) whose level is suspect or hung (the banner's)."""
+    slow_jobs: list[SlowJob] = field(default_factory=list)
+    """The costliest slow jobs, costliest first (the banner's)."""
+
+
+def slow_jobs(result: QueryResult) -> list[SlowJob]:
+    """``slow_jobs_query``'s answer: the jobs with a cost, costliest first, each with its cause."""
+    causes = {s.metric.job_id: s.metric.cause for s in result.samples if s.metric.kind == "verdict"}
+    costs = {s.metric.job_id: float(s.value[1]) for s in result.samples if s.metric.kind != "verdict"}
+    return sorted((SlowJob(job, causes.get(job, ""), cost) for job, cost in costs.items()),
+                  key=lambda job: -job.cost_seconds)
 
 
 def _figures(result: QueryResult) -> dict[str, str]:
@@ -257,12 +268,13 @@ async def fetch_fleet(client: PrometheusClient, selection: HostSelection, also_e
     # a healthy fleet costs no query here; a troubled one, one query over its troubled hosts
     hangs = (hang_statuses(troubled, await client.query(hang_query(selection, troubled), columns.evaluated_at))
              if troubled else {})
+    slow = slow_jobs(await client.query(slow_jobs_query(selection), columns.evaluated_at))
     query_seconds = time.perf_counter() - started
     rows = _rows(columns, selection, previous or {})
     absent = [node for node in dict.fromkeys((*selection.expected, *also_expected)) if node not in rows]
     missing = await _why_missing(client, absent, columns.recorded) if absent else {}
     return FleetView(columns.evaluated_at, rows, missing, query_seconds, columns.recorded,
-                     {selection.node_of(host): status for host, status in hangs.items()})
+                     {selection.node_of(host): status for host, status in hangs.items()}, slow)
 
 
 def _rows(columns: _Columns, selection: HostSelection, previous: Mapping[str, HostRow]) -> dict[str, HostRow]:

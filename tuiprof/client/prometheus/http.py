@@ -42,6 +42,9 @@ class Labels(msgspec.Struct, gc=False):
     rank: str = ""
     instance: str = ""
     job: str = ""
+    job_id: str = ""
+    cause: str = ""
+    kind: str = ""
 
 
 class Sample(msgspec.Struct, gc=False):

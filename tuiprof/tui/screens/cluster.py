@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Input, Static
 
-from tuiprof.analysis.slowdown import slow_banner
+from tuiprof.analysis.slowdown import fleet_slow_banner, slow_banner
 from tuiprof.analysis.stacks_banner import hang_banner
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState, worst_first
@@ -266,6 +266,9 @@ class ClusterScreen(ConsoleScreen):
     def update_slow_banner(self) -> None:
         """The costliest slow job over the table: who the others wait for, what it costs, why."""
         banner = slow_banner(self.console.slowdowns.verdicts)
+        from_fleet = getattr(self.console.source, "slow_jobs", None)  # Prometheus mode: the agents' verdicts
+        if banner is None and from_fleet is not None:
+            banner = fleet_slow_banner(from_fleet())
         widget = self.query_one("#slow-banner", Static)
         widget.display = banner is not None
         if banner is not None:
