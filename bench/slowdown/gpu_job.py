@@ -12,15 +12,18 @@ the driver on a machine without one).
 """
 
 import argparse
-import gc
 import json
 import os
 import pathlib
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "hangs"))
+from slow_job import garbage_storm  # noqa: E402  (the CPU tests' job: one GC storm for both)
 
 CPUS_PER_RANK = 4
 
@@ -37,21 +40,6 @@ class Batches(torch.utils.data.Dataset):
         if self.delay_s:
             time.sleep(self.delay_s)
         return torch.ones(self.width)
-
-
-def garbage_storm(pause_s: float) -> None:
-    spent = 0.0
-    while spent < pause_s:
-        cycles = []
-        for _ in range(20000):
-            a: list = []
-            b = [a]
-            a.append(b)
-            cycles.append(a)
-        del cycles
-        start = time.perf_counter()
-        gc.collect()
-        spent += time.perf_counter() - start
 
 
 def main() -> None:

@@ -16,12 +16,12 @@ import subprocess
 import sys
 import uuid
 
-import psutil
 import pytest
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from testkit.agents import running_agent
+from testkit.jobs import stop_job
 from testkit.ports import free_port
 from tuiprof.client.channel import open_channel
 
@@ -54,22 +54,7 @@ class Job:
                                         env={**os.environ, "OMP_NUM_THREADS": "1"})
 
     def stop(self) -> None:
-        """Kill torchrun and its workers (each worker runs in a session of its own), and
-        remove the workers' segments and the files beside them."""
-        try:
-            family = [psutil.Process(self.process.pid), *psutil.Process(self.process.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            family = []
-        for proc in family:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(family, timeout=30)
-        self.process.wait(timeout=30)
-        for proc in family:
-            for path in pathlib.Path("/dev/shm").glob(f"tuiprof-{os.getuid()}-{proc.pid}-*"):  # segment, side files
-                path.unlink(missing_ok=True)
+        stop_job(self.process)
         self.log.close()
 
 

@@ -22,12 +22,12 @@ import threading
 import time
 import uuid
 
-import psutil
 import pytest
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from testkit.agents import running_agent
+from testkit.jobs import stop_job
 from testkit.ports import free_port
 from tuiprof.client.channel import open_channel
 
@@ -71,20 +71,7 @@ class Job:
         return statistics.median(s for t, s in self.steps(0) if since <= t <= until)
 
     def stop(self) -> None:
-        try:
-            family = [psutil.Process(self.process.pid), *psutil.Process(self.process.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            family = []
-        for proc in family:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(family, timeout=30)
-        self.process.wait(timeout=30)
-        for proc in family:
-            for path in pathlib.Path("/dev/shm").glob(f"tuiprof-{os.getuid()}-{proc.pid}-*"):
-                path.unlink(missing_ok=True)
+        stop_job(self.process)
         self.log.close()
 
 

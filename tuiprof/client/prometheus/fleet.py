@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentd.address import AgentAddress
+from agentd.text import printable
 from tuiprof.model.summary import SlowJob
 from tuiprof.client.prometheus.figures import (
     FIGURES, HANG_SHOWN, ROW_FIGURES, RULES_PROBE, SCRAPE_FAILURES, SERVER_TIME, Figure, HostSelection, WhyMissing,
@@ -72,8 +73,10 @@ class FleetView:
 
 def slow_jobs(result: QueryResult) -> list[SlowJob]:
     """``slow_jobs_query``'s answer: the jobs with a cost, costliest first, each with its cause."""
-    causes = {s.metric.job_id: s.metric.cause for s in result.samples if s.metric.kind == "verdict"}
-    costs = {s.metric.job_id: float(s.value[1]) for s in result.samples if s.metric.kind != "verdict"}
+    # label values are any scrape target's text: escaped before a terminal shows them
+    causes = {printable(s.metric.job_id): printable(s.metric.cause) for s in result.samples
+              if s.metric.kind == "verdict"}
+    costs = {printable(s.metric.job_id): float(s.value[1]) for s in result.samples if s.metric.kind != "verdict"}
     return sorted((SlowJob(job, causes.get(job, ""), cost) for job, cost in costs.items()),
                   key=lambda job: -job.cost_seconds)
 
