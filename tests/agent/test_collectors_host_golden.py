@@ -1,6 +1,7 @@
 """The host collector over a fixture /proc and /sys, compared with a checked-in rendering (node_exporter's e2e-output).
 
-The collector reads ``data/host_fixture`` (where its files came from: its README) twice, one
+The collector reads a copy of ``data/host_fixture`` (where its files came from: its README), with
+the sysfs links its ``symlinks.txt`` lists made in the copy, twice, one
 second apart by its clock: the tree as it is, then with ``second_reading/`` copied over it.
 The two snapshots' host parts, in protobuf text format, must equal ``data/host.golden.txtpb``:
 any change to a host figure, a reason or a field fails here. When the change is intended,
@@ -72,10 +73,20 @@ def rendered(tree: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return f"{first}\n{second}"
 
 
+def make_links(tree: pathlib.Path) -> None:
+    """The fixture's sysfs links (not checked in as links: they loop, see ``symlinks.txt``)."""
+    for line in (FIXTURE / "symlinks.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            link, target = line.split(" -> ")
+            (tree / link).parent.mkdir(parents=True, exist_ok=True)
+            (tree / link).symlink_to(target)
+
+
 def test_two_readings_of_the_fixture_render_as_the_golden_file(tmp_path: pathlib.Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     tree = tmp_path / "host"
-    shutil.copytree(FIXTURE, tree, symlinks=True, ignore=shutil.ignore_patterns("second_reading", "README.md"))
+    shutil.copytree(FIXTURE, tree, ignore=shutil.ignore_patterns("second_reading", "README.md", "symlinks.txt"))
+    make_links(tree)
     text = rendered(tree, monkeypatch)
     if UPDATE:
         GOLDEN.write_text(text)
