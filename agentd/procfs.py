@@ -167,6 +167,51 @@ def real_uid(pid: int) -> int | None:
     return None
 
 
+def ns_pids(pid: int) -> tuple[int, ...] | None:
+    """``pid``'s pid in each pid namespace from the agent's down to its own (``NSpid:`` in
+    /proc/<pid>/status): first the pid as the agent sees it, last the one the process itself sees
+    (getpid() in a container). One entry when it shares the agent's pid namespace; None when gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return tuple(int(v) for v in line.split()[1:])
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    return (pid,)  # a kernel older than 4.1 lists no NSpid: one pid namespace as far as it tells
+
+
+def namespace_inode(pid: int, kind: str) -> int | None:
+    """The inode of ``pid``'s namespace of ``kind`` ("mnt", "net", "pid", "user", "ipc", "uts"):
+    two processes share that namespace exactly when these are equal. None when gone or not allowed."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError:
+        return None
+
+
+UidMap = tuple[tuple[int, int, int], ...]  # (first uid inside, first uid outside, count), as /proc/<pid>/uid_map
+
+
+def uid_map(pid: int) -> UidMap | None:
+    """How ``pid``'s user namespace maps its uids onto the agent's (identity outside user
+    namespaces: ``((0, 0, 4294967295),)``); None when gone."""
+    try:
+        text = read_whole(f"/proc/{pid}/uid_map")
+    except OSError:
+        return None
+    return tuple((int(a), int(b), int(c)) for a, b, c in (line.split() for line in text.splitlines() if line.strip()))
+
+
+def uid_outside(mapping: UidMap, uid: int) -> int | None:
+    """The agent's view of the uid ``uid`` inside a user namespace with ``mapping``; None when unmapped
+    (the kernel shows such a uid as the overflow uid, 65534: it owns nothing the agent can see)."""
+    for inside, outside, count in mapping:
+        if inside <= uid < inside + count:
+            return outside + uid - inside
+    return None
+
+
 @dataclass(frozen=True)
 class Credentials:
     """What a rank's process was when the agent confirmed it as its owner's: the agent counts

@@ -399,7 +399,7 @@ class DiskStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., read_iops: _Optional[float] = ..., write_iops: _Optional[float] = ..., read_bytes_total: _Optional[int] = ..., write_bytes_total: _Optional[int] = ..., busy_seconds_total: _Optional[float] = ..., busy_percent: _Optional[float] = ..., reads_total: _Optional[int] = ..., writes_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
-    __slots__ = ("pid", "name", "used_memory_bytes", "user", "command", "sm_percent", "uid")
+    __slots__ = ("pid", "name", "used_memory_bytes", "user", "command", "sm_percent", "uid", "pid_in_container", "container")
     PID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -407,6 +407,8 @@ class GpuProcess(_message.Message):
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     SM_PERCENT_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
+    PID_IN_CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
     pid: int
     name: str
     used_memory_bytes: int
@@ -414,7 +416,29 @@ class GpuProcess(_message.Message):
     command: str
     sm_percent: float
     uid: int
-    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ..., user: _Optional[str] = ..., command: _Optional[str] = ..., sm_percent: _Optional[float] = ..., uid: _Optional[int] = ...) -> None: ...
+    pid_in_container: int
+    container: Container
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ..., user: _Optional[str] = ..., command: _Optional[str] = ..., sm_percent: _Optional[float] = ..., uid: _Optional[int] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+
+class Container(_message.Message):
+    __slots__ = ("runtime", "id", "pod_uid", "pod_name", "pod_namespace", "slurm_job_id", "slurm_step", "own_mount_namespace")
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POD_UID_FIELD_NUMBER: _ClassVar[int]
+    POD_NAME_FIELD_NUMBER: _ClassVar[int]
+    POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SLURM_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SLURM_STEP_FIELD_NUMBER: _ClassVar[int]
+    OWN_MOUNT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    runtime: str
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    slurm_job_id: str
+    slurm_step: str
+    own_mount_namespace: bool
+    def __init__(self, runtime: _Optional[str] = ..., id: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_name: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., slurm_job_id: _Optional[str] = ..., slurm_step: _Optional[str] = ..., own_mount_namespace: _Optional[bool] = ...) -> None: ...
 
 class GpuStats(_message.Message):
     __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "graphics_active_percent", "gpm_nvlink_rx_bytes_per_s", "gpm_nvlink_tx_bytes_per_s", "minor_number", "nvml_failed_queries", "unavailable")
@@ -633,7 +657,7 @@ class InflightOp(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class RankStats(_message.Message):
-    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "unavailable")
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "pid_in_container", "container", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -668,6 +692,8 @@ class RankStats(_message.Message):
     STEP_ENDS_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     RUN_DELAY_SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
     CPU_THROTTLED_SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PID_IN_CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
@@ -696,8 +722,10 @@ class RankStats(_message.Message):
     step_ends_unix_ns: _containers.RepeatedScalarFieldContainer[int]
     run_delay_seconds_per_s: float
     cpu_throttled_seconds_per_s: float
+    pid_in_container: int
+    container: Container
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CollectiveArrivals(_message.Message):
     __slots__ = ("comm", "sequence", "start_unix_ns", "enqueued")
