@@ -147,7 +147,21 @@ class DiskStats:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuProcess:
+class Container:
+    """``tuiprof.v1.Container``."""
+
+    runtime: str
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    slurm_job_id: str
+    slurm_step: str
+    own_mount_namespace: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess(NestedOnFirstRead):
     """``tuiprof.v1.GpuProcess``."""
 
     pid: int
@@ -157,6 +171,9 @@ class GpuProcess:
     command: str | Unavailable
     sm_percent: Reading
     uid: Reading
+    pid_in_container: Reading
+    container: Container
+    NESTED: ClassVar[dict[str, type]] = {"container": Container}
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +375,9 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     step_ends_unix_ns: tuple[int, ...]
     run_delay_seconds_per_s: Reading
     cpu_throttled_seconds_per_s: Reading
-    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals}
+    pid_in_container: Reading
+    container: Container
+    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals, "container": Container}
 
 
 @dataclass(frozen=True, slots=True)
