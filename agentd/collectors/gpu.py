@@ -4,7 +4,7 @@ Every tick, per GPU: utilization, memory, power and limit, temperature,
 SM/memory clocks, clock-event (throttle) reasons, volatile ECC counts, the minor
 number (read once), how many queries failed with an error that may pass, NVLink
 bytes from NVML's 64-bit counters (rates from deltas, no sleeping), compute
-processes with their memory, and on Hopper and newer the GPM metrics: two GPM
+processes with their memory and where they run (``agentd.containers``), and on Hopper and newer the GPM metrics: two GPM
 sample buffers are used in turn, one ``nvmlGpmSampleGet`` per tick, and the
 metrics are the averages over the window between the last two samples.
 
@@ -43,6 +43,7 @@ from typing import Any, Callable, NamedTuple
 import psutil
 import pynvml
 
+from agentd import containers
 from agentd.collectors.base import Collector
 from agentd.collectors.readings import FIRST_SAMPLE, Unavailable, counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -559,6 +560,8 @@ class ProcessFacts(NamedTuple):
     user: str | Unavailable
     command: str | Unavailable
     uid: int | Unavailable
+    pid_in_container: int | Unavailable  # NVML's pids are the host's; this one is what the process sees
+    container: pb.Container | None  # where it runs (agentd.containers), None outside containers and jobs
 
 
 def process_facts(pid: int) -> ProcessFacts:
@@ -576,12 +579,14 @@ def process_facts(pid: int) -> ProcessFacts:
             except psutil.AccessDenied:
                 command = Unavailable("command line: permission denied (the agent is not root)")
     except psutil.NoSuchProcess:
-        return ProcessFacts("", Unavailable(NOT_VISIBLE), Unavailable(NOT_VISIBLE), Unavailable(NOT_VISIBLE))
+        hidden = Unavailable(NOT_VISIBLE)
+        return ProcessFacts("", hidden, hidden, hidden, hidden, None)
     except psutil.AccessDenied:
         denied = Unavailable("permission denied (the agent is not root)")
-        return ProcessFacts("", denied, denied, denied)
+        return ProcessFacts("", denied, denied, denied, denied, None)
     return ProcessFacts(printable(name), printable(user) if isinstance(user, str) else user,
-                        printable(command) if isinstance(command, str) else command, uid)
+                        printable(command) if isinstance(command, str) else command, uid,
+                        containers.pid_in_container(pid), containers.container_of(pid))
 
 
 class UtilizationSamples:
@@ -616,7 +621,8 @@ class UtilizationSamples:
 
 
 class GpuProcesses:
-    """Each GPU's compute processes: pid, name, user, command line, GPU memory and SM share.
+    """Each GPU's compute processes: pid, name, user, command line, where it runs (container, pod,
+    SLURM job, its pid in there), GPU memory and SM share.
 
     The SM share is the mean of NVML's utilization samples of the process over the
     last interval, read from the newest sample seen before (NVML's own clock), so
@@ -647,9 +653,12 @@ class GpuProcesses:
         if facts is None:
             facts = self._facts[pid] = process_facts(pid)
         entry = stats.processes.add(pid=pid, name=facts.name)
+        if facts.container is not None:
+            entry.container.CopyFrom(facts.container)
         memory = process.usedGpuMemory
         readings = {
             "user": facts.user, "command": facts.command, "uid": facts.uid, "sm_percent": sm_share,
+            "pid_in_container": facts.pid_in_container,
             "used_memory_bytes": Unavailable("NVML gives no per-process memory here") if memory is None else memory,
         }
         for field, value in readings.items():

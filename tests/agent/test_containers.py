@@ -167,7 +167,7 @@ def test_a_process_in_its_own_pid_and_mount_namespace() -> None:
         pytest.skip("unshare(1) is not installed")
     if os.geteuid() != 0:
         pytest.skip("new pid and mount namespaces need root")
-    launcher = subprocess.Popen(["unshare", "--pid", "--fork", "--mount", "--mount-proc", "sleep", "60"])
+    launcher = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "sleep", "60"])
     try:
         inner = _only_child(launcher.pid)
         assert containers.pid_in_container(inner) == 1  # the first process of its pid namespace
