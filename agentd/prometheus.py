@@ -24,6 +24,14 @@ it would be unbounded and user-controlled; it is in the gRPC snapshot and the
 console. For an inert hook only ``_active`` is written: its counters and flags
 were never measured.
 
+Where a GPU process or a rank runs (``agentd.containers``) is one info series each,
+``tuiprof_gpu_process_container_info`` and ``tuiprof_rank_container_info`` (value 1, only for
+processes in a container, a pod or a SLURM job): ``pid_in_container``, ``runtime``, ``container``
+(the id's first 12 hex digits, as ``docker ps`` shows it), ``pod_uid``, ``pod_namespace``,
+``pod_name``, ``slurm_job``, ``slurm_step``; join them to other series on ``pid``. The per-process
+memory series carries ``container`` too. These are one value per process, as the ``process`` name
+already is: a process adds one series, whatever it is named.
+
 Labels are kept bounded: states and levels come from fixed sets (hang levels are
 one series per level, the StateSet pattern); free text appears only in the
 ``reason`` labels of collector_up / pmu_hardware_available, which the agent
@@ -306,8 +314,14 @@ def _gpus(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
             pcie.add(directed, optional(gpu, f"pcie_{direction}_bytes_per_s"))
             gpm_nvlink.add(directed, optional(gpu, f"gpm_nvlink_{direction}_bytes_per_s"))
         memory = out("gpu_process_memory_used_bytes", "gauge", "Device memory used by one process.")
+        placed = out("gpu_process_container_info", "gauge",
+                     "Where a GPU process runs (value 1): its pid in its container, the container, pod and SLURM job.")
         for process in gpu.processes:
-            memory.add({**labels, "pid": str(process.pid), "process": process.name}, optional(process, "used_memory_bytes"))
+            pid = {**labels, "pid": str(process.pid)}
+            memory.add({**pid, "process": process.name, "container": short_id(process.container)},
+                       optional(process, "used_memory_bytes"))
+            if process.HasField("container") or process.HasField("pid_in_container"):
+                placed.add({**pid, **_placement_labels(process)}, 1)
 
 
 _PMU_GAUGES = (
@@ -382,6 +396,20 @@ _HOOK_COUNTERS = (
 )
 
 
+def short_id(container: pb.Container) -> str:
+    """A container's id as ``docker ps`` shows it (12 hex digits), "" for none."""
+    return container.id[:12]
+
+
+def _placement_labels(process: pb.GpuProcess | pb.RankStats) -> Labels:
+    """Where a GPU process or a rank runs, as labels ("" for what is not known or does not apply)."""
+    container = process.container
+    return {"pid_in_container": str(process.pid_in_container) if process.HasField("pid_in_container") else "",
+            "runtime": container.runtime, "container": short_id(container), "pod_uid": container.pod_uid,
+            "pod_namespace": container.pod_namespace, "pod_name": container.pod_name,
+            "slurm_job": container.slurm_job_id, "slurm_step": container.slurm_step}
+
+
 def _rank_hook(out: Families, labels: Labels, hook: pb.HookHealth) -> None:
     """The hook library's own health (see the module docstring for the inert reason)."""
     out("rank_hook_active", "gauge", "1 when the hook library records in this rank, 0 when it stays inert.").add(
@@ -414,6 +442,10 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
         labels = _rank_labels(host, rank.pid, rank)
         out("rank_info", "gauge", "A rank's process (value 1); state: running, exited, stopped, zombie, disk-sleep.").add(
             {**labels, "job_id": rank.job_id, "state": rank.state}, 1)
+        if rank.HasField("container") or rank.HasField("pid_in_container"):
+            out("rank_container_info", "gauge",
+                "Where a rank runs (value 1): its pid in its container, the container, pod and SLURM job.").add(
+                {**labels, "job_id": rank.job_id, **_placement_labels(rank)}, 1)
         out("rank_heartbeat_age_seconds", "gauge", "Seconds since the rank's telemetry writer last beat.").add(
             labels, rank.heartbeat_age_seconds)
         out("rank_steps_total", "counter", "Optimizer steps the rank finished.").add(labels, rank.step_count)

@@ -144,7 +144,7 @@ def test_gpu_families_use_base_units_and_pass_promtool() -> None:
     assert values[("tuiprof_gpu_nvlink_bytes_total", tuple(sorted(base + (("direction", "tx"),))))] == 11 << 30
     assert values[("tuiprof_gpu_pcie_throughput_bytes_per_second", tuple(sorted(base + (("direction", "tx"),))))] == 6.8e9
     assert ("tuiprof_gpu_pcie_throughput_bytes_per_second", tuple(sorted(base + (("direction", "rx"),)))) not in values
-    memory_key = tuple(sorted(base + (("pid", "1213"), ("process", "python3"))))
+    memory_key = tuple(sorted(base + (("pid", "1213"), ("process", "python3"), ("container", ""))))
     assert values[("tuiprof_gpu_process_memory_used_bytes", memory_key)] == 1_950_000_000
 
 
