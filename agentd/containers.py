@@ -86,6 +86,11 @@ def pid_in_container(pid: int) -> int | Unavailable:
     return Unavailable(GONE) if place is None else place.pid_in_container
 
 
+def short_id(container_id: str) -> str:
+    """A container's id as ``docker ps`` and ``crictl ps`` show it: its first 12 hex digits ("" for none)."""
+    return container_id[:12]
+
+
 def container_from_cgroup(text: str) -> pb.Container | None:
     """The container, pod and SLURM job a ``/proc/<pid>/cgroup`` text names; None when it names none.
 

@@ -58,6 +58,7 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from agentd.collectors import rank_claims
+from agentd.containers import short_id
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.slowdown.verdict import CAUSES
 from agentd.runner import CollectRun
@@ -318,7 +319,7 @@ def _gpus(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
                      "Where a GPU process runs (value 1): its pid in its container, the container, pod and SLURM job.")
         for process in gpu.processes:
             pid = {**labels, "pid": str(process.pid)}
-            memory.add({**pid, "process": process.name, "container": short_id(process.container)},
+            memory.add({**pid, "process": process.name, "container": short_id(process.container.id)},
                        optional(process, "used_memory_bytes"))
             if process.HasField("container") or process.HasField("pid_in_container"):
                 placed.add({**pid, **_placement_labels(process)}, 1)
@@ -396,16 +397,11 @@ _HOOK_COUNTERS = (
 )
 
 
-def short_id(container: pb.Container) -> str:
-    """A container's id as ``docker ps`` shows it (12 hex digits), "" for none."""
-    return container.id[:12]
-
-
 def _placement_labels(process: pb.GpuProcess | pb.RankStats) -> Labels:
     """Where a GPU process or a rank runs, as labels ("" for what is not known or does not apply)."""
     container = process.container
     return {"pid_in_container": str(process.pid_in_container) if process.HasField("pid_in_container") else "",
-            "runtime": container.runtime, "container": short_id(container), "pod_uid": container.pod_uid,
+            "runtime": container.runtime, "container": short_id(container.id), "pod_uid": container.pod_uid,
             "pod_namespace": container.pod_namespace, "pod_name": container.pod_name,
             "slurm_job": container.slurm_job_id, "slurm_step": container.slurm_step}
 
