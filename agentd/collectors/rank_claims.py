@@ -6,7 +6,10 @@ later dumps the stacks of the processes it reports as ranks. So a segment (or
 an inert hook's ``.inert`` note) is believed only when:
 
 - its name parses, both numbers in range, the pid below the kernel's pid_max;
-- it is a regular file owned by the uid in its name;
+- the name's pid and uid place it (``rank_places``): in a container's ``/dev/shm`` they are
+  the pid and uid the process sees, and must belong to a process of that container, whose
+  host pid and host uid stand for them below;
+- it is a regular file owned by that uid;
 - the pid in its header is the pid in its name (segments);
 - process <pid>, when alive and started no later than the segment (a later
   process under a reused pid is another one), runs with that real uid.
@@ -32,11 +35,14 @@ import logging
 import os
 import stat
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentd import procfs
 from agentd.collectors.rank_files import read_owned_text
 from agentd.text import printable
+
+if TYPE_CHECKING:  # rank_places raises this module's Refused
+    from agentd.collectors.rank_places import Claimant, SegmentFolder, SegmentFolders
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,10 @@ HEADER_PID = "header-pid"        # the header names another pid than the file na
 PROCESS_UID = "process-uid"      # the process runs as another user than the claim
 UNREADABLE = "unreadable"        # not a segment of this layout: foreign, truncated, corrupt
 OVER_CAP = "over-cap"            # more than MAX_FILES_PER_OWNER files of one owner
-REASONS = (BAD_NAME, NOT_REGULAR, OWNER, HEADER_PID, PROCESS_UID, UNREADABLE, OVER_CAP)  # the whole set
+PID_NAMESPACE = "pid-namespace"  # in a container's /dev/shm, a pid no process of that container has
+AMBIGUOUS_PID = "ambiguous-pid"  # a /dev/shm shared across pid namespaces where two processes have that pid
+REASONS = (BAD_NAME, NOT_REGULAR, OWNER, HEADER_PID, PROCESS_UID, UNREADABLE, OVER_CAP, PID_NAMESPACE,
+           AMBIGUOUS_PID)  # the whole set
 
 
 class Refused(Exception):
@@ -74,9 +83,10 @@ class Refused(Exception):
 class Candidate:
     """A name in the segment directory that parses, with what ``lstat`` says of the file."""
 
+    folder: SegmentFolder  # where it was found (rank_places)
     path: str
-    uid: int  # claimed by the name
-    pid: int  # claimed by the name
+    uid: int  # claimed by the name (as the process sees it: in a container, the container's uid)
+    pid: int  # claimed by the name (as the process sees it: in a container, its pid there)
     inert: bool  # an inert hook's note, not a segment
     owner: int
     regular: bool
@@ -91,14 +101,31 @@ class Scan:
     over_cap: dict[int, int]  # owner → files beyond MAX_FILES_PER_OWNER
 
 
-def scan(directory: str, layout: Any, followed: set[str]) -> Scan:
-    """Every segment or note name in ``directory`` with its file's facts, at most
+def scan(folders: list[SegmentFolder], layout: Any, followed: set[str]) -> Scan:
+    """Every segment or note name in the ``folders`` with its file's facts, at most
     ``MAX_FILES_PER_OWNER`` per owner (those already ``followed`` first, then by pid).
     ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``)."""
     result = Scan([], collections.Counter(), {})
     pid_limit = procfs.pid_max()
     by_owner: dict[int, list[Candidate]] = collections.defaultdict(list)
-    with os.scandir(directory) as entries:
+    for folder in folders:
+        try:
+            _scan_folder(folder, layout, pid_limit, result, by_owner)
+        except FileNotFoundError:
+            if folder.own:
+                raise
+    for owner, files in by_owner.items():
+        files.sort(key=lambda c: (c.path not in followed, c.pid))
+        result.candidates.extend(files[:MAX_FILES_PER_OWNER])
+        if len(files) > MAX_FILES_PER_OWNER:
+            result.over_cap[owner] = len(files) - MAX_FILES_PER_OWNER
+            result.refused[OVER_CAP] += len(files) - MAX_FILES_PER_OWNER
+    return result
+
+
+def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Scan,
+                 by_owner: dict[int, list[Candidate]]) -> None:
+    with os.scandir(folder.path) as entries:
         for entry in entries:
             if not entry.name.startswith(layout.SEGMENT_PREFIX):
                 continue
@@ -113,15 +140,8 @@ def scan(directory: str, layout: Any, followed: set[str]) -> Scan:
                 continue
             uid, pid, inert = parsed
             by_owner[st.st_uid].append(Candidate(
-                entry.path, uid, pid, inert, st.st_uid, stat.S_ISREG(st.st_mode),
+                folder, entry.path, uid, pid, inert, st.st_uid, stat.S_ISREG(st.st_mode),
                 (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), st.st_ctime_ns))
-    for owner, files in by_owner.items():
-        files.sort(key=lambda c: (c.path not in followed, c.pid))
-        result.candidates.extend(files[:MAX_FILES_PER_OWNER])
-        if len(files) > MAX_FILES_PER_OWNER:
-            result.over_cap[owner] = len(files) - MAX_FILES_PER_OWNER
-            result.refused[OVER_CAP] += len(files) - MAX_FILES_PER_OWNER
-    return result
 
 
 def _claims_a_pid(name: str, layout: Any) -> bool:
@@ -131,14 +151,19 @@ def _claims_a_pid(name: str, layout: Any) -> bool:
     return 2 <= len(parts) <= 3 and parts[0].isdigit() and parts[1].isdigit()
 
 
-def check_file(candidate: Candidate) -> None:
-    """The file-level claim: a regular file owned by the uid in its name."""
+def place(candidate: Candidate, folders: SegmentFolders) -> Claimant:
+    """The file-level claim: a regular file, of a process its folder holds (``rank_places``), owned by
+    that process's uid (the name's, mapped as the host sees it). The claimant, or Refused."""
     if not candidate.regular:
         raise Refused(NOT_REGULAR, f"{candidate.path} is not a regular file (a FIFO, link or directory "
                                    "under a rank file's name)")
-    if candidate.owner != candidate.uid:
+    device, inode = candidate.identity[:2]
+    claimant = folders.claimant(candidate.folder, candidate.pid, candidate.uid, (device, inode))
+    if candidate.owner != claimant.uid:
+        mapped = f" (uid {claimant.uid} on the host)" if claimant.uid != candidate.uid else ""
         raise Refused(OWNER, f"{candidate.path} is owned by uid {candidate.owner} but its name claims uid "
-                             f"{candidate.uid}")
+                             f"{candidate.uid}{mapped}")
+    return claimant
 
 
 def check_header_pid(candidate: Candidate, header_pid: int) -> None:
@@ -161,11 +186,13 @@ def live_process(pid: int, uid: int, claimed_start_ns: int, path: str) -> procfs
     return stat_
 
 
-def open_verified(candidate: Candidate, layout: Any) -> tuple[Any, int, procfs.ProcessStat | None]:
-    """Open a segment and check its claim: (the open ``layout.Segment``, its verified start, its live
-    process or None when gone). Raises Refused, or ``layout.SegmentError`` (not ready yet, replaced,
-    not a segment). ``layout`` is ``tuiprof_native.segment``."""
-    check_file(candidate)
+def open_verified(candidate: Candidate, layout: Any, folders: SegmentFolders
+                  ) -> tuple[Any, int, Claimant, procfs.ProcessStat | None]:
+    """Open a segment and check its claim: (the open ``layout.Segment``, its verified start, the
+    process it is of, that process when alive or None when gone). Raises Refused, or
+    ``layout.SegmentError`` (not ready yet, replaced, not a segment). ``layout`` is
+    ``tuiprof_native.segment``."""
+    claimant = place(candidate, folders)
     try:
         seg = layout.Segment(candidate.path)
     except layout.SegmentNotReadyError:
@@ -176,11 +203,11 @@ def open_verified(candidate: Candidate, layout: Any) -> tuple[Any, int, procfs.P
             raise layout.SegmentError(f"{candidate.path} was replaced while it was opened")
         pid, start_ns = seg.claimant()
         check_header_pid(candidate, pid)
-        alive = live_process(candidate.pid, candidate.uid, start_ns, candidate.path)
+        alive = live_process(claimant.pid, claimant.uid, start_ns, candidate.path)
     except BaseException:
         seg.close()
         raise
-    return seg, start_ns, alive
+    return seg, start_ns, claimant, alive
 
 
 def check_still_unready(candidate: Candidate, now_ns: int) -> None:
@@ -192,8 +219,8 @@ def check_still_unready(candidate: Candidate, now_ns: int) -> None:
 
 
 def read_note(candidate: Candidate) -> str:
-    """The first line of an inert hook's note ("" when empty)."""
-    text = read_owned_text(candidate.path, candidate.uid, NOTE_LIMIT)
+    """The first line of an inert hook's note ("" when empty); its owner was checked (``place``)."""
+    text = read_owned_text(candidate.path, candidate.owner, NOTE_LIMIT)
     return printable((text or "").strip().split("\n", 1)[0].strip())
 
 

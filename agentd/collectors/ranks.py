@@ -63,6 +63,7 @@ from agentd.collectors.rank_sched import SchedReader
 from agentd.collectors.base import Collector
 from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.collectors.rank_files import SidecarFile
+from agentd.collectors.rank_places import Claimant, SegmentFolders
 from agentd.collectors.readings import counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.text import printable
@@ -112,6 +113,7 @@ class _Rank:
     """One verified segment being followed, and its previous reading."""
 
     candidate: Candidate
+    claimant: Claimant  # its process as the host sees it (host pid and uid)
     seg: "native.Segment"
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     read_ns: int = 0
@@ -141,7 +143,11 @@ class _Rank:
 
     @property
     def pid(self) -> int:
-        return self.candidate.pid
+        return self.claimant.pid
+
+    @property
+    def uid(self) -> int:
+        return self.claimant.uid
 
     def same_file(self, candidate: Candidate) -> bool:
         return candidate.identity[:2] == self.candidate.identity[:2]  # (device, inode)
@@ -167,6 +173,9 @@ class RanksCollector(Collector):
                  exited_keep_seconds: float = 30.0) -> None:
         super().__init__(interval_seconds)
         self.directory = directory or ("/dev/shm" if _IMPORT_ERROR else native.SEGMENT_DIR)
+        # Containers' /dev/shm folders too, for a root agent reading the default folder (a folder given
+        # by name is the one place looked at).
+        self._folders = SegmentFolders(self.directory, containers=directory is None and os.geteuid() == 0)
         self.exited_keep_seconds = exited_keep_seconds
         self._ranks: dict[str, _Rank] = {}
         self._unreadable: dict[str, str] = {}  # path → the transient error last logged for it
@@ -205,13 +214,14 @@ class RanksCollector(Collector):
     def collect(self) -> None:
         now_ns = time.time_ns()
         mono = time.monotonic()
-        found = rank_claims.scan(self.directory, native, set(self._ranks))
+        folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()})
+        found = rank_claims.scan(folders, native, set(self._ranks))
         self._refusals.start_interval(found)
         budget = OpsBudget(MAX_OPS_PER_OWNER)
         inert: list[pb.RankStats] = []
         read: set[str] = set()  # ranks whose counters this interval's figures come from
         for candidate in found.candidates:
-            if self._own_uid not in (0, candidate.uid):
+            if self._own_uid not in (0, candidate.owner):
                 continue  # another user's: not readable by this agent, and not an anomaly
             try:
                 if self._refusals.still_refused(candidate):
@@ -256,6 +266,7 @@ class RanksCollector(Collector):
         for rank in list(self._ranks.values()):
             rank.close()
         self._ranks.clear()
+        self._folders.close()
 
     # ---------------------------------------------------------------- internals
 
@@ -292,18 +303,18 @@ class RanksCollector(Collector):
 
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
-        seg, start_ns, alive = rank_claims.open_verified(candidate, native)
-        rank = _Rank(candidate, seg, start_ns)
+        seg, start_ns, claimant, alive = rank_claims.open_verified(candidate, native, self._folders)
+        rank = _Rank(candidate, claimant, seg, start_ns)
         rank.read_ns = start_ns  # first rates are since the segment's creation
         if alive is None:
-            rank.cpu_counters_reason = (f"CPU counters for pid {candidate.pid} could not be opened: no such process "
+            rank.cpu_counters_reason = (f"CPU counters for pid {rank.pid} could not be opened: no such process "
                                         "(ESRCH): it exited before the agent found its segment")
         else:
             try:
-                rank.cpu_counters = pmu.rank_counters(candidate.pid, candidate.uid)
+                rank.cpu_counters = pmu.rank_counters(rank.pid, rank.uid)
             except (OSError, RuntimeError) as exc:  # PerfEventError is an OSError; RuntimeError: pmu not built
-                rank.cpu_counters_reason = f"CPU counters for pid {candidate.pid} could not be opened: {exc}"
-                log.info("rank CPU counters unavailable", extra={"pid": candidate.pid, "reason": str(exc)})
+                rank.cpu_counters_reason = f"CPU counters for pid {rank.pid} could not be opened: {exc}"
+                log.info("rank CPU counters unavailable", extra={"pid": rank.pid, "reason": str(exc)})
         self._ranks[candidate.path] = rank
         return rank
 
@@ -327,7 +338,7 @@ class RanksCollector(Collector):
         """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
-        alive = rank_claims.live_process(rank.pid, rank.candidate.uid, rank.start_ns, rank.path)
+        alive = rank_claims.live_process(rank.pid, rank.uid, rank.start_ns, rank.path)
         try:
             header = rank.seg.header()
         except native.SegmentBusyError:
@@ -343,7 +354,7 @@ class RanksCollector(Collector):
         left_out += flight_left_out
         _arrivals(rank, header, stats, flight_arrivals)
         if left_out:
-            stats.unavailable["ops"] = budget.reason(rank.candidate.uid, left_out)
+            stats.unavailable["ops"] = budget.reason(rank.uid, left_out)
         if alive is None:
             rank.exited_at = mono
             rank.close_counters()
@@ -359,7 +370,7 @@ class RanksCollector(Collector):
         """The rank's Flight Recorder process groups and in-flight collectives, as many as its owner's budget
         allows: how many were left out, and the arrivals the file lists. With no budget left the file is
         not even parsed (up to 96 KiB of JSON per rank and interval)."""
-        uid = rank.candidate.uid
+        uid = rank.uid
         if not budget.left(uid):
             stats.unavailable["process_groups"] = (f"not read: the ranks of uid {uid} have more ops than the "
                                                    f"agent's per-owner budget of {budget.per_owner}")
@@ -376,7 +387,7 @@ class RanksCollector(Collector):
 
     def _exited_mid_update(self, rank: _Rank, mono: float) -> None:
         """A rank whose process died while writing its counters: exited, its last reading kept."""
-        stats = rank.stats or pb.RankStats(pid=rank.pid, uid=rank.candidate.uid)
+        stats = rank.stats or pb.RankStats(pid=rank.pid, uid=rank.uid)
         stats.state = "exited"
         rank_exit.fill_exit_unknown(stats, "the process died while writing its segment (its counters are left "
                                            "mid-update), so how it ended is unknown")
@@ -387,16 +398,17 @@ class RanksCollector(Collector):
     def _inert_rank(self, candidate: Candidate) -> list[pb.RankStats]:
         """A process whose hook stayed inert (no segment), from its note; [] once it is gone
         (and the note removed)."""
-        rank_claims.check_file(candidate)
-        alive = rank_claims.live_process(candidate.pid, candidate.uid, candidate.changed_ns, candidate.path)
+        claimant = rank_claims.place(candidate, self._folders)
+        alive = rank_claims.live_process(claimant.pid, claimant.uid, candidate.changed_ns, candidate.path)
         if alive is None:
             _unlink(candidate.path)  # a regular file of the name's uid: the hook's own note, now stale
             return []
         reason = rank_claims.read_note(candidate) or rank_claims.no_segment_reason(
             os.path.dirname(candidate.path), native.SEGMENT_SIZE)
-        stats = pb.RankStats(pid=candidate.pid, uid=candidate.uid, state=_RANK_STATES.get(alive.state, alive.state))
+        stats = pb.RankStats(pid=claimant.pid, uid=claimant.uid, state=_RANK_STATES.get(alive.state, alive.state))
+        _place(stats, claimant)
         stats.hook.inactive_reason = reason
-        rank = procfs.rank_from_environ(procfs.read_environ(candidate.pid))
+        rank = procfs.rank_from_environ(procfs.read_environ(claimant.pid))
         if rank is not None and rank <= _INT32_MAX:
             stats.rank = rank
         no_data = f"the hook library is inert in this process: {reason}"
@@ -423,16 +435,17 @@ class RanksCollector(Collector):
     def _rates(self, rank: _Rank, header, now_ns: int, budget: "OpsBudget") -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
-        stats = pb.RankStats(pid=rank.pid, uid=rank.candidate.uid, job_id=printable(header.job_id), interval_seconds=seconds,
+        stats = pb.RankStats(pid=rank.pid, uid=rank.uid, job_id=printable(header.job_id), interval_seconds=seconds,
                              step_count=header.counters.step_count,
                              heartbeat_age_seconds=max(0.0, (now_ns - header.heartbeat_ns) * 1e-9))
+        _place(stats, rank.claimant)
         for field in ("rank", "local_rank", "world_size"):
             value = getattr(header, field)
             if value is None:
                 stats.unavailable[field] = "not set in the process's environment (RANK/LOCAL_RANK/WORLD_SIZE)"
             else:
                 setattr(stats, field, value)
-        uid = rank.candidate.uid
+        uid = rank.uid
         left_out = self._slot_stats(rank, header, stats, seconds, budget)
         inflight = rank.seg.inflight()
         reported_inflight = budget.take(uid, len(inflight))
@@ -458,7 +471,7 @@ class RanksCollector(Collector):
         aggregates were left out. Every slot read is kept (the next interval's rates start from it). A rank
         with no budget left is not read at all (reading the slots is the cost the budget bounds); the next
         reading of its slots is then a baseline, its figures reported from the interval after."""
-        uid = rank.candidate.uid
+        uid = rank.uid
         over_budget = (f"not all of this rank's GEMMs are reported: the ranks of uid {uid} have more ops than "
                        f"the agent's per-owner budget of {budget.per_owner}")
         if not budget.left(uid):
@@ -544,6 +557,12 @@ def _drop_stale_inflight(rank: _Rank, stats: pb.RankStats, events: list) -> None
         del stats.inflight[:]
         stats.inflight.extend(kept)
     stats.hook.stale_inflight_total = len(rank.stale)
+
+
+def _place(stats: pb.RankStats, claimant: Claimant) -> None:
+    """Where the rank runs: its pid in its container, when it has one of its own."""
+    if claimant.pid_in_container is not None:
+        stats.pid_in_container = claimant.pid_in_container
 
 
 def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:

@@ -30,6 +30,7 @@ import asyncio
 import collections
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 from agentd.auth import Caller
 from agentd.collectors import rank_claims
 from agentd.collectors.rank_claims import Candidate, Refused
+from agentd.collectors.rank_places import Claimant, SegmentFolders
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.capture import FAILED, REFUSED, SENT, WRITE_GRACE_SECONDS, WRITTEN, Capture, Target
 from agentd.traces.paths import TIMELINE_FOLDER, TraceDir, TraceDirError, reason
@@ -80,18 +82,24 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: st
         return capture
     wanted_pids, wanted_ranks = set(request.pids), set(request.ranks)
     refused: collections.Counter[str] = collections.Counter()
-    for candidate in _candidates(segment, wanted_pids, refused):
-        if len(capture.targets) == MAX_TARGETS:
-            capture.message = f"only the first {MAX_TARGETS} matching ranks are dumped; name pids or ranks"
-            break
-        opened = _open_verified(candidate, segment, refused)
-        if opened is None:
-            continue
-        seg, header = opened
-        if (request.job_id and header.job_id != request.job_id) or (wanted_ranks and header.rank not in wanted_ranks):
-            seg.close()
-            continue
-        capture.targets.append(_plan(capture, trace_dir, label, candidate, header.rank, seg, caller))
+    # Every container's /dev/shm too, for a root agent (its segments are opened, then the folders closed).
+    folders = SegmentFolders(segment.SEGMENT_DIR, containers=os.geteuid() == 0)
+    try:
+        for candidate in _candidates(segment, folders, refused):
+            if len(capture.targets) == MAX_TARGETS:
+                capture.message = f"only the first {MAX_TARGETS} matching ranks are dumped; name pids or ranks"
+                break
+            opened = _open_verified(candidate, segment, folders, refused)
+            if opened is None:
+                continue
+            seg, header, claimant = opened
+            if ((wanted_pids and claimant.pid not in wanted_pids) or (request.job_id and header.job_id != request.job_id)
+                    or (wanted_ranks and header.rank not in wanted_ranks)):
+                seg.close()
+                continue
+            capture.targets.append(_plan(capture, trace_dir, label, claimant, header.rank, seg, caller))
+    finally:
+        folders.close()
     if refused:
         log.info("rank segments refused for a timeline", extra={"capture_id": capture_id, "refused": dict(refused)})
     if not capture.targets:
@@ -101,24 +109,24 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: st
     return capture
 
 
-def _candidates(segment: Any, wanted_pids: set[int], refused: collections.Counter[str]) -> list[Candidate]:
-    """The segment files (not inert notes) that may be the wanted ranks, by pid; at most
-    ``rank_claims.MAX_FILES_PER_OWNER`` per owner, like the ranks collector's scan."""
+def _candidates(segment: Any, folders: SegmentFolders, refused: collections.Counter[str]) -> list[Candidate]:
+    """The segment files (not inert notes) in every folder; at most ``rank_claims.MAX_FILES_PER_OWNER``
+    per owner, like the ranks collector's scan."""
     try:
-        found = rank_claims.scan(segment.SEGMENT_DIR, segment, set())
+        found = rank_claims.scan(folders.current(set()), segment, set())
     except FileNotFoundError:
         return []
     refused.update(found.refused)
-    return sorted((c for c in found.candidates if not c.inert and (not wanted_pids or c.pid in wanted_pids)),
-                  key=lambda c: c.pid)
+    return sorted((c for c in found.candidates if not c.inert), key=lambda c: c.pid)
 
 
-def _open_verified(candidate: Candidate, segment: Any, refused: collections.Counter[str]) -> tuple[Any, Any] | None:
-    """The open segment of a live rank whose claim the kernel confirms (``rank_claims``), and its
-    header; None otherwise. Segments are files any user can create under any name: one that claims
+def _open_verified(candidate: Candidate, segment: Any, folders: SegmentFolders, refused: collections.Counter[str]
+                   ) -> tuple[Any, Any, Claimant] | None:
+    """The open segment of a live rank whose claim the kernel confirms (``rank_claims``), its header and
+    its process; None otherwise. Segments are files any user can create under any name: one that claims
     another process or user is never dumped, nor attributed to that process."""
     try:
-        seg, _, alive = rank_claims.open_verified(candidate, segment)
+        seg, _, claimant, alive = rank_claims.open_verified(candidate, segment, folders)
     except Refused as refusal:
         refused[refusal.reason] += 1
         return None
@@ -132,23 +140,23 @@ def _open_verified(candidate: Candidate, segment: Any, refused: collections.Coun
         seg.close()
         return None
     try:
-        return seg, seg.header()
+        return seg, seg.header(), claimant
     except segment.SegmentError as exc:
         seg.close()
         log.info("segment skipped", extra={"pid": candidate.pid, "reason": str(exc)})
         return None
 
 
-def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, candidate: Candidate, rank: int | None,
+def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, claimant: Claimant, rank: int | None,
           seg: Any, caller: Caller) -> Target:
     """The target for one rank: its file in ``timeline/<uid>/``, or refused when the caller may not see it.
     ``seg`` (open, verified) is kept for ``run`` when the target is planned, closed otherwise."""
-    stem = f"rank{rank}-pid{candidate.pid}" if rank is not None else f"pid{candidate.pid}"
-    folder = (TIMELINE_FOLDER, str(candidate.uid))
-    target = Target(candidate.pid, rank, "/".join((*folder, f"{label}-timeline-{stem}.json")), SENT)
-    if not caller.owns(candidate.uid):
+    stem = f"rank{rank}-pid{claimant.pid}" if rank is not None else f"pid{claimant.pid}"
+    folder = (TIMELINE_FOLDER, str(claimant.uid))
+    target = Target(claimant.pid, rank, "/".join((*folder, f"{label}-timeline-{stem}.json")), SENT)
+    if not caller.owns(claimant.uid):
         seg.close()
-        target.fail(REFUSED, f"the process belongs to uid {candidate.uid}; you ({caller}) may capture only your "
+        target.fail(REFUSED, f"the process belongs to uid {claimant.uid}; you ({caller}) may capture only your "
                              "own processes")
         return target
     try:
@@ -157,7 +165,7 @@ def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, candidate: 
         seg.close()
         target.fail(FAILED, f"cannot create {'/'.join(folder)}/ under the trace dir: {reason(exc)}")
         return target
-    capture.segments[candidate.pid] = seg
+    capture.segments[claimant.pid] = seg
     return target
 
 

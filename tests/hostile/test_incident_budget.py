@@ -73,7 +73,7 @@ def test_a_spent_budget_does_not_veto_another_owners_hang(agent_in_namespace, st
     incidents = _incidents(agent)
     assert len(incidents) == MAX_INCIDENTS_PER_OWNER + 1, agent.log()  # was vetoed: no file, no stacks
     by_pid = {r["pid"]: r for r in incidents[-1]["ranks"]}
-    assert set(by_pid) == {roots.pid, theirs.pid}
+    assert {roots.pid, theirs.pid} <= set(by_pid)  # (a root agent also lists the host's ranks, outside the namespace)
     assert "stalled_in_rank_main" in json.dumps(by_pid[roots.pid].get("threads")), by_pid[roots.pid]
     assert not by_pid[theirs.pid].get("threads")
     assert f"uid {hostile_user.uid} already had {MAX_INCIDENTS_PER_OWNER} hang incidents" in \

@@ -328,7 +328,7 @@ INERT_JOB = SMALL_SHM_SETUP + textwrap.dedent("""
                            text=True)
     while job.stdout.readline().strip() != "READY":
         pass
-    collector = RanksCollector(0.1)
+    collector = RanksCollector(0.1, directory="/dev/shm")  # this namespace's only, not every container's
     collector.collect()
     snapshot = pb.HostSnapshot()
     collector.fill(snapshot)
