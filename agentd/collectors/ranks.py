@@ -56,7 +56,7 @@ import statistics
 import threading
 import time
 
-from agentd import procfs
+from agentd import containers, procfs
 from agentd.collectors import pmu, rank_arrivals, rank_claims, rank_exit, rank_flight, rank_rates
 from agentd.collectors.rank_arrivals import Arrival, ArrivalTracker
 from agentd.collectors.rank_sched import SchedReader
@@ -560,9 +560,13 @@ def _drop_stale_inflight(rank: _Rank, stats: pb.RankStats, events: list) -> None
 
 
 def _place(stats: pb.RankStats, claimant: Claimant) -> None:
-    """Where the rank runs: its pid in its container, when it has one of its own."""
+    """Where the rank runs: its pid in its container (when it has a pid namespace of its own) and the
+    container, pod or SLURM job its cgroup names."""
     if claimant.pid_in_container is not None:
         stats.pid_in_container = claimant.pid_in_container
+    container = containers.container_of(claimant.pid)
+    if container is not None:
+        stats.container.CopyFrom(container)
 
 
 def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:

@@ -93,6 +93,9 @@ class Container:
             init_pid = _container_init(holder.pid)
             container_id = secrets.token_hex(32)
             cgroup = _cgroup_folder(container_id)
+            if cgroup is not None and rootless_as is not None:  # delegated to the user, as systemd does
+                for path in (cgroup, cgroup / "cgroup.procs"):
+                    os.chown(path, rootless_as.uid, rootless_as.gid)
             box = cls(holder, init_pid, container_id, cgroup, rootless_as)
             box.join_cgroup(init_pid)
             yield box
@@ -106,12 +109,13 @@ class Container:
         """``command`` run inside as the container's root (in a rootless one, the user enters their own
         user namespace first, whose root they are)."""
         user = [*self.user.become(), "nsenter", "-U", "--preserve-credentials"] if self.user is not None else ["nsenter"]
-        return [*user, "-t", str(self.init_pid), "-p", "-m", "-n", "-i", "-u", "--", *[str(part) for part in command]]
+        # The command moves itself into the container's cgroup first, so all it starts is in it too.
+        join = ["sh", "-c", f'echo $$ > {self.cgroup}/cgroup.procs && exec "$@"', "sh"] if self.cgroup else []
+        return [*user, "-t", str(self.init_pid), "-p", "-m", "-n", "-i", "-u", "--", *join,
+                *[str(part) for part in command]]
 
     def popen(self, command: Sequence[str], **kwargs) -> subprocess.Popen:
-        process = subprocess.Popen(self.argv(command), **kwargs)
-        self.join_cgroup(process.pid)
-        return process
+        return subprocess.Popen(self.argv(command), **kwargs)
 
     def run(self, command: Sequence[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(command), capture_output=True, text=True, timeout=timeout, **kwargs)
