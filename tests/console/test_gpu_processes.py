@@ -1,9 +1,11 @@
-"""The host view's GPUs tab lists the highlighted GPU's compute processes, naming the rank a pid belongs to."""
+"""The host view's GPUs tab lists the highlighted GPU's compute processes, naming the rank a pid belongs to
+and where each runs (container, pod, SLURM job, its pid in there)."""
 
 from __future__ import annotations
 
 from textual.widgets import DataTable, Label
 
+from agentd.containers import SAME_PID_NAMESPACE
 from agentd.proto import tuiprof_agent_pb2 as pb
 from console.conftest import open_host_tab
 from tuiprof.client.sources import ReplaySource
@@ -12,25 +14,30 @@ from tuiprof.tui.app import TuiprofApp
 from tuiprof.tui.screens.host import HostScreen
 
 GIB = 2**30
+POD = pb.Container(runtime="containerd", id="ee4b20e90ac7f42a10bd004d05646b13d8ab5e2c5e7cbc01abf8006bac016459",
+                   pod_uid="0125ec2f-b64a-4868-8f5b-94b56cbab864", pod_name="trainer-2", pod_namespace="team-a",
+                   own_mount_namespace=True)
 
 
 def two_gpus() -> pb.HostSnapshot:
-    """GPU 0: rank 3 of job 77, a non-rank process, and one in another pid namespace
-    whose memory NVML does not give; GPU 1: nothing running."""
+    """GPU 0: rank 3 of job 77 in a Kubernetes pod, a non-rank process on the host, and one in
+    another pid namespace whose memory NVML does not give; GPU 1: nothing running."""
     message = pb.HostSnapshot(hostname="n1", sequence=1)
     for name in ("host", "gpu", "ranks"):
         message.collectors.add(name=name, available=True)
     busy = message.gpus.add(index=0, name="NVIDIA H100", memory_total_bytes=80 * GIB)
     busy.processes.add(pid=4100, name="python", used_memory_bytes=60 * GIB, user="alice",
-                       command="python train.py --lr 3e-4", sm_percent=87.0, uid=1000)
+                       command="python train.py --lr 3e-4", sm_percent=87.0, uid=1000, pid_in_container=57,
+                       container=POD)
     busy.processes.add(pid=5200, name="")
-    for field in ("user", "command", "uid"):
+    for field in ("user", "command", "uid", "pid_in_container"):
         busy.unavailable[f"processes[5200].{field}"] = "not visible to the agent (another PID namespace)"
     busy.unavailable["processes[5200].used_memory_bytes"] = "NVML gives no per-process memory here"
     busy.unavailable["processes[5200].sm_percent"] = "NVML: Not Supported"
     busy.processes.add(pid=6300, name="nvtop-probe", used_memory_bytes=GIB, user="root", command="nvtop-probe -1",
                        uid=0)
     busy.unavailable["processes[6300].sm_percent"] = "NVML gave no utilization sample of this process in the interval"
+    busy.unavailable["processes[6300].pid_in_container"] = SAME_PID_NAMESPACE
     message.gpus.add(index=1, name="NVIDIA H100", memory_total_bytes=80 * GIB)
     message.ranks.add(pid=4100, rank=3, job_id="77", state="running")
     return message
@@ -44,9 +51,10 @@ async def test_gpu_tab_lists_the_highlighted_gpus_processes_with_their_rank() ->
         table = screen.query_one("#gpu-procs-table", DataTable)
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
         assert rows == [
-            ["4100", "alice", "python", "60.0 GiB", "75%", "87%", "rank 3", "77", "python train.py --lr 3e-4"],
-            ["6300", "root", "nvtop-probe", "1.00 GiB", "1%", "n/a", "not a rank", "", "nvtop-probe -1"],
-            ["5200", "n/a", "not visible", "n/a", "n/a", "n/a", "not a rank", "", "n/a"],
+            ["4100", "alice", "python", "60.0 GiB", "75%", "87%", "rank 3", "77", "pod team-a/trainer-2, pid 57",
+             "python train.py --lr 3e-4"],
+            ["6300", "root", "nvtop-probe", "1.00 GiB", "1%", "n/a", "not a rank", "", "host", "nvtop-probe -1"],
+            ["5200", "n/a", "not visible", "n/a", "n/a", "n/a", "not a rank", "", "host", "n/a"],
         ]
         title = screen.query_one("#gpu-procs-title", Label)
         # Every n/a cell has its reason, as the agent gave it.
@@ -68,12 +76,18 @@ def test_status_json_gives_each_process_field_the_agent_could_not_read_with_its_
     [busy, _] = to_json(HostSnapshot.from_proto(two_gpus()))["gpus"]
     by_pid = {process["pid"]: process for process in busy["processes"]}
     assert (by_pid[4100]["user"], by_pid[4100]["sm_percent"], "unavailable" in by_pid[4100]) == ("alice", 87.0, False)
+    assert (by_pid[4100]["pid_in_container"], by_pid[4100]["container"]) == (57, {
+        "runtime": "containerd", "id": POD.id, "pod_uid": POD.pod_uid, "pod_name": "trainer-2",
+        "pod_namespace": "team-a", "slurm_job_id": "", "slurm_step": "", "own_mount_namespace": True})
+    assert by_pid[6300]["unavailable"] == {"pid_in_container": SAME_PID_NAMESPACE, "sm_percent": (
+        "NVML gave no utilization sample of this process in the interval")}
     hidden = by_pid[5200]
     assert hidden["user"] is None and hidden["command"] is None and hidden["sm_percent"] is None
     assert hidden["unavailable"] == {
         "user": "not visible to the agent (another PID namespace)",
         "command": "not visible to the agent (another PID namespace)",
         "uid": "not visible to the agent (another PID namespace)",
+        "pid_in_container": "not visible to the agent (another PID namespace)",
         "used_memory_bytes": "NVML gives no per-process memory here",
         "sm_percent": "NVML: Not Supported",
     }

@@ -1,4 +1,5 @@
-"""The hook's health and Flight Recorder progress, as the host view's ranks tab and `status --json` show them."""
+"""The hook's health, Flight Recorder progress and where a rank runs, as the host view's ranks tab and
+`status --json` show them."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from tuiprof.model.events import SnapshotReceived
 from tuiprof.model.export import cluster_document
 from tuiprof.model.messages import HostSnapshot
 from tuiprof.tui.app import TuiprofApp
-from tuiprof.tui.screens.host import HostScreen
+from tuiprof.tui.screens.host import RANK_COLUMNS, HostScreen
 
 INERT = "no shared memory segment: /dev/shm is full (ENOSPC)"
 
 
 def two_ranks() -> pb.HostSnapshot:
-    """Rank 0: GEMMs without CUDA events, a full ring, Flight Recorder on; rank 1: hook inert."""
+    """Rank 0: GEMMs without CUDA events, a full ring, Flight Recorder on, in step 0 of SLURM job 42;
+    rank 1: hook inert, in a Docker container of its own in that job."""
     message = pb.HostSnapshot(hostname="n1", sequence=2)
     for name in ("host", "ranks"):
         message.collectors.add(name=name, available=True)
@@ -30,8 +32,11 @@ def two_ranks() -> pb.HostSnapshot:
     timed.gemm.add(op="cublasGemmEx", dtype="fp32", count_total=640)
     timed.process_groups.add(id="0", last_enqueued=40, last_completed=38)
     timed.process_groups.add(id="1", last_enqueued=7, last_completed=7)
-    inert = message.ranks.add(pid=101, rank=1, state="running", step_count=5)
+    timed.container.CopyFrom(pb.Container(runtime="slurm", slurm_job_id="42", slurm_step="0"))
+    inert = message.ranks.add(pid=101, rank=1, state="running", step_count=5, pid_in_container=1)
     inert.hook.inactive_reason = INERT
+    inert.container.CopyFrom(pb.Container(runtime="docker", id="5dace3de0735" + "0" * 52, slurm_job_id="42",
+                                          slurm_step="0", own_mount_namespace=True))
     return message
 
 
@@ -47,7 +52,7 @@ def test_hook_health_becomes_reasons() -> None:
     assert rank_notes(healthy) == []
 
 
-def test_status_json_has_the_hook_and_the_process_groups() -> None:
+def test_status_json_has_the_hook_the_process_groups_and_where_ranks_run() -> None:
     cluster = ClusterState(["n1"])
     cluster.apply(SnapshotReceived("n1", 1.0, two_ranks()))
     ranks = cluster_document(cluster)["hosts"][0]["ranks"]
@@ -55,11 +60,13 @@ def test_status_json_has_the_hook_and_the_process_groups() -> None:
     assert ranks[0]["process_groups"] == [{"id": "0", "last_enqueued": 40, "last_completed": 38},
                                           {"id": "1", "last_enqueued": 7, "last_completed": 7}]
     assert ranks[1]["hook"]["inactive_reason"] == INERT
+    assert (ranks[1]["pid_in_container"], ranks[1]["container"]["slurm_job_id"], ranks[1]["container"]["runtime"]) \
+        == (1, "42", "docker")
 
 
 async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_figures_would_be() -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_ranks())], speed=0))
-    async with app.run_test(size=(160, 40)) as pilot:
+    async with app.run_test(size=(200, 40)) as pilot:
         screen = await open_host_tab(app, pilot, "ranks")
         assert isinstance(screen, HostScreen)
         detail = str(screen.query_one("#host-detail", Static).render())
@@ -67,8 +74,11 @@ async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_
         assert "rank 0: 12 records dropped: ring full" in detail
         assert "rank 0: Flight Recorder: pg 0 enqueued 40 completed 38 (2 pending)" in detail
         table = screen.query_one("#ranks-table", DataTable)
-        gemm_column = 6
-        assert str(table.get_row_at(1)[gemm_column]) == f"telemetry off: {INERT}"
+        column = {str(column.label): index for index, column in enumerate(table.columns.values())}
+        assert list(column) == [column.label for column in RANK_COLUMNS]  # wide enough for every column
+        assert str(table.get_row_at(1)[column["GEMM"]]) == f"telemetry off: {INERT}"
+        assert [str(table.get_row_at(row)[column["Where"]]) for row in (0, 1)] == [
+            "job 42.0", "docker 5dace3de0735 · job 42.0, pid 1"]
         await pilot.press("j")
         assert str(screen.query_one("#host-detail", Static).render()).startswith(f"rank 1: telemetry off: {INERT}")
         ops = screen.query_one("#rank-ops-table", DataTable)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from agentd.containers import short_id
 from agentd.stacks.verdicts import rank_or_pid
 from tuiprof.model import convert
 from tuiprof.model.values import Reading, Unavailable
@@ -17,7 +18,7 @@ from tuiprof.model.values import Reading, Unavailable
 if TYPE_CHECKING:
     from agentd.proto import tuiprof_agent_pb2 as pb
     from tuiprof.model.messages import (
-        AgentInfo, CollectorStatus, HookHealth, HostSnapshot, InflightOp, ProcessGroupProgress,
+        AgentInfo, CollectorStatus, Container, HookHealth, HostSnapshot, InflightOp, ProcessGroupProgress,
     )
 
 SECTION_COLLECTORS = {
@@ -102,6 +103,55 @@ class _Labelled:
         return rank_or_pid(self.rank_number, self.pid)
 
 
+class ContainerMixin:
+    __slots__ = ()
+    runtime: str
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    slurm_job_id: str
+    slurm_step: str
+    own_mount_namespace: bool
+
+    @property
+    def label(self) -> str:
+        """``pod team-a/trainer-2``, ``docker 0123456789ab``, ``job 42.0``, or those joined with
+        `` · `` (a container in a job); ``container`` for a mount namespace of its own that no
+        runtime named; "" for none of them."""
+        parts = []
+        if self.pod_uid:
+            parts.append("pod " + ("/".join(name for name in (self.pod_namespace, self.pod_name) if name)
+                                   or self.pod_uid[:8]))
+        elif self.id:
+            parts.append(f"{self.runtime} {short_id(self.id)}")
+        elif self.own_mount_namespace:
+            parts.append("container")
+        if self.slurm_job_id:
+            parts.append(f"job {self.slurm_job_id}" + (f".{self.slurm_step}" if self.slurm_step else ""))
+        return " · ".join(parts)
+
+
+class _Placed:
+    """A process that may run in a container, pod or SLURM job (``agentd.containers``)."""
+
+    __slots__ = ()
+    pid_in_container: Reading
+    container: Container
+
+    @property
+    def where(self) -> str:
+        """Where it runs and its pid in there, ``pod team-a/trainer-2, pid 57``; "" on the host itself."""
+        parts = [self.container.label] if self.container.label else []
+        if not isinstance(self.pid_in_container, Unavailable):
+            parts.append(f"pid {int(self.pid_in_container)}")
+        return ", ".join(parts)
+
+
+class GpuProcessMixin(_Placed):
+    __slots__ = ()
+
+
 class RankVerdictMixin(_Labelled):
     __slots__ = ()
 
@@ -110,7 +160,7 @@ class TraceTargetMixin(_Labelled):
     __slots__ = ()
 
 
-class RankStatsMixin(_Labelled):
+class RankStatsMixin(_Labelled, _Placed):
     __slots__ = ()
     inflight: tuple[InflightOp, ...]
     hook: HookHealth

@@ -147,7 +147,7 @@ class DiskStats:
 
 
 @dataclass(frozen=True, slots=True)
-class Container:
+class Container(behaviour.ContainerMixin):
     """``tuiprof.v1.Container``."""
 
     runtime: str
@@ -161,7 +161,7 @@ class Container:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuProcess(NestedOnFirstRead):
+class GpuProcess(behaviour.GpuProcessMixin, NestedOnFirstRead):
     """``tuiprof.v1.GpuProcess``."""
 
     pid: int

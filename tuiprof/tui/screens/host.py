@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Label, Static, TabbedCont
 from tuiprof.analysis.rank_health import rank_notes, telemetry_off
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
-from tuiprof.model.messages import GpuStats, HostSnapshot, PmuStats, RankStats
+from tuiprof.model.messages import GpuProcess, GpuStats, HostSnapshot, PmuStats, RankStats
 from tuiprof.model.values import Reading, Unavailable
 from tuiprof.tui.messages import PmuShown
 from tuiprof.tui.plots import MAX_LINES, WINDOW_NAMES, HistoryPlot, Line, busiest
@@ -63,13 +63,18 @@ GPU_COLUMNS = (
 """Each column's priority: at a narrow width the lowest go first."""
 
 
-PROCESS_COLUMNS = ("PID", "User", "Process", "GPU memory", "Share", "SM", "Rank", "Job", "Command")
-"""What the agent reports per GPU process (NVML's compute processes and /proc), and the
-rank whose pid it is."""
+PROCESS_COLUMNS = ("PID", "User", "Process", "GPU memory", "Share", "SM", "Rank", "Job", "Where", "Command")
+"""What the agent reports per GPU process (NVML's compute processes and /proc), the
+rank whose pid it is, and where it runs (container, pod, SLURM job; its pid in there)."""
 
 
 def _text(value: str | Unavailable) -> Text | str:
     return Text(units.NA, style="dim italic") if isinstance(value, Unavailable) else value
+
+
+def _where(process: GpuProcess | RankStats) -> Text | str:
+    """Its container, pod or SLURM job and its pid in there; ``host`` (dim) when none."""
+    return process.where or Text("host", style="dim italic")
 
 
 def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
@@ -92,7 +97,7 @@ def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
             reading(used, units.bytes_), share, reading(process.sm_percent, units.percent),
             rank.label if rank else Text("not a rank", style="dim italic"),
             (rank.job_id or Text("none", style="dim italic")) if rank else "",
-            _text(process.command),
+            _where(process), _text(process.command),
         ], named))
     return rows
 
@@ -154,8 +159,8 @@ def io_rows(snapshot: HostSnapshot) -> list[Row]:
 
 
 RANK_COLUMNS = (
-    TableColumn("Rank", 100), TableColumn("PID", 60), TableColumn("Job", 55), TableColumn("State", 95),
-    TableColumn("Steps", 50), TableColumn("Step time", 90), TableColumn("GEMM", 70),
+    TableColumn("Rank", 100), TableColumn("PID", 60), TableColumn("Job", 55), TableColumn("Where", 45),
+    TableColumn("State", 95), TableColumn("Steps", 50), TableColumn("Step time", 90), TableColumn("GEMM", 70),
     TableColumn("busbw (kernel)", 75), TableColumn("Oldest in flight", 80), TableColumn("Heartbeat", 40),
 )
 
@@ -171,11 +176,19 @@ def rank_rows(snapshot: HostSnapshot) -> list[Row]:
     for key, rank in zip(rank_keys(snapshot.ranks), snapshot.ranks):
         job = rank.job_id or Text("none", style="dim italic")
         rows.append((key, [
-            key, str(rank.pid), job, _rank_state(rank), str(rank.step_count),
+            key, str(rank.pid), job, _where(rank), _rank_state(rank), str(rank.step_count),
             reading(rank.step_time_seconds, units.seconds), *_hook_cells(rank),
             units.seconds(rank.heartbeat_age_seconds),
-        ], _readings(rank)))
+        ], _readings_but_placement(rank)))
     return rows
+
+
+def _readings_but_placement(rank: RankStats) -> dict[str, Reading]:
+    """The rank's readings for its n/a notes, less its pid in a container: the Where column says
+    where it runs, and a rank on the host has no such pid by design, not for want of a reading."""
+    readings = _readings(rank)
+    del readings["pid_in_container"]
+    return readings
 
 
 def _hook_cells(rank: RankStats) -> list[Cell]:
@@ -198,7 +211,7 @@ OP_COLUMNS = (
 )
 PMU_COLUMNS = (TableColumn("Counter", 100), TableColumn("Value", 90))
 PROCESS_PRIORITY = {"PID": 100, "Process": 90, "GPU memory": 80, "SM": 75, "Rank": 70, "User": 65, "Job": 60,
-                    "Share": 50, "Command": 40}
+                    "Where": 55, "Share": 50, "Command": 40}
 """Priorities of ``PROCESS_COLUMNS`` (a column not listed goes first)."""
 
 
