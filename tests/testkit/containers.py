@@ -23,7 +23,7 @@ import shlex
 import subprocess
 from collections.abc import Iterator, Sequence
 
-from testkit.namespaces import NEEDED_BY_OTHERS, TOOLS, User, traversal_view
+from testkit.namespaces import NEEDED_BY_OTHERS, TOOLS, User, kill_namespace, traversal_view
 
 SHM_BYTES = 64 << 20  # the container's own /dev/shm (Docker's default --shm-size)
 CGROUP_PARENT = "/sys/fs/cgroup/pids/docker"  # a cgroup v1 hierarchy on this project's VMs; v2: below
@@ -100,10 +100,13 @@ class Container:
             box.join_cgroup(init_pid)
             yield box
         finally:
+            mount_namespace = os.stat(f"/proc/{box.init_pid}/ns/mnt").st_ino if box is not None else None
             holder.kill()
             holder.wait(10)
             if box is not None:
                 box.remove_cgroup()
+            if mount_namespace is not None:
+                kill_namespace(mount_namespace)
 
     def argv(self, command: Sequence[str]) -> list[str]:
         """``command`` run inside as the container's root (in a rootless one, the user enters their own

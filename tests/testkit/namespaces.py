@@ -101,6 +101,16 @@ def unavailable_reason(user_name: str = HOSTILE_USER) -> str | None:
     return None
 
 
+def kill_namespace(mount_namespace: int) -> None:
+    """Kill every process left in a mount namespace (a test's rank that outlived it keeps the
+    namespace's /dev/shm, and its segment, alive: a root agent of a later test would list it)."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}/ns/mnt").st_ino == mount_namespace:
+                    os.kill(int(name), 9)
+
+
 @dataclasses.dataclass
 class Namespace:
     """Mount + network namespaces held by a sleeping process; loopback up, private /dev/shm."""
@@ -121,8 +131,10 @@ class Namespace:
                 raise RuntimeError(f"namespace setup failed (exit {holder.wait(10)})")
             yield cls(holder)
         finally:
+            mount_namespace = os.stat(f"/proc/{holder.pid}/ns/mnt").st_ino
             holder.kill()
             holder.wait(10)
+            kill_namespace(mount_namespace)
 
     def link(self, other: "Namespace") -> tuple[str, str]:
         """A point-to-point link (veth) to ``other``: (this side's address, the other's), a /30."""
