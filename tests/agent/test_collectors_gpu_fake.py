@@ -19,10 +19,8 @@ import json
 import math
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
-import time
 import types
 from typing import Any
 
@@ -36,6 +34,7 @@ from agentd.collectors.readings import FIRST_SAMPLE
 from agentd.kineto.registry import Registry
 from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
+from testkit import unshared
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -398,27 +397,17 @@ def test_processes_are_named_from_proc_and_missing_memory_has_a_reason(fake: Fak
     collector.close()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="a process in pid and mount namespaces of its own needs root and unshare(1)")
+@pytest.mark.skipif(unshared.unavailable_reason() is not None, reason=str(unshared.unavailable_reason()))
 def test_a_process_in_a_container_shows_its_pid_in_there_and_its_container(fake: FakeNvml) -> None:
-    launcher = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "sleep", "60"])
-    try:
-        deadline = time.monotonic() + 10
-        while not (children := pathlib.Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()):
-            assert time.monotonic() < deadline, "unshare started no child"
-            time.sleep(0.02)
-        inner = int(children[0])
+    with unshared.unshared_sleep() as inner:
         fake.gpus[0].processes = [(os.getpid(), 1 << 30), (inner, 1 << 30)]
         collector = gpu.GpuCollector(1.0, clock=fake.clock)
         stats = tick(collector)[0]
-        mine, contained = stats.processes
-        assert (contained.pid, contained.pid_in_container, contained.container.own_mount_namespace) == (inner, 1, True)
-        assert not mine.HasField("pid_in_container") and not mine.HasField("container")
-        assert stats.unavailable[f"processes[{os.getpid()}].pid_in_container"] == containers.SAME_PID_NAMESPACE
         collector.close()
-    finally:
-        launcher.kill()
-        launcher.wait(10)
+    mine, contained = stats.processes
+    assert (contained.pid, contained.pid_in_container, contained.container.own_mount_namespace) == (inner, 1, True)
+    assert not mine.HasField("pid_in_container") and not mine.HasField("container")
+    assert stats.unavailable[f"processes[{os.getpid()}].pid_in_container"] == containers.SAME_PID_NAMESPACE
 
 
 def test_a_gpu_without_gpm_uses_the_slow_pcie_call_and_unsupported_calls_are_asked_once(fake: FakeNvml) -> None:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import signal
 import secrets
-import shutil
 import subprocess
 import time
 import uuid
@@ -24,6 +22,7 @@ import pytest
 from agentd import containers
 from agentd.collectors.readings import Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
+from testkit import unshared
 
 CASES = pathlib.Path(__file__).parent / "data" / "cgroups.txt"
 PIDS_HIERARCHY = pathlib.Path("/sys/fs/cgroup/pids")  # a cgroup v1 controller's mount
@@ -152,30 +151,14 @@ def test_a_process_in_a_kubepods_cgroup_is_named_after_its_hostname(sleeper: sub
         sleeper.wait(10)
 
 
-def _only_child(pid: int) -> int:
-    deadline = time.monotonic() + 10
-    while True:
-        children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        if children:
-            return int(children[0])
-        assert time.monotonic() < deadline, "unshare started no child"
-        time.sleep(0.02)
-
-
+@pytest.mark.skipif(unshared.unavailable_reason() is not None, reason=str(unshared.unavailable_reason()))
 def test_a_process_in_its_own_pid_and_mount_namespace() -> None:
-    if shutil.which("unshare") is None:
-        pytest.skip("unshare(1) is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("new pid and mount namespaces need root")
-    launcher = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "sleep", "60"])
-    try:
-        inner = _only_child(launcher.pid)
+    with unshared.unshared_sleep() as inner:
         assert containers.pid_in_container(inner) == 1  # the first process of its pid namespace
         assert _fields(containers.container_of(inner)) == {"own_mount_namespace": True}
-        os.kill(inner, signal.SIGKILL)  # unshare, its parent, reaps it and exits
-        assert launcher.wait(10) != 0
-    finally:
-        launcher.kill()
-        launcher.wait(10)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{inner}"):  # reaped by unshare, which dies with it, or by init
+        assert time.monotonic() < deadline, f"{inner} outlived its namespace"
+        time.sleep(0.01)
     assert containers.pid_in_container(inner) == Unavailable(containers.GONE)
     assert containers.container_of(inner) is None
