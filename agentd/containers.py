@@ -188,7 +188,7 @@ def _pod_names(pid: int, pod_uid: str) -> tuple[str, str]:
         return logged
     hostname = procfs.read_environ(pid).get("HOSTNAME", "")
     # A pod on the host's network has the node's hostname, not its own name.
-    return "", "" if hostname == os.uname().nodename else hostname
+    return "", ("" if hostname == os.uname().nodename else hostname)
 
 
 @functools.cache
