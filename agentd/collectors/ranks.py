@@ -564,6 +564,8 @@ def _place(stats: pb.RankStats, claimant: Claimant) -> None:
     container, pod or SLURM job its cgroup names."""
     if claimant.pid_in_container is not None:
         stats.pid_in_container = claimant.pid_in_container
+    else:
+        stats.unavailable["pid_in_container"] = containers.SAME_PID_NAMESPACE
     container = containers.container_of(claimant.pid)
     if container is not None:
         stats.container.CopyFrom(container)
