@@ -5,7 +5,8 @@ unshare (testkit/containers.py: own pid, mount, network, IPC and UTS namespaces,
 - A 4-rank gloo job under `tuiprof run` inside a container: its ranks are listed with their host
   pids and their pids in the container, `tuiprof stacks` merges them from the host, and the rank
   that stops joining collectives is named.
-- A rank in a rootless container is its host user's.
+- A rank in a rootless container is its host user's; one that crashes leaves its report; the
+  console (tmux) lists a containerised rank with its container and its pid there.
 - Hostile containers: segments that name a host process, another container's process, or a pid
   that means another process on the host, get nothing and are counted by reason; a container
   whose /dev/shm is a link gets nothing followed.
@@ -17,6 +18,7 @@ import asyncio
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +33,7 @@ from testkit.agents import running_agent
 from testkit.containers import Container, unavailable_reason
 from testkit.namespaces import HOSTILE_USER, User
 from testkit.ports import free_port
+from testkit.terminal import tmux_environment
 from tuiprof.client.channel import open_channel
 from tuiprof.commands.run import launch_environment
 
@@ -253,3 +256,76 @@ def test_a_container_whose_dev_shm_is_a_link_gets_nothing_followed(agent):
         for path in decoy.iterdir():
             path.unlink()
         decoy.rmdir()
+
+
+CRASHING_RANK = """
+import ctypes, os, sys, time
+import torch  # noqa: F401
+lib = ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"])
+for _ in range(5):
+    lib.tuiprof_record_step()
+    time.sleep(0.1)
+print("ready", flush=True)
+sys.stdin.readline()
+raise RuntimeError("CUDA out of memory (a container's rank, on purpose)")
+"""
+
+
+def test_a_containerised_rank_that_crashes_leaves_its_report(agent):
+    """The startup hook's exception file lies beside the segment in the container's /dev/shm: the agent
+    reads it there, through the folder it opened."""
+    with Container.create() as box:
+        env = launch_environment({k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}, kineto_daemon=False)
+        rank = box.popen([sys.executable, "-c", CRASHING_RANK], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert rank.stdout is not None and rank.stdin is not None
+        assert rank.stdout.readline().strip() == "ready"
+        host_pid, inner_pid = only_child(box, rank)
+        asyncio.run(snapshots(agent, lambda s: any(r.pid == host_pid for r in s.ranks)))
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        rank.wait(30)
+        snapshot = asyncio.run(snapshots(
+            agent, lambda s: any(r.pid == host_pid and r.state == "exited" for r in s.ranks), timeout=30))
+        report = next(r for r in snapshot.ranks if r.pid == host_pid)
+        assert "RuntimeError: CUDA out of memory (a container's rank, on purpose)" in report.exception
+        assert report.pid_in_container == inner_pid and report.exit_code == 1, report
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_console_shows_a_containerised_rank_with_where_it_runs(agent):
+    """`tuiprof connect` in tmux: the host view's Ranks tab lists the rank with its container and its pid there."""
+    with Container.create() as box:
+        launcher = start_stepping_rank(box)
+        socket = f"tpbox{os.getpid()}"
+        try:
+            host_pid, inner_pid = only_child(box, launcher)
+            asyncio.run(snapshots(agent, lambda s: any(r.pid == host_pid for r in s.ranks)))
+            tmux = ["tmux", "-L", socket]
+            subprocess.run([*tmux, "new-session", "-d", "-s", "console", "-x", "240", "-y", "50",
+                            sys.executable, "-m", "tuiprof.cli", "connect", agent.address.target],
+                           check=True, env=tmux_environment(), timeout=10)
+
+            def screen() -> str:
+                return subprocess.run([*tmux, "capture-pane", "-p", "-t", "console"], capture_output=True,
+                                      text=True, timeout=10, env=tmux_environment()).stdout
+
+            def wait(condition, what: str, keys: tuple[str, ...] = ()) -> str:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    if keys:
+                        subprocess.run([*tmux, "send-keys", "-t", "console", *keys], timeout=10,
+                                       env=tmux_environment())
+                    time.sleep(0.5)
+                    if condition(seen := screen()):
+                        return seen
+                raise AssertionError(f"no {what} on screen:\n{seen}")
+
+            wait(lambda s: "1/1 hosts up" in s, "cluster view")
+            subprocess.run([*tmux, "send-keys", "-t", "console", "Enter"], timeout=10, env=tmux_environment())
+            shown = wait(lambda s: str(host_pid) in s and f"docker {box.id[:12]}" in s, "ranks tab row", ("4",))
+            row = next(line for line in shown.splitlines() if str(host_pid) in line and box.id[:12] in line)
+            assert f"pid {inner_pid}" in row, row
+        finally:
+            subprocess.run(["tmux", "-L", socket, "kill-server"], timeout=10, env=tmux_environment())
+            stop(launcher)
