@@ -12,7 +12,7 @@ writes a valid segment claiming each, its pid and start time patched into a real
   them). The bench process (root, the host's namespaces) runs ``RanksCollector(1.0)``: no directory,
   so the container discovery is on (a /proc scan every ``SCAN_SECONDS``, one open /dev/shm per
   namespace).
-- ``one folder``: the same segments, written by host-pid sleepers into one private folder on the
+- ``one-folder``: the same segments, written by host-pid sleepers into one private folder on the
   host's /dev/shm tmpfs (each group's PUBLISH in a mount namespace whose /dev/shm is that folder,
   bind-mounted), read by ``RanksCollector(1.0, directory=<folder>)``: the host-only path, no /proc scan.
 
@@ -22,9 +22,9 @@ most containers without a user namespace do), so the collector's per-owner file 
 
 In each phase ``collect()`` + ``fill()`` run once a second for ``--seconds`` (after the first, cold
 interval, which opens and verifies every segment), timed with ``time.process_time`` (the process does
-nothing else meanwhile). Every interval's snapshot must hold exactly the sleepers, as the host sees them
-(host pid, and in containers the pid inside, from /proc's NSpid), all running: the bench stops with the
-collector's refusals otherwise. Intervals that listed /proc (``SegmentFolders`` rescanned) are reported
+nothing else meanwhile). Every interval's snapshot must hold every sleeper, as the host sees it (host pid,
+and in containers the pid inside, from /proc's NSpid), running: the bench stops with the collector's
+refusals otherwise (other jobs' ranks on this host are counted, not checked). Intervals that listed /proc (``SegmentFolders`` rescanned) are reported
 apart from the others.
 
     .venv/bin/python bench/containers/ranks_cost.py --containers 200 --ranks 8 --seconds 60
@@ -73,7 +73,7 @@ PROFILE_LINES = 40  # functions printed per order
 class Group:
     """One group of ranks: an unshare holding its mount namespace, PUBLISH and its sleepers."""
 
-    process: subprocess.Popen[bytes]  # unshare; PUBLISH's stdin: closing it ends the sleepers
+    process: subprocess.Popen[bytes]  # unshare (PUBLISH itself without --fork); closing its stdin ends the sleepers
     mount_namespace: int
 
 
