@@ -59,6 +59,7 @@ class TimelineCapture(Capture):
     duration_ms: int = 0
     last_events: int = 0
     segments: dict[int, Any] = field(default_factory=dict)  # pid → its verified segment, open until ``run`` ends
+    named_pids: dict[int, int] = field(default_factory=dict)  # pid → the pid its segment names (its container's)
     hostname: str = ""
 
     def refresh(self, registry: object) -> None:
@@ -166,6 +167,7 @@ def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, claimant: C
         target.fail(FAILED, f"cannot create {'/'.join(folder)}/ under the trace dir: {reason(exc)}")
         return target
     capture.segments[claimant.pid] = seg
+    capture.named_pids[claimant.pid] = claimant.pid if claimant.pid_in_container is None else claimant.pid_in_container
     return target
 
 
@@ -207,7 +209,7 @@ async def _dump_all(capture: TimelineCapture) -> None:
 def _dump(capture: TimelineCapture, target: Target, since: int, window: tuple[int, int] | None) -> None:
     seg = capture.segments[target.pid]
     header = seg.header()
-    if header.pid != target.pid:  # rewritten since it was verified: the events are not that process's
+    if header.pid != capture.named_pids[target.pid]:  # rewritten since it was verified: not that process's events
         raise Refused(rank_claims.HEADER_PID, f"the segment of pid {target.pid} now names pid {header.pid}")
     events = seg.events(since=since)
     if window is None:

@@ -5,7 +5,7 @@ unshare (testkit/containers.py: own pid, mount, network, IPC and UTS namespaces,
 - A 4-rank gloo job under `tuiprof run` inside a container: its ranks are listed with their host
   pids and their pids in the container, `tuiprof stacks` merges them from the host, and the rank
   that stops joining collectives is named.
-- A rank in a rootless container is its host user's; one that crashes leaves its report; the
+- A rank in a rootless container is its host user's, and a timeline dump by host pid reads it; one that crashes leaves its report; the
   console (tmux) lists a containerised rank with its container and its pid there.
 - Hostile containers: segments that name a host process, another container's process, or a pid
   that means another process on the host, get nothing and are counted by reason; a container
@@ -156,7 +156,7 @@ def test_a_gloo_job_in_a_container_is_listed_merged_and_its_stuck_rank_named(age
             log.flush()
 
 
-def test_a_rank_in_a_rootless_container_is_its_host_users(agent):
+def test_a_rank_in_a_rootless_container_is_its_host_users(agent, tmp_path):
     user = User.lookup(HOSTILE_USER)
     with Container.create(rootless_as=user) as box:
         launcher = start_stepping_rank(box)
@@ -170,6 +170,18 @@ def test_a_rank_in_a_rootless_container_is_its_host_users(agent):
             assert (rank.uid, rank.pid_in_container, rank.state) == (user.uid, inner_pid, "running")
             if box.cgroup is not None:
                 assert (rank.container.id, rank.container.own_mount_namespace) == (box.id, True), rank.container
+
+            # A timeline dump by host pid, read from the segment in the container's /dev/shm.
+            done = subprocess.run([sys.executable, "-m", "tuiprof.cli", "trace", agent.address.target, "--kind",
+                                   "timeline", "--last-events", "100", "--pids", str(host_pid), "--output",
+                                   str(tmp_path), "--fetch", "all", "--json"], capture_output=True, text=True,
+                                  timeout=120)
+            assert done.returncode == 0, done.stderr + done.stdout
+            [target] = json.loads(done.stdout)["hosts"][0]["targets"]
+            assert (target["pid"], target["state"]) == (host_pid, "written"), target
+            assert target["file"].startswith(f"timeline/{user.uid}/"), target  # the rank's host uid
+            events = json.loads(pathlib.Path(target["local"]).read_text())["traceEvents"]
+            assert any(e.get("name", "").startswith("ProfilerStep#") for e in events), events[:5]
             assert rank.step_count > 0
         finally:
             stop(launcher)
