@@ -23,7 +23,8 @@ process). Anything else is refused: skipped, counted
 per reason, logged once per file (rate-limited), never reported.
 
 The directory is scanned with one ``lstat`` per name; at most
-``MAX_FILES_PER_OWNER`` files of one owner are considered, so one user's junk
+``MAX_FILES_PER_OWNER`` files of one owner in one folder are considered (each container's
+``/dev/shm`` is a folder: pods commonly all run as root), so one user's junk
 costs a bounded amount of work and never crowds out another user's ranks.
 """
 
@@ -98,33 +99,33 @@ class Candidate:
 class Scan:
     candidates: list[Candidate]
     refused: collections.Counter[str]  # refusals decided from names and counts alone
-    over_cap: dict[int, int]  # owner → files beyond MAX_FILES_PER_OWNER
+    over_cap: dict[int, int]  # owner → files beyond MAX_FILES_PER_OWNER (summed over folders)
 
 
 def scan(folders: list[SegmentFolder], layout: Any, followed: set[str]) -> Scan:
     """Every segment or note name in the ``folders`` with its file's facts, at most
-    ``MAX_FILES_PER_OWNER`` per owner (those already ``followed`` first, then by pid).
+    ``MAX_FILES_PER_OWNER`` per owner and folder (those already ``followed`` first, then by pid).
     ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``)."""
     result = Scan([], collections.Counter(), {})
     pid_limit = procfs.pid_max()
-    by_owner: dict[int, list[Candidate]] = collections.defaultdict(list)
+    by_owner: dict[tuple[str, int], list[Candidate]] = collections.defaultdict(list)  # (folder, owner) → files
     for folder in folders:
         try:
             _scan_folder(folder, layout, pid_limit, result, by_owner)
         except FileNotFoundError:
             if folder.own:
                 raise
-    for owner, files in by_owner.items():
+    for (_, owner), files in by_owner.items():
         files.sort(key=lambda c: (c.path not in followed, c.pid))
         result.candidates.extend(files[:MAX_FILES_PER_OWNER])
         if len(files) > MAX_FILES_PER_OWNER:
-            result.over_cap[owner] = len(files) - MAX_FILES_PER_OWNER
+            result.over_cap[owner] = result.over_cap.get(owner, 0) + len(files) - MAX_FILES_PER_OWNER
             result.refused[OVER_CAP] += len(files) - MAX_FILES_PER_OWNER
     return result
 
 
 def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Scan,
-                 by_owner: dict[int, list[Candidate]]) -> None:
+                 by_owner: dict[tuple[str, int], list[Candidate]]) -> None:
     with os.scandir(folder.path) as entries:
         for entry in entries:
             if not entry.name.startswith(layout.SEGMENT_PREFIX):
@@ -139,7 +140,7 @@ def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Sca
             except FileNotFoundError:
                 continue
             uid, pid, inert = parsed
-            by_owner[st.st_uid].append(Candidate(
+            by_owner[folder.path, st.st_uid].append(Candidate(
                 folder, entry.path, uid, pid, inert, st.st_uid, stat.S_ISREG(st.st_mode),
                 (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), st.st_ctime_ns))
 
