@@ -100,13 +100,12 @@ class Container:
             box.join_cgroup(init_pid)
             yield box
         finally:
-            mount_namespace = os.stat(f"/proc/{box.init_pid}/ns/mnt").st_ino if box is not None else None
+            if box is not None:  # while its pid 1 keeps the namespace's inode
+                kill_namespace(os.stat(f"/proc/{box.init_pid}/ns/mnt").st_ino)
             holder.kill()
             holder.wait(10)
             if box is not None:
                 box.remove_cgroup()
-            if mount_namespace is not None:
-                kill_namespace(mount_namespace)
 
     def argv(self, command: Sequence[str]) -> list[str]:
         """``command`` run inside as the container's root (in a rootless one, the user enters their own

@@ -102,8 +102,9 @@ def unavailable_reason(user_name: str = HOSTILE_USER) -> str | None:
 
 
 def kill_namespace(mount_namespace: int) -> None:
-    """Kill every process left in a mount namespace (a test's rank that outlived it keeps the
-    namespace's /dev/shm, and its segment, alive: a root agent of a later test would list it)."""
+    """Kill every process in a mount namespace (a test's rank that outlived it keeps the namespace's
+    /dev/shm, and its segment, alive: a root agent of a later test would list it). Call it while a
+    process of the namespace still lives: a dead namespace's inode number is reused."""
     for name in os.listdir("/proc"):
         if name.isdigit():
             with contextlib.suppress(OSError):
@@ -131,10 +132,9 @@ class Namespace:
                 raise RuntimeError(f"namespace setup failed (exit {holder.wait(10)})")
             yield cls(holder)
         finally:
-            mount_namespace = os.stat(f"/proc/{holder.pid}/ns/mnt").st_ino
+            kill_namespace(os.stat(f"/proc/{holder.pid}/ns/mnt").st_ino)  # while the holder keeps its inode
             holder.kill()
             holder.wait(10)
-            kill_namespace(mount_namespace)
 
     def link(self, other: "Namespace") -> tuple[str, str]:
         """A point-to-point link (veth) to ``other``: (this side's address, the other's), a /30."""
