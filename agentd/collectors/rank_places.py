@@ -35,8 +35,9 @@ import stat
 import time
 from typing import NamedTuple
 
-from agentd import procfs
+from agentd import containers, procfs
 from agentd.collectors.rank_claims import AMBIGUOUS_PID, OWNER, PID_NAMESPACE, Refused
+from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Claimant(NamedTuple):
     pid: int  # host pid
     uid: int  # the name's uid mapped into the agent's user namespace
     pid_in_container: int | None  # the pid the process sees itself, when not the host's
+    container: pb.Container | None  # the container, pod or SLURM job its cgroup names (read once, when placed)
 
 
 @dataclasses.dataclass(eq=False)
@@ -110,7 +112,7 @@ class SegmentFolders:
             self._rescan_asked = True  # a process newer than the last scan: look again next interval
         if not candidates:
             if folder.own:
-                return Claimant(claimed_pid, claimed_uid, None)
+                return Claimant(claimed_pid, claimed_uid, None, containers.container_of(claimed_pid))
             raise Refused(PID_NAMESPACE, f"no process whose /dev/shm is {folder.label} has pid {claimed_pid} in its "
                                          "own pid namespace: the name claims a process outside that container "
                                          "(or one that already exited)")
@@ -126,7 +128,7 @@ class SegmentFolders:
         if uid is None:
             raise Refused(OWNER, f"uid {claimed_uid} of a name in {folder.label} is not mapped by process "
                                  f"{host_pid}'s user namespace")
-        return Claimant(host_pid, uid, folder.foreign.get(host_pid))
+        return Claimant(host_pid, uid, folder.foreign.get(host_pid), containers.container_of(host_pid))
 
     def close(self) -> None:
         for folder in self._folders.values():

@@ -226,13 +226,23 @@ class SlotDelta:
         self.weighted_ns = now.weighted_total_ns - (before.weighted_total_ns if before else 0)
         self.weighted_bytes = now.weighted_timed_bytes - (before.weighted_timed_bytes if before else 0)
         self.weighted_flops = now.weighted_timed_flops - (before.weighted_timed_flops if before else 0)
-        self.hist = [a - (b if before else 0) for a, b in zip(now.hist, before.hist if before else now.hist)]
-        self.fine = fine_delta(now, before) if self.timed > 0 else None
+        self._before = before
+
+    @functools.cached_property
+    def hist(self) -> list[int]:
+        before = self._before
+        return [a - (b if before else 0) for a, b in zip(self.slot.hist, before.hist if before else self.slot.hist)]
+
+    @functools.cached_property
+    def fine(self) -> FineCounts | None:
+        return fine_delta(self.slot, self._before) if self.timed > 0 else None
 
     def histogram(self) -> IntervalHistogram:
         return IntervalHistogram(self.hist, self.fine, self.slot.fine_octave)
 
     def latency(self) -> pb.LatencyStats:
+        if self.weighted_timed <= 0:
+            return pb.LatencyStats()  # no timed call in the interval (most slots, most intervals): nothing to bucket
         if min(self.hist) < 0:
             return pb.LatencyStats()  # buckets that went backwards: no interval of one writer's segment
         timed_before = self.slot.timed_count - self.timed

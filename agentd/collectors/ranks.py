@@ -566,9 +566,8 @@ def _place(stats: pb.RankStats, claimant: Claimant) -> None:
         stats.pid_in_container = claimant.pid_in_container
     else:
         stats.unavailable["pid_in_container"] = containers.SAME_PID_NAMESPACE
-    container = containers.container_of(claimant.pid)
-    if container is not None:
-        stats.container.CopyFrom(container)
+    if claimant.container is not None:
+        stats.container.CopyFrom(claimant.container)
 
 
 def _one_per_process(ranks: dict[str, _Rank]) -> list[_Rank]:
