@@ -154,6 +154,10 @@ def _agent(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
     out("snapshot_timestamp_seconds", "gauge", "When the agent assembled the snapshot (Unix time).").add(
         host, snapshot.timestamp_unix_ns / 1e9
     )
+    calls = out("agent_nvml_calls_total", "counter",
+                "The agent's own NVML calls since it started, per NVML function (rate(): calls per second).")
+    for function in snapshot.nvml_calls:  # the functions the agent's code calls: a bounded set
+        calls.add({**host, "function": function.function}, function.calls)
 
 
 _CORE_MODES = ("user", "system", "idle", "iowait")
@@ -296,6 +300,10 @@ def _gpus(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
         out("gpu_nvml_failed_queries", "gauge",
             "NVML queries of the latest sample that failed with an error that may pass (0: a complete sample).").add(
             labels, optional(gpu, "nvml_failed_queries"))
+        out("gpu_processes_age_seconds", "gauge",
+            "How old the GPU's process figures (list, memory, SM share) are: read every "
+            "processes interval, slower than the other figures, and repeated in between.").add(
+            labels, optional(gpu, "processes_age_seconds"))
         pipes = out("gpu_pipe_active_ratio", "gauge", "GPM: share of cycles a pipe (tensor, fp16, fp32, fp64) was active.")
         for pipe, field in _GPU_PIPES:
             pipes.add({**labels, "pipe": pipe}, optional(gpu, field, 0.01))

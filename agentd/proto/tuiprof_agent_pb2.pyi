@@ -86,7 +86,7 @@ class WatchRequest(_message.Message):
     def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
 
 class HostSnapshot(_message.Message):
-    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused", "rdma", "rank_ops_dropped", "slowdowns")
+    __slots__ = ("hostname", "timestamp_unix_ns", "sequence", "collectors", "cpu", "memory", "nics", "disks", "gpus", "pmu", "ranks", "hang", "rank_segments_refused", "rdma", "rank_ops_dropped", "slowdowns", "nvml_calls")
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,7 @@ class HostSnapshot(_message.Message):
     RDMA_FIELD_NUMBER: _ClassVar[int]
     RANK_OPS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     SLOWDOWNS_FIELD_NUMBER: _ClassVar[int]
+    NVML_CALLS_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     timestamp_unix_ns: int
     sequence: int
@@ -119,7 +120,16 @@ class HostSnapshot(_message.Message):
     rdma: RdmaStats
     rank_ops_dropped: _containers.RepeatedCompositeFieldContainer[RankOpsDropped]
     slowdowns: _containers.RepeatedCompositeFieldContainer[JobSlowdown]
-    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ..., rdma: _Optional[_Union[RdmaStats, _Mapping]] = ..., rank_ops_dropped: _Optional[_Iterable[_Union[RankOpsDropped, _Mapping]]] = ..., slowdowns: _Optional[_Iterable[_Union[JobSlowdown, _Mapping]]] = ...) -> None: ...
+    nvml_calls: _containers.RepeatedCompositeFieldContainer[NvmlCalls]
+    def __init__(self, hostname: _Optional[str] = ..., timestamp_unix_ns: _Optional[int] = ..., sequence: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStatus, _Mapping]]] = ..., cpu: _Optional[_Union[CpuStats, _Mapping]] = ..., memory: _Optional[_Union[MemoryStats, _Mapping]] = ..., nics: _Optional[_Iterable[_Union[NicStats, _Mapping]]] = ..., disks: _Optional[_Iterable[_Union[DiskStats, _Mapping]]] = ..., gpus: _Optional[_Iterable[_Union[GpuStats, _Mapping]]] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., ranks: _Optional[_Iterable[_Union[RankStats, _Mapping]]] = ..., hang: _Optional[_Union[HangStatus, _Mapping]] = ..., rank_segments_refused: _Optional[_Iterable[_Union[RankSegmentsRefused, _Mapping]]] = ..., rdma: _Optional[_Union[RdmaStats, _Mapping]] = ..., rank_ops_dropped: _Optional[_Iterable[_Union[RankOpsDropped, _Mapping]]] = ..., slowdowns: _Optional[_Iterable[_Union[JobSlowdown, _Mapping]]] = ..., nvml_calls: _Optional[_Iterable[_Union[NvmlCalls, _Mapping]]] = ...) -> None: ...
+
+class NvmlCalls(_message.Message):
+    __slots__ = ("function", "calls")
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    function: str
+    calls: int
+    def __init__(self, function: _Optional[str] = ..., calls: _Optional[int] = ...) -> None: ...
 
 class RankSegmentsRefused(_message.Message):
     __slots__ = ("reason", "files")
@@ -441,7 +451,7 @@ class Container(_message.Message):
     def __init__(self, runtime: _Optional[str] = ..., id: _Optional[str] = ..., pod_uid: _Optional[str] = ..., pod_name: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., slurm_job_id: _Optional[str] = ..., slurm_step: _Optional[str] = ..., own_mount_namespace: _Optional[bool] = ...) -> None: ...
 
 class GpuStats(_message.Message):
-    __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "graphics_active_percent", "gpm_nvlink_rx_bytes_per_s", "gpm_nvlink_tx_bytes_per_s", "minor_number", "nvml_failed_queries", "unavailable")
+    __slots__ = ("index", "name", "uuid", "pci_bus_id", "utilization_percent", "memory_utilization_percent", "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hz", "memory_clock_hz", "clock_event_reasons_mask", "clock_event_reasons", "ecc_corrected_total", "ecc_uncorrected_total", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_total", "nvlink_tx_bytes_total", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "fp16_active_percent", "fp32_active_percent", "fp64_active_percent", "gpm_window_seconds", "processes", "graphics_active_percent", "gpm_nvlink_rx_bytes_per_s", "gpm_nvlink_tx_bytes_per_s", "minor_number", "nvml_failed_queries", "processes_age_seconds", "processes_interval_seconds", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -486,6 +496,8 @@ class GpuStats(_message.Message):
     GPM_NVLINK_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     MINOR_NUMBER_FIELD_NUMBER: _ClassVar[int]
     NVML_FAILED_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
@@ -524,8 +536,10 @@ class GpuStats(_message.Message):
     gpm_nvlink_tx_bytes_per_s: float
     minor_number: int
     nvml_failed_queries: int
+    processes_age_seconds: float
+    processes_interval_seconds: float
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hz: _Optional[float] = ..., memory_clock_hz: _Optional[float] = ..., clock_event_reasons_mask: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., ecc_corrected_total: _Optional[int] = ..., ecc_uncorrected_total: _Optional[int] = ..., nvlink_rx_bytes_per_s: _Optional[float] = ..., nvlink_tx_bytes_per_s: _Optional[float] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_s: _Optional[float] = ..., pcie_tx_bytes_per_s: _Optional[float] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., fp16_active_percent: _Optional[float] = ..., fp32_active_percent: _Optional[float] = ..., fp64_active_percent: _Optional[float] = ..., gpm_window_seconds: _Optional[float] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., graphics_active_percent: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_s: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_s: _Optional[float] = ..., minor_number: _Optional[int] = ..., nvml_failed_queries: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., utilization_percent: _Optional[float] = ..., memory_utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hz: _Optional[float] = ..., memory_clock_hz: _Optional[float] = ..., clock_event_reasons_mask: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., ecc_corrected_total: _Optional[int] = ..., ecc_uncorrected_total: _Optional[int] = ..., nvlink_rx_bytes_per_s: _Optional[float] = ..., nvlink_tx_bytes_per_s: _Optional[float] = ..., nvlink_rx_bytes_total: _Optional[int] = ..., nvlink_tx_bytes_total: _Optional[int] = ..., pcie_rx_bytes_per_s: _Optional[float] = ..., pcie_tx_bytes_per_s: _Optional[float] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., fp16_active_percent: _Optional[float] = ..., fp32_active_percent: _Optional[float] = ..., fp64_active_percent: _Optional[float] = ..., gpm_window_seconds: _Optional[float] = ..., processes: _Optional[_Iterable[_Union[GpuProcess, _Mapping]]] = ..., graphics_active_percent: _Optional[float] = ..., gpm_nvlink_rx_bytes_per_s: _Optional[float] = ..., gpm_nvlink_tx_bytes_per_s: _Optional[float] = ..., minor_number: _Optional[int] = ..., nvml_failed_queries: _Optional[int] = ..., processes_age_seconds: _Optional[float] = ..., processes_interval_seconds: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PmuStats(_message.Message):
     __slots__ = ("scope", "hardware_available", "hardware_reason", "mips", "mega_cycles_per_s", "ipc", "cache_misses_per_s", "cache_miss_percent", "branch_misses_per_s", "task_clock_cpus", "context_switches_per_s", "page_faults_per_s", "cpu_migrations_per_s", "unavailable")
@@ -1027,18 +1041,24 @@ class ThreadStack(_message.Message):
     def __init__(self, thread_id: _Optional[int] = ..., thread_name: _Optional[str] = ..., frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., active: _Optional[bool] = ...) -> None: ...
 
 class RankStacks(_message.Message):
-    __slots__ = ("pid", "rank", "threads", "error", "dump_seconds")
+    __slots__ = ("pid", "rank", "threads", "error", "dump_seconds", "cached", "age_seconds", "next_dump_in_seconds")
     PID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     THREADS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DUMP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_DUMP_IN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
     threads: _containers.RepeatedCompositeFieldContainer[ThreadStack]
     error: str
     dump_seconds: float
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., threads: _Optional[_Iterable[_Union[ThreadStack, _Mapping]]] = ..., error: _Optional[str] = ..., dump_seconds: _Optional[float] = ...) -> None: ...
+    cached: bool
+    age_seconds: float
+    next_dump_in_seconds: float
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., threads: _Optional[_Iterable[_Union[ThreadStack, _Mapping]]] = ..., error: _Optional[str] = ..., dump_seconds: _Optional[float] = ..., cached: _Optional[bool] = ..., age_seconds: _Optional[float] = ..., next_dump_in_seconds: _Optional[float] = ...) -> None: ...
 
 class StackNode(_message.Message):
     __slots__ = ("frame", "ranks", "children", "thread")

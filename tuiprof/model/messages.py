@@ -217,6 +217,8 @@ class GpuStats(NestedOnFirstRead):
     gpm_nvlink_tx_bytes_per_s: Reading
     minor_number: Reading
     nvml_failed_queries: Reading
+    processes_age_seconds: Reading
+    processes_interval_seconds: Reading
     NESTED: ClassVar[dict[str, type]] = {"processes": GpuProcess}
 
 
@@ -471,6 +473,14 @@ class JobSlowdown(NestedOnFirstRead):
 
 
 @dataclass(frozen=True, slots=True)
+class NvmlCalls:
+    """``tuiprof.v1.NvmlCalls``."""
+
+    function: str
+    calls: int
+
+
+@dataclass(frozen=True, slots=True)
 class HostSnapshot(behaviour.HostSnapshotMixin, NestedOnFirstRead):
     """``tuiprof.v1.HostSnapshot``."""
 
@@ -490,7 +500,8 @@ class HostSnapshot(behaviour.HostSnapshotMixin, NestedOnFirstRead):
     rdma: RdmaStats
     rank_ops_dropped: tuple[RankOpsDropped, ...]
     slowdowns: tuple[JobSlowdown, ...]
-    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused, "rdma": RdmaStats, "rank_ops_dropped": RankOpsDropped, "slowdowns": JobSlowdown}
+    nvml_calls: tuple[NvmlCalls, ...]
+    NESTED: ClassVar[dict[str, type]] = {"collectors": CollectorStatus, "cpu": CpuStats, "memory": MemoryStats, "nics": NicStats, "disks": DiskStats, "gpus": GpuStats, "pmu": PmuStats, "ranks": RankStats, "hang": HangStatus, "rank_segments_refused": RankSegmentsRefused, "rdma": RdmaStats, "rank_ops_dropped": RankOpsDropped, "slowdowns": JobSlowdown, "nvml_calls": NvmlCalls}
 
 
 @dataclass(frozen=True, slots=True)
