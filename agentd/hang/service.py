@@ -217,14 +217,12 @@ class HangService:
                                 "ranks' owner (connect from this host), root, or with the token")
         if self._taker is None:  # installed since the last look? (no restart needed)
             await asyncio.to_thread(self._locate_pyspy)
-        taker = self._taker
-        if taker is None:
+        if self._taker is None:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"cannot take stacks: {self._no_stacks_reason}")
         if not request.take_now:
             return await self._incident_for(caller, context)
         targets = await self._requested_targets(request, caller, context)
-        # Wait out the ranks' quiet gaps here, on the event loop (no thread held), then share one dump.
-        await asyncio.sleep(max((taker.dumper.ready_in(t) for t in targets), default=0.0))
+        # A rank in its quiet gap after a dump is answered at once with that dump, marked cached.
         reply = await asyncio.to_thread(self._take, targets, request.native)
         if self._level != "ok":
             reply.incident = self._explanation_for(caller, self._explanation)

@@ -12,10 +12,10 @@ py-spy stops the target while it reads it, so dumps are a cost to the training
 job. ``RankDumper`` keeps that cost bounded however many clients ask: requests
 for a rank while its dump runs share that dump, and after a dump the rank is
 left alone for ``1 / MAX_DUTY`` times as long as the dump took (at least
-``MIN_GAP_SECONDS``, at most ``MAX_GAP_SECONDS``). A caller waits out that gap
-(``ready_in``) and then shares the next dump, so a client asking in a loop gets
-one dump per gap and costs the agent next to nothing; a request that still
-lands in the gap gets the last dump.
+``MIN_GAP_SECONDS``, at most ``MAX_GAP_SECONDS``: a one-second native dump buys
+a minute). A request in that gap is answered at once, as ``py-spy dump`` would
+be, with the last dump marked ``cached``, its age and when the rank may be
+dumped again: a client asking in a loop gets one new dump per gap.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class DumpTarget:
 class _LastDump:
     stacks: pb.RankStacks
     native: bool
+    taken_at: float      # monotonic time the dump ended
     quiet_until: float   # monotonic time before which this rank is not dumped again
 
 
@@ -109,7 +110,7 @@ class RankDumper:
         with self._lock:
             last = self._last.get(key)
             if last is not None and self._clock() < last.quiet_until:
-                return _reused(last, native, self._clock())
+                return _cached(last, native, self._clock())
             running = self._running.get(key)
             if running is None:
                 future: Future[pb.RankStacks] = Future()
@@ -127,12 +128,6 @@ class RankDumper:
                 del self._running[key]
         return _copy(stacks)
 
-    def ready_in(self, target: DumpTarget) -> float:
-        """Seconds until ``target`` may be dumped again (0: now)."""
-        with self._lock:
-            last = self._last.get((target.pid, target.start_ns))
-            return 0.0 if last is None else max(0.0, last.quiet_until - self._clock())
-
     def forget(self, live: set[tuple[int, int]]) -> None:
         """Drop what is kept of processes that are no longer ranks."""
         with self._lock:
@@ -148,11 +143,11 @@ class RankDumper:
             return stacks
         started = self._clock()
         stacks = self._dump(self.binary, target.pid, target.rank, native)
-        took = self._clock() - started
+        ended = self._clock()
+        gap = min(MAX_GAP_SECONDS, max(MIN_GAP_SECONDS, (ended - started) / MAX_DUTY))
         with self._lock:
             self.dumps_run += 1
-            self._last[(target.pid, target.start_ns)] = _LastDump(
-                stacks, native, self._clock() + min(MAX_GAP_SECONDS, max(MIN_GAP_SECONDS, took / MAX_DUTY)))
+            self._last[(target.pid, target.start_ns)] = _LastDump(stacks, native, ended, ended + gap)
         return stacks
 
 
@@ -162,13 +157,16 @@ def _copy(stacks: pb.RankStacks) -> pb.RankStacks:
     return out
 
 
-def _reused(last: _LastDump, native: bool, now: float) -> pb.RankStacks:
-    """The last dump, served again; a native request served Python frames says so."""
+def _cached(last: _LastDump, native: bool, now: float) -> pb.RankStacks:
+    """The last dump, served again with its age; a native request served Python frames says so."""
     out = _copy(last.stacks)
+    out.cached = True
+    out.age_seconds = now - last.taken_at
+    out.next_dump_in_seconds = last.quiet_until - now
     if native and not last.native and not out.error:
-        out.error = (f"native frames not taken: this rank was dumped without them moments ago and is "
-                     f"left alone for {last.quiet_until - now:.1f} s more (py-spy stops the process); "
-                     "Python frames only")
+        out.error = (f"native frames not taken: this rank's last dump, {out.age_seconds:.1f} s old, has Python "
+                     f"frames only, and the rank is left alone for {out.next_dump_in_seconds:.1f} s more "
+                     "(py-spy stops the process)")
     return out
 
 

@@ -14,13 +14,16 @@ import grpc
 import pytest
 
 from agentd.hang.service import IncidentBudget, write_private
-from agentd.hang.stacks import MIN_GAP_SECONDS, DumpTarget, RankDumper
+from agentd.hang.stacks import MAX_DUTY, MAX_GAP_SECONDS, MIN_GAP_SECONDS, DumpTarget, RankDumper
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.stacks.merge import equivalence_classes, find_suspects
 from agentd.stacks.wire import tree_from_proto
 from hangs.conftest import tuiprof_cli
+from tuiprof.analysis.stacks_report import job_report
 from tuiprof.client.channel import open_channel
+from tuiprof.commands.stacks import _host_lines, document
+from tuiprof.model.stacks import HostStacks
 
 
 async def test_get_stacks_merges_the_hosts_ranks(agent_with_ranks):
@@ -151,8 +154,10 @@ def test_concurrent_requests_for_a_rank_share_one_dump_and_the_rank_is_then_left
         results = list(pool.map(lambda _: dumper.stacks(target, native=False), range(4)))
     assert dumper.dumps_run == 1
     assert all(r.threads and r == results[0] for r in results), [r.error for r in results]
+    assert not any(r.cached for r in results)
     again = dumper.stacks(target, native=True)  # within the quiet gap: the last dump, said so
     assert dumper.dumps_run == 1 and again.threads and "native frames not taken" in again.error
+    assert again.cached and again.age_seconds > 0 and again.next_dump_in_seconds > 0
     deadline = time.monotonic() + 10
     while dumper.dumps_run == 1:
         assert time.monotonic() < deadline, "no second dump after the quiet gap"
@@ -218,13 +223,29 @@ async def test_an_incident_dumps_only_the_hung_job(agent_with_two_jobs, tmp_path
     assert sorted(r.pid for r in incident.ranks) == job_b
 
 
-async def test_a_request_in_a_ranks_quiet_gap_waits_for_its_next_dump(agent_with_ranks):
+async def test_stacks_right_after_a_native_dump_come_at_once_from_that_dump_with_its_age(agent_with_ranks):
+    """Issue 29 item 6: a request in a rank's quiet gap (50× its last dump's time, up to 60 s) used to wait
+    the gap out; it is answered at once with the last dump, marked cached, its age and when a new one comes."""
     address, procs, _ = agent_with_ranks
-    request = pb.GetStacksRequest(take_now=True, pids=[procs[0].pid])
+    pids = [procs[0].pid]
+    started = time.monotonic()
     async with open_channel(address) as channel:
         stub = pb_grpc.AgentStub(channel)
-        first = await stub.GetStacks(request, timeout=60)
-        second = await stub.GetStacks(request, timeout=60)
-    assert first.ranks[0].threads and second.ranks[0].threads
-    # A fresh dump, taken no sooner than the quiet gap after the first one.
-    assert second.taken_unix_ns - first.taken_unix_ns >= MIN_GAP_SECONDS * 1e9
+        native = await stub.GetStacks(pb.GetStacksRequest(take_now=True, native=True, pids=pids), timeout=60)
+        asked = time.monotonic()
+        again = await stub.GetStacks(pb.GetStacksRequest(take_now=True, pids=pids), timeout=60)
+    answered = time.monotonic()
+    (fresh,), (cached,) = native.ranks, again.ranks
+    assert fresh.threads and not fresh.cached and fresh.age_seconds == 0 and fresh.next_dump_in_seconds == 0
+    assert answered - asked < MIN_GAP_SECONDS  # not the gap waited out: at least 1 s, here ~50 × a native dump
+    assert cached.cached and list(cached.threads) == list(fresh.threads) and cached.error == ""
+    assert 0 < cached.age_seconds < answered - started
+    gap = min(MAX_GAP_SECONDS, max(MIN_GAP_SECONDS, fresh.dump_seconds / MAX_DUTY))
+    assert cached.age_seconds + cached.next_dump_in_seconds == pytest.approx(gap, abs=0.1)
+
+    host = HostStacks(address.target, reply=again)
+    (process,) = document([host], job_report([host], lines=False, native=False))["hosts"][0]["processes"]
+    assert process["cached"] is True and process["age_seconds"] == round(cached.age_seconds, 3)
+    assert process["next_dump_in_seconds"] == round(cached.next_dump_in_seconds, 3)
+    (note,) = [line for line in _host_lines([host]) if "last dump" in line]
+    assert note.startswith("  ranks [0]: stacks of their last dump, up to ")

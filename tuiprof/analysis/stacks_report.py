@@ -27,6 +27,15 @@ from agentd.stacks.wire import collectives_from_ranks, tree_from_proto
 from tuiprof.model.stacks import HostStacks
 
 
+def cached_note(ranks: list[pb.RankStacks]) -> str:
+    """One line for the ranks served their last dump again: how old, and when a new one may be taken."""
+    who = ranksets.fold(r.rank for r in ranks if r.HasField("rank")) or ", ".join(f"pid {r.pid}" for r in ranks)
+    oldest = max(r.age_seconds for r in ranks)
+    latest = max(r.next_dump_in_seconds for r in ranks)
+    return (f"ranks [{who}]: stacks of their last dump, up to {oldest:.1f} s old (py-spy stops a rank while it "
+            f"reads it, so after a dump a rank is left alone for 50× the dump's time); new stacks in {latest:.1f} s")
+
+
 def frame_of(node: Node) -> Frame:
     """The frame of a node below a thread group's root (only roots are frame-less)."""
     if node.frame is None:

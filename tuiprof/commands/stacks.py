@@ -21,7 +21,7 @@ from agentd.stacks.verdicts import summarize
 from agentd.text import printable
 from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks_report import (
-    StacksReport, duplicate_ranks, folded, job_report, job_verdicts, render_text, report_json,
+    StacksReport, cached_note, duplicate_ranks, folded, job_report, job_verdicts, render_text, report_json,
 )
 from tuiprof.client.local import local_agent
 from tuiprof.client.stacks import gather_stacks
@@ -70,7 +70,9 @@ def _host_json(host: HostStacks) -> dict:
             ranks=ranksets.fold(r.rank for r in reply.ranks if r.HasField("rank")),
             processes=[
                 {"pid": r.pid, "rank": r.rank if r.HasField("rank") else None,
-                 "dump_seconds": round(r.dump_seconds, 4), "error": r.error or None}
+                 "dump_seconds": round(r.dump_seconds, 4), "error": r.error or None,
+                 "cached": r.cached, "age_seconds": round(r.age_seconds, 3),
+                 "next_dump_in_seconds": round(r.next_dump_in_seconds, 3) if r.cached else None}
                 for r in reply.ranks
             ],
         )
@@ -99,6 +101,9 @@ def _host_lines(hosts: list[HostStacks]) -> list[str]:
         for proc in doc["processes"]:
             if proc["error"]:
                 lines.append(f"  pid {proc['pid']} (rank {proc['rank']}): {proc['error']}")
+        cached = [r for r in host.reply.ranks if r.cached]
+        if cached:
+            lines.append(f"  {cached_note(cached)}")
         verdicts = summarize(job_verdicts(host))
         if verdicts:
             lines.append(f"  {verdicts}")

@@ -27,7 +27,7 @@ from agentd.stacks import ranksets
 from agentd.stacks.merge import Node
 from agentd.stacks.verdicts import summarize, who
 from tuiprof.analysis.flamegraph import flamegraph_svg
-from tuiprof.analysis.stacks_report import StacksReport, folded, frame_of, job_report, job_verdicts
+from tuiprof.analysis.stacks_report import StacksReport, cached_note, folded, frame_of, job_report, job_verdicts
 from tuiprof.client.prometheus import NO_RANKS, NO_VIEW_YET, PrometheusSource
 from tuiprof.client.stacks import gather_stacks
 from tuiprof.model.stacks import HostStacks, JobChoiceError
@@ -43,6 +43,12 @@ CLASS_STYLES = ("bold red", "bold magenta", "bold yellow", "bold cyan", "bold gr
 def _rank_errors(hosts: list[HostStacks]) -> list[str]:
     """``host rank N: why`` for every rank whose stacks came back incomplete or not at all."""
     return [f"{h.host} {who(r)}: {r.error}" for h in hosts if h.reply is not None for r in h.reply.ranks if r.error]
+
+
+def _cached_notes(hosts: list[HostStacks]) -> list[str]:
+    """``host ranks [0-3]: stacks of their last dump, …`` for every host that served a rank's last dump again."""
+    return [f"{h.host} {cached_note(cached)}" for h in hosts if h.reply is not None
+            if (cached := [r for r in h.reply.ranks if r.cached])]
 
 
 class StacksScreen(ConsoleScreen):
@@ -151,7 +157,8 @@ class StacksScreen(ConsoleScreen):
         errors = _rank_errors(self.hosts)
         shown = errors[:MAX_RANK_ERRORS] + ([f"… and {len(errors) - MAX_RANK_ERRORS} more"]
                                             if len(errors) > MAX_RANK_ERRORS else [])
-        self._status("\n".join([head, *hang, *(f"no stacks from {f}" for f in failed), *shown]))
+        self._status("\n".join([head, *hang, *(f"no stacks from {f}" for f in failed), *shown,
+                                *_cached_notes(self.hosts)]))
         styles = {c.ranks: CLASS_STYLES[i % len(CLASS_STYLES)]
                   for i, c in enumerate(report.classes) if i < len(report.classes) - 1}
         self._fill_tree(report, styles)
