@@ -3,19 +3,23 @@
 Every tick, per GPU: utilization, memory, power and limit, temperature,
 SM/memory clocks, clock-event (throttle) reasons, volatile ECC counts, the minor
 number (read once), how many queries failed with an error that may pass, NVLink
-bytes from NVML's 64-bit counters (rates from deltas, no sleeping), compute
-processes with their memory and where they run (``agentd.containers``), and on Hopper and newer the GPM metrics: two GPM
+bytes from NVML's 64-bit counters (rates from deltas, no sleeping), and on Hopper and newer the GPM metrics: two GPM
 sample buffers are used in turn, one ``nvmlGpmSampleGet`` per tick, and the
-metrics are the averages over the window between the last two samples.
+metrics are the averages over the window between the last two samples (never under
+``MIN_GPM_WINDOW_SECONDS``). Every ``PROCESSES_INTERVAL_SECONDS``: compute processes with
+their memory, SM share and where they run (``agentd.containers``), repeated in between with their age.
 
 Costs and caching (figures from research/metrics.md, H200): handles, static
 info and every "not supported" / "function not found" / "no permission" answer
-are cached per GPU and call, so an unsupported call is made once. The slow
-calls stay off the hot path: ``nvmlDeviceGetPcieThroughput`` (20 ms, blocking)
+are cached per GPU and call, so an unsupported call is made once. Power, its limit,
+the ECC counts and the NVLink counters come from one ``nvmlDeviceGetFieldValues`` a tick
+(``FIELD_FIGURES``; a figure whose fields the driver does not know is read with its own
+call). The slow calls stay off the hot path: ``nvmlDeviceGetPcieThroughput`` (20 ms, blocking)
 runs only on GPUs without GPM and only every ``slow_interval_seconds``;
-per-process utilization (1.7 ms) is asked only of GPUs with compute processes, with one
-driver call into a buffer kept per GPU (``UtilizationSamples``; pynvml's wrapper makes two
-calls and a new array every time), for the samples newer than the last one read.
+per-process utilization (1.4-2.3 ms) is asked only of GPUs with compute processes, only with
+the process list, with one driver call into a buffer kept per GPU (``UtilizationSamples``;
+pynvml's wrapper makes two calls and a new array every time), for the samples newer than the
+last one read. The calls made are counted per NVML function (``HostSnapshot.nvml_calls``).
 
 ``pause_gpm(seconds)`` (dynolog's ``dyno dcgm-pause``) stops GPM sampling for that
 long, so that Nsight Compute can have the GPU's performance counters; the GPM fields
@@ -59,7 +63,10 @@ MIN_GPM_WINDOW_SECONDS = 0.5
 # Ticks are timer-driven and jitter by a few ms: a 0.4999 s window at --interval-ms 500 is
 # a 0.5 s window. Shorter ticks (down to the agent's 100 ms) skip sampling until the window
 # has grown past the minimum, so every interval the agent accepts gets GPM metrics.
-GPM_WINDOW_TOLERANCE_SECONDS = 0.05
+TICK_JITTER_SECONDS = 0.05
+# The process list and per-process utilization (1.4-2.3 ms a GPU on an H100 for the latter,
+# bench/agent/agentd_cpu_gpu.md) are read this often, and repeated in between with their age.
+PROCESSES_INTERVAL_SECONDS = 5.0
 
 # NVML answers that will not change while the process lives: remembered per (GPU, call).
 _PERMANENT_ERRORS = (
@@ -84,6 +91,40 @@ GPM_METRICS: tuple[tuple[str, int, float], ...] = (
     ("gpm_nvlink_rx_bytes_per_s", pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, MIB),
 )
 GPM_FIELDS = tuple(field for field, _, _ in GPM_METRICS) + ("gpm_window_seconds",)
+
+
+class FieldFigure(NamedTuple):
+    """A GpuStats figure NVML also answers as a field value (nvml.h's ``NVML_FI_*``), so that a tick
+    asks for all of them in one ``nvmlDeviceGetFieldValues``.
+
+    ``fields``: the field ids that hold it, best first (the first that answers is used from then
+    on); ``single``: the NVML function and arguments (after the handle) that answer it where the
+    driver or the GPU answers none of its fields (a field id older drivers do not know).
+    """
+
+    stats_field: str
+    fields: tuple[int, ...]
+    scale: float | None  # factor to the GpuStats unit; None: a count, kept whole
+    single: tuple[str, tuple[int, ...]]
+
+
+FIELD_FIGURES: tuple[FieldFigure, ...] = (
+    # nvmlDeviceGetPowerUsage is the 1 s average on Ampere (except GA100) and newer, the
+    # instantaneous power on older GPUs: the same two fields, in that order (scope 0: the GPU).
+    FieldFigure("power_watts", (pynvml.NVML_FI_DEV_POWER_AVERAGE, pynvml.NVML_FI_DEV_POWER_INSTANT), 1e-3,
+                ("nvmlDeviceGetPowerUsage", ())),
+    FieldFigure("power_limit_watts", (pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT,), 1e-3,
+                ("nvmlDeviceGetEnforcedPowerLimit", ())),
+    FieldFigure("ecc_corrected_total", (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,), None,
+                ("nvmlDeviceGetTotalEccErrors", (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC))),
+    FieldFigure("ecc_uncorrected_total", (pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,), None,
+                ("nvmlDeviceGetTotalEccErrors", (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))),
+)
+# NVLink data bytes over all links (64-bit KiB counters): asked in the same call, no single call answers them.
+NVLINK_FIELDS = (("rx", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+                 ("tx", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX))
+# A field's answer that will not change on this GPU and driver (an unknown field id is INVALID_ARGUMENT).
+_FIELD_MISSING = (*_PERMANENT_ERRORS, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (pynvml.nvmlClocksEventReasonGpuIdle, "gpu_idle"),
@@ -196,17 +237,25 @@ def nvml_counter_rate(previous: CounterReading | None, current: CounterReading) 
 
 
 class NvmlCalls:
-    """Calls NVML, turning errors into ``Unavailable`` and remembering permanent ones per (GPU, call)."""
+    """Calls NVML, turning errors into ``Unavailable``, remembering permanent ones per (GPU, call), and
+    counting the calls made per NVML function (``made``: what the agent's sampling costs in NVML calls).
+
+    pynvml's functions are named as NVML's and counted here by that name; a reader that calls
+    NVML's C entry point itself (``UtilizationSamples``) counts each of its driver calls in ``made``.
+    """
 
     def __init__(self) -> None:
         self._permanent: dict[tuple[int, str], Unavailable] = {}
         # Per GPU, calls that failed with an error that may pass (the collector zeroes it per sample).
         self.failures: collections.Counter[int] = collections.Counter()
+        self.made: collections.Counter[str] = collections.Counter()  # NVML function -> calls since start
 
     def __call__(self, gpu: int, name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         known = self._permanent.get((gpu, name))
         if known is not None:
             return known
+        if function.__name__.startswith("nvml"):
+            self.made[function.__name__] += 1
         try:
             return function(*args, **kwargs)
         except pynvml.NVMLError as error:
@@ -216,6 +265,10 @@ class NvmlCalls:
             else:
                 self.failures[gpu] += 1
             return unavailable
+
+    def is_permanent(self, gpu: int, name: str) -> bool:
+        """Whether ``name`` answered this GPU with an error that will not change (it is not asked again)."""
+        return (gpu, name) in self._permanent
 
     def remember(self, gpu: int, name: str, code: int) -> None:
         """Record a permanent per-item answer (e.g. a field value's nvmlReturn) so ``name`` is not asked again."""
@@ -235,6 +288,36 @@ class _Gpm:
 
 
 @dataclasses.dataclass
+class _FieldAsk:
+    """What one GPU's field-values call still asks for one figure: its field ids not found missing, best first."""
+
+    fields: list[int]
+    missing: Unavailable | None = None  # why none of them answers, once the last one dropped out
+
+    def answer(self, values: dict[int, Any], failures: Callable[[], None]) -> Any:
+        """The best field value this tick (a ``c_nvmlFieldValue_t``), or why there is none."""
+        for field_id in list(self.fields):
+            value = values[field_id]
+            if value.nvmlReturn == pynvml.NVML_SUCCESS:
+                del self.fields[self.fields.index(field_id) + 1:]  # the worse ones are not asked again
+                return value
+            reason = Unavailable(nvml_reason(pynvml.NVMLError(value.nvmlReturn)))
+            if value.nvmlReturn not in _FIELD_MISSING:
+                failures()
+                return reason
+            self.fields.remove(field_id)
+            self.missing = self.missing or reason
+        assert self.missing is not None  # every field id dropped out, each with its reason
+        return self.missing
+
+
+def _field_asks() -> dict[str, _FieldAsk]:
+    """A GPU's field asks before its first tick: every field of FIELD_FIGURES and NVLINK_FIELDS."""
+    return ({figure.stats_field: _FieldAsk(list(figure.fields)) for figure in FIELD_FIGURES}
+            | {f"nvlink_{direction}": _FieldAsk([field_id]) for direction, field_id in NVLINK_FIELDS})
+
+
+@dataclasses.dataclass
 class _Device:
     index: int
     handle: Any
@@ -242,6 +325,7 @@ class _Device:
     gpm: _Gpm | None
     minor_number: int | Unavailable  # /dev/nvidia<N>, fixed while the driver is loaded
     nvlink: dict[str, CounterReading] = dataclasses.field(default_factory=dict)  # direction -> KiB counter
+    field_asks: dict[str, _FieldAsk] = dataclasses.field(default_factory=_field_asks)
     pcie: dict[str, float | Unavailable] = dataclasses.field(default_factory=dict)
     pcie_at: float = -math.inf
 
@@ -266,7 +350,8 @@ class GpuCollector(Collector):
         self._initialized = False
         self._devices: list[_Device] = []
         self._stats: list[pb.GpuStats] = []
-        self._processes = GpuProcesses(self._call, interval_seconds)
+        self._made: dict[str, int] = {}  # NVML calls per function as of the latest sample
+        self._processes = GpuProcesses(self._call, max(interval_seconds, PROCESSES_INTERVAL_SECONDS), clock)
         self._gpm_paused_until: float | None = None  # self._clock() time; None: not paused
         self._gpm_pause_reason = ""
         self._gpm_pauses = 0
@@ -394,10 +479,13 @@ class GpuCollector(Collector):
         self._processes.keep_only({process.pid for gpu in stats for process in gpu.processes})
         with self._lock:
             self._stats = stats
+            self._made = dict(self._call.made)
 
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         with self._lock:
             snapshot.gpus.extend(self._stats)
+            for function, calls in sorted(self._made.items()):
+                snapshot.nvml_calls.add(function=function, calls=calls)
 
     def close(self) -> None:
         if not self._initialized:
@@ -432,9 +520,7 @@ class GpuCollector(Collector):
         put(stats, "memory_used_bytes", memory if isinstance(memory, Unavailable) else memory.used)
         put(stats, "memory_total_bytes", memory if isinstance(memory, Unavailable) else memory.total)
 
-        put(stats, "power_watts", scaled(call(index, "power", pynvml.nvmlDeviceGetPowerUsage, handle), 1e-3))
-        limit = call(index, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        put(stats, "power_limit_watts", scaled(limit, 1e-3))
+        self._field_values(device, stats)
         put(stats, "temperature_celsius", scaled(self._temperature(device), 1.0))
         sm = call(index, "sm_clock", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
         put(stats, "sm_clock_hz", scaled(sm, 1e6))
@@ -446,13 +532,6 @@ class GpuCollector(Collector):
         if not isinstance(mask, Unavailable):
             stats.clock_event_reasons.extend(clock_event_reason_names(mask))
 
-        for field, kind in (
-            ("ecc_corrected_total", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            ("ecc_uncorrected_total", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-        ):
-            put(stats, field, call(index, field, pynvml.nvmlDeviceGetTotalEccErrors, handle, kind, pynvml.NVML_VOLATILE_ECC))
-
-        self._nvlink(device, stats)
         paused, pauses = self._gpm_pause_state()
         if device.gpm is not None and device.gpm.pauses_seen != pauses:
             device.gpm.newest, device.gpm.pauses_seen = -1, pauses  # the window after a pause starts afresh
@@ -478,38 +557,61 @@ class GpuCollector(Collector):
             )
         return value
 
-    def _nvlink(self, device: _Device, stats: pb.GpuStats) -> None:
-        """NVLink data bytes over all links from the 64-bit KiB counters; rates from deltas."""
-        fields = (
-            ("rx", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
-            ("tx", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
-        )
-        values = self._call(
-            device.index, "nvlink", pynvml.nvmlDeviceGetFieldValues, device.handle, [(fid, ALL_LINKS) for _, fid in fields]
-        )
-        if not isinstance(values, Unavailable) and len({v.nvmlReturn for v in values}) == 1:
-            self._call.remember(device.index, "nvlink", values[0].nvmlReturn)  # e.g. no NVLink on this GPU
-        for position, (direction, _) in enumerate(fields):
-            total_field, rate_field = f"nvlink_{direction}_bytes_total", f"nvlink_{direction}_bytes_per_s"
-            if isinstance(values, Unavailable):
-                put(stats, total_field, values)
-                put(stats, rate_field, values)
-                continue
-            kib = field_value(values[position])
-            if isinstance(kib, Unavailable):
-                put(stats, total_field, kib)
-                put(stats, rate_field, kib)
-                continue
-            current = CounterReading(int(kib), int(values[position].timestamp))
-            rate = nvml_counter_rate(device.nvlink.get(direction), current)
-            device.nvlink[direction] = current
-            put(stats, total_field, current.value * KIB)
-            put(stats, rate_field, rate if isinstance(rate, Unavailable) else rate * KIB)
+    def _field_values(self, device: _Device, stats: pb.GpuStats) -> None:
+        """FIELD_FIGURES and the NVLink counters from one ``nvmlDeviceGetFieldValues``; a figure none of
+        whose fields this GPU answers is read with its own call from then on."""
+        answers = self._ask_fields(device)
+        for figure in FIELD_FIGURES:
+            value = answers[figure.stats_field]
+            if not device.field_asks[figure.stats_field].fields:
+                function, args = figure.single
+                value = self._call(device.index, figure.stats_field, getattr(pynvml, function), device.handle, *args)
+            elif not isinstance(value, Unavailable):
+                value = field_value(value)
+            put(stats, figure.stats_field, value if figure.scale is None else scaled(value, figure.scale))
+        for direction, _ in NVLINK_FIELDS:
+            self._nvlink(device, stats, direction, answers[f"nvlink_{direction}"])
+
+    def _ask_fields(self, device: _Device) -> dict[str, Any]:
+        """Every figure's field ids still asked, in one call: per figure its best field value this tick
+        (a ``c_nvmlFieldValue_t``), or why there is none."""
+        index, asks = device.index, device.field_asks
+        asked = [(name, field_id) for name, ask in asks.items() for field_id in ask.fields]
+        values: dict[str, dict[int, Any]] = {name: {} for name in asks}
+        if asked:
+            scopes = [(field_id, ALL_LINKS if name.startswith("nvlink_") else 0) for name, field_id in asked]
+            answered = self._call(index, "field_values", pynvml.nvmlDeviceGetFieldValues, device.handle, scopes)
+            if isinstance(answered, Unavailable):
+                if self._call.is_permanent(index, "field_values"):
+                    for ask in asks.values():  # no field values on this driver: every figure from its own call
+                        ask.fields, ask.missing = [], answered
+                return {name: answered for name in asks}
+            for (name, field_id), value in zip(asked, answered):
+                values[name][field_id] = value
+
+        def failed() -> None:
+            self._call.failures[index] += 1
+
+        return {name: ask.answer(values[name], failed) for name, ask in asks.items()}
+
+    def _nvlink(self, device: _Device, stats: pb.GpuStats, direction: str, value: Any) -> None:
+        """NVLink data bytes over all links from a 64-bit KiB counter's field value; its rate from deltas."""
+        total_field, rate_field = f"nvlink_{direction}_bytes_total", f"nvlink_{direction}_bytes_per_s"
+        kib = value if isinstance(value, Unavailable) else field_value(value)
+        if isinstance(kib, Unavailable):
+            put(stats, total_field, kib)
+            put(stats, rate_field, kib)
+            return
+        current = CounterReading(int(kib), int(value.timestamp))
+        rate = nvml_counter_rate(device.nvlink.get(direction), current)
+        device.nvlink[direction] = current
+        put(stats, total_field, current.value * KIB)
+        put(stats, rate_field, rate if isinstance(rate, Unavailable) else rate * KIB)
 
     def _gpm(self, device: _Device, gpm: _Gpm, stats: pb.GpuStats) -> None:
         """Take this tick's GPM sample into the other buffer; metrics over (previous, this)."""
         now = self._clock()
-        if gpm.newest >= 0 and now - gpm.newest_at < MIN_GPM_WINDOW_SECONDS - GPM_WINDOW_TOLERANCE_SECONDS:
+        if gpm.newest >= 0 and now - gpm.newest_at < MIN_GPM_WINDOW_SECONDS - TICK_JITTER_SECONDS:
             put_unavailable(stats, GPM_FIELDS, f"GPM window under {MIN_GPM_WINDOW_SECONDS} s (interval too short): "
                                                f"{now - gpm.newest_at:.2f} s so far, measured over the next ticks")
             return
@@ -600,15 +702,18 @@ class UtilizationSamples:
 
     FIRST_CAPACITY = 256  # samples (8 KiB); grown when NVML answers that it has more
     MAX_CALLS = 3  # the first call, and a retry after each growth (processes may start in between)
+    FUNCTION = "nvmlDeviceGetProcessUtilization"
 
-    def __init__(self) -> None:
+    def __init__(self, made: collections.Counter[str]) -> None:
         self._buffer = (pynvml.c_nvmlProcessUtilizationSample_t * self.FIRST_CAPACITY)()
+        self._made = made  # NvmlCalls.made: each driver call counts
 
     def read(self, handle: Any, since_us: int) -> list[Any]:
         """The samples newer than ``since_us`` (NVML's clock); none is an answer, not an error."""
-        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+        function = pynvml._nvmlGetFunctionPointer(self.FUNCTION)
         for _ in range(self.MAX_CALLS):
             count = ctypes.c_uint(len(self._buffer))
+            self._made[self.FUNCTION] += 1
             code = function(handle, self._buffer, ctypes.byref(count), ctypes.c_ulonglong(since_us))
             if code != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
                 break
@@ -620,31 +725,62 @@ class UtilizationSamples:
         return self._buffer[:count.value]
 
 
+class _ProcessesRead(NamedTuple):
+    """One read of a GPU's processes: when, and the entries and reasons it put into a GpuStats."""
+
+    at: float  # the collector's clock
+    stats: pb.GpuStats  # only processes and unavailable set
+
+
 class GpuProcesses:
     """Each GPU's compute processes: pid, name, user, command line, where it runs (container, pod,
     SLURM job, its pid in there), GPU memory and SM share.
 
-    The SM share is the mean of NVML's utilization samples of the process over the
-    last interval, read from the newest sample seen before (NVML's own clock), so
-    every sample counts once; the first reading keeps only the last interval's.
+    They are read every ``interval_seconds`` (NVML's per-process calls cost milliseconds a GPU)
+    and repeated in the ticks between with their age (``GpuStats.processes_age_seconds``), so a
+    figure is never shown fresher than it is. A read that fails is tried again the next tick.
+    The SM share is the mean of NVML's utilization samples of the process over the last
+    ``interval_seconds``, read from the newest sample seen before (NVML's own clock), so every
+    sample counts once; the first read keeps only the last interval's.
     """
 
-    def __init__(self, call: NvmlCalls, interval_seconds: float) -> None:
+    def __init__(self, call: NvmlCalls, interval_seconds: float, clock: Callable[[], float]) -> None:
         self._call = call
+        self.interval_seconds = interval_seconds
         self._interval_us = round(interval_seconds * 1e6)
+        self._clock = clock
         self._facts: dict[int, ProcessFacts] = {}
         self._newest_sample_us: dict[int, int] = {}  # GPU index -> newest utilization sample read
         self._samples: dict[int, UtilizationSamples] = {}  # GPU index -> its reader
+        self._reads: dict[int, _ProcessesRead] = {}  # GPU index -> its latest successful read
 
     def fill(self, gpu: int, handle: Any, stats: pb.GpuStats) -> None:
+        now = self._clock()
+        read = self._reads.get(gpu)
+        if read is None or now - read.at >= self.interval_seconds - TICK_JITTER_SECONDS:
+            read = _ProcessesRead(now, self._read(gpu, handle))
+            if "processes" in read.stats.unavailable:
+                self._reads.pop(gpu, None)
+            else:
+                self._reads[gpu] = read
+        stats.processes.extend(read.stats.processes)
+        stats.unavailable.update(read.stats.unavailable)
+        stats.processes_interval_seconds = self.interval_seconds
+        if "processes" not in read.stats.unavailable:
+            stats.processes_age_seconds = now - read.at
+
+    def _read(self, gpu: int, handle: Any) -> pb.GpuStats:
+        """The GPU's processes now, as entries and reasons of a GpuStats of their own."""
+        read = pb.GpuStats()
         processes = self._call(gpu, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
         if isinstance(processes, Unavailable):
-            stats.unavailable["processes"] = processes.reason
-            return
+            put_unavailable(read, ("processes", "processes_age_seconds"), processes.reason)
+            return read
         shares = self._sm_shares(gpu, handle) if processes else {}
         for process in processes:
             share = shares if isinstance(shares, Unavailable) else shares.get(process.pid, Unavailable(NO_UTILIZATION_SAMPLE))
-            self._add(stats, process, share)
+            self._add(read, process, share)
+        return read
 
     def _add(self, stats: pb.GpuStats, process: Any, sm_share: float | Unavailable) -> None:
         """One process entry; each reading it lacks goes into the GPU's unavailable map, with its reason."""
@@ -672,7 +808,7 @@ class GpuProcesses:
         since = self._newest_sample_us.get(gpu, 0)
         reader = self._samples.get(gpu)
         if reader is None:
-            reader = self._samples[gpu] = UtilizationSamples()
+            reader = self._samples[gpu] = UtilizationSamples(self._call.made)
         samples = self._call(gpu, "process_utilization", reader.read, handle, since)
         if isinstance(samples, Unavailable):
             return samples

@@ -170,14 +170,45 @@ nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned *perc
     return OK;
 }
 
+/* nvml.h's field ids this stand-in answers, with the figures of the single calls above; any other id
+ * is answered per field as a driver that does not know it answers: NVML_ERROR_INVALID_ARGUMENT. */
+enum {
+    FI_ECC_SBE_VOL_TOTAL = 3, FI_ECC_DBE_VOL_TOTAL = 4,
+    FI_NVLINK_THROUGHPUT_DATA_TX = 138, FI_NVLINK_THROUGHPUT_DATA_RX = 139,
+    FI_POWER_AVERAGE = 185, FI_POWER_INSTANT = 186, FI_POWER_CURRENT_LIMIT = 190,
+};
+enum { VALUE_UNSIGNED_INT = 1, VALUE_UNSIGNED_LONG_LONG = 3 };
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
-    /* NVLink throughput counters (KiB), growing: the only fields the agent asks for */
+    if (!is_device(device) || count < 0 || (count && !values)) return INVALID_ARGUMENT;
     for (int i = 0; i < count; i++) {
-        values[i].timestamp = (int64_t)(now_s() * 1e6);
-        values[i].latencyUsec = 0;
-        values[i].valueType = 3;  /* unsigned long long */
-        values[i].nvmlReturn = OK;
-        values[i].value.ull = (unsigned long long)(now_s() * 1e5);
+        nvmlFieldValue_t *field = &values[i];
+        field->timestamp = (int64_t)(now_s() * 1e6);
+        field->latencyUsec = 0;
+        field->nvmlReturn = OK;
+        switch (field->fieldId) {
+        case FI_NVLINK_THROUGHPUT_DATA_TX:
+        case FI_NVLINK_THROUGHPUT_DATA_RX:  /* KiB over all links, growing */
+            field->valueType = VALUE_UNSIGNED_LONG_LONG;
+            field->value.ull = (unsigned long long)(now_s() * 1e5);
+            break;
+        case FI_POWER_AVERAGE:
+        case FI_POWER_INSTANT:  /* mW, as nvmlDeviceGetPowerUsage */
+            field->valueType = VALUE_UNSIGNED_INT;
+            field->value.ui = per_second(150000, 300000, 4);
+            break;
+        case FI_POWER_CURRENT_LIMIT:  /* mW, as nvmlDeviceGetEnforcedPowerLimit */
+            field->valueType = VALUE_UNSIGNED_INT;
+            field->value.ui = 700000;
+            break;
+        case FI_ECC_SBE_VOL_TOTAL:
+        case FI_ECC_DBE_VOL_TOTAL:  /* as nvmlDeviceGetTotalEccErrors(volatile) */
+            field->valueType = VALUE_UNSIGNED_LONG_LONG;
+            field->value.ull = 0;
+            break;
+        default:
+            field->nvmlReturn = INVALID_ARGUMENT;
+        }
     }
     return OK;
 }

@@ -13,6 +13,7 @@ it (pynvml's two-call wrapper, the samples of the last second). Prints one JSON 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import subprocess
 import sys
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml  # noqa: E402
 
-from agentd.collectors.gpu import GPM_METRICS, UtilizationSamples  # noqa: E402
+from agentd.collectors.gpu import FIELD_FIGURES, GPM_METRICS, UtilizationSamples  # noqa: E402
 
 
 def timed(function: Callable[..., Any], *args: Any, reps: int, **kwargs: Any) -> dict[str, float | str]:
@@ -99,14 +100,17 @@ def measure(reps: int) -> None:
         "ecc_corrected": (pynvml.nvmlDeviceGetTotalEccErrors,
                           (handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC), {}),
         "nvlink_fields": (pynvml.nvmlDeviceGetFieldValues, (handle, fields), {}),
+        # the agent's tick since issue 29: power (average, instant), its limit, ECC and NVLink in one call
+        "batched_fields": (pynvml.nvmlDeviceGetFieldValues, (handle, fields + [
+            (field_id, 0) for figure in FIELD_FIGURES for field_id in figure.fields]), {}),
         "compute_processes": (pynvml.nvmlDeviceGetComputeRunningProcesses, (handle,), {}),
-        "process_utilization": (UtilizationSamples().read, (handle, 0), {}),
+        "process_utilization": (UtilizationSamples(collections.Counter()).read, (handle, 0), {}),
     }
     result: dict[str, Any] = {"gpu": pynvml.nvmlDeviceGetName(handle), "reps": reps,
                               "driver": pynvml.nvmlSystemGetDriverVersion(),
                               "calls": {name: timed(f, *a, reps=reps, **kw) for name, (f, a, kw) in calls.items()}}
     # as the agent asks from its second tick on: only samples newer than the newest it has seen
-    reader = UtilizationSamples()
+    reader = UtilizationSamples(collections.Counter())
     newest = max((sample.timeStamp for sample in reader.read(handle, 0)), default=0)
     result["calls"]["process_utilization_since_newest"] = timed(reader.read, handle, newest, reps=reps)
     result["calls"]["process_utilization_since_newest"]["newest_us"] = newest

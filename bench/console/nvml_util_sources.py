@@ -17,6 +17,7 @@ CPU µs.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def main() -> None:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         time.sleep(2)
-        reader = UtilizationSamples()
+        reader = UtilizationSamples(collections.Counter())
         process_seen = max((s.timeStamp for s in reader.read(handle, 0)), default=0)
         _, device = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
         device_seen = max((s.timeStamp for s in device), default=0)

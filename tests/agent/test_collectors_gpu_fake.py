@@ -74,6 +74,8 @@ class FakeGpu:
     processes: list[tuple[int, int | None]] = dataclasses.field(default_factory=list)
     # NVML's per-process utilization sample buffer: (NVML time us, pid, SM %), oldest first.
     utilization_samples: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    # Field ids nvmlDeviceGetFieldValues answers NVML_ERROR_NOT_SUPPORTED on this GPU (NVLink: ``nvlink``).
+    unsupported_fields: frozenset[int] = frozenset()
 
 
 HOPPER = FakeGpu(name=b"NVIDIA H200", uuid="GPU-h200", bus_id=b"00000000:19:00.0",
@@ -81,7 +83,12 @@ HOPPER = FakeGpu(name=b"NVIDIA H200", uuid="GPU-h200", bus_id=b"00000000:19:00.0
                  memory_total=141 << 30, processes=[(os.getpid(), 1 << 30), (DEAD_PID, None)])
 AMPERE = FakeGpu(name=b"NVIDIA A100-SXM4-80GB", uuid="GPU-a100", bus_id=b"00000000:2A:00.0",
                  architecture=pynvml.NVML_DEVICE_ARCH_AMPERE, gpm=False, nvlink=False, temperature_v=False, minor_number=0,
-                 errors={"nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED})
+                 errors={"nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED},
+                 # GA100 has no 1 s power average (nvml.h), and this one no power limit in either form
+                 unsupported_fields=frozenset({pynvml.NVML_FI_DEV_POWER_AVERAGE, pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT}))
+POWER_MW = 651_250
+POWER_LIMIT_MW = 700_000
+ECC_TOTALS = {pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED: 3, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: 0}
 
 
 def nvml(function: Any) -> Any:
@@ -209,11 +216,11 @@ class FakeNvml:
 
     @nvml
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
-        return 651_250  # mW
+        return POWER_MW
 
     @nvml
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
-        return 700_000
+        return POWER_LIMIT_MW
 
     @nvml
     def nvmlDeviceGetTemperatureV(self, handle: int, sensor: int) -> int:
@@ -236,22 +243,42 @@ class FakeNvml:
     @nvml
     def nvmlDeviceGetTotalEccErrors(self, handle: int, kind: int, counter: int) -> int:
         assert counter == pynvml.NVML_VOLATILE_ECC
-        return {pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED: 3, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: 0}[kind]
+        return ECC_TOTALS[kind]
 
     @nvml
     def nvmlDeviceGetFieldValues(self, handle: int, requests: list[tuple[int, int]]) -> list[Any]:
+        """As nvml.h documents it: one nvmlFieldValue_t per request, each with its own nvmlReturn (an
+        id the driver does not know: NVML_ERROR_INVALID_ARGUMENT); the same figures as the single calls."""
+        device = self.gpus[handle]
         elapsed_s = (self.now_us - START_US) / 1e6
-        per_second = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: NVLINK_RX_KIB_PER_S,
-                      pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: NVLINK_TX_KIB_PER_S}
+        nvlink_per_second = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: NVLINK_RX_KIB_PER_S,
+                             pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: NVLINK_TX_KIB_PER_S}
+        answers = {  # field id -> (value type, value)
+            **{field_id: (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 10**9 + round(per_second * elapsed_s))
+               for field_id, per_second in nvlink_per_second.items()},
+            pynvml.NVML_FI_DEV_POWER_AVERAGE: (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, POWER_MW),
+            pynvml.NVML_FI_DEV_POWER_INSTANT: (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, POWER_MW),
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, POWER_LIMIT_MW),
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                                   ECC_TOTALS[pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED]),
+            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                                   ECC_TOTALS[pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED]),
+        }
+        unsupported = device.unsupported_fields | (set() if device.nvlink else set(nvlink_per_second))
         values = []
         for field_id, scope in requests:
             value = pynvml.c_nvmlFieldValue_t(fieldId=field_id, scopeId=scope, timestamp=self.now_us)
-            if self.gpus[handle].nvlink:
-                value.nvmlReturn = pynvml.NVML_SUCCESS
-                value.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                value.value.ullVal = 10**9 + round(per_second[field_id] * elapsed_s)
-            else:
+            if field_id not in answers:
+                value.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+            elif field_id in unsupported:
                 value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            else:
+                value.nvmlReturn = pynvml.NVML_SUCCESS
+                value.valueType, number = answers[field_id]
+                if value.valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+                    value.value.uiVal = number
+                else:
+                    value.value.ullVal = number
             values.append(value)
         return values
 
@@ -321,9 +348,15 @@ def _address(sample: Any) -> int:
     return address
 
 
+def _copy(model: FakeGpu) -> FakeGpu:
+    """A test's own GPU: what tests change of it (errors, processes, samples) stays in that test."""
+    return dataclasses.replace(model, errors=dict(model.errors), errors_once=dict(model.errors_once),
+                               processes=list(model.processes), utilization_samples=list(model.utilization_samples))
+
+
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-    nvml_module = FakeNvml([dataclasses.replace(HOPPER), dataclasses.replace(AMPERE, errors=dict(AMPERE.errors))])
+    nvml_module = FakeNvml([_copy(HOPPER), _copy(AMPERE)])
     monkeypatch.setattr(gpu, "pynvml", nvml_module)
     return nvml_module
 
@@ -428,7 +461,11 @@ def test_a_gpu_without_gpm_uses_the_slow_pcie_call_and_unsupported_calls_are_ask
     assert fake.count("nvmlDeviceGetEnforcedPowerLimit", 1) == 1
     assert fake.count("nvmlDeviceGetTemperatureV", 1) == 1
     assert fake.count("nvmlDeviceGetTemperature", 1) == 3
-    assert fake.count("nvmlDeviceGetFieldValues", 1) == 1
+    # Power, ECC and the NVLink answer in one field-values call a tick: GA100's power is the instant field,
+    # the limit (supported in neither form) was asked once by its own call and is not asked again.
+    assert fake.count("nvmlDeviceGetFieldValues", 1) == 3
+    assert older.power_watts == POWER_MW / 1000 and older.ecc_corrected_total == 3
+    assert fake.count("nvmlDeviceGetPowerUsage", 1) == fake.count("nvmlDeviceGetTotalEccErrors", 1) == 0
     assert fake.count("nvmlDeviceGetPcieThroughput", 1) == 2  # tx and rx once in 30 s, not per tick
     fake.advance(30.0)
     again = tick(collector)[1]
@@ -498,7 +535,7 @@ def test_start_up_failures_make_the_collector_unavailable_with_nvmls_reason(fake
 
 def test_processes_have_their_user_command_line_and_sm_share_of_the_interval(fake: FakeNvml) -> None:
     me = psutil.Process()
-    fake.gpus[0].utilization_samples = [(START_US - 3_000_000, os.getpid(), 90),  # before the first interval
+    fake.gpus[0].utilization_samples = [(START_US - 6_000_000, os.getpid(), 90),  # before the first interval
                                         (START_US - 500_000, os.getpid(), 40), (START_US - 200_000, os.getpid(), 60)]
     collector = gpu.GpuCollector(1.0, clock=fake.clock)
     first = tick(collector)[0]
@@ -508,11 +545,11 @@ def test_processes_have_their_user_command_line_and_sm_share_of_the_interval(fak
     for field in ("user", "command"):
         assert first.unavailable[f"processes[{DEAD_PID}].{field}"] == gpu.NOT_VISIBLE
     assert first.unavailable[f"processes[{DEAD_PID}].sm_percent"] == gpu.NO_UTILIZATION_SAMPLE
-    # The next interval counts only samples newer than those already read.
+    # The next read counts only samples newer than those already read.
     fake.gpus[0].utilization_samples.append((START_US + 800_000, os.getpid(), 20))
-    fake.advance(1.0)
+    fake.advance(gpu.PROCESSES_INTERVAL_SECONDS)
     assert tick(collector)[0].processes[0].sm_percent == 20.0
-    fake.advance(1.0)
+    fake.advance(gpu.PROCESSES_INTERVAL_SECONDS)
     idle = tick(collector)[0]
     assert not idle.processes[0].HasField("sm_percent")
     assert idle.unavailable[f"processes[{os.getpid()}].sm_percent"] == gpu.NO_UTILIZATION_SAMPLE
@@ -521,7 +558,7 @@ def test_processes_have_their_user_command_line_and_sm_share_of_the_interval(fak
     collector.close()
 
 
-def test_per_process_utilization_is_one_driver_call_per_tick_into_a_kept_buffer(fake: FakeNvml) -> None:
+def test_per_process_utilization_is_one_driver_call_per_read_into_a_kept_buffer(fake: FakeNvml) -> None:
     capacity = gpu.UtilizationSamples.FIRST_CAPACITY
     fake.gpus[0].utilization_samples = [(START_US - 900_000 + i, os.getpid(), 30) for i in range(capacity + 6)]
     collector = gpu.GpuCollector(1.0, clock=fake.clock)
@@ -530,7 +567,7 @@ def test_per_process_utilization_is_one_driver_call_per_tick_into_a_kept_buffer(
     # More samples than the first buffer holds: NVML says how many it has, the buffer grows, the read is retried.
     assert fake.utilization_buffer_sizes == [capacity, 2 * capacity]
     fake.gpus[0].utilization_samples.append((START_US + 500_000, os.getpid(), 10))
-    fake.advance(1.0)
+    fake.advance(gpu.PROCESSES_INTERVAL_SECONDS)
     assert tick(collector)[0].processes[0].sm_percent == 10.0
     assert fake.utilization_buffer_sizes == [capacity, 2 * capacity, 2 * capacity]  # one call, the buffer kept
     collector.close()
@@ -545,6 +582,135 @@ def test_a_gpu_without_per_process_utilization_says_why_and_is_asked_once(fake: 
     assert stats.processes[0].user == psutil.Process().username()
     assert stats.unavailable[f"processes[{os.getpid()}].sm_percent"] == "NVML: Not Supported"
     assert fake.count("nvmlDeviceGetProcessUtilization", 0) == 1
+    collector.close()
+
+
+def _calls_by_function(fake: FakeNvml) -> collections.Counter[str]:
+    """What the stand-in received, per NVML function (all GPUs)."""
+    total: collections.Counter[str] = collections.Counter()
+    for (_, name), calls in fake.calls.items():
+        total[name] += calls
+    return total
+
+
+def _agent_counts(collector: gpu.GpuCollector) -> dict[str, int]:
+    """What the collector publishes of its own NVML calls (HostSnapshot.nvml_calls)."""
+    snapshot = pb.HostSnapshot()
+    collector.fill(snapshot)
+    return {entry.function: entry.calls for entry in snapshot.nvml_calls}
+
+
+def test_nvml_calls_per_interval_with_processes_on_a_hopper_gpu(fake: FakeNvml) -> None:
+    """Issue 29 item 4: 15 NVML calls per tick on a busy H200 before (power, its limit and the two
+    ECC counts each a call; the process list and per-process utilization every tick), 9 after, and
+    the two per-process calls every 5 s; the agent's own count of them is what NVML received."""
+    fake.gpus[:] = [fake.gpus[0]]
+    fake.gpus[0].utilization_samples = [(START_US - 500_000, os.getpid(), 40)]
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    tick(collector)
+    received, published = _calls_by_function(fake), _agent_counts(collector)
+    for _ in range(10):
+        fake.advance(1.0)
+        tick(collector)
+    made = _calls_by_function(fake) - received
+    assert made == {
+        "nvmlDeviceGetUtilizationRates": 10, "nvmlDeviceGetMemoryInfo": 10, "nvmlDeviceGetTemperatureV": 10,
+        "nvmlDeviceGetClockInfo": 20, "nvmlDeviceGetCurrentClocksEventReasons": 10, "nvmlDeviceGetFieldValues": 10,
+        "nvmlGpmSampleGet": 10, "nvmlGpmMetricsGet": 10,
+        "nvmlDeviceGetComputeRunningProcesses": 2, "nvmlDeviceGetProcessUtilization": 2,  # at 5 s and 10 s
+    }
+    assert sum(made.values()) == 94  # 150 before
+    now = _agent_counts(collector)
+    grown = {function: now[function] - published.get(function, 0) for function in now}
+    assert {function: calls for function, calls in grown.items() if calls} == made
+    collector.close()
+
+
+def test_process_figures_are_repeated_with_their_age_until_the_next_read(fake: FakeNvml) -> None:
+    fake.gpus[:] = [fake.gpus[0]]
+    fake.gpus[0].processes = [(os.getpid(), 1 << 30)]
+    fake.gpus[0].utilization_samples = [(START_US - 500_000, os.getpid(), 40)]
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    ages, pids = [], []
+    for second in range(7):
+        if second == 2:  # a process starts: shown from the next read on, never as if read now
+            fake.gpus[0].processes.append((DEAD_PID, 1 << 20))
+        (stats,) = tick(collector)
+        ages.append(stats.processes_age_seconds)
+        pids.append([p.pid for p in stats.processes])
+        assert stats.processes_interval_seconds == gpu.PROCESSES_INTERVAL_SECONDS
+        # the first read's share, repeated with it; the second read finds no newer sample
+        assert stats.processes[0].HasField("sm_percent") == (second < 5)
+        fake.advance(1.0)
+    assert ages == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 1.0]
+    assert pids == [[os.getpid()]] * 5 + [[os.getpid(), DEAD_PID]] * 2
+    assert fake.count("nvmlDeviceGetComputeRunningProcesses", 0) == 2
+    collector.close()
+
+
+def test_a_failed_process_read_says_why_and_is_tried_again_the_next_tick(fake: FakeNvml) -> None:
+    fake.gpus[:] = [fake.gpus[0]]
+    fake.gpus[0].errors_once["nvmlDeviceGetComputeRunningProcesses"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    (failed,) = tick(collector)
+    assert not failed.processes and not failed.HasField("processes_age_seconds")
+    assert failed.unavailable["processes"] == failed.unavailable["processes_age_seconds"] == "NVML: GPU is lost"
+    fake.advance(1.0)
+    (again,) = tick(collector)
+    assert again.processes and again.processes_age_seconds == 0.0
+    collector.close()
+
+
+def test_processes_are_read_every_tick_when_the_interval_is_longer_than_theirs(fake: FakeNvml) -> None:
+    collector = gpu.GpuCollector(10.0, clock=fake.clock)
+    for _ in range(3):
+        assert tick(collector)[0].processes_age_seconds == 0.0
+        fake.advance(10.0)
+    assert fake.count("nvmlDeviceGetComputeRunningProcesses", 0) == 3
+    collector.close()
+
+
+def test_a_driver_without_field_values_reads_each_figure_with_its_own_call(fake: FakeNvml) -> None:
+    fake.gpus[:] = [fake.gpus[0]]
+    fake.gpus[0].errors["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    for _ in range(2):
+        (stats,) = tick(collector)
+        fake.advance(1.0)
+    assert (stats.power_watts, stats.power_limit_watts) == (POWER_MW / 1000, POWER_LIMIT_MW / 1000)
+    assert (stats.ecc_corrected_total, stats.ecc_uncorrected_total) == (3, 0)
+    assert stats.unavailable["nvlink_rx_bytes_total"] == "NVML: Function Not Found"
+    assert fake.count("nvmlDeviceGetFieldValues", 0) == 1  # asked once
+    assert fake.count("nvmlDeviceGetPowerUsage", 0) == fake.count("nvmlDeviceGetEnforcedPowerLimit", 0) == 2
+    assert stats.nvml_failed_queries == 0
+    collector.close()
+
+
+def test_a_field_the_driver_does_not_know_falls_back_to_the_next_field_then_to_its_own_call(fake: FakeNvml) -> None:
+    fake.gpus[:] = [fake.gpus[0]]
+    fake.gpus[0].unsupported_fields = frozenset({pynvml.NVML_FI_DEV_POWER_AVERAGE, pynvml.NVML_FI_DEV_POWER_INSTANT})
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    for _ in range(3):
+        (stats,) = tick(collector)
+        fake.advance(1.0)
+    assert stats.power_watts == POWER_MW / 1000 and stats.power_limit_watts == POWER_LIMIT_MW / 1000
+    assert fake.count("nvmlDeviceGetPowerUsage", 0) == 3 and fake.count("nvmlDeviceGetEnforcedPowerLimit", 0) == 0
+    assert fake.count("nvmlDeviceGetFieldValues", 0) == 3
+    collector.close()
+
+
+def test_a_transient_field_values_failure_is_a_reason_for_one_tick(fake: FakeNvml) -> None:
+    fake.gpus[:] = [fake.gpus[0]]
+    collector = gpu.GpuCollector(1.0, clock=fake.clock)
+    tick(collector)
+    fake.gpus[0].errors_once["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    fake.advance(1.0)
+    (failed,) = tick(collector)
+    assert failed.unavailable["power_watts"] == failed.unavailable["nvlink_rx_bytes_per_s"] == "NVML: GPU is lost"
+    assert failed.nvml_failed_queries == 1 and fake.count("nvmlDeviceGetPowerUsage", 0) == 0
+    fake.advance(1.0)
+    (recovered,) = tick(collector)
+    assert recovered.power_watts == POWER_MW / 1000 and recovered.nvlink_rx_bytes_per_s == NVLINK_RX_KIB_PER_S * KIB
     collector.close()
 
 

@@ -25,7 +25,8 @@ def two_gpus() -> pb.HostSnapshot:
     message = pb.HostSnapshot(hostname="n1", sequence=1)
     for name in ("host", "gpu", "ranks"):
         message.collectors.add(name=name, available=True)
-    busy = message.gpus.add(index=0, name="NVIDIA H100", memory_total_bytes=80 * GIB)
+    busy = message.gpus.add(index=0, name="NVIDIA H100", memory_total_bytes=80 * GIB, processes_age_seconds=3.2,
+                            processes_interval_seconds=5)
     busy.processes.add(pid=4100, name="python", used_memory_bytes=60 * GIB, user="alice",
                        command="python train.py --lr 3e-4", sm_percent=87.0, uid=1000, pid_in_container=57,
                        container=POD)
@@ -59,12 +60,12 @@ async def test_gpu_tab_lists_the_highlighted_gpus_processes_with_their_rank() ->
         title = screen.query_one("#gpu-procs-title", Label)
         # Every n/a cell has its reason, as the agent gave it.
         assert str(title.render()) == (
-            "Processes on GPU 0 · pid 6300: sm_percent: n/a (NVML gave no utilization sample of this process "
+            "Processes on GPU 0 · read 3 s ago (every 5 s) · pid 6300: sm_percent: n/a (NVML gave no utilization sample of this process "
             "in the interval); pid 5200: used_memory_bytes: n/a (NVML gives no per-process memory here); "
             "pid 5200: sm_percent: n/a (NVML: Not Supported); pid 5200: user, command: n/a (not visible to the "
             "agent (another PID namespace))")
         await pilot.press("j")
-        assert str(title.render()).startswith("Processes on GPU 1")
+        assert str(title.render()) == "Processes on GPU 1"  # no age given (an agent that reads them every tick)
         assert [str(cell) for cell in table.get_row_at(0)][0] == "no compute processes"
         assert table.row_count == 1
 

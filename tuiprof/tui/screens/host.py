@@ -102,6 +102,14 @@ def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
     return rows
 
 
+def processes_age(gpu: GpuStats) -> str:
+    """`` · read 3 s ago (every 5 s)``: the agent reads a GPU's processes slower than its other figures."""
+    age, every = gpu.processes_age_seconds, gpu.processes_interval_seconds
+    if isinstance(age, Unavailable) or isinstance(every, Unavailable):
+        return ""  # an agent that reads them every interval, or a read that failed (the notes say why)
+    return f" · read {age:.0f} s ago (every {every:.0f} s)"
+
+
 def process_notes(rows: Sequence[Row]) -> str:
     """Why the processes' n/a cells are n/a: ``pid 5200: user, command: n/a (reason)``."""
     notes = []
@@ -486,7 +494,7 @@ class HostScreen(ConsoleScreen):
         gpu = snapshot.gpus[cursor]
         rows = gpu_process_rows(gpu, snapshot.ranks)
         notes = process_notes(rows)
-        set_content(title, f"Processes on GPU {gpu.index}" + (f" · {notes}" if notes else ""))
+        set_content(title, f"Processes on GPU {gpu.index}{processes_age(gpu)}" + (f" · {notes}" if notes else ""))
         rows = rows or [
             ("none", [Text("no compute processes", style="dim italic")] + [""] * (len(PROCESS_COLUMNS) - 1), {})]
         table.show_rows({key: cells for key, cells, _ in rows})
