@@ -2,7 +2,9 @@
 reported in GetInfo / snapshots as collector ``kineto`` (unavailable, with the reason, when
 the socket cannot be bound — e.g. dynolog, or a squatter, already holds it: then
 who holds it, while the bind is tried again every few seconds), and the registry's
-silent clients dropped once per interval. The optional dynolog RPC closes with it too."""
+silent clients dropped once per interval. A root agent's tick also looks, every few
+seconds, for containers' network namespaces to serve (agentd.kineto.namespaces). The
+optional dynolog RPC closes with it too."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ class KinetoCollector(Collector):
     clocked_by_snapshots = True  # in-memory work only: no thread of its own to wake each second
 
     def __init__(self, interval_seconds: float, registry: Registry, socket_dir: str | None,
-                 user_folders: str | None = None) -> None:
+                 user_folders: str | None = None, containers: bool = False) -> None:
         super().__init__(interval_seconds)
         self.registry = registry
         self.endpoint: KinetoEndpoint | None = None
@@ -32,7 +34,7 @@ class KinetoCollector(Collector):
         self._rpc_task: asyncio.Task[None] | None = None
         self._reason = ""
         try:
-            self.endpoint = KinetoEndpoint(registry, socket_dir, user_folders)
+            self.endpoint = KinetoEndpoint(registry, socket_dir, user_folders, containers)
             if not self.endpoint.unavailable:
                 log.info("Kineto IPC endpoint listening", extra={"socket": self.endpoint.description})
         except EndpointError as exc:
@@ -60,6 +62,8 @@ class KinetoCollector(Collector):
                                   reason=reason, interval_seconds=self.interval_seconds)
 
     def collect(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.serve_namespaces()
         for gone in self.registry.expire():
             log.info("Kineto client stopped polling", extra={"pid": gone.host_pid, "job_id": gone.job_id})
 

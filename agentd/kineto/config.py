@@ -86,10 +86,10 @@ def check_line(line: str) -> None:
         raise ConfigValueError(f"the config value of {key} holds a control character or '=': {value[:80]!r}")
 
 
-def kineto_file_name(log_file: str, reported_pid: int) -> str:
+def kineto_file_name(log_file: str, pid_in_namespace: int) -> str:
     """The name libkineto actually writes: it inserts ``_<pid>`` (the pid in the
     process's own namespace) before ``.pt.trace.json``, else before the first ``.json``."""
     for marker in (".pt.trace.json", ".json"):
         if marker in log_file:
-            return log_file.replace(marker, f"_{reported_pid}{marker}", 1)
+            return log_file.replace(marker, f"_{pid_in_namespace}{marker}", 1)
     return log_file

@@ -20,6 +20,10 @@ client socket there, where no other user can find or reach it (the abstract
 ``@dynoconfigclient<uuid>`` of the default mode takes any datagram from anyone). Such a
 socket answers only its user's and root's processes. Every poll's pid ancestry is
 checked against /proc (agentd.kineto.ancestry) before the registry sees it.
+
+A root agent serving the abstract name also serves it inside other network
+namespaces where a process asks for Kineto's daemon (containers, pods:
+agentd.kineto.namespaces); those sockets are served like the host's.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ import time
 from dataclasses import dataclass
 
 from agentd.kineto import wire
-from agentd.kineto.ancestry import believed_prefix, real_ancestry
+from agentd.kineto.ancestry import real_ancestry
 from agentd.kineto.holder import describe_holders
+from agentd.kineto.namespaces import NamespaceSockets
 from agentd.kineto.ratelimit import CauseLimitedLogger
 from agentd.kineto.registry import Registry, RegistryFullError
 
@@ -67,6 +72,7 @@ class EndpointStats:
     received: int
     answered: int
     rejected: dict[str, int]
+    namespaces: int  # other network namespaces served (containers)
 
 
 def socket_address(socket_dir: str | None) -> bytes | str:
@@ -85,10 +91,11 @@ class KinetoEndpoint:
 
     The host-wide socket (``address``) may be held by another process at start:
     ``unavailable`` then says by whom, and the serving thread tries the name again
-    every BIND_RETRY_SECONDS."""
+    every BIND_RETRY_SECONDS. With ``containers`` (a root agent on the abstract name),
+    ``serve_namespaces()`` also serves the name in other network namespaces."""
 
     def __init__(self, registry: Registry, socket_dir: str | None = None,
-                 user_folders: str | None = None) -> None:
+                 user_folders: str | None = None, containers: bool = False) -> None:
         self.registry = registry
         self.address = socket_address(socket_dir)
         self.user_folders = user_folders
@@ -101,7 +108,10 @@ class KinetoEndpoint:
         # Each served socket and the one user it answers (None: anyone, the host-wide socket).
         self._sockets: dict[socket.socket, int | None] = {}
         self._user_sockets: dict[int, socket.socket] = {}
+        self._retired: list[socket.socket] = []  # no longer served: the serving thread closes them
         self._next_bind = 0.0
+        self._namespaces = NamespaceSockets(self._bind_abstract, self._limited) \
+            if containers and isinstance(self.address, bytes) else None
         # close() and new sockets write here: the thread sleeps in select() until a datagram or this.
         self._wake_reader, self._wake_writer = socket.socketpair()
         self.retry_bind()
@@ -137,29 +147,64 @@ class KinetoEndpoint:
 
     def _add(self, sock: socket.socket, uid: int | None) -> None:
         with self._lock:
+            if self._stop.is_set():  # closed meanwhile (a namespace's socket bound during close())
+                sock.close()
+                return
             self._sockets[sock] = uid
         self._wake_writer.send(b"\1")  # select() again, over the new set
 
-    def _bind(self) -> socket.socket:
+    def _retire(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self._stop.is_set():  # close() closes every served socket
+                return
+            del self._sockets[sock]
+            self._retired.append(sock)
+        self._wake_writer.send(b"\1")  # select() again, without it; the serving thread closes it
+
+    def serve_namespaces(self) -> None:
+        """Serve the abstract name in the network namespaces that want it now (a root agent's, every
+        few seconds: agentd.kineto.namespaces); the kineto collector's tick calls it."""
+        if self._namespaces is None or self._stop.is_set():
+            return
+        added, gone = self._namespaces.rescan()
+        for sock in added:
+            self._add(sock, None)
+        for sock in gone:
+            self._retire(sock)
+
+    @staticmethod
+    def _bind_abstract() -> socket.socket:
+        """A non-blocking socket bound to ``@dynolog@`` in the calling thread's network namespace."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            if isinstance(self.address, str):
-                if os.path.exists(self.address):
-                    os.unlink(self.address)
-                sock.bind(self.address)
-                os.chmod(self.address, 0o666)  # trainers of any user must reach it
-            else:
-                sock.bind(self.address)
+            sock.bind(ABSTRACT_NAME)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        return sock
+
+    def _bind(self) -> socket.socket:
+        if isinstance(self.address, bytes):
+            try:
+                return self._bind_abstract()
+            except OSError as exc:
+                hint = ""
+                if exc.errno == errno.EADDRINUSE:
+                    hint = f": {describe_holders(self.address)} (dynolog, another agentd, or a squatter)"
+                raise EndpointError(f"cannot bind the Kineto IPC socket @dynolog@ (abstract): {exc.strerror}{hint}") \
+                    from exc
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            if os.path.exists(self.address):
+                os.unlink(self.address)
+            sock.bind(self.address)
+            os.chmod(self.address, 0o666)  # trainers of any user must reach it
         except OSError as exc:
             sock.close()
-            if isinstance(self.address, str):
-                raise EndpointError(f"cannot bind the Kineto IPC socket {self.address}: {exc.strerror}") from exc
-            hint = ""
-            if exc.errno == errno.EADDRINUSE:
-                hint = f": {describe_holders(self.address)} (dynolog, another agentd, or a squatter)"
-            raise EndpointError(f"cannot bind the Kineto IPC socket @dynolog@ (abstract): {exc.strerror}{hint}") \
-                from exc
+            raise EndpointError(f"cannot bind the Kineto IPC socket {self.address}: {exc.strerror}") from exc
         sock.setblocking(False)  # a send to a client that does not read must fail at once, never wait
         return sock
 
@@ -241,7 +286,8 @@ class KinetoEndpoint:
         return self.address if isinstance(self.address, str) else "@dynolog@"
 
     def stats(self) -> EndpointStats:
-        return EndpointStats(self._received, self._answered, dict(self._limited.counts))
+        return EndpointStats(self._received, self._answered, dict(self._limited.counts),
+                             self._namespaces.served if self._namespaces is not None else 0)
 
     def _serve(self) -> None:
         ancillary = socket.CMSG_SPACE(_CREDENTIALS.size)
@@ -261,6 +307,10 @@ class KinetoEndpoint:
             for sock in readable:
                 if sock in served:
                     self._receive(sock, served[sock], ancillary)
+            with self._lock:
+                retired, self._retired = self._retired, []
+            for sock in retired:
+                sock.close()
 
     def _receive(self, sock: socket.socket, user: int | None, ancillary: int) -> None:
         try:
@@ -302,7 +352,8 @@ class KinetoEndpoint:
             if not pids:
                 return
             try:
-                config = self.registry.poll(message.job_id, pids, host_pid, uid, message.wants_activities)
+                config = self.registry.poll(message.job_id, pids, host_pid, uid, message.wants_activities,
+                                            pid_in_namespace=message.pids[0])
             except RegistryFullError as exc:
                 self._limited.warning("registry-full", "pid %d not registered: %s", host_pid, exc)
                 config = None
@@ -315,17 +366,18 @@ class KinetoEndpoint:
         self._send(sock, reply, sender)
 
     def _believed(self, claimed: tuple[int, ...], host_pid: int) -> tuple[int, ...]:
-        """The part of a poll's pid ancestry that /proc confirms (empty: the poll is refused)."""
+        """The part of a poll's pid ancestry that /proc confirms, as host pids (empty: the poll is
+        refused). ``claimed`` is in the sender's pid namespace (a container's pids)."""
         real = real_ancestry(host_pid) if host_pid > 0 else None
         if real is None:
             self._limited.warning("unverifiable-ancestry", "ignored a poll from a process the agent cannot see "
                                   "in /proc (kernel pid %d; it claims pids %s)", host_pid, list(claimed[:3]))
             return ()
-        believed = believed_prefix(claimed, real)
-        if believed != claimed:
+        believed = real.believed(claimed)
+        if len(believed) != len(claimed):
             self._limited.warning("forged-ancestry", "pid %d claims the ancestry %s, /proc says %s; %s",
-                                  host_pid, list(claimed), list(real),
-                                  f"kept {list(believed)}" if believed else "poll ignored")
+                                  host_pid, list(claimed), list(real.seen),
+                                  f"kept {list(claimed[:len(believed)])}" if believed else "poll ignored")
         return believed
 
     def _send(self, sock: socket.socket, reply: bytes, sender: bytes | str) -> bool:
@@ -349,9 +401,10 @@ class KinetoEndpoint:
         self._wake_writer.send(b"\0")
         self._thread.join(timeout=2)
         with self._lock:
-            served = dict(self._sockets)
+            served = [*self._sockets, *self._retired]
             self._sockets.clear()
             self._user_sockets.clear()
+            self._retired.clear()
         for sock in served:
             sock.close()
         self._wake_reader.close()

@@ -1,8 +1,10 @@
 """Which processes poll us, and the trace configs waiting for them.
 
-Identified like dynolog (job id + the pid ancestry the process reports) plus the
-sender's pid as the kernel gives it (SO_PASSCRED), which keeps two containers
-whose processes both claim pid 1 apart and lets the agent match host pids.
+Identified like dynolog (job id + the pid ancestry the process reports, as far as
+/proc confirms it) plus the sender's pid as the kernel gives it (SO_PASSCRED). The
+ancestry is kept in the agent's (host) pids, whatever pid namespace the process
+lives in: two containers whose processes both call themselves pid 1 stay apart, and
+callers name every process by the pid the host shows.
 There is one entry per sending process: a poll from the same kernel pid with
 another job or ancestry (pid reuse) replaces it, so a client making up pid
 lists cannot grow the registry.
@@ -38,11 +40,13 @@ class PendingConfig:
 @dataclass
 class Registrant:
     job_id: str
-    pids: tuple[int, ...]  # as reported: own pid first (its pid namespace), then ancestors
+    pids: tuple[int, ...]  # the believed ancestry in the agent's pid namespace: own pid first, then ancestors
     host_pid: int  # from the kernel (SO_PASSCRED), in the agent's pid namespace
     uid: int
     first_seen: float  # time.monotonic()
     last_seen: float
+    # Its pid in its own pid namespace (getpid() in a container): libkineto names its trace file with it.
+    pid_in_namespace: int
     polls: int = 0
     profiler_busy: bool = False  # last poll did not ask for activities: a trace is running
     pending: PendingConfig | None = None
@@ -51,10 +55,6 @@ class Registrant:
     @property
     def key(self) -> tuple[str, tuple[int, ...], int]:
         return (self.job_id, self.pids, self.host_pid)
-
-    @property
-    def reported_pid(self) -> int:
-        return self.pids[0]
 
 
 class RegistryFullError(Exception):
@@ -76,15 +76,20 @@ class Registry:
         self._limited = CauseLimitedLogger(log)
 
     def poll(
-        self, job_id: int, pids: tuple[int, ...], host_pid: int, uid: int, wants_activities: bool
+        self, job_id: int, pids: tuple[int, ...], host_pid: int, uid: int, wants_activities: bool,
+        pid_in_namespace: int | None = None,
     ) -> PendingConfig | None:
         """Record a poll and return the config to send now, if one is due (RegistryFullError: a new
-        process past the bounds)."""
+        process past the bounds). ``pids`` are host pids; ``pid_in_namespace`` is the sender's own
+        pid where its pid namespace is not the agent's (None: the same as ``host_pid``)."""
         now = time.monotonic()
+        own_pid = host_pid if pid_in_namespace is None else pid_in_namespace
         with self._lock:
             entry = self._entries.get(host_pid)
-            if entry is None or entry.key != (str(job_id), pids, host_pid) or entry.uid != uid:
-                entry = self._register(Registrant(str(job_id), pids, host_pid, uid, now, now), replaces=entry)
+            if entry is None or entry.key != (str(job_id), pids, host_pid) or entry.uid != uid \
+                    or entry.pid_in_namespace != own_pid:
+                entry = self._register(Registrant(str(job_id), pids, host_pid, uid, now, now, own_pid),
+                                       replaces=entry)
             else:
                 entry.poll_interval = now - entry.last_seen
             entry.last_seen = now
@@ -107,6 +112,8 @@ class Registry:
         self._per_uid[entry.uid] = self._per_uid.get(entry.uid, 0) + 1
         fields = {"pid": entry.host_pid, "job_id": entry.job_id[:32], "uid": entry.uid,
                   "ancestry": ",".join(map(str, entry.pids))}
+        if entry.pid_in_namespace != entry.host_pid:
+            fields["pid_in_namespace"] = entry.pid_in_namespace
         if replaces is None:
             log.info("Kineto client registered", extra=fields)
         else:  # a process that keeps changing its job or ancestry must not flood the log
@@ -165,7 +172,7 @@ class Registry:
             return list(self._entries.values())
 
     def match(self, job_id: str, pids: set[int]) -> list[Registrant]:
-        """Processes of ``job_id`` ("" = any) whose host pid or any reported ancestor is in ``pids`` (empty = all).
+        """Processes of ``job_id`` ("" = any) whose host pid or any believed ancestor's is in ``pids`` (empty = all).
 
         Leaf processes come first (an entry whose pid is some other entry's
         ancestor is a launcher), then by host pid.
@@ -178,7 +185,7 @@ class Registry:
                 and (not pids or e.host_pid in pids or not pids.isdisjoint(e.pids))
             ]
             ancestors = {pid for e in self._entries.values() for pid in e.pids[1:]}
-        return sorted(found, key=lambda e: (e.reported_pid in ancestors, e.host_pid))
+        return sorted(found, key=lambda e: (e.host_pid in ancestors, e.host_pid))
 
     def expire(self) -> list[Registrant]:
         """Drop entries silent for longer than the keepalive; returns them."""

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from agentd.auth import Caller
 from agentd.kineto import config as kineto_config
+from agentd.kineto.namespaces import CONTAINER_TRACE_FOLDER, ContainerTraceError, sees_folder
 from agentd.kineto.ratelimit import CauseLimitedLogger
 from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
 from agentd.peer import PeerLookupError, tcp_socket_uid
@@ -58,6 +59,8 @@ MAX_PID = 1 << 22
 MAX_JOB_ID = (1 << 63) - 1
 MAX_CONFIG_LINES = 64
 MAX_PAUSE_SECONDS = 24 * 3600
+# How long the agent waits for a containerised trainer's trace to copy it out (a dyno request has no deadline).
+CONTAINER_TRACE_SECONDS = 3600.0
 READ_TIMEOUT_SECONDS = 5.0
 LOG_FILE_KEY = "ACTIVITIES_LOG_FILE"
 # The keys a client's config may set (every one ``dyno gputrace`` sends, and the
@@ -250,14 +253,25 @@ class GpmPause(Protocol):
     def has_gpm(self) -> bool: ...
 
 
+class ContainerCopies(Protocol):
+    """Copies a containerised trainer's trace out to the trace dir once written
+    (agentd.traces.container_traces.ContainerTraces); ContainerTraceError when it cannot."""
+
+    def expect(self, registrant: Registrant, inside: str, destination: str, deadline: float) -> object: ...
+
+
 class DynologRpc:
-    """Answers dyno's calls (status, version, gputrace, dcgm-pause/resume) on already bound sockets."""
+    """Answers dyno's calls (status, version, gputrace, dcgm-pause/resume) on already bound sockets.
+
+    A trainer in a container (another mount namespace) writes its trace into its own /tmp, and
+    ``container_copies`` puts it where the request said, as it would be for a trainer on the host."""
 
     def __init__(self, socks: list[socket.socket], registry: Registry, user_folder: UserFolder,
-                 version: str, gpm: GpmPause | None = None) -> None:
+                 version: str, gpm: GpmPause | None = None, container_copies: ContainerCopies | None = None) -> None:
         self.socks = socks
         self.registry = registry
         self.user_folder = user_folder
+        self.container_copies = container_copies
         self.version = version
         self.gpm = gpm  # None: no GPU collector runs, nothing to pause
         self._limited = CauseLimitedLogger(log)
@@ -265,9 +279,9 @@ class DynologRpc:
 
     @classmethod
     def bind(cls, port: int, registry: Registry, user_folder: UserFolder, version: str,
-             gpm: GpmPause | None = None) -> "DynologRpc":
+             gpm: GpmPause | None = None, container_copies: ContainerCopies | None = None) -> "DynologRpc":
         """Bind both loopbacks now (so a taken port fails agentd's start at once); OSError as from bind."""
-        return cls(bind_loopbacks(port), registry, user_folder, version, gpm)
+        return cls(bind_loopbacks(port), registry, user_folder, version, gpm, container_copies)
 
     @property
     def port(self) -> int:
@@ -376,19 +390,38 @@ class DynologRpc:
         for entry, log_file in targets:
             if len(triggered) >= limit:
                 break
+            in_container = self.container_copies is not None and not sees_folder(entry.host_pid,
+                                                                                  posixpath.dirname(log_file))
+            written_as = f"{CONTAINER_TRACE_FOLDER}/{posixpath.basename(log_file)}" if in_container else log_file
             try:
-                text = checked.text(log_file, uses_cuda(entry.host_pid), str(secrets.randbits(63)))
-                self.registry.offer(entry, PendingConfig(text))
+                pending = PendingConfig(checked.text(written_as, uses_cuda(entry.host_pid), str(secrets.randbits(63))))
+                self.registry.offer(entry, pending)
             except kineto_config.ConfigValueError as exc:
                 self._limited.warning("rpc-trace-dir", "the trace dir cannot be named in a config: %s", exc)
                 continue
             except BusyError:
                 busy += 1
                 continue
-            triggered.append(entry.reported_pid)
+            if in_container and not self._copy_out(entry, pending, written_as, log_file):
+                continue
+            triggered.append(entry.host_pid)
         log.info("dyno on-demand request", extra={"matched": len(entries), "triggered": len(triggered),
                                                   "busy": busy, "caller": str(caller)})
-        return _result([e.reported_pid for e in entries], triggered, busy)
+        return _result([e.host_pid for e in entries], triggered, busy)
+
+    def _copy_out(self, entry: Registrant, pending: PendingConfig, written_as: str, log_file: str) -> bool:
+        """Have the trace the containerised ``entry`` writes as ``written_as`` copied to ``log_file`` (Kineto's
+        ``_<pid>`` with the host pid, as for a trainer on the host); False, the config taken back, when not."""
+        assert self.container_copies is not None
+        try:
+            self.container_copies.expect(entry, kineto_config.kineto_file_name(written_as, entry.pid_in_namespace),
+                                         kineto_config.kineto_file_name(log_file, entry.host_pid),
+                                         time.time() + CONTAINER_TRACE_SECONDS)
+        except ContainerTraceError as exc:
+            self.registry.withdraw(entry, pending)
+            self._limited.warning("rpc-container-trace", "pid %d not traced: %s", entry.host_pid, exc)
+            return False
+        return True
 
     def _traceable(self, entry: Registrant) -> bool:
         """Whether agentd may hand this process a config: its own user's (or any, as root), still alive as that user."""

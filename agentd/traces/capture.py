@@ -19,6 +19,7 @@ from agentd.procfs import process_facts
 
 if TYPE_CHECKING:  # types only: the console imports this module for its states and starts without them
     from agentd.kineto.registry import PendingConfig, Registrant, Registry
+    from agentd.traces.container_traces import ContainerTrace
     from agentd.traces.paths import TraceDir
 
 WAITING, SENT, WRITTEN, BUSY, REFUSED, FAILED = "waiting", "sent", "written", "busy", "refused", "failed"
@@ -38,6 +39,7 @@ class Target:
     reason: str = ""
     registrant: Registrant | None = None
     pending: PendingConfig | None = None
+    copy: ContainerTrace | None = None  # a trainer in a container: its trace, copied out to ``file``
 
     def fail(self, state: str, reason: str) -> None:
         self.state, self.reason = state, reason
@@ -105,6 +107,8 @@ class Capture:
         if self.trace_dir.is_finished(target.file):
             target.state = WRITTEN
             target.reason = ""
+        elif target.copy is not None and target.copy.failure:
+            target.fail(FAILED, target.copy.failure)
         elif not process_facts(target.pid).alive:
             target.fail(FAILED, "the process exited before writing its trace")
         elif now >= self.deadline_unix:

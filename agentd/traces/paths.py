@@ -7,7 +7,8 @@
     <trace dir>/timeline/<uid>/      the agent's (0700): timeline captures of that user's ranks
 
 The agent creates each folder itself, for the uid the kernel gives for the
-traced process, and never writes into a user's folder. Clients name files
+traced process, and writes into a user's folder only the trace that user's
+trainer wrote inside its container, copied out (``TraceDir.copy_in``). Clients name files
 relative to the trace dir; each component must be a plain name
 (``[A-Za-z0-9._-]``, at most 64 characters), so nothing they send can hold a
 newline, a ``..`` or an absolute path. Files are opened through
@@ -24,7 +25,7 @@ import os
 import pathlib
 import re
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from agentd.traces.beneath import open_beneath
 
@@ -36,6 +37,7 @@ MAX_NAME_CHARS = 64
 MAX_PATH_CHARS = 512
 MAX_DEPTH = 8
 MAX_FILE_BYTES = 16 << 30
+COPY_CHUNK_BYTES = 1 << 20
 ROOT_MODE_AS_ROOT = 0o711
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
@@ -223,31 +225,71 @@ class TraceDir:
         return True
 
     def write_file(self, folder: Sequence[str], name: str, data: bytes) -> None:
-        """``data`` as ``folder/name`` in the agent's own ``folder``, whole or not at all.
-
-        Written to ``name.tmp`` (created exclusively, never through a link), then
-        renamed; when writing fails (a full disk) the temporary file is removed
-        and the OSError raised.
-        """
-        temporary = name + UNFINISHED_SUFFIX
+        """``data`` as ``folder/name`` in the agent's own ``folder``, whole or not at all (see ``_replace``)."""
         with self._root() as root:
             folder_fd = open_beneath(root, folder, _DIRECTORY)
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary, dir_fd=folder_fd)  # left by an agent killed mid-write
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         FILE_MODE, dir_fd=folder_fd)
-            try:
-                try:
-                    _write_all(fd, data)
-                finally:
-                    os.close(fd)
-                os.rename(temporary, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-            except OSError:
-                os.unlink(temporary, dir_fd=folder_fd)
-                raise
+            _replace(folder_fd, name, lambda fd: _write_all(fd, data))
         finally:
             os.close(folder_fd)
+
+    def copy_in(self, parts: Sequence[str], uid: int, source_fd: int, size: int) -> None:
+        """The first ``size`` bytes of ``source_fd`` as ``parts`` (a file in ``uid``'s own folder, or a
+        folder of theirs in it), given to ``uid``: a trace a trainer wrote inside its container.
+
+        The one write into a user's folder: the folder is reached without following links and must be
+        ``uid``'s, the file is created exclusively (never through a link) and renamed into place
+        (``_replace``). OSError (PermissionError: the folder is someone else's) when it cannot be done."""
+        if owner_uid(parts) != uid or len(parts) < 2 or parts[0] == TIMELINE_FOLDER:
+            raise PermissionError(errno.EPERM, f"{shown('/'.join(parts))} is not in the folder of uid {uid}")
+        with self._root() as root:
+            folder_fd = open_beneath(root, parts[:-1], _DIRECTORY)
+        try:
+            folder = os.fstat(folder_fd)
+            if folder.st_uid != uid:
+                raise PermissionError(errno.EPERM, f"{shown('/'.join(parts[:-1]))} belongs to uid {folder.st_uid}, "
+                                                   f"not to uid {uid}")
+
+            def fill(fd: int) -> None:
+                os.fchown(fd, uid, folder.st_gid)
+                _copy_range(source_fd, fd, size)
+
+            _replace(folder_fd, parts[-1], fill)
+        finally:
+            os.close(folder_fd)
+
+
+def _replace(folder_fd: int, name: str, fill: Callable[[int], None]) -> None:
+    """``name`` in ``folder_fd`` filled by ``fill(fd)``, whole or not at all.
+
+    Written to ``name.tmp`` (created exclusively, never through a link), then
+    renamed; when filling fails (a full disk) the temporary file is removed
+    and the OSError raised."""
+    temporary = name + UNFINISHED_SUFFIX
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary, dir_fd=folder_fd)  # left by an agent killed mid-write
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 FILE_MODE, dir_fd=folder_fd)
+    try:
+        try:
+            fill(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    except OSError:
+        os.unlink(temporary, dir_fd=folder_fd)
+        raise
+
+
+def _copy_range(source_fd: int, fd: int, size: int) -> None:
+    """Bytes 0 to ``size`` of ``source_fd`` into ``fd``; nothing past ``size`` is read."""
+    offset = 0
+    while offset < size:
+        chunk = os.pread(source_fd, min(COPY_CHUNK_BYTES, size - offset), offset)
+        if not chunk:
+            raise OSError(errno.EIO, f"the file shrank to {offset} bytes while being copied ({size} expected)")
+        _write_all(fd, chunk)
+        offset += len(chunk)
 
 
 def _check_served(info: os.stat_result, parts: Sequence[str], relative: str) -> None:

@@ -35,6 +35,7 @@ from agentd.collectors.gpu import GpuCollector
 from agentd.errors import BindError
 from agentd.kineto.collector import KinetoCollector
 from agentd.kineto.endpoint import SOCKET_DIR_ENV, USER_FOLDERS, UserFolderError
+from agentd.kineto.namespaces import CONTAINER_TRACE_FOLDER, ContainerTraceError, sees_folder
 from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
 from agentd.kineto.rpc import DynologRpc, GpmPause
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -42,6 +43,7 @@ from agentd.runner import CollectorRunner
 from agentd.kineto import config as kineto_config
 from agentd.traces import timeline
 from agentd.traces.analysis.summarise import Summariser
+from agentd.traces.container_traces import ContainerTraces
 from agentd.traces.capture import (
     BUSY, FAILED, FINAL_STATES, ITERATIONS_TIMEOUT_SECONDS, REFUSED, WAITING, WRITE_GRACE_SECONDS, Capture,
     Target,
@@ -89,6 +91,7 @@ class CaptureService:
         self._captures: OrderedDict[str, Capture] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self.summariser = Summariser(self.trace_dir, hostname)
+        self.container_traces = ContainerTraces(self.trace_dir)
         self.kineto: KinetoCollector | None = None  # set by attach()
 
     @classmethod
@@ -97,13 +100,16 @@ class CaptureService:
         registry = Registry()
         service = cls(config.trace_dir, agent.hostname, registry)
         socket_dir = config.kineto_socket_dir or os.environ.get(SOCKET_DIR_ENV)
-        # Per-user folders: a root agent's, for `tuiprof run` jobs (agentd.kineto.endpoint).
-        user_folders = USER_FOLDERS if os.geteuid() == 0 and not socket_dir else None
-        collector = KinetoCollector(config.interval_seconds, registry, socket_dir, user_folders)
+        # Per-user folders and containers' network namespaces: a root agent's, on the abstract name
+        # (agentd.kineto.endpoint, agentd.kineto.namespaces).
+        root_on_abstract_name = os.geteuid() == 0 and not socket_dir
+        user_folders = USER_FOLDERS if root_on_abstract_name else None
+        collector = KinetoCollector(config.interval_seconds, registry, socket_dir, user_folders,
+                                    containers=root_on_abstract_name)
         service.kineto = collector
         if config.dynolog_rpc_port is not None:
             gpu = next((r.collector for r in agent.runners if isinstance(r.collector, GpuCollector)), None)
-            collector.serve_rpc(_bind_rpc(config, registry, service.trace_dir, gpu))
+            collector.serve_rpc(_bind_rpc(config, registry, service.trace_dir, gpu, service.container_traces))
         agent.runners.append(CollectorRunner(collector))
         agent.post_processors.append(service.observe)
         return service
@@ -257,18 +263,21 @@ class CaptureService:
             with_modules=request.options.with_modules,
         )
         for registrant in matched:
-            capture.targets.append(self._offer(spec, label, registrant, caller))
+            capture.targets.append(self._offer(spec, label, registrant, caller, deadline))
         return capture
 
-    def _offer(self, spec: kineto_config.TraceSpec, label: str, registrant: Registrant, caller: Caller) -> Target:
-        """Queue the config for one process, into its user's folder; or the target says why not."""
+    def _offer(self, spec: kineto_config.TraceSpec, label: str, registrant: Registrant, caller: Caller,
+               deadline: float) -> Target:
+        """Queue the config for one process, into its user's folder (a trainer in a container: into its own
+        /tmp, copied out to that folder once written, agentd.traces.container_traces); or the target says
+        why not."""
         facts = process_facts(registrant.host_pid)
         rank = self._rank_of(registrant.host_pid, facts.rank)
         stem = f"{label}-rank{rank}-pid{registrant.host_pid}" if rank is not None else \
             f"{label}-pid{registrant.host_pid}"
         uid = real_uid(registrant.host_pid)
         name = f"{stem}.pt.trace.json"
-        written = kineto_config.kineto_file_name(name, registrant.reported_pid)
+        written = kineto_config.kineto_file_name(name, registrant.pid_in_namespace)
         target = Target(registrant.host_pid, rank, f"{registrant.uid if uid is None else uid}/{written}", WAITING,
                         registrant=registrant)
         refusal = _refusal(registrant, uid, caller)
@@ -278,8 +287,10 @@ class CaptureService:
         assert uid is not None
         try:
             folder = self.trace_dir.user_folder(uid)
-            text = kineto_config.config_text(
-                dataclasses.replace(spec, log_file=str(self.trace_dir.path / folder / name)), facts.cuda, f"{self.hostname}:{stem}")
+            in_container = not sees_folder(registrant.host_pid, str(self.trace_dir.path / folder))
+            log_file = f"{CONTAINER_TRACE_FOLDER}/{name}" if in_container else str(self.trace_dir.path / folder / name)
+            text = kineto_config.config_text(dataclasses.replace(spec, log_file=log_file), facts.cuda,
+                                             f"{self.hostname}:{stem}")
         except OSError as exc:
             target.fail(FAILED, f"cannot create the folder {uid}/ for its traces under the trace dir: {reason(exc)}")
             return target
@@ -293,6 +304,15 @@ class CaptureService:
             target.fail(BUSY, str(exc))
             return target
         target.pending = pending
+        if in_container:
+            try:
+                target.copy = self.container_traces.expect(
+                    registrant, kineto_config.kineto_file_name(log_file, registrant.pid_in_namespace),
+                    str(self.trace_dir.path / folder / written), deadline)
+            except ContainerTraceError as exc:
+                self.registry.withdraw(registrant, pending)
+                target.fail(FAILED, str(exc))
+                return target
         if spec.duration_ms is not None and spec.start_time_unix_ms / 1000 - time.time() < lead_seconds([registrant]):
             target.reason = (f"start time may be too soon: this process polls every "
                              f"{registrant.poll_interval or kineto_config.DEFAULT_POLL_SECONDS:.1f} s and needs "
@@ -313,7 +333,7 @@ class CaptureService:
             wanted = set(request.ranks)
             matched = [r for r in matched if ranks[r.host_pid] in wanted]
         launchers = {pid for r in matched if ranks[r.host_pid] is not None for pid in r.pids[1:]}
-        return [r for r in matched if ranks[r.host_pid] is not None or r.reported_pid not in launchers]
+        return [r for r in matched if ranks[r.host_pid] is not None or r.host_pid not in launchers]
 
     def _running(self, registrant: Registrant) -> bool:
         """Whether the registrant's process still runs.
@@ -403,7 +423,8 @@ def _may_fetch(caller: Caller, file: str) -> bool:
     return True
 
 
-def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir, gpm: GpmPause | None) -> DynologRpc:
+def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir, gpm: GpmPause | None,
+              container_traces: ContainerTraces) -> DynologRpc:
     try:
         version = f"tuiprof-agentd {metadata.version('tuiprof')}"
     except metadata.PackageNotFoundError:
@@ -411,7 +432,7 @@ def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir, gp
     port = config.dynolog_rpc_port
     assert port is not None
     try:
-        return DynologRpc.bind(port, registry, trace_dir.user_folder_path, version, gpm)
+        return DynologRpc.bind(port, registry, trace_dir.user_folder_path, version, gpm, container_traces)
     except OSError as exc:
         raise BindError.for_port("dynolog RPC", "127.0.0.1 and ::1", port, exc, "--dynolog-rpc-port") from None
 

@@ -83,9 +83,10 @@ def with_log_file(body: bytes, log_file: pathlib.Path, **fields: int) -> bytes:
 
 @pytest.fixture
 def rpc(tmp_path):
-    """The RPC over a registry where this (root) process polls as job 0, reported pid 1234."""
+    """The RPC over a registry where this (root) process polls as job 0, as if in a container where it is pid 1234:
+    the registry and the replies name it by its host pid."""
     registry = Registry()
-    registry.poll(0, (1234, 1), os.getpid(), os.getuid(), True)
+    registry.poll(0, (os.getpid(),), os.getpid(), os.getuid(), True, pid_in_namespace=1234)
     with socket.socket() as unused:
         yield DynologRpc([unused], registry, lambda uid: tmp_path / str(uid), "v")
 
@@ -119,7 +120,7 @@ def test_captured_gputrace_writing_outside_the_users_folder_is_refused_with_a_re
 
 
 def test_captured_gputrace_start_time_in_the_past_is_refused(rpc):
-    rpc.registry.poll(42, (5678,), os.getppid(), os.getuid(), True)
+    rpc.registry.poll(42, (os.getppid(),), os.getppid(), os.getuid(), True)
     reply = rpc.answer(captured("gputrace-duration"), os.getuid())  # --profile-start-time 1790000000000
     assert reply is not None and "profile start time 1790000000000 is" in reply["refused"]
     assert "s in the past; give 0" in reply["refused"]
@@ -128,8 +129,8 @@ def test_captured_gputrace_start_time_in_the_past_is_refused(rpc):
 def test_captured_gputrace_iterations_honoured_in_the_users_folder_with_a_trace_id(rpc, tmp_path):
     log_file = tmp_path / str(os.getuid()) / "trace.json"
     reply = rpc.answer(with_log_file(captured("gputrace-iterations"), log_file), os.getuid())
-    assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [1234], "eventProfilersBusy": 0,
-                     "eventProfilersTriggered": [], "processesMatched": [1234]}
+    assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [os.getpid()], "eventProfilersBusy": 0,
+                     "eventProfilersTriggered": [], "processesMatched": [os.getpid()]}
     lines = pending_lines(rpc)
     assert lines[:-1] == [f"ACTIVITIES_LOG_FILE={log_file}", "PROFILE_START_ITERATION=0",
                           "PROFILE_START_ITERATION_ROUNDUP=10", "ACTIVITIES_ITERATIONS=3",
@@ -142,7 +143,7 @@ def test_captured_gputrace_iterations_honoured_in_the_users_folder_with_a_trace_
 def test_captured_gputrace_options_all_reach_the_trainer(rpc, tmp_path):
     log_file = tmp_path / str(os.getuid()) / "sub" / "t.pt.trace.json"
     reply = rpc.answer(with_log_file(captured("gputrace-options"), log_file), os.getuid())
-    assert reply is not None and reply["activityProfilersTriggered"] == [1234]
+    assert reply is not None and reply["activityProfilersTriggered"] == [os.getpid()]
     lines = pending_lines(rpc)
     assert lines[:-1] == [f"ACTIVITIES_LOG_FILE={log_file}", "PROFILE_START_TIME=0", "ACTIVITIES_DURATION_MSECS=500",
                           "PROFILE_REPORT_INPUT_SHAPES=true", "PROFILE_PROFILE_MEMORY=true", "PROFILE_MEMORY=true",
@@ -153,10 +154,10 @@ def test_captured_gputrace_options_all_reach_the_trainer(rpc, tmp_path):
 
 
 def test_process_limit_counts_triggered_processes_and_the_rest_stay_matched(rpc, tmp_path):
-    rpc.registry.poll(0, (5678, 1), os.getppid(), os.getuid(), True)
+    rpc.registry.poll(0, (os.getppid(),), os.getppid(), os.getuid(), True)
     body = with_log_file(captured("gputrace-iterations"), tmp_path / str(os.getuid()) / "t.json", process_limit=1)
     reply = rpc.answer(body, os.getuid())
-    assert reply is not None and sorted(reply["processesMatched"]) == [1234, 5678]
+    assert reply is not None and sorted(reply["processesMatched"]) == sorted([os.getpid(), os.getppid()])
     assert len(reply["activityProfilersTriggered"]) == 1
 
 

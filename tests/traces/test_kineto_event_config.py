@@ -33,9 +33,9 @@ class RecordingRegistry(Registry):
         self.asked_activities: list[bool] = []
 
     def poll(self, job_id: int, pids: tuple[int, ...], host_pid: int, uid: int,
-             wants_activities: bool) -> PendingConfig | None:
+             wants_activities: bool, pid_in_namespace: int | None = None) -> PendingConfig | None:
         self.asked_activities.append(wants_activities)
-        return super().poll(job_id, pids, host_pid, uid, wants_activities)
+        return super().poll(job_id, pids, host_pid, uid, wants_activities, pid_in_namespace)
 
 
 @pytest.fixture
