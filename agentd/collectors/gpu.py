@@ -270,11 +270,6 @@ class NvmlCalls:
         """Whether ``name`` answered this GPU with an error that will not change (it is not asked again)."""
         return (gpu, name) in self._permanent
 
-    def remember(self, gpu: int, name: str, code: int) -> None:
-        """Record a permanent per-item answer (e.g. a field value's nvmlReturn) so ``name`` is not asked again."""
-        if code in _PERMANENT_ERRORS:
-            self._permanent[(gpu, name)] = Unavailable(nvml_reason(pynvml.NVMLError(code)))
-
 
 @dataclasses.dataclass
 class _Gpm:

@@ -157,9 +157,17 @@ def test_versions_and_architectures() -> None:
     assert gpu.text(b"NVIDIA H200") == gpu.text("NVIDIA H200") == "NVIDIA H200"
 
 
-def test_a_permanent_per_field_answer_is_remembered() -> None:
+def test_nvml_calls_are_counted_per_function_as_made() -> None:
+    def nvmlDeviceGetFanSpeed(handle: int) -> int:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetPowerUsage(handle: int) -> int:
+        return 300_000
+
     call = gpu.NvmlCalls()
-    call.remember(0, "nvlink", pynvml.NVML_SUCCESS)
-    assert call(0, "nvlink", lambda: "asked") == "asked"
-    call.remember(0, "nvlink", pynvml.NVML_ERROR_NOT_SUPPORTED)
-    assert call(0, "nvlink", lambda: "asked") == Unavailable("NVML: Not Supported")
+    for _ in range(3):
+        call(0, "fan", nvmlDeviceGetFanSpeed, 0)
+        call(0, "power", nvmlDeviceGetPowerUsage, 0)
+    call(0, "helper", lambda: None)  # not an NVML function: not counted
+    assert call.made == {"nvmlDeviceGetFanSpeed": 1, "nvmlDeviceGetPowerUsage": 3}  # "not supported": asked once
+    assert call.is_permanent(0, "fan") and not call.is_permanent(0, "power") and not call.is_permanent(1, "fan")
