@@ -38,7 +38,9 @@ one series per level, the StateSet pattern); free text appears only in the
 writes itself and which change only when a collector breaks or recovers;
 ``tuiprof_rank_segments_refused``'s ``reason`` is one of ``rank_claims.REASONS``.
 How many series one user's ranks add is bounded by the ranks collector's per-owner
-budget of ops (``tuiprof_rank_ops_dropped{uid}`` counts what it left out).
+budget of ops (``tuiprof_rank_ops_dropped{uid}`` counts what it left out). The ``function``
+label of ``tuiprof_rank_function_*`` is a name from the job's configuration (at most 64 a rank,
+within that budget), escaped like every label value.
 
 ``--metric-names dynolog`` puts dynolog's own Prometheus families first
 (``render_dynolog_metrics``): its bare names, its ``host_name`` label and, per
@@ -440,6 +442,19 @@ def _rank_process_groups(out: Families, labels: Labels, rank: pb.RankStats) -> N
             g, group.last_completed)
 
 
+def _rank_functions(out: Families, labels: Labels, rank: pb.RankStats) -> None:
+    """The rank's timed Python functions (``function``: a name from the job's own configuration, at most
+    64 a rank and within the owner's ops budget)."""
+    for timing in rank.functions:
+        f = {**labels, "job_id": rank.job_id, "function": timing.name}
+        out("rank_function_calls_total", "counter", "Calls of a named Python function that returned or raised.").add(
+            f, timing.calls_total)
+        out("rank_function_seconds_total", "counter",
+            "Wall-clock time inside a named Python function (perf_counter).").add(f, timing.seconds_total)
+        out("rank_function_max_seconds", "gauge", "The longest call of a named Python function so far.").add(
+            f, timing.max_seconds)
+
+
 def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
     """Per-rank families (from agentd.collectors.ranks), comparable to xpu-timer's."""
     for rank in snapshot.ranks:
@@ -477,6 +492,7 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
         if rank.HasField("hook"):
             _rank_hook(out, labels, rank.hook)
         _rank_process_groups(out, labels, rank)
+        _rank_functions(out, labels, rank)
         for op in rank.inflight:
             out("rank_inflight_age_seconds", "gauge", "Age of the oldest unfinished op per stream / communicator.").add(
                 {**labels, "kind": op.kind, "op": op.op, "comm": op.comm_hash, "stream": str(op.stream)},

@@ -40,7 +40,7 @@ is counted in the next reading, never twice.
 
 What one owner's ranks put into a snapshot is bounded: at most
 ``MAX_OPS_PER_OWNER`` ops (GEMM and NCCL aggregates, in-flight entries, Flight
-Recorder process groups) per owner and interval, taken in the order the ranks are read. The rest are left
+Recorder process groups, timed Python functions: ``rank_functions``) per owner and interval, taken in the order the ranks are read. The rest are left
 out, never silently: the rank says how many of its ops are missing and why
 (``unavailable["ops"]``), the snapshot counts them per owner
 (``HostSnapshot.rank_ops_dropped``), and the log says so once per owner.
@@ -57,7 +57,7 @@ import threading
 import time
 
 from agentd import containers, procfs
-from agentd.collectors import pmu, rank_arrivals, rank_claims, rank_exit, rank_flight, rank_rates
+from agentd.collectors import pmu, rank_arrivals, rank_claims, rank_exit, rank_flight, rank_functions, rank_rates
 from agentd.collectors.rank_arrivals import Arrival, ArrivalTracker
 from agentd.collectors.rank_sched import SchedReader
 from agentd.collectors.base import Collector
@@ -130,11 +130,13 @@ class _Rank:
     arrivals: ArrivalTracker = dataclasses.field(default_factory=ArrivalTracker)
     exception: SidecarFile = dataclasses.field(init=False)
     flight: SidecarFile = dataclasses.field(init=False)
+    functions: rank_functions.FunctionTimings = dataclasses.field(init=False)
     sched: SchedReader = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.exception = SidecarFile(self.path, native.EXCEPTION_SUFFIX)
         self.flight = SidecarFile(self.path, native.FLIGHT_SUFFIX)
+        self.functions = rank_functions.FunctionTimings(self.path)
         self.sched = SchedReader(self.pid)
 
     @property
@@ -331,6 +333,7 @@ class RanksCollector(Collector):
         del self._ranks[rank.path]
         rank.exception.remove()
         rank.flight.remove()
+        rank.functions.file.remove()
         if delete:
             _unlink(rank.path)
 
@@ -352,6 +355,10 @@ class RanksCollector(Collector):
         stats.exception = printable(rank.exception.refresh(), keep_lines=True)
         flight_left_out, flight_arrivals = self._flight(rank, stats, now_ns, budget)
         left_out += flight_left_out
+        rank.functions.fill(stats, now_ns)
+        functions = budget.take(rank.uid, len(stats.functions))
+        left_out += len(stats.functions) - functions
+        del stats.functions[functions:]
         _arrivals(rank, header, stats, flight_arrivals)
         if left_out:
             stats.unavailable["ops"] = budget.reason(rank.uid, left_out)
@@ -605,6 +612,7 @@ def _not_read(stats: pb.RankStats, exited: bool) -> pb.RankStats:
     for field in _PER_INTERVAL_FIELDS:
         out.ClearField(field)
         out.unavailable[field] = reason
+    rank_functions.without_rates(out, reason)
     if not exited:
         del out.gemm[:]
         del out.nccl[:]
@@ -648,14 +656,14 @@ class OpsBudget:
         return granted
 
     def reason(self, uid: int, left_out: int) -> str:
-        return (f"{left_out} of this rank's ops (GEMM and NCCL aggregates, in-flight entries, process groups) "
+        return (f"{left_out} of this rank's ops (GEMM and NCCL aggregates, in-flight entries, process groups, timed functions) "
                 f"are not reported: the ranks of uid {uid} have more than {self.per_owner} this interval, the "
                 "agent's per-owner budget")
 
     def trim(self, stats: pb.RankStats) -> pb.RankStats:
         """``stats`` (a rank not read this interval) cut to what its owner may still report."""
         left_out = 0
-        for ops in (stats.gemm, stats.nccl, stats.inflight, stats.process_groups):
+        for ops in (stats.gemm, stats.nccl, stats.inflight, stats.process_groups, stats.functions):
             kept = self.take(stats.uid, len(ops))
             left_out += len(ops) - kept
             del ops[kept:]
@@ -667,7 +675,7 @@ class OpsBudget:
         """One entry per owner whose ranks had ops left out."""
         return [pb.RankOpsDropped(uid=uid, ops=dropped, reason=(
                     f"the ranks of uid {uid} published {self._reported[uid] + dropped} ops (GEMM and NCCL "
-                    f"aggregates, in-flight entries, process groups) this interval; the agent reports at most "
+                    f"aggregates, in-flight entries, process groups, timed functions) this interval; the agent reports at most "
                     f"{self.per_owner} per owner (in the order it reads the ranks: those it already followed, then "
                     "by pid) and left the rest out"))
                 for uid, dropped in sorted(self._dropped.items())]

@@ -671,7 +671,7 @@ class InflightOp(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class RankStats(_message.Message):
-    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "pid_in_container", "container", "unavailable")
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "pid_in_container", "container", "functions", "unavailable")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -708,6 +708,7 @@ class RankStats(_message.Message):
     CPU_THROTTLED_SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
     PID_IN_CONTAINER_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
@@ -738,8 +739,34 @@ class RankStats(_message.Message):
     cpu_throttled_seconds_per_s: float
     pid_in_container: int
     container: Container
+    functions: _containers.RepeatedCompositeFieldContainer[FunctionTiming]
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., functions: _Optional[_Iterable[_Union[FunctionTiming, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class FunctionTiming(_message.Message):
+    __slots__ = ("name", "calls_total", "seconds_total", "max_seconds", "calls_per_s", "seconds_per_s", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CALLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    calls_total: int
+    seconds_total: float
+    max_seconds: float
+    calls_per_s: float
+    seconds_per_s: float
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., calls_total: _Optional[int] = ..., seconds_total: _Optional[float] = ..., max_seconds: _Optional[float] = ..., calls_per_s: _Optional[float] = ..., seconds_per_s: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CollectiveArrivals(_message.Message):
     __slots__ = ("comm", "sequence", "start_unix_ns", "enqueued")

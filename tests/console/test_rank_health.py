@@ -1,5 +1,5 @@
-"""The hook's health, Flight Recorder progress and where a rank runs, as the host view's ranks tab and
-`status --json` show them."""
+"""The hook's health, Flight Recorder progress, where a rank runs and its timed Python functions, as the
+host view's ranks tab and `status --json` show them."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ def two_ranks() -> pb.HostSnapshot:
     timed.process_groups.add(id="0", last_enqueued=40, last_completed=38)
     timed.process_groups.add(id="1", last_enqueued=7, last_completed=7)
     timed.container.CopyFrom(pb.Container(runtime="slurm", slurm_job_id="42", slurm_step="0"))
+    timed.functions.add(name="__main__:train_step", calls_total=5, seconds_total=2.5, max_seconds=0.75,
+                        calls_per_s=2.0, seconds_per_s=0.5)
+    timed.functions.add(name="torch:cuda.synchronize", calls_total=50, seconds_total=4.0, max_seconds=0.25,
+                        calls_per_s=20.0, seconds_per_s=0.125)
     inert = message.ranks.add(pid=101, rank=1, state="running", step_count=5, pid_in_container=1)
     inert.hook.inactive_reason = INERT
     inert.container.CopyFrom(pb.Container(runtime="docker", id="5dace3de0735" + "0" * 52, slurm_job_id="42",
@@ -60,13 +64,15 @@ def test_status_json_has_the_hook_the_process_groups_and_where_ranks_run() -> No
     assert ranks[0]["process_groups"] == [{"id": "0", "last_enqueued": 40, "last_completed": 38},
                                           {"id": "1", "last_enqueued": 7, "last_completed": 7}]
     assert ranks[1]["hook"]["inactive_reason"] == INERT
+    assert ranks[0]["functions"][0] == {"name": "__main__:train_step", "calls_total": 5, "seconds_total": 2.5,
+                                        "max_seconds": 0.75, "calls_per_s": 2.0, "seconds_per_s": 0.5}
     assert (ranks[1]["pid_in_container"], ranks[1]["container"]["slurm_job_id"], ranks[1]["container"]["runtime"]) \
         == (1, "42", "docker")
 
 
 async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_figures_would_be() -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_ranks())], speed=0))
-    async with app.run_test(size=(200, 40)) as pilot:
+    async with app.run_test(size=(230, 40)) as pilot:
         screen = await open_host_tab(app, pilot, "ranks")
         assert isinstance(screen, HostScreen)
         detail = str(screen.query_one("#host-detail", Static).render())
@@ -79,6 +85,8 @@ async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_
         assert str(table.get_row_at(1)[column["GEMM"]]) == f"telemetry off: {INERT}"
         assert [str(table.get_row_at(row)[column["Where"]]) for row in (0, 1)] == [
             "job 42.0", "docker 5dace3de0735 · job 42.0, pid 1"]
+        assert [str(table.get_row_at(row)[column["Top function"]]) for row in (0, 1)] == [
+            "train_step 500 ms/s", "none"]  # the most time per second, not the most in all
         await pilot.press("j")
         assert str(screen.query_one("#host-detail", Static).render()).startswith(f"rank 1: telemetry off: {INERT}")
         ops = screen.query_one("#rank-ops-table", DataTable)

@@ -24,6 +24,14 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
   instead of one in a period chosen per shape from its kernel time (16 to 1024:
   timing costs at most 0.05 % of the shape's GPU time); every call is counted
   either way;
+- TUIPROF_TIME_FUNCTIONS, with --time-functions NAMES: the Python functions
+  to time in each rank (count, total and longest time), in xpu-timer's syntax
+  (module@function, module@Class@function, __main__@function for the entry
+  file) or dotted (module:Class.function), separated by commas; xpu-timer's
+  own XPU_TIMER_HOST_TRACING_FUNC is read too. xpu-timer's built-in list
+  (DataLoader batches, CUDA syncs and waits, backward, Megatron's forward and
+  backward steps) is timed as well unless --no-default-functions
+  (TUIPROF_TIME_FUNCTIONS_DEFAULTS=0);
 - TUIPROF_NCCL_FALLBACK=1, with --nccl-fallback: where NCCL does not take the
   profiler plugin (NCCL < 2.27, or another plugin), time each collective with
   CUDA events on its stream (from its turn on the stream to its end, not
@@ -56,6 +64,8 @@ SOCKET_DIR_ENV = "KINETO_IPC_SOCKET_DIR"
 SAMPLE_EVERY_ENV = "TUIPROF_GEMM_SAMPLE_EVERY"
 SAMPLE_EVERY_MAX = 1_000_000  # TP_GEMM_SAMPLE_EVERY_MAX in the hook
 NCCL_FALLBACK_ENV = "TUIPROF_NCCL_FALLBACK"
+TIME_FUNCTIONS_ENV = "TUIPROF_TIME_FUNCTIONS"  # read by tuiprof_native/startup/tuiprof_functions.py
+DEFAULT_FUNCTIONS_ENV = "TUIPROF_TIME_FUNCTIONS_DEFAULTS"
 AGENT_LOOKUP_TIMEOUT_S = 2.0
 
 
@@ -81,7 +91,8 @@ def _prepend(value: str, existing: str | None, sep: str) -> str:
 
 def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True, kineto_socket_dir: str | None = None,
                        library: Path = HOOK_LIBRARY, trace_dir: str | None = None,
-                       gemm_sample_every: int | None = None, nccl_fallback: bool = False) -> dict[str, str]:
+                       gemm_sample_every: int | None = None, nccl_fallback: bool = False,
+                       time_functions: str | None = None, default_functions: bool = True) -> dict[str, str]:
     """The environment CMD runs in: ``env`` plus tuiprof's variables.
 
     ``kineto_socket_dir`` is the caller's own Kineto folder from the local agent:
@@ -91,7 +102,9 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True, kinet
     ``trace_dir`` is the local agent's trace dir, where Kineto may then write
     on-demand traces; a KINETO_ONDEMAND_TRACE_DIR the user set stands.
     ``gemm_sample_every`` (given) replaces any TUIPROF_GEMM_SAMPLE_EVERY;
-    ``nccl_fallback`` sets TUIPROF_NCCL_FALLBACK=1 (one the user set stands otherwise)."""
+    ``nccl_fallback`` sets TUIPROF_NCCL_FALLBACK=1 (one the user set stands otherwise).
+    ``time_functions`` (given) replaces any TUIPROF_TIME_FUNCTIONS; without ``default_functions``
+    TUIPROF_TIME_FUNCTIONS_DEFAULTS=0 turns xpu-timer's built-in list off."""
     if not library.is_file():
         raise LaunchError(
             f"{library} is missing: the compiled parts of tuiprof were not built; "
@@ -117,6 +130,10 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True, kinet
         out[SAMPLE_EVERY_ENV] = str(gemm_sample_every)
     if nccl_fallback:
         out[NCCL_FALLBACK_ENV] = "1"
+    if time_functions is not None:
+        out[TIME_FUNCTIONS_ENV] = time_functions
+    if not default_functions:
+        out[DEFAULT_FUNCTIONS_ENV] = "0"
     return out
 
 
@@ -186,6 +203,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="where NCCL does not take the profiler plugin (NCCL older than 2.27), time collectives with CUDA "
              "events on their stream (from their turn on the stream to their end, not kernel time); without it "
              "they are only counted")
+    parser.add_argument(
+        "--time-functions", metavar="NAMES",
+        help="Python functions to time in each rank, comma-separated: module@function, module@Class@function, "
+             "__main__@function (the entry file) or module:Class.function (as XPU_TIMER_HOST_TRACING_FUNC, which "
+             "is read too)")
+    parser.add_argument(
+        "--no-default-functions", dest="default_functions", action="store_false",
+        help="do not time xpu-timer's built-in list (DataLoader batches, CUDA syncs and waits, backward, "
+             "Megatron's forward and backward steps)")
     add_credential_arguments(parser)
     # not "command": that is where the command line keeps which tuiprof command runs (``tuiprof run``)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command and its arguments")
@@ -206,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
     env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon,
                              kineto_socket_dir=folders.kineto_socket_dir if folders else None,
                              trace_dir=folders.trace_dir if folders else None,
-                             gemm_sample_every=args.gemm_sample_every, nccl_fallback=args.nccl_fallback)
+                             gemm_sample_every=args.gemm_sample_every, nccl_fallback=args.nccl_fallback,
+                             time_functions=args.time_functions, default_functions=args.default_functions)
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

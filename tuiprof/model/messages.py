@@ -347,6 +347,18 @@ class CollectiveArrivals:
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionTiming:
+    """``tuiprof.v1.FunctionTiming``."""
+
+    name: str
+    calls_total: int
+    seconds_total: float
+    max_seconds: float
+    calls_per_s: Reading
+    seconds_per_s: Reading
+
+
+@dataclass(frozen=True, slots=True)
 class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     """``tuiprof.v1.RankStats``."""
 
@@ -379,7 +391,8 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     cpu_throttled_seconds_per_s: Reading
     pid_in_container: Reading
     container: Container
-    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals, "container": Container}
+    functions: tuple[FunctionTiming, ...]
+    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals, "container": Container, "functions": FunctionTiming}
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ a ``gc.callbacks`` entry, a timing wrapper around DataLoader iteration, and
 exception's traceback beside the process's segment (for the agent, which
 outlives the process) before handing it to the hook they replaced. Once
 torch.distributed is up (seen at an optimizer step), ``tuiprof_flight``
-publishes PyTorch Flight Recorder progress beside the segment too.
+publishes PyTorch Flight Recorder progress beside the segment too, and
+``tuiprof_functions`` times the Python functions the environment names.
 No ``sys.setprofile`` (it would collide with torch.profiler). Any failure
 leaves the job untouched (logged at debug level), because telemetry must
 never break training.
@@ -33,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 LIBRARY_ENV = "TUIPROF_HOOK_LIBRARY"
+_installed = False  # install() ran in this process
 EXCEPTION_TEXT_LIMIT = 64 * 1024  # characters kept, from the end (where the exception itself is)
 log = logging.getLogger("tuiprof.startup")
 
@@ -261,12 +263,33 @@ class _TorchWatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _segment_path_reader() -> Any:
+    """This process's segment path as the hook library gives it ("" until it has one); None without the library."""
+    lib = _load_library()
+    if lib is None:
+        return None
+    path = lib.tuiprof_segment_path
+    path.restype = ctypes.c_char_p
+    path.argtypes = []
+    return lambda: path().decode()
+
+
 def install() -> None:
-    """Arm the lazy torch hook (idempotent)."""
+    """Arm the lazy torch hook and the timing of named functions (``tuiprof_functions``); once."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
     if "torch" in sys.modules:
         _on_torch_imported(sys.modules["torch"])
-    elif not any(isinstance(f, _TorchWatcher) for f in sys.meta_path):
+    else:
         sys.meta_path.insert(0, _TorchWatcher())
+    try:
+        import tuiprof_functions
+
+        tuiprof_functions.install(_segment_path_reader, _write_whole, _AfterExec)
+    except Exception:  # telemetry must never stop the job from starting
+        log.debug("tuiprof function timing not installed", exc_info=True)
 
 
 def chain_sitecustomize(own_file: str) -> None:

@@ -170,6 +170,7 @@ RANK_COLUMNS = (
     TableColumn("Rank", 100), TableColumn("PID", 60), TableColumn("Job", 55), TableColumn("Where", 45),
     TableColumn("State", 95), TableColumn("Steps", 50), TableColumn("Step time", 90), TableColumn("GEMM", 70),
     TableColumn("busbw (kernel)", 75), TableColumn("Oldest in flight", 80), TableColumn("Heartbeat", 40),
+    TableColumn("Top function", 35),
 )
 
 
@@ -186,9 +187,22 @@ def rank_rows(snapshot: HostSnapshot) -> list[Row]:
         rows.append((key, [
             key, str(rank.pid), job, _where(rank), _rank_state(rank), str(rank.step_count),
             reading(rank.step_time_seconds, units.seconds), *_hook_cells(rank),
-            units.seconds(rank.heartbeat_age_seconds),
+            units.seconds(rank.heartbeat_age_seconds), _top_function(rank),
         ], _readings_but_placement(rank)))
     return rows
+
+
+def _top_function(rank: RankStats) -> Cell:
+    """The timed Python function the rank spent most time in per second (its qualified name), or,
+    before rates exist, the one with the most time in all."""
+    if not rank.functions:
+        return Text("none", style="dim italic")
+    rated = [(f.seconds_per_s, f.name) for f in rank.functions if not isinstance(f.seconds_per_s, Unavailable)]
+    if rated:
+        per_s, name = max(rated)
+        return f"{name.partition(':')[2]} {units.seconds(per_s)}/s"
+    top = max(rank.functions, key=lambda f: f.seconds_total)
+    return f"{top.name.partition(':')[2]} {units.seconds(top.seconds_total)} in all"
 
 
 def _readings_but_placement(rank: RankStats) -> dict[str, Reading]:
