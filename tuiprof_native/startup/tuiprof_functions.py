@@ -323,9 +323,16 @@ class FunctionTimer:
     # -------------------------------------------------------------- the entry file
 
     def _audit(self, event: str, args: tuple) -> None:
+        """The audit hook: sees the entry file's code just before it runs. An audit hook that raises
+        fails the operation audited, so nothing leaves it."""
         if event != "exec" or self._main_code is not None:
             return
-        code = args[0]
+        try:
+            self._entry_file(args[0])
+        except Exception:
+            log.debug("tuiprof could not look up the entry file's functions", exc_info=True)
+
+    def _entry_file(self, code: object) -> None:
         if not isinstance(code, CodeType) or code.co_name != "<module>" or not _is_entry_file(code.co_filename):
             return
         self._main_code = code
@@ -366,13 +373,18 @@ class FunctionTimer:
         return self._entry_line if frame.f_code is self._main_code else None
 
     def _entry_line(self, frame: Any, event: str, arg: Any) -> Any:
-        """Each line of the entry file's top level: wrap the functions defined by then."""
-        namespace = frame.f_globals
-        for qualname, target in list(self._main_pending.items()):
-            head = namespace.get(target.path[0])
-            if head is not None and _defines(head, target.path[1:]):
-                del self._main_pending[qualname]
-                self._find(target, _Namespace(namespace))
+        """Each line of the entry file's top level: wrap the functions defined by then. (What a trace
+        function raises would reach the job: nothing leaves it.)"""
+        try:
+            namespace = frame.f_globals
+            for qualname, target in list(self._main_pending.items()):
+                head = namespace.get(target.path[0])
+                if head is not None and _defines(head, target.path[1:]):
+                    del self._main_pending[qualname]
+                    self._find(target, _Namespace(namespace))
+        except Exception:
+            log.debug("tuiprof could not wrap the entry file's functions", exc_info=True)
+            self._main_pending.clear()
         if event == "return" or not self._main_pending:
             sys.settrace(None)
             frame.f_trace = None
