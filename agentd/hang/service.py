@@ -238,9 +238,9 @@ class HangService:
         if unknown:
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
-                f"pid {_pids(unknown)} is not a live rank on this host (only processes "
-                f"with a tuiprof segment are dumped); known rank pids: "
-                f"{_pids(t.pid for t in live if caller.owns(t.uid)) or 'none'}",
+                f"pid {_pids(unknown)} is not a live rank on this host: no process started with `tuiprof run` "
+                f"(only those, with a tuiprof segment, are dumped; py-spy dump --pid reads any other process "
+                f"of yours); yours here: {_pids(t.pid for t in live if caller.owns(t.uid)) or 'none'}",
             )
         foreign = sorted(t.pid for t in live if t.pid in asked and not caller.owns(t.uid))
         if foreign:

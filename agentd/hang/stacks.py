@@ -186,11 +186,9 @@ class StackTaker:
 
 
 def merged_reply(hostname: str, taken_unix_ns: int, ranks: Sequence[pb.RankStacks]) -> pb.StacksReply:
-    """A StacksReply of ``ranks`` with their merged tree."""
+    """A StacksReply of ``ranks`` with the tree of those that have a rank number (the console places
+    the others, each under its pid, among every host's ranks)."""
     reply = pb.StacksReply(hostname=hostname, taken_unix_ns=taken_unix_ns)
     reply.ranks.extend(ranks)
-    for rank in reply.ranks:
-        if not rank.HasField("rank") and not rank.error:
-            rank.error = "the process has no rank number: listed, but not in the merged tree"
     reply.merged.CopyFrom(tree_to_proto(merge(samples_from_ranks(reply.ranks))))
     return reply

@@ -95,10 +95,14 @@ class Node:
 
 @dataclass
 class MergedStacks:
-    """One prefix tree per thread group; ``ranks`` is every rank that contributed."""
+    """One prefix tree per thread group; ``ranks`` is every rank that contributed.
+
+    ``unranked``: the bits that stand for processes without a rank number, and their
+    names (``pid 4242``); see :mod:`agentd.stacks.ranksets`."""
 
     threads: dict[str, Node] = field(default_factory=dict)
     ranks: int = 0
+    unranked: dict[int, str] = field(default_factory=dict)
 
     def root(self, thread: str) -> Node:
         node = self.threads.get(thread)
@@ -194,6 +198,7 @@ def merge_trees(trees: Iterable[MergedStacks]) -> MergedStacks:
     merged = MergedStacks()
     for tree in trees:
         merged.ranks |= tree.ranks
+        merged.unranked.update(tree.unranked)
         for thread, root in tree.threads.items():
             _merge_into(merged.root(thread), root)
     return merged
@@ -216,7 +221,7 @@ def project(merged: MergedStacks, *, lines: bool, native: bool) -> MergedStacks:
     Equal to merging the projected raw stacks, so the console can toggle
     without asking the agents again.
     """
-    out = MergedStacks(ranks=merged.ranks)
+    out = MergedStacks(ranks=merged.ranks, unranked=merged.unranked)
     for thread, root in merged.threads.items():
         new_root = out.root(thread)
         new_root.ranks = root.ranks
@@ -290,7 +295,8 @@ class Suspect:
 
 
 def find_suspects(
-    classes: list[EquivalenceClass], collective_findings: dict[int, str] | None = None, behind: int = 0
+    classes: list[EquivalenceClass], collective_findings: dict[int, str] | None = None, behind: int = 0,
+    unranked: dict[int, str] | None = None,
 ) -> list[Suspect]:
     """The odd ranks out, each with an explanation.
 
@@ -303,32 +309,32 @@ def find_suspects(
     class (everyone waits in the same place), when the classes are of equal
     size, or when the smaller classes together hold half the ranks or more
     (ranks spread over many places). ``collective_findings`` (rank → sentence)
-    is prefixed to the stack evidence.
+    is prefixed to the stack evidence; ``unranked`` names the processes without a rank number.
     """
     if len(classes) < 2:
         return []
     lagging = [c for c in classes if not c.ranks & ~behind]
     if lagging and len(lagging) < len(classes):
-        return _explain([c for c in classes if c not in lagging], lagging, collective_findings or {})
+        return _explain([c for c in classes if c not in lagging], lagging, collective_findings or {}, unranked)
     largest = max(c.count for c in classes)
     majority = [c for c in classes if c.count == largest]
     odd_ranks = sum(c.count for c in classes if c.count < largest)
     if len(majority) == len(classes) or 2 * odd_ranks >= sum(c.count for c in classes):
         return []
-    return _explain(majority, [c for c in classes if c.count < largest], collective_findings or {})
+    return _explain(majority, [c for c in classes if c.count < largest], collective_findings or {}, unranked)
 
 
 def _explain(
-    majority: list[EquivalenceClass], odd: list[EquivalenceClass], findings: dict[int, str]
+    majority: list[EquivalenceClass], odd: list[EquivalenceClass], findings: dict[int, str],
+    unranked: dict[int, str] | None,
 ) -> list[Suspect]:
     """One suspect per odd class, saying where it is and where the others are."""
     others = " and ".join(
-        f"{_ranks_word(c.ranks)} {ranksets.fold_short(c.ranks, 80)} {'is' if c.count == 1 else 'are'} in `{c.where()}`"
-        for c in majority
+        f"{ranksets.who(c.ranks, unranked)} {'is' if c.count == 1 else 'are'} in `{c.where()}`" for c in majority
     )
     suspects = []
     for cls in odd:
-        label = f"{_ranks_word(cls.ranks)} {ranksets.fold_short(cls.ranks, 80)}"
+        label = ranksets.who(cls.ranks, unranked)
         collective = _shared_finding(cls.ranks, findings)
         verb = "it is" if cls.count == 1 else "they are"
         if collective:
@@ -337,10 +343,6 @@ def _explain(
             reason = f"{label} {'is' if cls.count == 1 else 'are'} in `{cls.where()}`; {others}"
         suspects.append(Suspect(cls.ranks, reason))
     return suspects
-
-
-def _ranks_word(mask: int) -> str:
-    return "rank" if mask.bit_count() == 1 else "ranks"
 
 
 def _shared_finding(mask: int, findings: dict[int, str]) -> str | None:

@@ -4,12 +4,17 @@ Inside the analysis layer a rank set is a Python ``int`` bit mask (bit ``r`` set
 = rank ``r`` is in the set): union is one ``|`` and a 4096-rank set is 512
 bytes, which keeps merging thousands of stacks cheap. These helpers convert
 between masks, sorted rank lists and the folded text users read and type.
+
+A process without a rank number (a job started without ``RANK``) still has a
+place in a merged tree: the console gives it a bit above every rank number of
+the merge and a name, ``pid 4242`` (``unranked``: bit → name), and the folded
+text lists it by that name after the ranks: ``0-3,pid 4242``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -38,10 +43,29 @@ def ranks_of(mask: int) -> list[int]:
     return ranks
 
 
-def fold(ranks: Iterable[int] | int) -> str:
-    """``[0, 1, 2, 3, 5]`` (or its mask) as ``"0-3,5"``; the empty set is ``""``."""
+def fold(ranks: Iterable[int] | int, unranked: Mapping[int, str] | None = None) -> str:
+    """``[0, 1, 2, 3, 5]`` (or its mask) as ``"0-3,5"``; the empty set is ``""``. The processes
+    without a rank number among them (bits of ``unranked``) follow by name: ``0-3,5,pid 4242``."""
     mask = ranks if isinstance(ranks, int) else mask_of(ranks)
-    return ",".join(_span(start, end) for start, end in runs(mask))
+    numbered, names = split_unranked(mask, unranked)
+    return ",".join([_span(start, end) for start, end in runs(numbered)] + names)
+
+
+def split_unranked(mask: int, unranked: Mapping[int, str] | None) -> tuple[int, list[str]]:
+    """``mask`` without the bits of ``unranked``, and the names of those it had (in bit order)."""
+    if not unranked:
+        return mask, []
+    names = [name for bit, name in sorted(unranked.items()) if mask >> bit & 1]
+    return mask & ~mask_of(unranked), names
+
+
+def who(mask: int, unranked: Mapping[int, str] | None = None, limit: int = 80) -> str:
+    """A set of processes in a sentence: ``rank 3``, ``ranks 0-2``, ``pid 4242``, ``ranks 0-2 and pid 4242``."""
+    numbered, names = split_unranked(mask, unranked)
+    parts = [f"{'rank' if numbered.bit_count() == 1 else 'ranks'} {fold_short(numbered, limit)}"] if numbered else []
+    if names:
+        parts.append(", ".join(names))
+    return " and ".join(parts)
 
 
 def runs(mask: int) -> list[tuple[int, int]]:
@@ -84,9 +108,9 @@ def parse(text: str) -> list[int]:
     return sorted(ranks)
 
 
-def fold_short(ranks: Iterable[int] | int, limit: int = 60) -> str:
+def fold_short(ranks: Iterable[int] | int, limit: int = 60, unranked: Mapping[int, str] | None = None) -> str:
     """``fold`` cut to about ``limit`` characters at a comma, ending in ``…`` when cut (for screens)."""
-    text = fold(ranks)
+    text = fold(ranks, unranked)
     if len(text) <= limit:
         return text
     cut = text.rfind(",", 0, limit)

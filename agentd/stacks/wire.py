@@ -12,14 +12,21 @@ from agentd.text import printable
 
 
 def samples_from_ranks(ranks: Iterable[pb.RankStacks]) -> list[ThreadSample]:
-    """Thread samples of the ranks that have a rank number and stacks."""
+    """Thread samples of the ranks that have a rank number and stacks.
+
+    A process without a rank number is left to the console, which merges every host's
+    and alone can give it a bit no rank of the job has (``thread_samples``)."""
     samples = []
     for rank in ranks:
-        if not rank.HasField("rank") or rank.rank < 0:
-            continue
-        for thread in rank.threads:
-            samples.append(ThreadSample(rank.rank, printable(thread.thread_name), normalize_frames(thread.frames)))
+        if rank.HasField("rank") and rank.rank >= 0:
+            samples.extend(thread_samples(rank.rank, rank))
     return samples
+
+
+def thread_samples(member: int, process: pb.RankStacks) -> list[ThreadSample]:
+    """The threads of ``process`` as samples of the tree member ``member`` (its rank, or the bit given it)."""
+    return [ThreadSample(member, printable(thread.thread_name), normalize_frames(thread.frames))
+            for thread in process.threads]
 
 
 def tree_to_proto(merged: MergedStacks) -> pb.StackNode:

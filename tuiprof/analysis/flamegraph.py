@@ -46,9 +46,9 @@ def flamegraph_svg(merged: MergedStacks, title: str = "merged stacks", width: in
     ]
     for level, left, span, label, ranks, missing in boxes:
         y = height - 4 - (level + 1) * FRAME_HEIGHT
-        tip = f"{label}\nranks [{ranksets.fold(ranks)}] ({ranks.bit_count()})"
+        tip = f"{label}\nranks [{ranksets.fold(ranks, merged.unranked)}] ({ranks.bit_count()})"
         if missing:
-            tip += f"\nnot reached by [{ranksets.fold(missing)}]"
+            tip += f"\nnot reached by [{ranksets.fold(missing, merged.unranked)}]"
         out.append(f"<g><title>{escape(tip)}</title>")
         out.append(
             f'<rect x="{left:.2f}" y="{y}" width="{max(span - 0.5, 0.1):.2f}" height="{FRAME_HEIGHT - 1}" '

@@ -20,19 +20,29 @@ from agentd.stacks.merge import (
     Suspect,
     equivalence_classes,
     find_suspects,
+    merge,
     merge_trees,
     project,
 )
-from agentd.stacks.wire import collectives_from_ranks, tree_from_proto
+from agentd.stacks.wire import collectives_from_ranks, thread_samples, tree_from_proto
 from tuiprof.model.stacks import HostStacks
+
+
+def processes_named(processes: list[pb.RankStacks]) -> str:
+    """``ranks [0-3]``, ``pid 4242``, ``ranks [0-3] and pids 4242,4243``: processes by rank, else by pid."""
+    numbers = [p.rank for p in processes if p.HasField("rank")]
+    pids = [str(pid) for pid in sorted(p.pid for p in processes if not p.HasField("rank"))]
+    parts = [f"ranks [{ranksets.fold(numbers)}]"] if numbers else []
+    if pids:
+        parts.append(f"{'pid' if len(pids) == 1 else 'pids'} {','.join(pids)}")
+    return " and ".join(parts)
 
 
 def cached_note(ranks: list[pb.RankStacks]) -> str:
     """One line for the ranks served their last dump again: how old, and when a new one may be taken."""
-    who = ranksets.fold(r.rank for r in ranks if r.HasField("rank")) or ", ".join(f"pid {r.pid}" for r in ranks)
     oldest = max(r.age_seconds for r in ranks)
     latest = max(r.next_dump_in_seconds for r in ranks)
-    return (f"ranks [{who}]: stacks of their last dump, up to {oldest:.1f} s old (py-spy stops a rank while it "
+    return (f"{processes_named(ranks)}: stacks of their last dump, up to {oldest:.1f} s old (py-spy stops a rank while it "
             f"reads it, so after a dump a rank is left alone for 50× the dump's time); new stacks in {latest:.1f} s")
 
 
@@ -58,17 +68,37 @@ def build_report(
     """Classes and suspects of ``thread`` (default: the main thread); ``behind``: see ``find_suspects``."""
     thread = thread or merged.main_thread()
     classes = equivalence_classes(merged, thread)
-    return StacksReport(merged, thread, classes, find_suspects(classes, collective_findings, behind))
+    return StacksReport(merged, thread, classes, find_suspects(classes, collective_findings, behind, merged.unranked))
 
 
 def job_report(hosts: list[HostStacks], lines: bool, native: bool) -> StacksReport:
-    """The hosts' trees merged, projected to the wanted detail, with collective findings."""
+    """The hosts' trees merged with the processes that have no rank number, projected to the wanted
+    detail, with collective findings."""
     trees = [tree_from_proto(h.reply.merged) for h in hosts if h.reply is not None]
-    merged = project(merge_trees(trees), lines=lines, native=native)
+    merged = project(merge_trees([*trees, _unranked_tree(hosts)]), lines=lines, native=native)
     pids = {(h.host, r.pid) for h in hosts if h.reply is not None for r in h.reply.ranks}
     ranks = [r for h in hosts if h.snapshot is not None for r in h.snapshot.ranks if (h.host, r.pid) in pids]
     collectives = collectives_from_ranks(ranks)
     return build_report(merged, findings(collectives), behind=behind(collectives))
+
+
+def _unranked_tree(hosts: list[HostStacks]) -> MergedStacks:
+    """The processes without a rank number (a job started without ``RANK``), each under a bit above
+    every rank number of the job and named by its pid (``pid 4242``; ``node-b pid 4242`` when such
+    processes come from several hosts, whose pids may repeat)."""
+    replies = [h.reply for h in hosts if h.reply is not None]
+    first = max((r.rank + 1 for reply in replies for r in reply.ranks if r.HasField("rank")), default=0)
+    processes = [(reply.hostname, r) for reply in replies for r in reply.ranks
+                 if not (r.HasField("rank") and r.rank >= 0) and r.threads]
+    several_hosts = len({hostname for hostname, _ in processes}) > 1
+    samples = []
+    names: dict[int, str] = {}
+    for bit, (hostname, process) in enumerate(processes, start=first):
+        names[bit] = f"{hostname} pid {process.pid}" if several_hosts else f"pid {process.pid}"
+        samples.extend(thread_samples(bit, process))
+    tree = merge(samples)
+    tree.unranked = names
+    return tree
 
 
 def job_verdicts(host: HostStacks) -> list[pb.RankVerdict]:
@@ -98,7 +128,7 @@ def report_json(report: StacksReport) -> dict:
         "thread": report.thread,
         "classes": [
             {
-                "ranks": ranksets.fold(c.ranks),
+                "ranks": ranksets.fold(c.ranks, report.merged.unranked),
                 "count": c.count,
                 "leaf": c.leaf.label() if c.leaf else None,
                 "where": c.where(),
@@ -106,7 +136,8 @@ def report_json(report: StacksReport) -> dict:
             }
             for c in report.classes
         ],
-        "suspects": [{"ranks": ranksets.fold(s.ranks), "reason": s.reason} for s in report.suspects],
+        "suspects": [{"ranks": ranksets.fold(s.ranks, report.merged.unranked), "reason": s.reason}
+                     for s in report.suspects],
         "tree": [
             _node_json(report.merged, node, thread)
             for thread, node in sorted(report.merged.threads.items())
@@ -123,9 +154,9 @@ def _node_json(merged: MergedStacks, root: Node, thread: str) -> dict:
             f = node.frame
             out.update(function=f.function, file=f.file, line=f.line, native=f.native, label=f.label())
         out.update(
-            ranks=ranksets.fold(node.ranks),
+            ranks=ranksets.fold(node.ranks, merged.unranked),
             count=node.ranks.bit_count(),
-            missing=ranksets.fold(merged.missing(node)),
+            missing=ranksets.fold(merged.missing(node), merged.unranked),
         )
         children: list[dict[str, Any]] = []
         out["children"] = children
@@ -139,21 +170,24 @@ def render_text(report: StacksReport, max_width: int = 160) -> str:
     """The tree of every thread group, then the classes and the suspects."""
     lines: list[str] = []
     total = report.merged.ranks.bit_count()
+    unranked = report.merged.unranked
     for thread, root in sorted(report.merged.threads.items(), key=lambda kv: kv[0] != report.thread):
-        lines.append(f"{thread}  [{ranksets.fold_short(root.ranks)}] {root.ranks.bit_count()}/{total} ranks")
+        lines.append(f"{thread}  [{ranksets.fold_short(root.ranks, unranked=unranked)}] "
+                     f"{root.ranks.bit_count()}/{total} ranks")
         pending = _children_last_first(root, "")
         while pending:
             node, indent, last = pending.pop()
             missing = report.merged.missing(node)
-            text = f"{indent}{'└─ ' if last else '├─ '}{frame_of(node).label()}  [{ranksets.fold_short(node.ranks)}]"
+            text = (f"{indent}{'└─ ' if last else '├─ '}{frame_of(node).label()}  "
+                    f"[{ranksets.fold_short(node.ranks, unranked=unranked)}]")
             if missing:
-                text += f"  not: [{ranksets.fold_short(missing)}]"
+                text += f"  not: [{ranksets.fold_short(missing, unranked=unranked)}]"
             lines.append(text[:max_width])
             pending.extend(_children_last_first(node, indent + ("   " if last else "│  ")))
         lines.append("")
     lines.append(f"Equivalence classes of {report.thread} (smallest first):")
     for c in report.classes:
-        lines.append(f"  {c.count:>5}  [{ranksets.fold_short(c.ranks)}]  {c.where()}")
+        lines.append(f"  {c.count:>5}  [{ranksets.fold_short(c.ranks, unranked=unranked)}]  {c.where()}")
     if report.suspects:
         lines.append("Suspects:")
         lines.extend(f"  {s.reason}" for s in report.suspects)

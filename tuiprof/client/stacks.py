@@ -18,26 +18,35 @@ from agentd.stacks.merge import merge
 from agentd.stacks.wire import samples_from_ranks, tree_to_proto
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.errors import describe_rpc_error
+from tuiprof.errors import BadInputError
 from tuiprof.model.stacks import HostStacks, single_job
+
+
+class PidRefusedError(BadInputError):
+    """An agent refused the processes asked for by pid: not processes under ``tuiprof run``, or not the caller's."""
+
+    def __init__(self, host: str, details: str) -> None:
+        super().__init__(f"{host}: {details}")
 
 
 async def gather_stacks(
     targets: list[AgentAddress], options: ConnectionOptions, take_now: bool, native: bool, timeout: float,
-    job: str | None = None,
+    job: str | None = None, pids: list[int] | None = None,
 ) -> list[HostStacks]:
-    """Every host's newest snapshot, then every host's stacks of one job, hosts in parallel.
+    """Every host's newest snapshot, then every host's stacks of one job (or of ``pids``), hosts in parallel.
 
     The snapshots come first so that no process is dumped before it is known
     which job is meant; a slow host costs at most ``timeout`` per phase.
-    Raises ``JobChoiceError`` when ``job`` is None and the hosts run several.
+    Raises ``JobChoiceError`` when neither ``job`` nor ``pids`` is given and the
+    hosts run several jobs, ``PidRefusedError`` when an agent refuses ``pids``.
     """
     hosts = [HostStacks(str(a)) for a in targets]
     async with contextlib.AsyncExitStack() as stack:
         stubs = [pb_grpc.AgentStub(await stack.enter_async_context(options.open(a))) for a in targets]
         await asyncio.gather(*(_snapshot(stub, host, timeout) for stub, host in zip(stubs, hosts)))
-        if job is None:
+        if job is None and not pids:
             job = single_job(hosts)
-        await asyncio.gather(*(_stacks(stub, host, take_now, native, timeout, job)
+        await asyncio.gather(*(_stacks(stub, host, take_now, native, timeout, job, pids)
                                for stub, host in zip(stubs, hosts) if host.error is None))
     return hosts
 
@@ -56,9 +65,10 @@ async def _snapshot(stub: pb_grpc.AgentStub, host: HostStacks, timeout: float) -
 
 
 async def _stacks(
-    stub: pb_grpc.AgentStub, host: HostStacks, take_now: bool, native: bool, timeout: float, job: str | None
+    stub: pb_grpc.AgentStub, host: HostStacks, take_now: bool, native: bool, timeout: float, job: str | None,
+    asked: list[int] | None,
 ) -> None:
-    pids = [r.pid for r in host.live_ranks() if job is None or r.job_id == job]
+    pids = asked or [r.pid for r in host.live_ranks() if job is None or r.job_id == job]
     if not pids:
         return  # no rank (of this job) here: nothing to dump
     try:
@@ -66,6 +76,8 @@ async def _stacks(
             pb.GetStacksRequest(take_now=take_now, native=native, pids=pids if take_now else []),
             timeout=timeout)
     except grpc.aio.AioRpcError as exc:
+        if asked and exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+            raise PidRefusedError(host.host, exc.details() or "") from exc
         host.error = describe_rpc_error(exc, timeout)
         return
     if not take_now:

@@ -3,9 +3,12 @@
 Each agent takes its local ranks' stacks (py-spy) and pre-merges them; this
 command merges the hosts' trees, lists the equivalence classes (ranks with the
 same stack) smallest first, and names the suspects, using the ranks' in-flight
-collectives where the hook library reports them. Exit status 0 when every host
-answered and none reports a hang, 1 when some host did not answer, 2 on bad
-arguments, 3 when an agent reports a rank of the job hung or suspect.
+collectives where the hook library reports them. A process without a rank
+number (started without ``RANK``) is in the tree under its pid. Exit status 0
+when every host answered and none reports a hang, 1 when some host did not
+answer, 2 on bad arguments (a ``--pid`` that is not a process of yours under
+``tuiprof run`` included), 3 when an agent reports a rank of the job hung or
+suspect.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import sys
 
 from agentd.hang.detector import HUNG, SUSPECT
 from agentd.stacks import ranksets
-from agentd.stacks.verdicts import summarize
+from agentd.stacks.verdicts import summarize, who
 from agentd.text import printable
 from tuiprof.analysis.flamegraph import flamegraph_svg
 from tuiprof.analysis.stacks_report import (
-    StacksReport, cached_note, duplicate_ranks, folded, job_report, job_verdicts, render_text, report_json,
+    StacksReport, cached_note, duplicate_ranks, folded, job_report, job_verdicts, processes_named, render_text,
+    report_json,
 )
 from tuiprof.client.local import local_agent
 from tuiprof.client.stacks import gather_stacks
@@ -40,9 +44,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
     parser.add_argument("--lines", action="store_true",
                         help="tell frames apart by line number too (more, smaller classes)")
-    parser.add_argument("--job", metavar="ID",
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--job", metavar="ID",
                         help="only the ranks of this job (SLURM job id, torchelastic run id or "
                              "TUIPROF_JOB_ID); needed when the hosts run several jobs")
+    chosen.add_argument("--pid", metavar="PID[,PID...]", type=pid_list,
+                        help="only these processes of the one host asked (started with `tuiprof run`, "
+                             "with or without RANK), as py-spy dump --pid")
     parser.add_argument("--incident", action="store_true",
                         help="the stacks each agent took when it detected a hang, instead of new ones")
     parser.add_argument("--folded", action="store_true", help="print folded stacks (for flame-graph tools)")
@@ -50,6 +58,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="seconds to wait for each host (default 60)")
     parser.set_defaults(func=run)
+
+
+def pid_list(text: str) -> list[int]:
+    """``4242,4243`` as pids (argparse reports a ValueError as an invalid --pid value)."""
+    pids = [int(part) for part in text.split(",")]
+    if any(pid <= 0 for pid in pids):
+        raise ValueError(text)
+    return pids
 
 
 def document(hosts: list[HostStacks], report: StacksReport) -> dict:
@@ -96,11 +112,10 @@ def _host_lines(hosts: list[HostStacks]) -> list[str]:
         if host.reply is None:
             lines.append(f"{host.host}: no ranks here")
             continue
-        doc = _host_json(host)
-        lines.append(f"{host.host}: ranks [{doc['ranks']}], {len(doc['processes'])} processes")
-        for proc in doc["processes"]:
-            if proc["error"]:
-                lines.append(f"  pid {proc['pid']} (rank {proc['rank']}): {proc['error']}")
+        processes = list(host.reply.ranks)
+        lines.append(f"{host.host}: {processes_named(processes) or 'no ranks'}, {len(processes)} processes")
+        lines.extend(f"  {who(p)}{f' (pid {p.pid})' if p.HasField('rank') else ''}: {p.error}"
+                     for p in processes if p.error)
         cached = [r for r in host.reply.ranks if r.cached]
         if cached:
             lines.append(f"  {cached_note(cached)}")
@@ -113,10 +128,15 @@ def _host_lines(hosts: list[HostStacks]) -> list[str]:
 async def _gather(args: argparse.Namespace) -> list[HostStacks]:
     options = connection(args, timeout=args.timeout)
     targets = addresses(args)
+    if args.pid and len(targets) > 1:
+        raise BadInputError(f"--pid names processes of one host (pids repeat across hosts); {len(targets)} "
+                            "hosts given: name one HOST, or none for this host")
     if targets:
-        return await gather_stacks(targets, options, not args.incident, args.native, args.timeout, args.job)
+        return await gather_stacks(targets, options, not args.incident, args.native, args.timeout, args.job,
+                                   args.pid)
     async with local_agent() as address:
-        return await gather_stacks([address], options, not args.incident, args.native, args.timeout, args.job)
+        return await gather_stacks([address], options, not args.incident, args.native, args.timeout, args.job,
+                                   args.pid)
 
 
 NO_RANKS = "no ranks on these hosts: no stacks to merge (start the job with `tuiprof run`)"

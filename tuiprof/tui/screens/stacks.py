@@ -171,14 +171,15 @@ class StacksScreen(ConsoleScreen):
         smallest = report.classes[0] if len(report.classes) > 1 else None
         merged = report.merged
         for thread, root in sorted(merged.threads.items(), key=lambda kv: kv[0] != report.thread):
-            group = tree.root.add(Text(f"{thread}  [{ranksets.fold_short(root.ranks)}]", style="bold"),
+            group = tree.root.add(Text(f"{thread}  [{ranksets.fold_short(root.ranks, unranked=merged.unranked)}]",
+                                       style="bold"),
                                   expand=thread == report.thread)
             pending: list[tuple[Node, TreeNode, tuple]] = [(root, group, ())]
             while pending:
                 node, parent, path = pending.pop()
                 for child in node.sorted_children():
                     child_path = path + (child.frame,)
-                    label = self._label(child, merged.missing(child), styles)
+                    label = self._label(child, merged.missing(child), styles, merged.unranked)
                     item = parent.add(label, expand=thread == report.thread) if child.children \
                         else parent.add_leaf(label)
                     if smallest is not None and thread == report.thread and child_path == smallest.frames:
@@ -186,11 +187,12 @@ class StacksScreen(ConsoleScreen):
                     pending.append((child, item, child_path))
 
     @staticmethod
-    def _label(node: Node, missing: int, styles: dict[int, str]) -> Text:
+    def _label(node: Node, missing: int, styles: dict[int, str], unranked: dict[int, str]) -> Text:
         text = Text(frame_of(node).label(), style=styles.get(node.ranks, ""))
-        text.append(f"  [{ranksets.fold_short(node.ranks)}] {node.ranks.bit_count()}", style="dim" if node.ranks not in styles else "")
+        text.append(f"  [{ranksets.fold_short(node.ranks, unranked=unranked)}] {node.ranks.bit_count()}",
+                    style="dim" if node.ranks not in styles else "")
         if missing:
-            text.append(f"  not: [{ranksets.fold_short(missing)}]", style="italic")
+            text.append(f"  not: [{ranksets.fold_short(missing, unranked=unranked)}]", style="italic")
         return text
 
     @staticmethod
@@ -199,7 +201,8 @@ class StacksScreen(ConsoleScreen):
             return Text("No ranks on these hosts: no stacks to merge (start the job with `tuiprof run`).")
         text = Text(f"Classes of {report.thread} (smallest first):\n")
         for c in report.classes:
-            text.append(f"{c.count:>5}  [{ranksets.fold_short(c.ranks)}]  {c.where()}\n", style=styles.get(c.ranks, ""))
+            text.append(f"{c.count:>5}  [{ranksets.fold_short(c.ranks, unranked=report.merged.unranked)}]  "
+                        f"{c.where()}\n", style=styles.get(c.ranks, ""))
         if report.suspects:
             for suspect in report.suspects:
                 text.append(f"Suspect: {suspect.reason}\n", style="bold")
