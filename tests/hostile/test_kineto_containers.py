@@ -88,12 +88,17 @@ def container():
 
 
 @pytest.fixture
-def trainer_in(container, namespace):
+def trainer_in(container, namespace, tmp_path):
     """(launcher's host pid, trainer's host pid) of a real trainer in ``container``."""
-    launcher = container.popen(["sh", "-c", LAUNCHER], env=container_env(namespace), stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+    stderr = tmp_path / "trainer.stderr"
+    with open(stderr, "w") as errors:  # a file, not a pipe: Kineto logs a lot and nobody reads it meanwhile
+        launcher = container.popen(["sh", "-c", LAUNCHER], env=container_env(namespace), stdout=subprocess.PIPE,
+                                   stderr=errors, text=True)
     try:
-        wait_ready(launcher)
+        try:
+            wait_ready(launcher)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the trainer's stderr ends:\n{stderr.read_text()[-3000:]}") from None
         trainer = container.host_pid_of(launcher, PYTHON, str(TRAINER))
         shell = container.host_pid_of(launcher, "sh", str(TRAINER))
         yield shell, trainer
