@@ -8,7 +8,9 @@ callers name every process by the pid the host shows.
 There is one entry per sending process: a poll from the same kernel pid with
 another job or ancestry (pid reuse) replaces it, so a client making up pid
 lists cannot grow the registry.
-A config is handed out once, and only to a poll that asks for activities.
+A config is handed out once, and only to a poll that asks for activities; one that names a
+file of the caller's choosing only while the process still acts with exactly the rights it
+had when the config was offered (``PendingConfig.acting_as``).
 Entries that have not polled for ``keepalive_seconds`` are dropped.
 """
 
@@ -20,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from agentd.kineto.ratelimit import CauseLimitedLogger
+from agentd.procfs import Credentials, ineligible_reason
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,10 @@ class PendingConfig:
 
     text: str
     delivered_at: float | None = None  # time.time() when handed out
+    # The credentials the process must still act with when it takes the config (None: any): its log file is
+    # one the caller chose, written with the process's rights, which must stay its owner's and no more
+    # (a set-user-ID exec between the offer and the poll keeps the pid and the real uid the kernel reports).
+    acting_as: Credentials | None = None
 
 
 @dataclass
@@ -98,8 +105,13 @@ class Registry:
             if not wants_activities or entry.pending is None:
                 return None
             pending, entry.pending = entry.pending, None
-            pending.delivered_at = time.time()
-            return pending
+        if pending.acting_as is not None:
+            changed = ineligible_reason(host_pid, pending.acting_as)
+            if changed:
+                self._limited.warning("rights-changed", "trace config for pid %d withdrawn: %s", host_pid, changed)
+                return None
+        pending.delivered_at = time.time()
+        return pending
 
     def _register(self, entry: Registrant, replaces: Registrant | None) -> Registrant:
         """Add ``entry`` (in place of ``replaces``, the same kernel pid) within the bounds (caller holds the lock)."""

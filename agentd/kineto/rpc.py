@@ -7,10 +7,15 @@ sorted keys. It listens on both loopbacks, 127.0.0.1 and ::1 (``dyno``'s default
 whatever the gRPC side does: the caller is the local user the kernel says owns
 the connecting socket (``agentd.peer``), who may trigger only their own
 processes (root any). Every option ``dyno gputrace`` sends is honoured; a key
-agentd does not pass on, a bad value or a log file outside the traced user's
-folder of the trace dir refuses the whole request with a ``"refused"`` reason
-that ``dyno`` prints (dynolog relays configs verbatim, which lets any caller make
-trainers write anywhere). ``dcgmProfPause``/``dcgmProfResume`` pause and resume
+agentd does not pass on or a bad value refuses the whole request with a ``"refused"``
+reason that ``dyno`` prints. The log file may be any absolute path (see
+``_checked_log_file`` for what is refused and why): agentd only names it in the config,
+the trainer writes it with its own rights, so the caller's identity is what is checked —
+the kernel's owner of the calling socket must own the trainer, or be root — and, for a
+path outside the trainer's folder of the trace dir, that the trainer acts with exactly its
+owner's rights (``owner_rights``), then and when it takes the config. The agent itself
+creates nothing there, copies nothing there, and serves nothing from there.
+``dcgmProfPause``/``dcgmProfResume`` pause and resume
 agentd's own GPM sampling (``GpmPause``: the GPU collector) so that Nsight Compute
 can have the counters, answering ``true`` as dynolog does when it paused DCGM's
 profiling; ``false`` where there is nothing to pause (no GPU with GPM), as dynolog
@@ -46,7 +51,8 @@ from agentd.kineto.namespaces import CONTAINER_TRACE_FOLDER, ContainerTraceError
 from agentd.kineto.ratelimit import CauseLimitedLogger
 from agentd.kineto.registry import BusyError, PendingConfig, Registrant, Registry
 from agentd.peer import PeerLookupError, tcp_socket_uid
-from agentd.procfs import real_uid, uses_cuda
+from agentd.procfs import Credentials, credentials, ineligible_reason, real_uid, uses_cuda
+from agentd.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,7 @@ MAX_PIDS = 4096
 MAX_PID = 1 << 22
 MAX_JOB_ID = (1 << 63) - 1
 MAX_CONFIG_LINES = 64
+MAX_REASONS_SHOWN = 3  # per reply: why processes were left out
 MAX_PAUSE_SECONDS = 24 * 3600
 # How long the agent waits for a containerised trainer's trace to copy it out (a dyno request has no deadline).
 CONTAINER_TRACE_SECONDS = 3600.0
@@ -77,7 +84,7 @@ ALLOWED_KEYS = frozenset({
 PYTHON_TRACER_KEYS = ("PROFILE_WITH_STACK", "PROFILE_WITH_MODULES")
 _TRUE = frozenset({"1", "t", "true", "y", "yes"})  # libkineto's true spellings (any case)
 _VALUE = re.compile(r"[A-Za-z0-9._,:+-]{0,256}")
-_LOG_FILE = re.compile(r"/[A-Za-z0-9._/+-]{1,1023}")
+MAX_LOG_FILE_CHARS = 1024
 FAILED: dict[str, Any] = {"status": "failed"}
 
 # The folder a uid's traces go into (created on demand), from the trace area.
@@ -140,8 +147,9 @@ class ClientConfig:
 
 
 def client_config(text: str, now_ms: int) -> ClientConfig:
-    """The client's config checked line by line; Refused naming the first line agentd will not pass on."""
-    raw_lines = [line for line in text.splitlines() if line.split("#", 1)[0].strip()]
+    """The client's config checked line by line; Refused naming the first line agentd will not pass on.
+    Lines end at ``\n`` only, as libkineto reads them: any other control character stays in its line."""
+    raw_lines = [line for line in text.split("\n") if line.split("#", 1)[0].strip()]
     if len(raw_lines) > MAX_CONFIG_LINES:
         raise Refused(f"config has {len(raw_lines)} lines; at most {MAX_CONFIG_LINES}")
     lines: list[str] = []
@@ -152,7 +160,7 @@ def client_config(text: str, now_ms: int) -> ClientConfig:
             log_file = _checked_log_file(value)
             continue
         if key not in ALLOWED_KEYS:
-            raise Refused(f"agentd does not pass {key[:64]} on to trainers; accepted keys: "
+            raise Refused(f"agentd does not pass {printable(key[:64])} on to trainers; accepted keys: "
                           f"{LOG_FILE_KEY}, {', '.join(sorted(ALLOWED_KEYS))}")
         if not sep or not _VALUE.fullmatch(value):
             raise Refused(f"config line for {key} must be {key}=<letters, digits, . _ , : + ->")
@@ -164,9 +172,27 @@ def client_config(text: str, now_ms: int) -> ClientConfig:
 
 
 def _checked_log_file(value: str) -> str:
-    """An absolute, normalized log file path of plain characters; Refused otherwise."""
-    if not _LOG_FILE.fullmatch(value) or posixpath.normpath(value) != value:
-        raise Refused(f"log file {value[:200]!r} must be an absolute path without '..', '//' or unusual characters")
+    """``value`` as a log file path a trainer may be told; Refused otherwise.
+
+    None of these refusals is what keeps users apart (the trainer writes with its own rights); each
+    keeps the file from landing somewhere other than where ``dyno`` says: a control character
+    would end the config line (or hide in a name shown later), a relative path would be resolved
+    against the trainer's working directory, '=' would break Kineto's ``KEY=value`` line, and
+    Kineto since June 2026 replaces a path holding '..' anywhere by its own default in /tmp. The
+    path must also be written plainly (no '.' or empty component), so that whether it lies in the
+    user's folder of the trace dir is a plain prefix test."""
+    shown = repr(value[:200])
+    if not value.isprintable():
+        raise Refused(f"log file {shown} holds a control character; give a path of printable characters")
+    if not value.startswith("/"):
+        raise Refused(f"log file {shown} is relative: give an absolute path (the trainer does not run in "
+                      "dyno's working directory)")
+    if "=" in value or len(value) > MAX_LOG_FILE_CHARS:
+        raise Refused(f"log file {shown} must hold no '=' (Kineto reads KEY=value lines) and at most "
+                      f"{MAX_LOG_FILE_CHARS} characters")
+    if ".." in value or posixpath.normpath(value) != value or value.startswith("//"):
+        raise Refused(f"log file {shown} must be written plainly: no '..', no '.' component, no '//', no "
+                      "trailing '/'")
     return value
 
 
@@ -223,6 +249,7 @@ def _int_field(request: dict[str, Any], key: str, default: int, low: int, high: 
 
 
 def _inside(path: str, folder: pathlib.Path) -> bool:
+    """Whether ``path`` (absolute, written plainly: ``_checked_log_file``) lies below ``folder``."""
     return path.startswith(str(folder).rstrip("/") + "/")
 
 
@@ -384,17 +411,19 @@ class DynologRpc:
         checked = client_config(config, int(time.time() * 1000))
         entries = [e for e in self.registry.match(str(job_id), set(pids) - {0}) if caller.owns(e.uid)]
         # Another user's processes are neither traced nor shown to this caller.
-        targets = self._log_files(checked, [e for e in entries if self._traceable(e)])
+        targets, left_out = self._targets(checked, [e for e in entries if self._traceable(e)])
         triggered: list[int] = []
         busy = 0
-        for entry, log_file in targets:
+        for target in targets:
             if len(triggered) >= limit:
                 break
-            in_container = self.container_copies is not None and not sees_folder(entry.host_pid,
-                                                                                  posixpath.dirname(log_file))
+            entry, log_file = target.entry, target.log_file
+            in_container = target.in_trace_folder and self.container_copies is not None \
+                and not sees_folder(entry.host_pid, posixpath.dirname(log_file))
             written_as = f"{CONTAINER_TRACE_FOLDER}/{posixpath.basename(log_file)}" if in_container else log_file
             try:
-                pending = PendingConfig(checked.text(written_as, uses_cuda(entry.host_pid), str(secrets.randbits(63))))
+                pending = PendingConfig(checked.text(written_as, uses_cuda(entry.host_pid), str(secrets.randbits(63))),
+                                        acting_as=target.acting_as)
                 self.registry.offer(entry, pending)
             except kineto_config.ConfigValueError as exc:
                 self._limited.warning("rpc-trace-dir", "the trace dir cannot be named in a config: %s", exc)
@@ -407,7 +436,11 @@ class DynologRpc:
             triggered.append(entry.host_pid)
         log.info("dyno on-demand request", extra={"matched": len(entries), "triggered": len(triggered),
                                                   "busy": busy, "caller": str(caller)})
-        return _result([e.host_pid for e in entries], triggered, busy)
+        reply = _result([e.host_pid for e in entries], triggered, busy)
+        if left_out:
+            reply["refused"] = "; ".join(left_out[:MAX_REASONS_SHOWN]) + (
+                f"; and {len(left_out) - MAX_REASONS_SHOWN} more" if len(left_out) > MAX_REASONS_SHOWN else "")
+        return reply
 
     def _copy_out(self, entry: Registrant, pending: PendingConfig, written_as: str, log_file: str) -> bool:
         """Have the trace the containerised ``entry`` writes as ``written_as`` copied to ``log_file`` (Kineto's
@@ -428,11 +461,11 @@ class DynologRpc:
         agent_uid = os.geteuid()
         return (agent_uid == 0 or entry.uid == agent_uid) and real_uid(entry.host_pid) == entry.uid
 
-    def _log_files(self, checked: ClientConfig, entries: list[Registrant]) -> list[tuple[Registrant, str]]:
-        """Each entry with the file it writes: the client's log file, which must lie in the traced user's
-        folder (Refused otherwise), or a name agentd picks there."""
+    def _targets(self, checked: ClientConfig, entries: list[Registrant]) -> tuple[list["LogTarget"], list[str]]:
+        """Each entry with the file it writes (the client's log file, or a name agentd picks in the traced
+        user's folder of the trace dir), and why the others are left out."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        targets = []
+        targets, left_out = [], []
         for entry in entries:
             try:
                 folder = self.user_folder(entry.uid)
@@ -441,10 +474,46 @@ class DynologRpc:
                                       exc.strerror)
                 continue
             if checked.log_file is None:
-                targets.append((entry, str(folder / f"dyno-{stamp}-pid{entry.host_pid}.pt.trace.json")))
+                targets.append(LogTarget(entry, str(folder / f"dyno-{stamp}-pid{entry.host_pid}.pt.trace.json")))
             elif _inside(checked.log_file, folder):
-                targets.append((entry, checked.log_file))
+                targets.append(LogTarget(entry, checked.log_file))
             else:
-                raise Refused(f"log file {checked.log_file} is outside the trace folder of uid {entry.uid}; "
-                              f"give --log-file {folder}/<name>.json (Kineto adds _<pid> before .json)")
-        return targets
+                try:
+                    rights = owner_rights(entry)
+                except TrainerRightsError as exc:
+                    left_out.append(f"pid {entry.host_pid} not traced: {exc}")
+                    continue
+                targets.append(LogTarget(entry, checked.log_file, in_trace_folder=False, acting_as=rights))
+        return targets, left_out
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """One process to trace and the file it is told to write."""
+
+    entry: Registrant
+    log_file: str
+    # False: a path of the caller's choosing, written by the trainer in its own file system, never by the agent.
+    in_trace_folder: bool = True
+    acting_as: Credentials | None = None  # the rights the trainer must still have when it takes the config
+
+
+class TrainerRightsError(Exception):
+    """A trainer that does not act with exactly its owner's rights (the message says how)."""
+
+
+def owner_rights(entry: Registrant) -> Credentials | None:
+    """The credentials ``entry`` writes a file of the caller's choosing with, which must be its owner's and
+    no more (None: a root trainer, which has every right already); TrainerRightsError otherwise.
+
+    This is what makes "the trainer writes it with its own rights" a bound: a process the owner started
+    from a set-user-ID or set-group-ID program, or one that gained capabilities through an exec (the kernel
+    then makes it non-dumpable), has rights its owner lacks, and the owner must not be able to aim them."""
+    if entry.uid == 0:
+        return None
+    held = credentials(entry.host_pid, entry.uid)
+    changed = "it exited" if held is None else ineligible_reason(entry.host_pid, held)
+    if changed:
+        raise TrainerRightsError(f"{changed}; a log file outside the trace dir is written with the trainer's "
+                                 "rights, which must be exactly its owner's")
+    return held

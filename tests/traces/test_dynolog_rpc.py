@@ -1,20 +1,27 @@
 """dynolog's TCP RPC on agentd (off by default): requests the real `dyno` CLI sent (tests/traces/data/dyno),
-a real PyTorch trainer traced through it, both loopbacks, and the deliberate deviations (log files only in the
-traced user's folder, the local caller traces only their own processes)."""
+a real PyTorch trainer traced through it (into the trace dir, or to a log file of the caller's choosing, which the
+trainer writes itself), both loopbacks, and the deliberate deviations (the local caller traces only their own
+processes, and a log file only while the trainer acts with exactly its owner's rights)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import socket
 import struct
+import subprocess
 import time
-import asyncio
+from collections.abc import Iterator
 
 import pytest
 
-from agentd.kineto.registry import Registry
+from agentd import procfs
+from agentd.kineto.registry import PendingConfig, Registry
 from agentd.kineto.rpc import DynologRpc, client_config
 
 
@@ -33,33 +40,48 @@ def call(port: int, request: dict | bytes, host: str = "127.0.0.1") -> dict | No
     return json.loads(data)
 
 
+def wait_for_file(pattern: str, folder: pathlib.Path) -> pathlib.Path:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        written = list(folder.glob(pattern))
+        if written:
+            return written[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no {pattern} under {folder}: {list(folder.rglob('*'))}")
+
+
 @pytest.mark.slow
-def test_dyno_style_on_demand_request_traces_a_real_trainer_into_the_trace_dir(dynolog_served):
+def test_dyno_style_on_demand_requests_trace_a_real_trainer_into_the_trace_dir_or_a_path_of_its_own(
+        dynolog_served, tmp_path):
     agent, rpc_port, pid = dynolog_served
     assert call(rpc_port, {"fn": "getStatus"}) == {"status": 1}
     assert call(rpc_port, {"fn": "getVersion"})["version"].startswith("tuiprof-agentd")
     assert call(rpc_port, {"fn": "noSuchFn"}) is None
     assert call(rpc_port, b"not json") is None
-    start = int(time.time() * 1000) + 4000
-    config = "\n".join([f"PROFILE_START_TIME={start}", "ACTIVITIES_DURATION_MSECS=500",
-                        "ACTIVITIES_WARMUP_PERIOD_SECS=1", "PROFILE_REPORT_INPUT_SHAPES=false"])
-    outside = call(rpc_port, {"fn": "setKinetOnDemandRequest", "job_id": 0, "pids": [pid],
-                              "config": "ACTIVITIES_LOG_FILE=/etc/tuiprof-should-not-exist.json\n" + config})
-    assert outside is not None and "outside the trace folder of uid 0" in outside["refused"]
-    reply = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": config, "job_id": 0,
+    options = ["ACTIVITIES_DURATION_MSECS=500", "ACTIVITIES_WARMUP_PERIOD_SECS=1", "PROFILE_REPORT_INPUT_SHAPES=false"]
+
+    def config(*lines: str) -> str:
+        return "\n".join([*lines, f"PROFILE_START_TIME={int(time.time() * 1000) + 4000}", *options])
+
+    relative = call(rpc_port, {"fn": "setKinetOnDemandRequest", "job_id": 0, "pids": [pid],
+                               "config": config("ACTIVITIES_LOG_FILE=trace.json")})
+    assert relative is not None and "log file 'trace.json' is relative" in relative["refused"]
+    assert relative["processesMatched"] == []
+    reply = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": config(), "job_id": 0,
                             "pids": [pid], "process_limit": 3})
     assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [pid],
                      "eventProfilersBusy": 0, "eventProfilersTriggered": [],
                      "processesMatched": [pid]}
-    deadline = time.monotonic() + 60
-    written: list[pathlib.Path] = []
-    while not written and time.monotonic() < deadline:
-        written = list(agent.trace_dir.glob(f"0/dyno-*-pid{pid}_{pid}.pt.trace.json"))
-        time.sleep(0.2)
-    assert written, f"no trace under {agent.trace_dir}: {list(agent.trace_dir.rglob('*'))}"
-    trace = json.loads(written[0].read_text())
-    assert any(e.get("name") == "aten::mm" for e in trace["traceEvents"])
-    assert not pathlib.Path("/etc/tuiprof-should-not-exist.json").exists()
+    named = wait_for_file(f"dyno-*-pid{pid}_{pid}.pt.trace.json", agent.trace_dir / "0")
+    assert any(e.get("name") == "aten::mm" for e in json.loads(named.read_text())["traceEvents"])
+    # A folder of the user's own outside the trace dir: the trainer writes there itself, Kineto's _<pid> added.
+    own = tmp_path / "own"
+    own.mkdir()
+    reply = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": config(f"ACTIVITIES_LOG_FILE={own}/t.json"),
+                            "job_id": 0, "pids": [pid]})
+    assert reply is not None and reply["activityProfilersTriggered"] == [pid]
+    written = wait_for_file(f"t_{pid}.json", own)
+    assert any(e.get("name") == "aten::mm" for e in json.loads(written.read_text())["traceEvents"])
     none = call(rpc_port, {"fn": "setKinetOnDemandRequest", "config": "", "job_id": 0, "pids": [999999]})
     assert none["processesMatched"] == [] and none["activityProfilersTriggered"] == []
 
@@ -74,7 +96,7 @@ def captured(name: str) -> bytes:
     return raw[4:]
 
 
-def with_log_file(body: bytes, log_file: pathlib.Path, **fields: int) -> bytes:
+def with_log_file(body: bytes, log_file: pathlib.Path | str, **fields: object) -> bytes:
     """A captured gputrace request with dyno's --log-file swapped for ``log_file`` (and fields replaced)."""
     request = json.loads(body)
     request["config"] = request["config"].replace("/tmp/trace.json", str(log_file))
@@ -107,16 +129,92 @@ def test_captured_status_version_and_dcgm_calls_get_dynologs_answers(rpc):
     assert rpc.answer(b'{"fn": "dcgmProfPause"}', uid) == {"status": "failed"}
 
 
-def test_captured_gputrace_writing_outside_the_users_folder_is_refused_with_a_reason_dyno_prints(rpc, tmp_path):
+def test_captured_gputrace_log_file_outside_the_trace_dir_is_handed_to_the_trainer_as_dyno_gave_it(rpc):
+    # dynolog's own example, --log-file /tmp/trace.json: the trainer (root's, as this caller) writes it itself
     reply = rpc.answer(captured("gputrace-iterations"), os.getuid())
+    assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [os.getpid()], "eventProfilersBusy": 0,
+                     "eventProfilersTriggered": [], "processesMatched": [os.getpid()]}
+    pending = rpc.registry.entries()[0].pending
+    assert pending is not None and pending.acting_as is None  # a root trainer: no rights to hold it to
+    # In the trainer's own file system, even from a container (pid 1234 there): nothing is copied out of it.
+    assert pending_lines(rpc)[0] == "ACTIVITIES_LOG_FILE=/tmp/trace.json"
+
+
+@pytest.mark.parametrize("log_file, why", [
+    ("trace.json", "log file 'trace.json' is relative: give an absolute path (the trainer does not run in "
+                   "dyno's working directory)"),
+    ("./trace.json", "log file './trace.json' is relative"),
+    ("/tmp/a\x01b.json", "log file '/tmp/a\\x01b.json' holds a control character; give a path of printable "
+                          "characters"),
+    ("/tmp/a\tb.json", "holds a control character"),
+    ("/tmp/a\x1b[2Jb.json", "holds a control character"),
+    ("/tmp/a\u2028b.json", "holds a control character"),
+    ("/x/../tmp/a.json", "must be written plainly: no '..', no '.' component, no '//', no trailing '/'"),
+    ("/tmp/a..json", "must be written plainly"),
+    ("/tmp//a.json", "must be written plainly"),
+    ("/tmp/./a.json", "must be written plainly"),
+    ("/tmp/a=b.json", "must hold no '=' (Kineto reads KEY=value lines)"),
+    ("/" + "a" * 1024, "at most 1024 characters"),
+])
+def test_a_log_file_dyno_would_not_find_where_it_says_refuses_the_request(rpc, log_file, why):
+    # Control characters arrive JSON-escaped (the real dyno pastes them raw: not JSON, no reply, as dynolog).
+    reply = rpc.answer(with_log_file(captured("gputrace-iterations"), log_file), os.getuid())
     assert reply is not None and reply["processesMatched"] == [] and reply["activityProfilersTriggered"] == []
-    assert reply["refused"] == (f"log file /tmp/trace.json is outside the trace folder of uid {os.getuid()}; "
-                                f"give --log-file {tmp_path / str(os.getuid())}/<name>.json "
-                                f"(Kineto adds _<pid> before .json)")
+    assert why in reply["refused"]
     assert rpc.registry.entries()[0].pending is None
-    for sneaky in ["/x/../tmp/a.json", f"{tmp_path}/{os.getuid()}/../9/a.json", "rel.json"]:
-        refused = rpc.answer(with_log_file(captured("gputrace-iterations"), sneaky), os.getuid())
-        assert refused is not None and "must be an absolute path without '..'" in refused["refused"], sneaky
+
+
+@contextlib.contextmanager
+def sleeper(*setpriv_args: str) -> Iterator[int]:
+    """The pid of ``sleep`` started under ``setpriv ARGS``, once its uids are set."""
+    process = subprocess.Popen(["setpriv", *setpriv_args, "--clear-groups", "--", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while pathlib.Path(f"/proc/{process.pid}/comm").read_text().strip() != "sleep":
+            assert time.monotonic() < deadline, "setpriv never ran sleep"
+            time.sleep(0.01)
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_trainer_acting_with_more_than_its_owners_rights_is_not_told_a_path_of_the_callers_choosing(rpc, tmp_path):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to start processes as another user")
+    with sleeper("--reuid=65534", "--regid=65534") as plain, sleeper("--ruid=65534", "--regid=65534") as setuid_like:
+        for pid in (plain, setuid_like):  # both poll as uid 65534, the real uid the kernel reports
+            rpc.registry.poll(0, (pid,), pid, 65534, True)
+        request = with_log_file(captured("gputrace-iterations"), "/tmp/trace.json", pids=[plain, setuid_like])
+        assert rpc.answer(request, 65535) == {  # another user: neither is shown
+            "activityProfilersBusy": 0, "activityProfilersTriggered": [], "eventProfilersBusy": 0,
+            "eventProfilersTriggered": [], "processesMatched": []}
+        reply = rpc.answer(request, 65534)
+        assert reply is not None and sorted(reply["processesMatched"]) == sorted([plain, setuid_like])
+        assert reply["activityProfilersTriggered"] == [plain]
+        assert reply["refused"].startswith(f"pid {setuid_like} not traced: process {setuid_like} no longer acts only "
+                                           "as its owner: its uids (real/effective/saved/filesystem) are 65534/0/0/0")
+        assert reply["refused"].endswith("a log file outside the trace dir is written with the trainer's rights, "
+                                         "which must be exactly its owner's")
+        # The plain one takes its config while it still acts as it did when offered.
+        delivered = rpc.registry.poll(0, (plain,), plain, 65534, True)
+        assert delivered is not None and delivered.text.startswith("ACTIVITIES_LOG_FILE=/tmp/trace.json\n")
+        # Inside the user's folder of the trace dir the path is the agent's choice of place: no rights asked.
+        inside = with_log_file(captured("gputrace-iterations"), tmp_path / "65534" / "t.json", pids=[setuid_like])
+        assert rpc.answer(inside, 65534)["activityProfilersTriggered"] == [setuid_like]
+
+
+def test_a_config_naming_a_path_of_the_callers_choosing_is_withdrawn_when_the_trainers_rights_changed(rpc):
+    [entry] = rpc.registry.entries()  # this process, root's
+    held = procfs.credentials(entry.host_pid, entry.uid)
+    assert held is not None
+    rpc.registry.offer(entry, PendingConfig("ACTIVITIES_LOG_FILE=/tmp/t.json\n", acting_as=held))
+    assert rpc.registry.poll(0, entry.pids, entry.host_pid, entry.uid, True, entry.pid_in_namespace) is not None
+    # As if it had exec'd a set-user-ID program since: it no longer acts as the owner it was offered for.
+    rpc.registry.offer(entry, PendingConfig("ACTIVITIES_LOG_FILE=/tmp/t.json\n",
+                                            acting_as=dataclasses.replace(held, uid=4242)))
+    assert rpc.registry.poll(0, entry.pids, entry.host_pid, entry.uid, True, entry.pid_in_namespace) is None
+    assert rpc.registry.entries()[0].pending is None  # dropped, not kept for a later poll
 
 
 def test_captured_gputrace_start_time_in_the_past_is_refused(rpc):
