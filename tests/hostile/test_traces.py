@@ -2,7 +2,8 @@
 the Kineto config injection through ``CaptureTraceRequest.output_subdir`` is refused and their trace
 lands in their own folder, a symlink swap race never makes FetchFile serve a file from outside, they
 fetch only their own files and cannot trace root's processes, the dynolog RPC triggers only their own
-processes, and the trace dir is not listable. After each, the agent is healthy.
+processes (a ``--log-file`` of their choosing is written by their own trainer, with their rights), and the trace
+dir is not listable. After each, the agent is healthy.
 
 Everything is real: the agent (root), a PyTorch CPU trainer run as the user, the user's swap loop,
 their gRPC and dynolog calls (their uid read by the agent from the kernel), all inside the namespace.
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.slow
 START_DELAY_MS = "6000"
 READY_TIMEOUT_SECONDS = 90.0
 INJECTION = "y\nACTIVITIES_LOG_FILE=/tmp/x.json\nREQUEST_TRACE_ID="
+DYNO_GPUTRACE = pathlib.Path(__file__).parents[1] / "traces" / "data" / "dyno" / "gputrace-iterations.bin"
 RACE_SECONDS = "2.5"
 # The user's loop in their own folder until killed: "real" is a folder holding a decoy "shadow",
 # then for a moment a symlink to /etc, over and over.
@@ -244,6 +246,49 @@ def test_dynolog_rpc_triggers_only_the_callers_own_processes_and_refuses_garbage
     for cause in garbage:
         assert sum(f"{cause}:" in line for line in log.splitlines()) == 1, cause
     assert dyno(traced, namespace, {"fn": "getStatus"}, hostile_user) == {"status": 1}  # and it still answers
+    agent.assert_healthy(user=hostile_user)
+
+
+def captured_gputrace(log_file: str, pid: int, job_id: int = 0) -> dict:
+    """The request a real `dyno gputrace --log-file /tmp/trace.json --iterations 3` sent
+    (tests/traces/data/dyno), with ``log_file``, ``pid`` and ``job_id`` in place of its own."""
+    request = json.loads(DYNO_GPUTRACE.read_bytes()[4:])
+    request["config"] = request["config"].replace("ACTIVITIES_LOG_FILE=/tmp/trace.json", f"ACTIVITIES_LOG_FILE={log_file}")
+    return request | {"pids": [pid], "job_id": job_id}
+
+
+def test_dyno_log_file_of_the_users_own_is_written_by_their_trainer_and_never_reaches_roots_process(
+        traced, namespace, hostile_user, user_home):
+    agent, uid = traced.agent, hostile_user.uid
+    client = KinetoClient(traced.socket_dir)  # a root process polling (job 4244: only this one)
+    trainer = started_trainer(namespace, hostile_user, traced.socket_dir, user_home)
+    try:
+        client.send(wire.poll_request(3, 4244, (os.getpid(),)))
+        assert client.reply() == wire.poll_reply("")
+        wait_registered(agent, trainer.pid)
+        roots = dyno(traced, namespace, captured_gputrace(f"{user_home}/x.json", os.getpid(), 4244), hostile_user)
+        assert roots == {"activityProfilersBusy": 0, "activityProfilersTriggered": [], "eventProfilersBusy": 0,
+                         "eventProfilersTriggered": [], "processesMatched": []}
+        client.send(wire.poll_request(3, 4244, (os.getpid(),)))
+        assert client.reply() == wire.poll_reply("")  # nothing was queued for root's process
+        for log_file, why in (("x.json", "log file 'x.json' is relative: give an absolute path"),
+                              (f"{user_home}/a\x01.json", "holds a control character; give a path of printable")):
+            refused = dyno(traced, namespace, captured_gputrace(log_file, trainer.pid), hostile_user)
+            assert refused is not None and refused["processesMatched"] == [] and why in refused["refused"], refused
+        own = dyno(traced, namespace, captured_gputrace(f"{user_home}/libkineto_trace.json", trainer.pid),
+                   hostile_user)
+        assert own is not None and own["activityProfilersTriggered"] == [trainer.pid], own
+        written = user_home / f"libkineto_trace_{trainer.pid}.json"  # where dyno prints it: Kineto's _<pid>
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while not written.exists():
+            assert time.monotonic() < deadline, f"no {written}: {list(user_home.iterdir())}"
+            time.sleep(0.2)
+    finally:
+        stop_process(trainer)
+        client.close()
+    assert mode_and_owner(written)[0] == uid  # the trainer wrote it, as its owner
+    assert any(e.get("name") == "aten::mm" for e in json.loads(written.read_text())["traceEvents"])
+    assert not [p for p in agent.trace_dir.rglob("*") if p.is_file()]  # the agent wrote nothing of its own
     agent.assert_healthy(user=hostile_user)
 
 
