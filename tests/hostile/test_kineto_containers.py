@@ -5,7 +5,8 @@ in a container made with unshare (own pid, mount, network, IPC and UTS namespace
 shell launcher. The agent serves ``@dynolog@`` inside the container's network namespace: the trainer
 registers under its host pid with its ancestry in host pids; ``tuiprof trace --pids <host pid>`` and
 dyno's gputrace request (the bytes a real ``dyno`` sent) naming the launcher's host pid trace it, and the
-trace, written in the container's own /tmp, lands in the trace dir where the agent serves it.
+trace, written in the container's own /tmp, lands in the trace dir where the agent serves it; dyno's own
+``--log-file /tmp/trace.json`` is written in the container's file system, as a dynolog beside it would have it.
 
 A process in a second container that claims the first container's trainer (or a host pid) as itself or
 as its parent is not believed: the poll is refused or cut to its own pid, and logged as forged.
@@ -147,6 +148,21 @@ def test_a_containerised_trainer_registers_by_host_pid_and_its_traces_land_in_th
         time.sleep(0.5)
     steps = [e for e in load_json(copied)["traceEvents"] if e.get("name", "").startswith("Optimizer.step#")]
     assert len(steps) == 3, [e["name"] for e in steps]
+
+    # dyno's own --log-file /tmp/trace.json: a path of the caller's choosing is the trainer's, in its own file
+    # system, as with a dynolog beside it; Kineto names it with the pid it has there, and nothing is copied out.
+    request["config"] = request["config"].replace(str(log_file), "/tmp/trace.json")
+    done = namespace.run([PYTHON, "-c", DYNO, str(rpc_port)], input=json.dumps(request))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["activityProfilersTriggered"] == [trainer], done.stdout
+    inside = pathlib.Path(f"/proc/{trainer}/root/tmp/trace_{container.pid_inside(trainer)}.json")
+    deadline = time.monotonic() + COPIED_SECONDS
+    while not inside.exists():
+        assert time.monotonic() < deadline, f"no {inside}:\n{agent.log()[-3000:]}"
+        time.sleep(0.5)
+    assert len([e for e in load_json(inside)["traceEvents"] if e.get("name", "").startswith("Optimizer.step#")]) == 3
+    assert not pathlib.Path(f"/tmp/trace_{trainer}.json").exists()
+    assert not list(agent.trace_dir.glob("0/trace_*"))
     agent.assert_healthy()
 
 
