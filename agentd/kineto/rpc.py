@@ -253,6 +253,38 @@ def _inside(path: str, folder: pathlib.Path) -> bool:
     return path.startswith(str(folder).rstrip("/") + "/")
 
 
+@dataclass(frozen=True)
+class LogTarget:
+    """One process to trace and the file it is told to write."""
+
+    entry: Registrant
+    log_file: str
+    # False: a path of the caller's choosing, written by the trainer in its own file system, never by the agent.
+    in_trace_folder: bool = True
+    acting_as: Credentials | None = None  # the rights the trainer must still have when it takes the config
+
+
+class TrainerRightsError(Exception):
+    """A trainer that does not act with exactly its owner's rights (the message says how)."""
+
+
+def owner_rights(entry: Registrant) -> Credentials | None:
+    """The credentials ``entry`` writes a file of the caller's choosing with, which must be its owner's and
+    no more (None: a root trainer, which has every right already); TrainerRightsError otherwise.
+
+    This is what makes "the trainer writes it with its own rights" a bound: a process the owner started
+    from a set-user-ID or set-group-ID program, or one that gained capabilities through an exec (the kernel
+    then makes it non-dumpable), has rights its owner lacks, and the owner must not be able to aim them."""
+    if entry.uid == 0:
+        return None
+    held = credentials(entry.host_pid, entry.uid)
+    changed = "it exited" if held is None else ineligible_reason(entry.host_pid, held)
+    if changed:
+        raise TrainerRightsError(f"{changed}; a log file outside the trace dir is written with the trainer's "
+                                 "rights, which must be exactly its owner's")
+    return held
+
+
 def bind_loopbacks(port: int) -> list[socket.socket]:
     """Listening sockets on 127.0.0.1 and ::1 at the same ``port`` (0: one free port for both);
     ::1 is left out, with a log line, on a host without IPv6 loopback. OSError as from bind."""
@@ -461,7 +493,7 @@ class DynologRpc:
         agent_uid = os.geteuid()
         return (agent_uid == 0 or entry.uid == agent_uid) and real_uid(entry.host_pid) == entry.uid
 
-    def _targets(self, checked: ClientConfig, entries: list[Registrant]) -> tuple[list["LogTarget"], list[str]]:
+    def _targets(self, checked: ClientConfig, entries: list[Registrant]) -> tuple[list[LogTarget], list[str]]:
         """Each entry with the file it writes (the client's log file, or a name agentd picks in the traced
         user's folder of the trace dir), and why the others are left out."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -485,35 +517,3 @@ class DynologRpc:
                     continue
                 targets.append(LogTarget(entry, checked.log_file, in_trace_folder=False, acting_as=rights))
         return targets, left_out
-
-
-@dataclass(frozen=True)
-class LogTarget:
-    """One process to trace and the file it is told to write."""
-
-    entry: Registrant
-    log_file: str
-    # False: a path of the caller's choosing, written by the trainer in its own file system, never by the agent.
-    in_trace_folder: bool = True
-    acting_as: Credentials | None = None  # the rights the trainer must still have when it takes the config
-
-
-class TrainerRightsError(Exception):
-    """A trainer that does not act with exactly its owner's rights (the message says how)."""
-
-
-def owner_rights(entry: Registrant) -> Credentials | None:
-    """The credentials ``entry`` writes a file of the caller's choosing with, which must be its owner's and
-    no more (None: a root trainer, which has every right already); TrainerRightsError otherwise.
-
-    This is what makes "the trainer writes it with its own rights" a bound: a process the owner started
-    from a set-user-ID or set-group-ID program, or one that gained capabilities through an exec (the kernel
-    then makes it non-dumpable), has rights its owner lacks, and the owner must not be able to aim them."""
-    if entry.uid == 0:
-        return None
-    held = credentials(entry.host_pid, entry.uid)
-    changed = "it exited" if held is None else ineligible_reason(entry.host_pid, held)
-    if changed:
-        raise TrainerRightsError(f"{changed}; a log file outside the trace dir is written with the trainer's "
-                                 "rights, which must be exactly its owner's")
-    return held
