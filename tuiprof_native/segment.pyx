@@ -101,6 +101,7 @@ cdef extern from "tuiprof_segment.h":
     uint32_t TP_FLAG_EXIT_STATUS
     uint32_t TP_FLAG_NCCL_API
     uint32_t TP_FLAG_NCCL_API_EVENTS
+    uint32_t TP_FLAG_LOCKED
     uint32_t TP_EVENT_FIRST_CALL
 
     ctypedef struct tp_counters:
@@ -236,6 +237,7 @@ FLAG_EXITED = TP_FLAG_EXITED
 FLAG_EXIT_STATUS = TP_FLAG_EXIT_STATUS
 FLAG_NCCL_API = TP_FLAG_NCCL_API
 FLAG_NCCL_API_EVENTS = TP_FLAG_NCCL_API_EVENTS
+FLAG_LOCKED = TP_FLAG_LOCKED
 # Real uids are below 2^32 - 1 ((uid_t)-1 means "none"); Linux pids never exceed PID_MAX_LIMIT (2^22).
 MAX_UID = 0xFFFFFFFE
 PID_MAX_LIMIT = 1 << 22

@@ -289,7 +289,8 @@ class RanksCollector(Collector):
 
     def _note_unreadable(self, path: str, exc: OSError) -> None:
         if self._unreadable.get(path) != str(exc):
-            log.warning("rank segment busy or gone while read; read again next interval",
+            log.warning("rank segment busy or gone while read (its process was writing it, or it was just removed, as a "
+                        "finished job's is): harmless, nothing to do; read again next interval",
                         extra={"path": path, "reason": str(exc)})
         self._unreadable[path] = str(exc)
 

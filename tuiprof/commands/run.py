@@ -37,12 +37,17 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
   CUDA events on its stream (from its turn on the stream to its end, not
   kernel time) instead of only counting it;
 then replaces itself with CMD (exec), so signals and the exit status are CMD's.
+Before that it starts a detached watcher (``tuiprof_native.stale_segments``) that
+removes the job's segments in /dev/shm once CMD ended, however it ended (Ctrl-C
+and SIGKILL run no exit handler), after the grace a running agent needs to
+report the exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,6 +61,7 @@ from tuiprof.client.local import LocalAgentFolders, UntrustedAgentError, local_a
 from tuiprof.client.targets import add_credential_arguments, connection
 from tuiprof.errors import BadInputError, TuiprofError
 
+PACKAGES_DIR = Path(tuiprof_native.__file__).resolve().parent.parent  # where tuiprof_native is imported from
 HOOK_LIBRARY = Path(tuiprof_native.__file__).resolve().parent / "libtuiprof_hook.so"
 STARTUP_DIR = Path(tuiprof_native.__file__).resolve().parent / "startup"
 TRACE_DIR_ENV = "KINETO_ONDEMAND_TRACE_DIR"
@@ -179,6 +185,29 @@ def report_unusable(folders: LocalAgentFolders, env: Mapping[str, str]) -> None:
               "trigger or abort them)", file=sys.stderr)
 
 
+def start_segment_watcher() -> None:
+    """The watcher that removes this process's (CMD's, after the exec) segments and those of its job once
+    it ended: started detached (its own session, from /, stdio on /dev/null, not CMD's child), in the
+    environment tuiprof run was given (no hook). Without it the segments stay until an agent removes
+    them: one line says so."""
+    try:
+        pidfd = os.pidfd_open(os.getpid())
+    except OSError as exc:
+        print(f"tuiprof run: cannot watch for the job's end (pidfd_open: {exc.strerror}): its segments stay "
+              "in /dev/shm after it unless an agent runs", file=sys.stderr)
+        return
+    env = dict(os.environ, PYTHONPATH=_prepend(str(PACKAGES_DIR), os.environ.get("PYTHONPATH"), os.pathsep))
+    try:
+        subprocess.run([sys.executable, "-m", "tuiprof_native.stale_segments", str(pidfd)], pass_fds=(pidfd,),
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True, cwd="/", env=env, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"tuiprof run: cannot start the watcher that removes the job's segments ({exc}): they stay in "
+              "/dev/shm after it unless an agent runs", file=sys.stderr)
+    finally:
+        os.close(pidfd)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
@@ -234,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
                              trace_dir=folders.trace_dir if folders else None,
                              gemm_sample_every=args.gemm_sample_every, nccl_fallback=args.nccl_fallback,
                              time_functions=args.time_functions, default_functions=args.default_functions)
+    start_segment_watcher()
     try:
         os.execvpe(command[0], command, env)
     except OSError as exc:

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -16,6 +17,8 @@
 #define SLOT_INDEX_SIZE 2048u /* open addressing over slot keys, > 2 * TP_MAX_SLOTS */
 
 static tp_segment *g_seg;
+/* The segment's file, kept open for the shared lock that says this process still writes it. */
+static int g_lock_fd = -1;
 static uint32_t g_slot_index[SLOT_INDEX_SIZE]; /* slot number + 1; 0 = empty */
 static uint8_t g_first_seen[TP_MAX_SLOTS];     /* a GEMM slot's first call was folded */
 /* Per slot, the current block of TP_FINE_BLOCK timed calls: how many so far, how many outside the window. */
@@ -104,6 +107,7 @@ static void init_header(tp_header *h)
     fill_identity(h);
     h->start_ns = tp_now_ns();
     h->heartbeat_ns = h->start_ns;
+    h->flags = tp_flags();
 }
 
 #define NAME_TRIES 4 /* a random name taken already: someone saw it; draw another */
@@ -131,13 +135,18 @@ int tp_segment_create(char *why, size_t cap)
             tp_reason(why, cap, err, "cannot create %s", path);
         return -1;
     }
+    /* Held until the process ends, however it ends (Ctrl-C, SIGKILL: no exit handler runs), so that
+     * `tuiprof run`'s watcher can tell a segment nobody writes any more (tuiprof_native/stale_segments.py).
+     * Without it the segment is only never removed by that watcher. */
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0) tp_set_flag(TP_FLAG_LOCKED);
     tp_claim_sidecars(); /* the name is visible now: its side files are taken at once, before the slow part */
     void *p = reserve_and_map(fd, why, cap);
-    close(fd);
     if (!p) {
+        close(fd);
         tp_remove_files();
         return -1;
     }
+    g_lock_fd = fd;
     tp_segment *s = p; /* fresh file: zero-filled */
     init_header(&s->header);
     memset(g_slot_index, 0, sizeof(g_slot_index));
@@ -151,6 +160,9 @@ void tp_segment_detach(void)
 {
     if (g_seg) munmap(g_seg, sizeof(tp_segment));
     g_seg = NULL;
+    /* A fork child's copy of the descriptor shares the parent's lock: closing it leaves the lock to the parent. */
+    if (g_lock_fd >= 0) close(g_lock_fd);
+    g_lock_fd = -1;
     tp_forget_stem();
 }
 

@@ -86,6 +86,9 @@ enum tp_kind {
 #define TP_FLAG_EXIT_STATUS 16u  /* exit_status holds the status the process passed to exit() */
 #define TP_FLAG_NCCL_API 32u     /* no profiler plugin: NCCL ops counted at the API (nccl_fallback.c) */
 #define TP_FLAG_NCCL_API_EVENTS 64u /* ... and timed by CUDA events on the op's stream (stream time, not kernel time) */
+/* The writer holds a shared flock(2) on the file for as long as its process lives (the kernel drops it
+ * however the process ends): a segment with this flag that can be locked exclusively has no writer. */
+#define TP_FLAG_LOCKED 128u
 
 /* Event flags. */
 #define TP_EVENT_FIRST_CALL 1u /* a GEMM slot's first call: includes lazy module loading, not kernel time */

@@ -1,0 +1,82 @@
+"""A job's segments are removed after it ends, with no agent running (issue 25 item 8).
+
+Real `tuiprof run` Python jobs in a private mount namespace (its own 8 MiB /dev/shm, room for three
+segments: no agent reads it, no other test's files are there): one killed by Ctrl-C's SIGINT (Python
+dies of the signal again: no exit handler of the hook runs) and one by SIGKILL. Each segment stays while
+an agent would still report the exit, then goes with its side files; the segment of a job still running
+stays. (A job that exits normally releases its segment the same way: its process ends.)
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from testkit.namespaces import Namespace, unavailable_reason
+from tuiprof_native import segment
+from tuiprof_native.stale_segments import GRACE_SECONDS, SETTLE_SECONDS, SIDECAR_SUFFIXES
+
+pytestmark = pytest.mark.slow
+
+JOB = textwrap.dedent("""
+    import ctypes, os, sys, time
+    ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"]).tuiprof_record_step()  # the hook makes its segment
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.fixture
+def namespace():
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with Namespace.create() as ns:
+        yield ns
+
+
+def start_job(namespace: Namespace) -> subprocess.Popen[str]:
+    job = namespace.popen([sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", "--",
+                           sys.executable, "-c", JOB], stdout=subprocess.PIPE, text=True)
+    assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    return job
+
+
+def segment_of(shm: pathlib.Path, pid: int) -> pathlib.Path:
+    (path,) = [p for p in shm.glob(f"tuiprof-{os.getuid()}-{pid}-*") if not p.suffix]
+    return path
+
+
+def test_ended_jobs_segments_go_after_the_grace_and_a_running_jobs_stays(namespace):
+    shm = pathlib.Path(f"/proc/{namespace.holder.pid}/root/dev/shm")
+    running, interrupted, killed = (start_job(namespace) for _ in range(3))
+    paths = {job.pid: segment_of(shm, job.pid) for job in (running, interrupted, killed)}
+    with segment.Segment(paths[killed.pid]) as seg:
+        assert seg.header().flags & segment.FLAG_LOCKED  # held while the process lives
+    try:
+        interrupted.send_signal(signal.SIGINT)
+        killed.kill()
+        assert (interrupted.wait(30), killed.wait(30)) == (-signal.SIGINT, -signal.SIGKILL)
+        ended = time.monotonic()
+        ended_paths = [paths[job.pid] for job in (interrupted, killed)]
+        sidecars = [path.with_name(path.name + suffix) for path in ended_paths for suffix in (".exception", ".flight")]
+        assert all(path.exists() for path in ended_paths + sidecars)
+        assert {".exception", ".flight"} <= set(SIDECAR_SUFFIXES)
+
+        deadline = ended + SETTLE_SECONDS + GRACE_SECONDS + 20
+        while any(path.exists() for path in ended_paths) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if time.monotonic() - ended < SETTLE_SECONDS + GRACE_SECONDS - 1:  # an agent may still report them
+                assert all(path.exists() for path in ended_paths), "removed before the grace ended"
+        assert not [path for path in ended_paths + sidecars if path.exists()]
+        assert paths[running.pid].exists()  # its writer lives: not touched by the others' watchers
+    finally:
+        running.kill()
+        running.wait(30)
