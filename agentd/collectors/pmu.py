@@ -95,10 +95,11 @@ class Counters:
         previous, self.previous = self.previous, current
         if not previous:
             return None
-        return native.IntervalCounts.combined(
+        interval = native.IntervalCounts.combined(
             native.interval_counts(before, after, counter_set.events)
             for before, after, counter_set in zip(previous, current, self.sets())
         )
+        return _without_kernel_mode(interval) if self.software.user_space_only else interval
 
     def stats(self, scope: str = "process") -> pb.PmuStats:
         """PmuStats for the interval since the previous call (the first call: "first sample")."""
@@ -125,6 +126,21 @@ def _open(scope: str, pid: int = -1) -> Counters:
     except native.PerfEventError as error:
         return Counters(software, None, str(error))
     return Counters(software, hardware, "")
+
+
+# Software events the kernel raises only in kernel mode: counted in user space only (perf_event_paranoid 2
+# without CAP_PERFMON) they always read 0, which would say "no context switches" where none were counted.
+_KERNEL_MODE_EVENTS = ("context_switches", "cpu_migrations")
+
+
+def _without_kernel_mode(interval: "native.IntervalCounts") -> "native.IntervalCounts":
+    """``interval`` with the kernel-mode events missing, with why, instead of 0."""
+    reason = (f"not countable here: the agent counts user space only (perf_event_paranoid is "
+              f"{native.paranoid_level()} and it lacks CAP_PERFMON), and the kernel does this in kernel mode; "
+              "run the agent as root or set kernel.perf_event_paranoid to 1")
+    counts = {event: count for event, count in interval.counts.items() if event not in _KERNEL_MODE_EVENTS}
+    missing = {**interval.missing, **{event: reason for event in _KERNEL_MODE_EVENTS if event in interval.counts}}
+    return native.IntervalCounts(interval.seconds, counts, missing)
 
 
 def process_counters(pid: int) -> Counters:

@@ -46,11 +46,28 @@ def host_pmu(collector: PmuCollector) -> pb.PmuStats:
 
 
 def hardware_verdict() -> str:
+    """What the kernel says to hardware counters, asked as the agent asks: in user space only when
+    kernel mode is not permitted (a user at perf_event_paranoid 2)."""
     try:
-        pmu.CounterGroup(pmu.HARDWARE_EVENTS, pid=0).close()
+        try:
+            pmu.CounterGroup(pmu.HARDWARE_EVENTS, pid=0).close()
+        except pmu.PerfEventError as error:
+            if error.errno not in (errno.EACCES, errno.EPERM):
+                raise
+            pmu.CounterGroup(pmu.HARDWARE_EVENTS, pid=0, exclude_kernel=True).close()
     except pmu.PerfEventError as error:
         return str(error)
     return ""
+
+
+def assert_counts_context_switches(stats) -> None:
+    """Context switches counted, or, where the agent may count user space only (a user at
+    perf_event_paranoid 2), said to be uncountable and why: never a 0 that means nothing."""
+    if os.geteuid() != 0 and pmu.paranoid_level() >= 2:
+        assert not stats.HasField("context_switches_per_s")
+        assert "perf_event_paranoid is" in stats.unavailable["context_switches_per_s"], stats.unavailable
+    else:
+        assert stats.context_switches_per_s > 0
 
 
 def test_host_scope_counts_software_events_and_explains_hardware(collector: PmuCollector) -> None:
@@ -64,7 +81,7 @@ def test_host_scope_counts_software_events_and_explains_hardware(collector: PmuC
     collector.collect()
     stats = host_pmu(collector)
     assert stats.scope == expected_scope
-    assert stats.context_switches_per_s > 0
+    assert_counts_context_switches(stats)
     assert stats.HasField("page_faults_per_s")
     verdict = hardware_verdict()
     assert stats.hardware_available == (verdict == "")
@@ -141,7 +158,7 @@ def test_a_resting_collector_reads_nothing_and_wakes_to_a_first_sample(collector
     collector.collect()
     time.sleep(0.1)
     collector.collect()
-    assert host_pmu(collector).context_switches_per_s > 0 and len(reads) == 2
+    assert host_pmu(collector).HasField("page_faults_per_s") and len(reads) == 2
 
     collector.rest("nobody looks")
     for _ in range(3):
@@ -157,4 +174,4 @@ def test_a_resting_collector_reads_nothing_and_wakes_to_a_first_sample(collector
     assert host_pmu(collector).unavailable["context_switches_per_s"] == "first sample"
     time.sleep(0.1)
     collector.collect()
-    assert host_pmu(collector).context_switches_per_s > 0
+    assert host_pmu(collector).HasField("page_faults_per_s")
