@@ -239,7 +239,10 @@ async def test_a_console_agent_reads_the_pmu_only_while_a_screen_shows_it(tmp_pa
         while not shown[-1].pmu.HasField("page_faults_per_s"):  # counted by root and by a user alike
             assert len(shown) < 100, "no PMU rates 10 s after sample_pmu(True)"
             shown += await next_snapshots(1)
-        assert pmu_status(shown[-1]).available and shown[-1].pmu.page_faults_per_s > 0
+        pmu = shown[-1].pmu
+        assert pmu_status(shown[-1]).available and pmu.HasField("page_faults_per_s")
+        # counted, or (a user counting user space only) said why not
+        assert pmu.context_switches_per_s > 0 or "perf_event_paranoid" in pmu.unavailable["context_switches_per_s"]
         agent.sample_pmu(False)
         hidden = (await next_snapshots(2))[-1]
         assert not hidden.HasField("pmu") and pmu_status(hidden).reason == PMU_RESTING

@@ -49,10 +49,12 @@ def forged(data: bytes, pid: int, start_ns: int | None = None, counters_seq: int
     return bytes(out)
 
 
-def plant(directory: pathlib.Path, name: str, data: bytes, owner: tuple[int, int] = (0, 0)) -> pathlib.Path:
-    """Write ``data`` as ``directory/name``, owned by ``owner`` (uid, gid), mode 0600 like the hook's."""
+def plant(directory: pathlib.Path, name: str, data: bytes, owner: tuple[int, int] | None = None) -> pathlib.Path:
+    """Write ``data`` as ``directory/name``, owned by ``owner`` (uid, gid; default: this process's user),
+    mode 0600 like the hook's."""
     path = directory / name
     path.write_bytes(data)
     os.chmod(path, 0o600)
-    os.chown(path, *owner)
+    if owner is not None:
+        os.chown(path, *owner)
     return path

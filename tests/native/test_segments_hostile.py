@@ -34,6 +34,7 @@ from native.segment_forge import STEP_COUNT_OFFSET, forged, plant, recorded_segm
 from native.support import SMALL_SHM_SETUP, remove_rank_files, segment_path, tuiprof_run, tuiprof_run_argv
 from tuiprof_native import segment
 
+ME = os.getuid()  # the test's own user: what the good ranks run as and the files it plants claim
 HOSTILE = "tuiprof-hostile"
 GOOD_RANK = ("import ctypes, os, sys; lib = ctypes.CDLL(os.environ['TUIPROF_HOOK_LIBRARY']); "
              "lib.tuiprof_record_step(); print('ready', flush=True); sys.stdin.readline()")
@@ -132,7 +133,7 @@ def test_a_copy_claiming_roots_process_is_refused(collector, shm_dir, good_rank,
 def test_refusals_per_reason_reach_the_snapshot_and_metrics(collector, shm_dir, valid_bytes, hostile, processes):
     root_process = processes()
     plant(shm_dir, f"tuiprof-0-{root_process.pid}", forged(valid_bytes, root_process.pid), hostile)
-    plant(shm_dir, f"tuiprof-0-{procfs.pid_max()}", valid_bytes)
+    plant(shm_dir, f"tuiprof-{ME}-{procfs.pid_max()}", valid_bytes)
     collector.collect()
     snapshot = pb.HostSnapshot(hostname="h")
     collector.fill(snapshot)
@@ -156,7 +157,7 @@ def test_the_users_own_process_is_a_rank(collector, shm_dir, good_rank, valid_by
 def test_a_process_started_after_the_segment_is_not_its_writer(collector, shm_dir, good_rank, valid_bytes,
                                                               processes):
     later = processes()  # a pid reused by a process born after the segment claims to have started
-    plant(shm_dir, f"tuiprof-0-{later.pid}", forged(valid_bytes, later.pid, start_ns=time.time_ns() - 3600 * 10**9))
+    plant(shm_dir, f"tuiprof-{ME}-{later.pid}", forged(valid_bytes, later.pid, start_ns=time.time_ns() - 3600 * 10**9))
     ranks = reported(collector)
     assert ranks[later.pid].state == "exited"  # the claim is about a process that is gone: never a target
     assert not ranks[later.pid].HasField("pmu") and "ESRCH" in ranks[later.pid].unavailable["pmu"]
@@ -167,7 +168,7 @@ def test_a_fifo_or_a_link_cannot_block_or_redirect_the_collector(collector, shm_
     fifo = shm_dir / f"tuiprof-{hostile[0]}-77"
     os.mkfifo(fifo)
     os.chown(fifo, *hostile)
-    (shm_dir / "tuiprof-0-78").symlink_to(segment_path(good_rank.pid))
+    (shm_dir / f"tuiprof-{ME}-78").symlink_to(segment_path(good_rank.pid))
     done = threading.Event()
     result: dict[int, pb.RankStats] = {}
     worker = threading.Thread(target=lambda: (result.update(reported(collector)), done.set()), daemon=True)
@@ -178,8 +179,8 @@ def test_a_fifo_or_a_link_cannot_block_or_redirect_the_collector(collector, shm_
 
 
 def test_numbers_out_of_range_in_names_are_refused(collector, shm_dir, good_rank, valid_bytes):
-    for name in (f"tuiprof-0-{2**32 + 1}", f"tuiprof-0-{procfs.pid_max()}", f"tuiprof-{2**40}-5",
-                 f"tuiprof-0-{10**30}.inert"):
+    for name in (f"tuiprof-{ME}-{2**32 + 1}", f"tuiprof-{ME}-{procfs.pid_max()}", f"tuiprof-{2**40}-5",
+                 f"tuiprof-{ME}-{10**30}.inert"):
         plant(shm_dir, name, valid_bytes)
     assert set(reported(collector)) == {good_rank.pid}
     assert collector.refused() == {rank_claims.BAD_NAME: 4}
@@ -187,7 +188,7 @@ def test_numbers_out_of_range_in_names_are_refused(collector, shm_dir, good_rank
 
 def test_a_segment_truncated_between_ticks(collector, shm_dir, good_rank, valid_bytes, processes):
     target = processes()
-    path = plant(shm_dir, f"tuiprof-0-{target.pid}", forged(valid_bytes, target.pid))
+    path = plant(shm_dir, f"tuiprof-{ME}-{target.pid}", forged(valid_bytes, target.pid))
     assert set(reported(collector)) == {good_rank.pid, target.pid}
     os.truncate(path, len(valid_bytes) // 2)  # while the collector holds it open
     ranks = reported(collector)
@@ -211,7 +212,7 @@ TRUNCATED_UNDER_THE_READER = textwrap.dedent("""
 def test_truncation_while_the_collector_reads_never_kills_it(shm_dir, valid_bytes, processes):
     """The agent's own process reads while the file shrinks and grows under it: no SIGBUS."""
     target = processes()
-    path = plant(shm_dir, f"tuiprof-0-{target.pid}", forged(valid_bytes, target.pid))
+    path = plant(shm_dir, f"tuiprof-{ME}-{target.pid}", forged(valid_bytes, target.pid))
     agent = subprocess.Popen([sys.executable, "-c", TRUNCATED_UNDER_THE_READER, str(shm_dir)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     flips = 0
@@ -229,8 +230,8 @@ def test_an_odd_sequence_left_by_a_dead_writer(collector, shm_dir, good_rank, va
     dead.kill()
     dead.wait(timeout=10)
     live = processes()
-    plant(shm_dir, f"tuiprof-0-{dead.pid}", forged(valid_bytes, dead.pid, counters_seq=7))
-    stuck = plant(shm_dir, f"tuiprof-0-{live.pid}", forged(valid_bytes, live.pid, counters_seq=7))
+    plant(shm_dir, f"tuiprof-{ME}-{dead.pid}", forged(valid_bytes, dead.pid, counters_seq=7))
+    stuck = plant(shm_dir, f"tuiprof-{ME}-{live.pid}", forged(valid_bytes, live.pid, counters_seq=7))
     started = time.monotonic()
     ranks = reported(collector)
     assert time.monotonic() - started < 2, "a record stuck mid-update must cost a bounded wait"
@@ -370,7 +371,7 @@ def test_a_process_with_several_segments_is_one_rank_the_newest(collector, shm_d
     def copy(name_random: str, start: int, steps: int) -> None:
         data = bytearray(forged(valid_bytes, good_rank.pid, start_ns=start))
         struct.pack_into("<Q", data, STEP_COUNT_OFFSET, steps)
-        plant(shm_dir, f"tuiprof-0-{good_rank.pid}-{name_random}", bytes(data))
+        plant(shm_dir, f"tuiprof-{ME}-{good_rank.pid}-{name_random}", bytes(data))
 
     copy("a" * segment.STEM_RANDOM_DIGITS, start_ns - 10**9, 777)  # older: left behind by an exec
     ranks = [r for r in reported_all(collector) if r.pid == good_rank.pid]

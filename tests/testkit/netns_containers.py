@@ -1,5 +1,6 @@
 """A container made with util-linux ``unshare``: its own pid, mount, network, IPC and UTS namespaces,
-loopback up, private tmpfs on /dev/shm and /tmp (the agent's trace dir is not visible inside).
+loopback up, private tmpfs on /dev/shm and /tmp (the agent's trace dir is not visible inside; this
+checkout and its interpreter are, wherever they are, also to other users).
 
     with NetnsContainer.create() as box:
         process = box.popen(["sh", "-c", "exec python trainer.py"])   # nsenter: a child inside
@@ -15,13 +16,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import pathlib
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 
 import psutil
 
+from testkit.namespaces import NEEDED_BY_OTHERS, traversal_view
+
 SHM_BYTES = 8 << 20
+
+
+def private_tmp(needed: Sequence[pathlib.Path]) -> list[str]:
+    """Shell steps that put a private tmpfs on /tmp, the ``needed`` folders under it (a checkout or
+    interpreter in /tmp) held across and bound back at their own paths."""
+    under_tmp = [path for path in dict.fromkeys(needed) if pathlib.Path("/tmp") in path.parents]
+    held = [(path, f"/run/tpkeep{n}") for n, path in enumerate(under_tmp)]
+    steps = [step for path, keep in held for step in (f"mkdir -p {keep}", f"mount --bind {shlex.quote(str(path))} {keep}")]
+    steps.append("mount -t tmpfs -o mode=1777 tmpfs /tmp")
+    steps += [step for path, keep in held
+              for step in (f"mkdir -p {shlex.quote(str(path))}", f"mount --bind {keep} {shlex.quote(str(path))}")]
+    return steps
 
 
 @dataclasses.dataclass
@@ -33,7 +50,8 @@ class NetnsContainer:
     @contextlib.contextmanager
     def create(cls) -> Iterator["NetnsContainer"]:
         setup = " && ".join(["ip link set lo up", f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
-                             "mount -t tmpfs -o mode=1777 tmpfs /tmp", "echo ready", "exec sleep infinity"])
+                             *private_tmp(NEEDED_BY_OTHERS), *traversal_view(NEEDED_BY_OTHERS), "echo ready",
+                             "exec sleep infinity"])
         holder = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "--mount", "--net", "--ipc", "--uts",
                                    "--propagation", "private", "--", "sh", "-c", setup], stdout=subprocess.PIPE)
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import shutil
 
@@ -37,7 +38,7 @@ CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
 
 def on_node(trace_dir: TraceDir, source: pathlib.Path, host: str, rank: int | None) -> RemoteRank:
     """``source`` written into the trace dir and summarised there, as the agent on ``host`` does."""
-    folder = trace_dir.user_folder(0)
+    folder = trace_dir.user_folder(os.getuid())
     name = f"{host}-{source.name}"
     shutil.copy(source, trace_dir.path / folder / name)
     summary = summarise_file(trace_dir, f"{folder}/{name}", host, 4242, rank)
