@@ -27,7 +27,7 @@ class AgentAddress:
     port: int = DEFAULT_AGENT_PORT
 
     @classmethod
-    def parse(cls, text: str, default_port: int = DEFAULT_AGENT_PORT) -> "AgentAddress":
+    def parse(cls, text: str, default_port: int = DEFAULT_AGENT_PORT) -> AgentAddress:
         """Parse ``host``, ``host:port`` or ``[v6addr]:port``."""
         text = text.strip()
         if not text:

@@ -118,15 +118,15 @@ class Caller:
     reason: str = ""  # why the caller is not identified, when uid is None and not admin
 
     @classmethod
-    def token_holder(cls) -> "Caller":
+    def token_holder(cls) -> Caller:
         return cls(uid=None, admin=True)
 
     @classmethod
-    def local(cls, uid: int) -> "Caller":
+    def local(cls, uid: int) -> Caller:
         return cls(uid=uid, admin=uid == 0)
 
     @classmethod
-    def unidentified(cls, reason: str) -> "Caller":
+    def unidentified(cls, reason: str) -> Caller:
         return cls(uid=None, admin=False, reason=reason)
 
     def owns(self, owner_uid: int | None) -> bool:

@@ -48,7 +48,7 @@ class BindError(AgentdError):
     exit_code = 4
 
     @classmethod
-    def for_port(cls, what: str, host: str, port: int, exc: OSError, flag: str) -> "BindError":
+    def for_port(cls, what: str, host: str, port: int, exc: OSError, flag: str) -> BindError:
         """The error for a failed bind of ``what`` (gRPC, metrics) with its usual cause."""
         if exc.errno == errno.EADDRINUSE:
             return cls(f"{what} port {port} on {host} is already in use by {_port_holder(host, port)}; "

@@ -21,7 +21,7 @@ def _extras(record: logging.LogRecord) -> dict[str, object]:
 
 
 def _timestamp(record: logging.LogRecord) -> str:
-    moment = datetime.datetime.fromtimestamp(record.created, tz=datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

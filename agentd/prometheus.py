@@ -57,7 +57,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from agentd.collectors import rank_claims
 from agentd.containers import short_id

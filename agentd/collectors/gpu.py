@@ -41,8 +41,9 @@ import math
 import operator
 import threading
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, NamedTuple
+from datetime import datetime, UTC
+from typing import Any, NamedTuple
+from collections.abc import Callable
 
 import psutil
 import pynvml
@@ -417,7 +418,7 @@ class GpuCollector(Collector):
         """Stop GPM sampling for ``seconds`` (so Nsight Compute can profile); False when no GPU has GPM."""
         if not self.has_gpm():
             return False
-        until_wall = datetime.fromtimestamp(time.time() + seconds, timezone.utc)
+        until_wall = datetime.fromtimestamp(time.time() + seconds, UTC)
         with self._lock:
             self._gpm_paused_until = self._clock() + seconds
             self._gpm_pauses += 1
@@ -580,7 +581,7 @@ class GpuCollector(Collector):
                 if self._call.is_permanent(index, "field_values"):
                     for ask in asks.values():  # no field values on this driver: every figure from its own call
                         ask.fields, ask.missing = [], answered
-                return {name: answered for name in asks}
+                return dict.fromkeys(asks, answered)
             for (name, field_id), value in zip(asked, answered):
                 values[name][field_id] = value
 

@@ -27,7 +27,7 @@ import logging
 import os
 import resource
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from agentd import procfs
 from agentd.collectors.base import Collector
@@ -81,15 +81,15 @@ class Counters:
     gives that interval's PmuStats (a ranks collector's ``RankStats.pmu``).
     """
 
-    software: "native.CounterSet"
-    hardware: "native.CounterSet | None"
+    software: native.CounterSet
+    hardware: native.CounterSet | None
     hardware_reason: str
     previous: list = dataclasses.field(default_factory=list)
 
     def sets(self) -> list:
         return [s for s in (self.software, self.hardware) if s is not None]
 
-    def interval(self) -> "native.IntervalCounts | None":
+    def interval(self) -> native.IntervalCounts | None:
         """Counts since the previous call (None on the first call)."""
         current = [counter_set.sample() for counter_set in self.sets()]
         previous, self.previous = self.previous, current
@@ -133,7 +133,7 @@ def _open(scope: str, pid: int = -1) -> Counters:
 _KERNEL_MODE_EVENTS = ("context_switches", "cpu_migrations")
 
 
-def _without_kernel_mode(interval: "native.IntervalCounts") -> "native.IntervalCounts":
+def _without_kernel_mode(interval: native.IntervalCounts) -> native.IntervalCounts:
     """``interval`` with the kernel-mode events missing, with why, instead of 0."""
     reason = (f"not countable here: the agent counts user space only (perf_event_paranoid is "
               f"{native.paranoid_level()} and it lacks CAP_PERFMON), and the kernel does this in kernel mode; "
@@ -187,7 +187,7 @@ def rank_counters(pid: int, owner_uid: int) -> RankCounters:
     return RankCounters(pid, confirmed, process_counters(pid))
 
 
-def summed(intervals: Iterable["native.IntervalCounts"]) -> "native.IntervalCounts":
+def summed(intervals: Iterable[native.IntervalCounts]) -> native.IntervalCounts:
     """Add up the counts of several processes over the same interval."""
     intervals = list(intervals)
     counts: dict[str, float] = {}
@@ -201,7 +201,7 @@ def summed(intervals: Iterable["native.IntervalCounts"]) -> "native.IntervalCoun
     return native.IntervalCounts(max(i.seconds for i in intervals), counts, missing)
 
 
-def pmu_stats(scope: str, interval: "native.IntervalCounts | None", hardware_reason: str) -> pb.PmuStats:
+def pmu_stats(scope: str, interval: native.IntervalCounts | None, hardware_reason: str) -> pb.PmuStats:
     """PmuStats for one interval; every value that cannot be given says why."""
     stats = pb.PmuStats(scope=scope, hardware_available=not hardware_reason, hardware_reason=hardware_reason)
     values = _derived(interval) if interval is not None else {}
@@ -220,7 +220,7 @@ def pmu_stats(scope: str, interval: "native.IntervalCounts | None", hardware_rea
     return stats
 
 
-def _derived(interval: "native.IntervalCounts") -> dict[str, float | None]:
+def _derived(interval: native.IntervalCounts) -> dict[str, float | None]:
     return {
         "mips": interval.mips,
         "mega_cycles_per_s": interval.mega_cycles_per_s,
@@ -235,7 +235,7 @@ def _derived(interval: "native.IntervalCounts") -> dict[str, float | None]:
     }
 
 
-def _missing_reason(field: str, interval: "native.IntervalCounts") -> str:
+def _missing_reason(field: str, interval: native.IntervalCounts) -> str:
     for event in _FIELD_EVENTS[field]:
         if event in interval.missing:
             return f"{event}: {interval.missing[event]}"

@@ -114,15 +114,15 @@ class _Rank:
 
     candidate: Candidate
     claimant: Claimant  # its process as the host sees it (host pid and uid)
-    seg: "native.Segment"
+    seg: native.Segment
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     read_ns: int = 0
     slots: dict | None = dataclasses.field(default_factory=dict)  # None: not read last time (over the ops budget)
-    counters: "native.Counters | None" = None
+    counters: native.Counters | None = None
     step_times: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=STEP_WINDOW))
     exited_at: float | None = None
     stats: pb.RankStats | None = None
-    cpu_counters: "pmu.RankCounters | None" = None
+    cpu_counters: pmu.RankCounters | None = None
     cpu_counters_reason: str = ""
     ring_read: int = 0  # events before this ring index were read for arrivals
     finished: dict = dataclasses.field(default_factory=dict)  # NCCL communicator (hex) → newest finished sequence
@@ -294,7 +294,7 @@ class RanksCollector(Collector):
                         extra={"path": path, "reason": str(exc)})
         self._unreadable[path] = str(exc)
 
-    def _follow(self, candidate: Candidate, now_ns: int, mono: float, budget: "OpsBudget") -> bool:
+    def _follow(self, candidate: Candidate, now_ns: int, mono: float, budget: OpsBudget) -> bool:
         """Open (the first time) and read one rank; whether its counters were read."""
         rank = self._ranks.get(candidate.path)
         if rank is not None and not rank.same_file(candidate):  # replaced under the same name: a new claim
@@ -338,7 +338,7 @@ class RanksCollector(Collector):
         if delete:
             _unlink(rank.path)
 
-    def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: "OpsBudget") -> bool:
+    def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: OpsBudget) -> bool:
         """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
@@ -374,7 +374,7 @@ class RanksCollector(Collector):
         return True
 
     @staticmethod
-    def _flight(rank: _Rank, stats: pb.RankStats, now_ns: int, budget: "OpsBudget") -> tuple[int, list[Arrival]]:
+    def _flight(rank: _Rank, stats: pb.RankStats, now_ns: int, budget: OpsBudget) -> tuple[int, list[Arrival]]:
         """The rank's Flight Recorder process groups and in-flight collectives, as many as its owner's budget
         allows: how many were left out, and the arrivals the file lists. With no budget left the file is
         not even parsed (up to 96 KiB of JSON per rank and interval)."""
@@ -440,7 +440,7 @@ class RanksCollector(Collector):
         except OSError as exc:  # a read that fails says why; the next interval tries again
             stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
 
-    def _rates(self, rank: _Rank, header, now_ns: int, budget: "OpsBudget") -> tuple[pb.RankStats, int]:
+    def _rates(self, rank: _Rank, header, now_ns: int, budget: OpsBudget) -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
         stats = pb.RankStats(pid=rank.pid, uid=rank.uid, job_id=printable(header.job_id), interval_seconds=seconds,
@@ -474,7 +474,7 @@ class RanksCollector(Collector):
         return stats, left_out
 
     @staticmethod
-    def _slot_stats(rank: _Rank, header, stats: pb.RankStats, seconds: float, budget: "OpsBudget") -> int:
+    def _slot_stats(rank: _Rank, header, stats: pb.RankStats, seconds: float, budget: OpsBudget) -> int:
         """The interval's GEMM and NCCL figures of ``rank``, as many as its owner's budget allows; how many
         aggregates were left out. Every slot read is kept (the next interval's rates start from it). A rank
         with no budget left is not read at all (reading the slots is the cost the budget bounds); the next

@@ -276,7 +276,7 @@ class HangService:
         return hide_exception_text(explanation, foreign)
 
     @classmethod
-    def attach(cls, config: "AgentConfig", agent: "Agent") -> "HangService":
+    def attach(cls, config: AgentConfig, agent: Agent) -> HangService:
         """A service judging every snapshot ``agent`` assembles (registered as its post-processor)."""
         service = cls(Thresholds(config.hang_suspect_seconds, config.hang_timeout_s),
                       config.trace_dir / "hangs", agent.hostname)

@@ -55,7 +55,7 @@ class DumpTarget:
     credentials: procfs.Credentials | None = None
 
     @classmethod
-    def pin(cls, pid: int, rank: int | None, uid: int | None) -> "DumpTarget | None":
+    def pin(cls, pid: int, rank: int | None, uid: int | None) -> DumpTarget | None:
         """The process ``pid`` is now (its start time, credentials and program; its real uid unless
         ``uid`` is known); None if gone."""
         stat = procfs.read_stat(pid)

@@ -338,7 +338,7 @@ class DynologRpc:
 
     @classmethod
     def bind(cls, port: int, registry: Registry, user_folder: UserFolder, version: str,
-             gpm: GpmPause | None = None, container_copies: ContainerCopies | None = None) -> "DynologRpc":
+             gpm: GpmPause | None = None, container_copies: ContainerCopies | None = None) -> DynologRpc:
         """Bind both loopbacks now (so a taken port fails agentd's start at once); OSError as from bind."""
         return cls(bind_loopbacks(port), registry, user_folder, version, gpm, container_copies)
 

@@ -71,7 +71,7 @@ class Node:
         self.ranks = 0
         self.children: dict[Frame, Node] = {}
 
-    def child(self, frame: Frame) -> "Node":
+    def child(self, frame: Frame) -> Node:
         node = self.children.get(frame)
         if node is None:
             node = self.children[frame] = Node(frame)
@@ -84,11 +84,11 @@ class Node:
             below |= child.ranks
         return self.ranks & ~below
 
-    def sorted_children(self) -> list["Node"]:
+    def sorted_children(self) -> list[Node]:
         """Children with the most ranks first, then by label (a stable display order)."""
         return [node for _, node in self.sorted_items()]
 
-    def sorted_items(self) -> list[tuple[Frame, "Node"]]:
+    def sorted_items(self) -> list[tuple[Frame, Node]]:
         """``(frame, child)`` in the order of ``sorted_children``."""
         return sorted(self.children.items(), key=lambda item: (-item[1].ranks.bit_count(), item[0].label()))
 

@@ -95,7 +95,7 @@ class CaptureService:
         self.kineto: KinetoCollector | None = None  # set by attach()
 
     @classmethod
-    def attach(cls, config: "AgentConfig", agent: "Agent") -> "CaptureService":
+    def attach(cls, config: AgentConfig, agent: Agent) -> CaptureService:
         """The service for ``agent``: its IPC endpoint runs (and closes) with the agent's collectors."""
         registry = Registry()
         service = cls(config.trace_dir, agent.hostname, registry)
@@ -423,7 +423,7 @@ def _may_fetch(caller: Caller, file: str) -> bool:
     return True
 
 
-def _bind_rpc(config: "AgentConfig", registry: Registry, trace_dir: TraceDir, gpm: GpmPause | None,
+def _bind_rpc(config: AgentConfig, registry: Registry, trace_dir: TraceDir, gpm: GpmPause | None,
               container_traces: ContainerTraces) -> DynologRpc:
     try:
         version = f"tuiprof-agentd {metadata.version('tuiprof')}"

@@ -59,7 +59,7 @@ class Job:
         feeds = []
         for rank in range(self.ranks):
             sample = self.trackers[rank].take(starts[rank], self.ranks)
-            signals = {name: 0.0 for name in v.SIGNALS}
+            signals = dict.fromkeys(v.SIGNALS, 0.0)
             signals.update(self.signals.get(rank, {}))
             feeds.append(RankFeed(
                 pid=1000 + rank, rank=rank, host="node1", job_id=self.job_id, state=self.states.get(rank, "running"),

@@ -27,7 +27,7 @@ def test_top_level_defaults_are_the_whole_parsers():
     parser = build_parser()
     top_level = {action.dest: action.default for action in parser._actions  # --version sets nothing
                  if action.dest not in ("help", "command") and action.default != argparse.SUPPRESS}
-    assert TOP_LEVEL_DEFAULTS == top_level
+    assert top_level == TOP_LEVEL_DEFAULTS
 
 
 @pytest.mark.parametrize("argv", [["analyze", "--no-such-option", "x.json"], ["trace", "--duration-ms", "x"],

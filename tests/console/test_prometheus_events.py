@@ -135,7 +135,7 @@ def test_a_row_is_kept_while_its_snapshot_is_the_same() -> None:
     again); a new snapshot, or another hostname behind the same node, gets a new row."""
     def columns(cpu: dict[str, str], sampled: dict[str, str]) -> _Columns:
         answers = {"cpu_percent": cpu, "sampled_at": sampled,
-                   "rank_count": {host: "8" for host in sampled}}
+                   "rank_count": dict.fromkeys(sampled, "8")}
         return _Columns({name: QueryResult(100.0, [Sample(Labels(hostname=host), (100.0, value))
                                                    for host, value in answers.get(name, {}).items()])
                          for name in column_queries(HostSelection())}, recorded=False)

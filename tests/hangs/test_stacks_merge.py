@@ -151,7 +151,7 @@ def _job(stacks_by_rank):
 
 
 def test_the_odd_rank_is_the_suspect():
-    merged = _job({r: ("main", "all_reduce") for r in (0, 1, 3, 4, 5, 6, 7)} | {2: ("main", "stuck_here")})
+    merged = _job(dict.fromkeys((0, 1, 3, 4, 5, 6, 7), ("main", "all_reduce")) | {2: ("main", "stuck_here")})
     classes = equivalence_classes(merged)
     assert [(ranksets.fold(c.ranks), c.count) for c in classes] == [("2", 1), ("0-1,3-7", 7)]
     (suspect,) = find_suspects(classes)
@@ -183,7 +183,7 @@ def test_every_rank_behind_is_no_evidence_against_any():
 
 
 def test_no_suspect_when_everyone_waits_in_the_same_place_or_splits_evenly():
-    assert find_suspects(equivalence_classes(_job({r: ("main", "barrier") for r in range(4)}))) == []
+    assert find_suspects(equivalence_classes(_job(dict.fromkeys(range(4), ("main", "barrier"))))) == []
     even = _job({0: ("main", "a"), 1: ("main", "a"), 2: ("main", "b"), 3: ("main", "b")})
     assert find_suspects(equivalence_classes(even)) == []
     spread = _job({0: ("main", "a"), 1: ("main", "a"), 2: ("main", "b"), 3: ("main", "c"), 4: ("main", "d")})

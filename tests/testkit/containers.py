@@ -67,7 +67,7 @@ class Container:
     @classmethod
     @contextlib.contextmanager
     def create(cls, rootless_as: User | None = None, shared_shm: bool = False,
-               shm_link_to: str | None = None) -> Iterator["Container"]:
+               shm_link_to: str | None = None) -> Iterator[Container]:
         """``shared_shm``: the host's /dev/shm, as ``docker run --ipc=host`` gives; ``shm_link_to``: a
         hostile container's /dev/shm, a link to that path (on a tmpfs over /dev)."""
         if shm_link_to is not None:

@@ -77,7 +77,7 @@ class User:
     gid: int
 
     @classmethod
-    def lookup(cls, name: str) -> "User":
+    def lookup(cls, name: str) -> User:
         entry = pwd.getpwnam(name)
         return cls(name, entry.pw_uid, entry.pw_gid)
 
@@ -120,7 +120,7 @@ class Namespace:
 
     @classmethod
     @contextlib.contextmanager
-    def create(cls) -> Iterator["Namespace"]:
+    def create(cls) -> Iterator[Namespace]:
         setup = " && ".join(["ip link set lo up", f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
                              *traversal_view(NEEDED_BY_OTHERS), "echo ready", "exec sleep infinity"])
         holder = subprocess.Popen(["unshare", "--mount", "--net", "--propagation", "private", "--",
@@ -136,7 +136,7 @@ class Namespace:
             holder.kill()
             holder.wait(10)
 
-    def link(self, other: "Namespace") -> tuple[str, str]:
+    def link(self, other: Namespace) -> tuple[str, str]:
         """A point-to-point link (veth) to ``other``: (this side's address, the other's), a /30."""
         octet = self.holder.pid % 250 + 1
         mine, theirs = f"10.{octet}.0.1", f"10.{octet}.0.2"

@@ -48,7 +48,7 @@ class NetnsContainer:
 
     @classmethod
     @contextlib.contextmanager
-    def create(cls) -> Iterator["NetnsContainer"]:
+    def create(cls) -> Iterator[NetnsContainer]:
         setup = " && ".join(["ip link set lo up", f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
                              *private_tmp(NEEDED_BY_OTHERS), *traversal_view(NEEDED_BY_OTHERS), "echo ready",
                              "exec sleep infinity"])

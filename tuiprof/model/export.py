@@ -26,7 +26,7 @@ def host_document(state: HostState) -> dict[str, Any]:
         document |= state.snapshot.to_json()
     else:
         document |= {"hostname": None, "timestamp_unix_ns": None, "sequence": None}
-        document |= {section: None for section in SNAPSHOT_SECTIONS}
+        document |= dict.fromkeys(SNAPSHOT_SECTIONS)
     return document
 
 

@@ -110,7 +110,7 @@ class HostFilter:
     terms: tuple[Term, ...]
 
     @classmethod
-    def parse(cls, text: str) -> "HostFilter":
+    def parse(cls, text: str) -> HostFilter:
         return cls(text.strip(), tuple(_parse_term(t) for t in text.split()))
 
     def matches(self, host: HostState) -> bool:

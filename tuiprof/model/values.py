@@ -20,12 +20,12 @@ class Unavailable:
 Reading = int | float | Unavailable
 
 
-def available(values: "list[Reading] | tuple[Reading, ...]") -> list[float]:
+def available(values: list[Reading] | tuple[Reading, ...]) -> list[float]:
     """The numbers among ``values``, unavailable ones left out."""
     return [v for v in values if not isinstance(v, Unavailable)]
 
 
-def first_reason(values: "list[Reading] | tuple[Reading, ...]", default: str) -> Unavailable:
+def first_reason(values: list[Reading] | tuple[Reading, ...], default: str) -> Unavailable:
     """The reason of the first unavailable reading, or ``default`` when there is none."""
     for v in values:
         if isinstance(v, Unavailable):

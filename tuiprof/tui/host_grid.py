@@ -70,21 +70,21 @@ class HostGrid(ScrollView, can_focus=True):
     class RowHighlighted(Message):
         """The cursor moved to the row ``key``."""
 
-        def __init__(self, grid: "HostGrid", key: str) -> None:
+        def __init__(self, grid: HostGrid, key: str) -> None:
             super().__init__()
             self.grid, self.key = grid, key
 
     class RowSelected(Message):
         """Enter was pressed on the row ``key``."""
 
-        def __init__(self, grid: "HostGrid", key: str) -> None:
+        def __init__(self, grid: HostGrid, key: str) -> None:
             super().__init__()
             self.grid, self.key = grid, key
 
     class HeaderSelected(Message):
         """The header of column ``column`` was clicked."""
 
-        def __init__(self, grid: "HostGrid", column: str) -> None:
+        def __init__(self, grid: HostGrid, column: str) -> None:
             super().__init__()
             self.grid, self.column = grid, column
 

@@ -207,7 +207,7 @@ def _wrap_dataloader(lib: ctypes.CDLL) -> None:
             record(start, time.time_ns())
 
     __next__.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(base, "__next__", __next__)  # a method of a torch class, replaced on purpose
+    setattr(base, "__next__", __next__)  # noqa: B010 -- a method of a torch class (mypy: no method assignment)
 
 
 def _on_torch_imported(torch: ModuleType) -> None:

@@ -52,7 +52,7 @@ class HostSelection:
     pattern: str | None = None
 
     @classmethod
-    def matching(cls, pattern: str) -> "HostSelection":
+    def matching(cls, pattern: str) -> HostSelection:
         """Hosts whose whole ``hostname`` matches ``pattern`` (RE2 syntax, as Prometheus reads it)."""
         try:
             re.compile(pattern)

@@ -127,7 +127,7 @@ def _host_label(state: HostState, flags: Flags) -> str:
 class _LazyRows(Mapping[str, list]):
     """Host rows in display order; a row's cells are made only when asked for."""
 
-    def __init__(self, screen: "ClusterScreen", hosts: dict[str, HostState],
+    def __init__(self, screen: ClusterScreen, hosts: dict[str, HostState],
                  flags: dict[str, Flags]) -> None:
         self.screen, self.hosts, self.flags = screen, hosts, flags
 

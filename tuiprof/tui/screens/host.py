@@ -395,12 +395,11 @@ class HostScreen(ConsoleScreen):
                     if tab == "ranks":  # the highlighted rank's ops below its row
                         yield Label(id="rank-ops-title", classes="graph-label", markup=False)
                         yield FittedTable(OP_COLUMNS, id="rank-ops-table", cursor=False)
-            with TabPane("History", id="history"):
-                with VerticalScroll(id="history-graphs"):
-                    for series, *_ in HISTORY_SERIES:
-                        yield HistoryPlot(id=f"plot-{series}")
-                    for series, *_ in DETAIL_SERIES:
-                        yield HistoryPlot(id=f"plot-each-{series}")
+            with TabPane("History", id="history"), VerticalScroll(id="history-graphs"):
+                for series, *_ in HISTORY_SERIES:
+                    yield HistoryPlot(id=f"plot-{series}")
+                for series, *_ in DETAIL_SERIES:
+                    yield HistoryPlot(id=f"plot-each-{series}")
         yield Static(id="host-detail", classes="detail", markup=False)
         yield Footer(compact=True, show_command_palette=False)  # 80 columns; ^p is in help
 
