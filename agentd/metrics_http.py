@@ -21,6 +21,7 @@ configured, and it speaks HTTPS with the gRPC port's certificate when TLS is on.
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.server
 import ipaddress
 import logging
@@ -221,10 +222,8 @@ def _refuse(request: socket.socket, reason: str) -> None:
     body = (reason + "\n").encode()
     head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {CONTENT_TYPE}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-    try:
+    with contextlib.suppress(OSError):  # the client is gone or its buffer full: closing says enough
         request.send(head + body, socket.MSG_DONTWAIT)
-    except OSError:
-        pass  # the client is gone or its buffer full: closing says enough
 
 
 def _handler_class(owner: MetricsServer) -> type[http.server.BaseHTTPRequestHandler]:

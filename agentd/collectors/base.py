@@ -44,9 +44,9 @@ class Collector(abc.ABC):
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         """Copy the latest sample into ``snapshot`` (cheap; thread-safe)."""
 
-    def describe(self, info: pb.AgentInfo) -> None:
+    def describe(self, info: pb.AgentInfo) -> None:  # noqa: B027 (optional: most collectors add nothing)
         """Add what this collector knows about the machine to ``GetInfo`` (GPU list,
         driver/NVML/CUDA versions). Called on every GetInfo: cheap and thread-safe."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: most collectors hold nothing)
         """Release handles (NVML, perf fds, mapped segments)."""

@@ -28,6 +28,7 @@ agentd.kineto.namespaces); those sockets are served like the host's.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -248,10 +249,8 @@ class KinetoEndpoint:
         assert parent is not None
         _root_folder(os.path.dirname(parent))
         _root_folder(parent)
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass
         try:
             gid = pwd.getpwuid(uid).pw_gid
         except KeyError:
@@ -260,10 +259,8 @@ class KinetoEndpoint:
         try:
             os.fchown(fd, 0, 0)
             os.fchmod(fd, 0o700)  # now no one else can add, swap or remove names in it
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink("dynolog", dir_fd=fd)
-            except FileNotFoundError:
-                pass
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -410,10 +407,8 @@ class KinetoEndpoint:
         self._wake_reader.close()
         self._wake_writer.close()
         if isinstance(self.address, str) and not self.unavailable:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.address)
-            except FileNotFoundError:
-                pass
 
 
 def _root_folder(path: str) -> None:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import fcntl
 import json
 import os
@@ -162,10 +163,8 @@ def thread_names(pid: int) -> dict[int, str]:
     """Each thread of ``pid`` by name: Python's (py-spy dump), else the kernel's (gRPC core's threads)."""
     names = {}
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
-        try:
+        with contextlib.suppress(FileNotFoundError):  # the thread ended
             names[int(task.name)] = (task / "comm").read_text().strip()
-        except FileNotFoundError:  # the thread ended
-            pass
     dump = subprocess.run([py_spy(), "dump", "--pid", str(pid)],
                           capture_output=True, text=True, check=False).stdout
     names.update((int(tid), name) for tid, name in re.findall(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.M))

@@ -66,7 +66,7 @@ def read_own_segment():
 
 def accuracy(rank: int, world: int, out: str) -> None:
     dev = torch.device("cuda", rank)
-    bf = dict(device=dev, dtype=torch.bfloat16)
+    bf = {"device": dev, "dtype": torch.bfloat16}
     a8, b8 = torch.randn(8192, 8192, **bf), torch.randn(8192, 8192, **bf)
     x, w, bias = torch.randn(4096, 8192, **bf), torch.randn(6144, 8192, **bf), torch.randn(6144, **bf)
     w2 = torch.randn(4096, 8192, **bf)
@@ -82,7 +82,7 @@ def accuracy(rank: int, world: int, out: str) -> None:
         "mm_fp32": (lambda: torch.mm(fa, fb), "fp32", 2 * 4096**3, 10),
     }
     own = {}
-    for name, (fn, dtype, flops, calls) in groups.items():
+    for name, (fn, _dtype, flops, calls) in groups.items():
         for _ in range(3):  # warm-up calls are counted too
             fn()
         times = own_gemm_times(fn, calls)

@@ -107,7 +107,7 @@ def worker_accuracy(out: pathlib.Path) -> None:
     import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    bf = dict(device="cuda", dtype=torch.bfloat16)
+    bf = {"device": "cuda", "dtype": torch.bfloat16}
     a, b = torch.randn(8192, 8192, **bf), torch.randn(8192, 8192, **bf)
     x, w, bias = torch.randn(4096, 8192, **bf), torch.randn(6144, 8192, **bf), torch.randn(6144, **bf)
     ba, bb = torch.randn(32, 2048, 2048, **bf), torch.randn(32, 2048, 2048, **bf)
@@ -172,7 +172,7 @@ def program_anchor(torch, tries: int = 50) -> tuple[object, int, int]:
 def worker_timeline(out: pathlib.Path) -> None:
     import torch
 
-    bf = dict(device="cuda", dtype=torch.bfloat16)
+    bf = {"device": "cuda", "dtype": torch.bfloat16}
     a, b = torch.randn(8192, 8192, **bf), torch.randn(8192, 8192, **bf)
     for _ in range(3):  # the first call (module loading) and a little warm-up
         torch.mm(a, b)
@@ -188,7 +188,7 @@ def worker_timeline(out: pathlib.Path) -> None:
     own = [(anchor_ns + round(anchor.elapsed_time(s) * 1e6), anchor_ns + round(anchor.elapsed_time(e) * 1e6))
            for s, e in pairs]
     with own_segment() as seg:
-        events = [e for e in seg.events(kind="gemm")]
+        events = list(seg.events(kind="gemm"))
         header = seg.header()
     from agentd.traces.timeline import chrome_trace
     document = chrome_trace(events, header, socket.gethostname())
@@ -203,7 +203,7 @@ def worker_eventcost(out: pathlib.Path) -> None:
     """GPU time of a loop of small GEMMs between two outer events (the hook decides what it times)."""
     import torch
 
-    bf = dict(device="cuda", dtype=torch.bfloat16)
+    bf = {"device": "cuda", "dtype": torch.bfloat16}
     a, b = torch.randn(2048, 2048, **bf), torch.randn(2048, 2048, **bf)  # ~25 us each: the GPU, not the host, is busy
     for _ in range(64):  # past the 32 always-timed calls of the shape
         torch.mm(a, b)
@@ -282,7 +282,7 @@ def worker_overhead_chunks(out: pathlib.Path) -> None:
 def worker_long(out: pathlib.Path) -> None:
     import torch
 
-    bf = dict(device="cuda", dtype=torch.bfloat16)
+    bf = {"device": "cuda", "dtype": torch.bfloat16}
     a, b = torch.randn(1024, 1024, **bf), torch.randn(1024, 1024, **bf)
     calls, end = 0, time.monotonic() + LONG_PLAN["seconds"]
     while time.monotonic() < end:

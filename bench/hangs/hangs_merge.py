@@ -44,7 +44,7 @@ def job_stacks(ranks: int, frames: int, unique: bool, seed: int = 1) -> dict[int
     """rank -> [(thread name, raw frames outermost first)]; ``unique``: every rank's tail differs."""
     rnd = random.Random(seed)
     prefix_len = frames * 2 // 3
-    prefix = [raw("0x7f00%04x" % i, native=True, module="/lib/libc.so.6") for i in range(2)]
+    prefix = [raw(f"0x7f00{i:04x}", native=True, module="/lib/libc.so.6") for i in range(2)]
     prefix += [raw(f"layer_{i}.forward" if i > 8 else f"train_loop_{i}", f"/job/model/part{i % 7}.py", 10 + i)
                for i in range(prefix_len - len(prefix))]
     tail_len = frames - prefix_len
@@ -68,7 +68,7 @@ def job_stacks(ranks: int, frames: int, unique: bool, seed: int = 1) -> dict[int
             for i in range(tail_len - len(tail)):
                 name = f"c10d::ProcessGroupGloo::wait_{i}" + (f"_r{rank}" if unique else "")
                 tail.append(raw(name, native=True, module="/torch/lib/libtorch_cpu.so"))
-            tail[-1] = raw("0x7f%010x" % rnd.getrandbits(40), native=True, module="/lib/libc.so.6")
+            tail[-1] = raw(f"0x7f{rnd.getrandbits(40):010x}", native=True, module="/lib/libc.so.6")
         watchdog = [raw("_bootstrap", "/usr/lib/python3.11/threading.py", 995),
                     raw("run", "/usr/lib/python3.11/threading.py", 975),
                     raw("watchdog_loop", "/job/train.py", 40)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -308,10 +309,8 @@ def main() -> None:
         summary = asyncio.run(bench(args, AgentAddress("127.0.0.1", port), job, control, step_log, env))
     finally:
         for proc in [*psutil.Process(job.pid).children(recursive=True), psutil.Process(job.pid)]:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
-            except psutil.NoSuchProcess:
-                pass
         agent.terminate()
         agent.wait(timeout=30)
         (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -37,6 +37,7 @@ async def first_snapshot(agent, token):
         async for snapshot in call:
             call.cancel()
             return snapshot
+    raise AssertionError("the Watch stream ended before its first snapshot")
 
 
 async def test_token_agent_on_every_address_refuses_wrong_tokens(tmp_path):

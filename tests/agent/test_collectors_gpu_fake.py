@@ -381,7 +381,7 @@ def test_start_up_reads_versions_and_static_facts(fake: FakeNvml) -> None:
     ]
     collector.close()
     assert fake.shut_down
-    assert sorted(fake.freed) == sorted({address for address in fake._samples})  # both GPM buffers of the H200
+    assert sorted(fake.freed) == sorted(set(fake._samples))  # both GPM buffers of the H200
 
 
 def test_a_hopper_gpu_gives_readings_rates_from_two_ticks_and_gpm(fake: FakeNvml) -> None:

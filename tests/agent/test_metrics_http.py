@@ -20,11 +20,11 @@ from testkit.agents import TickCollector, running_agent
 
 
 def test_real_agent_serves_metrics_healthz_and_404(tmp_path):
-    with running_agent(tmp_path, host="127.0.0.2", extra_args=["--log-format", "json"]) as agent:
-        with httpx.Client(base_url=agent.metrics_url, timeout=5) as http:
-            health = http.get("/healthz")
-            metrics = http.get("/metrics")
-            missing = http.get("/nope")
+    with (running_agent(tmp_path, host="127.0.0.2", extra_args=["--log-format", "json"]) as agent,
+          httpx.Client(base_url=agent.metrics_url, timeout=5) as http):
+        health = http.get("/healthz")
+        metrics = http.get("/metrics")
+        missing = http.get("/nope")
     log_lines = agent.log().splitlines()  # read once agentd has exited: no half-written line
     assert agent.process.returncode == 0  # SIGTERM is a clean stop
     assert health.status_code == 200 and health.text == "ok\n"

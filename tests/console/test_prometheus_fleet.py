@@ -234,7 +234,7 @@ async def test_console_shows_prometheus_rows_and_opens_only_the_host_asked_for(f
     async with app.run_test(size=(200, 50)) as pilot:
         deadline = time.monotonic() + ROWS_TIMEOUT_S
         while not all(app.cluster.host(fleet.address(n)).reachable is not None for n in fleet.selection.expected):
-            assert time.monotonic() < deadline, [h for h in app.cluster.hosts()]
+            assert time.monotonic() < deadline, list(app.cluster.hosts())
             await pilot.pause(0.2)
         screen = app.screen
         assert isinstance(screen, ClusterScreen)

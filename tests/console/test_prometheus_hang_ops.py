@@ -179,7 +179,7 @@ async def test_banner_from_prometheus_then_the_hung_host_over_grpc(hung_job: Hun
         banner = screen.query_one("#hang-banner")
         deadline = time.monotonic() + TIMEOUT_S
         while not banner.display:
-            assert time.monotonic() < deadline, [h for h in app.cluster.hosts()]
+            assert time.monotonic() < deadline, list(app.cluster.hosts())
             await pilot.pause(0.2)
         text = str(banner.render())
         assert text.startswith("HUNG on 1 host for ") and text.endswith("press s for merged stacks"), text
@@ -214,7 +214,7 @@ async def test_ops_view_opens_only_the_hosts_with_ranks(hung_job: HungJob) -> No
         assert source.attended() == [hung_job.address(NODE)]  # not the host without ranks
         ours: list = []
         while not {"gemm", "nccl"} <= {r.kind for r in ours}:
-            assert time.monotonic() < deadline + 30, [h for h in app.cluster.hosts()]
+            assert time.monotonic() < deadline + 30, list(app.cluster.hosts())
             await pilot.pause(0.2)
             ours = [r for r in job_ops(app.cluster) if r.pid == hung_job.pid]
         assert {r.rank for r in ours} == {f"rank {STUCK_RANK}"}

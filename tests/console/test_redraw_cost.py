@@ -85,7 +85,7 @@ def test_ages_change_in_whole_seconds_and_a_fresh_host_stays_just_now() -> None:
 def rendered_cells(table: DataTable) -> dict[tuple, object]:
     """The table's cached cell renderings of its current version: (row key, column key) -> lines."""
     cache = table._cell_render_cache
-    return {key[:2]: cache.get(key) for key in cache.keys() if key[6] == table._update_count}
+    return {key[:2]: cache.get(key) for key in cache.keys() if key[6] == table._update_count}  # noqa: SIM118 (an LRUCache: not iterable)
 
 
 async def test_a_changed_cell_is_rendered_anew_and_its_row_neighbours_come_from_the_cache() -> None:

@@ -206,7 +206,7 @@ def latency_job(standins, tmp_path_factory):
                        stdout=subprocess.PIPE)
     readings = []
     try:
-        for i, phase in enumerate([warm, measured]):
+        for i in range(2):  # the warm phase, then the measured one
             assert proc.stdout.readline().strip() == f"PHASE {i}"
             seg = segment.Segment(segment_path(proc.pid))
             counts = {"nccl": sum(len(p["nccl"]) for p in [warm, measured][:i + 1]),

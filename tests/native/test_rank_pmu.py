@@ -5,6 +5,7 @@ families in a real agentd's /metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -68,10 +69,8 @@ def perf_fds() -> int:
     """perf_event file descriptors this process holds."""
     count = 0
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(FileNotFoundError):  # the fd listdir itself used
             count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]"
-        except FileNotFoundError:  # the fd listdir itself used
-            pass
     return count
 
 

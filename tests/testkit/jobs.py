@@ -3,6 +3,7 @@ and the rank files they left in /dev/shm."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -18,10 +19,8 @@ def stop_job(process: subprocess.Popen) -> None:
     except psutil.NoSuchProcess:
         family = []
     for proc in family:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(family, timeout=30)
     process.wait(timeout=30)
     for proc in family:

@@ -69,7 +69,7 @@ TEARDOWN_ABORT = "terminate called without an active exception"
 
 def capture(out: pathlib.Path, delay: float) -> pathlib.Path:
     """Run the two-rank job into ``out``; once more (from scratch) if PyTorch aborted at teardown."""
-    for attempt in range(2):
+    for _ in range(2):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         done = subprocess.run([sys.executable, str(JOB), str(out), "1", str(delay), str(free_port())],

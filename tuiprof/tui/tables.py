@@ -49,9 +49,9 @@ def _replace_cells(table: DataTable, changes: Mapping[str, Mapping[ColumnKey, Ce
     # Cell cache key: (row key, column key, styles...); row cache key: (row key, line, styles...).
     # Compared by the row's string and the column key's identity (the table's own key objects, which
     # may carry no string): hashing the keys themselves runs Python code for each entry.
-    for cell_key in [k for k in table._cell_render_cache.keys() if (k[0].value, id(k[1])) in stale_cells]:
+    for cell_key in [k for k in table._cell_render_cache.keys() if (k[0].value, id(k[1])) in stale_cells]:  # noqa: SIM118 (not iterable)
         table._cell_render_cache.discard(cell_key)
-    for row_cache_key in [k for k in table._row_render_cache.keys() if k[0].value in changes]:
+    for row_cache_key in [k for k in table._row_render_cache.keys() if k[0].value in changes]:  # noqa: SIM118 (not iterable)
         table._row_render_cache.discard(row_cache_key)
     table._row_renderable_cache.clear()  # the cells of each row, formatted: cheap to make again
     table._line_cache.clear()  # lines joined from the row cache: cheap to make again

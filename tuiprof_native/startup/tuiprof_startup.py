@@ -18,6 +18,7 @@ never break training.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib.abc
@@ -86,10 +87,8 @@ def _write_whole(path: str, text: str) -> None:
             out.write(text)
         os.replace(partial, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):  # the error that matters is the one raised
             os.unlink(partial)
-        except OSError:
-            pass  # the error that matters is the one raised
         raise
 
 
