@@ -40,7 +40,9 @@ writes itself and which change only when a collector breaks or recovers;
 How many series one user's ranks add is bounded by the ranks collector's per-owner
 budget of ops (``tuiprof_rank_ops_dropped{uid}`` counts what it left out). The ``function``
 label of ``tuiprof_rank_function_*`` is a name from the job's configuration (at most 64 a rank,
-within that budget), escaped like every label value.
+within that budget), escaped like every label value. A rank's device memory
+(``tuiprof_rank_device_*``, ``tuiprof_rank_memcpy_*``, ``tuiprof_rank_torch_*``) adds fixed sets:
+``api`` is ``malloc`` or ``malloc_async``, ``direction`` one of the five copy directions.
 
 ``--metric-names dynolog`` puts dynolog's own Prometheus families first
 (``render_dynolog_metrics``): its bare names, its ``host_name`` label and, per
@@ -456,6 +458,51 @@ def _rank_functions(out: Families, labels: Labels, rank: pb.RankStats) -> None:
             f, timing.max_seconds)
 
 
+_ALLOCATIONS = (("malloc", "cudaMalloc / cudaFree"), ("malloc_async", "cudaMallocAsync / cudaFreeAsync"))
+_ALLOCATOR_GAUGES = (
+    ("allocated_bytes", "Bytes PyTorch's CUDA caching allocator has allocated to tensors (current device)."),
+    ("reserved_bytes", "Bytes PyTorch's CUDA caching allocator holds from the device (current device)."),
+    ("peak_allocated_bytes", "The most bytes PyTorch's CUDA caching allocator had allocated at once."),
+)
+_ALLOCATOR_COUNTERS = (
+    ("alloc_retries_total", "PyTorch caching allocator retries: a cudaMalloc failed, the cache was freed, retried."),
+    ("ooms_total", "Out-of-memory errors PyTorch's CUDA caching allocator raised."),
+)
+
+
+def _rank_device_memory(out: Families, labels: Labels, memory: pb.DeviceMemoryStats) -> None:
+    """The rank's CUDA allocations and copies (the hook library's counts) and PyTorch's allocator figures."""
+    for api, calls in _ALLOCATIONS:
+        a = {**labels, "api": api}
+        stats = getattr(memory, api)
+        out("rank_device_malloc_calls_total", "counter", f"Device allocations that succeeded ({calls}).").add(
+            a, stats.malloc_calls_total)
+        out("rank_device_malloc_bytes_total", "counter", "Bytes of those device allocations.").add(
+            a, stats.malloc_bytes_total)
+        out("rank_device_free_calls_total", "counter", "Device frees that succeeded (of NULL not counted).").add(
+            a, stats.free_calls_total)
+        out("rank_device_free_bytes_total", "counter",
+            "Bytes of the device frees whose allocation the hook saw.").add(a, stats.free_bytes_total)
+        out("rank_device_free_unknown_size_total", "counter",
+            "Device frees of pointers the hook did not see allocated (their bytes are not counted).").add(
+            a, stats.free_unknown_size_total)
+    for copies in memory.copies:
+        c = {**labels, "direction": copies.direction}
+        out("rank_memcpy_calls_total", "counter", "CUDA copies (cudaMemcpy, cudaMemcpyAsync) by direction.").add(
+            c, copies.calls_total)
+        out("rank_memcpy_bytes_total", "counter", "Bytes of those CUDA copies.").add(c, copies.bytes_total)
+        out("rank_memcpy_timed_calls_total", "counter",
+            "CUDA copies timed with events on their stream (the first 32 a direction, then 1 in 16).").add(
+            c, copies.timed_calls_total)
+        out("rank_memcpy_seconds_total", "counter",
+            "GPU time of all the copies, estimated from the timed ones (their mean times the copies).").add(
+            c, optional(copies, "seconds_total"))
+    for field, help in _ALLOCATOR_GAUGES:
+        out(f"rank_torch_{field}", "gauge", help).add(labels, optional(memory, field))
+    for field, help in _ALLOCATOR_COUNTERS:
+        out(f"rank_torch_{field}", "counter", help).add(labels, optional(memory, field))
+
+
 def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
     """Per-rank families (from agentd.collectors.ranks), comparable to xpu-timer's."""
     for rank in snapshot.ranks:
@@ -494,6 +541,8 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
             _rank_hook(out, labels, rank.hook)
         _rank_process_groups(out, labels, rank)
         _rank_functions(out, labels, rank)
+        if rank.HasField("device_memory"):
+            _rank_device_memory(out, labels, rank.device_memory)
         for op in rank.inflight:
             out("rank_inflight_age_seconds", "gauge", "Age of the oldest unfinished op per stream / communicator.").add(
                 {**labels, "kind": op.kind, "op": op.op, "comm": op.comm_hash, "stream": str(op.stream)},

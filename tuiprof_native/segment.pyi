@@ -20,6 +20,13 @@ FINE_OCTAVES: int
 FINE_SUB_BITS: int
 RING_CAPACITY: int
 KINDS: dict[int, str]
+COPY_DIRECTIONS: dict[int, str]
+COPY_TIMED_FIRST: int
+COPY_SAMPLE_EVERY: int
+ALLOCATOR_NONE: int
+ALLOCATOR_READ: int
+ALLOCATOR_NO_CUDA: int
+ALLOCATOR_UNINITIALIZED: int
 FLAG_CUDA_TIMING: int
 FLAG_NCCL_PLUGIN: int
 FLAG_NCCL_GPU_TIME: int
@@ -75,6 +82,38 @@ class Header:
     gemm_timed_first: int = ...
     gemm_sample_every: int = ...
     gemm_sample_max: int = ...
+
+@dataclass(frozen=True)
+class AllocStats:
+    malloc_calls: int
+    malloc_bytes: int
+    free_calls: int
+    free_bytes: int
+    free_unknown: int
+
+@dataclass(frozen=True)
+class CopyStats:
+    direction: str
+    calls: int
+    bytes: int
+    timed_calls: int
+    timed_ns: int
+    weighted_calls: int
+    weighted_ns: int
+    untimed: int
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    malloc: AllocStats
+    malloc_async: AllocStats
+    copies: tuple[CopyStats, ...]
+    allocator_state: int
+    allocator_read_ns: int
+    allocated_bytes: int
+    reserved_bytes: int
+    peak_allocated_bytes: int
+    alloc_retries: int
+    ooms: int
 
 @dataclass(frozen=True)
 class Slot:
@@ -161,6 +200,7 @@ class Segment:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None: ...
     def header(self) -> Header: ...
+    def device_memory(self) -> DeviceMemory: ...
     def claimant(self) -> tuple[int, int]: ...
     def heartbeat_ns(self) -> int: ...
     def slots(self) -> list[Slot]: ...

@@ -94,6 +94,20 @@ cdef extern from "tuiprof_segment.h":
     uint32_t TP_KIND_STEP
     uint32_t TP_KIND_GC
     uint32_t TP_KIND_DATALOADER
+    uint32_t TP_KIND_MEMCPY
+    uint32_t TP_COPY_DIRECTIONS
+    uint32_t TP_COPY_HOST_TO_HOST
+    uint32_t TP_COPY_HOST_TO_DEVICE
+    uint32_t TP_COPY_DEVICE_TO_HOST
+    uint32_t TP_COPY_DEVICE_TO_DEVICE
+    uint32_t TP_COPY_DEFAULT
+    enum: TP_COPY_DIRECTIONS_N "TP_COPY_DIRECTIONS"
+    uint32_t TP_COPY_TIMED_FIRST
+    uint32_t TP_COPY_SAMPLE_EVERY
+    uint32_t TP_ALLOCATOR_NONE
+    uint32_t TP_ALLOCATOR_READ
+    uint32_t TP_ALLOCATOR_NO_CUDA
+    uint32_t TP_ALLOCATOR_UNINITIALIZED
     uint32_t TP_FLAG_CUDA_TIMING
     uint32_t TP_FLAG_NCCL_PLUGIN
     uint32_t TP_FLAG_NCCL_GPU_TIME
@@ -144,6 +158,35 @@ cdef extern from "tuiprof_segment.h":
         uint32_t gemm_timed_first
         uint32_t gemm_sample_every
         uint32_t gemm_sample_max
+
+    ctypedef struct tp_copy_stats:
+        uint64_t calls
+        uint64_t bytes
+        uint64_t timed_calls
+        uint64_t timed_ns
+        uint64_t weighted_calls
+        uint64_t weighted_ns
+        uint64_t untimed
+
+    ctypedef struct tp_alloc_stats:
+        uint64_t malloc_calls
+        uint64_t malloc_bytes
+        uint64_t free_calls
+        uint64_t free_bytes
+        uint64_t free_unknown
+
+    ctypedef struct tp_device_memory:
+        uint64_t seq
+        tp_alloc_stats malloc
+        tp_alloc_stats malloc_async
+        tp_copy_stats copies[TP_COPY_DIRECTIONS_N]
+        uint32_t allocator_state
+        uint64_t allocator_read_ns
+        uint64_t allocated_bytes
+        uint64_t reserved_bytes
+        uint64_t peak_allocated_bytes
+        uint64_t alloc_retries
+        uint64_t ooms
 
     ctypedef struct tp_slot:
         uint64_t seq
@@ -206,11 +249,13 @@ cdef extern from *:
     """
     #include <stddef.h>
     #define TP_OFF_COUNTERS offsetof(tp_header, counters)
+    #define TP_OFF_DEVICE_MEMORY offsetof(tp_segment, device_memory)
     #define TP_OFF_SLOTS offsetof(tp_segment, slots)
     #define TP_OFF_INFLIGHT offsetof(tp_segment, inflight)
     #define TP_OFF_RING offsetof(tp_segment, ring)
     """
     size_t TP_OFF_COUNTERS
+    size_t TP_OFF_DEVICE_MEMORY
     size_t TP_OFF_SLOTS
     size_t TP_OFF_INFLIGHT
     size_t TP_OFF_RING
@@ -229,7 +274,17 @@ FINE_OCTAVES = TP_FINE_OCTAVES
 FINE_SUB_BITS = TP_FINE_SUB_BITS
 RING_CAPACITY = TP_RING_CAPACITY
 KINDS = {TP_KIND_NONE: "none", TP_KIND_GEMM: "gemm", TP_KIND_NCCL: "nccl", TP_KIND_STEP: "step",
-         TP_KIND_GC: "gc", TP_KIND_DATALOADER: "dataloader"}
+         TP_KIND_GC: "gc", TP_KIND_DATALOADER: "dataloader", TP_KIND_MEMCPY: "memcpy"}
+# A copy's direction by its cudaMemcpyKind (tp_device_memory.copies' index).
+COPY_DIRECTIONS = {TP_COPY_HOST_TO_HOST: "host_to_host", TP_COPY_HOST_TO_DEVICE: "host_to_device",
+                   TP_COPY_DEVICE_TO_HOST: "device_to_host", TP_COPY_DEVICE_TO_DEVICE: "device_to_device",
+                   TP_COPY_DEFAULT: "default"}
+COPY_TIMED_FIRST = TP_COPY_TIMED_FIRST
+COPY_SAMPLE_EVERY = TP_COPY_SAMPLE_EVERY
+ALLOCATOR_NONE = TP_ALLOCATOR_NONE
+ALLOCATOR_READ = TP_ALLOCATOR_READ
+ALLOCATOR_NO_CUDA = TP_ALLOCATOR_NO_CUDA
+ALLOCATOR_UNINITIALIZED = TP_ALLOCATOR_UNINITIALIZED
 FLAG_CUDA_TIMING = TP_FLAG_CUDA_TIMING
 FLAG_NCCL_PLUGIN = TP_FLAG_NCCL_PLUGIN
 FLAG_NCCL_GPU_TIME = TP_FLAG_NCCL_GPU_TIME
@@ -328,6 +383,46 @@ class Header:
     gemm_timed_first: int = 0
     gemm_sample_every: int = 1
     gemm_sample_max: int = 0
+
+
+@dataclass(frozen=True)
+class AllocStats:
+    """One CUDA runtime allocator API's calls that succeeded (tuiprof_segment.h, tp_alloc_stats)."""
+    malloc_calls: int
+    malloc_bytes: int
+    free_calls: int
+    free_bytes: int
+    free_unknown: int  # frees of pointers the hook did not see allocated: their bytes are not in free_bytes
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    """The copies of one direction (tp_copy_stats): exact counts, sampled timing."""
+    direction: str
+    calls: int
+    bytes: int
+    timed_calls: int
+    timed_ns: int
+    weighted_calls: int
+    weighted_ns: int
+    untimed: int
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """CUDA allocations and copies the hook counted, and PyTorch's caching allocator figures as the
+    startup hook last published them (``allocator_state`` one of ALLOCATOR_*; the figures mean
+    something only with ALLOCATOR_READ)."""
+    malloc: AllocStats
+    malloc_async: AllocStats
+    copies: tuple[CopyStats, ...]
+    allocator_state: int
+    allocator_read_ns: int
+    allocated_bytes: int
+    reserved_bytes: int
+    peak_allocated_bytes: int
+    alloc_retries: int
+    ooms: int
 
 
 @dataclass(frozen=True)
@@ -689,6 +784,18 @@ cdef class Segment:
                       h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None, h.gemm_timed_first,
                       h.gemm_sample_every, h.gemm_sample_max)
 
+    def device_memory(self) -> DeviceMemory:
+        """CUDA allocations and copies, and PyTorch's allocator figures (read consistently)."""
+        self._check_open()
+        cdef tp_device_memory m
+        cdef char state
+        self._read_array(TP_OFF_DEVICE_MEMORY, sizeof(tp_device_memory), 1, <char *>&m, &state, False, 0,
+                         "device memory counters")
+        return DeviceMemory(_alloc(&m.malloc), _alloc(&m.malloc_async),
+                            tuple(_copies(&m.copies[d], d) for d in range(TP_COPY_DIRECTIONS)),
+                            m.allocator_state, m.allocator_read_ns, m.allocated_bytes, m.reserved_bytes,
+                            m.peak_allocated_bytes, m.alloc_retries, m.ooms)
+
     def claimant(self) -> tuple:
         """``(pid, start_ns)``: the process the header says made the segment, and when. Plain
         words, written before the magic: readable even when the counters are mid-update."""
@@ -779,6 +886,15 @@ cdef class Segment:
         finally:
             free(buf)
             free(state)
+
+
+cdef object _alloc(const tp_alloc_stats *a):
+    return AllocStats(a.malloc_calls, a.malloc_bytes, a.free_calls, a.free_bytes, a.free_unknown)
+
+
+cdef object _copies(const tp_copy_stats *c, uint32_t direction):
+    return CopyStats(COPY_DIRECTIONS[direction], c.calls, c.bytes, c.timed_calls, c.timed_ns, c.weighted_calls,
+                     c.weighted_ns, c.untimed)
 
 
 cdef object _slot(const tp_slot *s):

@@ -57,7 +57,16 @@ import threading
 import time
 
 from agentd import containers, procfs
-from agentd.collectors import pmu, rank_arrivals, rank_claims, rank_exit, rank_flight, rank_functions, rank_rates
+from agentd.collectors import (
+    pmu,
+    rank_arrivals,
+    rank_claims,
+    rank_device_memory,
+    rank_exit,
+    rank_flight,
+    rank_functions,
+    rank_rates,
+)
 from agentd.collectors.rank_arrivals import Arrival, ArrivalTracker
 from agentd.collectors.rank_sched import SchedReader
 from agentd.collectors.base import Collector
@@ -119,6 +128,7 @@ class _Rank:
     read_ns: int = 0
     slots: dict | None = dataclasses.field(default_factory=dict)  # None: not read last time (over the ops budget)
     counters: native.Counters | None = None
+    device_memory: native.DeviceMemory | None = None
     step_times: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=STEP_WINDOW))
     exited_at: float | None = None
     stats: pb.RankStats | None = None
@@ -420,7 +430,7 @@ class RanksCollector(Collector):
         if rank is not None and rank <= _INT32_MAX:
             stats.rank = rank
         no_data = f"the hook library is inert in this process: {reason}"
-        for field in ("rank", "local_rank", "world_size", "step_time_seconds", "gemm_tflops"):
+        for field in ("rank", "local_rank", "world_size", "step_time_seconds", "gemm_tflops", "device_memory"):
             if not stats.HasField(field):
                 stats.unavailable[field] = no_data
         return [stats]
@@ -443,6 +453,7 @@ class RanksCollector(Collector):
     def _rates(self, rank: _Rank, header, now_ns: int, budget: OpsBudget) -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
+        device_memory = rank.seg.device_memory()  # first: a busy segment leaves the rank's readings as they were
         stats = pb.RankStats(pid=rank.pid, uid=rank.uid, job_id=printable(header.job_id), interval_seconds=seconds,
                              step_count=header.counters.step_count,
                              heartbeat_age_seconds=max(0.0, (now_ns - header.heartbeat_ns) * 1e-9))
@@ -462,13 +473,16 @@ class RanksCollector(Collector):
             stats.inflight.append(pb.InflightOp(
                 kind=entry.kind, op=printable(entry.op), sequence=entry.op_seq,
                 comm_hash=f"{entry.key:x}" if entry.kind == "nccl" else "",
-                stream=entry.key if entry.kind == "gemm" else 0,
+                stream=entry.key if entry.kind in ("gemm", "memcpy") else 0,
                 age_seconds=max(0.0, (now_ns - entry.launched_ns) * 1e-9)))
         stats.hook.CopyFrom(hook_health(header, inflight))
         _nccl_reason(stats)
         self._host_rates(rank, header, stats, seconds)
         put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds))
         put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))
+        stats.device_memory.CopyFrom(rank_device_memory.device_memory_stats(
+            device_memory, rank.device_memory, seconds, now_ns, native))
+        rank.device_memory = device_memory
         rank.counters = header.counters
         rank.read_ns = now_ns
         return stats, left_out
@@ -614,6 +628,7 @@ def _not_read(stats: pb.RankStats, exited: bool) -> pb.RankStats:
         out.ClearField(field)
         out.unavailable[field] = reason
     rank_functions.without_rates(out, reason)
+    rank_device_memory.without_rates(out, reason)
     if not exited:
         del out.gemm[:]
         del out.nccl[:]

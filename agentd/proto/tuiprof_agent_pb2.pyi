@@ -671,7 +671,7 @@ class InflightOp(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class RankStats(_message.Message):
-    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "pid_in_container", "container", "functions", "unavailable")
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "pid_in_container", "container", "functions", "unavailable", "device_memory")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -710,6 +710,7 @@ class RankStats(_message.Message):
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_MEMORY_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
     local_rank: int
@@ -741,7 +742,84 @@ class RankStats(_message.Message):
     container: Container
     functions: _containers.RepeatedCompositeFieldContainer[FunctionTiming]
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., functions: _Optional[_Iterable[_Union[FunctionTiming, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    device_memory: DeviceMemoryStats
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., functions: _Optional[_Iterable[_Union[FunctionTiming, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ..., device_memory: _Optional[_Union[DeviceMemoryStats, _Mapping]] = ...) -> None: ...
+
+class DeviceMemoryStats(_message.Message):
+    __slots__ = ("malloc", "malloc_async", "copies", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "alloc_retries_total", "ooms_total", "allocator_age_seconds", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MALLOC_FIELD_NUMBER: _ClassVar[int]
+    MALLOC_ASYNC_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALLOC_RETRIES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    OOMS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATOR_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    malloc: DeviceAllocations
+    malloc_async: DeviceAllocations
+    copies: _containers.RepeatedCompositeFieldContainer[MemoryCopies]
+    allocated_bytes: int
+    reserved_bytes: int
+    peak_allocated_bytes: int
+    alloc_retries_total: int
+    ooms_total: int
+    allocator_age_seconds: float
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, malloc: _Optional[_Union[DeviceAllocations, _Mapping]] = ..., malloc_async: _Optional[_Union[DeviceAllocations, _Mapping]] = ..., copies: _Optional[_Iterable[_Union[MemoryCopies, _Mapping]]] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., peak_allocated_bytes: _Optional[int] = ..., alloc_retries_total: _Optional[int] = ..., ooms_total: _Optional[int] = ..., allocator_age_seconds: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DeviceAllocations(_message.Message):
+    __slots__ = ("malloc_calls_total", "malloc_bytes_total", "free_calls_total", "free_bytes_total", "free_unknown_size_total")
+    MALLOC_CALLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MALLOC_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FREE_CALLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FREE_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FREE_UNKNOWN_SIZE_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    malloc_calls_total: int
+    malloc_bytes_total: int
+    free_calls_total: int
+    free_bytes_total: int
+    free_unknown_size_total: int
+    def __init__(self, malloc_calls_total: _Optional[int] = ..., malloc_bytes_total: _Optional[int] = ..., free_calls_total: _Optional[int] = ..., free_bytes_total: _Optional[int] = ..., free_unknown_size_total: _Optional[int] = ...) -> None: ...
+
+class MemoryCopies(_message.Message):
+    __slots__ = ("direction", "calls_total", "bytes_total", "calls_per_s", "bytes_per_s", "timed_calls_total", "untimed_total", "mean_seconds", "seconds_total", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    CALLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CALLS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TIMED_CALLS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNTIMED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MEAN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    direction: str
+    calls_total: int
+    bytes_total: int
+    calls_per_s: float
+    bytes_per_s: float
+    timed_calls_total: int
+    untimed_total: int
+    mean_seconds: float
+    seconds_total: float
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, direction: _Optional[str] = ..., calls_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., calls_per_s: _Optional[float] = ..., bytes_per_s: _Optional[float] = ..., timed_calls_total: _Optional[int] = ..., untimed_total: _Optional[int] = ..., mean_seconds: _Optional[float] = ..., seconds_total: _Optional[float] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class FunctionTiming(_message.Message):
     __slots__ = ("name", "calls_total", "seconds_total", "max_seconds", "calls_per_s", "seconds_per_s", "unavailable")

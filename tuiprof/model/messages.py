@@ -359,6 +359,48 @@ class FunctionTiming:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceAllocations:
+    """``tuiprof.v1.DeviceAllocations``."""
+
+    malloc_calls_total: int
+    malloc_bytes_total: int
+    free_calls_total: int
+    free_bytes_total: int
+    free_unknown_size_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCopies:
+    """``tuiprof.v1.MemoryCopies``."""
+
+    direction: str
+    calls_total: int
+    bytes_total: int
+    calls_per_s: Reading
+    bytes_per_s: Reading
+    timed_calls_total: int
+    untimed_total: int
+    mean_seconds: Reading
+    seconds_total: Reading
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemoryStats(NestedOnFirstRead):
+    """``tuiprof.v1.DeviceMemoryStats``."""
+
+    malloc: DeviceAllocations
+    malloc_async: DeviceAllocations
+    copies: tuple[MemoryCopies, ...]
+    allocated_bytes: Reading
+    reserved_bytes: Reading
+    peak_allocated_bytes: Reading
+    alloc_retries_total: Reading
+    ooms_total: Reading
+    allocator_age_seconds: Reading
+    NESTED: ClassVar[dict[str, type]] = {"malloc": DeviceAllocations, "malloc_async": DeviceAllocations, "copies": MemoryCopies}
+
+
+@dataclass(frozen=True, slots=True)
 class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     """``tuiprof.v1.RankStats``."""
 
@@ -392,7 +434,8 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     pid_in_container: Reading
     container: Container
     functions: tuple[FunctionTiming, ...]
-    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals, "container": Container, "functions": FunctionTiming}
+    device_memory: DeviceMemoryStats
+    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals, "container": Container, "functions": FunctionTiming, "device_memory": DeviceMemoryStats}
 
 
 @dataclass(frozen=True, slots=True)

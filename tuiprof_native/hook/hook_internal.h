@@ -75,6 +75,7 @@ enum tp_record_type {
     TP_REC_GC,
     TP_REC_DATALOADER,
     TP_REC_NCCL_SPAN,       /* NCCL API fallback: an event pair to poll (timer = span index) */
+    TP_REC_COPY_LAUNCH,     /* timed cudaMemcpy(Async) launched: timer index, stream, bytes, weight */
 };
 
 typedef struct tp_record {
@@ -95,7 +96,9 @@ typedef struct tp_record {
     int32_t rank;
     uint32_t token;          /* NCCL op index, pairs START with DONE */
     uint32_t first_call;     /* GEMM: TP_FIRST_CALL_* (the launching thread's view) */
-    uint32_t weight;         /* GEMM, due for timing: the calls it stands for (tp_gemm_timing_weight) */
+    uint32_t weight;         /* GEMM, due for timing: the calls it stands for (tp_gemm_timing_weight);
+                              * copy: likewise (memory_hooks.c) */
+    uint32_t copy_direction; /* copy: enum tp_copy_direction */
     uint32_t period;         /* ... and its period then (0: one of its shape's first calls) */
     void *shape;             /* ... its launching thread's tp_shape (NULL: none), */
     uint64_t shape_key;      /* ... while it still holds this key (tables are reused) */
@@ -191,6 +194,16 @@ void tp_gemm_end(tp_gemm_call *c, int status);
 /* A zeroed record with the shape's op, dtype name, b, m, n, k and FLOPs. */
 void tp_gemm_shape_record(tp_record *r, const char *op, int dtype, int64_t b, int64_t m, int64_t n, int64_t k);
 const char *tp_cuda_dtype_name(int t, char *buf, size_t cap);
+
+/* ---- device memory (memory_hooks.c) ------------------------------------ */
+/* writer side: a timed copy finished (its record), or could not be timed */
+void tp_memory_copy_timed(const tp_record *r, uint64_t dur_ns);
+void tp_memory_copy_untimed(const tp_record *r);
+/* PyTorch's caching allocator as the startup hook read it (tuiprof_record_allocator): enum
+ * tp_allocator_state, then allocated, reserved, peak allocated bytes, alloc retries, OOMs. */
+void tp_memory_allocator(uint32_t state, uint64_t read_ns, const uint64_t figures[5]);
+void tp_memory_publish(void); /* writer: the counts into the segment, when they changed */
+void tp_memory_fork_child(void);
 
 /* ---- NCCL plugin (nccl_plugin.c) --------------------------------------- */
 /* Finish collectives whose channels all stopped but fewer than announced

@@ -1,5 +1,6 @@
 /* C entry points for the Python startup hook (called through ctypes):
- * optimizer steps, GC pauses, DataLoader waits, uncaught exceptions.  Steps
+ * optimizer steps, GC pauses, DataLoader waits, PyTorch's caching allocator
+ * figures, uncaught exceptions.  Steps
  * and DataLoader waits start the hook (they mark a training process); GC
  * pauses and exceptions are only recorded once it runs, so helper Python
  * processes (a launcher such as torchrun among them) never get a segment. */
@@ -35,6 +36,18 @@ TP_EXPORT int tuiprof_record_dataloader(uint64_t start_ns, uint64_t end_ns)
 {
     if (end_ns < start_ns || !tp_ensure_started()) return 0;
     submit_interval(TP_REC_DATALOADER, "dataloader", start_ns, end_ns);
+    return 1;
+}
+
+/* PyTorch's CUDA caching allocator (enum tp_allocator_state, and with
+ * TP_ALLOCATOR_READ its figures: allocated, reserved and peak allocated bytes,
+ * allocation retries, OOMs); only once the hook runs. */
+TP_EXPORT int tuiprof_record_allocator(uint32_t state, uint64_t allocated, uint64_t reserved, uint64_t peak,
+                                       uint64_t retries, uint64_t ooms)
+{
+    if (!tp_is_running() || state > TP_ALLOCATOR_UNINITIALIZED) return 0;
+    const uint64_t figures[5] = {allocated, reserved, peak, retries, ooms};
+    tp_memory_allocator(state, tp_now_ns(), figures);
     return 1;
 }
 

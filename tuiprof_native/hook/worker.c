@@ -102,8 +102,13 @@ static stream_fifo *fifo_for(uint64_t stream)
     return f;
 }
 
-static void fold_untimed_gemm(tp_record *r)
+/* A launch that is counted without a duration (its timing failed, or never began). */
+static void fold_untimed_launch(tp_record *r)
 {
+    if (r->type == TP_REC_COPY_LAUNCH) { /* a copy whose timing failed: counted already, untimed */
+        tp_memory_copy_untimed(r);
+        return;
+    }
     r->start_ns = r->launched_ns;
     r->end_ns = 0;
     tp_segment_fold(r, TP_KIND_GEMM);
@@ -142,12 +147,13 @@ static void record_interval(const tp_record *r, uint32_t kind)
 static void handle_record(tp_record *r)
 {
     switch (r->type) {
-    case TP_REC_GEMM_LAUNCH: {
+    case TP_REC_GEMM_LAUNCH:
+    case TP_REC_COPY_LAUNCH: { /* both wait in their stream's order for their stop event */
         stream_fifo *f = fifo_for(r->stream);
         if (!f) { /* too many streams: count it, untimed */
             tp_timer_release(r->timer);
             r->dur_ns = UINT64_MAX;
-            fold_untimed_gemm(r);
+            fold_untimed_launch(r);
             break;
         }
         g_pending[r->timer] = *r;
@@ -155,7 +161,7 @@ static void handle_record(tp_record *r)
         g_inflight_dirty = 1;
         break;
     }
-    case TP_REC_GEMM_UNTIMED: fold_untimed_gemm(r); break;
+    case TP_REC_GEMM_UNTIMED: fold_untimed_launch(r); break;
     case TP_REC_NCCL_START:
         if (!g_outstanding_used[r->token]) g_outstanding_count++;
         g_outstanding[r->token] = *r;
@@ -220,7 +226,11 @@ static int poll_gemms(uint64_t now)
             g_inflight_dirty = 1;
             if (st < 0) {
                 r->dur_ns = UINT64_MAX;
-                fold_untimed_gemm(r);
+                fold_untimed_launch(r);
+                continue;
+            }
+            if (r->type == TP_REC_COPY_LAUNCH) {
+                tp_memory_copy_timed(r, span.dur_ns);
                 continue;
             }
             r->dur_ns = span.dur_ns;
@@ -251,7 +261,9 @@ static void publish_inflight(void)
     for (uint32_t s = 0; s < g_stream_count && n < TP_MAX_INFLIGHT; s++) {
         stream_fifo *f = &g_streams[s];
         if (f->head == f->tail) continue;
-        put_inflight(n++, TP_KIND_GEMM, &g_pending[f->timers[f->head % GEMM_PENDING]], f->stream, f->tail - f->head);
+        const tp_record *oldest = &g_pending[f->timers[f->head % GEMM_PENDING]];
+        uint32_t kind = oldest->type == TP_REC_COPY_LAUNCH ? TP_KIND_MEMCPY : TP_KIND_GEMM;
+        put_inflight(n++, kind, oldest, f->stream, f->tail - f->head);
     }
     if (g_outstanding_count) {
         /* oldest op per communicator */
@@ -369,6 +381,7 @@ static void *writer_main(void *arg)
             g_inflight_dirty = 0;
         }
         sync_header();
+        tp_memory_publish();
         tp_segment_heartbeat();
         if (flush && work == 0 && !gemms_pending()) atomic_store(&g_drained, flush);
         long sleep_ns = sleep_after(work, &idle_ns);
@@ -473,6 +486,7 @@ static void fork_child(void)
     tp_nccl_fork_child();
     tp_nccl_fallback_fork_child();
     tp_gemm_sampling_fork_child();
+    tp_memory_fork_child();
 }
 
 __attribute__((constructor)) static void on_load(void) { pthread_atfork(NULL, NULL, fork_child); }

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 8u
+#define TP_LAYOUT_VERSION 9u
 
 #define TP_SEGMENT_DIR "/dev/shm"
 /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid>-<random>, the "stem": <random> is 16
@@ -60,6 +60,8 @@
 #define TP_FINE_SUB_BITS 6u
 #define TP_FINE_BUCKETS (TP_FINE_OCTAVES << TP_FINE_SUB_BITS)
 #define TP_FINE_BLOCK 64u /* calls the writer judges its window over (tp_slot.fine_octave) */
+#define TP_COPY_TIMED_FIRST 32u  /* copies of a direction all timed, then ... */
+#define TP_COPY_SAMPLE_EVERY 16u /* ... one in this many (tp_copy_stats) */
 
 #define TP_NAME_LEN 32u
 #define TP_DTYPE_LEN 16u
@@ -76,6 +78,7 @@ enum tp_kind {
     TP_KIND_STEP = 3,
     TP_KIND_GC = 4,
     TP_KIND_DATALOADER = 5,
+    TP_KIND_MEMCPY = 6, /* in-flight only: a timed cudaMemcpy(Async) not yet finished on its stream */
 };
 
 /* Header flags. */
@@ -152,6 +155,72 @@ typedef struct tp_header {
     uint32_t gemm_sample_max;
     uint8_t reserved[112];
 } tp_header;
+
+/* Directions of a CUDA copy: cudaMemcpyKind's values, which index tp_device_memory.copies.
+ * cudaMemcpyDefault (unified addressing: the driver tells the direction from the pointers) is
+ * counted as such, not resolved: resolving it would cost two cudaPointerGetAttributes a copy. */
+enum tp_copy_direction {
+    TP_COPY_HOST_TO_HOST = 0,
+    TP_COPY_HOST_TO_DEVICE = 1,
+    TP_COPY_DEVICE_TO_HOST = 2,
+    TP_COPY_DEVICE_TO_DEVICE = 3,
+    TP_COPY_DEFAULT = 4,
+    TP_COPY_DIRECTIONS = 5,
+};
+
+/* The copies of one direction (cudaMemcpy and cudaMemcpyAsync that succeeded). */
+typedef struct tp_copy_stats {
+    uint64_t calls;
+    uint64_t bytes;
+    /* Timed copies: the GPU time between CUDA events recorded on the copy's stream right
+     * before and after it (the copy's own time on its stream, earlier work excluded), for
+     * the first TP_COPY_TIMED_FIRST copies of the direction, then one in TP_COPY_SAMPLE_EVERY;
+     * each weighted by the copies it stands for (1, then TP_COPY_SAMPLE_EVERY): all copies'
+     * time is estimated as weighted_ns * calls / weighted_calls. */
+    uint64_t timed_calls;
+    uint64_t timed_ns;
+    uint64_t weighted_calls;
+    uint64_t weighted_ns;
+    uint64_t untimed;             /* due for timing but not timed (no event free, no CUDA context,
+                                   * graph capture, too many streams) */
+} tp_copy_stats;
+
+/* The allocations of one CUDA runtime allocator API (cudaMalloc/cudaFree, or the stream-ordered
+ * cudaMallocAsync/cudaFreeAsync), calls that succeeded.  Freed bytes come from the hook's own
+ * table of live allocations: a free of a pointer it did not see allocated (before the hook
+ * started, or its table full) is counted in free_unknown and not in free_bytes. */
+typedef struct tp_alloc_stats {
+    uint64_t malloc_calls;
+    uint64_t malloc_bytes;
+    uint64_t free_calls;          /* frees of NULL (a no-op) are not counted */
+    uint64_t free_bytes;
+    uint64_t free_unknown;
+} tp_alloc_stats;
+
+/* What PyTorch's CUDA caching allocator says (torch.cuda.memory_stats() of the current device),
+ * as the Python startup hook last published it (tuiprof_record_allocator). */
+enum tp_allocator_state {
+    TP_ALLOCATOR_NONE = 0,        /* never published: not a Python job, no torch, no step yet */
+    TP_ALLOCATOR_READ = 1,        /* the figures below are PyTorch's */
+    TP_ALLOCATOR_NO_CUDA = 2,     /* this torch has no CUDA (a CPU build) */
+    TP_ALLOCATOR_UNINITIALIZED = 3, /* torch.cuda is not initialized in this process (yet) */
+};
+
+typedef struct tp_device_memory {
+    uint64_t seq;                 /* seqlock */
+    tp_alloc_stats malloc;        /* cudaMalloc / cudaFree */
+    tp_alloc_stats malloc_async;  /* cudaMallocAsync / cudaFreeAsync */
+    tp_copy_stats copies[TP_COPY_DIRECTIONS];
+    uint32_t allocator_state;     /* enum tp_allocator_state */
+    uint32_t reserved0;
+    uint64_t allocator_read_ns;   /* CLOCK_REALTIME when the startup hook read them */
+    uint64_t allocated_bytes;     /* allocated_bytes.all.current */
+    uint64_t reserved_bytes;      /* reserved_bytes.all.current */
+    uint64_t peak_allocated_bytes; /* allocated_bytes.all.peak */
+    uint64_t alloc_retries;       /* num_alloc_retries: cudaMalloc failed, caches freed, retried */
+    uint64_t ooms;                /* num_ooms: out-of-memory errors the allocator raised */
+    uint64_t reserved[8];
+} tp_device_memory;
 
 /* Aggregate of one (kind, op, dtype, shape / communicator+algorithm) key. */
 typedef struct tp_slot {
@@ -242,6 +311,7 @@ typedef struct tp_event {
 
 typedef struct tp_segment {
     tp_header header;
+    tp_device_memory device_memory;
     tp_slot slots[TP_MAX_SLOTS];
     tp_inflight inflight[TP_MAX_INFLIGHT];
     tp_event ring[TP_RING_CAPACITY];
