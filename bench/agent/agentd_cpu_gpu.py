@@ -25,6 +25,7 @@ import urllib.request
 
 DURATION = re.compile(r'^tuiprof_collector_duration_seconds\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', re.M)
 COLLECTOR_CPU = re.compile(r'^tuiprof_collector_cpu_seconds_total\{[^}]*collector="([^"]+)"[^}]*\} (\S+)$', re.M)
+NVML_CALLS = re.compile(r'^tuiprof_agent_nvml_calls_total\{[^}]*function="([^"]+)"[^}]*\} (\S+)$', re.M)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -39,12 +40,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        return reply.read().decode()
+
+
 def scrape(port: int) -> tuple[dict[str, float], dict[str, float]]:
     """Each collector's latest wall time per collect, and its CPU seconds so far."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
+    text = metrics(port)
     return ({name: float(value) for name, value in DURATION.findall(text)},
             {name: float(value) for name, value in COLLECTOR_CPU.findall(text)})
+
+
+def nvml_calls(port: int) -> dict[str, float]:
+    """The agent's own NVML calls so far, per function (summed over GPUs)."""
+    calls: dict[str, float] = collections.defaultdict(float)
+    for function, value in NVML_CALLS.findall(metrics(port)):
+        calls[function] += float(value)
+    return calls
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (/proc/PID/status) and Pss (/proc/PID/smaps_rollup), KiB."""
+    found = {}
+    for path, names in ((f"/proc/{pid}/status", ("VmRSS", "VmHWM")), (f"/proc/{pid}/smaps_rollup", ("Pss",))):
+        for line in pathlib.Path(path).read_text().splitlines():
+            name, _, rest = line.partition(":")
+            if name in names:
+                found[name] = int(rest.split()[0])
+    return found
 
 
 def heaviest(folded: pathlib.Path, top: int) -> dict[str, list[tuple[str, float]]]:
@@ -85,6 +109,7 @@ def main() -> int:
         durations: dict[str, list[float]] = collections.defaultdict(list)
         start_cpu, start = cpu_seconds(agent.pid), time.monotonic()
         _, collector_cpu_start = scrape(metrics_port)
+        nvml_start = nvml_calls(metrics_port)
         while time.monotonic() - start < args.seconds:
             latest, collector_cpu = scrape(metrics_port)
             for name, value in latest.items():
@@ -92,6 +117,8 @@ def main() -> int:
             time.sleep(1.0)
         elapsed = time.monotonic() - start
         cpu_per_s = (cpu_seconds(agent.pid) - start_cpu) / elapsed
+        nvml_per_s = {f: round((n - nvml_start.get(f, 0.0)) / elapsed, 3) for f, n in nvml_calls(metrics_port).items()}
+        memory = memory_kib(agent.pid)
         folded = args.out / "agentd.folded"
         subprocess.run(
             ["py-spy", "record", "--pid", str(agent.pid), "--duration", str(args.profile_seconds), "--rate", "250",
@@ -100,6 +127,8 @@ def main() -> int:
         )
         result = {
             "agent_cpu_ms_per_s": round(cpu_per_s * 1000, 2),
+            "memory_kib": memory,
+            "nvml_calls_per_s": nvml_per_s,
             "collector_ms_mean": {n: round(1000 * sum(v) / len(v), 3) for n, v in durations.items()},
             "collector_ms_max": {n: round(1000 * max(v), 3) for n, v in durations.items()},
             "collector_cpu_ms_per_s": {n: round(1000 * (v - collector_cpu_start.get(n, 0.0)) / elapsed, 3)

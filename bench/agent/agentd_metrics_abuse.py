@@ -209,9 +209,10 @@ def main() -> None:
         template.write_bytes(prefix)
         template.chmod(0o644)
         port, metrics_port = free_port(), free_port()
-        agent = ns.popen([AGENTD, "--interval-ms", "1000", "--host", "127.0.0.1", "--port", str(port),
-                          "--metrics-port", str(metrics_port), "--trace-dir", f"{base}/traces"],
-                         stdout=subprocess.DEVNULL, stderr=open(f"{base}/agentd.log", "wb"), env=env)
+        with open(f"{base}/agentd.log", "wb") as log:
+            agent = ns.popen([AGENTD, "--interval-ms", "1000", "--host", "127.0.0.1", "--port", str(port),
+                              "--metrics-port", str(metrics_port), "--trace-dir", f"{base}/traces"],
+                             stdout=subprocess.DEVNULL, stderr=log, env=env)
         time.sleep(3)
         sampler = Sampler(agent)
         sampler.start()

@@ -10,12 +10,17 @@ timing itself, not the publishing thread, which wakes once a second):
 3. at start, 3.11 only: importing torch while the entry file is traced until its named function is
    defined, against no entry-file name.
 
-Run from the repository root: ``.venv/bin/python bench/native/function_timing_cost.py``; the report goes
-to stdout and bench/.work/function_timing_cost.json.
+With ``--device cuda`` (the GPU machine) the per-step figure comes from a GPU training loop instead
+(Linear 4096x4096 x2 in bf16, batch 256, AdamW, a ``torch.cuda.synchronize()`` a step, which is on the
+built-in list), and REPEATS runs each way of 300 steps.
+
+Run from the repository root: ``.venv/bin/python bench/native/function_timing_cost.py [--device cuda]
+[--out FILE]``; the report goes to stdout and to FILE (bench/.work/function_timing_cost.json).
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import os
@@ -52,6 +57,29 @@ def train_step(x, y):
     opt.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
     opt.step()
+for x, y in data:  # warm-up epoch
+    train_step(x, y)
+steps, start = 0, time.perf_counter_ns()
+for epoch in range(3):
+    for x, y in data:
+        train_step(x, y)
+        steps += 1
+print((time.perf_counter_ns() - start) / steps)
+"""
+
+TRAINING_GPU = """
+import time, torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 4096)).cuda().bfloat16()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+data = DataLoader(TensorDataset(torch.randn(256 * 100, 4096), torch.randn(256 * 100, 4096)), batch_size=256)
+def train_step(x, y):
+    opt.zero_grad()
+    out = model(x.cuda(non_blocking=True).bfloat16())
+    torch.nn.functional.mse_loss(out.float(), y.cuda(non_blocking=True)).backward()
+    opt.step()
+    torch.cuda.synchronize()
 for x, y in data:  # warm-up epoch
     train_step(x, y)
 steps, start = 0, time.perf_counter_ns()
@@ -100,22 +128,32 @@ def python312() -> str | None:
     return None
 
 
+def mechanism() -> str:
+    return "sys.monitoring" if sys.version_info >= (3, 12) else "wrapper"
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the training step runs")
+    parser.add_argument("--out", type=pathlib.Path, default=OUT, help="the JSON report")
+    args = parser.parse_args()
     figures: dict[str, dict[str, float]] = {}
     plain, timed = paired(sys.executable, PER_CALL, ("__main__@f", False))
-    figures[f"per call, Python {sys.version.split()[0]} (wrapper), ns"] = {"plain": plain, "timed": timed}
-    newer = python312()
+    figures[f"per call, Python {sys.version.split()[0]} ({mechanism()}), ns"] = {"plain": plain, "timed": timed}
+    newer = None if sys.version_info >= (3, 12) else python312()
     if newer:
         version = subprocess.run([newer, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
                                  text=True).stdout.strip()
         plain, timed = paired(newer, PER_CALL, ("__main__@f", False))
         figures[f"per call, Python {version} (sys.monitoring), ns"] = {"plain": plain, "timed": timed}
-    plain, timed = paired(sys.executable, TRAINING, ("__main__@train_step", True))
-    figures["per training step (built-in list + train_step), ns"] = {"plain": plain, "timed": timed}
-    plain, timed = paired(sys.executable, IMPORT, ("__main__@step", False))
-    figures["import torch with an entry-file name (3.11 tracer), ms"] = {"plain": plain, "timed": timed}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(figures, indent=2))
+    training = TRAINING_GPU if args.device == "cuda" else TRAINING
+    plain, timed = paired(sys.executable, training, ("__main__@train_step", True))
+    figures[f"per training step on {args.device} (built-in list + train_step), ns"] = {"plain": plain, "timed": timed}
+    if sys.version_info < (3, 12):
+        plain, timed = paired(sys.executable, IMPORT, ("__main__@step", False))
+        figures["import torch with an entry-file name (3.11 tracer), ms"] = {"plain": plain, "timed": timed}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2))
     print(f"| what (median of {REPEATS}) | not timed | timed | difference |\n|---|---|---|---|")
     for what, pair in figures.items():
         print(f"| {what} | {pair['plain']:.1f} | {pair['timed']:.1f} | {pair['timed'] - pair['plain']:+.1f} |")
