@@ -28,8 +28,8 @@ from tuiprof.errors import TuiprofError
 # Module under tuiprof.commands → the command it registers, in the order `tuiprof --help` lists them.
 COMMANDS: dict[str, str] = {
     "console": "connect", "status": "status", "record": "record", "replay": "replay", "stacks": "stacks",
-    "trace": "trace", "analyze": "analyze", "run": "run", "prometheus_targets": "prometheus-targets",
-    "doctor": "doctor",
+    "trace": "trace", "analyze": "analyze", "run": "run", "gemm_replay": "gemm-replay",
+    "prometheus_targets": "prometheus-targets", "doctor": "doctor",
 }
 # What the console's top-level options (``console.add_top_level_arguments``) leave in every command's
 # arguments when not given: a command run alone gets the same namespace as through the whole parser.

@@ -14,7 +14,7 @@ from tuiprof.cli import COMMANDS, TOP_LEVEL_DEFAULTS, build_parser, command_pars
 # The fewest arguments each command takes.
 SAMPLES = {"connect": ["h1"], "status": [], "record": ["f.ndjson"], "replay": ["f.ndjson"], "stacks": [],
            "trace": ["--duration-ms", "5", "h1:9"], "analyze": ["x.json"], "run": ["--", "true"],
-           "prometheus-targets": [], "doctor": []}
+           "gemm-replay": ["--device", "cpu"], "prometheus-targets": [], "doctor": []}
 
 
 @pytest.mark.parametrize("name", list(COMMANDS.values()))
