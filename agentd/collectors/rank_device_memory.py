@@ -10,7 +10,7 @@ of one copy is ``weighted_ns / weighted_calls`` and all copies' time that mean t
 
 from __future__ import annotations
 
-from agentd.collectors.readings import counter_rate, put
+from agentd.collectors.readings import counter_rate, put, put_unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 NOT_TIMED = ("none of its copies was timed yet (the hook times the first 32 copies of each direction, then one "
@@ -23,6 +23,8 @@ _NO_ALLOCATOR = {
                       "has not used CUDA yet)"),
 }
 _COPY_RATES = ("calls_per_s", "bytes_per_s")
+ALLOCATOR_FIELDS = ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "alloc_retries_total", "ooms_total",
+                    "allocator_age_seconds")
 
 
 def allocator_reason(state: int, native) -> str | None:
@@ -46,7 +48,7 @@ def device_memory_stats(now, before, seconds: float, now_ns: int, native) -> pb.
             stats.copies.append(_copies(copies, previous.get(copies.direction), seconds))
     reason = allocator_reason(now.allocator_state, native)
     if reason is not None:
-        stats.unavailable["allocator"] = reason
+        put_unavailable(stats, ALLOCATOR_FIELDS, reason)
         return stats
     stats.allocated_bytes = now.allocated_bytes
     stats.reserved_bytes = now.reserved_bytes

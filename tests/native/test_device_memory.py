@@ -79,7 +79,7 @@ async def test_agent_reports_the_jobs_own_counts(tmp_path, memory_job):
     assert copies["device_to_device"].seconds_total == pytest.approx(2 * standin_copy_ns(65536) * 1e-9)
     # no torch in the job: the allocator's figures are unavailable with the reason, never 0
     assert not memory.HasField("allocated_bytes") and not memory.HasField("ooms_total")
-    assert memory.unavailable["allocator"] == rank_device_memory.allocator_reason(segment.ALLOCATOR_NONE, segment)
+    assert memory.unavailable["allocated_bytes"] == rank_device_memory.allocator_reason(segment.ALLOCATOR_NONE, segment)
 
     def series(name: str, **labels: str) -> str:
         found = [line for line in metrics if line.startswith(name + "{")

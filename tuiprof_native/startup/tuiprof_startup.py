@@ -7,7 +7,11 @@ PyTorch's global optimizer post-step hook (one step per ``optimizer.step()``),
 a ``gc.callbacks`` entry, a timing wrapper around DataLoader iteration, and
 ``sys.excepthook`` / ``threading.excepthook`` wrappers that write an uncaught
 exception's traceback beside the process's segment (for the agent, which
-outlives the process) before handing it to the hook they replaced. Once
+outlives the process) before handing it to the hook they replaced; a
+``torch.cuda.OutOfMemoryError`` among them carries PyTorch's caching allocator
+figures at the time. Those figures (``torch.cuda.memory_stats()``: host-side
+counters, no device sync) go into the segment at optimizer steps too, at most
+once a second and only once torch.cuda is initialized. Once
 torch.distributed is up (seen at an optimizer step), ``tuiprof_flight``
 publishes PyTorch Flight Recorder progress beside the segment too, and
 ``tuiprof_functions`` times the Python functions the environment names.
@@ -58,6 +62,8 @@ def _load_library() -> ctypes.CDLL | None:
     for name in ("tuiprof_exception_path", "tuiprof_flight_path"):
         getattr(lib, name).restype = ctypes.c_char_p
         getattr(lib, name).argtypes = []
+    lib.tuiprof_record_allocator.restype = ctypes.c_int
+    lib.tuiprof_record_allocator.argtypes = [ctypes.c_uint32] + [ctypes.c_uint64] * len(ALLOCATOR_FIGURES)
     return lib
 
 
@@ -92,18 +98,90 @@ def _write_whole(path: str, text: str) -> None:
         raise
 
 
-class _StepRecorder:
-    """PyTorch's optimizer post-step hook: one step into the segment, and, once
-    torch.distributed is initialized (looked at each step until then), the
-    Flight Recorder publisher."""
+# tp_allocator_state (tuiprof_segment.h): what tuiprof_record_allocator is told.
+ALLOCATOR_READ, ALLOCATOR_NO_CUDA, ALLOCATOR_UNINITIALIZED = 1, 2, 3
+# torch.cuda.memory_stats() keys, in tuiprof_record_allocator's order.
+ALLOCATOR_FIGURES = ("allocated_bytes.all.current", "reserved_bytes.all.current", "allocated_bytes.all.peak",
+                     "num_alloc_retries", "num_ooms")
+ALLOCATOR_EVERY_NS = 1_000_000_000
+_ALLOCATOR_MISSING = {
+    ALLOCATOR_NO_CUDA: "this torch is a CPU build (torch.version.cuda is None)",
+    ALLOCATOR_UNINITIALIZED: "torch.cuda is not initialized in this process",
+}
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+
+def allocator_figures(torch: ModuleType) -> tuple[int, tuple[int, ...]]:
+    """PyTorch's CUDA caching allocator figures of the current device (ALLOCATOR_FIGURES) with
+    ALLOCATOR_READ, or the state that says why there are none (and no figures). Reads host-side
+    counters only: never initializes CUDA, never synchronizes the device."""
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return ALLOCATOR_NO_CUDA, ()
+    if not torch.cuda.is_initialized():
+        return ALLOCATOR_UNINITIALIZED, ()
+    stats = torch.cuda.memory_stats()
+    return ALLOCATOR_READ, tuple(int(stats[key]) for key in ALLOCATOR_FIGURES)
+
+
+class _AllocatorPublisher:
+    """PyTorch's caching allocator figures into the segment (``tuiprof_record_allocator``), at most
+    once every ALLOCATOR_EVERY_NS, and at an out-of-memory error; never raising."""
+
+    def __init__(self, lib: ctypes.CDLL, torch: ModuleType) -> None:
+        self._record = lib.tuiprof_record_allocator
+        self._torch = torch
+        self._last_ns: int | None = None
+        self._no_cuda = False  # a CPU build: said once, it cannot change
+
+    def at_step(self) -> None:
+        now = time.monotonic_ns()
+        if self._no_cuda or (self._last_ns is not None and now - self._last_ns < ALLOCATOR_EVERY_NS):
+            return
+        self._last_ns = now
+        self.publish()
+
+    def publish(self) -> tuple[int, tuple[int, ...]] | None:
+        """Read and publish the figures now; what was read, None when reading failed."""
+        try:
+            state, figures = allocator_figures(self._torch)
+            self._record(state, *(figures or (0,) * len(ALLOCATOR_FIGURES)))  # zeros mean nothing without READ
+        except Exception:  # telemetry must never break the training step
+            log.debug("tuiprof could not read PyTorch's caching allocator figures", exc_info=True)
+            return None
+        self._no_cuda = state == ALLOCATOR_NO_CUDA
+        return state, figures
+
+    def oom_report(self) -> str:
+        """The allocator's figures now, as the lines an out-of-memory crash report ends with."""
+        read = self.publish()
+        if read is None:
+            return "\nPyTorch CUDA caching allocator at the OOM: unavailable (reading it failed)\n"
+        state, figures = read
+        if state != ALLOCATOR_READ:
+            return f"\nPyTorch CUDA caching allocator at the OOM: unavailable ({_ALLOCATOR_MISSING[state]})\n"
+        allocated, reserved, peak, retries, ooms = figures
+        return (f"\nPyTorch CUDA caching allocator at the OOM (current device): allocated {_gib(allocated)}, "
+                f"reserved {_gib(reserved)}, peak allocated {_gib(peak)}, allocation retries {retries}, "
+                f"OOMs {ooms}\n")
+
+
+def _gib(n: int) -> str:
+    return f"{n} bytes ({n / 2**30:.2f} GiB)"
+
+
+class _StepRecorder:
+    """PyTorch's optimizer post-step hook: one step into the segment, the caching allocator's
+    figures (rate-limited), and, once torch.distributed is initialized (looked at each step until
+    then), the Flight Recorder publisher."""
+
+    def __init__(self, lib: ctypes.CDLL, allocator: _AllocatorPublisher) -> None:
         self._record = lib.tuiprof_record_step
+        self._allocator = allocator
         self._flight_path = lib.tuiprof_flight_path
         self._flight_pending = True
 
     def __call__(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._record()
+        self._allocator.at_step()
         if self._flight_pending:
             dist = sys.modules.get("torch.distributed")
             if dist is not None and dist.is_available() and dist.is_initialized():
@@ -134,13 +212,16 @@ def _entries_reader(c10d: Any, dump: Any) -> Any:
 
 
 class _ExceptionRecorder:
-    """Writes the last uncaught exception where the agent finds it, never raising."""
+    """Writes the last uncaught exception where the agent finds it, never raising; an out-of-memory
+    error with the caching allocator's figures at the time."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, allocator: _AllocatorPublisher, torch: ModuleType) -> None:
         import traceback  # here, not at startup: torch has imported it already
 
         self._path = lib.tuiprof_exception_path
         self._format = traceback.format_exception
+        self._allocator = allocator
+        self._out_of_memory = getattr(torch.cuda, "OutOfMemoryError", None)
 
     def record(self, exc_type, exc_value, exc_tb, thread_name: str | None = None) -> None:
         try:
@@ -148,6 +229,8 @@ class _ExceptionRecorder:
             if not path:
                 return  # not a rank (no step, GEMM or collective yet): the agent does not follow it
             text = "".join(self._format(exc_type, exc_value, exc_tb))
+            if self._out_of_memory is not None and issubclass(exc_type, self._out_of_memory):
+                text += self._allocator.oom_report()  # at the end: kept when the text is cut from the front
             if thread_name is not None:
                 text = f"Exception in thread {thread_name}:\n{text}"
             if len(text) > EXCEPTION_TEXT_LIMIT:
@@ -215,12 +298,13 @@ def _on_torch_imported(torch: ModuleType) -> None:
         return
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(_StepRecorder(lib))
+    allocator = _AllocatorPublisher(lib, torch)
+    register_optimizer_step_post_hook(_StepRecorder(lib, allocator))
     gc.callbacks.append(_GcTimer(lib))
     _wrap_dataloader(lib)
     import threading  # torch has imported it already
 
-    recorder = _ExceptionRecorder(lib)
+    recorder = _ExceptionRecorder(lib, allocator, torch)
     sys.excepthook = recorder.sys_hook(sys.excepthook)
     threading.excepthook = recorder.thread_hook(threading.excepthook)
 

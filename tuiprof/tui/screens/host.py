@@ -170,7 +170,7 @@ RANK_COLUMNS = (
     TableColumn("Rank", 100), TableColumn("PID", 60), TableColumn("Job", 55), TableColumn("Where", 45),
     TableColumn("State", 95), TableColumn("Steps", 50), TableColumn("Step time", 90), TableColumn("GEMM", 70),
     TableColumn("busbw (kernel)", 75), TableColumn("Oldest in flight", 80), TableColumn("Heartbeat", 40),
-    TableColumn("Top function", 35),
+    TableColumn("Top function", 35), TableColumn("Device memory", 30),
 )
 
 
@@ -187,9 +187,25 @@ def rank_rows(snapshot: HostSnapshot) -> list[Row]:
         rows.append((key, [
             key, str(rank.pid), job, _where(rank), _rank_state(rank), str(rank.step_count),
             reading(rank.step_time_seconds, units.seconds), *_hook_cells(rank),
-            units.seconds(rank.heartbeat_age_seconds), _top_function(rank),
+            units.seconds(rank.heartbeat_age_seconds), _top_function(rank), _device_memory(rank),
         ], _readings_but_placement(rank)))
     return rows
+
+
+_COPY_SHORT = {"host_to_device": "H2D", "device_to_host": "D2H", "device_to_device": "D2D"}
+
+
+def _device_memory(rank: RankStats) -> Cell:
+    """PyTorch's caching allocator (allocated/reserved) and the rank's copy rates per direction."""
+    memory = rank.device_memory
+    parts = []
+    if not isinstance(memory.allocated_bytes, Unavailable) and not isinstance(memory.reserved_bytes, Unavailable):
+        parts.append(f"{units.bytes_(memory.allocated_bytes)}/{units.bytes_(memory.reserved_bytes)}")
+    for copies in memory.copies:
+        rate = copies.bytes_per_s
+        if copies.direction in _COPY_SHORT and not isinstance(rate, Unavailable) and rate > 0:
+            parts.append(f"{_COPY_SHORT[copies.direction]} {units.bytes_per_s(rate)}")
+    return " ".join(parts) if parts else Text("none", style="dim italic")
 
 
 def _top_function(rank: RankStats) -> Cell:
