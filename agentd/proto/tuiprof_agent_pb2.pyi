@@ -409,7 +409,7 @@ class DiskStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., read_iops: _Optional[float] = ..., write_iops: _Optional[float] = ..., read_bytes_total: _Optional[int] = ..., write_bytes_total: _Optional[int] = ..., busy_seconds_total: _Optional[float] = ..., busy_percent: _Optional[float] = ..., reads_total: _Optional[int] = ..., writes_total: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GpuProcess(_message.Message):
-    __slots__ = ("pid", "name", "used_memory_bytes", "user", "command", "sm_percent", "uid", "pid_in_container", "container")
+    __slots__ = ("pid", "name", "used_memory_bytes", "user", "command", "sm_percent", "uid", "pid_in_container", "container", "cpu_percent", "resident_memory_bytes", "start_time_unix_seconds")
     PID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -419,6 +419,9 @@ class GpuProcess(_message.Message):
     UID_FIELD_NUMBER: _ClassVar[int]
     PID_IN_CONTAINER_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     name: str
     used_memory_bytes: int
@@ -428,7 +431,10 @@ class GpuProcess(_message.Message):
     uid: int
     pid_in_container: int
     container: Container
-    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ..., user: _Optional[str] = ..., command: _Optional[str] = ..., sm_percent: _Optional[float] = ..., uid: _Optional[int] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+    cpu_percent: float
+    resident_memory_bytes: int
+    start_time_unix_seconds: float
+    def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., used_memory_bytes: _Optional[int] = ..., user: _Optional[str] = ..., command: _Optional[str] = ..., sm_percent: _Optional[float] = ..., uid: _Optional[int] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., cpu_percent: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ..., start_time_unix_seconds: _Optional[float] = ...) -> None: ...
 
 class Container(_message.Message):
     __slots__ = ("runtime", "id", "pod_uid", "pod_name", "pod_namespace", "slurm_job_id", "slurm_step", "own_mount_namespace")

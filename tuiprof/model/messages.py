@@ -173,6 +173,9 @@ class GpuProcess(behaviour.GpuProcessMixin, NestedOnFirstRead):
     uid: Reading
     pid_in_container: Reading
     container: Container
+    cpu_percent: Reading
+    resident_memory_bytes: Reading
+    start_time_unix_seconds: Reading
     NESTED: ClassVar[dict[str, type]] = {"container": Container}
 
 
