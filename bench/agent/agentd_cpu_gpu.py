@@ -71,6 +71,22 @@ def memory_kib(pid: int) -> dict[str, int]:
     return found
 
 
+MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
+
+
+def rss_by_mapping(pid: int, top: int = 12) -> list[tuple[str, int]]:
+    """What the RSS is made of: KiB per mapped file (anonymous memory as [anon], [heap]), largest first."""
+    sizes: collections.Counter[str] = collections.Counter()
+    mapping = "[anon]"
+    for line in pathlib.Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        if MAPPING.match(line):
+            fields = line.split()
+            mapping = fields[5].rsplit("/", 1)[-1] if len(fields) > 5 else "[anon]"
+        elif line.startswith("Rss:"):
+            sizes[mapping] += int(line.split()[1])
+    return sizes.most_common(top)
+
+
 def heaviest(folded: pathlib.Path, top: int) -> dict[str, list[tuple[str, float]]]:
     """Self and inclusive shares of the heaviest frames in py-spy's raw (folded) output."""
     self_counts: collections.Counter[str] = collections.Counter()
@@ -119,6 +135,7 @@ def main() -> int:
         cpu_per_s = (cpu_seconds(agent.pid) - start_cpu) / elapsed
         nvml_per_s = {f: round((n - nvml_start.get(f, 0.0)) / elapsed, 3) for f, n in nvml_calls(metrics_port).items()}
         memory = memory_kib(agent.pid)
+        memory_parts = rss_by_mapping(agent.pid)
         folded = args.out / "agentd.folded"
         subprocess.run(
             ["py-spy", "record", "--pid", str(agent.pid), "--duration", str(args.profile_seconds), "--rate", "250",
@@ -128,6 +145,7 @@ def main() -> int:
         result = {
             "agent_cpu_ms_per_s": round(cpu_per_s * 1000, 2),
             "memory_kib": memory,
+            "rss_kib_by_mapping": memory_parts,
             "nvml_calls_per_s": nvml_per_s,
             "collector_ms_mean": {n: round(1000 * sum(v) / len(v), 3) for n, v in durations.items()},
             "collector_ms_max": {n: round(1000 * max(v), 3) for n, v in durations.items()},
