@@ -305,7 +305,7 @@ class Daemon:
                 return
             server = self._new_grpc_server(reuse_port=True)
             targets = []
-            for host, reserved in zip(self._hosts, self._reserved):
+            for host, reserved in zip(self._hosts, self._reserved, strict=True):
                 port = self._add_grpc_port(server, host, reserved.getsockname()[1])
                 targets.append(AgentAddress(host, port).target)
             assert self._servicer is not None  # set by a successful start

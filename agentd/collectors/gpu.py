@@ -582,7 +582,7 @@ class GpuCollector(Collector):
                     for ask in asks.values():  # no field values on this driver: every figure from its own call
                         ask.fields, ask.missing = [], answered
                 return dict.fromkeys(asks, answered)
-            for (name, field_id), value in zip(asked, answered):
+            for (name, field_id), value in zip(asked, answered, strict=True):
                 values[name][field_id] = value
 
         def failed() -> None:

@@ -32,7 +32,9 @@ mode_values = operator.attrgetter(*CPU_MODES)
 
 def times_from_ticks(ticks: list[str], ticks_per_second: int) -> pb.CpuModeSeconds:
     """A /proc/stat cpu line's numbers (older kernels give fewer columns: the rest are 0)."""
-    return pb.CpuModeSeconds(**{mode: int(tick) / ticks_per_second for mode, tick in zip(CPU_MODES, ticks)})
+    # not strict: the modes a kernel leaves out keep the proto's 0
+    seconds = {mode: int(tick) / ticks_per_second for mode, tick in zip(CPU_MODES, ticks, strict=False)}
+    return pb.CpuModeSeconds(**seconds)
 
 
 def summed_times(parts: list[pb.CpuModeSeconds]) -> pb.CpuModeSeconds:
@@ -40,7 +42,7 @@ def summed_times(parts: list[pb.CpuModeSeconds]) -> pb.CpuModeSeconds:
     if not parts:
         return pb.CpuModeSeconds()
     columns = zip(*map(mode_values, parts), strict=True)
-    return pb.CpuModeSeconds(**{mode: float(sum(column)) for mode, column in zip(CPU_MODES, columns)})
+    return pb.CpuModeSeconds(**{mode: float(sum(column)) for mode, column in zip(CPU_MODES, columns, strict=True)})
 
 
 _GUEST, _GUEST_NICE = CPU_MODES.index("guest"), CPU_MODES.index("guest_nice")
@@ -74,7 +76,7 @@ def cpu_shares(previous: pb.CpuModeSeconds, current: pb.CpuModeSeconds) -> CpuSh
         return Unavailable(COUNTER_RESET)
     if elapsed == 0:
         return Unavailable("no CPU time elapsed between samples")
-    shares = [100.0 * (later - then) / elapsed for later, then in zip(now, before)]
+    shares = [100.0 * (later - then) / elapsed for later, then in zip(now, before, strict=True)]
     return CpuShares._make([0.0 if share < 0.0 else 100.0 if share > 100.0 else share for share in shares])
 
 

@@ -37,12 +37,12 @@ class Unwrapped(Generic[_CountersT]):
             added = self._added.get(name)
             before = self._last.get(name)
             if before is not None:
-                for index, (value, previous) in enumerate(zip(now, before)):
+                for index, (value, previous) in enumerate(zip(now, before, strict=True)):
                     if value < previous:
                         if added is None:
                             added = self._added[name] = [0] * len(now)
                         added[index] += previous
-            result[name] = now if added is None else type(now)._make(v + a for v, a in zip(now, added))
+            result[name] = now if added is None else type(now)._make(v + a for v, a in zip(now, added, strict=True))
         for gone in self._added.keys() - readings.keys():
             del self._added[gone]
         self._last = dict(readings)

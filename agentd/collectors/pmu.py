@@ -97,7 +97,7 @@ class Counters:
             return None
         interval = native.IntervalCounts.combined(
             native.interval_counts(before, after, counter_set.events)
-            for before, after, counter_set in zip(previous, current, self.sets())
+            for before, after, counter_set in zip(previous, current, self.sets(), strict=True)
         )
         return _without_kernel_mode(interval) if self.software.user_space_only else interval
 

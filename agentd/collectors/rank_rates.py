@@ -210,7 +210,8 @@ def fine_delta(now, before) -> FineCounts | None:
     def spread(first: int, values: list[int]) -> list[int]:
         return [0] * (first - start) + values + [0] * (end - first - len(values))
 
-    return FineCounts(start, [(a - b) % _U32 for a, b in zip(spread(now_start, counts), spread(before.fine_start, old))])
+    now_counts, old_counts = spread(now_start, counts), spread(before.fine_start, old)
+    return FineCounts(start, [(a - b) % _U32 for a, b in zip(now_counts, old_counts, strict=True)])
 
 
 class SlotDelta:
@@ -231,7 +232,9 @@ class SlotDelta:
     @functools.cached_property
     def hist(self) -> list[int]:
         before = self._before
-        return [a - (b if before else 0) for a, b in zip(self.slot.hist, before.hist if before else self.slot.hist)]
+        if before is None:
+            return list(self.slot.hist)
+        return [a - b for a, b in zip(self.slot.hist, before.hist, strict=True)]
 
     @functools.cached_property
     def fine(self) -> FineCounts | None:

@@ -123,7 +123,7 @@ class HangDetector:
         verdicts = [self._verdict(r, self._tracks[r.pid], now, notes.get(r.pid), waited.get(r.job_id, 0.0))
                     for r in ranks]
         level = max((v.level for v in verdicts if v.level != EXITED), key=_SEVERITY.__getitem__, default=OK)
-        exits = [v for r, v in zip(ranks, verdicts) if _exit_matters(r, v, ranks, verdicts)]
+        exits = [v for r, v in zip(ranks, verdicts, strict=True) if _exit_matters(r, v, ranks, verdicts)]
         if level == OK and exits:
             level = SUSPECT  # a rank died or left early: the others will wait for it
         if level != OK and self._level == OK:
@@ -233,7 +233,7 @@ def _exit_matters(
     killed = rank.HasField("exit_signal") and (rank.exit_signal != signal.SIGTERM or bool(rank.exception))
     failed = killed or (rank.HasField("exit_code") and rank.exit_code != 0) or (
         rank.exception and not status_known)  # exit code 0 after a thread's exception: the program finished
-    others_run = any(r.job_id == rank.job_id and v.level != EXITED for r, v in zip(ranks, verdicts))
+    others_run = any(r.job_id == rank.job_id and v.level != EXITED for r, v in zip(ranks, verdicts, strict=True))
     return bool(failed) or others_run
 
 

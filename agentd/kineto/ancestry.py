@@ -36,7 +36,7 @@ class Ancestry:
         leaves the process re-parented, and the rest of its old claim is no longer
         provable, so it is dropped rather than believed."""
         agreed = 0
-        for claim, fact in zip(claimed, self.seen):
+        for claim, fact in zip(claimed, self.seen, strict=False):  # the prefix both have: either may be longer
             if claim != fact:
                 break
             agreed += 1

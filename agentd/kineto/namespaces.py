@@ -182,7 +182,8 @@ class NamespaceSockets:
         self._not_candidates = {(pid, inode) for pid, inode in self._not_candidates if pid in present.get(inode, ())}
         wanted = self._wanted(present)
         added = []
-        for (inode, pid, uid), result in zip(wanted, bind_in_namespaces([(i, p) for i, p, _ in wanted], self._bind)):
+        results = bind_in_namespaces([(i, p) for i, p, _ in wanted], self._bind)
+        for (inode, pid, uid), result in zip(wanted, results, strict=True):
             if isinstance(result, OSError):
                 self._retry_at[inode] = now + RETRY_SECONDS
                 self._limited.warning("netns-bind", "cannot serve Kineto's @dynolog@ in the network namespace of "

@@ -195,8 +195,7 @@ def looped_fixture(seconds: float) -> pathlib.Path:
     snapshots = [e for e in lines if e["event"] == "snapshot"]
     first = min(e["t"] for e in snapshots)
     span = max(e["t"] for e in snapshots) - first + 1
-    out = tempfile.NamedTemporaryFile("w", suffix=".ndjson", prefix="tuiprof-replay-", delete=False)
-    with out:
+    with tempfile.NamedTemporaryFile("w", suffix=".ndjson", prefix="tuiprof-replay-", delete=False) as out:
         for event in infos:
             out.write(json.dumps(event) + "\n")
         for loop in range(int(seconds // span) + 2):

@@ -265,11 +265,12 @@ def main() -> int:
     nvitop_env = dict(env, PYTHONPATH=args.nvitop_path)
     port, metrics_port = free_port(), free_port()
     python = sys.executable
-    agentd = subprocess.Popen(
-        [python, "-m", "agentd.cli", "--host", "127.0.0.1", "--port", str(port),
-         "--metrics-port", str(metrics_port), "--interval-ms", "1000"],
-        stdout=subprocess.DEVNULL, stderr=open(args.out / "agentd.log", "wb"), env=env,
-    )
+    with open(args.out / "agentd.log", "wb") as log:
+        agentd = subprocess.Popen(
+            [python, "-m", "agentd.cli", "--host", "127.0.0.1", "--port", str(port),
+             "--metrics-port", str(metrics_port), "--interval-ms", "1000"],
+            stdout=subprocess.DEVNULL, stderr=log, env=env,
+        )
     def start(name: str, argv: list[str], viewer_env: dict[str, str]) -> PtyTerminal | TmuxTerminal:
         return TmuxTerminal(name, argv, viewer_env) if args.terminal == "tmux" else PtyTerminal(argv, viewer_env)
 

@@ -117,7 +117,7 @@ async def measure(hosts: int, refreshes: int, new_every: int, server_ms: float, 
     for name, values in parts.items():
         result[f"{name[:-2]}_p50_ms"] = round(1e3 * statistics.median(values))
         result[f"{name[:-2]}_max_ms"] = round(1e3 * max(values))
-    total = [sum(p) for p in zip(*parts.values())]
+    total = [sum(p) for p in zip(*parts.values(), strict=True)]
     result["total_p50_ms"], result["total_max_ms"] = round(1e3 * statistics.median(total)), round(1e3 * max(total))
     return result
 

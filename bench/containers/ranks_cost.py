@@ -109,7 +109,7 @@ def started_groups(folder: pathlib.Path | None, count: int, ranks: int, prefix_f
             batch = [subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                      for command in commands]
             failed = []  # (process, its command); every one is read, so that each group that started is killed
-            for process, command in zip(batch, commands):
+            for process, command in zip(batch, commands, strict=True):
                 assert process.stdout is not None
                 if process.stdout.readline():  # PUBLISH's pids, once every segment is written
                     groups.append(Group(process, os.stat(f"/proc/{process.pid}/ns/mnt").st_ino))

@@ -74,9 +74,10 @@ def _free_port() -> int:
 def driver(out: pathlib.Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
     port, metrics = _free_port(), _free_port()
-    agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms", "500",
-                              "--trace-dir", str(out / "traces")], env=env,
-                             stdout=open(out / "agentd.log", "w"), stderr=subprocess.STDOUT)
+    with open(out / "agentd.log", "w") as log:
+        agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms", "500",
+                                  "--trace-dir", str(out / "traces")], env=env,
+                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         time.sleep(3)
         record = subprocess.Popen([*TUIPROF, "record", str(out / "snapshots.ndjson"), f"127.0.0.1:{port}",
@@ -123,7 +124,8 @@ def compare(out: pathlib.Path, exit_code: int) -> dict:
                 if op["dtype"] != "bf16" or "tflops" not in op:
                     continue
                 since = taken - rank["interval_seconds"]
-                mine = [t for i, (t, end) in enumerate(zip(seconds, ends)) if i > 0 and since < end <= taken]
+                mine = [t for i, (t, end) in enumerate(zip(seconds, ends, strict=True))
+                        if i > 0 and since < end <= taken]
                 if not mine:
                     continue
                 program_tflops = own["flops_per_call"] * len(mine) / sum(mine) / 1e12

@@ -96,7 +96,7 @@ def accuracy(rank: int, world: int, out: str) -> None:
         t = torch.ones(size // 2, **bf)
         for _ in range(5):
             dist.all_reduce(t)
-        sec = own_loop_time(lambda: dist.all_reduce(t), 20)
+        sec = own_loop_time(lambda t=t: dist.all_reduce(t), 20)
         counts["AllReduce"] += 25
         coll_own.append({"op": "AllReduce", "bytes": size, "seconds": sec, "busbw": size / sec * factor_ar})
     out_t, in_t = torch.empty(64 * MiB // 2, **bf), torch.ones(64 * MiB // 2 // world, **bf)

@@ -50,13 +50,13 @@ def worker(out: pathlib.Path) -> None:
             elements = size // 2
             if op == "AllReduce":
                 t = torch.ones(elements, **bf)
-                call = lambda: dist.all_reduce(t)  # noqa: E731
+                call = lambda t=t: dist.all_reduce(t)  # noqa: E731
             elif op == "AllGather":
                 full, part = torch.empty(elements, **bf), torch.ones(elements // world, **bf)
-                call = lambda: dist.all_gather_into_tensor(full, part)  # noqa: E731
+                call = lambda full=full, part=part: dist.all_gather_into_tensor(full, part)  # noqa: E731
             else:
                 full, part = torch.ones(elements, **bf), torch.empty(elements // world, **bf)
-                call = lambda: dist.reduce_scatter_tensor(part, full)  # noqa: E731
+                call = lambda full=full, part=part: dist.reduce_scatter_tensor(part, full)  # noqa: E731
             for _ in range(WARMUP):
                 call()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TUIPROF_RUN = [sys.executable, str(ROOT / "bench" / "gpu" / "tuiprof_headless.py"), "run"]
@@ -326,7 +327,7 @@ def phase_accuracy(out: pathlib.Path) -> dict:
         every = slot["sample_every"]
         fixed_rule = every == own["sample_every"]
 
-        def program(calls: list[int]) -> float:
+        def program(calls: list[int], flops: float = flops, seconds: list[float] = seconds) -> float:
             return flops * len(calls) / sum(seconds[i] for i in calls) / 1e12
 
         everything = range(1, len(seconds))  # the first call (module loading) is apart on both sides
@@ -361,7 +362,7 @@ def phase_timeline(out: pathlib.Path) -> dict:
     own = w["own"]
     mine = [e for e in w["events"] if e["stream"] == w["stream"] and not e["first"]][-len(own):]
     assert len(mine) == len(own), (len(mine), len(own))
-    offsets = [m["start"] - o[0] for m, o in zip(mine, own)]
+    offsets = [m["start"] - o[0] for m, o in zip(mine, own, strict=True)]
     base = statistics.median(offsets)
     overlaps = 0
     lanes: dict[int, list] = {}
@@ -370,7 +371,7 @@ def phase_timeline(out: pathlib.Path) -> dict:
             lanes.setdefault(event["tid"], []).append((event["ts"], event["ts"] + event["dur"]))
     for lane in lanes.values():
         lane.sort()
-        overlaps += sum(1 for x, y in zip(lane, lane[1:]) if y[0] < x[1])
+        overlaps += sum(1 for x, y in pairwise(lane) if y[0] < x[1])
 
     def idle_percent(spans: list[tuple[int, int]]) -> float:
         span = spans[-1][1] - spans[0][0]
@@ -419,8 +420,8 @@ def phase_long_start(out: pathlib.Path) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     intervals, seconds = LONG_PLAN["intervals_ms"], LONG_PLAN["seconds"]
     chosen = free_ports(2 * len(intervals))
-    ports = dict(zip(intervals, chosen[::2]))
-    metrics = dict(zip(intervals, chosen[1::2]))
+    ports = dict(zip(intervals, chosen[::2], strict=True))
+    metrics = dict(zip(intervals, chosen[1::2], strict=True))
     agentd = f"{sys.executable} -c '{AGENTD_CODE}'"
     tuiprof_run = " ".join(TUIPROF_RUN)
     script = ["set -u", "agents=", "recorders="]
@@ -440,8 +441,9 @@ def phase_long_start(out: pathlib.Path) -> dict:
     script.append(f"touch {d}/done")
     (d / "run.sh").write_text("\n".join(script) + "\n")
     (d / "plan.json").write_text(json.dumps(LONG_PLAN))
-    subprocess.Popen(["bash", str(d / "run.sh")], env=env(), stdin=subprocess.DEVNULL,
-                     stdout=open(d / "run.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    with open(d / "run.log", "w") as log:
+        subprocess.Popen(["bash", str(d / "run.sh")], env=env(), stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return {"ports": ports, "dir": str(d), "plan": LONG_PLAN, "started_unix": time.time()}
 
 
@@ -496,9 +498,10 @@ def intervals_of(path: pathlib.Path, pid: int, calls: int) -> dict:
 
 def phase_overhead(out: pathlib.Path, pairs: int = OVERHEAD_PAIRS) -> dict:
     port, metrics = free_ports(2)
-    agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms", "500",
-                              "--trace-dir", str(out / "traces")], env=env(), stdout=open(out / "agentd.log", "w"),
-                             stderr=subprocess.STDOUT)
+    with open(out / "agentd.log", "w") as log:
+        agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms",
+                                  "500", "--trace-dir", str(out / "traces")], env=env(), stdout=log,
+                                 stderr=subprocess.STDOUT)
     runs: dict[str, list[dict]] = {"plain": [], "tuiprof": []}
     try:
         time.sleep(3)
@@ -524,9 +527,10 @@ def phase_overhead_alternating(out: pathlib.Path, pairs: int, seconds: float) ->
     temperature falls on both sides alike; no process start, CUDA set-up or cuBLAS loading inside
     a pair. Stops after ``pairs`` pairs or when the next pair would pass ``seconds``."""
     port, metrics = free_ports(2)
-    agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms", "500",
-                              "--trace-dir", str(out / "traces")], env=env(), stdout=open(out / "agentd.log", "w"),
-                             stderr=subprocess.STDOUT)
+    with open(out / "agentd.log", "w") as log:
+        agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms",
+                                  "500", "--trace-dir", str(out / "traces")], env=env(), stdout=log,
+                                 stderr=subprocess.STDOUT)
     workers: dict[str, subprocess.Popen] = {}
     runs: dict[str, list[dict]] = {"plain": [], "tuiprof": []}
     warmup: dict[str, list[float]] = {"plain": [], "tuiprof": []}
@@ -537,8 +541,9 @@ def phase_overhead_alternating(out: pathlib.Path, pairs: int, seconds: float) ->
         for label in ("plain", "tuiprof"):
             cmd = plain("overhead-chunks", out) if label == "plain" else under_tuiprof(
                 "overhead-chunks", out, agent_port=port)
-            workers[label] = subprocess.Popen(cmd, env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                              stderr=open(out / f"overhead_chunks_{label}.log", "w"), text=True)
+            with open(out / f"overhead_chunks_{label}.log", "w") as log:
+                workers[label] = subprocess.Popen(cmd, env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                  stderr=log, text=True)
             read_line(workers[label], "READY")
         for label in ("plain", "tuiprof"):  # one chunk each, not counted: see ALTERNATING_WARMUP_CHUNKS
             for _ in range(ALTERNATING_WARMUP_CHUNKS):
@@ -591,7 +596,7 @@ def combine_overhead(inputs: list[pathlib.Path]) -> dict:
 def paired(runs: dict[str, list[dict]], size: str) -> dict:
     p = [r[size] for r in runs["plain"]]
     t = [r[size] for r in runs["tuiprof"]]
-    diffs = [100 * (b - a) / a for a, b in zip(p, t)]
+    diffs = [100 * (b - a) / a for a, b in zip(p, t, strict=True)]
     rng = random.Random(13)
     means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(20000))
     return {"plain_ms": p, "tuiprof_ms": t, "diff_percent": diffs, "mean": statistics.fmean(diffs),

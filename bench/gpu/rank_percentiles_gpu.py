@@ -132,9 +132,10 @@ def _follow(port: int, into: list, stop: threading.Event) -> None:
 def driver(out: pathlib.Path, world: int) -> int:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
     port, metrics = _free_port(), _free_port()
-    agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms",
-                              str(INTERVAL_MS), "--trace-dir", str(out / "traces")], env=env,
-                             stdout=open(out / "agentd.log", "w"), stderr=subprocess.STDOUT)
+    with open(out / "agentd.log", "w") as log:
+        agent = subprocess.Popen([*AGENTD, "--port", str(port), "--metrics-port", str(metrics), "--interval-ms",
+                                  str(INTERVAL_MS), "--trace-dir", str(out / "traces")], env=env,
+                                 stdout=log, stderr=subprocess.STDOUT)
     snapshots: list = []
     stop = threading.Event()
     try:

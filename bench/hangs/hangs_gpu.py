@@ -184,11 +184,12 @@ def main() -> None:
     env = {**os.environ, **NO_MULTICAST, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     port = free_port()
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port", str(free_port()),
-         "--interval-ms", str(INTERVAL_MS), "--trace-dir", str(work / "traces"),
-         "--hang-timeout-s", str(HANG_TIMEOUT_S), "--hang-suspect-s", str(SUSPECT_S)],
-        stderr=open(out / "agentd.log", "wb"), env=env)
+    with open(out / "agentd.log", "wb") as log:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port", str(free_port()),
+             "--interval-ms", str(INTERVAL_MS), "--trace-dir", str(work / "traces"),
+             "--hang-timeout-s", str(HANG_TIMEOUT_S), "--hang-suspect-s", str(SUSPECT_S)],
+            stderr=log, env=env)
     job = start_job(out, "job.log", work, env)
     address = f"127.0.0.1:{port}"
     summary: dict = {"hang_timeout_s": HANG_TIMEOUT_S, "suspect_s": SUSPECT_S, "interval_ms": INTERVAL_MS}

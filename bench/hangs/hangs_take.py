@@ -123,18 +123,20 @@ def main() -> None:
           f"{args.repeat} repeats")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="hangs-bench-"))
     port = free_port()
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port", str(free_port()),
-         "--interval-ms", str(args.interval_ms), "--trace-dir", str(tmp / "traces"),
-         "--hang-timeout-s", "4", "--hang-suspect-s", "2"],
-        stderr=open(tmp / "agentd.log", "wb"))
+    with open(tmp / "agentd.log", "wb") as log:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port", str(free_port()),
+             "--interval-ms", str(args.interval_ms), "--trace-dir", str(tmp / "traces"),
+             "--hang-timeout-s", "4", "--hang-suspect-s", "2"],
+            stderr=log)
     job_id = f"bench-{uuid.uuid4().hex[:8]}"
-    job = subprocess.Popen(
-        [sys.executable, "-m", "tuiprof.cli", "run", "--", sys.executable, "-m", "torch.distributed.run",
-         "--nnodes", "1", "--nproc-per-node", str(args.ranks), "--master-addr", "127.0.0.1",
-         "--master-port", str(free_port()), "--rdzv-id", job_id, str(JOB), "--stuck-rank", "3",
-         "--hang-after", "20"],
-        stdout=open(tmp / "job.log", "wb"), stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    with open(tmp / "job.log", "wb") as log:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "tuiprof.cli", "run", "--", sys.executable, "-m", "torch.distributed.run",
+             "--nnodes", "1", "--nproc-per-node", str(args.ranks), "--master-addr", "127.0.0.1",
+             "--master-port", str(free_port()), "--rdzv-id", job_id, str(JOB), "--stuck-rank", "3",
+             "--hang-after", "20"],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         address = AgentAddress("127.0.0.1", port)
         snapshot = asyncio.run(hung_snapshot(address, job_id, args.ranks))

@@ -78,7 +78,7 @@ def phases(lines: list[tuple[float, str]], total: float) -> list[tuple[str, floa
             position = found + 1
     ends = [at for _, at in starts[1:]] + [total]
     return [("pip start-up", starts[0][1] if starts else total)] + [
-        (name, end - at) for (name, at), end in zip(starts, ends)]
+        (name, end - at) for (name, at), end in zip(starts, ends, strict=True)]
 
 
 def main() -> None:

@@ -297,13 +297,15 @@ def main() -> None:
     env = {**os.environ, **NO_MULTICAST, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     port = free_port()
-    agent = subprocess.Popen([sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port",
-                              str(free_port()), "--interval-ms", str(INTERVAL_MS), "--trace-dir", str(work / "traces")],
-                             stderr=open(out / "agentd.log", "wb"), env=env)
-    job = subprocess.Popen(
-        [sys.executable, __file__, "cli", "run", "--no-kineto-daemon", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
-         "--nproc-per-node", str(args.ranks), str(JOB), "--control", str(control), "--step-log", step_log,
-         *args.job_args], stdout=open(out / "job.log", "wb"), stderr=subprocess.STDOUT, env=env)
+    with open(out / "agentd.log", "wb") as log:
+        agent = subprocess.Popen([sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port",
+                                  str(free_port()), "--interval-ms", str(INTERVAL_MS), "--trace-dir", str(work / "traces")],
+                                 stderr=log, env=env)
+    with open(out / "job.log", "wb") as log:
+        job = subprocess.Popen(
+            [sys.executable, __file__, "cli", "run", "--no-kineto-daemon", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+             "--nproc-per-node", str(args.ranks), str(JOB), "--control", str(control), "--step-log", step_log,
+             *args.job_args], stdout=log, stderr=subprocess.STDOUT, env=env)
     summary: dict = {}
     try:
         summary = asyncio.run(bench(args, AgentAddress("127.0.0.1", port), job, control, step_log, env))

@@ -30,7 +30,7 @@ def main(folder: pathlib.Path) -> None:
         [rank] = summarize(merged.ranks).ranks
         truth = statistics.median(timer[name])
 
-        def error(value: float | None) -> str:
+        def error(value: float | None, truth: float = truth) -> str:
             return "n/a" if value is None else f"{100.0 * (value - truth) / truth:+.2f} %"
 
         def ms(value: float | None) -> str:

@@ -27,6 +27,7 @@ import json
 import pathlib
 import shutil
 import statistics
+from itertools import pairwise
 
 import torch
 
@@ -60,7 +61,7 @@ def step(number: int, marks: list[torch.cuda.Event]) -> None:
 
 def gaps_us(marks: list[torch.cuda.Event]) -> list[float]:
     torch.cuda.synchronize()
-    return [1000.0 * a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+    return [1000.0 * a.elapsed_time(b) for a, b in pairwise(marks)]
 
 
 def traced(name: str, scheduled: bool) -> list[float]:

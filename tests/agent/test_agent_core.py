@@ -314,5 +314,5 @@ def test_collectors_on_their_own_threads_start_one_after_the_other_and_keep_apar
     finally:
         agent.stop_collectors()
     assert second.spans[0][0] >= first.spans[0][1]  # started once the first had its first sample
-    for (start_a, end_a), (start_b, end_b) in zip(first.spans[1:4], second.spans[1:4]):
+    for (start_a, end_a), (start_b, end_b) in zip(first.spans[1:4], second.spans[1:4], strict=True):
         assert end_a <= start_b or end_b <= start_a, "two collectors sampled at the same time"

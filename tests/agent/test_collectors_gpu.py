@@ -60,7 +60,7 @@ def test_with_a_driver_every_gpu_is_sampled() -> None:
         info = pb.AgentInfo()
         collector.describe(info)
         assert len(snapshot.gpus) == pynvml.nvmlDeviceGetCount() == len(info.gpus)
-        for stats, static in zip(snapshot.gpus, info.gpus):
+        for stats, static in zip(snapshot.gpus, info.gpus, strict=True):
             assert stats.uuid == static.uuid and stats.uuid.startswith("GPU-")
             assert stats.memory_used_bytes <= stats.memory_total_bytes == static.memory_total_bytes
             assert stats.sm_clock_hz > 0 and stats.power_watts > 0

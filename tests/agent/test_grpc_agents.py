@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import time
+from itertools import pairwise
 
 import grpc
 import pytest
@@ -59,7 +60,7 @@ async def test_watch_streams_consecutive_snapshots_with_host_data(agents):
     sequences = [s.sequence for s in snapshots]
     # The first is the newest existing one; the rest follow one per interval.
     assert sequences[1:] == list(range(sequences[1], sequences[1] + 5))
-    gaps = [(b.timestamp_unix_ns - a.timestamp_unix_ns) / 1e9 for a, b in zip(snapshots[1:], snapshots[2:])]
+    gaps = [(b.timestamp_unix_ns - a.timestamp_unix_ns) / 1e9 for a, b in pairwise(snapshots[1:])]
     assert all(0.1 < gap < 0.4 for gap in gaps), gaps
     last = snapshots[-1]
     assert last.hostname == socket.gethostname()
@@ -76,7 +77,7 @@ async def test_watch_interval_thins_the_stream(agents):
             if len(snapshots) == 3:
                 break
         call.cancel()
-    gaps = [(b.timestamp_unix_ns - a.timestamp_unix_ns) / 1e9 for a, b in zip(snapshots, snapshots[1:])]
+    gaps = [(b.timestamp_unix_ns - a.timestamp_unix_ns) / 1e9 for a, b in pairwise(snapshots)]
     assert all(0.59 < gap < 0.9 for gap in gaps), gaps
 
 

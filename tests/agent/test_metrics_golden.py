@@ -69,7 +69,7 @@ def test_exposition_matches_the_golden_file() -> None:
 
 def _first_difference(golden: str, text: str) -> str:
     expected, actual = golden.splitlines(), text.splitlines()
-    for number, (want, got) in enumerate(zip(expected, actual), 1):
+    for number, (want, got) in enumerate(zip(expected, actual, strict=False), 1):  # lengths: told below
         if want != got:
             return f"line {number}:\n  golden: {want}\n  now:    {got}"
     return f"golden has {len(expected)} lines, the output {len(actual)}"

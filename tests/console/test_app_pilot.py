@@ -6,6 +6,7 @@ import asyncio
 import gc
 import threading
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -291,7 +292,7 @@ async def test_updates_on_screen_are_drawn_at_most_ten_times_a_second_the_rest_t
         fast, _ = await _render_times(app, pilot, on_screen)
         slow, slow_fed_for = await _render_times(app, pilot, off_screen)
     for renders, least_gap in ((fast, 0.095), (slow, 0.45)):
-        gaps = [b - a for a, b in zip(renders, renders[1:])]
+        gaps = [b - a for a, b in pairwise(renders)]
         assert gaps and min(gaps) >= least_gap, (least_gap, gaps)
     # at 2 Hz, one render per half second of feeding and the last one after it (4 when the feed
     # took its 1 s; more only when a loaded machine stretched it)
@@ -608,26 +609,49 @@ async def test_this_hosts_agent_reads_the_pmu_only_while_its_tab_is_on_screen() 
     assert not [thread for thread in threading.enumerate() if thread.name == "embedded-agentd"]
 
 
+async def drawing_steps(events: list, monkeypatch) -> tuple[list[str], int]:
+    """What a console over ``events`` did with its news, in order ("timer": waited to gather more,
+    "drawn": drew it), and how many hosts it watched."""
+    from tuiprof.client.sources import ReplaySource
+
+    app = TuiprofApp(ReplaySource(events, speed=0))
+    steps: list[str] = []
+    set_timer, render_views = app.set_timer, app.render_views
+    monkeypatch.setattr(app, "set_timer", lambda delay, callback, **kw: (
+        steps.append("timer") if callback == app._timed_render else None) or set_timer(delay, callback, **kw))
+    monkeypatch.setattr(app, "render_views", lambda force=False: (
+        steps.append("drawn") if app.cluster.version != app._rendered_version else None) or render_views(force))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+    return steps, len(app.cluster.addresses())
+
+
 async def test_one_watched_host_is_drawn_as_its_news_comes_several_are_gathered_first(monkeypatch) -> None:
     """Agents on one interval answer in a burst, so a change waits ``GATHER_S`` for the rest of the
     burst; with one host there is no burst, and that timer would only wake the loop once more a
     second (the embedded console's case): its first news is drawn at once."""
-    from tuiprof.client.sources import ReplaySource
     from tuiprof.model import record
 
     events = list(record.read(AGENTS_RECORDING))
     one_host = [event for event in events if event.host == events[0].host]
     for recorded, first_step in ((one_host, "drawn"), (events, "timer")):
-        app = TuiprofApp(ReplaySource(recorded, speed=0))
-        steps: list[str] = []
-        set_timer, render_views = app.set_timer, app.render_views
-        monkeypatch.setattr(app, "set_timer", lambda delay, callback, **kw: (
-            steps.append("timer") if callback == app._timed_render else None) or set_timer(delay, callback, **kw))
-        monkeypatch.setattr(app, "render_views", lambda force=False: (
-            steps.append("drawn") if app.cluster.version != app._rendered_version else None) or render_views(force))
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, app)
-        assert steps and steps[0] == first_step, f"{len(app.cluster.addresses())} host(s): {steps}"
+        steps, hosts = await drawing_steps(recorded, monkeypatch)
+        assert steps and steps[0] == first_step, f"{hosts} host(s): {steps}"
+
+
+async def ticks_and_news(source, seconds: float, monkeypatch) -> tuple[list[float], list[float]]:
+    """When a console over ``source`` ticked its clock, and when it drew news (not a tick), in ``seconds``."""
+    app = TuiprofApp(source)
+    ticks: list[float] = []
+    news: list[float] = []
+    tick, render_views = app._tick, app.render_views
+    monkeypatch.setattr(app, "_tick", lambda: ticks.append(time.monotonic()) or tick())
+    monkeypatch.setattr(app, "render_views", lambda force=False: (
+        news.append(time.monotonic()) if not force and app.cluster.version != app._rendered_version else None)
+        or render_views(force))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(seconds)
+    return ticks, news
 
 
 async def test_the_live_clock_ticks_only_when_nothing_was_drawn_for_a_tick(monkeypatch) -> None:
@@ -644,16 +668,7 @@ async def test_the_live_clock_ticks_only_when_nothing_was_drawn_for_a_tick(monke
     for source, interval_ms, tick_s in cases:
         monkeypatch.setattr(app_module, "TICK_S", tick_s)
         monkeypatch.setattr(app_module, "FIRST_TICK_S", tick_s * ratio)
-        app = TuiprofApp(source)
-        ticks: list[float] = []
-        news: list[float] = []  # drawings of news (not of a tick)
-        tick, render_views = app._tick, app.render_views
-        monkeypatch.setattr(app, "_tick", lambda: ticks.append(time.monotonic()) or tick())
-        monkeypatch.setattr(app, "render_views", lambda force=False: (
-            news.append(time.monotonic()) if not force and app.cluster.version != app._rendered_version else None)
-            or render_views(force))
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(max(2.0, 5 * tick_s))
+        ticks, news = await ticks_and_news(source, max(2.0, 5 * tick_s), monkeypatch)
         if interval_ms is None:
             assert len(ticks) >= 4, ticks  # 6 in 2 s (0.45 s, then every 0.3 s), fewer on a loaded machine
             continue

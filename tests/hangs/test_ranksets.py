@@ -1,3 +1,5 @@
+from itertools import pairwise
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -23,7 +25,7 @@ def test_fold_is_minimal(ranks):
     # every part is a maximal run: consecutive parts never touch
     parts = [p for p in ranksets.fold(ranks).split(",") if p]
     ends = [(int(p.split("-")[0]), int(p.split("-")[-1])) for p in parts]
-    for (_, end), (start, _) in zip(ends, ends[1:]):
+    for (_, end), (start, _) in pairwise(ends):
         assert start > end + 1
 
 

@@ -53,13 +53,13 @@ class Job:
     def __init__(self, tmp_path: pathlib.Path, job_args: tuple[str, ...]) -> None:
         self.id = f"slowtest-{uuid.uuid4().hex[:8]}"
         self.step_log = tmp_path / f"{self.id}.steps"
-        self.log = open(tmp_path / f"{self.id}.log", "wb")
         command = [sys.executable, "-m", "tuiprof.cli", "run", "--",
                    sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
                    "--master-addr", "127.0.0.1", "--master-port", str(free_port("127.0.0.1")),
                    "--rdzv-id", self.id, str(JOB), "--step-log", str(self.step_log), *job_args]
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "OMP_NUM_THREADS": "1"})
+        with open(tmp_path / f"{self.id}.log", "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            env={**os.environ, "OMP_NUM_THREADS": "1"})
 
     def steps(self, rank: int) -> list[tuple[float, float]]:
         """The job's own step timer: (Unix time, step seconds) of each step of ``rank``."""
@@ -72,7 +72,6 @@ class Job:
 
     def stop(self) -> None:
         stop_job(self.process)
-        self.log.close()
 
 
 @pytest.fixture

@@ -61,7 +61,7 @@ async def test_stacks_screen_takes_merges_jumps_toggles_and_exports(agent_with_r
             await asyncio.sleep(1.0)
             taken = screen.report
             await pilot.press("r")
-            await wait_for(lambda: screen.report is not taken)
+            await wait_for(lambda taken=taken: screen.report is not taken)
         await pilot.pause()
         assert any(f.native for c in screen.report.classes for f in c.frames)
 

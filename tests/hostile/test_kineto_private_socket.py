@@ -115,8 +115,9 @@ def test_a_tuiprof_run_job_cannot_be_reached_by_another_user(private_run, agent_
     assert env["KINETO_USE_DAEMON"] == "1" and env["KINETO_IPC_SOCKET_DIR"] == folder
     loot = pathlib.Path(tempfile.mkdtemp(prefix="tploot", dir="/tmp"))
     os.chown(loot, hostile_user.uid, hostile_user.gid)
-    trainer = namespace.popen([PYTHON, TRAINER, "--seconds", "120"], env=env, stdout=subprocess.PIPE,
-                              stderr=tempfile.TemporaryFile())
+    with tempfile.TemporaryFile() as stderr:
+        trainer = namespace.popen([PYTHON, TRAINER, "--seconds", "120"], env=env, stdout=subprocess.PIPE,
+                                  stderr=stderr)
     try:
         assert trainer.stdout is not None and trainer.stdout.readline().strip() == b"ready"
         wait_registered(agent, trainer.pid, REGISTER_SECONDS)

@@ -107,8 +107,9 @@ def started_trainer(namespace: Namespace, user: User, socket_dir: pathlib.Path,
                     home: pathlib.Path) -> subprocess.Popen[bytes]:
     """tests/traces/trainer.py as ``user`` inside the namespace, polling the agent's Kineto endpoint."""
     env = kineto_env(socket_dir, HOME=str(home))
-    trainer = namespace.popen([PYTHON, TRAINER, "--seconds", "90"], user=user, env=env, stdout=subprocess.PIPE,
-                              stderr=tempfile.TemporaryFile())  # a file: an unread pipe could fill and stall it
+    with tempfile.TemporaryFile() as stderr:
+        trainer = namespace.popen([PYTHON, TRAINER, "--seconds", "90"], user=user, env=env, stdout=subprocess.PIPE,
+                                  stderr=stderr)  # a file: an unread pipe could fill and stall it
     assert trainer.stdout is not None
     readable, _, _ = select.select([trainer.stdout], [], [], READY_TIMEOUT_SECONDS)
     if not readable or trainer.stdout.readline().strip() != b"ready":

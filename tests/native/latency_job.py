@@ -9,9 +9,10 @@ stand-in's modelled 10,081 ns plus the rest as extra time). After each phase it 
 
 import ctypes
 import json
+import pathlib
 import sys
 
-DIR, PHASES = sys.argv[1], json.loads(open(sys.argv[2]).read())
+DIR, PHASES = sys.argv[1], json.loads(pathlib.Path(sys.argv[2]).read_text())
 SGEMM_MODEL_NS = 10_000 + 2 * 16 * 16 * 16 // 100  # standin_kernel_ns(1, 16, 16, 16)
 
 P = ctypes.c_void_p

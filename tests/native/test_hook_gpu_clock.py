@@ -16,6 +16,7 @@ import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
+from itertools import pairwise
 
 import pytest
 
@@ -249,7 +250,7 @@ def test_events_sit_where_the_gpu_clock_ran_them(standins, cleanup_segments):
         assert abs(event.start_ns - (gpu_start - SKEW_NS)) < 20_000, (event, gpu_start - SKEW_NS)
         # elapsed times from the anchor travel as float ms: a few tens of ns of rounding
         assert abs((event.end_ns - event.start_ns) - (gpu_end - gpu_start)) <= 100
-    for i, (before, after) in enumerate(zip(events, events[1:]), start=1):
+    for i, (before, after) in enumerate(pairwise(events), start=1):
         assert after.start_ns >= before.end_ns  # one lane, no overlap
         gap = GAP_NS if i % 4 == 0 else 0
         assert abs((after.start_ns - before.end_ns) - gap) <= 100, (i, before, after)

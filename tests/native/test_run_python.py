@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from itertools import pairwise
 
 
 from native.support import HOOK, segment_path, tuiprof_run
@@ -61,7 +62,7 @@ def test_torch_training_steps_gc_and_dataloader(cleanup_segments):
         assert c.step_time_total_ns > 0 and c.last_step_time_ns > 0
         steps = [e for e in seg.events() if e.kind == "step"]
         assert [e.op_seq for e in steps] == list(range(1, 11))
-        assert all(a.end_ns <= b.start_ns for a, b in zip(steps, steps[1:]))
+        assert all(a.end_ns <= b.start_ns for a, b in pairwise(steps))
         assert header.flags & segment.FLAG_EXITED
 
 

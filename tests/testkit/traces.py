@@ -108,10 +108,11 @@ def trainers(socket_dir: pathlib.Path, ranks: list[int | None], seconds: float =
             command = [sys.executable, str(TRAINER), "--seconds", str(seconds), "--world", str(world)]
             if user is not None:
                 env["HOME"] = str(socket_dir)  # somewhere that user may write caches
-            processes.append(subprocess.Popen(
-                as_user(user, command) if user is not None else command,
-                env=launch_environment(env, trace_dir=None) if under_tuiprof_run else env, stdout=subprocess.PIPE,
-                stderr=tempfile.TemporaryFile()))  # a file: an unread pipe could fill and stall it
+            with tempfile.TemporaryFile() as stderr:
+                processes.append(subprocess.Popen(
+                    as_user(user, command) if user is not None else command,
+                    env=launch_environment(env, trace_dir=None) if under_tuiprof_run else env, stdout=subprocess.PIPE,
+                    stderr=stderr))  # a file: an unread pipe could fill and stall it
         for process in processes:
             _wait_ready(process)
         yield processes

@@ -83,6 +83,6 @@ def test_ranks_trace_the_same_steps(agent, socket_dir, tmp_path):
             steps[names[event["pid"]].split(" ·")[0]].append(event["ts"])
     assert len(steps["rank 0"]) == len(steps["rank 1"]) == 3, steps
     # The same three steps: the ranks step together (an all-reduce each), a step takes over 20 ms.
-    for ts0, ts1 in zip(sorted(steps["rank 0"]), sorted(steps["rank 1"])):
+    for ts0, ts1 in zip(sorted(steps["rank 0"]), sorted(steps["rank 1"]), strict=True):
         assert abs(ts0 - ts1) < 15_000, steps
     assert doc["merged"]["linked_collectives"] > 0

@@ -57,7 +57,7 @@ def assert_same(got, expected, where="summary"):
             assert_same(got[key], expected[key], f"{where}.{key}")
     elif isinstance(expected, list):
         assert isinstance(got, list) and len(got) == len(expected), where
-        for index, (a, b) in enumerate(zip(got, expected)):
+        for index, (a, b) in enumerate(zip(got, expected, strict=True)):
             assert_same(a, b, f"{where}[{index}]")
     elif isinstance(expected, float):
         assert got == pytest.approx(expected, rel=1e-9, abs=1e-6), where

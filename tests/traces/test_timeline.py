@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_last_events_dump_has_every_gemm_and_collective_with_its_kernel_time(age
             lanes[event["tid"]].append((event["ts"], event["ts"] + event["dur"]))
     assert len(lanes) == 1  # the stalled stream's GEMM never finished
     for lane in lanes.values():
-        assert all(after[0] >= before[1] - 0.001 for before, after in zip(sorted(lane), sorted(lane)[1:]))
+        assert all(after[0] >= before[1] - 0.001 for before, after in pairwise(sorted(lane)))
     assert trace["tuiprof"]["gemm_timing"] == {"timed_first": 32, "sample_every": 16, "sample_max": 1024}
     [rank] = doc["summary"]["ranks"]
     assert rank["rank"] == 3 and rank["gpu_kernels"] == 19

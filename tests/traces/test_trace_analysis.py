@@ -216,7 +216,7 @@ def test_gpu_collectives_that_do_not_overlap_are_not_one_operation():
     rank0 = [(0.0, 5_000.0), (150_000.0, 164_000.0), (195_000.0, 200_000.0)]
     rank1 = [(1_000.0, 5_000.0), (10_000.0, 34_000.0), (190_000.0, 200_000.0)]
     keys0, keys1 = match_calls([calls(rank0, True), calls(rank1, True)])
-    assert [a == b for a, b in zip(keys0, keys1)] == [True, False, True]
+    assert [a == b for a, b in zip(keys0, keys1, strict=True)] == [True, False, True]
     # As CPU ops (gloo ends once enqueued) the middle pair lies inside both ranks' spans: one collective.
     keys0, keys1 = match_calls([calls(rank0, False), calls(rank1, False)])
     assert keys0 == keys1

@@ -125,8 +125,8 @@ def test_reduce_keys_collectives_as_the_per_call_matching_does(job):
     streams = list(dict.fromkeys((call.group, call.name) for calls in job for call in calls))
     job = [sorted(calls, key=lambda call: streams.index((call.group, call.name))) for calls in job]
     per_call = [result(number, calls) for number, calls in enumerate(job)]
-    for rank_result, calls, keys in zip(per_call, job, match_calls(job)):
-        rank_result.collectives = [(key, call.ts) for key, call in zip(keys, calls)]
+    for rank_result, calls, keys in zip(per_call, job, match_calls(job), strict=True):
+        rank_result.collectives = [(key, call.ts) for key, call in zip(keys, calls, strict=True)]
     reduced = reduce_summaries(remote[::-1])  # in any order: ranks are sorted
     expected = summarize(per_call)
     assert json.dumps(summary_json(reduced.summary)) == json.dumps(summary_json(expected))  # dicts' order too

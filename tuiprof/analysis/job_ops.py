@@ -154,13 +154,13 @@ def job_ops(cluster: ClusterState) -> list[OpRow]:
             raw.extend((state.address, rank, "nccl", _signature(op), op) for op in rank.nccl)
     labels = _rank_labels(cluster)
     samples = [
-        OpSample(host, rank.job_id, labels[host, rank.pid], kind, signature, latency)
-        if not isinstance(latency := typical_latency(op.latency), Unavailable) else None
+        OpSample(host, rank.job_id, labels[host, rank.pid], kind, signature, typical)
+        if not isinstance(typical := typical_latency(op.latency), Unavailable) else None
         for host, rank, kind, signature, op in raw
     ]
     verdicts = {id(v.sample): v for v in judge(s for s in samples if s is not None)}
     rows = []
-    for (host, rank, kind, signature, op), sample in zip(raw, samples):
+    for (host, rank, kind, signature, op), sample in zip(raw, samples, strict=True):
         latency = op.latency
         rows.append(OpRow(
             host=host, job=rank.job_id, pid=rank.pid, rank=labels[host, rank.pid], kind=kind, op=signature,

@@ -24,7 +24,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain, islice, pairwise
 
 from agentd.traces.analysis.extract import CollectiveCall
 
@@ -177,12 +177,12 @@ def _runs(by_rank: dict[int, CallColumns], offsets: dict[int, int]) -> list[_Run
     order = sorted(by_rank)
     bounds = sorted({bound for r in order for bound in (offsets[r], offsets[r] + len(by_rank[r].starts))})
     runs = []
-    for first, stop in zip(bounds, bounds[1:]):
+    for first, stop in pairwise(bounds):
         ranks = [r for r in order if offsets[r] <= first and stop <= offsets[r] + len(by_rank[r].starts)]
         if ranks:
-            runs.append(_Run(first, ranks,
-                             list(zip(*(by_rank[r].starts[first - offsets[r]:stop - offsets[r]] for r in ranks))),
-                             list(zip(*(by_rank[r].ends[first - offsets[r]:stop - offsets[r]] for r in ranks)))))
+            starts = (by_rank[r].starts[first - offsets[r]:stop - offsets[r]] for r in ranks)
+            ends = (by_rank[r].ends[first - offsets[r]:stop - offsets[r]] for r in ranks)
+            runs.append(_Run(first, ranks, list(zip(*starts, strict=True)), list(zip(*ends, strict=True))))
     return runs
 
 
@@ -193,7 +193,7 @@ def _linked(run: _Run, by_rank: dict[int, CallColumns], spans: Sequence[Span]) -
     latest_span_start = max(spans[r][0] for r in run.ranks)
     earliest_span_end = min(spans[r][1] for r in run.ranks)
     linked = []
-    for occurrence, starts, ends in zip(range(run.first, run.first + len(run.starts)), run.starts, run.ends):
+    for occurrence, (starts, ends) in enumerate(zip(run.starts, run.ends, strict=True), start=run.first):
         if max(starts) <= min(ends) + CLOCK_SLACK_US or (
                 cpu_only and latest_span_start <= min(starts) and max(ends) <= earliest_span_end):
             linked.append(occurrence)
@@ -205,7 +205,7 @@ def _sequenced(by_rank: dict[int, CallColumns]) -> list[Occurrence]:
     by_seq: dict[int, tuple[int, list[int], list[float]]] = {}  # seq → place, ranks, starts
     for r in sorted(by_rank):
         columns = by_rank[r]
-        for place, (seq, start) in enumerate(zip(columns.seqs or (), columns.starts)):
+        for place, (seq, start) in enumerate(zip(columns.seqs or (), columns.starts, strict=True)):
             calls = by_seq.setdefault(seq, (place, [], []))
             calls[1].append(r)
             calls[2].append(start)
@@ -226,7 +226,7 @@ def match_calls(calls_by_rank: list[list[CollectiveCall]]) -> list[list[Key]]:
     keys: list[list[Key]] = [[("", "", "")] * len(calls) for calls in calls_by_rank]
     for (group, name), by_rank in streams.items():
         for r, labels in occurrences(by_rank, spans).items():
-            for place, label in zip(positions[(group, name)][r], labels):
+            for place, label in zip(positions[(group, name)][r], labels, strict=True):
                 keys[r][place] = (group, name, label)
     return keys
 

@@ -217,9 +217,9 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
                 calls = _write_parts(pool.map(_rank_part, jobs), writer, result)
         else:
             calls = _write_parts(map(_rank_part, jobs), writer, result)
-        for rank_index, (rank_calls, keys) in enumerate(zip(calls, match_calls(calls))):
-            result.ranks[rank_index].collectives = [(key, call.ts) for key, call in zip(keys, rank_calls)]
-            for key, call in zip(keys, rank_calls):
+        for rank_index, (rank_calls, keys) in enumerate(zip(calls, match_calls(calls), strict=True)):
+            result.ranks[rank_index].collectives = [(key, call.ts) for key, call in zip(keys, rank_calls, strict=True)]
+            for key, call in zip(keys, rank_calls, strict=True):
                 hops.setdefault(key, []).append(_CollectiveHop(rank_index, call.pid, call.tid, call.ts))
         flows = _collective_flows(hops)
         result.linked_collectives = len({f.id for f in flows})

@@ -104,7 +104,7 @@ async def capture_cluster(addresses: list[AgentAddress], spec: CaptureSpec, outp
     start_ms = int(time.time() * 1000) + spec.start_delay_ms if spec.iterations is None else 0
     hosts = [HostProgress(str(a)) for a in addresses]
     await asyncio.gather(*(_capture_host(a, h, spec, start_ms, output, options, on_progress)
-                           for a, h in zip(addresses, hosts)))
+                           for a, h in zip(addresses, hosts, strict=True)))
     return ClusterCapture(start_ms, hosts)
 
 

@@ -43,11 +43,11 @@ async def gather_stacks(
     hosts = [HostStacks(str(a)) for a in targets]
     async with contextlib.AsyncExitStack() as stack:
         stubs = [pb_grpc.AgentStub(await stack.enter_async_context(options.open(a))) for a in targets]
-        await asyncio.gather(*(_snapshot(stub, host, timeout) for stub, host in zip(stubs, hosts)))
+        await asyncio.gather(*(_snapshot(stub, host, timeout) for stub, host in zip(stubs, hosts, strict=True)))
         if job is None and not pids:
             job = single_job(hosts)
         await asyncio.gather(*(_stacks(stub, host, take_now, native, timeout, job, pids)
-                               for stub, host in zip(stubs, hosts) if host.error is None))
+                               for stub, host in zip(stubs, hosts, strict=True) if host.error is None))
     return hosts
 
 

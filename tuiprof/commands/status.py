@@ -116,7 +116,7 @@ def document(cluster: ClusterState, hangs: dict[str, HangStatus] | None, embedde
     ``embedded``: the one host is this one, through an embedded agent, named by its host name (the
     agent's ephemeral port is gone once the command ends)."""
     result = cluster_document(cluster)
-    for entry, state in zip(result["hosts"], cluster.hosts()):
+    for entry, state in zip(result["hosts"], cluster.hosts(), strict=True):
         if hangs is not None and state.summary is not None:
             entry["hang"] = prometheus_hang(state.summary.hang_level, hangs.get(state.address))
         if embedded and state.info is not None:

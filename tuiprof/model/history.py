@@ -79,7 +79,7 @@ class History:
             return []
         values = ring.values()
         times = list(self._times)[len(self._times) - len(values):]
-        return [(at, value) for at, value in zip(times, values) if value is not None]
+        return [(at, value) for at, value in zip(times, values, strict=True) if value is not None]
 
     def series(self, prefix: str) -> list[str]:
         """Names of the series that start with ``prefix``, in the order they first came."""

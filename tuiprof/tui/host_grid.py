@@ -200,7 +200,7 @@ class HostGrid(ScrollView, can_focus=True):
 
     def _render_cells(self, cells: Sequence[Cell], columns: Sequence[GridColumn], margin: int = 0) -> Strip:
         line = Text(" " * margin)
-        for cell, column in zip(cells, columns):
+        for cell, column in zip(cells, columns, strict=True):
             text = cell.copy() if isinstance(cell, Text) else Text(cell)
             text.truncate(column.width, overflow="ellipsis", pad=True)
             line.append_text(text)

@@ -89,14 +89,15 @@ def sync_rows(table: DataTable, rows: Mapping[str, Sequence[Cell]]) -> None:
     keys = list(rows)
     columns = list(table.columns.values())
     current = [row.key.value for row in table.ordered_rows]
+    # not strict: a row may have fewer cells than the table has columns (the rest stay blank)
     fits = all(
         _width(cell) <= column.content_width
-        for cells in rows.values() for cell, column in zip(cells, columns)
+        for cells in rows.values() for cell, column in zip(cells, columns, strict=False)
     )
     if keys == current and fits:
         changes = {}
         for key in keys:
-            changed = {column.key: cell for column, cell in zip(columns, rows[key])
+            changed = {column.key: cell for column, cell in zip(columns, rows[key], strict=False)
                        if table.get_cell(key, column.key) != cell}
             if changed:
                 changes[key] = changed

@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import msgspec
 
@@ -119,7 +120,7 @@ def step_windows(steps: list[tuple[str, float, float]]) -> list[tuple[float, flo
     if profiler:
         return profiler
     starts = sorted(ts for name, ts, _ in steps if name.startswith("Optimizer.step#"))
-    return list(zip(starts, starts[1:]))
+    return list(pairwise(starts))
 
 
 def _in_window(steps: list[tuple[str, float, float]], window: StepWindow) -> list[tuple[str, float, float]]:

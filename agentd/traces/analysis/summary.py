@@ -20,6 +20,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 # Every spelling Kineto has written: PyTorch 1.8-1.9 used "Kernel", "Memcpy", "Memset",
 # "Runtime" and "Operator"; later versions the snake_case names. GPU-side annotations
@@ -144,7 +145,7 @@ def stream_idle(stream: str, events: list[StreamEvent]) -> StreamIdle:
     """Classify each gap (start − the previous event's end, in start order) as HTA does."""
     host = kernel = other = 0.0
     ordered = sorted(events, key=lambda event: event[0])
-    for (_, previous_end, _), (start, _, launched) in zip(ordered, ordered[1:]):
+    for (_, previous_end, _), (start, _, launched) in pairwise(ordered):
         gap = start - previous_end
         if launched is not None and launched > previous_end:
             host += gap
@@ -255,7 +256,7 @@ def _cpu_step_time(annotations: list[tuple[str, float, float]]) -> tuple[float |
         return statistics.median(steps), len(steps), CPU_STEP_BASIS, ""
     starts = sorted(ts for name, ts, _ in annotations if name.startswith("Optimizer.step#"))
     if len(starts) >= 2:
-        return statistics.median(b - a for a, b in zip(starts, starts[1:])), len(starts), OPTIMIZER_STEP_BASIS, ""
+        return statistics.median(b - a for a, b in pairwise(starts)), len(starts), OPTIMIZER_STEP_BASIS, ""
     return None, len(starts), "", "fewer than two steps in the trace (no ProfilerStep# or Optimizer.step# annotations)"
 
 

@@ -155,20 +155,20 @@ class _Columns:
         readings = {figure.name: self._readings(figure, hosts, [why[i] for why in missing])
                     for i, figure in enumerate(ROW_FIGURES)}
         memory = [ratio_percent(used, total)
-                  for used, total in zip(readings["memory_used_bytes"], readings["memory_total_bytes"])]
+                  for used, total in zip(readings["memory_used_bytes"], readings["memory_total_bytes"], strict=True)]
         columns: dict[str, list[Reading] | list[str]] = {**readings, "hang": [self.hang.get(host, "") for host in hosts]}
         fields = {figure.fills: columns[figure.name] for figure in FIGURES.values() if figure.fills}
         fields["memory_percent"] = memory
         # positional in the summary's own field order, so no column lands in another's field (keyword
         # arguments cost a fifth more at ten thousand rows)
-        return [HostSummary(*row) for row in zip(*(fields[name] for name in _SUMMARY_FIELDS))]
+        return [HostSummary(*row) for row in zip(*(fields[name] for name in _SUMMARY_FIELDS), strict=True)]
 
     def _readings(self, figure: Figure, hosts: Sequence[str], otherwise: Sequence[Unavailable]) -> list[Reading]:
         """The figure of each host, or the reason it has none."""
         figures = self.figures[figure.name]
         number = _count if figure.count else float
         return [number(text) if (text := figures.get(host)) is not None else why
-                for host, why in zip(hosts, otherwise)]
+                for host, why in zip(hosts, otherwise, strict=True)]
 
     def _missing(self, host: str) -> tuple[Unavailable, ...]:
         """Why the host lacks each of ``ROW_FIGURES`` (for the figures it has, unused)."""
@@ -299,7 +299,7 @@ def _rows(columns: _Columns, selection: HostSelection, previous: Mapping[str, Ho
             times.append(sampled_at)
     ranks = columns.figures["rank_count"]
     rank_counts = [_count(text) if (text := ranks.get(host)) is not None else 0 for host in hosts]
-    rows.update(zip(nodes, map(HostRow, nodes, hosts, times, columns.summaries(hosts), rank_counts)))
+    rows.update(zip(nodes, map(HostRow, nodes, hosts, times, columns.summaries(hosts), rank_counts), strict=True))
     return rows
 
 

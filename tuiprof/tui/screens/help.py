@@ -9,6 +9,7 @@ cannot drift from what the keys do; the legend and the filter language are prose
 from __future__ import annotations
 
 import re
+from itertools import zip_longest
 
 from rich.markup import escape
 from textual.app import ComposeResult
@@ -115,7 +116,8 @@ def render_keys(groups: dict[str, list[tuple[str, str]]], width: int = WIDTH) ->
         cells = [f"{keys:<{key_width}}  {what}" for keys, what in entries]
         cell_width = max(len(cell) for cell in cells)
         if 2 + 2 * cell_width + 3 <= width:
-            rows = [f"{left:<{cell_width}}   {right}".rstrip() for left, right in zip(cells[::2], cells[1::2] + [""])]
+            rows = [f"{left:<{cell_width}}   {right}".rstrip()
+                    for left, right in zip_longest(cells[::2], cells[1::2], fillvalue="")]
         else:
             rows = cells
         lines += [escape(f"  {row}") for row in rows]

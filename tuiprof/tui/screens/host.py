@@ -182,7 +182,7 @@ def rank_keys(ranks: Sequence[RankStats]) -> list[str]:
 
 def rank_rows(snapshot: HostSnapshot) -> list[Row]:
     rows: list[Row] = []
-    for key, rank in zip(rank_keys(snapshot.ranks), snapshot.ranks):
+    for key, rank in zip(rank_keys(snapshot.ranks), snapshot.ranks, strict=True):
         job = rank.job_id or Text("none", style="dim italic")
         rows.append((key, [
             key, str(rank.pid), job, _where(rank), _rank_state(rank), str(rank.step_count),
@@ -568,7 +568,7 @@ class HostScreen(ConsoleScreen):
         cursor = self.query_one("#ranks-table", DataTable).cursor_row
         if not 0 <= cursor < len(rows):
             return None
-        by_key = dict(zip(rank_keys(snapshot.ranks), snapshot.ranks))
+        by_key = dict(zip(rank_keys(snapshot.ranks), snapshot.ranks, strict=True))
         return by_key.get(rows[cursor][0])
 
     def _rank_notes(self) -> list[str]:

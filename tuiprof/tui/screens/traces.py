@@ -233,7 +233,7 @@ class TracesScreen(ConsoleScreen):
         table = self.query_one(DataTable)
         detail = host.error or host.message or host.states_text()
         for column, value in zip(table.columns, (host.host, host.phase, _targets_text(host), _files_text(host),
-                                                 detail)):
+                                                 detail), strict=True):
             table.update_cell(host.host, column, value, update_width=True)  # a detail is never cut to "1 writ"
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
