@@ -89,6 +89,13 @@ class Agent:
             if runner.has_thread:
                 runner.wait_first_sample(min(STAGGER_MAX_S, self.interval_seconds / 4))
 
+    def set_interval(self, seconds: float) -> None:
+        """Sample and publish every ``seconds`` from the next tick on (the console's `-`/`+` over its
+        embedded agent): the snapshot tick and every collector thread read it each tick."""
+        self.interval_seconds = seconds
+        for runner in self.runners:
+            runner.collector.interval_seconds = seconds
+
     def stop_collectors(self) -> None:
         for runner in self.runners:
             runner.stop()
@@ -203,10 +210,10 @@ class _TickThread(threading.Thread):
         self.published.set()  # not waiting for a publication that will not come
 
     def run(self) -> None:
-        interval = self._agent.interval_seconds
         deadline = time.monotonic()
         try:
             while True:
+                interval = self._agent.interval_seconds  # read each tick: it may change (set_interval)
                 self.published.wait()
                 if self._stopping.is_set():
                     return

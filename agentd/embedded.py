@@ -110,6 +110,16 @@ class EmbeddedAgent:
         """Serve gRPC at ``address`` from now on (nothing listens there before); raises AgentdError."""
         asyncio.run_coroutine_threadsafe(self._daemon.serve_grpc(), self._loop).result(START_TIMEOUT_SECONDS)
 
+    @property
+    def interval_seconds(self) -> float:
+        """How often it samples and publishes now."""
+        return self._agent.interval_seconds
+
+    def set_interval(self, seconds: float) -> None:
+        """Sample and publish every ``seconds`` from its next tick on: a restart would make it a new
+        host (a new port), so the console's `-`/`+` change it in place."""
+        self._agent.set_interval(seconds)
+
     def sample_pmu(self, shown: bool) -> None:
         """Read the host-wide PMU counters while ``shown``, rest them otherwise."""
         _sample_pmu(self._agent, shown)

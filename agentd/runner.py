@@ -144,10 +144,10 @@ class CollectorRunner:
         return self._collected.wait(timeout)
 
     def _loop(self) -> None:
-        interval = self.collector.interval_seconds
         deadline = time.monotonic()
         while not self._stop.is_set():
             self._collect_once()
+            interval = self.collector.interval_seconds  # read each tick: it may change (Agent.set_interval)
             deadline += interval
             now = time.monotonic()
             if deadline < now:  # a sample overran: skip the missed ticks, keep the phase

@@ -512,20 +512,37 @@ async def test_interval_keys_restart_the_streams_at_the_new_interval(tmp_path) -
     assert replay_app().check_action("interval", (1,)) is False  # a recording keeps its own pace
 
 
-async def test_interval_keys_over_this_hosts_embedded_agent_save_it_for_the_next_start() -> None:
-    """Restarting the embedded agent would make it a new host (a new port): the console says when it applies."""
+async def test_interval_keys_change_this_hosts_embedded_agent_in_place() -> None:
+    """This host's embedded agent samples at the new interval from its next tick on, and stays the
+    same host: restarting it would make it a new one (a new port)."""
     from tuiprof.client.channel import ConnectionOptions
     from tuiprof.client.sources import LocalSource
 
     source = LocalSource(ConnectionOptions(interval_ms=1000))
     app = TuiprofApp(source)
+
+    async def snapshots_in(seconds: float) -> int:
+        before = app.cluster.version
+        await asyncio.sleep(seconds)
+        return app.cluster.version - before
+
     async with app.run_test(size=SIZE) as pilot:
+        for _ in range(250):
+            await pilot.pause(0.04)
+            if app.cluster.version >= 2:
+                break
+        [host] = app.cluster.addresses()
         assert app.title == "tuiprof · every 1 s"
-        await pilot.press("plus")
-        assert app.settings.interval_seconds == 2.0
-        assert app.source is source and app.title == "tuiprof · every 1 s"  # still what the agent runs at
-        assert [n.message for n in app._notifications] == [
-            "interval 2 s saved: this host's embedded agent takes it at the next start"]
+        await pilot.press("minus", "minus")
+        assert app.settings.interval_seconds == 0.25 and app.title == "tuiprof · every 0.25 s"
+        assert app.source is source and source.options.interval_ms == 250 and app.connection is source.options
+        await snapshots_in(1.2)  # the tick under way at 1 s ends
+        assert await snapshots_in(2.0) >= 5  # 8 at 0.25 s; 2 at the old 1 s
+        await pilot.press("plus", "plus", "plus")
+        assert app.title == "tuiprof · every 2 s"
+        await snapshots_in(1.0)
+        assert await snapshots_in(4.0) <= 3  # 2 at 2 s; 16 at 0.25 s
+        assert app.cluster.addresses() == [host] and app.cluster.host(host).reachable
 
 
 async def test_this_hosts_agent_serves_grpc_only_from_the_first_call_the_console_makes() -> None:

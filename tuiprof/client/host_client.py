@@ -129,10 +129,14 @@ class HostClient:
                 stream.cancel()
 
 
+STALL_INTERVALS = 3
+"""A watched host that sent no snapshot for this many intervals (and the call timeout) is unreachable."""
+
+
 def stall_timeout(options: ConnectionOptions, agent_interval: float) -> float:
     """Seconds without a snapshot after which a watched host is reported unreachable."""
     interval = options.interval_ms / 1000 or agent_interval
-    return max(options.timeout, 3 * interval)
+    return max(options.timeout, STALL_INTERVALS * interval)
 
 
 async def watch_all(

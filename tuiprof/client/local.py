@@ -26,7 +26,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.text import user_label
 from tuiprof.client.channel import ConnectionOptions
-from tuiprof.client.host_client import Emit, stall_timeout
+from tuiprof.client.host_client import STALL_INTERVALS, Emit
 from tuiprof.errors import TuiprofError
 from tuiprof.model.events import HostUnreachable, InfoReceived, SnapshotReceived
 
@@ -102,17 +102,16 @@ async def watch_embedded(agent: EmbeddedAgent, options: ConnectionOptions, emit:
     """Report the embedded agent as a HostClient reports an agent it watches, until cancelled.
 
     The host is named by the agent's address, so traces and stacks reach it over gRPC.
-    Every snapshot the agent publishes is reported (it samples at the console's interval),
-    taken on this loop's timer when due: no wakeup from the agent's thread. None for the
-    stall time makes the host unreachable until the next.
+    Every snapshot the agent publishes is reported (it samples at the console's interval,
+    which `-`/`+` change while it runs), taken on this loop's timer when due: no wakeup from
+    the agent's thread. None for the stall time makes the host unreachable until the next.
     """
     host = str(agent.address)
-    info = await agent.info()
-    emit(InfoReceived(host, clock(), info))
-    interval = info.interval_seconds or 1.0
-    stall = stall_timeout(options, interval)
+    emit(InfoReceived(host, clock(), await agent.info()))
     reported, last_news, stalled = 0, time.monotonic(), False
     while True:
+        interval = agent.interval_seconds
+        stall = max(options.timeout, STALL_INTERVALS * interval)
         latest, now = agent.latest(), time.monotonic()
         if latest is not None and latest.snapshot.sequence != reported:
             reported, last_news, stalled = latest.snapshot.sequence, now, False

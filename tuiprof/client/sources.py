@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,13 @@ class LocalSource:
             finally:
                 self.options.in_process.remove(agent.address)
                 self._agent = None
+
+    def set_interval(self, interval_ms: int) -> None:
+        """Snapshots every ``interval_ms`` from the agent's next tick on: it samples at the console's
+        interval, and is changed in place (a restart would make it a new host, on a new port)."""
+        self.options = dataclasses.replace(self.options, interval_ms=interval_ms)
+        if self._agent is not None:
+            self._agent.set_interval(interval_ms / 1000)
 
     def sample_pmu(self, shown: bool) -> None:
         """Whether a screen shows this host's PMU counters now (the agent reads them only then)."""

@@ -33,7 +33,7 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 from tuiprof.analysis.slowdown import ClusterSlowdowns
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.settings import SettingsFile
-from tuiprof.client.sources import EventSource, LiveSource
+from tuiprof.client.sources import EventSource, LiveSource, LocalSource
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import HostEvent, SnapshotReceived
 from tuiprof.model.history import History
@@ -328,8 +328,8 @@ class TuiprofApp(App[None]):
             return not self.source.live
         if action == "reconnect":
             return self.source.live
-        if action == "interval":
-            return self._asks_agents() is not None
+        if action == "interval":  # agents asked for an interval (Prometheus mode's opened hosts keep their own)
+            return isinstance(self.source, LiveSource | LocalSource)
         return True
 
     def action_toggle_replay(self) -> None:
@@ -349,10 +349,9 @@ class TuiprofApp(App[None]):
     def action_interval(self, step: int) -> None:
         """Ask the agents for snapshots more (-1) or less (+1) often, and remember it.
 
-        Remote agents: the streams restart at once with the new interval. The
-        embedded agent samples at the interval it was started with, and a restart
-        would make it a new host (a new port), so it takes the saved one at the
-        console's next start, as the notice says.
+        Remote agents: the streams restart at once with the new interval. This host's
+        embedded agent samples at the new interval from its next tick on (it keeps its
+        port, so it stays the same host).
         """
         current = self.settings.interval_seconds or 1.0  # the agent's own interval is 1 s by default
         index = min(range(len(INTERVALS)), key=lambda i: abs(INTERVALS[i] - current))
@@ -360,15 +359,18 @@ class TuiprofApp(App[None]):
         if interval == self.settings.interval_seconds:
             return
         self.remember(interval_seconds=interval)
-        if not isinstance(self.source, LiveSource):
-            self.notify(f"interval {interval:g} s saved: this host's embedded agent takes it at the next start",
-                        title="Interval")
-            return
-        options = dataclasses.replace(self.source.options, interval_ms=round(interval * 1000))
-        self.source = dataclasses.replace(self.source, options=options)
-        self.connection = options
+        interval_ms = round(interval * 1000)
+        match self.source:
+            case LocalSource() as this_host:
+                this_host.set_interval(interval_ms)
+                self.connection = this_host.options
+            case LiveSource() as agents:
+                self.connection = dataclasses.replace(agents.options, interval_ms=interval_ms)
+                self.source = dataclasses.replace(agents, options=self.connection)
+                self._pump()  # exclusive: the old streams are cancelled
+            case _:
+                return  # a recording or Prometheus mode: check_action offers no interval keys
         self._show_interval()
-        self._pump()  # exclusive: the old streams are cancelled
 
     def _asks_agents(self) -> ConnectionOptions | None:
         """The options a source asks agents for snapshots with (live agents, this host's);
