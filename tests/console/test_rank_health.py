@@ -72,7 +72,7 @@ def test_status_json_has_the_hook_the_process_groups_and_where_ranks_run() -> No
 
 async def test_ranks_tab_explains_the_hook_and_an_inert_rank_says_why_where_its_figures_would_be() -> None:
     app = TuiprofApp(ReplaySource([SnapshotReceived("n1", 1.0, two_ranks())], speed=0))
-    async with app.run_test(size=(230, 40)) as pilot:
+    async with app.run_test(size=(250, 40)) as pilot:
         screen = await open_host_tab(app, pilot, "ranks")
         assert isinstance(screen, HostScreen)
         detail = str(screen.query_one("#host-detail", Static).render())
