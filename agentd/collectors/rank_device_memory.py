@@ -10,8 +10,14 @@ of one copy is ``weighted_ns / weighted_calls`` and all copies' time that mean t
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 from agentd.collectors.readings import counter_rate, put, put_unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
+
+if TYPE_CHECKING:  # the collector passes the module in: it may be unbuilt (ranks.py says why)
+    from tuiprof_native.segment import AllocStats, CopyStats, DeviceMemory
 
 NOT_TIMED = ("none of its copies was timed yet (the hook times the first 32 copies of each direction, then one "
              "in 16, with CUDA events: none free, or no CUDA context on the copying thread)")
@@ -27,7 +33,7 @@ ALLOCATOR_FIELDS = ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
                     "allocator_age_seconds")
 
 
-def allocator_reason(state: int, native) -> str | None:
+def allocator_reason(state: int, native: ModuleType) -> str | None:
     """Why the allocator's figures are missing for ``state`` (``native.ALLOCATOR_*``); None when they are there."""
     if state == native.ALLOCATOR_READ:
         return None
@@ -38,7 +44,8 @@ def allocator_reason(state: int, native) -> str | None:
     return _NO_ALLOCATOR["none"]
 
 
-def device_memory_stats(now, before, seconds: float, now_ns: int, native) -> pb.DeviceMemoryStats:
+def device_memory_stats(now: DeviceMemory, before: DeviceMemory | None, seconds: float, now_ns: int,
+                        native: ModuleType) -> pb.DeviceMemoryStats:
     """``RankStats.device_memory`` from this reading (``native.DeviceMemory``) and the previous one (None for
     the rank's first reading: rates since the segment's creation)."""
     stats = pb.DeviceMemoryStats(malloc=_allocations(now.malloc), malloc_async=_allocations(now.malloc_async))
@@ -59,13 +66,13 @@ def device_memory_stats(now, before, seconds: float, now_ns: int, native) -> pb.
     return stats
 
 
-def _allocations(a) -> pb.DeviceAllocations:
+def _allocations(a: AllocStats) -> pb.DeviceAllocations:
     return pb.DeviceAllocations(malloc_calls_total=a.malloc_calls, malloc_bytes_total=a.malloc_bytes,
                                 free_calls_total=a.free_calls, free_bytes_total=a.free_bytes,
                                 free_unknown_size_total=a.free_unknown)
 
 
-def _copies(now, before, seconds: float) -> pb.MemoryCopies:
+def _copies(now: CopyStats, before: CopyStats | None, seconds: float) -> pb.MemoryCopies:
     out = pb.MemoryCopies(direction=now.direction, calls_total=now.calls, bytes_total=now.bytes,
                           timed_calls_total=now.timed_calls, untimed_total=now.untimed)
     put(out, "calls_per_s", counter_rate(before.calls if before else 0, now.calls, seconds))
