@@ -27,7 +27,7 @@ import pathlib
 import socket
 import stat
 import string
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -236,7 +236,7 @@ async def _refuse_unary(request: object, context: grpc.aio.ServicerContext) -> N
     await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSAL)
 
 
-async def _refuse_stream(request: object, context: grpc.aio.ServicerContext):
+async def _refuse_stream(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
     await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSAL)
     yield  # pragma: no cover - makes this an async generator; abort raises first
 

@@ -90,9 +90,9 @@ def _interval(value: Any) -> int:
 
 
 def _integer(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"an integer, got {_describe(value)}")
-    return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"an integer, got {_describe(value)}")
 
 
 def _seconds(value: Any) -> int:

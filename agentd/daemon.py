@@ -291,9 +291,9 @@ class Daemon:
         """Bind ``server`` to ``host:port`` (0: a free port); the port bound."""
         target = AgentAddress(host, port).target
         try:
-            if self._tls is None:
-                return server.add_insecure_port(target)
-            return server.add_secure_port(target, self._tls.grpc)
+            bound: int = (server.add_insecure_port(target) if self._tls is None
+                          else server.add_secure_port(target, self._tls.grpc))
+            return bound
         except RuntimeError:  # lost a race for the port since the probe
             raise BindError(f"cannot listen on {target} for gRPC; check --host and --port") from None
 

@@ -92,7 +92,7 @@ def optional(message: Any, field: str, scale: float = 1) -> float | int | None:
     """``message.field`` times ``scale``, or None when the field is unset (unavailable)."""
     if not message.HasField(field):
         return None
-    value = getattr(message, field)
+    value: float | int = getattr(message, field)
     return value if scale == 1 else value * scale
 
 

@@ -22,7 +22,7 @@ import logging
 import os
 import platform
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 import psutil
@@ -36,6 +36,7 @@ from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.version import installed_version
 
 log = logging.getLogger(__name__)
+S = TypeVar("S")  # a service the agent may have wired in
 
 
 class TraceService(Protocol):
@@ -188,33 +189,37 @@ class AgentServicer(pb_grpc.AgentServicer):
             self._agent.unsubscribe(slot)
             log.info("watch ended", extra={"peer": peer, "watchers": self._agent.watcher_count})
 
-    async def CaptureTrace(self, request, context):
+    async def CaptureTrace(self, request: pb.CaptureTraceRequest,
+                           context: grpc.aio.ServicerContext) -> pb.CaptureTraceReply:
         set_current_caller(await self._callers.identify(context))
         traces = await self._require(self._traces, "trace capture", "trace", context)
         return await traces.capture_trace(request, context)
 
-    async def GetCaptureStatus(self, request, context):
+    async def GetCaptureStatus(self, request: pb.CaptureStatusRequest,
+                               context: grpc.aio.ServicerContext) -> pb.CaptureTraceReply:
         set_current_caller(await self._callers.identify(context))
         traces = await self._require(self._traces, "trace capture", "trace", context)
         return await traces.get_capture_status(request, context)
 
-    async def FetchFile(self, request, context):
+    async def FetchFile(self, request: pb.FetchFileRequest,
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.FileChunk]:
         set_current_caller(await self._callers.identify(context))
         traces = await self._require(self._traces, "file fetch", "trace", context)
         async for chunk in traces.fetch_file(request, context):
             yield chunk
 
-    async def GetStacks(self, request, context):
+    async def GetStacks(self, request: pb.GetStacksRequest, context: grpc.aio.ServicerContext) -> pb.StacksReply:
         caller = await self._callers.identify(context)
         stacks = await self._require(self._stacks, "stack dumps", "hang", context)
         return await stacks.get_stacks(request, context, caller)
 
     @staticmethod
-    async def _require(service, feature: str, area: str, context: grpc.aio.ServicerContext):
+    async def _require(service: S | None, feature: str, area: str, context: grpc.aio.ServicerContext) -> S:
         """``service``, or abort the call UNIMPLEMENTED when it is not wired in."""
-        if service is None:
-            await context.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"{feature}: not available in this agentd (no {area} service wired in yet)",
-            )
-        return service
+        if service is not None:
+            return service
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"{feature}: not available in this agentd (no {area} service wired in yet)",
+        )
+        raise AssertionError("grpc's abort always raises")

@@ -10,10 +10,15 @@ with the reason.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agentd.proto import tuiprof_agent_pb2 as pb
 
+if TYPE_CHECKING:  # the header's type only: the caller reads it
+    from tuiprof_native import segment as native
 
-def fill_exit_status(header, stats: pb.RankStats, flag_exited: int) -> None:
+
+def fill_exit_status(header: native.Header, stats: pb.RankStats, flag_exited: int) -> None:
     """``exit_code`` or ``exit_signal`` of an exited rank, or both unavailable with the reason."""
     if header.exit_status is not None:
         stats.exit_code = header.exit_status

@@ -49,10 +49,13 @@ import functools
 import itertools
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.text import printable
+
+if TYPE_CHECKING:  # the readings' types only: the arithmetic here needs no segment reader
+    from tuiprof_native import segment as native
 
 NS = 1e-9
 
@@ -188,11 +191,15 @@ def latency(histogram: IntervalHistogram, weighted_ns: int, weighted_timed: int,
     return stats
 
 
-def slot_key(slot) -> tuple:
+SlotKey = tuple[str, str, str, str, str, int, int, int, int, int]
+"""What tells one slot of a segment from another: kind, op, dtype, algo, proto, b, m, n, k, communicator."""
+
+
+def slot_key(slot: native.Slot) -> SlotKey:
     return (slot.kind, slot.op, slot.dtype, slot.algo, slot.proto, slot.b, slot.m, slot.n, slot.k, slot.comm_hash)
 
 
-def fine_delta(now, before) -> FineCounts | None:
+def fine_delta(now: native.Slot, before: native.Slot | None) -> FineCounts | None:
     """The fine-window counts of the calls between two readings of a slot (``before`` None: since the
     segment's creation); None without a window. When the hook placed or moved the window in between,
     the counts since then: :class:`IntervalHistogram` uses them only if they hold all of the interval's.
@@ -217,7 +224,7 @@ def fine_delta(now, before) -> FineCounts | None:
 class SlotDelta:
     """What one slot did between two readings."""
 
-    def __init__(self, now, before) -> None:
+    def __init__(self, now: native.Slot, before: native.Slot | None) -> None:
         self.slot = now
         self.count = now.count - (before.count if before else 0)
         self.timed = now.timed_count - (before.timed_count if before else 0)
@@ -284,7 +291,7 @@ def nccl_stats(d: SlotDelta, seconds: float) -> pb.NcclOpStats:
     return out
 
 
-def mean_step_seconds(now, before) -> float | None:
+def mean_step_seconds(now: native.Counters, before: native.Counters | None) -> float | None:
     """Mean step-to-step time of the steps finished between two readings of a segment's
     counters (``before`` None: since its creation), None when no step interval ended.
 

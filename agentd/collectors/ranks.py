@@ -450,7 +450,7 @@ class RanksCollector(Collector):
         except OSError as exc:  # a read that fails says why; the next interval tries again
             stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
 
-    def _rates(self, rank: _Rank, header, now_ns: int, budget: OpsBudget) -> tuple[pb.RankStats, int]:
+    def _rates(self, rank: _Rank, header: native.Header, now_ns: int, budget: OpsBudget) -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
         seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
         device_memory = rank.seg.device_memory()  # first: a busy segment leaves the rank's readings as they were
@@ -488,7 +488,7 @@ class RanksCollector(Collector):
         return stats, left_out
 
     @staticmethod
-    def _slot_stats(rank: _Rank, header, stats: pb.RankStats, seconds: float, budget: OpsBudget) -> int:
+    def _slot_stats(rank: _Rank, header: native.Header, stats: pb.RankStats, seconds: float, budget: OpsBudget) -> int:
         """The interval's GEMM and NCCL figures of ``rank``, as many as its owner's budget allows; how many
         aggregates were left out. Every slot read is kept (the next interval's rates start from it). A rank
         with no budget left is not read at all (reading the slots is the cost the budget bounds); the next
@@ -524,7 +524,7 @@ class RanksCollector(Collector):
             stats.gemm_tflops = tflops
         return len(ops) - reported
 
-    def _host_rates(self, rank: _Rank, header, stats: pb.RankStats, seconds: float) -> None:
+    def _host_rates(self, rank: _Rank, header: native.Header, stats: pb.RankStats, seconds: float) -> None:
         now, before = header.counters, rank.counters
         step = rank_rates.mean_step_seconds(now, before)
         if step is not None:
@@ -543,7 +543,7 @@ class RanksCollector(Collector):
             before.dataloader_wait_total_ns if before else 0, now.dataloader_wait_total_ns, seconds), 1e-9))
 
 
-def _arrivals(rank: _Rank, header, stats: pb.RankStats, flight_arrivals: list[Arrival]) -> None:
+def _arrivals(rank: _Rank, header: native.Header, stats: pb.RankStats, flight_arrivals: list[Arrival]) -> None:
     """The rank's new collective arrivals (``rank_arrivals``): its NCCL events since the last reading and
     what its Flight Recorder file lists, of at most MAX_COMMS_PER_RANK communicators; and when its steps
     of the interval ended."""
@@ -697,7 +697,7 @@ class OpsBudget:
                 for uid, dropped in sorted(self._dropped.items())]
 
 
-def hook_health(header, inflight) -> pb.HookHealth:
+def hook_health(header: native.Header, inflight: list[native.Inflight]) -> pb.HookHealth:
     """What the hook library could do in this process, and what it counted untimed or lost."""
     c = header.counters
     return pb.HookHealth(

@@ -16,7 +16,7 @@ from agentd.stacks import ranksets
 LEVELS = ("hung", "suspect", "exited")
 
 
-def who(verdict: pb.RankVerdict | pb.RankStats | pb.TraceTarget) -> str:
+def who(verdict: pb.RankVerdict | pb.RankStats | pb.RankStacks | pb.TraceTarget) -> str:
     """``rank 3`` when the rank is known, else ``pid 1234``."""
     return rank_or_pid(verdict.rank if verdict.HasField("rank") else None, verdict.pid)
 

@@ -33,7 +33,7 @@ def check_capture(request: pb.CaptureTraceRequest) -> str:
     """The request's span ("duration_ms", "iterations" or "last_events") once every field checks out."""
     if request.kind not in KINDS:
         raise CaptureRequestError(f"kind {request.kind} is unknown: use KINETO (0) or TIMELINE (1)")
-    span = request.WhichOneof("span")
+    span: str | None = request.WhichOneof("span")
     _check_span(request, span)
     assert span is not None
     _check_filters(request)

@@ -152,7 +152,7 @@ async def _start_when_registered(stub: pb_grpc.AgentStub, spec: CaptureSpec, sta
     ``waiting``, ask again until ``REGISTRATION_WAIT_SECONDS`` have passed. The last reply, whatever it says."""
     request = spec.request(start_ms)
     registered_by = time.monotonic() + REGISTRATION_WAIT_SECONDS
-    reply = await stub.CaptureTrace(request, timeout=RPC_TIMEOUT_SECONDS)
+    reply: pb.CaptureTraceReply = await stub.CaptureTrace(request, timeout=RPC_TIMEOUT_SECONDS)
     while spec.kind == "kineto" and not reply.targets and time.monotonic() < registered_by:
         if progress.phase != "waiting":
             progress.phase = "waiting"

@@ -17,10 +17,12 @@ import ipaddress
 import os
 import pathlib
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from agentd import peer
 from agentd.address import AgentAddress
@@ -44,13 +46,22 @@ class _BearerToken:
         return details._replace(metadata=metadata)
 
 
+_Call = TypeVar("_Call")
+Continuation = Callable[[grpc.aio.ClientCallDetails, Message], Awaitable[_Call]]
+"""How an interceptor hands a call on to the channel (grpc's signature)."""
+
+
 class _UnaryUnaryToken(_BearerToken, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+    async def intercept_unary_unary(self, continuation: Continuation[grpc.aio.UnaryUnaryCall],
+                                    client_call_details: grpc.aio.ClientCallDetails,
+                                    request: Message) -> grpc.aio.UnaryUnaryCall:
         return await continuation(self._with_token(client_call_details), request)
 
 
 class _UnaryStreamToken(_BearerToken, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, client_call_details, request):
+    async def intercept_unary_stream(self, continuation: Continuation[grpc.aio.UnaryStreamCall],
+                                     client_call_details: grpc.aio.ClientCallDetails,
+                                     request: Message) -> grpc.aio.UnaryStreamCall:
         return await continuation(self._with_token(client_call_details), request)
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import pathlib
 import sys
+from typing import TextIO
 
 from tuiprof.client.targets import add_target_arguments
 from tuiprof.commands.console import _add_interval, source_from_args
@@ -32,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-async def _record(args: argparse.Namespace, out) -> tuple[int, dict[str, str]]:
+async def _record(args: argparse.Namespace, out: TextIO) -> tuple[int, dict[str, str]]:
     """Record until ``--duration`` ends; the count of events and why each host is down at the end."""
     source, _ = source_from_args(args)
     count = 0

@@ -28,15 +28,26 @@ import sys
 from collections.abc import Iterator
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.errors import TuiprofError
 from tuiprof.model import behaviour
+from tuiprof.model.values import REASONS_FIELD
 
 TARGET = pathlib.Path(__file__).with_name("messages.py")
-ROOTS: tuple[Descriptor, ...] = (pb.HostSnapshot.DESCRIPTOR, pb.AgentInfo.DESCRIPTOR, pb.TraceTarget.DESCRIPTOR)
+
+
+def _descriptor(message: type[Message]) -> Descriptor:
+    """``message``'s descriptor: upb's is a Descriptor at run time, which the type stubs keep apart."""
+    descriptor = message.DESCRIPTOR
+    if not isinstance(descriptor, Descriptor):
+        raise TypeError(f"{message.__name__}.DESCRIPTOR is a {type(descriptor).__name__}, not a Descriptor")
+    return descriptor
+
+
+ROOTS = (_descriptor(pb.HostSnapshot), _descriptor(pb.AgentInfo), _descriptor(pb.TraceTarget))
 """The messages the console keeps: snapshots, agent info, and trace targets (capture progress)."""
-REASONS_FIELD = "unavailable"
 
 _SCALARS = {
     FieldDescriptor.CPPTYPE_INT32: "int", FieldDescriptor.CPPTYPE_INT64: "int",
@@ -90,7 +101,7 @@ def _is_reasons(field: FieldDescriptor) -> bool:
 
 def field_type(field: FieldDescriptor) -> str:
     """The annotation of ``field`` in the generated dataclass (NoPlaceError when it has none)."""
-    where = f"{field.containing_type.name}.{field.name}"
+    where = field.full_name
     if _in_real_oneof(field):
         raise NoPlaceError(f"{where}: oneof fields have no place in the console model")
     if field.message_type is not None:
@@ -120,14 +131,14 @@ def _fields(message: Descriptor) -> Iterator[FieldDescriptor]:
 
 def render_class(message: Descriptor) -> str:
     mixin = f"{message.name}Mixin"
-    nested = [f for f in _fields(message) if f.message_type is not None]
+    nested = {f.name: f.message_type.name for f in _fields(message) if f.message_type is not None}
     bases = [f"behaviour.{mixin}"] * hasattr(behaviour, mixin) + ["NestedOnFirstRead"] * bool(nested)
     base = f"({', '.join(bases)})" if bases else ""
     lines = ["", "", "@dataclass(frozen=True, slots=True)", f"class {message.name}{base}:",
              f'    """``{message.full_name}``."""', ""]
     lines += [f"    {field.name}: {field_type(field)}" for field in _fields(message)]
     if nested:
-        entries = ", ".join(f'"{f.name}": {f.message_type.name}' for f in nested)
+        entries = ", ".join(f'"{name}": {type_name}' for name, type_name in nested.items())
         lines.append(f"    NESTED: ClassVar[dict[str, type]] = {{{entries}}}")
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.errors import BadInputError
@@ -27,7 +28,7 @@ class RecordFormatError(BadInputError):
     """A recording line that is not a host event; names the file and line."""
 
 
-def _to_dict(message) -> dict[str, Any]:
+def _to_dict(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 

@@ -7,12 +7,14 @@ per-snapshot work a console watching a thousand hosts must do for every host.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from google.protobuf.message import Message
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.model.behaviour import collector_gap, ratio_percent
-from tuiprof.model.values import NOT_REPORTED, Reading, Unavailable, available, first_reason
+from tuiprof.model.values import NOT_REPORTED, REASONS_FIELD, Reading, Unavailable, available, first_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +35,13 @@ class HostSummary:
     hang_level: str
 
 
-def reading(message, field: str, default_reason: str = NOT_REPORTED) -> Reading:
+def reading(message: Message, field: str, default_reason: str = NOT_REPORTED) -> Reading:
     """An optional proto field as a number, or Unavailable with the message's reason."""
     if message.HasField(field):
-        return getattr(message, field)
-    reasons = message.unavailable if "unavailable" in message.DESCRIPTOR.fields_by_name else {}
+        number: int | float = getattr(message, field)
+        return number
+    has_reasons = REASONS_FIELD in message.DESCRIPTOR.fields_by_name
+    reasons: Mapping[str, str] = getattr(message, REASONS_FIELD) if has_reasons else {}
     return Unavailable(reasons.get(field) or default_reason)
 
 
@@ -64,7 +68,7 @@ def _median(values: list[Reading], empty: Unavailable) -> Reading:
     return statistics.median(numbers) if numbers else first_reason(values, empty.reason)
 
 
-def _field(messages: Iterable, field: str, reason: str) -> list[Reading]:
+def _field(messages: Iterable[Message], field: str, reason: str) -> list[Reading]:
     return [reading(m, field, reason) for m in messages]
 
 

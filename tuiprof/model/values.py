@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 NOT_REPORTED = "not reported by the agent"
+REASONS_FIELD = "unavailable"
+"""The map a proto message has, when it has one, of why each of its unset fields is unset."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pathlib
 import time
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import work
@@ -265,7 +266,7 @@ class StacksScreen(ConsoleScreen):
     def action_export_svg(self) -> None:
         self._export("svg", lambda report: flamegraph_svg(report.merged, title="tuiprof stacks"))
 
-    def _export(self, suffix: str, render) -> None:
+    def _export(self, suffix: str, render: Callable[[StacksReport], str]) -> None:
         if self.report is None:
             self.notify("No stacks yet: press r to take them.", severity="warning")
             return
