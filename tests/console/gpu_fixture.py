@@ -94,7 +94,9 @@ def gpu_snapshot(hostname: str, host_index: int, sequence: int, *, idle: bool = 
         gpu.tensor_active_percent = 0.0 if idle else util * 0.47
         gpu.dram_active_percent = 0.1 if idle else util * 0.33
         gpu.gpm_window_seconds = 1.0
-        gpu.processes.add(pid=41000 + index, name="python", used_memory_bytes=gpu.memory_used_bytes)
+        gpu.processes.add(pid=41000 + index, name="python", used_memory_bytes=gpu.memory_used_bytes,
+                          cpu_percent=0.5 if idle else 101.0 + index, resident_memory_bytes=(9 << 30) + index * (1 << 27),
+                          start_time_unix_seconds=START_UNIX - 3 * 3600 - 125)
     pmu = snap.pmu
     pmu.scope, pmu.hardware_available = "system", True
     pmu.mips, pmu.mega_cycles_per_s, pmu.ipc = 91000.0, 120000.0, 0.76

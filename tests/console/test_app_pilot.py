@@ -137,7 +137,7 @@ async def test_enter_drills_into_host_tabs_and_escape_goes_back(gpu_app) -> None
         tabs = screen.query_one("#tabs", TabbedContent)
         assert tabs.active == "gpus"
         assert screen.query_one("#gpus-table", DataTable).row_count == 8
-        assert "pcie_rx_bytes_per_s, pcie_tx_bytes_per_s: n/a (kept off the hot path" in detail(gpu_app, "#host-detail")
+        assert "PCIe rx, PCIe tx: n/a (kept off the hot path" in detail(gpu_app, "#host-detail")
         for key, tab in (("2", "cpu"), ("3", "io"), ("4", "ranks"), ("5", "pmu"), ("6", "history"), ("1", "gpus")):
             await pilot.press(key)
             assert tabs.active == tab

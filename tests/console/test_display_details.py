@@ -9,6 +9,7 @@ from console.recordings import AGENTS_RECORDING, replay_app
 from console.test_app_pilot import SIZE, detail, settle
 from tuiprof.model import units
 from tuiprof.model.filter import Comparison, FilterError, HostFilter
+from tuiprof.model.values import Unavailable
 from tuiprof.tui.host_grid import HostGrid
 from tuiprof.tui.screens.host import _swap
 
@@ -17,6 +18,23 @@ def test_zero_readings_read_as_zero():
     assert units.seconds(0.0) == "0 s" and units.bytes_(0) == "0 B"
     assert units.per_s(4.0, "") == "4.00" and units.per_s(0.0) == "0 /s"
     assert units.seconds(0.00085) == "850 µs"
+
+
+def test_elapsed_time_reads_as_ps_writes_it():
+    assert [units.elapsed(v) for v in (0, 65.9, 3 * 3600 + 4 * 60 + 5, 2 * 86400 + 7)] == [
+        "00:00", "01:05", "3:04:05", "2-00:00:07"]
+
+
+def test_unavailable_readings_are_named_in_words_not_field_names():
+    from tuiprof.tui.text import field_label, reasons
+
+    assert [field_label(name) for name in ("nvlink_rx_bytes_per_s", "gc_pause_seconds_per_s", "sm_percent",
+                                           "start_time_unix_seconds", "uptime_seconds", "nvml_failed_queries",
+                                           "interrupts_total", "seconds")] == [
+        "NVLink rx", "GC pause", "SM", "start time", "uptime", "NVML failed queries", "interrupts total", "seconds"]
+    why = Unavailable("not reported by the agent")
+    assert reasons({"pcie_rx_bytes_per_s": why, "pcie_tx_bytes_per_s": why, "power_watts": 300.0}) == [
+        "PCIe rx, PCIe tx: n/a (not reported by the agent)"]
 
 
 def test_a_host_without_swap_says_so():

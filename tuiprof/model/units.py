@@ -70,6 +70,18 @@ def seconds(value: Reading) -> str:
     return f"{v / 3600:.1f} h"
 
 
+def elapsed(value: Reading) -> str:
+    """How long something has run, as ``ps`` writes it (etime): ``mm:ss``, ``h:mm:ss``, ``d-hh:mm:ss``."""
+    if isinstance(value, Unavailable):
+        return NA
+    minutes, second = divmod(int(value), 60)
+    hours, minute = divmod(minutes, 60)
+    days, hour = divmod(hours, 24)
+    if days:
+        return f"{days}-{hour:02d}:{minute:02d}:{second:02d}"
+    return f"{hour}:{minute:02d}:{second:02d}" if hour else f"{minute:02d}:{second:02d}"
+
+
 def watts(value: Reading) -> str:
     return NA if isinstance(value, Unavailable) else f"{value:.0f} W"
 

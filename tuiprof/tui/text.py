@@ -41,12 +41,31 @@ def pair(first: Reading, second: Reading, formatter: Callable[[Reading], str]) -
     return Text(f"{formatter(first)}/{formatter(second)}")
 
 
+_UNIT_SUFFIXES = ("_bytes_per_s", "_seconds_per_s", "_unix_seconds", "_per_s", "_bytes", "_seconds", "_percent",
+                  "_hz", "_watts", "_celsius")
+_CAPITALS = {"cpu": "CPU", "gpu": "GPU", "sm": "SM", "gc": "GC", "irq": "IRQ", "uid": "UID", "pid": "PID",
+             "nvlink": "NVLink", "pcie": "PCIe", "gpm": "GPM", "nvml": "NVML", "nccl": "NCCL", "ecc": "ECC",
+             "dram": "DRAM", "fp16": "FP16", "fp32": "FP32", "fp64": "FP64", "gemm": "GEMM", "numa": "NUMA",
+             "mips": "MIPS", "ipc": "IPC", "iops": "IOPS", "rx": "rx", "tx": "tx"}
+
+
+def field_label(name: str) -> str:
+    """A reading's field name in words, its unit left to the cell: ``used_memory_bytes`` ->
+    ``used memory``, ``nvlink_rx_bytes_per_s`` -> ``NVLink rx``, ``sm_percent`` -> ``SM``."""
+    for suffix in _UNIT_SUFFIXES:
+        if name.endswith(suffix) and name != suffix.lstrip("_"):
+            name = name.removesuffix(suffix)
+            break
+    return " ".join(_CAPITALS.get(word, word) for word in name.split("_"))
+
+
 def reasons(named: dict[str, Reading]) -> list[str]:
-    """``field: reason`` for every unavailable reading, grouped by reason."""
+    """``reading, reading: n/a (reason)`` for every unavailable reading, grouped by reason, each
+    reading named in words (``field_label``)."""
     grouped: dict[str, list[str]] = {}
     for name, value in named.items():
         if isinstance(value, Unavailable):
-            grouped.setdefault(value.reason, []).append(name)
+            grouped.setdefault(value.reason, []).append(field_label(name))
     return [f"{', '.join(names)}: n/a ({reason})" for reason, names in grouped.items()]
 
 

@@ -63,9 +63,11 @@ GPU_COLUMNS = (
 """Each column's priority: at a narrow width the lowest go first."""
 
 
-PROCESS_COLUMNS = ("PID", "User", "Process", "GPU memory", "Share", "SM", "Rank", "Job", "Where", "Command")
-"""What the agent reports per GPU process (NVML's compute processes and /proc), the
-rank whose pid it is, and where it runs (container, pod, SLURM job; its pid in there)."""
+PROCESS_COLUMNS = ("PID", "User", "Process", "GPU memory", "Share", "SM", "CPU", "Host mem", "Time", "Rank", "Job",
+                   "Where", "Command")
+"""What the agent reports per GPU process (NVML's compute processes and /proc: its CPU use in % of
+one CPU, resident memory and time since it started, as nvitop shows them), the rank whose pid it
+is, and where it runs (container, pod, SLURM job; its pid in there)."""
 
 
 def _text(value: str | Unavailable) -> Text | str:
@@ -77,8 +79,9 @@ def _where(process: GpuProcess | RankStats) -> Text | str:
     return process.where or Text("host", style="dim italic")
 
 
-def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
-    """The GPU's compute processes, biggest memory first; a pid that is a rank names its rank and job."""
+def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats], at_unix_seconds: float) -> list[Row]:
+    """The GPU's compute processes, biggest memory first; a pid that is a rank names its rank and job.
+    ``at_unix_seconds``: when the snapshot was taken (a process's time is counted up to then)."""
     by_pid = {rank.pid: rank for rank in ranks}
     rows: list[Row] = []
     by_memory = sorted(gpu.processes, reverse=True, key=lambda p: -1.0 if isinstance(
@@ -89,12 +92,17 @@ def gpu_process_rows(gpu: GpuStats, ranks: Sequence[RankStats]) -> list[Row]:
         share = (units.percent(100.0 * used / gpu.memory_total_bytes)
                  if not isinstance(used, Unavailable) and not isinstance(gpu.memory_total_bytes, Unavailable)
                  and gpu.memory_total_bytes > 0 else units.NA)
-        named: dict[str, Reading] = {"used_memory_bytes": used, "sm_percent": process.sm_percent}
-        named |= {name: text for name, text in (("user", process.user), ("command", process.command))
+        started = process.start_time_unix_seconds
+        running = started if isinstance(started, Unavailable) else max(0.0, at_unix_seconds - started)
+        named: dict[str, Reading] = {"GPU memory": used, "SM": process.sm_percent, "CPU": process.cpu_percent,
+                                     "Host mem": process.resident_memory_bytes, "Time": started}
+        named |= {name: text for name, text in (("User", process.user), ("Command", process.command))
                   if isinstance(text, Unavailable)}
         rows.append((str(process.pid), [
             str(process.pid), _text(process.user), process.name or Text("not visible", style="dim italic"),
             reading(used, units.bytes_), share, reading(process.sm_percent, units.percent),
+            reading(process.cpu_percent, units.percent), reading(process.resident_memory_bytes, units.bytes_),
+            reading(running, units.elapsed),
             rank.label if rank else Text("not a rank", style="dim italic"),
             (rank.job_id or Text("none", style="dim italic")) if rank else "",
             _where(process), _text(process.command),
@@ -111,7 +119,7 @@ def processes_age(gpu: GpuStats) -> str:
 
 
 def process_notes(rows: Sequence[Row]) -> str:
-    """Why the processes' n/a cells are n/a: ``pid 5200: user, command: n/a (reason)``."""
+    """Why the processes' n/a cells are n/a, by column: ``pid 5200: User, Command: n/a (reason)``."""
     notes = []
     for key, _, named in rows:
         notes += [f"pid {key}: {note}" for note in reasons(named)]
@@ -248,8 +256,8 @@ OP_COLUMNS = (
     TableColumn("p50", 80), TableColumn("p99", 85), TableColumn("Max", 50), TableColumn("Throughput", 90),
 )
 PMU_COLUMNS = (TableColumn("Counter", 100), TableColumn("Value", 90))
-PROCESS_PRIORITY = {"PID": 100, "Process": 90, "GPU memory": 80, "SM": 75, "Rank": 70, "User": 65, "Job": 60,
-                    "Where": 55, "Share": 50, "Command": 40}
+PROCESS_PRIORITY = {"PID": 100, "Process": 90, "GPU memory": 80, "SM": 75, "Rank": 70, "CPU": 68, "User": 65,
+                    "Job": 60, "Host mem": 58, "Where": 55, "Share": 50, "Time": 45, "Command": 40}
 """Priorities of ``PROCESS_COLUMNS`` (a column not listed goes first)."""
 
 
@@ -521,7 +529,7 @@ class HostScreen(ConsoleScreen):
         if not table.display:
             return
         gpu = snapshot.gpus[cursor]
-        rows = gpu_process_rows(gpu, snapshot.ranks)
+        rows = gpu_process_rows(gpu, snapshot.ranks, snapshot.timestamp_unix_ns / 1e9)
         notes = process_notes(rows)
         set_content(title, f"Processes on GPU {gpu.index}{processes_age(gpu)}" + (f" · {notes}" if notes else ""))
         rows = rows or [
