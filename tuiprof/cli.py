@@ -48,7 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         importlib.import_module(f"tuiprof.commands.{module}").add_parser(subparsers)
+    _plain_descriptions(subparsers)
     return parser
+
+
+def _plain_descriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """A command's description is mostly its module's docstring, written in reStructuredText for
+    readers of the code: in ``--help`` its literals read as the rest of the help writes them (`x`)."""
+    for command in subparsers.choices.values():
+        if command.description:
+            command.description = command.description.replace("``", "`")
 
 
 class _OneCommandParser(argparse.ArgumentParser):
@@ -74,6 +83,7 @@ def command_parser(argv: list[str]) -> argparse.ArgumentParser:
     # parser_class: the command's own parser reports its own errors, as under the whole parser.
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=argparse.ArgumentParser)
     importlib.import_module(f"tuiprof.commands.{module}").add_parser(subparsers)
+    _plain_descriptions(subparsers)
     return parser
 
 
