@@ -1004,7 +1004,7 @@ class TraceOptions(_message.Message):
     def __init__(self, record_shapes: _Optional[bool] = ..., profile_memory: _Optional[bool] = ..., with_stack: _Optional[bool] = ..., with_flops: _Optional[bool] = ..., with_modules: _Optional[bool] = ...) -> None: ...
 
 class CaptureTraceRequest(_message.Message):
-    __slots__ = ("kind", "duration_ms", "iterations", "last_events", "start_time_unix_ms", "pids", "job_id", "ranks", "options", "output_subdir", "summary_steps")
+    __slots__ = ("kind", "duration_ms", "iterations", "last_events", "start_time_unix_ms", "pids", "job_id", "ranks", "options", "output_subdir", "summary_steps", "summary_like_hta")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KINETO: _ClassVar[CaptureTraceRequest.Kind]
@@ -1028,6 +1028,7 @@ class CaptureTraceRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SUBDIR_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_LIKE_HTA_FIELD_NUMBER: _ClassVar[int]
     kind: CaptureTraceRequest.Kind
     duration_ms: int
     iterations: int
@@ -1039,7 +1040,8 @@ class CaptureTraceRequest(_message.Message):
     options: TraceOptions
     output_subdir: str
     summary_steps: CaptureTraceRequest.SummarySteps
-    def __init__(self, kind: _Optional[_Union[CaptureTraceRequest.Kind, str]] = ..., duration_ms: _Optional[int] = ..., iterations: _Optional[int] = ..., last_events: _Optional[int] = ..., start_time_unix_ms: _Optional[int] = ..., pids: _Optional[_Iterable[int]] = ..., job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., options: _Optional[_Union[TraceOptions, _Mapping]] = ..., output_subdir: _Optional[str] = ..., summary_steps: _Optional[_Union[CaptureTraceRequest.SummarySteps, str]] = ...) -> None: ...
+    summary_like_hta: bool
+    def __init__(self, kind: _Optional[_Union[CaptureTraceRequest.Kind, str]] = ..., duration_ms: _Optional[int] = ..., iterations: _Optional[int] = ..., last_events: _Optional[int] = ..., start_time_unix_ms: _Optional[int] = ..., pids: _Optional[_Iterable[int]] = ..., job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., options: _Optional[_Union[TraceOptions, _Mapping]] = ..., output_subdir: _Optional[str] = ..., summary_steps: _Optional[_Union[CaptureTraceRequest.SummarySteps, str]] = ..., summary_like_hta: _Optional[bool] = ...) -> None: ...
 
 class TraceTarget(_message.Message):
     __slots__ = ("host", "pid", "rank", "state", "file", "reason", "summary")

@@ -66,6 +66,7 @@ class Capture:
     requested_by: int | None = None
     # What the summaries count: "all" or "complete" (``agentd.traces.analysis.summary.step_window``).
     summary_steps: str = "all"
+    summary_like_hta: bool = False  # and whether as HTA does (``agentd.traces.analysis.extract``)
     # Written file → the agent's summary of it (``agentd.traces.analysis.summarise``), filled off the event loop.
     summaries: dict[str, pb.RankTraceSummary] = field(default_factory=dict)
 

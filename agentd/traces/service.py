@@ -215,6 +215,7 @@ class CaptureService:
         capture.requested_by = caller.uid
         if request.summary_steps == pb.CaptureTraceRequest.COMPLETE_STEPS:
             capture.summary_steps = "complete"
+        capture.summary_like_hta = request.summary_like_hta
         self._remember(capture)
         log.info("capture started", extra={
             "capture_id": capture_id, "kind": pb.CaptureTraceRequest.Kind.Name(request.kind),

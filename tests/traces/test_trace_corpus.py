@@ -34,6 +34,9 @@ EXPECTED = {
     "kineto_tb_plugin_2021.json.gz": ("2021-05-19", 32, None),
     "kineto_resnet50_2021_steps5-6.json.gz": ("2021-01-11", 3094, None),
     "deepseek_v3_train_ep64_rank0.json.gz": ("2025-02-25", 983, 0),
+    # baseTimeNanoseconds is the same 2025-12-31 instant in both TraceLens files; their timestamps are relative to it
+    "tracelens_b200_vllm_multimem_rank0.json.gz": ("2026-01-16", 929, 0),
+    "tracelens_mi300x_rccl_rank0.json.gz": ("2026-02-12", 3653, 0),
 }
 
 

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from agentd.traces.analysis.extract import (
-    DROPPED_METADATA, CollectiveCall, Event, RankExtractor, TraceFile, rank_result, steps_and_launches,
+    DROPPED_METADATA, CollectiveCall, Event, FirstPass, RankExtractor, TraceFile, first_pass, rank_result,
 )
-from agentd.traces.analysis.summary import RankExtract, RankResult
+from agentd.traces.analysis.summary import RankExtract, RankResult, hta_times
 from tuiprof.analysis.trace_collectives import match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
 from tuiprof.analysis.trace_summary import TraceSummary, summarize
@@ -179,11 +179,12 @@ def _load(path: pathlib.Path) -> TraceFile:
 
 
 def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: int | None = None,
-                 steps: str = "all", timeline: bool = True) -> MergeResult:
+                 steps: str = "all", timeline: bool = True, like_hta: bool = False) -> MergeResult:
     """Write the merged, gzipped timeline to ``output``; return each rank's results for ``summarize``.
 
     ``steps`` ("all" or "complete", see ``step_window``) chooses what the
-    summary counts; the merged timeline always keeps every event. With
+    summary counts, ``like_hta`` whether it counts by HTA's rules
+    (``agentd.traces.analysis.extract``); the merged timeline always keeps every event, as written. With
     ``timeline`` False only the summary is wanted: ``output`` gets the merged
     file's frame and the collective links, no rank's events (not encoded nor
     compressed).
@@ -197,7 +198,8 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
     origin = min(bases, default=0)
     order = sorted(range(len(sources)), key=lambda i: (sources[i].rank is None, sources[i].rank or 0,
                                                        sources[i].host, sources[i].pid or 0, str(sources[i].path)))
-    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0, steps, timeline) for index, i in enumerate(order)]
+    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0, steps, timeline, like_hta)
+            for index, i in enumerate(order)]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     result = MergeResult(output, origin, 0)
     hops: dict[tuple[str, ...], list[_CollectiveHop]] = {}
@@ -258,14 +260,14 @@ def _start_resource_tracker() -> None:
 MERGED_NAME = "merged.trace.json.gz"
 
 
-def merge_capture(capture: ClusterCapture, output: pathlib.Path, steps: str = "all"
+def merge_capture(capture: ClusterCapture, output: pathlib.Path, steps: str = "all", like_hta: bool = False
                   ) -> tuple[MergeResult, TraceSummary]:
     """A capture's fetched files merged into ``output/merged.trace.json.gz``, and their summary.
 
     What ``tuiprof trace`` and the traces screen both do once the files are in.
     """
     inputs = [TraceInput(f.local, f.host, f.rank, f.pid) for f in capture.files]
-    merged = merge_traces(inputs, output / MERGED_NAME, steps=steps)
+    merged = merge_traces(inputs, output / MERGED_NAME, steps=steps, like_hta=like_hta)
     return merged, summarize(merged.ranks)
 
 
@@ -280,17 +282,17 @@ def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeRe
     return calls
 
 
-def _rank_part(job: tuple[TraceInput, int, float, str, bool]) -> _RankPart:
+def _rank_part(job: tuple[TraceInput, int, float, str, bool, bool]) -> _RankPart:
     """One rank, start to end (runs in a worker process): rewrite, compress, summarise."""
-    source, rank_index, shift_us, steps, timeline = job
-    chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps, timeline)
+    source, rank_index, shift_us, steps, timeline, like_hta = job
+    chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps, timeline, like_hta)
     piece = compress_piece(b"," + chunk if chunk else b"")
     result = rank_result(extract, calls)  # its collectives are keyed across ranks afterwards
     return _RankPart(piece, result, calls, extract.events)
 
 
-def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: str, timeline: bool = True
-             ) -> tuple[bytes, RankExtract, list[CollectiveCall]]:
+def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: str, timeline: bool = True,
+             like_hta: bool = False) -> tuple[bytes, RankExtract, list[CollectiveCall]]:
     """One rank's events moved onto the shared base and its own pids, plus its summary extract
     (``agentd.traces.analysis.extract``: what the agent extracts on the node, here on the shared base)."""
     trace = _load(source.path)
@@ -304,10 +306,9 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
     pid_base = (rank_index + 1) * _RANK_STRIDE
     flow_shift = rank_index << _FLOW_ID_SHIFT
     events = trace.traceEvents
-    steps: list[tuple[str, float, float]] = []
-    launches: dict[int, float] = {}
-    steps_and_launches(events, shift_us, steps, launches)
-    extractor = RankExtractor(extract, steps, launches, step_mode)
+    found = FirstPass()
+    first_pass(events, shift_us, found, like_hta)
+    extractor = RankExtractor(extract, found, step_mode, like_hta)
     for event in events:
         original_pid = event.pid
         if event.ph == "M" and event.name in DROPPED_METADATA:
@@ -319,10 +320,10 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
             if new_pid is None:
                 new_pid = pids[original_pid] = pid_base + len(pids)
             event.pid = new_pid
-        ts = event.ts
-        if ts is unset:
+        written = event.ts
+        if written is unset:
             continue
-        ts = event.ts = ts + shift_us
+        ts = event.ts = written + shift_us
         if event.id is not unset and type(event.id) is int:
             event.id += flow_shift
         dur = event.dur
@@ -331,6 +332,9 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
         cat, name = event.cat, event.name
         if name is unset or cat is unset:
             continue
+        if like_hta:  # rounded on the file's own time base, as HTA reads it
+            start, dur = hta_times(written, dur)
+            ts = start + shift_us
         extractor.add(event, name, cat, ts, dur)
     calls = extractor.finish()
     extract.events = len(events)  # every event of the file, the metadata replaced below included

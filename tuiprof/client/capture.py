@@ -70,6 +70,7 @@ class CaptureSpec:
     with_flops: bool = False
     with_modules: bool = False
     steps: str = "all"  # what the agents' summaries count (``--steps``)
+    like_hta: bool = False  # and whether they count as HTA does (``--like-hta``)
     start_delay_ms: int = DEFAULT_START_DELAY_MS
     # Give up on files not written this long after the start (traced span included).
     timeout_s: float = 120.0
@@ -81,7 +82,7 @@ class CaptureSpec:
             options=pb.TraceOptions(record_shapes=self.record_shapes, profile_memory=self.profile_memory,
                                     with_stack=self.with_stack, with_flops=self.with_flops,
                                     with_modules=self.with_modules),
-            summary_steps=SUMMARY_STEPS[self.steps],
+            summary_steps=SUMMARY_STEPS[self.steps], summary_like_hta=self.like_hta,
         )
         if self.iterations is not None:
             request.iterations = self.iterations

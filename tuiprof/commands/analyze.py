@@ -54,17 +54,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", type=pathlib.Path, metavar="FILE",
                         help=f"also write the merged timeline here (a folder: FILE/{MERGED_NAME}); "
                              "open it in ui.perfetto.dev")
-    add_steps_argument(parser)
+    add_summary_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (as `tuiprof trace --json`)")
     parser.set_defaults(func=run)
 
 
-def add_steps_argument(parser: argparse.ArgumentParser) -> None:
-    """``--steps``: which part of each trace the summary counts (the merged timeline keeps everything)."""
+def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--steps``: which part of each trace the summary counts (the merged timeline keeps everything);
+    ``--like-hta``: whether it counts as HTA does."""
     parser.add_argument("--steps", choices=STEP_MODES, default="all",
                         help="what the summary counts: all = the whole trace (default); complete = only whole "
                              "ProfilerStep# windows, dropping the last step, which the profiler's stop cuts short "
                              "(HTA's default); GPU work counts by when it was launched")
+    parser.add_argument("--like-hta", action="store_true",
+                        help="count as HTA 0.5 does, to compare with its numbers: times rounded to whole µs, GPU work "
+                             "queued before the trace left out (with two or more ProfilerSteps), communication = "
+                             "kernels named nccl…Kernel only (default: every collective the profiler recorded or "
+                             "a collective library's kernel)")
 
 
 def merged_json(merged: MergeResult) -> dict:
@@ -120,21 +126,22 @@ def check_one_job(files: list[_File]) -> None:
         raise AnalyzeInputError(f"mixed jobs: {described}; analyse one job's files at a time")
 
 
-def _merge(files: list[_File], output: pathlib.Path | None, steps: str) -> MergeResult:
+def _merge(files: list[_File], output: pathlib.Path | None, steps: str, like_hta: bool) -> MergeResult:
     inputs = [TraceInput(f.path, rank=f.rank, header=f.header) for f in files]
     if output is not None:
         if output.is_dir():
             output = output / MERGED_NAME
-        return merge_traces(inputs, output, steps=steps)
+        return merge_traces(inputs, output, steps=steps, like_hta=like_hta)
     with tempfile.TemporaryDirectory(prefix="tuiprof-analyze-") as scratch:  # the summary only
-        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=steps, timeline=False)
+        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=steps, timeline=False,
+                            like_hta=like_hta)
 
 
-def _capture(paths: list[pathlib.Path], output: pathlib.Path | None, steps: str
+def _capture(paths: list[pathlib.Path], output: pathlib.Path | None, steps: str, like_hta: bool
              ) -> tuple[list[_File], MergeResult]:
     files = [_identify(path) for path in trace_files(paths)]
     check_one_job(files)
-    return files, _merge(files, output, steps)
+    return files, _merge(files, output, steps, like_hta)
 
 
 def _warn_unavailable(results: list[RankResult]) -> None:
@@ -160,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_diff(args)
     started = time.monotonic()
     try:
-        files, merged = _capture(args.paths, args.output, args.steps)
+        files, merged = _capture(args.paths, args.output, args.steps, args.like_hta)
     except OSError as exc:
         raise AnalyzeInputError(f"cannot write --output {args.output}: {exc.strerror}") from exc
     summary = summarize(merged.ranks)
@@ -182,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_diff(args: argparse.Namespace) -> int:
     sides = []
     for side in args.diff:
-        files, merged = _capture([side], None, args.steps)
+        files, merged = _capture([side], None, args.steps, args.like_hta)
         summarize(merged.ranks)  # fills each rank's compute against the job's median
         sides.append((files, merged.ranks))
     (files_a, ranks_a), (files_b, ranks_b) = sides

@@ -36,7 +36,7 @@ from tuiprof.client.capture import (DEFAULT_START_DELAY_MS, REGISTRATION_WAIT_SE
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import local_agent
 from tuiprof.client.targets import add_target_arguments, addresses, connection
-from tuiprof.commands.analyze import add_steps_argument, merged_json
+from tuiprof.commands.analyze import add_summary_arguments, merged_json
 from tuiprof.errors import BadInputError, TuiprofError
 from tuiprof.model.capture import ClusterCapture, HostProgress
 
@@ -83,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "covers libkineto's 5 s poll and its warmup)")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="seconds after the start to wait for files (default 120)")
-    add_steps_argument(parser)
+    add_summary_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     parser.set_defaults(func=run)
 
@@ -117,7 +117,7 @@ def spec_from_args(args: argparse.Namespace) -> CaptureSpec:
                        last_events=args.last_events, pids=args.pids, ranks=args.ranks, job_id=args.job_id,
                        record_shapes=args.record_shapes, profile_memory=args.profile_memory,
                        with_stack=args.with_stack, with_flops=args.with_flops, with_modules=args.with_modules,
-                       steps=args.steps,
+                       steps=args.steps, like_hta=args.like_hta,
                        start_delay_ms=args.start_delay_ms if args.kind == "kineto" else 0, timeout_s=args.timeout)
 
 
@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     if args.merge and capture.files:
         merging = time.monotonic()
         try:
-            merged, merged_summary = merge_capture(capture, output, args.steps)
+            merged, merged_summary = merge_capture(capture, output, args.steps, args.like_hta)
         except TraceFormatError as exc:
             raise UnmergeableCaptureError(str(exc)) from exc
         run_.seconds["merge"] = round(time.monotonic() - merging, 3)

@@ -1,25 +1,30 @@
 """From one rank's decoded Chrome trace to the extract its summary needs and its collective calls.
 
-One pass over the events (``RankExtractor.add`` per complete event) fills a
-``RankExtract``: GPU events count when their launch call (paired by
-correlation id; the event's own start when the launch is not in the trace) is
-in the ``--steps`` window, CPU ops when they start in it. The agent runs it on
-its ranks' files with each file's own time base; the console's merge runs it
-while rewriting events onto the shared base (``tuiprof.analysis.trace_merge``).
+A first pass (``first_pass``) finds the steps, each launch call by correlation
+id and the collective CPU ops; then one pass over the events
+(``RankExtractor.add`` per complete event) fills a ``RankExtract``: GPU events
+count when their launch call (the event's own start when the launch is not in
+the trace) is in the ``--steps`` window, CPU ops when they start in it. The
+agent runs it on its ranks' files with each file's own time base; the
+console's merge runs it while rewriting events onto the shared base
+(``tuiprof.analysis.trace_merge``). ``like_hta`` (``--like-hta``) counts as
+HTA 0.5 does: times rounded to whole µs, GPU work whose launch is not in the
+trace left out (with two or more ProfilerSteps), communication by name alone.
 """
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 import msgspec
 
 from agentd.traces.analysis.summary import (
     CPU_OP_CATEGORIES, GPU_CATEGORIES, KERNEL_CATEGORIES, RUNTIME_CATEGORIES, SHORT_KERNEL_US, RankExtract, RankResult,
-    StepWindow, kernel_kind, step_window, summarize_rank,
+    StepWindow, hta_times, hta_window, kernel_kind, step_window, summarize_rank,
 )
 
 # CPU ops that are collectives (gloo, or c10d's dispatcher ops), linked when a rank has no GPU kernels.
@@ -30,6 +35,13 @@ STEP_PREFIXES = ("ProfilerStep#", "Optimizer.step#")
 STEP_CATEGORIES = frozenset({"user_annotation", "Operator"})
 # The categories RankExtractor.add counts (runtime calls, a third of a trace's events, only pair launches).
 ADDED_CATEGORIES = GPU_CATEGORIES | CPU_OP_CATEGORIES | {"user_annotation"}
+# CPU ops (record functions) that run a collective, whose kernels are communication whatever their name (Kineto
+# links a kernel to the innermost op around its launch by ``External id``): c10d's record_param_comms (around each
+# NCCL/RCCL launch), ProcessGroupNCCL's nccl:* and gloo's gloo:* spans, the c10d:: and _c10d_functional:: ops,
+# PyTorch's symmetric-memory ops (symm_mem::multimem_all_reduce_, one_shot_all_reduce, …) and vLLM's custom
+# all-reduce (_C_custom_ar::all_reduce).
+COLLECTIVE_OPS = re.compile(r"record_param_comms$|nccl:|gloo:|c10d::|_c10d_functional::|symm_mem::|_C_custom_ar::")
+COLLECTIVE_OP_CATEGORIES = CPU_OP_CATEGORIES | {"user_annotation"}
 
 
 class Event(msgspec.Struct, omit_defaults=True):
@@ -66,9 +78,16 @@ class _CollectiveArgs(msgspec.Struct):
 class _GpuArgs(msgspec.Struct):
     correlation: int | None = None
     stream: int | str | None = None
+    external: int | None = msgspec.field(default=None, name="External id")  # the CPU op that launched it
+    collective: str | None = msgspec.field(default=None, name="Collective name")  # on NCCL/RCCL kernels
+
+
+class _OpArgs(msgspec.Struct):
+    external: int | None = msgspec.field(default=None, name="External id")
 
 
 _decode_gpu_args = msgspec.json.Decoder(_GpuArgs).decode
+_decode_op_args = msgspec.json.Decoder(_OpArgs).decode
 _decode_collective = msgspec.json.Decoder(_CollectiveArgs).decode
 _NO_GPU_ARGS = _GpuArgs()
 
@@ -99,18 +118,36 @@ def track(value: int | str | msgspec.UnsetType) -> int | str:
     return "" if value is msgspec.UNSET else value
 
 
-def steps_and_launches(events: Iterable[Event], shift_us: float, steps: list[tuple[str, float, float]],
-                       launches: dict[int, float]) -> None:
-    """Add the step annotations (name, ts, dur) and each runtime call's start by correlation id, shifted."""
+@dataclass
+class FirstPass:
+    """What counting a rank's events needs to know of all of them first."""
+
+    steps: list[tuple[str, float, float]] = field(default_factory=list)  # step annotations: name, ts, dur
+    launches: dict[int, float] = field(default_factory=dict)  # correlation id -> its launch call's start
+    collective_ops: set[int] = field(default_factory=set)  # External ids of the CPU ops that run a collective
+
+
+def first_pass(events: Iterable[Event], shift_us: float, found: FirstPass, like_hta: bool = False) -> None:
+    """Add the events' step annotations, launch calls (times shifted; ``like_hta``: rounded first, as HTA rounds)
+    and collective CPU ops to ``found``."""
     for event in events:
         name, ts, dur = event.name, event.ts, event.dur
         if event.ph != "X" or ts is msgspec.UNSET or dur is msgspec.UNSET or name is msgspec.UNSET:
             continue
+        if like_hta:
+            ts, dur = hta_times(ts, dur)
         if event.cat in RUNTIME_CATEGORIES:
             if (correlation := gpu_args(event).correlation) is not None:
-                launches[correlation] = ts + shift_us
+                found.launches[correlation] = ts + shift_us
         elif event.cat in STEP_CATEGORIES and name.startswith(STEP_PREFIXES):
-            steps.append((name, ts + shift_us, dur))
+            found.steps.append((name, ts + shift_us, dur))
+        elif event.cat in COLLECTIVE_OP_CATEGORIES and COLLECTIVE_OPS.match(name) and event.args is not msgspec.UNSET:
+            try:
+                external = _decode_op_args(event.args).external
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if external is not None:
+                found.collective_ops.add(external)
 
 
 def step_windows(steps: list[tuple[str, float, float]]) -> list[tuple[float, float]]:
@@ -140,20 +177,25 @@ def _add(totals: dict[str, list[float]], name: str, dur: float) -> None:
 class RankExtractor:
     """Fills ``extract`` from a rank's events, one complete event (``ph`` X) at a time.
 
-    ``steps`` and ``launches`` are the rank's, from ``steps_and_launches`` over
-    all its events first, on the caller's time base (0 shift: the file's own).
+    ``found`` is the rank's ``first_pass`` over all its events, on the caller's
+    time base (0 shift: the file's own), with the same ``like_hta``.
     """
 
-    def __init__(self, extract: RankExtract, steps: list[tuple[str, float, float]], launches: dict[int, float],
-                 step_mode: str) -> None:
+    def __init__(self, extract: RankExtract, found: FirstPass, step_mode: str, like_hta: bool = False) -> None:
         self.extract = extract
-        self._launches = launches
-        self._window = step_window(steps, step_mode)
+        self._launches, self._collective_ops, self._like_hta = found.launches, found.collective_ops, like_hta
+        steps = found.steps
+        hta = hta_window(steps, step_mode) if like_hta else None
+        self._window = hta or step_window(steps, step_mode)
         extract.steps, extract.window = _in_window(steps, self._window), self._window.description
+        # Where HTA filters by its window, it keeps only the GPU work whose launch call is in the trace.
+        self._unlaunched_left_out = hta is not None
+        if self._unlaunched_left_out:
+            extract.window += "; GPU work launched before the trace left out"
         self._start, self._end = self._window.start, self._window.end  # the window's bounds, read per event
         windows = step_windows(extract.steps)
         self._step_starts, self._step_ends = [start for start, _ in windows], [end for _, end in windows]
-        self._kinds: dict[str, str] = {}
+        self._kinds: dict[tuple[str, bool], str] = {}  # (name, recorded as a collective) -> kind
         self._gpu_collectives: list[tuple[Event, str, float, float]] = []  # the event, its name, start, duration
         self._cpu_collectives: list[tuple[Event, str, float, float]] = []
         self._gloo_work: list[tuple[Event, str, float, float]] = []
@@ -164,7 +206,8 @@ class RankExtractor:
         if cat in GPU_CATEGORIES:
             args = gpu_args(event)
             launched = None if args.correlation is None else self._launches.get(args.correlation)
-            if not self._start <= (ts if launched is None else launched) <= self._end:
+            if not self._start <= (ts if launched is None else launched) <= self._end or (
+                    launched is None and self._unlaunched_left_out):
                 extract.gpu_events_outside += 1
                 return
             if launched is not None:
@@ -174,9 +217,11 @@ class RankExtractor:
                 extract.short_kernels += dur < SHORT_KERNEL_US
                 if launched is not None:
                     extract.launch_delays.append(ts - launched)
-            kind = self._kinds.get(name)
+            recorded = cat in KERNEL_CATEGORIES and (args.collective is not None
+                                                     or args.external in self._collective_ops)
+            kind = self._kinds.get((name, recorded))
             if kind is None:
-                kind = self._kinds[name] = kernel_kind(name, cat)
+                kind = self._kinds[name, recorded] = kernel_kind(name, cat, recorded, self._like_hta)
             extract.intervals[kind].append((ts, ts + dur))
             stream = str(args.stream if args.stream is not None else track(event.tid))
             extract.streams.setdefault(stream, []).append((ts, ts + dur, launched))
@@ -221,19 +266,18 @@ def rank_result(extract: RankExtract, calls: list[CollectiveCall]) -> RankResult
                       collective_totals=totals, cpu_totals=extract.cpu_totals)
 
 
-def extract_rank(batches: Callable[[], Iterable[list[Event]]], extract: RankExtract, step_mode: str
-                 ) -> list[CollectiveCall]:
+def extract_rank(batches: Callable[[], Iterable[list[Event]]], extract: RankExtract, step_mode: str,
+                 like_hta: bool = False) -> list[CollectiveCall]:
     """Fill ``extract`` from a rank's events on its own time base; return its collective calls.
 
     ``batches()`` gives the events (in batches, e.g. read from the file piece by
-    piece) and is called twice: once for the steps and launch calls, once for
+    piece) and is called twice: once for the ``first_pass``, once for
     everything else.
     """
-    steps: list[tuple[str, float, float]] = []
-    launches: dict[int, float] = {}
+    found = FirstPass()
     for batch in batches():
-        steps_and_launches(batch, 0.0, steps, launches)
-    extractor = RankExtractor(extract, steps, launches, step_mode)
+        first_pass(batch, 0.0, found, like_hta)
+    extractor = RankExtractor(extract, found, step_mode, like_hta)
     unset, add, counted = msgspec.UNSET, extractor.add, 0
     for batch in batches():
         counted += len(batch)
@@ -243,6 +287,8 @@ def extract_rank(batches: Callable[[], Iterable[list[Event]]], extract: RankExtr
             ts, dur, cat, name = event.ts, event.dur, event.cat, event.name
             if ts is unset or dur is unset or cat is unset or name is unset or cat not in ADDED_CATEGORIES:
                 continue
+            if like_hta:
+                ts, dur = hta_times(ts, dur)
             add(event, name, cat, ts, dur)
     extract.events += counted
     return extractor.finish()

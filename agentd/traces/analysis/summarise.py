@@ -110,7 +110,7 @@ class TraceEvents:
 
 
 def summarise_file(trace_dir: TraceDir, file: str, host: str, pid: int, rank: int | None,
-                   step_mode: str = "all") -> pb.RankTraceSummary:
+                   step_mode: str = "all", like_hta: bool = False) -> pb.RankTraceSummary:
     """One rank's summary of ``file`` (relative to the trace dir), or one whose ``error`` says why there is none.
 
     The file is read piece by piece (``stream``), twice unless it is small
@@ -121,7 +121,7 @@ def summarise_file(trace_dir: TraceDir, file: str, host: str, pid: int, rank: in
     facts = TraceFacts()
     extract = RankExtract(rank=rank, host=host, pid=pid, file=file)
     try:
-        calls = extract_rank(TraceEvents(trace_dir, file, facts), extract, step_mode)
+        calls = extract_rank(TraceEvents(trace_dir, file, facts), extract, step_mode, like_hta)
     except TraceStreamError as exc:
         return pb.RankTraceSummary(error=str(exc))
     except EOFError:
@@ -194,7 +194,7 @@ class Summariser:
     def _summarise(self, capture: Capture, target: Target) -> None:
         try:
             summary = summarise_file(self.trace_dir, target.file, self.hostname, target.pid, target.rank,
-                                     capture.summary_steps)
+                                     capture.summary_steps, capture.summary_like_hta)
         except Exception as exc:  # a bug here must not leave the capture waiting for this summary forever
             log.exception("trace summary failed", extra={"capture_id": capture.capture_id, "file": target.file})
             summary = pb.RankTraceSummary(error=f"the agent failed to summarise it ({type(exc).__name__}); "

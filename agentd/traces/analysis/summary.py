@@ -105,6 +105,21 @@ def step_window(steps: list[tuple[str, float, float]], mode: str) -> StepWindow:
                       "by the profiler's stop)")
 
 
+def hta_window(steps: list[tuple[str, float, float]], mode: str) -> StepWindow | None:
+    """The window HTA 0.5 counts (``--like-hta``) where it filters at all, with two or more ProfilerStep#s
+    (None: it counts the whole trace): work launched before the last step's start (its default, as ``complete``),
+    or up to the last step's end (``include_last_profiler_step``, as ``all``); from the trace's start either way."""
+    profiler = [(ts, ts + dur, name) for name, ts, dur in steps if name.startswith("ProfilerStep#")]
+    if len({name for _, _, name in profiler}) < 2:
+        return None
+    if mode == "all":
+        return StepWindow(float("-inf"), max(end for _, end, _ in profiler),
+                          f"as HTA: up to the end of the last of {len(profiler)} steps")
+    last_start, _, last = max(profiler)
+    return StepWindow(float("-inf"), math.nextafter(last_start, float("-inf")),
+                      f"as HTA: launched before the last of {len(profiler)} steps ({last})")
+
+
 @dataclass(frozen=True)
 class LaunchStats:
     """CUDA kernel launch delay (kernel start − its launch call's start) and short kernels."""
@@ -221,22 +236,40 @@ def overlap(a: list[Interval], b: list[Interval]) -> float:
     return total
 
 
-# GPU kernels that move data between GPUs, by family: NCCL and RCCL (ncclKernel_*, ncclDevKernel_*), MSCCL
-# and MSCCL++, DeepEP's expert-parallel dispatch/combine (deep_ep::intranode/internode[_ll]::*, DeepSeek's own
-# dpsk::ep::*), vLLM's custom all-reduce (cross_device_reduce_*) and PyTorch's symmetric-memory all-reduce
-# (multimem_*, one_shot_/two_shot_all_reduce). HTA counts only names containing "nccl".
+# GPU kernels that move data between GPUs, by family: NCCL and RCCL (ncclKernel_*, ncclDevKernel_*,
+# rcclGenericKernel), MSCCL and MSCCL++, DeepEP's expert-parallel dispatch/combine (deep_ep::intranode/internode[_ll]::*,
+# DeepSeek's own dpsk::ep::*), vLLM's custom all-reduce (cross_device_reduce_*) and PyTorch's symmetric-memory
+# all-reduce (multimem_*, one_shot_/two_shot_all_reduce). For kernels the profiler did not record as a collective.
 COMMUNICATION_KERNELS = re.compile(
     r"nccl|rccl|msccl|(?:deep_ep|\bep)::(?:intranode|internode)|cross_device_reduce|multimem_|"
     r"(?:one|two)_shot_all_reduce", re.IGNORECASE)
+# HTA 0.5's rule (hta.utils.utils.NCCL_KERNEL_RE, matched from the name's start): what --like-hta counts.
+HTA_COMMUNICATION_KERNEL = re.compile(r"nccl.*Kernel")
 
 
-def kernel_kind(name: str, category: str) -> str:
-    """communication (a collective library's kernel family), memory (memcpy/memset) or compute."""
-    if COMMUNICATION_KERNELS.search(name):
+def kernel_kind(name: str, category: str, recorded_collective: bool = False, like_hta: bool = False) -> str:
+    """communication, memory (memcpy/memset) or compute.
+
+    Communication is what the profiler recorded as a collective (``recorded_collective``: the kernel carries
+    Kineto's ``Collective name``, or a collective op launched it), else a collective library's kernel family by
+    name. ``like_hta``: HTA's rule alone, a name that starts with ``nccl`` and has ``Kernel`` after it.
+    """
+    if like_hta:
+        communication = HTA_COMMUNICATION_KERNEL.match(name) is not None
+    else:
+        communication = recorded_collective or COMMUNICATION_KERNELS.search(name) is not None
+    if communication:
         return "communication"
     if category in MEMORY_CATEGORIES or name.startswith(("Memcpy", "Memset")):
         return "memory"
     return "compute"
+
+
+def hta_times(ts: float, dur: float) -> tuple[float, float]:
+    """An event's start and duration rounded as HTA rounds float timestamps to whole µs: the start up, the end
+    down (so a kernel shorter than a µs can end before it starts, and then counts negative, as in HTA)."""
+    start = math.ceil(ts)
+    return start, math.floor(ts + dur) - start
 
 
 def top(totals: dict[str, list[float]]) -> list[TimeShare]:

@@ -14,7 +14,9 @@ non-compute / GPU span), ``get_comm_comp_overlap``, ``get_gpu_kernel_breakdown``
 total time of each type) and
 ``get_idle_time_breakdown`` (per stream: host wait / kernel wait / other, its
 default 30 µs threshold). HTA rounds float timestamps to whole µs (start up,
-end down); HTA_DISABLE_NS_ROUNDING=1 is set so both tools read the same times.
+end down): each file's windows are recorded with that rounding off
+(HTA_DISABLE_NS_ROUNDING=1, so both tools read the same times) and, under
+``as_shipped``, with HTA as it ships (what ``--like-hta`` reproduces).
 A file HTA cannot analyse is recorded with HTA's error.
 """
 
@@ -30,17 +32,16 @@ import sys
 import tempfile
 from importlib.metadata import version
 
-os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+import warnings
 
-import warnings  # noqa: E402
-
-from hta.trace_analysis import TraceAnalysis  # noqa: E402
+from hta.trace_analysis import TraceAnalysis
 
 HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
 OUTPUT = HERE / "hta_corpus_reference.json"
 TOP_KERNELS = 10  # per kernel type, by total time
 WINDOWS = {"hta_default": False, "last_step_included": True}
+ROUNDING = "HTA_DISABLE_NS_ROUNDING"  # read by HTA each time it parses a file
 
 
 def records(frame) -> list[dict]:
@@ -84,7 +85,7 @@ def main() -> int:
     document: dict = {
         "produced_by": f"{pathlib.Path(sys.argv[0]).as_posix()} with HolisticTraceAnalysis "
                        f"{version('HolisticTraceAnalysis')}, pandas {version('pandas')}, "
-                       "HTA_DISABLE_NS_ROUNDING=1",
+                       "HTA_DISABLE_NS_ROUNDING=1 (as_shipped: unset)",
         "date": datetime.date.today().isoformat(),
         "files": {},
     }
@@ -92,11 +93,16 @@ def main() -> int:
         entry = document["files"][path.name] = {}
         with tempfile.TemporaryDirectory(prefix="hta-corpus-") as scratch:
             shutil.copy(path, scratch)
-            for window, include_last_step in WINDOWS.items():
-                try:
-                    entry[window] = analyse(pathlib.Path(scratch), include_last_step)
-                except Exception as exc:  # noqa: BLE001 - HTA's failure on a file is what is recorded
-                    entry[window] = {"error": f"{type(exc).__name__}: {exc}"}
+            for rounding_off, figures in ((True, entry), (False, entry.setdefault("as_shipped", {}))):
+                if rounding_off:
+                    os.environ[ROUNDING] = "1"
+                else:
+                    os.environ.pop(ROUNDING, None)
+                for window, include_last_step in WINDOWS.items():
+                    try:
+                        figures[window] = analyse(pathlib.Path(scratch), include_last_step)
+                    except Exception as exc:  # noqa: BLE001 - HTA's failure on a file is what is recorded
+                        figures[window] = {"error": f"{type(exc).__name__}: {exc}"}
     OUTPUT.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUTPUT}")
     return 0
