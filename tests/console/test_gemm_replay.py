@@ -271,9 +271,17 @@ def test_choosing_among_several_ranks_and_jobs():
         choose_rank([SnapshotReceived("n1", 1.0, snapshot())], RankChoice())
 
 
+def test_in_job_tflops_are_flops_over_kernel_time_across_intervals():
+    # 10 calls at 100 TFLOP/s and 10 at 10 (they waited on another process): 20 calls' FLOPs over their time
+    assert JobGemm("op", "bf16", "b=1 m=8 n=8 k=8", [(100.0, 10.0), (10.0, 10.0)]).in_job_tflops == \
+        pytest.approx(20 / (10 / 100 + 10 / 10))
+    assert JobGemm("op", "bf16", "b=1 m=8 n=8 k=8", [(100.0, 0.0), (25.0, 0.0)]).in_job_tflops == pytest.approx(40.0)
+    assert JobGemm("op", "bf16", "b=1 m=8 n=8 k=8").in_job_tflops is None
+
+
 def test_the_reading_tells_a_slow_gpu_from_contention():
     assert reading(100.0, 60.0).startswith("fast alone (1.67x the job's) -> contention or the job's surroundings")
-    assert reading(100.0, 95.0).startswith("slow alone too (1.05x the job's) -> the GPU")
+    assert reading(100.0, 85.0).startswith("slow alone too (1.18x the job's) -> the GPU")
     assert reading(50.0, 100.0).startswith("slower alone (0.50x the job's)")
     assert reading(50.0, None).startswith("no in-job figure")
 

@@ -39,15 +39,16 @@ TORCH_DTYPES = {
 """The hook's dtype names (``tp_cuda_dtype_name``) → the names of torch's dtypes. The hook's other
 names (``int32``, ``cudaN``) are no A type PyTorch hands cuBLAS: not replayed."""
 
-FASTER_ALONE = 1.15
-"""Alone at least this many times the job's TFLOPS: faster alone (15 %, above run-to-run noise of
-a GEMM's median on one GPU); at most its inverse: slower alone; in between: as fast."""
+FASTER_ALONE = 1.25
+"""Alone at least this many times the job's TFLOPS: faster alone; at most its inverse: slower alone; in
+between: as fast. A short replay runs at the GPU's boost clocks: up to 15 % above a job that had the
+GPU to itself, on an H200 (bench/gpu/gemm_replay_gpu.md); contention cost the job's GEMMs about 2x there."""
 
 LAYOUT = ("layout replayed: cuBLAS's C[m,n] = A[m,k]·B[k,n] with neither operand transposed "
           "(the hook does not record transposes)")
 EXACT_SHAPES = "shapes: the exact b, m, n, k of the job's calls (the hook does not bucket shapes)"
-IN_JOB = ("in the job: the median over the agent's intervals of the shape's achieved TFLOPS "
-          "(its timed calls' FLOPs over their kernel time, GemmOpStats.tflops)")
+IN_JOB = ("in the job: the shape's achieved TFLOPS over the agent's intervals (its calls' FLOPs over their "
+          "kernel time, from each interval's GemmOpStats.tflops weighted by its calls)")
 FP32_NOTE = ("fp32 is replayed in full FP32 (PyTorch's default, TF32 off); the hook does not record the "
              "compute type, and a job that allows TF32 runs fp32 GEMMs faster than this")
 
@@ -166,12 +167,20 @@ class JobGemm:
     op: str
     dtype: str
     shape: str
-    interval_tflops: list[float] = field(default_factory=list)
+    intervals: list[tuple[float, float]] = field(default_factory=list)  # (TFLOPS, calls) of each with a figure
     calls: int = 0  # the rank's calls of it so far (count_total of the latest report)
 
     @property
     def in_job_tflops(self) -> float | None:
-        return statistics.median(self.interval_tflops) if self.interval_tflops else None
+        """FLOPs over kernel time across the intervals: their TFLOPS' harmonic mean weighted by their calls
+        (each interval's kernel time is its calls' FLOPs over its TFLOPS), so an interval whose calls waited
+        on another process weighs what it cost; equal weights where no interval counted a call."""
+        if not self.intervals:
+            return None
+        weights = [calls for _, calls in self.intervals]
+        if sum(weights) == 0:
+            weights = [1.0] * len(self.intervals)
+        return sum(weights) / sum(w / tflops for w, (tflops, _) in zip(weights, self.intervals, strict=True))
 
 
 def job_gemms(events: list[HostEvent], chosen: ChosenRank) -> list[JobGemm]:
@@ -186,11 +195,12 @@ def job_gemms(events: list[HostEvent], chosen: ChosenRank) -> list[JobGemm]:
         if rank is None:
             continue
         reason = rank.unavailable.get("gemm", reason)
+        seconds = rank.interval_seconds if rank.HasField("interval_seconds") else 1.0  # weights: relative only
         for op in rank.gemm:
             gemm = gemms.setdefault((op.op, op.dtype, op.shape), JobGemm(op.op, op.dtype, op.shape))
             gemm.calls = max(gemm.calls, op.count_total)
-            if op.HasField("tflops"):
-                gemm.interval_tflops.append(op.tflops)
+            if op.HasField("tflops") and op.tflops > 0:
+                gemm.intervals.append((op.tflops, op.count_per_s * seconds))
     if not gemms:
         why = f": {reason}" if reason else ": the hook saw no cuBLAS GEMM call (does the job run on a GPU?)"
         raise NoGemmError(f"{chosen} recorded no GEMM{why}")
@@ -278,8 +288,8 @@ def render(chosen: ChosenRank, device: str, warmup: int, rows: list[ReplayRow]) 
         in_job = g.in_job_tflops
         lines.append("")
         lines.append(f"{g.op} {g.dtype} {g.shape}  ({g.calls} calls in the job)")
-        intervals = len(g.interval_tflops)
-        lines.append("  in the job: " + (f"{tflops_text(in_job)} (median of {intervals} agent interval"
+        intervals = len(g.intervals)
+        lines.append("  in the job: " + (f"{tflops_text(in_job)} (over {intervals} agent interval"
                                          f"{'s' if intervals > 1 else ''})" if in_job is not None else "n/a"))
         if isinstance(row.alone, NotReplayed):
             lines.append(f"  alone:      not replayed: {row.alone.reason}")

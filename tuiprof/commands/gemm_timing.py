@@ -73,7 +73,7 @@ class TorchDevice:
         index = torch.cuda.current_device() if device.index is None else device.index
         if index >= count:
             raise ReplayDeviceError(f"--device {name}: PyTorch sees {count} GPU(s) here, cuda:0 to cuda:{count - 1}")
-        return index
+        return int(index)
 
     def replay(self, shape: GemmShape, dtype: str, warmup: int, calls: int) -> AloneFigure | NotReplayed:
         """``shape`` in the hook's ``dtype``, timed alone; why not when torch or the device cannot run it."""
