@@ -5,13 +5,13 @@ Two runs of one small PyTorch job under `tuiprof run` on cuda:0, each ``--second
 started here (as rank_figures_gpu's phases start it) and `tuiprof record` writing its snapshots:
 
 - ``quiet``: the job alone on the GPU. Its GEMMs run as fast as the GPU runs them, so the replay must
-  read "slow alone too -> the GPU" (alone within FASTER_ALONE of the job's, the median over its shapes), and the
+  read "as fast alone as in the job -> not contention" (alone within FASTER_ALONE of the job's, the median over its shapes), and the
   agent's in-job figures agree with the program's events.
 - ``contended``: a second process runs large bf16 GEMMs on the same GPU the whole time. The job's GEMMs
   share the GPU, so the replay must read "fast alone -> contention or the job's surroundings".
 
 After each run `tuiprof gemm-replay --recording` replays the job's shapes on cuda:0 (the job stopped: the
-GPU is idle), with its default warm-up and again after LONG_WARMUP calls a shape (sustained clocks). The
+GPU is idle), with its default warm-up and again after LONG_WARMUP_SECONDS of warm-up a shape (sustained clocks). The
 program keeps the mean of its calls (FLOPs over kernel time, as the agent counts) and their median (as
 the replay counts): under contention they part, as a few calls wait out the other process. With a second GPU, the quiet run is also replayed live, against the agent while the job
 runs, on cuda:1. The job: bf16 mm 4096^3, bf16 mm m=2048 n=8192 k=4096, bf16 bmm 8 x 1024^3, fp32 mm
@@ -48,7 +48,7 @@ BLOCK_CALLS = 50  # calls of one shape in a row, each between its own two events
 # cuBLAS's (b, m, n, k) and dtype of each of the job's GEMMs (what the hook records and the replay runs)
 SHAPES = [("bf16", 1, 4096, 4096, 4096), ("bf16", 1, 2048, 8192, 4096), ("bf16", 8, 1024, 1024, 1024),
           ("fp32", 1, 2048, 2048, 2048)]
-LONG_WARMUP = 3000  # calls: 0.1 s of the bmm, 1.1 s of the fp32 mm on an H200
+LONG_WARMUP_SECONDS = 2.0  # sustained clocks: ten times the default warm-up
 HOG = """
 import sys, torch
 a = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
@@ -195,9 +195,9 @@ def one_run(name: str, out: pathlib.Path, seconds: float, contended: bool, live_
     result["after"] = {"device": "cuda:0", "rows": parse_report(report)}
     # the same after a long warm-up (~0.1-1 s a shape): does a GPU at its sustained clocks change the reading?
     report = gemm_replay("--recording", str(recording), "--pid", str(job.pid), "--device", "cuda:0",
-                         "--warmup", str(LONG_WARMUP), log=out / f"{name}_replay_long_warmup.log")
+                         "--warmup-seconds", str(LONG_WARMUP_SECONDS), log=out / f"{name}_replay_long_warmup.log")
     (out / f"{name}_replay_long_warmup.txt").write_text(report)
-    result["after_long_warmup"] = {"device": "cuda:0", "warmup": LONG_WARMUP, "rows": parse_report(report)}
+    result["after_long_warmup"] = {"device": "cuda:0", "warmup_seconds": LONG_WARMUP_SECONDS, "rows": parse_report(report)}
     return result
 
 
@@ -225,7 +225,7 @@ def checks(runs: dict[str, dict]) -> dict[str, bool]:
 
 def table(runs: dict[str, dict]) -> list[str]:
     """TFLOPS per run and shape: the agent's in the job, the program's (mean, median), alone after the job
-    (warm-up 10 calls, LONG_WARMUP calls), alone live on a second GPU; the replay's reading."""
+    (warm-up 0.2 s, LONG_WARMUP_SECONDS), alone live on a second GPU; the replay's reading."""
     def figure(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.1f}"
 

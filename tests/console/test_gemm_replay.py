@@ -155,7 +155,7 @@ def test_a_cpu_replay_of_two_small_shapes_gives_positive_tflops():
     device = TorchDevice("cpu")
     for shape, dtype, how in ((GemmShape(1, 64, 32, 16), "fp32", "torch.mm"),
                               (GemmShape(4, 8, 8, 8), "bf16", "torch.bmm")):
-        figure = device.replay(shape, dtype, warmup=2, calls=7)
+        figure = device.replay(shape, dtype, warmup_seconds=0.05, calls=7)
         assert figure.how == how and figure.calls == 7 and figure.flops == shape.flops
         assert math.isfinite(figure.tflops) and figure.tflops > 0
         # cuBLAS's m and n as PyTorch hands them to it: torch.mm(X[n,k], Y[k,m]) gives C's transpose, [n,m]
@@ -165,13 +165,13 @@ def test_a_cpu_replay_of_two_small_shapes_gives_positive_tflops():
 
 def test_a_dtype_torch_cannot_run_batched_is_a_line_not_a_crash():
     device = TorchDevice("cpu")
-    refused = device.replay(GemmShape(2, 32, 32, 32), "int8", warmup=1, calls=2)
+    refused = device.replay(GemmShape(2, 32, 32, 32), "int8", warmup_seconds=0.0, calls=2)
     assert "batched int8" in refused.reason
 
 
 def test_recording_replayed_on_the_cpu(recorded):
     lines = replay("--recording", str(recorded.recording), "--pid", str(recorded.gemm_pid), "--device", "cpu",
-                   "--warmup", "1", "--calls", "5")
+                   "--warmup-seconds", "0.05", "--calls", "5")
     assert lines[0].startswith(f"GEMM replay of rank 3 (pid {recorded.gemm_pid} on ")
     assert "the hook does not bucket shapes" in "\n".join(lines)
     assert "neither operand transposed" in "\n".join(lines)
@@ -185,7 +185,7 @@ def test_recording_replayed_on_the_cpu(recorded):
 
 def test_live_agent_replayed_on_the_cpu(recorded, capsys):
     code = main(["gemm-replay", recorded.agent_address, "--pid", str(recorded.gemm_pid), "--device", "cpu",
-                 "--seconds", "2", "--warmup", "0", "--calls", "3"])
+                 "--seconds", "2", "--warmup-seconds", "0", "--calls", "3"])
     assert code == 0
     blocks = rows(capsys.readouterr().out.splitlines())
     assert set(blocks) == STAND_IN_GEMMS  # in-job figures may be n/a: the stand-in ran its GEMMs before
@@ -281,7 +281,7 @@ def test_in_job_tflops_are_flops_over_kernel_time_across_intervals():
 
 def test_the_reading_tells_a_slow_gpu_from_contention():
     assert reading(100.0, 60.0).startswith("fast alone (1.67x the job's) -> contention or the job's surroundings")
-    assert reading(100.0, 85.0).startswith("slow alone too (1.18x the job's) -> the GPU")
+    assert reading(100.0, 85.0).startswith("as fast alone as in the job (1.18x) -> not contention: the GPU's own speed")
     assert reading(50.0, 100.0).startswith("slower alone (0.50x the job's)")
     assert reading(50.0, None).startswith("no in-job figure")
 

@@ -267,7 +267,8 @@ def reading(alone: float, in_job: float | None) -> str:
     if ratio <= 1 / FASTER_ALONE:
         return (f"slower alone ({ratio:.2f}x the job's) -> the device replayed on is slower than the job's, "
                 "or busy: is something else running on it?")
-    return f"slow alone too ({ratio:.2f}x the job's) -> the GPU"
+    return (f"as fast alone as in the job ({ratio:.2f}x) -> not contention: the GPU's own speed (a slow GPU is "
+            "slow alone too: compare its peers)")
 
 
 def tflops_text(value: float) -> str:
@@ -275,9 +276,9 @@ def tflops_text(value: float) -> str:
     return f"{value:.0f} TFLOP/s" if value >= 100 else f"{value:.3g} TFLOP/s"
 
 
-def render(chosen: ChosenRank, device: str, warmup: int, rows: list[ReplayRow]) -> list[str]:
+def render(chosen: ChosenRank, device: str, warmup_seconds: float, rows: list[ReplayRow]) -> list[str]:
     """The report: what was replayed and how, then per signature its figures and the reading."""
-    lines = [f"GEMM replay of {chosen} on {device}: per shape {warmup} warm-up calls, then the timed ones",
+    lines = [f"GEMM replay of {chosen} on {device}: per shape {warmup_seconds:g} s of warm-up calls, then the timed ones",
              EXACT_SHAPES, LAYOUT, IN_JOB]
     if any(row.gemm.dtype == "fp32" for row in rows):
         lines.append(FP32_NOTE)

@@ -50,8 +50,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--job", metavar="ID", help="the job of --rank, when the hosts run several")
     parser.add_argument("--seconds", type=float, default=5.0, metavar="S",
                         help="how long to watch live agents for the job's figures (default 5)")
-    parser.add_argument("--warmup", type=int, default=10, metavar="N",
-                        help="untimed calls per shape before the timed ones (default 10)")
+    parser.add_argument("--warmup-seconds", type=float, default=0.2, metavar="S",
+                        help="untimed calls per shape for this long before the timed ones, so that an idle GPU's "
+                             "clocks are up (default 0.2)")
     parser.add_argument("--calls", type=int, default=50, metavar="N",
                         help="timed calls per shape; the median is reported (default 50)")
     parser.set_defaults(func=run)
@@ -93,8 +94,8 @@ def _check(args: argparse.Namespace) -> None:
         raise BadInputError(f"--seconds {args.seconds}: expected a positive number of seconds")
     if args.calls < 1:
         raise BadInputError(f"--calls {args.calls}: expected 1 or more")
-    if args.warmup < 0:
-        raise BadInputError(f"--warmup {args.warmup}: expected 0 or more")
+    if args.warmup_seconds < 0:
+        raise BadInputError(f"--warmup-seconds {args.warmup_seconds}: expected 0 or more")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         key = (gemm.dtype, gemm.shape)
         if key not in replayed:
-            replayed[key] = device.replay(parse_shape(gemm.shape), gemm.dtype, args.warmup, args.calls)
+            replayed[key] = device.replay(parse_shape(gemm.shape), gemm.dtype, args.warmup_seconds, args.calls)
         rows.append(ReplayRow(gemm, replayed[key]))
-    print("\n".join(render(chosen, device.description, args.warmup, rows)))
+    print("\n".join(render(chosen, device.description, args.warmup_seconds, rows)))
     return 0

@@ -21,6 +21,8 @@ from tuiprof.analysis.gemm_replay import TORCH_DTYPES, AloneFigure, GemmShape, N
 from tuiprof.errors import BadInputError, TuiprofError
 
 
+WARMUP_BATCH = 10  # warm-up calls between two looks at the clock (and syncs of the GPU)
+
 class TorchMissingError(TuiprofError):
     """PyTorch cannot be imported here; the message says what to install."""
 
@@ -75,7 +77,7 @@ class TorchDevice:
             raise ReplayDeviceError(f"--device {name}: PyTorch sees {count} GPU(s) here, cuda:0 to cuda:{count - 1}")
         return int(index)
 
-    def replay(self, shape: GemmShape, dtype: str, warmup: int, calls: int) -> AloneFigure | NotReplayed:
+    def replay(self, shape: GemmShape, dtype: str, warmup_seconds: float, calls: int) -> AloneFigure | NotReplayed:
         """``shape`` in the hook's ``dtype``, timed alone; why not when torch or the device cannot run it."""
         torch = self.torch
         torch_dtype = getattr(torch, TORCH_DTYPES[dtype], None)
@@ -92,7 +94,7 @@ class TorchDevice:
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return NotReplayed(f"PyTorch cannot run this on {self.device}: {message}")
-        seconds = self._timed(gemm, warmup, calls)
+        seconds = self._timed(gemm, warmup_seconds, calls)
         try:
             return alone_figure(shape, seconds, how)
         except ValueError as exc:
@@ -122,11 +124,20 @@ class TorchDevice:
             return lambda: torch.bmm(x, y), "torch.bmm"
         return lambda: torch.mm(x, y), "torch.mm"
 
-    def _timed(self, gemm: Callable[[], Any], warmup: int, calls: int) -> list[float]:
-        """Seconds of each of ``calls`` calls after ``warmup`` more (the first one already ran)."""
+    def _warm_up(self, gemm: Callable[[], Any], seconds: float) -> None:
+        """Calls for ``seconds`` of wall time, the device's work included: a kernel of tens of µs needs
+        thousands before an idle GPU's clocks are up, a large one a few."""
+        until = time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            for _ in range(WARMUP_BATCH):
+                gemm()
+            if self.device.type == "cuda":
+                self.torch.cuda.synchronize(self.device)
+
+    def _timed(self, gemm: Callable[[], Any], warmup_seconds: float, calls: int) -> list[float]:
+        """Seconds of each of ``calls`` calls after ``warmup_seconds`` of more (the first one already ran)."""
         torch = self.torch
-        for _ in range(warmup):
-            gemm()
+        self._warm_up(gemm, warmup_seconds)
         if self.device.type == "cpu":
             seconds = []
             for _ in range(calls):
