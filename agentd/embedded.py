@@ -30,8 +30,12 @@ The Kineto IPC socket (``\0dynolog\0``) is one name for the whole host: the
 agent that binds it is the one every PyTorch process on the node asks for trace
 configs. A console of a non-root user must not take it from the node's root
 agent (started later, or restarted), so its embedded agent binds the socket in
-a private directory instead, unless ``host_kineto_socket=True`` asks for the
-host-wide name (e.g. on a workstation with no root agent).
+a folder of the user's instead, unless ``host_kineto_socket=True`` asks for the
+host-wide name (e.g. on a workstation with no root agent). The console's is the
+user's console folder (``console_kineto_folder=True``, agentd.kineto.console_folder),
+where `tuiprof run` points the user's jobs when no root agent offers them a folder;
+the first console of the user takes it, a second one (or any other command's agent)
+serves a private folder that no job finds.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import logging
 import os
 import pathlib
 import shutil
@@ -52,8 +57,11 @@ from agentd.auth import Caller
 from agentd.collectors.pmu import PmuCollector
 from agentd.config import AgentConfig
 from agentd.daemon import Daemon, Endpoints
+from agentd.kineto.console_folder import DYNOLOG, ConsoleFolderError, prepare_console_folder, serves
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.server import snapshot_for
+
+log = logging.getLogger(__name__)
 
 # Seconds to wait for the agent to bind before giving up.
 START_TIMEOUT_SECONDS = 30.0
@@ -147,9 +155,24 @@ def _sample_pmu(agent: Agent, shown: bool) -> None:
             runner.collector.rest(PMU_RESTING)
 
 
+def _console_kineto_folder() -> pathlib.Path | None:
+    """The user's console Kineto folder when this console may serve it, else None (the log says why)."""
+    try:
+        folder = prepare_console_folder(os.geteuid(), os.environ)
+        if not serves(folder / DYNOLOG):  # none, or a file left by a console that ended: taken over
+            return folder
+    except ConsoleFolderError as exc:
+        log.warning("Kineto served in a private folder: your console folder cannot be used, so `tuiprof run` "
+                    "jobs will not find this console", extra={"reason": str(exc)})
+        return None
+    log.info("Kineto served in a private folder: another console of yours serves your console folder, and "
+             "`tuiprof run` jobs poll that one", extra={"folder": str(folder)})
+    return None
+
+
 def start_embedded_agent(
     interval_ms: int = 1000, trace_dir: pathlib.Path | None = None, host_kineto_socket: bool = False,
-    pmu_when_shown: bool = False,
+    pmu_when_shown: bool = False, console_kineto_folder: bool = False,
 ) -> EmbeddedAgent:
     """Start an agent on 127.0.0.1 (free port, no token, no /metrics, gRPC from ``serve_grpc``);
     raises AgentdError.
@@ -157,12 +180,19 @@ def start_embedded_agent(
     ``host_kineto_socket``: also serve the host-wide Kineto socket when not root
     (root's console always does; nobody else's may shadow root's agent).
     ``pmu_when_shown``: the host-wide PMU counters rest until ``sample_pmu(True)``.
+    ``console_kineto_folder``: when not root, serve Kineto in the user's console folder, where
+    `tuiprof run` points their jobs, unless it cannot be made safely or another console of theirs
+    serves it (then a private folder, as without it; the log says why). Its socket is removed at
+    stop, the folder stays: the jobs' client sockets live in it, and the next console serves them.
     """
-    private_dir = None
+    private_dir: pathlib.Path | None = None  # made here, removed at stop
+    socket_dir: pathlib.Path | None = None
     if os.geteuid() != 0 and not host_kineto_socket:
-        private_dir = pathlib.Path(tempfile.mkdtemp(prefix="tuiprof-kineto-"))  # mode 0700
+        socket_dir = _console_kineto_folder() if console_kineto_folder else None
+        if socket_dir is None:
+            private_dir = socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="tuiprof-kineto-"))  # mode 0700
     config = AgentConfig(host="127.0.0.1", port=0, metrics_port=None, interval_ms=interval_ms,
-                         kineto_socket_dir=str(private_dir) if private_dir is not None else None)
+                         kineto_socket_dir=str(socket_dir) if socket_dir is not None else None)
     if trace_dir is not None:
         config = dataclasses.replace(config, trace_dir=trace_dir)
     daemon = Daemon(config, on_start=lambda agent: _sample_pmu(agent, False) if pmu_when_shown else None,

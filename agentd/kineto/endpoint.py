@@ -87,6 +87,11 @@ def socket_address(socket_dir: str | None) -> bytes | str:
     return path
 
 
+def client_sockets_fit(folder: str) -> bool:
+    """Whether libkineto's client sockets in ``folder`` (``dynoconfigclient<uuid>``) fit in an AF_UNIX path."""
+    return len(folder.encode()) + 1 + CLIENT_NAME_BYTES <= _ADDRESS_MAX
+
+
 class KinetoEndpoint:
     """Serves libkineto polls from its own thread until ``close()``.
 
@@ -218,7 +223,7 @@ class KinetoEndpoint:
         if self.user_folders is None:
             raise UserFolderError("this agent serves no per-user Kineto folders (it is not root)")
         folder = os.path.join(self.user_folders, str(uid))
-        if len(folder.encode()) + 1 + CLIENT_NAME_BYTES > _ADDRESS_MAX:
+        if not client_sockets_fit(folder):
             raise UserFolderError(f"{folder} is too long for libkineto's client socket names "
                                   f"(AF_UNIX paths hold {_ADDRESS_MAX} bytes)")
         path = os.path.join(folder, "dynolog")

@@ -114,8 +114,8 @@ def test_a_folder_other_users_can_change_is_refused(tmp_path, capsys):
     }
     for folder, reason in cases.items():
         with fake_agent(str(folder)) as port:
-            folders = agent_folders(port)
-        assert folders is not None and folders.trace_dir is None, folders
+            folders, problem = agent_folders(port)
+        assert folders is not None and folders.trace_dir is None and not problem, (folders, problem)
         report_unusable(folders, {"KINETO_USE_DAEMON": "1"})  # the Kineto folder's line is another test's
         err = capsys.readouterr().err
         assert reason in err and err.count("\n") == 1 and err.strip().endswith(f"{TRACE_DIR_ENV} not set"), err

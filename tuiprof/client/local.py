@@ -1,5 +1,6 @@
 """This host's agent: embedded in the console process (``tuiprof`` with no host given), or
-the agentd already listening here, asked for its trace dir only when it is trustworthy.
+the agentd already listening here, asked for its trace dir only when it is trustworthy; and, for
+`tuiprof run`, the Kineto folder a console of the user's serves (``console_agent_folders``).
 
 The console takes its embedded agent's info and snapshots in-process (``watch_embedded``)
 and reports them as the same events a gRPC client would; everything else reaches the
@@ -22,6 +23,8 @@ import grpc
 
 from agentd import peer
 from agentd.address import AgentAddress
+from agentd.config import default_trace_dir
+from agentd.kineto.console_folder import ConsoleFolderError, served_console_folder
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.text import user_label
@@ -42,17 +45,21 @@ class LocalAgentError(TuiprofError):
 
 @contextlib.asynccontextmanager
 async def embedded_agent(interval_ms: int = 1000, trace_dir: pathlib.Path | None = None,
-                         pmu_when_shown: bool = False) -> AsyncIterator[EmbeddedAgent]:
+                         pmu_when_shown: bool = False, console_kineto_folder: bool = False
+                         ) -> AsyncIterator[EmbeddedAgent]:
     """Start the embedded agent (in its own thread), yield it, stop it on exit.
 
     ``trace_dir``: where it writes traces (default: the agent's own default).
     ``pmu_when_shown``: it reads the host-wide PMU counters only after ``sample_pmu(True)``.
+    ``console_kineto_folder``: it serves Kineto in the user's console folder (the console's agent),
+    where `tuiprof run` points the user's jobs.
     """
     from agentd.embedded import start_embedded_agent
     from agentd.errors import AgentdError
 
     starting = asyncio.ensure_future(asyncio.to_thread(
-        start_embedded_agent, interval_ms or 1000, trace_dir, pmu_when_shown=pmu_when_shown))
+        start_embedded_agent, interval_ms or 1000, trace_dir, pmu_when_shown=pmu_when_shown,
+        console_kineto_folder=console_kineto_folder))
     try:
         agent = await asyncio.shield(starting)
     except AgentdError as exc:
@@ -161,21 +168,29 @@ def local_agent_folders(port: int, options: ConnectionOptions) -> LocalAgentFold
     info = asyncio.run(_ask_folders(address, options))
     if _trusted_listener(address) is None:
         raise UntrustedAgentError(f"the agent on {address.target} stopped listening right after answering")
-    trace_dir, trace_dir_problem = None, ""
-    if info.trace_dir:
-        # Kineto compares the log file's path (which the agent resolves) with this prefix.
-        trace_dir = os.path.realpath(info.trace_dir)
-        try:
-            _check_folder(pathlib.Path(trace_dir), "trace dir")
-        except UntrustedAgentError as exc:
-            trace_dir, trace_dir_problem = None, str(exc)
+    trace_dir, trace_dir_problem = _checked_trace_dir(info.trace_dir, "agent's") if info.trace_dir else (None, "")
     kineto_dir, kineto_problem = None, info.kineto_socket_dir_reason or "the agent offers no Kineto folder"
     if info.kineto_socket_dir:
         try:
-            kineto_dir, kineto_problem = _check_kineto_folder(info.kineto_socket_dir), ""
+            kineto_dir, kineto_problem = _check_kineto_folder(info.kineto_socket_dir, "agent's"), ""
         except UntrustedAgentError as exc:
             kineto_problem = str(exc)
     return LocalAgentFolders(trace_dir, trace_dir_problem, kineto_dir, kineto_problem)
+
+
+def console_agent_folders() -> LocalAgentFolders:
+    """What a console of the caller's, running on this host, offers a job: the user's console Kineto folder
+    (agentd.kineto.console_folder: made by the caller alone, and a live socket of theirs in it), checked
+    as an agent's Kineto folder is, and the console's trace dir (the agent's default for the caller: the
+    console sets none). ConsoleFolderError when there is none to use (NoConsoleError: no console of the
+    caller's serves one)."""
+    folder = served_console_folder(os.getuid(), os.environ)
+    try:
+        kineto_dir = _check_kineto_folder(str(folder), "console's")
+    except UntrustedAgentError as exc:
+        raise ConsoleFolderError(str(exc)) from exc
+    trace_dir, trace_dir_problem = _checked_trace_dir(str(default_trace_dir()), "console's")
+    return LocalAgentFolders(trace_dir, trace_dir_problem, kineto_dir, "")
 
 
 async def _ask_folders(address: AgentAddress, options: ConnectionOptions) -> pb.AgentInfo:
@@ -184,19 +199,30 @@ async def _ask_folders(address: AgentAddress, options: ConnectionOptions) -> pb.
                                                         timeout=options.timeout)
 
 
-def _check_kineto_folder(folder: str) -> str:
+def _checked_trace_dir(folder: str, whose: str) -> tuple[str | None, str]:
+    """(``folder`` resolved, "") when only root or the caller can change it, else (None, why)."""
+    # Kineto compares the log file's path (which the agent resolves) with this prefix.
+    path = os.path.realpath(folder)
+    try:
+        _check_folder(pathlib.Path(path), f"{whose} trace dir")
+    except UntrustedAgentError as exc:
+        return None, str(exc)
+    return path, ""
+
+
+def _check_kineto_folder(folder: str, whose: str) -> str:
     """``folder`` resolved, once it is the caller's own (mode 0700, in folders only root or the caller can
     change) and holds the agent's ``dynolog`` socket: then no one else can reach a job's socket in it."""
     path = pathlib.Path(os.path.realpath(folder))
-    _check_folder(path, "Kineto folder")
+    _check_folder(path, f"{whose} Kineto folder")
     info = path.stat()
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise UntrustedAgentError(f"the agent's Kineto folder {path} is not yours alone (owner {user_label(info.st_uid)}, "
-                                  f"mode {stat.filemode(info.st_mode)})")
+        raise UntrustedAgentError(f"the {whose} Kineto folder {path} is not yours alone (owner "
+                                  f"{user_label(info.st_uid)}, mode {stat.filemode(info.st_mode)})")
     try:
         socket_mode = (path / "dynolog").lstat().st_mode
     except OSError as exc:
-        raise UntrustedAgentError(f"the agent's Kineto socket {path / 'dynolog'} cannot be read: "
+        raise UntrustedAgentError(f"the {whose} Kineto socket {path / 'dynolog'} cannot be read: "
                                   f"{exc.strerror}") from exc
     if not stat.S_ISSOCK(socket_mode):
         raise UntrustedAgentError(f"{path / 'dynolog'} is not a socket")
@@ -222,15 +248,15 @@ def _check_folder(path: pathlib.Path, what: str) -> None:
     try:
         info = path.stat()
     except OSError as exc:
-        raise UntrustedAgentError(f"the agent's {what} {path} cannot be read: {exc.strerror}") from exc
+        raise UntrustedAgentError(f"the {what} {path} cannot be read: {exc.strerror}") from exc
     if not stat.S_ISDIR(info.st_mode):
-        raise UntrustedAgentError(f"the agent's {what} {path} is not a folder")
+        raise UntrustedAgentError(f"the {what} {path} is not a folder")
     for folder in (path, *path.parents):
         info = folder.stat()
         if info.st_uid not in trusted:
-            raise UntrustedAgentError(f"the agent's {what} {path} is not safe: {folder} belongs to "
+            raise UntrustedAgentError(f"the {what} {path} is not safe: {folder} belongs to "
                                       f"{user_label(info.st_uid)}")
         others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         if others_write and not (folder != path and info.st_mode & stat.S_ISVTX):
-            raise UntrustedAgentError(f"the agent's {what} {path} is not safe: {folder} is writable by "
+            raise UntrustedAgentError(f"the {what} {path} is not safe: {folder} is writable by "
                                       f"other users (mode {stat.filemode(info.st_mode)})")

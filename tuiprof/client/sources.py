@@ -52,7 +52,8 @@ class LocalSource:
     """This host, through an agent embedded in the console process (its snapshots taken in-process).
 
     The agent reads the host-wide PMU counters only while a screen shows them (``sample_pmu``),
-    and serves gRPC from the first channel the console opens to it (``options.in_process``).
+    and serves gRPC from the first channel the console opens to it (``options.in_process``). It serves
+    Kineto in the user's console folder, where `tuiprof run` points their jobs (agentd.kineto.console_folder).
     """
 
     options: ConnectionOptions
@@ -65,7 +66,7 @@ class LocalSource:
     async def run(self, emit: Emit) -> None:
         from tuiprof.client.local import embedded_agent, serve_grpc, watch_embedded
 
-        async with embedded_agent(self.options.interval_ms, pmu_when_shown=True) as agent:
+        async with embedded_agent(self.options.interval_ms, pmu_when_shown=True, console_kineto_folder=True) as agent:
             self._agent = agent
             agent.sample_pmu(self._pmu_shown)
             self.options.in_process.add(agent.address, lambda: serve_grpc(agent))

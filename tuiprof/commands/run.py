@@ -5,15 +5,17 @@ Sets, for CMD and everything it starts (torchrun workers, srun tasks):
   (times cuBLAS / cuBLASLt GEMMs);
 - NCCL_PROFILER_PLUGIN: the same library (NCCL's profiler plugin API);
 - KINETO_USE_DAEMON=1 and KINETO_IPC_SOCKET_DIR (unless KINETO_USE_DAEMON is
-  set): PyTorch polls agentd for on-demand traces over file sockets in your own
-  Kineto folder, which a root agentd prepares for you (0700, yours: no other
-  user can find or reach the job's socket there). Only when the agent gives
-  such a folder: without one, KINETO_USE_DAEMON is left unset (libkineto's
-  default abstract socket takes any datagram from any local user, who can
-  then make the job write a trace where they ask, or abort it), with one line
-  saying why when an agent listens;
-- KINETO_ONDEMAND_TRACE_DIR (unless set): the local agentd's trace dir
-  (newer Kineto writes on-demand traces only under /tmp or that dir).
+  set): PyTorch polls an agent for on-demand traces over file sockets in your
+  own Kineto folder (0700, yours: no other user can find or reach the job's
+  socket there): the one a root agentd prepares for you, else the one your
+  tuiprof console serves while it runs ($XDG_RUNTIME_DIR/tuiprof/kineto or
+  /tmp/tuiprof-<uid>/kineto; one line says so). Without either,
+  KINETO_USE_DAEMON is left unset (libkineto's default abstract socket takes
+  any datagram from any local user, who can then make the job write a trace
+  where they ask, or abort it), and one line says what to start first;
+- KINETO_ONDEMAND_TRACE_DIR (unless set): the trace dir of the agent that
+  serves the job's Kineto folder (newer Kineto writes on-demand traces only
+  under /tmp or that dir).
   Both are asked of the agent with --token-file/--tls-ca (or $TUIPROF_TOKEN);
   left unset, silently, when no agent listens, and with one line saying why
   when the port belongs to another user's process or a folder is one that
@@ -57,7 +59,8 @@ import grpc
 import tuiprof_native
 from agentd.address import DEFAULT_AGENT_PORT
 from tuiprof.client.channel import ConnectionOptions
-from tuiprof.client.local import LocalAgentFolders, UntrustedAgentError, local_agent_folders
+from agentd.kineto.console_folder import ConsoleFolderError, NoConsoleError
+from tuiprof.client.local import LocalAgentFolders, UntrustedAgentError, console_agent_folders, local_agent_folders
 from tuiprof.client.targets import add_credential_arguments, connection
 from tuiprof.errors import BadInputError, TuiprofError
 
@@ -155,34 +158,58 @@ def sample_period(text: str) -> int:
 
 
 def agent_folders(port: int, options: ConnectionOptions = ConnectionOptions(timeout=AGENT_LOOKUP_TIMEOUT_S)
-                  ) -> LocalAgentFolders | None:
-    """The trace dir and Kineto folder of the agentd on this host (GetInfo on 127.0.0.1:``port``), None
-    when no agent is usable.
-
-    Never fails the launch: no agent is a normal set-up (silence); an agent
-    that answers with an error (a token is needed, say), or whose answer cannot
-    be trusted (another user's process on the port), gets one line on stderr
-    saying why nothing is set."""
-    nothing_set = f"{TRACE_DIR_ENV} and {DAEMON_ENV} not set"
+                  ) -> tuple[LocalAgentFolders | None, str]:
+    """The trace dir and Kineto folder of the agentd on this host (GetInfo on 127.0.0.1:``port``), or None
+    and why no agent is usable: "" when none listens (a normal set-up), else an agent that answers with
+    an error (a token is needed, say) or whose answer cannot be trusted (another user's process on the
+    port). Never fails the launch."""
     try:
-        return local_agent_folders(port, options)
+        return local_agent_folders(port, options), ""
     except grpc.aio.AioRpcError as exc:
-        if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            print(f"tuiprof run: agentd on port {port} did not give its folders ({exc.code().name}: "
-                  f"{exc.details()}); {nothing_set}", file=sys.stderr)
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return None, ""
+        return None, f"agentd on port {port} did not give its folders ({exc.code().name}: {exc.details()})"
     except UntrustedAgentError as exc:
-        print(f"tuiprof run: {exc}; {nothing_set}", file=sys.stderr)
-    return None
+        return None, str(exc)
+
+
+def kineto_through_console(port: int, agent: LocalAgentFolders | None, agent_problem: str
+                           ) -> LocalAgentFolders | None:
+    """Where no agent offers you a Kineto folder: the folders of your console (its Kineto folder and its
+    trace dir) when one of yours serves your console folder, in one line; otherwise ``agent`` and one
+    line saying why traces are off and what to start first. (Root's console serves the host-wide name,
+    which jobs under `tuiprof run` never poll: root is told to start agentd.)"""
+    if agent_problem:
+        why = [agent_problem]
+    elif agent is None:
+        why = [f"no agentd answers on port {port}"]
+    else:
+        why = [f"agentd on port {port} offers you no Kineto folder ({agent.kineto_problem})"]
+    start = "start agentd first"
+    if os.geteuid() != 0:
+        try:
+            console = console_agent_folders()
+        except NoConsoleError:
+            why.append("no tuiprof console of yours is running")
+        except ConsoleFolderError as exc:
+            why.append(f"your console folder cannot be used ({exc})")
+        else:
+            if agent_problem:
+                print(f"tuiprof run: {agent_problem}: its folders are not used", file=sys.stderr)
+            print(f"tuiprof run: on-demand traces of this job go through your tuiprof console (Kineto folder "
+                  f"{console.kineto_socket_dir}) while one of yours runs", file=sys.stderr)
+            return console
+        start = "start `tuiprof` (your console) before the job, or have root run agentd"
+    not_set = DAEMON_ENV if agent is not None else f"{TRACE_DIR_ENV} and {DAEMON_ENV}"
+    print(f"tuiprof run: on-demand traces of this job are off: {', and '.join(why)} (for them, {start}); "
+          f"{not_set} not set", file=sys.stderr)
+    return agent
 
 
 def report_unusable(folders: LocalAgentFolders, env: Mapping[str, str]) -> None:
-    """One line per folder the agent offered but that cannot be used (or did not offer, for Kineto)."""
+    """One line when the trace dir the agent offered cannot be used."""
     if folders.trace_dir_problem and TRACE_DIR_ENV not in env:
         print(f"tuiprof run: {folders.trace_dir_problem}; {TRACE_DIR_ENV} not set", file=sys.stderr)
-    if folders.kineto_socket_dir is None and DAEMON_ENV not in env:
-        print(f"tuiprof run: no private Kineto folder ({folders.kineto_problem}); {DAEMON_ENV} not set, "
-              "so on-demand traces of this job are off (libkineto's default socket would let any local user "
-              "trigger or abort them)", file=sys.stderr)
 
 
 def start_segment_watcher() -> None:
@@ -217,8 +244,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--no-kineto-daemon", dest="kineto_daemon", action="store_false",
-        help="do not ask the agent for a Kineto folder nor set KINETO_USE_DAEMON (no on-demand traces of "
-             "this job)")
+        help="do not look for a Kineto folder (the agent's or your console's) nor set KINETO_USE_DAEMON (no "
+             "on-demand traces of this job)")
     parser.add_argument(
         "--agent-port", type=int, default=DEFAULT_AGENT_PORT, metavar="PORT",
         help=f"port of this host's agentd, asked for its trace dir (default {DEFAULT_AGENT_PORT})")
@@ -255,7 +282,12 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("no command given; usage: tuiprof run [--] CMD [ARGS...]")
     folders = None
     if args.kineto_daemon:
-        folders = agent_folders(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
+        folders, agent_problem = agent_folders(args.agent_port, connection(args, timeout=AGENT_LOOKUP_TIMEOUT_S))
+        if DAEMON_ENV in os.environ:  # the user's own choice of Kineto's daemon stands
+            if agent_problem:
+                print(f"tuiprof run: {agent_problem}; {TRACE_DIR_ENV} not set", file=sys.stderr)
+        elif folders is None or folders.kineto_socket_dir is None:
+            folders = kineto_through_console(args.agent_port, folders, agent_problem)
         if folders is not None:
             report_unusable(folders, os.environ)
     env = launch_environment(os.environ, kineto_daemon=args.kineto_daemon,
