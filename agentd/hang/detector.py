@@ -49,7 +49,7 @@ class _RankTrack:
 
     step_count: int = 0
     last_step_at: float | None = None     # monotonic time the step count last changed
-    step_intervals: deque = field(default_factory=lambda: deque(maxlen=STEP_HISTORY))
+    step_intervals: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_HISTORY))
     bad_state_since: float | None = None
 
 

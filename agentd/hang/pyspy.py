@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Any
 
 from agentd.procfs import DISK_SLEEP, GONE, state_of
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -103,7 +104,7 @@ def _run(binary: pathlib.Path, pid: int, native: bool, result: pb.RankStacks) ->
     return None
 
 
-def thread_from_pyspy(thread: dict) -> pb.ThreadStack:
+def thread_from_pyspy(thread: dict[str, Any]) -> pb.ThreadStack:
     """One py-spy JSON thread as a ThreadStack (py-spy lists frames innermost first)."""
     out = pb.ThreadStack(
         thread_id=int(thread.get("os_thread_id") or thread.get("thread_id") or 0),

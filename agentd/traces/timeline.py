@@ -77,7 +77,7 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: st
                               span=span, duration_ms=request.duration_ms, last_events=request.last_events,
                               hostname=hostname)
     try:
-        from tuiprof_native import segment  # type: ignore[attr-defined]  # compiled; absent until built
+        from tuiprof_native import segment  # compiled; absent until built
     except ImportError as exc:
         capture.message = f"timeline capture unavailable: the segment reader is not built ({exc})"
         return capture

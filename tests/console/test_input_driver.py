@@ -99,14 +99,14 @@ def test_the_input_thread_sleeps_until_a_key_and_esc_and_q_still_work() -> None:
 
 
 def test_textuals_own_driver_is_used_when_its_parser_is_not_the_expected_one(monkeypatch) -> None:
-    from tuiprof.tui import driver
+    from tuiprof.tui import textual_compat
 
     class ParserOfAnotherTextual:
         def __init__(self, debug: bool) -> None:
             self.debug = debug
 
-    assert driver._parser_as_expected()
-    monkeypatch.setattr(driver, "XTermParser", ParserOfAnotherTextual)
-    assert not driver._parser_as_expected()
-    monkeypatch.setattr(driver, "XTermParser", None)
-    assert not driver._parser_as_expected()
+    assert textual_compat.input_parser_as_expected()
+    monkeypatch.setattr(textual_compat, "XTermParser", ParserOfAnotherTextual)
+    assert not textual_compat.input_parser_as_expected()
+    monkeypatch.setattr(textual_compat, "XTermParser", None)
+    assert not textual_compat.input_parser_as_expected()

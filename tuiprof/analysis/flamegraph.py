@@ -22,11 +22,13 @@ CHAR_WIDTH = 7.0      # average glyph width of the monospace font at FONT_SIZE
 MIN_TEXT_WIDTH = 24
 TITLE_HEIGHT = 28
 
+_Box = tuple[int, float, float, str, int, int]  # depth, x, width, label, ranks, missing
+
 
 def flamegraph_svg(merged: MergedStacks, title: str = "merged stacks", width: int = 1200) -> str:
     """Every thread group side by side, each as wide as its share of (rank, thread) stacks."""
     total = sum(root.ranks.bit_count() for root in merged.threads.values())
-    boxes: list[tuple[int, float, float, str, int, int]] = []  # depth, x, w, label, ranks, missing
+    boxes: list[_Box] = []
     x = 0.0
     scale = width / total if total else 0.0
     for thread, root in sorted(merged.threads.items(), key=lambda kv: (-kv[1].ranks.bit_count(), kv[0])):
@@ -63,7 +65,7 @@ def flamegraph_svg(merged: MergedStacks, title: str = "merged stacks", width: in
     return "\n".join(out) + "\n"
 
 
-def _layout(merged: MergedStacks, root: Node, depth: int, x: float, scale: float, boxes: list) -> None:
+def _layout(merged: MergedStacks, root: Node, depth: int, x: float, scale: float, boxes: list[_Box]) -> None:
     pending = [(root, depth, x)]
     while pending:
         node, level, left = pending.pop()

@@ -121,7 +121,7 @@ def duplicate_ranks(hosts: list[HostStacks]) -> list[str]:
     ]
 
 
-def report_json(report: StacksReport) -> dict:
+def report_json(report: StacksReport) -> dict[str, Any]:
     """``{"ranks", "thread", "classes", "suspects", "tree"}`` (the documented schema)."""
     return {
         "ranks": report.merged.ranks.bit_count(),
@@ -145,7 +145,7 @@ def report_json(report: StacksReport) -> dict:
     }
 
 
-def _node_json(merged: MergedStacks, root: Node, thread: str) -> dict:
+def _node_json(merged: MergedStacks, root: Node, thread: str) -> dict[str, Any]:
     top: dict[str, Any] = {"thread": thread}
     pending = [(root, top)]
     while pending:

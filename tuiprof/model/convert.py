@@ -38,7 +38,7 @@ def _plan(cls: type, descriptor: Descriptor) -> tuple[tuple[str, int, Any], ...]
     ``descriptor`` (computed once)."""
     nested = _nested(cls)
     steps: list[tuple[str, int, Any]] = []
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for field in dataclasses.fields(cls):
         proto_field = descriptor.fields_by_name[field.name]
         if field.name in nested:
             continue  # NestedOnFirstRead converts it when it is read

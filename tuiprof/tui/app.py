@@ -22,6 +22,7 @@ import gc
 import pathlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 from textual import work
 from textual.app import App
@@ -42,6 +43,7 @@ from tuiprof.tui.columns import ColumnsScreen, hidden_in, with_hidden
 from tuiprof.tui.messages import EventsPending, PmuShown, SourceEnded
 from tuiprof.tui.palette import GoToProvider
 from tuiprof.tui.plots import WINDOW_NAMES, detail_samples
+from tuiprof.tui.source_features import AsksAgents, FleetView, Pausable, SamplesPmu
 from tuiprof.tui.terminal_diff import send_only_changes
 
 BACKGROUND_RENDER_HZ = 2.0
@@ -111,7 +113,7 @@ class TuiprofApp(App[None]):
         self.settings, warning = settings_file.load() if settings_file else (Settings(), None)
         self._warnings = [warning] if warning else []
         self.source = source
-        self.connection: ConnectionOptions = connection or getattr(source, "options", None) or ConnectionOptions()
+        self.connection = connection or (source.options if isinstance(source, AsksAgents) else ConnectionOptions())
         """How screens that make their own calls (traces, stacks) reach the agents (by default as the
         source does: its options also know which agent runs in this process)."""
         self.cluster = ClusterState(source.hosts)
@@ -232,9 +234,8 @@ class TuiprofApp(App[None]):
             history.extend(detail_samples(event.message), event.at)
 
     def on_pmu_shown(self, message: PmuShown) -> None:
-        sample_pmu = getattr(self.source, "sample_pmu", None)
-        if sample_pmu is not None:  # this host's embedded agent: it reads them only while shown
-            sample_pmu(message.shown)
+        if isinstance(self.source, SamplesPmu):  # this host's embedded agent: it reads them only while shown
+            self.source.sample_pmu(message.shown)
 
     def on_source_ended(self, _: SourceEnded) -> None:
         self.schedule_render()
@@ -303,9 +304,8 @@ class TuiprofApp(App[None]):
         if isinstance(self.screen, JobOpsScreen):
             return
         screen = JobOpsScreen()
-        attend_ranks = getattr(self.source, "attend_ranks", None)
-        if attend_ranks is not None:  # Prometheus mode: the ranks' hosts' agents over gRPC while it is open
-            self.notify(attend_ranks(lambda: screen in self.screen_stack), title="NCCL/GEMM", markup=False)
+        if isinstance(self.source, FleetView):  # Prometheus mode: the ranks' hosts' agents over gRPC while it is open
+            self.notify(self.source.attend_ranks(lambda: screen in self.screen_stack), title="NCCL/GEMM", markup=False)
         self.push_screen(screen)
 
     def action_traces(self) -> None:
@@ -334,15 +334,19 @@ class TuiprofApp(App[None]):
 
     def action_toggle_replay(self) -> None:
         source = self.source
-        if source.paused:  # type: ignore[attr-defined]
-            source.resume()  # type: ignore[attr-defined]
+        if not isinstance(source, Pausable):  # check_action offers the key over a recording only
+            return
+        if source.paused:
+            source.resume()
         else:
-            source.pause()  # type: ignore[attr-defined]
+            source.pause()
         self._show_replay()
 
     def action_reconnect(self) -> None:
         """Hosts that are down try again at once instead of at the end of their backoff."""
-        self.source.retry.trigger()  # type: ignore[attr-defined]
+        if not isinstance(self.source, AsksAgents):  # check_action offers the key over live agents only
+            return
+        self.source.retry.trigger()
         down = sum(1 for h in self.cluster.hosts() if h.reachable is False)
         self.notify(f"reconnecting {down} host(s) now" if down else "every host is connected")
 
@@ -375,15 +379,14 @@ class TuiprofApp(App[None]):
     def _asks_agents(self) -> ConnectionOptions | None:
         """The options a source asks agents for snapshots with (live agents, this host's);
         None for a recording (its own pace) or a source that asks no agent."""
-        options = getattr(self.source, "options", None)
-        return options if self.source.live and isinstance(options, ConnectionOptions) else None
+        return self.source.options if self.source.live and isinstance(self.source, AsksAgents) else None
 
     def _show_replay(self) -> None:
         """A recording says so in the header's title: replay or paused, and the recorded time reached
         (every screen's own subtitle takes the header's other half)."""
         if self.source.live:
             return
-        state = "paused" if getattr(self.source, "paused", False) else "replay"
+        state = "paused" if isinstance(self.source, Pausable) and self.source.paused else "replay"
         at = "" if self._replayed_to is None else time.strftime(" %H:%M:%S UTC", time.gmtime(self._replayed_to))
         self.sub_title = state
         self.title = f"{state}{at}"  # short: at 80 columns the screen's subtitle still fits beside it
@@ -414,9 +417,10 @@ class TuiprofApp(App[None]):
         """Any theme change (T or the palette's theme picker) is remembered."""
         self.remember(theme=theme)
 
-    def remember(self, **changes: object) -> None:
-        """Change settings and save them when they changed (a failed save says why, once per change)."""
-        settings = dataclasses.replace(self.settings, **changes)  # type: ignore[arg-type]
+    def remember(self, **changes: Any) -> None:
+        """Change settings and save them when they changed (a failed save says why, once per change);
+        ``changes`` as ``dataclasses.replace`` takes them: a Settings field's name and its new value."""
+        settings = dataclasses.replace(self.settings, **changes)
         if settings == self.settings:
             return
         self.settings = settings
@@ -431,7 +435,6 @@ class TuiprofApp(App[None]):
 
         self.detail_history.setdefault(address, History())
         screen = HostScreen(address, tab=tab)
-        attend = getattr(self.source, "attend", None)
-        if attend is not None:  # Prometheus mode: the host's own agent over gRPC while its screen is open
-            attend(address, lambda: screen in self.screen_stack)
+        if isinstance(self.source, FleetView):  # Prometheus mode: the host's own agent over gRPC while it is open
+            self.source.attend(address, lambda: screen in self.screen_stack)
         self.push_screen(screen)

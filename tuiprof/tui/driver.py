@@ -19,11 +19,9 @@ import selectors
 from textual.app import App
 from textual.drivers.linux_driver import LinuxDriver
 
-try:  # Textual's own parser and clock: private modules, which a later 8.x release may move
-    from textual._time import get_time
-    from textual._xterm_parser import XTermParser
-except ImportError:  # pragma: no cover - only with a Textual this was not written for
-    XTermParser = None  # type: ignore[assignment,misc]
+from tuiprof.tui.textual_compat import (
+    XTermParser, escape_due, input_parser_as_expected, key_parser, key_thread_running, textual_clock,
+)
 
 
 class _InputWaitingDriver(LinuxDriver):
@@ -37,7 +35,7 @@ class _InputWaitingDriver(LinuxDriver):
 
     def disable_input(self) -> None:
         """Wake the input thread so that it ends, then let Textual stop and join it."""
-        if not self.exit_event.is_set() and self._key_thread is not None and self._key_thread.is_alive():
+        if not self.exit_event.is_set() and key_thread_running(self):
             os.write(self._wake_write, b"x")
         super().disable_input()
 
@@ -49,14 +47,15 @@ class _InputWaitingDriver(LinuxDriver):
     def run_input_thread(self) -> None:
         """Read keys (and mouse, paste, resize reports) until ``disable_input`` wakes the thread."""
         self._drain_wake_pipe()  # a byte left by a stop that found the thread already gone
-        parser = XTermParser(self._debug)
+        parser = key_parser(self)
         decode = codecs.getincrementaldecoder("utf-8")().decode
         with selectors.SelectSelector() as selector:  # as Textual's: select() works on any terminal fd
             selector.register(self.fileno, selectors.EVENT_READ)
             selector.register(self._wake_read, selectors.EVENT_READ)
             while True:
-                due = parser._timeout_time  # set while a lone Esc waits to become the Escape key
-                ready = [key.fd for key, _ in selector.select(None if due is None else max(0.0, due - get_time()))]
+                due = escape_due(parser)  # set while a lone Esc waits to become the Escape key
+                timeout = None if due is None else max(0.0, due - textual_clock())
+                ready = [key.fd for key, _ in selector.select(timeout)]
                 if self.fileno in ready:
                     data = os.read(self.fileno, 4096)
                     if data:
@@ -86,11 +85,6 @@ class _InputWaitingDriver(LinuxDriver):
             pass
 
 
-def _parser_as_expected() -> bool:
-    """Whether the installed Textual's parser has what the input thread above relies on."""
-    return XTermParser is not None and hasattr(XTermParser, "tick") and "_timeout_time" in vars(XTermParser(False))
-
-
 # Textual's own driver where its parser is not the one this was written for: a console that
 # wakes ten times a second is better than one that does not start.
-InputWaitingDriver: type[LinuxDriver] = _InputWaitingDriver if _parser_as_expected() else LinuxDriver
+InputWaitingDriver: type[LinuxDriver] = _InputWaitingDriver if input_parser_as_expected() else LinuxDriver

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+if TYPE_CHECKING:
+    from tuiprof.tui.app import TuiprofApp
 
 
 class GoToProvider(Provider):
     """Jump straight to a host, or to a rank's host on its Ranks tab."""
 
+    @property
+    def console(self) -> TuiprofApp:
+        """``self.app`` with its real type (the palette is the console's)."""
+        return cast("TuiprofApp", self.app)
+
     def _targets(self) -> Iterator[tuple[str, str, str | None]]:
-        cluster = self.app.cluster  # type: ignore[attr-defined]
+        cluster = self.console.cluster
         for state in cluster.hosts():
             yield f"Go to host {state.name}", state.address, None
             if state.snapshot is not None:
@@ -21,7 +29,7 @@ class GoToProvider(Provider):
                     yield f"Go to {rank.label} on {state.name}", state.address, "ranks"
 
     def _open(self, address: str, tab: str | None) -> None:
-        self.app.show_host(address, tab=tab)  # type: ignore[attr-defined]
+        self.console.show_host(address, tab=tab)
 
     async def discover(self) -> Hits:
         for title, address, tab in self._targets():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -17,7 +17,11 @@ from textual.css.styles import RenderStyles
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widgets import DataTable
-from textual.widgets.data_table import Column, ColumnKey, RowKey
+from textual.widgets.data_table import Column, ColumnKey
+
+from tuiprof.tui.textual_compat import (
+    cell_at, cell_keys, cell_render_cache, cell_render_key, cell_styles, replace_cells, row_label_width,
+)
 
 Cell = Text | str
 T = TypeVar("T")
@@ -42,19 +46,7 @@ def _replace_cells(table: DataTable, changes: Mapping[str, Mapping[ColumnKey, Ce
     bench/console/console_cpu_profile.md); here only the changed cells' cache entries go.
     Writes the table's own cell store, as ``update_cell`` does.
     """
-    stale_cells: set[tuple[str, int]] = set()
-    for key, changed in changes.items():
-        table._data[RowKey(key)].update(changed)
-        stale_cells.update((key, id(column_key)) for column_key in changed)
-    # Cell cache key: (row key, column key, styles...); row cache key: (row key, line, styles...).
-    # Compared by the row's string and the column key's identity (the table's own key objects, which
-    # may carry no string): hashing the keys themselves runs Python code for each entry.
-    for cell_key in [k for k in table._cell_render_cache.keys() if (k[0].value, id(k[1])) in stale_cells]:  # noqa: SIM118 (not iterable)
-        table._cell_render_cache.discard(cell_key)
-    for row_cache_key in [k for k in table._row_render_cache.keys() if k[0].value in changes]:  # noqa: SIM118 (not iterable)
-        table._row_render_cache.discard(row_cache_key)
-    table._row_renderable_cache.clear()  # the cells of each row, formatted: cheap to make again
-    table._line_cache.clear()  # lines joined from the row cache: cheap to make again
+    replace_cells(table, changes)
     _repaint_rows(table, changes.keys())
 
 
@@ -63,7 +55,7 @@ def _repaint_rows(table: DataTable, keys: Collection[str]) -> None:
     refreshes by adding up the heights of every row above it, and asks for each repaint apart."""
     width = max(table.size.width,
                 sum(column.get_render_width(table) for column in table.columns.values())
-                + table._row_label_column_width)
+                + row_label_width(table))
     window, scroll = table.window_region, table.scroll_offset
     y = table.header_height if table.show_header else 0
     regions = []
@@ -235,7 +227,7 @@ class FittedTable(DataTable[Cell]):
             return make()
         if name not in memo:
             memo[name] = make()
-        return memo[name]  # type: ignore[no-any-return]
+        return cast(T, memo[name])  # made by ``make`` under this name
 
     def notify_style_update(self) -> None:
         """Textual's word that this table's styles may have changed (CSS, theme, focus, hover,
@@ -258,7 +250,7 @@ class FittedTable(DataTable[Cell]):
             memo = self._style_memo = {}
         if name not in memo:
             memo[name] = make()
-        return memo[name]  # type: ignore[no-any-return]
+        return cast(T, memo[name])  # made by ``make`` under this name
 
     def get_component_styles(self, *names: str) -> RenderStyles:
         return self._once_until_restyled(
@@ -293,23 +285,19 @@ class FittedTable(DataTable[Cell]):
         and over the cursor's (as ``Styled`` layers them), kept in the table's own cell cache.
         Header cells, and any cell that does not fit, go through DataTable's own rendering.
         """
-        row_key = self._row_locations.get_key(row_index)  # None: the header row
-        column_key = self._column_locations.get_key(column_index)  # None: the row labels
+        row_key, column_key = cell_keys(self, row_index, column_index)  # None: the header row, the row labels
         if row_key is None or column_key is None:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        cache_key = (row_key, column_key, base_style, cursor, hover, self._show_hover_cursor,
-                     self._update_count, self._pseudo_class_state)  # DataTable's own cell cache key
-        cached = self._cell_render_cache.get(cache_key)
+        cache_key = cell_render_key(self, row_key, column_key, base_style, cursor, hover)
+        cache = cell_render_cache(self)
+        cached = cache.get(cache_key)
         if cached is not None:
             return cached
-        cell = self._data[row_key][column_key]
+        cell = cell_at(self, row_key, column_key)
         room = width - 2 * self.cell_padding
         if not isinstance(cell, Text) or "\n" in cell.plain or "\t" in cell.plain or cell.cell_len > room:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        component_style, post_style = self._get_styles_to_render_cell(
-            False, False, row_index < self.fixed_rows or column_index < self.fixed_columns, hover, cursor,
-            self.show_cursor, self._show_hover_cursor, self.cursor_foreground_priority == "css",
-            self.cursor_background_priority == "css")
+        component_style, post_style = cell_styles(self, row_index, column_index, cursor, hover)
         pre_style = base_style + self._cell_meta(row_index, column_index) + component_style
         console = self.app.console
         text = cell.render(console, end="")  # the spans' styles; the text's own goes under them
@@ -320,7 +308,7 @@ class FittedTable(DataTable[Cell]):
         # Neighbours of one style as one segment (most cells: padding, text and fill alike): every
         # line drawn from the cache then has a third of the segments to join, crop and compare.
         line = list(Segment.simplify(Segment.apply_style([s for s in segments if s.text], pre_style, post_style)))
-        self._cell_render_cache[cache_key] = [line]
+        cache[cache_key] = [line]
         return [line]
 
     def _cell_meta(self, row_index: int, column_index: int) -> Style:

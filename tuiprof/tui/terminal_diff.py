@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from rich.cells import get_character_cell_size
 from textual.app import App
 
+from tuiprof.tui.textual_compat import app_driver
+
 # Escape sequences as Textual writes them: CSI (cursor moves, styles, modes), charset
 # selection, OSC (title, clipboard), and any other two-byte escape.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|\][^\x07\x1b]*(?:\x07|\x1b\\)|.)", re.S)
@@ -185,7 +187,7 @@ def send_only_changes(app: App) -> None:
     handed to its output thread and written on its own; here a frame goes out as one write: one
     hand-off and one system call a frame instead of three.
     """
-    driver = app._driver
+    driver = app_driver(app)
     if driver is None or app.is_headless or driver.is_inline:
         return
     diff = ScreenDiff(lambda: (app.size.width, app.size.height))  # the terminal's size, as Textual last read it

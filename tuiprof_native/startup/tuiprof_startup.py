@@ -35,8 +35,15 @@ import pickle
 import stat
 import sys
 import time
-from types import ModuleType
-from typing import Any
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names for annotations only: nothing more is imported into the job at start
+    import threading
+    from collections.abc import Callable, Sequence
+
+    SysExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
+    ThreadExceptHook = Callable[[threading.ExceptHookArgs], object]
 
 LIBRARY_ENV = "TUIPROF_HOOK_LIBRARY"
 _installed = False  # install() ran in this process
@@ -223,7 +230,8 @@ class _ExceptionRecorder:
         self._allocator = allocator
         self._out_of_memory = getattr(torch.cuda, "OutOfMemoryError", None)
 
-    def record(self, exc_type, exc_value, exc_tb, thread_name: str | None = None) -> None:
+    def record(self, exc_type: type[BaseException], exc_value: BaseException | None, exc_tb: TracebackType | None,
+               thread_name: str | None = None) -> None:
         try:
             path = self._path().decode()
             if not path:
@@ -240,16 +248,16 @@ class _ExceptionRecorder:
         except Exception:  # a crash report must never change how the program ends
             log.debug("tuiprof could not record an uncaught exception", exc_info=True)
 
-    def sys_hook(self, previous):
-        def excepthook(exc_type, exc_value, exc_tb):
+    def sys_hook(self, previous: SysExceptHook) -> SysExceptHook:
+        def excepthook(exc_type: type[BaseException], exc_value: BaseException, exc_tb: TracebackType | None) -> None:
             self.record(exc_type, exc_value, exc_tb)
             previous(exc_type, exc_value, exc_tb)
 
         excepthook.__wrapped__ = previous  # type: ignore[attr-defined]
         return excepthook
 
-    def thread_hook(self, previous):
-        def excepthook(args):
+    def thread_hook(self, previous: ThreadExceptHook) -> ThreadExceptHook:
+        def excepthook(args: threading.ExceptHookArgs) -> None:
             if args.exc_type is not SystemExit:  # threading ignores SystemExit in threads
                 name = args.thread.name if args.thread is not None else "?"
                 self.record(args.exc_type, args.exc_value, args.exc_traceback, name)
@@ -312,11 +320,11 @@ def _on_torch_imported(torch: ModuleType) -> None:
 class _AfterExec(importlib.abc.Loader):
     """Delegating loader that runs a callback once the module has executed."""
 
-    def __init__(self, loader: importlib.abc.Loader, callback) -> None:
+    def __init__(self, loader: importlib.abc.Loader, callback: Callable[[ModuleType], None]) -> None:
         self._loader = loader
         self._callback = callback
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
@@ -330,13 +338,14 @@ class _AfterExec(importlib.abc.Loader):
 class _TorchWatcher(importlib.abc.MetaPathFinder):
     """Waits for `import torch` (without importing it) and hooks in after it."""
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name != "torch":
             return None
         sys.meta_path.remove(self)
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find else None
+            spec: importlib.machinery.ModuleSpec | None = find(name, path, target) if find else None
             if spec is not None:
                 break
         else:

@@ -23,6 +23,7 @@ from tuiprof.model.values import Unavailable
 from tuiprof.tui.host_grid import GridColumn, HostGrid
 from tuiprof.tui.text import pair, reading, reasons, set_content, sparkline
 from tuiprof.tui.screens.base import ConsoleScreen
+from tuiprof.tui.source_features import FleetView
 
 TREND_WIDTH = 12
 
@@ -266,9 +267,9 @@ class ClusterScreen(ConsoleScreen):
     def update_slow_banner(self) -> None:
         """The costliest slow job over the table: who the others wait for, what it costs, why."""
         banner = slow_banner(self.console.slowdowns.verdicts)
-        from_fleet = getattr(self.console.source, "slow_jobs", None)  # Prometheus mode: the agents' verdicts
-        if banner is None and from_fleet is not None:
-            banner = fleet_slow_banner(from_fleet())
+        source = self.console.source
+        if banner is None and isinstance(source, FleetView):  # Prometheus mode: the agents' verdicts
+            banner = fleet_slow_banner(source.slow_jobs())
         widget = self.query_one("#slow-banner", Static)
         widget.display = banner is not None
         if banner is not None:
@@ -277,8 +278,8 @@ class ClusterScreen(ConsoleScreen):
     def _hang_status(self, state: HostState) -> HangStatus | None:
         """The host's verdict: from Prometheus in fleet mode (its hang series, read once per
         refresh for the troubled hosts), else, or for a host watched over gRPC, its snapshot's."""
-        from_fleet = getattr(self.console.source, "hang", None)
-        status = from_fleet(state.address) if from_fleet is not None else None
+        source = self.console.source
+        status = source.hang(state.address) if isinstance(source, FleetView) else None
         if status is None and state.snapshot is not None:
             status = state.snapshot.hang
         return status
