@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from hostile.conftest import PYTHON
+from hostile.conftest import PYTHON, wait_ready
 from testkit.agents import stop_process
-from testkit.namespaces import Namespace, User, wait_ready
+from testkit.namespaces import Namespace, User
 from testkit.traces import TRAINER, wait_registered
 
 pytestmark = pytest.mark.slow
