@@ -91,8 +91,6 @@ class SegmentFolders:
         self._folders: dict[tuple[int, int], SegmentFolder] = {}  # (device, inode) → a container's folder
         self._scanned_at = -SCAN_SECONDS
         self._rescan_asked = False
-        self.unreadable_namespaces = 0  # mount namespaces whose /dev/shm could not be opened, last scan
-        self.over_cap = 0  # mount namespaces' folders beyond MAX_FOLDERS, last scan
 
     def current(self, in_use: set[str]) -> list[SegmentFolder]:
         """The folders to scan this interval (the own one first). ``in_use``: folder paths whose
@@ -151,7 +149,6 @@ class SegmentFolders:
         own = self.own
         own.members, own.foreign, own.namespaces = set(), {}, {_OWN_MOUNT_NAMESPACE or 0}
         kept: dict[tuple[int, int], SegmentFolder] = {}
-        self.unreadable_namespaces = self.over_cap = 0
         own_key = _folder_key(own.path)
         for mount, pids in by_namespace.items():
             if mount == _OWN_MOUNT_NAMESPACE:
@@ -197,13 +194,11 @@ class SegmentFolders:
                 return folder
             if len(kept) >= MAX_FOLDERS:
                 os.close(fd)
-                self.over_cap += 1
                 return None
             folder = SegmentFolder(f"/proc/self/fd/{fd}", f"/dev/shm of mount namespace {mount} (pid {pid})",
                                    own=False, fd=fd)
             kept[key] = folder
             return folder
-        self.unreadable_namespaces += 1
         return None
 
 

@@ -54,7 +54,6 @@ class Registrant:
     last_seen: float
     # Its pid in its own pid namespace (getpid() in a container): libkineto names its trace file with it.
     pid_in_namespace: int
-    polls: int = 0
     profiler_busy: bool = False  # last poll did not ask for activities: a trace is running
     pending: PendingConfig | None = None
     poll_interval: float | None = None  # seconds between its last two polls
@@ -100,7 +99,6 @@ class Registry:
             else:
                 entry.poll_interval = now - entry.last_seen
             entry.last_seen = now
-            entry.polls += 1
             entry.profiler_busy = not wants_activities
             if not wants_activities or entry.pending is None:
                 return None

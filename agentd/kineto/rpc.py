@@ -56,7 +56,6 @@ from agentd.text import printable
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 1778
 LOOPBACKS = ("127.0.0.1", "::1")
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_NESTING = 8

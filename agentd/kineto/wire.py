@@ -20,8 +20,8 @@ REQUEST_HEAD = struct.Struct("<iiq")
 HEADER_SIZE = HEADER.size  # 40
 MAX_PIDS = 64  # libkineto sends at most 11; more is garbage
 
-# Bits of a poll's type field.
-WANTS_EVENTS = 1
+# Bits of a poll's type field: 1 asks for event profiler configs (which the agent serves none of), 2 for
+# activity (trace) configs.
 WANTS_ACTIVITIES = 2
 
 

@@ -54,7 +54,6 @@ class ContainerTrace:
     inside: tuple[str, ...]  # the file's components below the trainer's root
     destination: tuple[str, ...]  # relative to the trace dir
     deadline: float  # time.time() after which it is given up
-    copied: bool = False
     failure: str = ""  # why it was given up
 
 
@@ -114,7 +113,6 @@ class ContainerTraces:
         except OSError as exc:
             trace.failure = f"cannot copy the trace out of the container into the trace dir: {reason(exc)}"
         else:
-            trace.copied = True
             log.info("Kineto trace copied out of a container", extra={"pid": trace.pid,
                                                                      "file": "/".join(trace.destination)})
             return True

@@ -35,7 +35,6 @@ class OpSample:
 class Verdict:
     sample: OpSample
     group_median_seconds: float
-    group_size: int
     straggler: bool
 
     @property
@@ -62,7 +61,7 @@ def judge(
         for sample in members:
             excess = sample.latency_seconds - median
             far = sample.latency_seconds > median * ratio and (mad == 0 or excess > mads * mad)
-            verdicts.append(Verdict(sample, median, len(members), far))
+            verdicts.append(Verdict(sample, median, far))
     verdicts.sort(key=lambda v: (not v.straggler, -v.ratio))
     return verdicts
 

@@ -64,7 +64,3 @@ class ClusterCapture:
     @property
     def matched(self) -> int:
         return sum(len(h.targets) for h in self.hosts)
-
-    @property
-    def all_delivered(self) -> bool:
-        return self.matched > 0 and all(h.delivered or (not h.error and not h.targets) for h in self.hosts)
