@@ -1,10 +1,10 @@
 """This host's agent: embedded in the console process (``tuiprof`` with no host given), or
-the agentd already listening here, asked for its trace dir only when it is trustworthy; and, for
-`tuiprof run`, the Kineto folder a console of the user's serves (``console_agent_folders``).
+the agentd already listening here, asked for its trace dir only when it is trustworthy.
 
 The console takes its embedded agent's info and snapshots in-process (``watch_embedded``)
 and reports them as the same events a gRPC client would; everything else reaches the
-embedded agent over gRPC at its address.
+embedded agent over gRPC at its address. For `tuiprof run`, also the Kineto folder and trace
+dir of a console of the user's (``console_agent_folders``), when no agentd offers a folder.
 """
 
 from __future__ import annotations
