@@ -115,11 +115,12 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     port, metrics_port = free_port(), free_port()
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port", str(metrics_port),
-         "--interval-ms", "1000"],
-        stdout=subprocess.DEVNULL, stderr=open(args.out / "agentd.log", "wb"),
-    )
+    with open(args.out / "agentd.log", "wb") as log:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port", str(metrics_port),
+             "--interval-ms", "1000"],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )
     try:
         time.sleep(args.warmup)
         durations: dict[str, list[float]] = collections.defaultdict(list)
