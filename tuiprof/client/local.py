@@ -195,8 +195,9 @@ def console_agent_folders() -> LocalAgentFolders:
 
 async def _ask_folders(address: AgentAddress, options: ConnectionOptions) -> pb.AgentInfo:
     async with options.open(address) as channel:
-        return await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(kineto_socket_dir=True),
-                                                        timeout=options.timeout)
+        info: pb.AgentInfo = await pb_grpc.AgentStub(channel).GetInfo(pb.GetInfoRequest(kineto_socket_dir=True),
+                                                                      timeout=options.timeout)
+        return info
 
 
 def _checked_trace_dir(folder: str, whose: str) -> tuple[str | None, str]:
