@@ -100,7 +100,7 @@ def _hide_processes(snapshot: pb.HostSnapshot, caller: Caller, hidepid: str) -> 
             if caller.owns(_process_owner(process)):
                 continue
             process.name = ""
-            for field in ("user", "command"):
+            for field in ("user", "command", "cpu_percent", "resident_memory_bytes", "start_time_unix_seconds"):
                 process.ClearField(field)
                 gpu.unavailable[f"processes[{process.pid}].{field}"] = why
 

@@ -196,7 +196,8 @@ def field_value(value: Any) -> int | float | Unavailable:
     member = _FIELD_VALUE_MEMBERS.get(value.valueType)
     if member is None:
         return Unavailable(f"NVML field {value.fieldId}: unknown value type {value.valueType}")
-    return getattr(value.value, member)
+    number: int | float = getattr(value.value, member)
+    return number
 
 
 def prepare_gpm_request(request: Any, older: Any, newer: Any) -> None:
@@ -544,7 +545,7 @@ class GpuCollector(Collector):
         return stats
 
     def _temperature(self, device: _Device) -> int | Unavailable:
-        value = self._call(
+        value: int | Unavailable = self._call(
             device.index, "temperature_v", pynvml.nvmlDeviceGetTemperatureV, device.handle, pynvml.NVML_TEMPERATURE_GPU
         )
         if isinstance(value, Unavailable):  # drivers older than the versioned call
@@ -648,6 +649,7 @@ class GpuCollector(Collector):
 # ---------------------------------------------------------------- processes
 
 NOT_VISIBLE = "not visible to the agent (another PID namespace, or the process ended)"
+PERMISSION_DENIED = "permission denied (the agent is not root)"
 NO_UTILIZATION_SAMPLE = "NVML gave no utilization sample of this process in the interval"
 
 
@@ -660,6 +662,7 @@ class ProcessFacts(NamedTuple):
     uid: int | Unavailable
     pid_in_container: int | Unavailable  # NVML's pids are the host's; this one is what the process sees
     container: pb.Container | None  # where it runs (agentd.containers), None outside containers and jobs
+    start_time_unix_seconds: float | Unavailable  # when the kernel started it
 
 
 def process_facts(pid: int) -> ProcessFacts:
@@ -668,6 +671,7 @@ def process_facts(pid: int) -> ProcessFacts:
         process = psutil.Process(pid)
         with process.oneshot():
             name = process.name()
+            started: float | Unavailable = process.create_time()
             uid: int | Unavailable = process.uids().real
             user: str | Unavailable = process.username()
             try:
@@ -678,13 +682,38 @@ def process_facts(pid: int) -> ProcessFacts:
                 command = Unavailable("command line: permission denied (the agent is not root)")
     except psutil.NoSuchProcess:
         hidden = Unavailable(NOT_VISIBLE)
-        return ProcessFacts("", hidden, hidden, hidden, hidden, None)
+        return ProcessFacts("", hidden, hidden, hidden, hidden, None, hidden)
     except psutil.AccessDenied:
-        denied = Unavailable("permission denied (the agent is not root)")
-        return ProcessFacts("", denied, denied, denied, denied, None)
+        denied = Unavailable(PERMISSION_DENIED)
+        return ProcessFacts("", denied, denied, denied, denied, None, denied)
     return ProcessFacts(printable(name), printable(user) if isinstance(user, str) else user,
                         printable(command) if isinstance(command, str) else command, uid,
-                        containers.pid_in_container(pid), containers.container_of(pid))
+                        containers.pid_in_container(pid), containers.container_of(pid), started)
+
+
+class ProcessUsage(NamedTuple):
+    """What ``top`` shows of a GPU process at one read of the processes."""
+
+    at: float  # the collector's clock
+    cpu_seconds: float  # user and system time since it started
+    cpu_percent: float | Unavailable  # CPU time per wall time since the read before, in % of one CPU
+    resident_memory_bytes: int
+
+
+def process_usage(pid: int, now: float, before: ProcessUsage | None) -> ProcessUsage | Unavailable:
+    """``pid``'s CPU time and resident memory now, its CPU use since ``before`` (its previous read)."""
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            times, resident = process.cpu_times(), process.memory_info().rss
+    except psutil.NoSuchProcess:
+        return Unavailable(NOT_VISIBLE)
+    except psutil.AccessDenied:
+        return Unavailable(PERMISSION_DENIED)
+    cpu_seconds = times.user + times.system
+    rate = counter_rate(None if before is None else before.cpu_seconds, cpu_seconds,
+                        0.0 if before is None else now - before.at)
+    return ProcessUsage(now, cpu_seconds, scaled(rate, 100.0), resident)
 
 
 class UtilizationSamples:
@@ -718,7 +747,8 @@ class UtilizationSamples:
             return []
         if code != pynvml.NVML_SUCCESS:
             raise pynvml.NVMLError(code)
-        return self._buffer[:count.value]
+        samples: list[Any] = self._buffer[:count.value]
+        return samples
 
 
 class _ProcessesRead(NamedTuple):
@@ -730,7 +760,8 @@ class _ProcessesRead(NamedTuple):
 
 class GpuProcesses:
     """Each GPU's compute processes: pid, name, user, command line, where it runs (container, pod,
-    SLURM job, its pid in there), GPU memory and SM share.
+    SLURM job, its pid in there), GPU memory and SM share, and what ``top`` and nvitop show of it:
+    CPU use since the read before, resident memory, start time.
 
     They are read every ``interval_seconds`` (NVML's per-process calls cost milliseconds a GPU)
     and repeated in the ticks between with their age (``GpuStats.processes_age_seconds``), so a
@@ -746,6 +777,7 @@ class GpuProcesses:
         self._interval_us = round(interval_seconds * 1e6)
         self._clock = clock
         self._facts: dict[int, ProcessFacts] = {}
+        self._usage: dict[int, ProcessUsage] = {}  # pid -> its latest read (a process on several GPUs is read once)
         self._newest_sample_us: dict[int, int] = {}  # GPU index -> newest utilization sample read
         self._samples: dict[int, UtilizationSamples] = {}  # GPU index -> its reader
         self._reads: dict[int, _ProcessesRead] = {}  # GPU index -> its latest successful read
@@ -754,7 +786,7 @@ class GpuProcesses:
         now = self._clock()
         read = self._reads.get(gpu)
         if read is None or now - read.at >= self.interval_seconds - TICK_JITTER_SECONDS:
-            read = _ProcessesRead(now, self._read(gpu, handle))
+            read = _ProcessesRead(now, self._read(gpu, handle, now))
             if "processes" in read.stats.unavailable:
                 self._reads.pop(gpu, None)
             else:
@@ -765,7 +797,7 @@ class GpuProcesses:
         if "processes" not in read.stats.unavailable:
             stats.processes_age_seconds = now - read.at
 
-    def _read(self, gpu: int, handle: Any) -> pb.GpuStats:
+    def _read(self, gpu: int, handle: Any, now: float) -> pb.GpuStats:
         """The GPU's processes now, as entries and reasons of a GpuStats of their own."""
         read = pb.GpuStats()
         processes = self._call(gpu, "processes", pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
@@ -775,10 +807,23 @@ class GpuProcesses:
         shares = self._sm_shares(gpu, handle) if processes else {}
         for process in processes:
             share = shares if isinstance(shares, Unavailable) else shares.get(process.pid, Unavailable(NO_UTILIZATION_SAMPLE))
-            self._add(read, process, share)
+            self._add(read, process, share, self._usage_now(process.pid, now))
         return read
 
-    def _add(self, stats: pb.GpuStats, process: Any, sm_share: float | Unavailable) -> None:
+    def _usage_now(self, pid: int, now: float) -> ProcessUsage | Unavailable:
+        """``pid``'s usage read now, or a moment ago for another GPU of this tick."""
+        before = self._usage.get(pid)
+        if before is not None and now - before.at < TICK_JITTER_SECONDS:
+            return before
+        usage = process_usage(pid, now, before)
+        if isinstance(usage, Unavailable):
+            self._usage.pop(pid, None)
+        else:
+            self._usage[pid] = usage
+        return usage
+
+    def _add(self, stats: pb.GpuStats, process: Any, sm_share: float | Unavailable,
+             usage: ProcessUsage | Unavailable) -> None:
         """One process entry; each reading it lacks goes into the GPU's unavailable map, with its reason."""
         pid = process.pid
         facts = self._facts.get(pid)
@@ -792,6 +837,9 @@ class GpuProcesses:
             "user": facts.user, "command": facts.command, "uid": facts.uid, "sm_percent": sm_share,
             "pid_in_container": facts.pid_in_container,
             "used_memory_bytes": Unavailable("NVML gives no per-process memory here") if memory is None else memory,
+            "cpu_percent": usage if isinstance(usage, Unavailable) else usage.cpu_percent,
+            "resident_memory_bytes": usage if isinstance(usage, Unavailable) else usage.resident_memory_bytes,
+            "start_time_unix_seconds": facts.start_time_unix_seconds,
         }
         for field, value in readings.items():
             if isinstance(value, Unavailable):
@@ -823,3 +871,4 @@ class GpuProcesses:
     def keep_only(self, pids: set[int]) -> None:
         """Forget what was read of processes no longer on any GPU (their pids may be reused)."""
         self._facts = {pid: facts for pid, facts in self._facts.items() if pid in pids}
+        self._usage = {pid: usage for pid, usage in self._usage.items() if pid in pids}

@@ -51,9 +51,11 @@ def test_hidepid_keeps_roots_gpu_command_line_from_another_user(namespace, hosti
     assert as_root["code"] == "OK" and as_user["code"] == "OK", (as_root, as_user)
     roots_view = {p["pid"]: p for p in as_root["processes"]}
     assert SECRET in roots_view[root_job.pid]["command"]  # root sees everything
+    assert {"resident_memory_bytes", "start_time_unix_seconds"} <= set(roots_view[root_job.pid])
     users_view = {p["pid"]: p for p in as_user["processes"]}
     hidden = users_view[root_job.pid]
     assert "command" not in hidden and "user" not in hidden and not hidden.get("name"), hidden
+    assert not {"cpu_percent", "resident_memory_bytes", "start_time_unix_seconds"} & set(hidden), hidden  # as ps
     assert as_user["unavailable"][f"processes[{root_job.pid}].command"].startswith(
         "private: /proc is mounted hidepid=invisible on this host")
     assert "--their-own-flag" in users_view[theirs.pid]["command"]  # their own stays theirs to see
