@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -21,6 +23,9 @@ from tuiprof.tui.plots import MAX_LINES, WINDOW_NAMES, HistoryPlot, Line, busies
 from tuiprof.tui.tables import FittedTable, TableColumn
 from tuiprof.tui.text import pair, reading, reasons, set_content
 from tuiprof.tui.screens.base import ConsoleScreen
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 TABS = ("gpus", "cpu", "io", "ranks", "pmu", "history")
 DETAIL_LINES = 4
@@ -126,11 +131,11 @@ def process_notes(rows: Sequence[Row]) -> str:
     return "; ".join(notes)
 
 
-def _readings(obj: object) -> dict[str, Reading]:
-    return {
-        name: getattr(obj, name) for name in obj.__dataclass_fields__  # type: ignore[attr-defined]
-        if isinstance(getattr(obj, name), (int, float, Unavailable)) and not isinstance(getattr(obj, name), bool)
-    }
+def _readings(message: DataclassInstance) -> dict[str, Reading]:
+    """The readings among a model message's fields (numbers and Unavailable; not flags, text or nested)."""
+    values = {field.name: getattr(message, field.name) for field in dataclasses.fields(message)}
+    return {name: value for name, value in values.items()
+            if isinstance(value, (int, float, Unavailable)) and not isinstance(value, bool)}
 
 
 CORE_COLUMNS = (TableColumn("CPU", 100), TableColumn("Busy", 90), TableColumn("User", 70),
