@@ -195,14 +195,14 @@ async def test_the_lower_tables_columns_are_chosen_with_c_and_come_back_in_the_n
         assert isinstance(first.screen, ColumnsScreen) and first.screen.title_text == "the GPU's processes"
         choices = first.screen.query_one(SelectionList)
         assert set(choices.selected) == {
-            "User", "Process", "GPU memory", "Share", "SM", "Rank", "Job", "Where", "Command"}
+            "User", "Process", "GPU memory", "Share", "SM", "CPU", "Host mem", "Time", "Rank", "Job", "Where", "Command"}
         choices.deselect("User")
         choices.deselect("Command")
         await pilot.press("escape")
         host = first.screen
         assert isinstance(host, HostScreen)
         assert host.query_one("#gpu-procs-table", FittedTable).shown_labels == [
-            "PID", "Process", "GPU memory", "Share", "SM", "Rank", "Job", "Where"]
+            "PID", "Process", "GPU memory", "Share", "SM", "CPU", "Host mem", "Time", "Rank", "Job", "Where"]
         assert host.query_one("#gpus-table", FittedTable).shown_labels[:2] == ["GPU", "Name"]  # its own are kept
         await pilot.press("4", "c")
         assert isinstance(first.screen, ColumnsScreen) and first.screen.title_text == "the rank's ops"
