@@ -75,7 +75,12 @@ class _Rank:
     signals: deque = field(default_factory=deque)   # (time, {signal: rate})
     gemm: dict[str, float] = field(default_factory=dict)
     stopped: deque = field(default_factory=deque)   # times it was seen stopped, the last STOPPED_MEMORY_S
-    step_ends: deque = field(default_factory=deque)  # Unix ns, the last 2 × WINDOW_S of them
+    step_ends: list[int] = field(default_factory=list)  # Unix ns, in order, the last 2 × WINDOW_S of them
+
+
+# One collective joined: (when joined, its sequence number, the latest start in Unix ns, the rank id of the last
+# to start, how long it held the others up alone in ns)
+_Joined = tuple[float, int, float, int, float]
 
 
 @dataclass
@@ -88,8 +93,7 @@ class _Job:
     enqueued: dict[str, bool] = field(default_factory=dict)  # comm → its starts are CPU enqueue times
     first_seen: dict[tuple[str, int], float] = field(default_factory=dict)
     members: dict[str, dict[int, float]] = field(default_factory=dict)  # comm → rank id → last seen reporting
-    held: deque = field(default_factory=deque)      # (time, rank id, comm, held ns, latest start ns) per joined one
-    joined: deque = field(default_factory=deque)    # (time, comm, latest start ns, seq) of each joined collective
+    joined: dict[str, deque[_Joined]] = field(default_factory=dict)  # comm → those of the last WINDOW_S, oldest first
     baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
     comm_baseline: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SNAPSHOTS))
     slow_streak: int = 0
@@ -142,7 +146,7 @@ class SlowdownJudge:
             verdict.baseline_step_seconds = baseline
         else:
             verdict.unavailable["baseline_step_seconds"] = "no healthy window seen yet"
-        culprits = _culprits(costs, step) if len(job.joined) >= MIN_COLLECTIVES else []
+        culprits = _culprits(costs, step) if _joined_count(job) >= MIN_COLLECTIVES else []
         rose = step is not None and baseline is not None and step > baseline * (1 + STEP_RISE)
         slow_now = bool(culprits) or rose
         job.slow_streak = job.slow_streak + 1 if slow_now else 0
@@ -177,9 +181,10 @@ def _remember(rank: _Rank | None, feed: RankFeed, now: float) -> _Rank:
         rank.steps.append((now if feed.at is None else feed.at, feed.step_count))
         rank.signals.append((now, {k: v for k, v in feed.signals.items() if v is not None}))
     rank.gemm.update(feed.gemm_seconds)
-    rank.step_ends.extend(feed.step_ends)
-    while rank.step_ends and rank.step_ends[0] < rank.step_ends[-1] - 2 * WINDOW_S * 1e9:
-        rank.step_ends.popleft()
+    if feed.step_ends:
+        rank.step_ends.extend(feed.step_ends)
+        rank.step_ends.sort()
+        del rank.step_ends[:bisect.bisect_left(rank.step_ends, rank.step_ends[-1] - 2 * WINDOW_S * 1e9)]
     if feed.state == "stopped":
         rank.stopped.append(now)
     while rank.stopped and now - rank.stopped[0] > STOPPED_MEMORY_S:
@@ -190,37 +195,53 @@ def _remember(rank: _Rank | None, feed: RankFeed, now: float) -> _Rank:
 def _join(job: _Job, feeds: Sequence[RankFeed], now: float) -> None:
     """Add the feeds' arrivals; settle every collective all its communicator's ranks reported.
 
-    The hot loop of a large job (24,000 arrivals a round at 1024 ranks: bench/slowdown/scale.py):
-    the wire's packed arrays read whole, small ints for ranks, nothing per arrival but dict work."""
-    full = []  # collectives that may have every rank of their communicator now
+    The hot loop of a large job (16,000 arrivals a round at 1024 ranks, 64,000 when sampled blocks land
+    together: bench/slowdown/scale.py). A communicator's ranks report the same collectives in a round
+    (they draw the same blocks), so its ranks are grouped by the sequence numbers they reported and a
+    collective's starts are taken from a group as one column: Python works per collective and per rank,
+    builtins move the arrivals. When the group is every rank of the communicator, a collective none
+    reported before is settled from its column; otherwise the column joins the pending starts."""
+    # comm → the sequence numbers reported → (the ranks that reported them, each one's starts)
+    reported: dict[str, dict[tuple[int, ...], tuple[list[int], list[Sequence[int]]]]] = {}
     for feed in feeds:
         rid = job.ids.setdefault(feed.key, len(job.ids))
         for comm_arrivals in feed.arrivals:
             comm = comm_arrivals.comm
             job.enqueued[comm] = comm_arrivals.enqueued
-            members = job.members.setdefault(comm, {})
-            members[rid] = now
-            need = len(members)
-            pending = job.pending.setdefault(comm, {})
-            for seq, start in zip(comm_arrivals.sequence, comm_arrivals.start_unix_ns, strict=True):
+            job.members.setdefault(comm, {})[rid] = now
+            rids, rows = reported.setdefault(comm, {}).setdefault(tuple(comm_arrivals.sequence), ([], []))
+            rids.append(rid)
+            rows.append(comm_arrivals.start_unix_ns)
+    for comm, groups in reported.items():
+        pending = job.pending.setdefault(comm, {})
+        members = job.members[comm].keys()
+        joined = job.joined.setdefault(comm, deque())
+        added = set()
+        for seqs, (rids, rows) in groups.items():
+            # every rank of the communicator, each once (a host watched under two addresses feeds its ranks
+            # twice), and no other collectives reported in it this round
+            everyone = len(groups) == 1 and len(rids) == len(members) >= 2 and members == set(rids)
+            for seq, column in zip(seqs, zip(*rows, strict=True), strict=True):
+                if everyone and seq not in pending:
+                    _settle(joined, now, seq, rids, column)
+                    continue
                 starts = pending.get(seq)
                 if starts is None:
                     starts = pending[seq] = {}
                     job.first_seen[comm, seq] = now
-                starts[rid] = start
-                if len(starts) >= need:
-                    full.append((comm, seq))
-    for comm, seq in full:
-        starts = job.pending[comm].get(seq)
-        if starts is None:
-            continue  # settled already (listed twice)
-        if len(starts) >= 2 and job.members[comm].keys() <= starts.keys():
-            del job.pending[comm][seq]
-            del job.first_seen[comm, seq]
-            ids = list(starts)
-            figures = arrivals(list(starts.values()))
-            job.held.append((now, ids[figures.last], comm, figures.held_us, figures.latest))
-            job.joined.append((now, comm, figures.latest, seq))
+                starts.update(zip(rids, column, strict=True))
+                added.add(seq)
+        for seq in sorted(added):
+            starts = pending[seq]
+            if len(starts) >= 2 and members <= starts.keys():
+                del pending[seq], job.first_seen[comm, seq]
+                _settle(joined, now, seq, list(starts), list(starts.values()))
+
+
+def _settle(joined: deque[_Joined], now: float, seq: int, rids: Sequence[int], starts: Sequence[int]) -> None:
+    """Charge a collective, every rank's start in hand (in the same order as ``rids``), to the last to start."""
+    figures = arrivals(starts)
+    joined.append((now, seq, figures.latest, rids[figures.last], figures.held_us))
 
 
 def _expire(job: _Job, now: float) -> None:
@@ -231,15 +252,20 @@ def _expire(job: _Job, now: float) -> None:
         job.members[comm] = {rid: seen for rid, seen in members.items() if now - seen <= WINDOW_S and rid in live}
     # What each snapshot brought covers the interval before it: the last WINDOW_S of them, strictly,
     # span WINDOW_S, as the step counts below do from their first to their last.
-    for queue in (job.held, job.joined):
-        while queue and now - queue[0][0] >= WINDOW_S:
-            queue.popleft()
+    for joined in job.joined.values():
+        while joined and now - joined[0][0] >= WINDOW_S:
+            joined.popleft()
     for rank in job.ranks.values():
         newest_step = rank.steps[-1][0]  # on the host's clock, or the judge's
         while len(rank.steps) > 1 and newest_step - rank.steps[0][0] > WINDOW_S:
             rank.steps.popleft()
         while len(rank.signals) > 1 and now - rank.signals[0][0] > WINDOW_S:
             rank.signals.popleft()
+
+
+def _joined_count(job: _Job) -> int:
+    """The collectives joined in the window, in all communicators."""
+    return sum(map(len, job.joined.values()))
 
 
 def _job_step_seconds(job: _Job) -> float | None:
@@ -264,26 +290,29 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
       step's last lateness is the step's loss; averaged over the steps with one joined.
     Without step ends (no optimizer step seen): the lateness per communicator over the window,
     the largest, per second."""
-    ref_ends = next((sorted(r.step_ends) for r in job.ranks.values() if r.step_ends), [])
-    ends_of = {job.ids[key]: sorted(rank.step_ends) for key, rank in job.ranks.items() if key in job.ids}
+    ref_ends = next((r.step_ends for r in job.ranks.values() if r.step_ends), [])
+    ends_of = {job.ids[key]: rank.step_ends for key, rank in job.ranks.items() if key in job.ids}
     largest: dict[tuple[int, int], float] = {}  # (rank id, step) → its largest lateness (enqueue times)
-    summed: dict[tuple[int, int, str], float] = {}  # (rank id, step, comm) → its lateness summed (kernel starts)
-    per_comm: dict[tuple[int, str], float] = {}
-    for _, rid, comm, ns, at in job.held:
-        ends = ends_of.get(rid)
-        if not (ends and ref_ends):
-            per_comm[rid, comm] = per_comm.get((rid, comm), 0.0) + ns * 1e-9
-        elif job.enqueued.get(comm):
-            rank_step = rid, bisect.bisect_left(ends, at)
-            largest[rank_step] = max(largest.get(rank_step, 0.0), ns * 1e-9)
-        else:
-            in_comm = rid, bisect.bisect_left(ends, at), comm
-            summed[in_comm] = summed.get(in_comm, 0.0) + ns * 1e-9
-    # A rank late to a step is late in each communicator it is in (its tensor- and data-parallel
-    # groups): the others wait for it once, the largest of them.
+    # (rank id, step) → its lateness summed in a communicator, the largest over communicators (kernel
+    # starts): a rank late to a step is late in each communicator it is in (its tensor- and data-parallel
+    # groups), and the others wait for it once
     largest_summed: dict[tuple[int, int], float] = {}
-    for (rid, index, _), seconds in summed.items():
-        largest_summed[rid, index] = max(largest_summed.get((rid, index), 0.0), seconds)
+    per_comm: dict[tuple[int, str], float] = {}
+    for comm, joined in job.joined.items():
+        enqueued = job.enqueued.get(comm)
+        summed: dict[tuple[int, int], float] = {}  # (rank id, step) → its lateness summed in this communicator
+        for _, _, at, rid, ns in joined:
+            ends = ends_of.get(rid)
+            if not (ends and ref_ends):
+                per_comm[rid, comm] = per_comm.get((rid, comm), 0.0) + ns * 1e-9
+            elif enqueued:
+                rank_step = rid, bisect.bisect_left(ends, at)
+                largest[rank_step] = max(largest.get(rank_step, 0.0), ns * 1e-9)
+            else:
+                rank_step = rid, bisect.bisect_left(ends, at)
+                summed[rank_step] = summed.get(rank_step, 0.0) + ns * 1e-9
+        for rank_step, seconds in summed.items():
+            largest_summed[rank_step] = max(largest_summed.get(rank_step, 0.0), seconds)
     held: dict[int, float] = {}
     for per_step, steps in ((largest, _steps_joined(job, ref_ends, True)),
                             (largest_summed, _steps_joined(job, ref_ends, False))):
@@ -295,7 +324,7 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
     span = max((r.steps[-1][0] - r.steps[0][0] for r in job.ranks.values()), default=0.0)
     for (rid, _), seconds in per_comm.items():
         held[rid] = max(held.get(rid, 0.0), seconds / span if span else 0.0)
-    costs = []
+    costs = []  # (sort key: costliest first, then by rank or pid; the rank's cost)
     for key, rank in job.ranks.items():
         feed = rank.feed
         per = held.get(job.ids.get(key, -1), 0.0)
@@ -305,8 +334,9 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
             cost.rank = feed.rank
         if feed.gpu is not None:
             cost.gpu = feed.gpu.index
-        costs.append(cost)
-    return sorted(costs, key=lambda c: (-c.cost_seconds, c.rank if c.HasField("rank") else c.pid))
+        costs.append(((-per, feed.pid if feed.rank is None else feed.rank), cost))
+    costs.sort(key=lambda ordered: ordered[0])
+    return [cost for _, cost in costs]
 
 
 def _steps_joined(job: _Job, ref_ends: list[int], enqueued: bool) -> float:
@@ -315,16 +345,13 @@ def _steps_joined(job: _Job, ref_ends: list[int], enqueued: bool) -> float:
     of collectives joined, per communicator those joined over its collectives per step (sequence
     numbers over steps, between the first and the last joined), the largest; not the steps with one
     joined: a sample's block covers parts of the steps at its edges."""
-    by_comm: dict[str, list[tuple[int, int]]] = {}
-    for _, comm, at, seq in job.joined:
-        if job.enqueued.get(comm, False) == enqueued:
-            by_comm.setdefault(comm, []).append((seq, at))
+    of_kind = [joined for comm, joined in job.joined.items() if joined and job.enqueued.get(comm, False) == enqueued]
     if enqueued:
-        return float(len({bisect.bisect_left(ref_ends, at) for joined in by_comm.values() for _, at in joined}))
+        return float(len({bisect.bisect_left(ref_ends, at) for joined in of_kind for _, _, at, _, _ in joined}))
     best = 0.0
-    for joined in by_comm.values():
-        seqs = [seq for seq, _ in joined]
-        times = [at for _, at in joined]
+    for joined in of_kind:
+        seqs = [seq for _, seq, _, _, _ in joined]
+        times = [at for _, _, at, _, _ in joined]
         steps = bisect.bisect_left(ref_ends, max(times)) - bisect.bisect_left(ref_ends, min(times)) + 1
         best = max(best, len(joined) * steps / (max(seqs) - min(seqs) + 1))
     return best
@@ -371,7 +398,7 @@ def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.Ran
     verdict.evidence.append(
         f"the others waited for {who} ({culprit.feed.host}) at collectives: {cost.cost_seconds * 1e3:.1f} ms "
         f"per step ({cost.cost_percent:.0f} % of a {(step or 0) * 1e3:.1f} ms step), over "
-        f"{len(job.joined)} collectives joined in the last {WINDOW_S:g} s")
+        f"{_joined_count(job)} collectives joined in the last {WINDOW_S:g} s")
     if culprit.stopped:
         verdict.evidence.append(f"{who}'s process was seen stopped (SIGSTOP, a debugger or job control) in "
                                 f"{len(culprit.stopped)} snapshot(s) in the last {STOPPED_MEMORY_S:g} s")
@@ -412,7 +439,7 @@ def _job_cause(verdict: pb.JobSlowdown, job: _Job, step: float | None, baseline:
         verdict.evidence.append("the step time rose, and no rank held the others up")
         return "unknown"
     verdict.evidence.append(f"the step takes {step * 1e3:.1f} ms against {baseline * 1e3:.1f} ms before, and no "
-                            f"rank held the others up at collectives ({len(job.joined)} joined in {WINDOW_S:g} s)")
+                            f"rank held the others up at collectives ({_joined_count(job)} joined in {WINDOW_S:g} s)")
     comm = _median([r.feed.comm_seconds_per_s for r in job.ranks.values()])
     comm_baseline = statistics.median(job.comm_baseline) if job.comm_baseline else None
     if comm is None or comm_baseline is None:
