@@ -34,7 +34,8 @@ from agentd.collectors.readings import FIRST_SAMPLE
 from agentd.kineto.registry import Registry
 from agentd.kineto.rpc import DynologRpc
 from agentd.proto import tuiprof_agent_pb2 as pb
-from testkit import unshared
+from testkit.containers import Container
+from testkit.namespaces import unavailable_reason
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -430,9 +431,10 @@ def test_processes_are_named_from_proc_and_missing_memory_has_a_reason(fake: Fak
     collector.close()
 
 
-@pytest.mark.skipif(unshared.unavailable_reason() is not None, reason=str(unshared.unavailable_reason()))
+@pytest.mark.skipif(unavailable_reason(user_name=None) is not None, reason=str(unavailable_reason(user_name=None)))
 def test_a_process_in_a_container_shows_its_pid_in_there_and_its_container(fake: FakeNvml) -> None:
-    with unshared.unshared_sleep() as inner:
+    with Container.create(docker_cgroup=False) as box:  # in new namespaces, not in a container's cgroup
+        inner = box.init_pid
         fake.gpus[0].processes = [(os.getpid(), 1 << 30), (inner, 1 << 30)]
         collector = gpu.GpuCollector(1.0, clock=fake.clock)
         stats = tick(collector)[0]

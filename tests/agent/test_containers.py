@@ -22,7 +22,8 @@ import pytest
 from agentd import containers
 from agentd.collectors.readings import Unavailable
 from agentd.proto import tuiprof_agent_pb2 as pb
-from testkit import unshared
+from testkit.containers import Container
+from testkit.namespaces import unavailable_reason
 
 CASES = pathlib.Path(__file__).parent / "data" / "cgroups.txt"
 PIDS_HIERARCHY = pathlib.Path("/sys/fs/cgroup/pids")  # a cgroup v1 controller's mount
@@ -151,9 +152,10 @@ def test_a_process_in_a_kubepods_cgroup_is_named_after_its_hostname(sleeper: sub
         sleeper.wait(10)
 
 
-@pytest.mark.skipif(unshared.unavailable_reason() is not None, reason=str(unshared.unavailable_reason()))
+@pytest.mark.skipif(unavailable_reason(user_name=None) is not None, reason=str(unavailable_reason(user_name=None)))
 def test_a_process_in_its_own_pid_and_mount_namespace() -> None:
-    with unshared.unshared_sleep() as inner:
+    with Container.create(docker_cgroup=False) as box:  # in new namespaces, not in a container's cgroup
+        inner = box.init_pid
         assert containers.pid_in_container(inner) == 1  # the first process of its pid namespace
         assert _fields(containers.container_of(inner)) == {"own_mount_namespace": True}
     deadline = time.monotonic() + 10

@@ -30,8 +30,8 @@ from agentd.collectors import rank_claims
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from testkit.agents import running_agent
-from testkit.containers import Container, unavailable_reason
-from testkit.namespaces import HOSTILE_USER, User
+from testkit.containers import Container
+from testkit.namespaces import HOSTILE_USER, User, unavailable_reason, wait_ready
 from testkit.ports import free_port
 from testkit.terminal import tmux_environment
 from tuiprof.client.channel import open_channel
@@ -60,7 +60,7 @@ while True:
 
 @pytest.fixture(scope="module", autouse=True)
 def containers_possible() -> None:
-    reason = unavailable_reason()
+    reason = unavailable_reason(user_name=None)
     if reason is not None:
         pytest.skip(reason)
 
@@ -96,14 +96,8 @@ async def snapshots(agent, until, timeout: float = 120) -> pb.HostSnapshot:
 def start_stepping_rank(box: Container) -> subprocess.Popen[str]:
     """A rank inside ``box``; returns once it stepped (its segment exists)."""
     env = launch_environment({k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}, kineto_daemon=False)
-    rank = box.popen([sys.executable, "-c", STEPPING_RANK], env=env, stdout=subprocess.PIPE,
-                     stderr=subprocess.PIPE, text=True)
-    assert rank.stdout is not None
-    line = rank.stdout.readline()
-    if line.strip() != "ready":
-        rank.kill()
-        raise AssertionError(f"the rank did not start: {line!r} {rank.communicate(timeout=10)[1][-2000:]}")
-    return rank
+    return wait_ready(box.popen([sys.executable, "-c", STEPPING_RANK], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True))
 
 
 def only_child(box: Container, launcher: subprocess.Popen) -> tuple[int, int]:
@@ -290,8 +284,8 @@ def test_a_containerised_rank_that_crashes_leaves_its_report(agent):
         env = launch_environment({k: v for k, v in os.environ.items() if k != "TUIPROF_TOKEN"}, kineto_daemon=False)
         rank = box.popen([sys.executable, "-c", CRASHING_RANK], env=env, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert rank.stdout is not None and rank.stdin is not None
-        assert rank.stdout.readline().strip() == "ready"
+        assert rank.stdin is not None
+        wait_ready(rank)
         host_pid, inner_pid = only_child(box, rank)
         asyncio.run(snapshots(agent, lambda s: any(r.pid == host_pid for r in s.ranks)))
         rank.stdin.write("\n")

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from testkit.agents import stop_process
-from testkit.namespaces import HOSTILE_USER, Namespace, User, unavailable_reason
+from testkit.namespaces import HOSTILE_USER, Namespace, User, unavailable_reason, wait_ready
 from testkit.ports import free_port
 from tuiprof.commands.run import launch_environment
 
@@ -48,16 +48,6 @@ HEALTHY_WITHIN_SECONDS = 1.0
 START_TIMEOUT_SECONDS = 30.0
 
 # torch is imported because the startup hook records uncaught exceptions only in torch programs.
-def wait_ready(process: subprocess.Popen[str]) -> subprocess.Popen[str]:
-    """``process`` once it printed ``ready`` (killed, with its stderr in the failure, otherwise)."""
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if line.strip() != "ready":
-        process.kill()
-        raise AssertionError(f"did not start: {line!r} {process.communicate(timeout=10)[1]}")
-    return process
-
-
 RANK_PROGRAM = """
 import ctypes, os, sys, threading, time
 import torch  # noqa: F401

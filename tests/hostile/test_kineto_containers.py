@@ -23,9 +23,10 @@ import time
 
 import pytest
 
-from hostile.conftest import PYTHON, wait_ready
+from hostile.conftest import PYTHON
 from testkit.agents import stop_process
-from testkit.netns_containers import NetnsContainer
+from testkit.containers import Container
+from testkit.namespaces import wait_ready
 from testkit.ports import free_port
 from testkit.traces import TRAINER, wait_registered
 
@@ -84,7 +85,7 @@ def registered_line(log: str, pid: int) -> str:
 
 @pytest.fixture
 def container():
-    with NetnsContainer.create() as box:
+    with Container.create(private_tmp=True) as box:
         yield box
 
 
@@ -111,7 +112,7 @@ def test_a_containerised_trainer_registers_by_host_pid_and_its_traces_land_in_th
         agent_in_namespace, namespace, container, trainer_in, tmp_path):
     rpc_port = free_port()
     agent = agent_in_namespace("--dynolog-rpc-port", str(rpc_port))
-    assert container.network_namespace() != namespace_inode(namespace)
+    assert container.holder.namespace("net") != namespace.holder.namespace("net")
     shell, trainer = trainer_in
     wait_registered(agent, trainer, REGISTER_SECONDS)
     line = registered_line(agent.log(), trainer)
@@ -171,7 +172,7 @@ def test_a_process_in_another_container_cannot_claim_the_first_ones_trainer(
     agent = agent_in_namespace()
     _, trainer = trainer_in
     wait_registered(agent, trainer, REGISTER_SECONDS)
-    with NetnsContainer.create() as other:
+    with Container.create(private_tmp=True) as other:
         forger_entered = other.popen([PYTHON, "-c", FORGER, str(trainer)], env=container_env(namespace),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=namespace_repo())
         try:
@@ -188,10 +189,6 @@ def test_a_process_in_another_container_cannot_claim_the_first_ones_trainer(
     targets = capture.get("reply", {}).get("targets", [])
     assert [int(t["pid"]) for t in targets] == [trainer], capture
     agent.assert_healthy()
-
-
-def namespace_inode(namespace) -> int:
-    return pathlib.Path(f"/proc/{namespace.holder.pid}/ns/net").stat().st_ino
 
 
 def namespace_repo() -> str:

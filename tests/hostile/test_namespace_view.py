@@ -17,8 +17,7 @@ def test_a_path_under_a_0700_folder_is_reachable_in_the_view_and_nothing_else_is
         checkout.mkdir(parents=True)
         (checkout / "code.py").write_text("print('reached')\n")
         (private / "secret").write_text("root's\n")
-        read_as_user = ["setpriv", f"--reuid={hostile_user.uid}", f"--regid={hostile_user.gid}", "--clear-groups",
-                        "--", "cat"]
+        read_as_user = [*hostile_user.become(), "cat"]
         outside = subprocess.run([*read_as_user, str(checkout / "code.py")], capture_output=True, text=True)
         assert outside.returncode != 0 and "Permission denied" in outside.stderr
 

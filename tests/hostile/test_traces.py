@@ -30,7 +30,7 @@ from agentd.kineto import wire
 from agentd.traces.paths import TraceDir
 from hostile.conftest import PYTHON, HostileAgent
 from testkit.agents import stop_process
-from testkit.namespaces import Namespace, User
+from testkit.namespaces import Namespace, User, wait_ready
 from testkit.ports import free_port
 from testkit.traces import TRAINER, KinetoClient, kineto_env, wait_registered
 
@@ -162,7 +162,7 @@ def test_a_symlink_swap_race_never_serves_a_file_from_outside(traced, namespace,
     swapper = namespace.popen([PYTHON, "-c", SWAPPER, user_trace_folder], user=hostile_user,
                               stdout=subprocess.PIPE, text=True)
     try:
-        assert swapper.stdout is not None and swapper.stdout.readline().strip() == "ready"
+        wait_ready(swapper)
         direct = agent.client("fetch", "--path", f"{uid}/direct.json", user=hostile_user)
         race = agent.client("fetch-race", "--path", f"{uid}/real/shadow", "--seconds", RACE_SECONDS,
                             user=hostile_user)

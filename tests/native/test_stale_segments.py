@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from testkit.namespaces import Namespace, unavailable_reason
+from testkit.namespaces import Namespace, unavailable_reason, wait_ready
 from tuiprof_native import segment
 from tuiprof_native.stale_segments import GRACE_SECONDS, SETTLE_SECONDS, SIDECAR_SUFFIXES
 
@@ -43,10 +43,8 @@ def namespace():
 
 
 def start_job(namespace: Namespace) -> subprocess.Popen[str]:
-    job = namespace.popen([sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", "--",
-                           sys.executable, "-c", JOB], stdout=subprocess.PIPE, text=True)
-    assert job.stdout is not None and job.stdout.readline() == "ready\n"
-    return job
+    return wait_ready(namespace.popen([sys.executable, "-m", "tuiprof.cli", "run", "--no-kineto-daemon", "--",
+                                       sys.executable, "-c", JOB], stdout=subprocess.PIPE, text=True))
 
 
 def segment_of(shm: pathlib.Path, pid: int) -> pathlib.Path:

@@ -1,15 +1,17 @@
 """Containers made with unshare(1), as Docker, a Kubernetes pod or enroot make them for a rank:
-their own pid, mount, network, IPC and UTS namespaces, a private tmpfs on /dev/shm, a cgroup of
-their own named as Docker names it, and optionally a user namespace in which the container's root
-is an unprivileged host uid (a rootless container).
+their own pid, mount, network, IPC and UTS namespaces, loopback up, /proc and a private tmpfs on
+/dev/shm of their own, a cgroup named as Docker names a container's, and optionally a user namespace
+in which the container's root is an unprivileged host uid (a rootless container) or a private /tmp.
 
     with Container.create() as box:
         job = box.popen([PYTHON, "-m", "tuiprof", "run", ...])   # pid 2, 3, ... inside
         box.host_pids()                                          # what the host's agent sees
 
-A sleeping process holds the namespaces (pid 1 inside); ``popen``/``run`` enter them with
-``nsenter`` (``-p`` forks: a Popen's pid is nsenter's, ``host_pids`` lists the container's
-processes). Needs root, unshare/nsenter/setpriv (util-linux) and ip (iproute2).
+Made and torn down as every namespace of the test kit is (``testkit/namespaces.py``: ``held``); its
+sleeper is the container's pid 1. ``popen``/``run`` enter it with ``nsenter`` as ``docker exec`` does
+(``-p`` forks: a Popen's pid is nsenter's, ``host_pid_of``/``host_pids`` find the container's
+processes). Needs root, unshare/nsenter/setpriv (util-linux) and ip (iproute2): ``unavailable_reason``
+in ``testkit/namespaces.py`` with ``user_name=None``.
 """
 
 from __future__ import annotations
@@ -21,91 +23,67 @@ import pathlib
 import secrets
 import shlex
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
-from testkit.namespaces import NEEDED_BY_OTHERS, TOOLS, User, kill_namespace, traversal_view
+import psutil
+
+from testkit.namespaces import NEEDED_BY_OTHERS, Holder, User, held, sleeping_shell, traversal_view
 
 SHM_BYTES = 64 << 20  # the container's own /dev/shm (Docker's default --shm-size)
 CGROUP_PARENT = "/sys/fs/cgroup/pids/docker"  # a cgroup v1 hierarchy on this project's VMs; v2: below
 CGROUP_V2_PARENT = "/sys/fs/cgroup/system.slice"
-
-
-def unavailable_reason() -> str | None:
-    """Why containers cannot be made here (None: they can)."""
-    if os.geteuid() != 0:
-        return "needs root: the container tests make namespaces and cgroups and run the agent as root"
-    missing = [tool for tool in TOOLS if not any(os.access(os.path.join(d, tool), os.X_OK)
-                                                  for d in os.environ.get("PATH", "").split(":"))]
-    return f"needs {', '.join(missing)} (util-linux, iproute2)" if missing else None
-
-
-def _cgroup_folder(container_id: str) -> pathlib.Path | None:
-    """A cgroup named as Docker names a container's (``docker/<id>`` on cgroup v1, ``docker-<id>.scope``
-    on v2), created; None when neither hierarchy takes one here."""
-    for folder in (pathlib.Path(CGROUP_PARENT) / container_id,
-                   pathlib.Path(CGROUP_V2_PARENT) / f"docker-{container_id}.scope"):
-        try:
-            folder.mkdir(parents=True)
-        except OSError:
-            continue
-        if (folder / "cgroup.procs").exists():
-            return folder
-        folder.rmdir()
-    return None
+TMP_KEEP = "/run/tpkeep"  # where the needed folders under /tmp are held while /tmp is covered
 
 
 @dataclasses.dataclass
 class Container:
-    """The namespaces held by ``holder`` (an unshare whose forked child is the container's pid 1)."""
+    """A container: the namespaces its pid 1 (``holder``) holds, its id and cgroup, the user of a rootless one."""
 
-    holder: subprocess.Popen[bytes]
-    init_pid: int  # host pid of the container's pid 1
+    holder: Holder
     id: str  # 64 hex digits, as Docker's
     cgroup: pathlib.Path | None
     user: User | None  # the host uid its root is, for a rootless container
 
+    @property
+    def init_pid(self) -> int:
+        """The host pid of the container's pid 1."""
+        return self.holder.pid
+
     @classmethod
     @contextlib.contextmanager
-    def create(cls, rootless_as: User | None = None, shared_shm: bool = False,
-               shm_link_to: str | None = None) -> Iterator[Container]:
+    def create(cls, rootless_as: User | None = None, shared_shm: bool = False, shm_link_to: str | None = None,
+               private_tmp: bool = False, docker_cgroup: bool = True) -> Iterator[Container]:
         """``shared_shm``: the host's /dev/shm, as ``docker run --ipc=host`` gives; ``shm_link_to``: a
-        hostile container's /dev/shm, a link to that path (on a tmpfs over /dev)."""
+        hostile container's /dev/shm, a link to that path (on a tmpfs over /dev); ``private_tmp``: a tmpfs
+        on /tmp (``docker run --tmpfs /tmp``), this checkout and interpreter kept at their paths if they are
+        under it; ``docker_cgroup`` False: it stays in its creator's cgroup, as plain unshare leaves it."""
         if shm_link_to is not None:
             shm = ["mount -t tmpfs -o mode=0755 tmpfs /dev", f"ln -s {shlex.quote(shm_link_to)} /dev/shm"]
         else:
             shm = [] if shared_shm else [f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm"]
-        inside = " && ".join(["mount -t proc proc /proc", *shm, "ip link set lo up", "hostname container",
-                              "echo ready", "exec sleep infinity"])
+        inside = ["mount -t proc proc /proc", *shm, "ip link set lo up", "hostname container"]
         container = ["unshare", "--pid", "--fork", "--mount", "--net", "--ipc", "--uts", "--propagation", "private",
-                     "--", "sh", "-c", inside]
+                     "--", *sleeping_shell(inside)]
         if rootless_as is not None:  # its root is the user's uid: the user makes the user namespace
             container = [*rootless_as.become(), "unshare", "--user", "--map-root-user", *container[1:]]
-        # An outer mount namespace makes this checkout and interpreter reachable to the other user.
-        outer = " && ".join([*(traversal_view(NEEDED_BY_OTHERS) if rootless_as is not None else []),
-                             f"exec {shlex.join(container)}"])
-        holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", outer],
-                                  stdout=subprocess.PIPE)
-        box: Container | None = None
+        # An outer mount namespace, as root: the private /tmp, and this checkout and interpreter made reachable
+        # to the other user; the container's own mount namespace starts as a copy of it.
+        outer = [*(_private_tmp(NEEDED_BY_OTHERS) if private_tmp else []),
+                 *(traversal_view(NEEDED_BY_OTHERS) if rootless_as is not None else []),
+                 f"exec {shlex.join(container)}"]
+        container_id = secrets.token_hex(32)
+        cgroup = _cgroup_folder(container_id, rootless_as) if docker_cgroup else None
         try:
-            assert holder.stdout is not None
-            if holder.stdout.readline().strip() != b"ready":
-                raise RuntimeError(f"container setup failed (exit {holder.wait(10)})")
-            init_pid = _container_init(holder.pid)
-            container_id = secrets.token_hex(32)
-            cgroup = _cgroup_folder(container_id)
-            if cgroup is not None and rootless_as is not None:  # delegated to the user, as systemd does
-                for path in (cgroup, cgroup / "cgroup.procs"):
-                    os.chown(path, rootless_as.uid, rootless_as.gid)
-            box = cls(holder, init_pid, container_id, cgroup, rootless_as)
-            box.join_cgroup(init_pid)
-            yield box
+            with held(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                       " && ".join(outer)]) as holder:
+                box = cls(holder, container_id, cgroup, rootless_as)
+                box.join_cgroup(holder.pid)
+                yield box
         finally:
-            if box is not None:  # while its pid 1 keeps the namespace's inode
-                kill_namespace(os.stat(f"/proc/{box.init_pid}/ns/mnt").st_ino)
-            holder.kill()
-            holder.wait(10)
-            if box is not None:
-                box.remove_cgroup()
+            if cgroup is not None:
+                _remove_cgroup(cgroup)
 
     def argv(self, command: Sequence[str]) -> list[str]:
         """``command`` run inside as the container's root (in a rootless one, the user enters their own
@@ -116,10 +94,10 @@ class Container:
         return [*user, "-t", str(self.init_pid), "-p", "-m", "-n", "-i", "-u", "--", *join,
                 *[str(part) for part in command]]
 
-    def popen(self, command: Sequence[str], **kwargs) -> subprocess.Popen:
+    def popen(self, command: Sequence[str], **kwargs: Any) -> subprocess.Popen:
         return subprocess.Popen(self.argv(command), **kwargs)
 
-    def run(self, command: Sequence[str], timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
+    def run(self, command: Sequence[str], timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(command), capture_output=True, text=True, timeout=timeout, **kwargs)
 
     def join_cgroup(self, host_pid: int) -> None:
@@ -129,41 +107,73 @@ class Container:
 
     def host_pids(self) -> dict[int, int]:
         """Every process in the container: its host pid → its pid inside."""
-        namespace = os.stat(f"/proc/{self.init_pid}/ns/pid").st_ino
+        namespace = self.holder.namespace("pid")
         found = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
-            try:
-                if os.stat(f"/proc/{name}/ns/pid").st_ino != namespace:
-                    continue
-                status = pathlib.Path(f"/proc/{name}/status").read_text()
-            except OSError:
-                continue
-            nspid = next(line for line in status.splitlines() if line.startswith("NSpid:")).split()[1:]
-            found[int(name)] = int(nspid[-1])
+            with contextlib.suppress(OSError):  # gone meanwhile
+                if os.stat(f"/proc/{name}/ns/pid").st_ino == namespace:
+                    found[int(name)] = self.pid_inside(int(name))
         return found
 
-    def remove_cgroup(self) -> None:
-        if self.cgroup is None:
-            return
-        for pid in (self.cgroup / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                os.kill(int(pid), 9)
+    def host_pid_of(self, entered: subprocess.Popen, program: str, marker: str, timeout: float = 30) -> int:
+        """The host pid of the process under ``entered`` (an nsenter) running ``program`` (its argv[0]) with
+        ``marker`` in its command line."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for child in psutil.Process(entered.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    argv = child.cmdline()
+                    if argv[:1] == [program] and any(marker in part for part in argv):
+                        return child.pid
+            time.sleep(0.1)
+        raise AssertionError(f"no process with {marker!r} under {entered.pid}")
+
+    @staticmethod
+    def pid_inside(host_pid: int) -> int:
+        """``host_pid`` as the container numbers it (the last NSpid)."""
+        with open(f"/proc/{host_pid}/status") as status:
+            line = next(line for line in status if line.startswith("NSpid:"))
+        return int(line.split()[-1])
+
+
+def _private_tmp(needed: Sequence[pathlib.Path]) -> list[str]:
+    """Shell steps that put a private tmpfs on /tmp, the ``needed`` folders under it (a checkout or
+    interpreter in /tmp) held across and bound back at their own paths."""
+    under_tmp = [path for path in dict.fromkeys(needed) if pathlib.Path("/tmp") in path.parents]
+    held_at = [(path, f"{TMP_KEEP}{n}") for n, path in enumerate(under_tmp)]
+    steps = [step for path, keep in held_at
+             for step in (f"mkdir -p {keep}", f"mount --bind {shlex.quote(str(path))} {keep}")]
+    steps.append("mount -t tmpfs -o mode=1777 tmpfs /tmp")
+    steps += [step for path, keep in held_at
+              for step in (f"mkdir -p {shlex.quote(str(path))}", f"mount --bind {keep} {shlex.quote(str(path))}")]
+    return steps
+
+
+def _cgroup_folder(container_id: str, owner: User | None) -> pathlib.Path | None:
+    """A cgroup named as Docker names a container's (``docker/<id>`` on cgroup v1, ``docker-<id>.scope``
+    on v2), created (and delegated to ``owner``, as systemd does for a rootless container); None when
+    neither hierarchy takes one here."""
+    for folder in (pathlib.Path(CGROUP_PARENT) / container_id,
+                   pathlib.Path(CGROUP_V2_PARENT) / f"docker-{container_id}.scope"):
+        try:
+            folder.mkdir(parents=True)
+        except OSError:
+            continue
+        if (folder / "cgroup.procs").exists():
+            if owner is not None:
+                for path in (folder, folder / "cgroup.procs"):
+                    os.chown(path, owner.uid, owner.gid)
+            return folder
+        folder.rmdir()
+    return None
+
+
+def _remove_cgroup(cgroup: pathlib.Path) -> None:
+    """Kill what is left in the cgroup, then remove it."""
+    for pid in (cgroup / "cgroup.procs").read_text().split():
         with contextlib.suppress(OSError):
-            self.cgroup.rmdir()
-
-
-def _container_init(unshare_pid: int) -> int:
-    """The host pid of the container's pid 1: the forked child of the (inner) unshare."""
-    for _ in range(3):  # outer unshare → sh → [setpriv →] unshare → child
-        children = pathlib.Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
-        if not children:
-            raise RuntimeError(f"process {unshare_pid} has no child: the container did not start")
-        child = int(children[0])
-        status = pathlib.Path(f"/proc/{child}/status").read_text()
-        nspid = next(line for line in status.splitlines() if line.startswith("NSpid:")).split()[1:]
-        if nspid[-1] == "1" and len(nspid) > 1:
-            return child
-        unshare_pid = child
-    raise RuntimeError("the container's pid 1 was not found")
+            os.kill(int(pid), 9)
+    with contextlib.suppress(OSError):
+        cgroup.rmdir()

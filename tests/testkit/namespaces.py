@@ -1,13 +1,19 @@
-"""A private mount + network namespace with its own small /dev/shm, and a second real user.
+"""Private namespaces made with unshare(1), and a second real user to run things in them as.
 
-    with Namespace.create() as ns:
-        agent = ns.popen([AGENTD, "--port", "1779", ...])          # root, inside
-        ns.run([PYTHON, "client.py", "info"], user=hostile)       # the other user, inside
+    with Namespace.create() as ns:                                   # mount + network
+        agent = ns.popen([AGENTD, "--port", "1779", ...])           # root, inside
+        ns.run([PYTHON, "client.py", "info"], user=hostile)         # the other user, inside
 
-Everything that must see the namespace's loopback and /dev/shm runs through
-``nsenter -t <holder> -m -n`` (and ``setpriv`` for the other user), which exec
-the command: a ``Popen``'s pid is the command's own pid. Needs root (unshare,
-mount, nsenter, setpriv from util-linux; ip from iproute2).
+Every set of namespaces here, a ``Namespace`` or a container (``testkit/containers.py``), is made
+one way: ``held`` runs an ``unshare`` whose last process sets them up, prints ``ready`` and sleeps
+(``sleeping_shell``); that sleeper holds them, ``nsenter -t <sleeper>`` enters them, and on the way
+out every process of its mount namespace is killed. ``wait_ready`` is how a test waits for any
+process of its own that prints ``ready``.
+
+A ``Namespace`` has its own mount and network namespaces (loopback up, a small /dev/shm of its own)
+and no pid namespace: ``nsenter -m -n`` (and ``setpriv`` for the other user) exec the command, so a
+``Popen``'s pid is the command's own. Needs root (unshare, mount, nsenter, setpriv from util-linux;
+ip from iproute2).
 """
 
 from __future__ import annotations
@@ -22,11 +28,11 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 HOSTILE_USER = "tuiprof-hostile"
 SHM_BYTES = 8 << 20  # the namespace's own /dev/shm
 REPO = pathlib.Path(__file__).resolve().parents[2]
-VENV_BIN = pathlib.Path(sys.executable).parent
 TOOLS = ("unshare", "nsenter", "setpriv", "ip", "mount")
 
 
@@ -86,19 +92,34 @@ class User:
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--"]
 
 
-def unavailable_reason(user_name: str = HOSTILE_USER) -> str | None:
-    """Why the hostile tests cannot run here (None: they can)."""
+def unavailable_reason(user_name: str | None = HOSTILE_USER) -> str | None:
+    """Why namespaces cannot be made here, or the second real user ``user_name`` is missing (None: the
+    tests can run; ``user_name`` None: no second user needed)."""
     if os.geteuid() != 0:
-        return "needs root: the hostile-user tests run the agent as root and attacks as a second real user"
+        return "needs root: the tests make namespaces and run the agent as root"
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"needs {', '.join(missing)} (util-linux, iproute2)"
+    if user_name is None:
+        return None
     try:
         pwd.getpwnam(user_name)
     except KeyError:
         return (f"no user {user_name!r}: tests/run.sh creates it as root "
                 f"(useradd -M -s /usr/sbin/nologin {user_name})")
     return None
+
+
+def wait_ready(process: subprocess.Popen[str]) -> subprocess.Popen[str]:
+    """``process`` once it printed ``ready`` (killed, with its exit status and the end of its stderr in the
+    failure, otherwise)."""
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if line.strip() != "ready":
+        process.kill()
+        stderr = process.communicate(timeout=10)[1] or ""
+        raise AssertionError(f"did not start (exit {process.returncode}): {line!r} {stderr[-2000:]}")
+    return process
 
 
 def kill_namespace(mount_namespace: int) -> None:
@@ -112,29 +133,61 @@ def kill_namespace(mount_namespace: int) -> None:
                     os.kill(int(name), 9)
 
 
+def sleeping_shell(steps: Sequence[str]) -> list[str]:
+    """``sh -c``: the shell ``steps`` that set up new namespaces, then ``ready`` printed and a sleep that holds
+    them (the last command ``held`` runs)."""
+    return ["sh", "-c", " && ".join([*steps, "echo ready", "exec sleep infinity"])]
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """The process that holds a set of namespaces: the ``sleeping_shell`` in them (a new pid namespace's
+    pid 1), as the host numbers it."""
+
+    pid: int
+
+    def namespace(self, kind: str) -> int:
+        """The inode of its ``kind`` namespace (``mnt``, ``net``, ``pid``, ...), which tells namespaces apart."""
+        return os.stat(f"/proc/{self.pid}/ns/{kind}").st_ino
+
+
+@contextlib.contextmanager
+def held(command: Sequence[str]) -> Iterator[Holder]:
+    """Runs ``command`` (an ``unshare`` that ends in a ``sleeping_shell``) until it is ready; on the way out
+    kills every process of its mount namespace, then the command."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            wait_ready(process)
+            holder = Holder(_sleeper(process.pid))
+            try:
+                yield holder
+            finally:
+                kill_namespace(holder.namespace("mnt"))  # while the sleeper keeps its inode
+        finally:
+            process.kill()
+
+
+def _sleeper(pid: int) -> int:
+    """The last of ``pid``'s line of first children: the shell that said ready (now the sleep), which
+    started nothing; ``pid`` itself where unshare did not fork."""
+    while children := pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        pid = int(children[0])
+    return pid
+
+
 @dataclasses.dataclass
 class Namespace:
-    """Mount + network namespaces held by a sleeping process; loopback up, private /dev/shm."""
+    """Mount + network namespaces; loopback up, private /dev/shm."""
 
-    holder: subprocess.Popen[bytes]
+    holder: Holder
 
     @classmethod
     @contextlib.contextmanager
     def create(cls) -> Iterator[Namespace]:
-        setup = " && ".join(["ip link set lo up", f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
-                             *traversal_view(NEEDED_BY_OTHERS), "echo ready", "exec sleep infinity"])
-        holder = subprocess.Popen(["unshare", "--mount", "--net", "--propagation", "private", "--",
-                                   "sh", "-c", setup], stdout=subprocess.PIPE)
-        try:
-            assert holder.stdout is not None
-            line = holder.stdout.readline()
-            if line.strip() != b"ready":
-                raise RuntimeError(f"namespace setup failed (exit {holder.wait(10)})")
+        setup = ["ip link set lo up", f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
+                 *traversal_view(NEEDED_BY_OTHERS)]
+        with held(["unshare", "--mount", "--net", "--propagation", "private", "--", *sleeping_shell(setup)]) as holder:
             yield cls(holder)
-        finally:
-            kill_namespace(os.stat(f"/proc/{holder.pid}/ns/mnt").st_ino)  # while the holder keeps its inode
-            holder.kill()
-            holder.wait(10)
 
     def link(self, other: Namespace) -> tuple[str, str]:
         """A point-to-point link (veth) to ``other``: (this side's address, the other's), a /30."""
@@ -162,12 +215,12 @@ class Namespace:
             env["HOME"] = "/tmp"
         return env
 
-    def popen(self, command: Sequence[str], user: User | None = None, **kwargs) -> subprocess.Popen:
+    def popen(self, command: Sequence[str], user: User | None = None, **kwargs: Any) -> subprocess.Popen:
         kwargs.setdefault("env", self.env(user))
         return subprocess.Popen(self.argv(command, user), cwd=REPO, **kwargs)
 
     def run(self, command: Sequence[str], user: User | None = None, timeout: float = 60,
-            **kwargs) -> subprocess.CompletedProcess[str]:
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:
         kwargs.setdefault("env", self.env(user))
         return subprocess.run(self.argv(command, user), cwd=REPO, capture_output=True, text=True,
                               timeout=timeout, **kwargs)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
 
 from agentd.kineto.ancestry import Ancestry, real_ancestry
-from testkit.netns_containers import NetnsContainer
+from testkit.containers import Container
+from testkit.namespaces import unavailable_reason
 
 
 def test_the_agreeing_prefix_is_believed_as_host_pids():
@@ -26,9 +26,9 @@ def test_outside_a_pid_namespace_seen_and_host_pids_are_the_same():
     assert real is not None and real.seen == real.host and real.host[:2] == (os.getpid(), os.getppid())
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+@pytest.mark.skipif(unavailable_reason(user_name=None) is not None, reason=str(unavailable_reason(user_name=None)))
 def test_a_process_in_a_container_is_seen_with_its_container_pids_and_kept_as_host_pids():
-    with NetnsContainer.create() as box:
+    with Container.create() as box:
         entered = box.popen(["sh", "-c", "sleep 60; true"], stdout=subprocess.DEVNULL)
         try:
             sleeper = box.host_pid_of(entered, "sleep", "60")
