@@ -10,11 +10,21 @@ extracts the summary needs. Per rank:
   keeps ``baseTimeNanoseconds`` = the earliest base, so wall clock =
   base + ts for every event of every rank;
 - each original process (CPU pid, GPU device, "Spans") becomes one process
-  track named ``rank R · host · <what>``, sorted by rank;
+  track named ``rank R · host · <what>``, sorted by rank; when the job's
+  parallel groups are known (``--groups``, else the process groups the traces
+  list: ``parallel_groups``) named ``tp1 dp0 (rank 1) · host · <what>`` and
+  sorted by group, outermost dimension first (the names and sort indices are
+  written after every rank's events, once every rank's groups are read);
 - flow ids are made unique per rank (Kineto reuses small ids in every file).
 
-Across ranks, each collective (matched by ``trace_collectives``) is linked
-with one flow chain (``s`` → ``t`` … → ``f``) in the order the ranks started it.
+Across ranks, each collective (matched by ``trace_collectives`` within its
+communicator) is linked with one flow chain (``s`` → ``t`` … → ``f``) in the
+order the ranks started it. gloo's spans do not name their communicator: it
+is read from the worker thread that ran them (``parallel_groups.thread_groups``),
+and a call whose communicator cannot be told is linked to nothing. On request
+(``link_matmuls``: a dimension), the n-th matmul of one shape is linked across
+the ranks of each group of that dimension too (PyTorch's matmul CPU ops with
+their input shapes: the trace needs ``record_shapes``).
 """
 
 from __future__ import annotations
@@ -32,9 +42,13 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from agentd.traces.analysis.extract import (
-    DROPPED_METADATA, CollectiveCall, Event, FirstPass, RankExtractor, TraceFile, first_pass, rank_result,
+    DROPPED_METADATA, CollectiveCall, Event, FirstPass, RankExtractor, TraceFile, first_pass, rank_result, track,
 )
 from agentd.traces.analysis.summary import RankExtract, RankResult, hta_times
+from tuiprof.analysis.parallel_groups import (
+    GroupLayout, GroupsSpecError, ProcessGroup, layout_from_process_groups, layout_from_spec, parse_groups,
+    process_groups, thread_groups,
+)
 from tuiprof.analysis.trace_collectives import match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
 from tuiprof.analysis.trace_summary import TraceSummary, summarize
@@ -53,6 +67,9 @@ _OVERLAP_BYTES = 4096
 _RANK_STRIDE = 1000  # merged pid = (rank index + 1) * stride + ordinal
 _FLOW_ID_SHIFT = 32
 FLOW_CATEGORY = "collective"
+MATMUL_FLOW_CATEGORY = "matmul"
+# PyTorch's matmul ops that run one GEMM each (aten::matmul and aten::linear call one of these).
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"})
 
 
 class TraceFormatError(BadInputError):
@@ -60,6 +77,13 @@ class TraceFormatError(BadInputError):
 
 
 _decode_file = msgspec.json.Decoder(TraceFile).decode
+
+
+class _ShapeArgs(msgspec.Struct):
+    dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")  # empty: not recorded
+
+
+_decode_shape_args = msgspec.json.Decoder(_ShapeArgs).decode
 _encode = msgspec.json.Encoder().encode
 
 
@@ -84,11 +108,19 @@ class TraceInput:
 
 
 @dataclass
-class _CollectiveHop:
+class _Hop:
+    """One rank's end of a flow chain: a collective call or a matmul."""
+
     rank_index: int
     pid: int | str
     tid: int | str
     ts: float
+
+
+@dataclass(frozen=True)
+class _Matmul:
+    shape: str  # the op and its input shapes, e.g. aten::mm[[64, 64], [64, 64]]
+    hop: _Hop
 
 
 @dataclass
@@ -98,6 +130,31 @@ class MergeResult:
     events: int
     ranks: list[RankResult] = field(default_factory=list)
     linked_collectives: int = 0
+    layout: GroupLayout | None = None  # the parallel groups the ranks were laid out by; None: by rank
+    linked_matmuls: int = 0
+
+
+@dataclass(frozen=True)
+class _RankJob:
+    """One rank's work for a worker process."""
+
+    source: TraceInput
+    rank_index: int
+    shift_us: float
+    steps: str
+    timeline: bool
+    like_hta: bool
+    matmuls: bool  # collect the matmuls to link
+
+
+@dataclass
+class _RankFacts:
+    """The small results of one rank the merge joins across ranks."""
+
+    calls: list[CollectiveCall]
+    tracks: list[tuple[int, str]]  # each merged pid and what it is ("host · GPU 0")
+    groups: list[ProcessGroup]  # the rank's process groups, in the order it made them
+    matmuls: list[_Matmul]
 
 
 @dataclass
@@ -106,7 +163,7 @@ class _RankPart:
 
     piece: Piece
     result: RankResult
-    calls: list[CollectiveCall]
+    facts: _RankFacts
     events: int
 
 
@@ -179,7 +236,8 @@ def _load(path: pathlib.Path) -> TraceFile:
 
 
 def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: int | None = None,
-                 steps: str = "all", timeline: bool = True, like_hta: bool = False) -> MergeResult:
+                 steps: str = "all", timeline: bool = True, like_hta: bool = False, groups: str | None = None,
+                 link_matmuls: str | None = None) -> MergeResult:
     """Write the merged, gzipped timeline to ``output``; return each rank's results for ``summarize``.
 
     ``steps`` ("all" or "complete", see ``step_window``) chooses what the
@@ -189,20 +247,30 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
     file's frame and the collective links, no rank's events (not encoded nor
     compressed).
 
+    ``groups`` (``--groups``, e.g. ``tp2-dp2``) lays the ranks out by that
+    layout, else by the process groups their traces list; ``link_matmuls``
+    (a dimension of the layout) links same-shape matmuls across each of its
+    groups. A layout that cannot be this job's is a ``GroupsSpecError``.
+
     Ranks are rewritten and compressed in ``workers`` processes (default: one
     per CPU, at most one per rank) and written in rank order as they finish.
     """
+    dimensions = parse_groups(groups) if groups is not None else None
     headers = [(source, source.header or trace_header(source.path)) for source in inputs]
     sources = [source if source.rank is not None else replace(source, rank=header.rank) for source, header in headers]
     bases = [header.base_time_ns for _, header in headers]
     origin = min(bases, default=0)
     order = sorted(range(len(sources)), key=lambda i: (sources[i].rank is None, sources[i].rank or 0,
                                                        sources[i].host, sources[i].pid or 0, str(sources[i].path)))
-    jobs = [(sources[i], index, (bases[i] - origin) / 1000.0, steps, timeline, like_hta)
-            for index, i in enumerate(order)]
+    world_size = next((h.world_size for _, h in headers if h.world_size is not None), None) or \
+        max((s.rank + 1 for s in sources if s.rank is not None), default=len(sources))
+    # Checked before any rank is read: a layout that cannot be this job's is refused at once.
+    spec_layout = layout_from_spec(dimensions, world_size, groups or "") if dimensions is not None else None
+    jobs = [_RankJob(sources[i], index, (bases[i] - origin) / 1000.0, steps, timeline, like_hta,
+                     link_matmuls is not None) for index, i in enumerate(order)]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     result = MergeResult(output, origin, 0)
-    hops: dict[tuple[str, ...], list[_CollectiveHop]] = {}
+    hops: dict[tuple[str, ...], list[_Hop]] = {}
     with open(output, "wb") as out:
         writer = GzipPieces(out)
         # A fixed first element (metadata viewers ignore) lets every later piece start with a comma.
@@ -216,20 +284,70 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
 
             _start_resource_tracker()
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                calls = _write_parts(pool.map(_rank_part, jobs), writer, result)
+                facts = _write_parts(pool.map(_rank_part, jobs), writer, result)
         else:
-            calls = _write_parts(map(_rank_part, jobs), writer, result)
+            facts = _write_parts(map(_rank_part, jobs), writer, result)
+        ranks = [r.summary.rank for r in result.ranks]
+        result.layout = spec_layout or layout_from_process_groups(
+            {rank: f.groups for rank, f in zip(ranks, facts, strict=True) if rank is not None}, world_size)
+        calls = [_with_communicators(f.calls, f.groups, index) for index, f in enumerate(facts)]
         for rank_index, (rank_calls, keys) in enumerate(zip(calls, match_calls(calls), strict=True)):
             result.ranks[rank_index].collectives = [(key, call.ts) for key, call in zip(keys, rank_calls, strict=True)]
             for key, call in zip(keys, rank_calls, strict=True):
-                hops.setdefault(key, []).append(_CollectiveHop(rank_index, call.pid, call.tid, call.ts))
+                hops.setdefault(key, []).append(_Hop(rank_index, call.pid, call.tid, call.ts))
         flows = _collective_flows(hops)
         result.linked_collectives = len({f.id for f in flows})
+        if link_matmuls is not None:
+            matmul_flows = _matmul_flows(facts, ranks, _layout_with(result.layout, link_matmuls), link_matmuls,
+                                         first_id=result.linked_collectives + 1)
+            result.linked_matmuls = len({f.id for f in matmul_flows})
+            flows += matmul_flows
+        if timeline:
+            flows += _track_names(facts, ranks, result.layout, [s.source for s in jobs])
         tail = b"," + _encode(flows)[1:-1] if flows else b""
-        ranks_json = [{"rank": r.summary.rank, "host": r.summary.host, "pid": r.summary.pid, "file": r.summary.file}
-                      for r in result.ranks]
-        writer.close(tail + b'],"tuiprof":' + _encode({"origin_unix_ns": origin, "ranks": ranks_json}) + b"}")
+        ranks_json = [{"rank": r.summary.rank, "host": r.summary.host, "pid": r.summary.pid, "file": r.summary.file,
+                       "groups": _place(result.layout, r.summary.rank)} for r in result.ranks]
+        layout = result.layout.describe() if result.layout is not None else None
+        writer.close(tail + b'],"tuiprof":'
+                     + _encode({"origin_unix_ns": origin, "groups": layout, "ranks": ranks_json}) + b"}")
     return result
+
+
+def _place(layout: GroupLayout | None, rank: int | None) -> dict[str, int] | None:
+    """The rank's coordinates in the layout, for the merged file's ``tuiprof`` section."""
+    if layout is None or rank is None or rank not in layout.coordinates:
+        return None
+    return dict(layout.coordinates[rank])
+
+
+def _layout_with(layout: GroupLayout | None, dimension: str) -> GroupLayout:
+    """The layout, when it has ``dimension``; else the error saying what to give."""
+    if layout is None:
+        raise GroupsSpecError(f"--link-matmuls {dimension}: the traces list no parallel groups; "
+                              "give the layout with --groups (e.g. tp4-dp2)")
+    if all(d.name != dimension for d in layout.dimensions):
+        raise GroupsSpecError(f"--link-matmuls {dimension}: the layout {layout.describe()} has no {dimension} "
+                              f"dimension; give one of {', '.join(d.name for d in layout.dimensions)}")
+    return layout
+
+
+def _with_communicators(calls: list[CollectiveCall], groups: list[ProcessGroup], rank_index: int
+                        ) -> list[CollectiveCall]:
+    """The rank's calls, each gloo call (no group of its own) given the communicator its worker thread serves.
+
+    A call whose communicator cannot be told gets one of its own rank (``?@<rank index>``), as an unmatched
+    call gets an occurrence of its own: it is linked to nothing, rather than to another communicator's call
+    that happens to be numbered alike. Traces that list no groups keep today's one unnamed communicator.
+    """
+    def unnamed(call: CollectiveCall) -> bool:
+        return not call.group and not call.on_gpu
+
+    if not groups or not any(map(unnamed, calls)):
+        return calls
+    served = thread_groups((call.tid for call in calls if unnamed(call) and isinstance(call.tid, int)), groups)
+    unknown = f"?@{rank_index}"
+    return [replace(call, group=served.get(call.tid, unknown) if isinstance(call.tid, int) else unknown)
+            if unnamed(call) else call for call in calls]
 
 
 def _start_resource_tracker() -> None:
@@ -260,45 +378,47 @@ def _start_resource_tracker() -> None:
 MERGED_NAME = "merged.trace.json.gz"
 
 
-def merge_capture(capture: ClusterCapture, output: pathlib.Path, steps: str = "all", like_hta: bool = False
-                  ) -> tuple[MergeResult, TraceSummary]:
+def merge_capture(capture: ClusterCapture, output: pathlib.Path, steps: str = "all", like_hta: bool = False,
+                  groups: str | None = None, link_matmuls: str | None = None) -> tuple[MergeResult, TraceSummary]:
     """A capture's fetched files merged into ``output/merged.trace.json.gz``, and their summary.
 
     What ``tuiprof trace`` and the traces screen both do once the files are in.
     """
     inputs = [TraceInput(f.local, f.host, f.rank, f.pid) for f in capture.files]
-    merged = merge_traces(inputs, output / MERGED_NAME, steps=steps, like_hta=like_hta)
+    merged = merge_traces(inputs, output / MERGED_NAME, steps=steps, like_hta=like_hta, groups=groups,
+                          link_matmuls=link_matmuls)
     return merged, summarize(merged.ranks)
 
 
-def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeResult) -> list[list[CollectiveCall]]:
-    """Append each rank's piece in order; return each rank's collective calls."""
-    calls = []
+def _write_parts(parts: Iterable[_RankPart], writer: GzipPieces, result: MergeResult) -> list[_RankFacts]:
+    """Append each rank's piece in order; return each rank's small results."""
+    facts = []
     for part in parts:
         writer.add(part.piece)
         result.events += part.events
         result.ranks.append(part.result)
-        calls.append(part.calls)
-    return calls
+        facts.append(part.facts)
+    return facts
 
 
-def _rank_part(job: tuple[TraceInput, int, float, str, bool, bool]) -> _RankPart:
+def _rank_part(job: _RankJob) -> _RankPart:
     """One rank, start to end (runs in a worker process): rewrite, compress, summarise."""
-    source, rank_index, shift_us, steps, timeline, like_hta = job
-    chunk, extract, calls = _rewrite(source, rank_index, shift_us, steps, timeline, like_hta)
+    chunk, extract, facts = _rewrite(job)
     piece = compress_piece(b"," + chunk if chunk else b"")
-    result = rank_result(extract, calls)  # its collectives are keyed across ranks afterwards
-    return _RankPart(piece, result, calls, extract.events)
+    result = rank_result(extract, facts.calls)  # its collectives are keyed across ranks afterwards
+    return _RankPart(piece, result, facts, extract.events)
 
 
-def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: str, timeline: bool = True,
-             like_hta: bool = False) -> tuple[bytes, RankExtract, list[CollectiveCall]]:
+def _rewrite(job: _RankJob) -> tuple[bytes, RankExtract, _RankFacts]:
     """One rank's events moved onto the shared base and its own pids, plus its summary extract
     (``agentd.traces.analysis.extract``: what the agent extracts on the node, here on the shared base)."""
+    source, rank_index, shift_us, step_mode, like_hta = job.source, job.rank_index, job.shift_us, job.steps, job.like_hta
     trace = _load(source.path)
     rank = source.rank
     if rank is None and trace.distributedInfo is not None:
         rank = trace.distributedInfo.rank
+    groups = process_groups(trace.distributedInfo.pg_config) if trace.distributedInfo is not None else []
+    matmuls: list[_Matmul] = []
     extract = RankExtract(rank=rank, host=source.host, pid=source.pid, file=str(source.path))
     unset: Final = msgspec.UNSET  # Final: the type checker narrows ``x is unset`` like ``x is msgspec.UNSET``
     pids: dict[int | str, int] = {}
@@ -332,24 +452,58 @@ def _rewrite(source: TraceInput, rank_index: int, shift_us: float, step_mode: st
         cat, name = event.cat, event.name
         if name is unset or cat is unset:
             continue
+        if job.matmuls and name in MATMUL_OPS and (shape := _shape(name, event)) is not None:
+            matmuls.append(_Matmul(shape, _Hop(rank_index, track(event.pid), track(event.tid), ts)))
         if like_hta:  # rounded on the file's own time base, as HTA reads it
             start, dur = hta_times(written, dur)
             ts = start + shift_us
         extractor.add(event, name, cat, ts, dur)
-    calls = extractor.finish()
-    extract.events = len(events)  # every event of the file, the metadata replaced below included
-    if not timeline:
-        return b"", extract, calls
+    facts = _RankFacts(extractor.finish(), [], groups, matmuls)
+    extract.events = len(events)  # every event of the file, the metadata replaced by the merge's names included
+    if not job.timeline:
+        return b"", extract, facts
+    facts.tracks = [(new_pid, f"{source.host or 'host?'} · {_label(original_pid, labels.get(original_pid, ''), source.pid)}")
+                    for original_pid, new_pid in pids.items()]
     # One pass (a ``del`` per dropped event was quadratic: 186k of 456k events on HTA's MTIA trace).
     events = [e for e in events if not (e.ph == "M" and e.name in DROPPED_METADATA)]
-    for original_pid, new_pid in pids.items():
-        label = _label(original_pid, labels.get(original_pid, ""), source.pid)
-        where = f"rank {rank}" if rank is not None else f"pid {source.pid or '?'}"
-        events.append(Event(ph="M", name="process_name", pid=new_pid, tid=0,
-                            args=msgspec.Raw(_encode({"name": f"{where} · {source.host or 'host?'} · {label}"}))))
-        events.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
-                            args=msgspec.Raw(_encode({"sort_index": new_pid}))))
-    return _encode(events)[1:-1], extract, calls
+    return _encode(events)[1:-1], extract, facts
+
+
+def _shape(name: str, event: Event) -> str | None:
+    """A matmul op and its input shapes (None: the trace did not record shapes)."""
+    if event.args is msgspec.UNSET:
+        return None
+    try:
+        dims = _decode_shape_args(event.args).dims
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return name + bytes(dims).decode() if dims else None
+
+
+def _track_names(facts: list[_RankFacts], ranks: list[int | None], layout: GroupLayout | None,
+                 sources: list[TraceInput]) -> list[Event]:
+    """Every merged process track's name and sort index: by the layout's groups when the rank has a place in it,
+    else by rank."""
+    def who(index: int) -> str:
+        rank = ranks[index]
+        if rank is None:
+            return f"pid {sources[index].pid or '?'}"
+        return layout.label(rank) if layout is not None and rank in layout.coordinates else f"rank {rank}"
+
+    def display_order(index: int) -> tuple[bool, tuple[int, ...]]:
+        rank = ranks[index]
+        placed = layout is not None and rank is not None and rank in layout.coordinates
+        return (not placed, layout.sort_key(rank) if placed and layout is not None and rank is not None else (index,))
+
+    events = []
+    for position, index in enumerate(sorted(range(len(facts)), key=display_order)):
+        for new_pid, what in facts[index].tracks:
+            events.append(Event(ph="M", name="process_name", pid=new_pid, tid=0,
+                                args=msgspec.Raw(_encode({"name": f"{who(index)} · {what}"}))))
+            sort_index = (position + 1) * _RANK_STRIDE + new_pid % _RANK_STRIDE
+            events.append(Event(ph="M", name="process_sort_index", pid=new_pid, tid=0,
+                                args=msgspec.Raw(_encode({"sort_index": sort_index}))))
+    return events
 
 
 def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
@@ -366,19 +520,48 @@ def _label(original_pid: int | str, name: str, process_pid: int | None) -> str:
     return name or f"device {original_pid}"
 
 
-def _collective_flows(hops: dict[tuple[str, ...], list[_CollectiveHop]]) -> list[Event]:
-    """One flow chain per collective seen on two or more ranks, in time order (Perfetto drops a flow
-    whose end comes before its start)."""
+def _collective_flows(hops: dict[tuple[str, ...], list[_Hop]]) -> list[Event]:
+    """One flow chain per collective seen on two or more ranks (named with its communicator when it has one)."""
     flows: list[Event] = []
     flow_id = 1
     for key, chain in hops.items():
-        if len({hop.rank_index for hop in chain}) < 2:
+        name = f"{key[1]} #{key[2]}" + (f" on group {key[0]}" if key[0] else "")
+        linked = _flow_chain(chain, FLOW_CATEGORY, name, flow_id)
+        flows += linked
+        flow_id += bool(linked)
+    return flows
+
+
+def _matmul_flows(facts: list[_RankFacts], ranks: list[int | None], layout: GroupLayout, dimension: str,
+                  first_id: int) -> list[Event]:
+    """The n-th matmul of each shape linked across the ranks of each group of ``dimension``."""
+    chains: dict[tuple[tuple[int, ...], str, int], list[_Hop]] = {}
+    for rank, rank_facts in zip(ranks, facts, strict=True):
+        group = layout.peers(rank, dimension) if rank is not None else None
+        if group is None:
             continue
-        chain.sort(key=lambda hop: (hop.ts, hop.rank_index))
-        name = f"{key[1]} #{key[2]}"
-        for position, hop in enumerate(chain):
-            ph = "s" if position == 0 else ("f" if position == len(chain) - 1 else "t")
-            flows.append(Event(ph=ph, cat=FLOW_CATEGORY, name=name, pid=hop.pid, tid=hop.tid, ts=hop.ts, id=flow_id,
-                               bp="e" if ph == "f" else msgspec.UNSET))
-        flow_id += 1
+        seen: dict[str, int] = {}
+        for matmul in sorted(rank_facts.matmuls, key=lambda m: m.hop.ts):
+            occurrence = seen[matmul.shape] = seen.get(matmul.shape, -1) + 1
+            chains.setdefault((group, matmul.shape, occurrence), []).append(matmul.hop)
+    flows: list[Event] = []
+    flow_id = first_id
+    for (_, shape, occurrence), chain in chains.items():
+        linked = _flow_chain(chain, MATMUL_FLOW_CATEGORY, f"{shape} #{occurrence} across {dimension}", flow_id)
+        flows += linked
+        flow_id += bool(linked)
+    return flows
+
+
+def _flow_chain(chain: list[_Hop], category: str, name: str, flow_id: int) -> list[Event]:
+    """One flow chain through the hops of two or more ranks, in time order (Perfetto drops a flow whose end
+    comes before its start); none for one rank's."""
+    if len({hop.rank_index for hop in chain}) < 2:
+        return []
+    chain.sort(key=lambda hop: (hop.ts, hop.rank_index))
+    flows = []
+    for position, hop in enumerate(chain):
+        ph = "s" if position == 0 else ("f" if position == len(chain) - 1 else "t")
+        flows.append(Event(ph=ph, cat=category, name=name, pid=hop.pid, tid=hop.tid, ts=hop.ts, id=flow_id,
+                           bp="e" if ph == "f" else msgspec.UNSET))
     return flows

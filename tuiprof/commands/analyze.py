@@ -6,7 +6,8 @@ Takes files or folders of Kineto traces (``.json``/``.json.gz``, any PyTorch
 ``tuiprof trace`` prints after a capture. ``--diff A B`` compares two captures
 (each a file or a folder of rank files) instead. Exit status 0, or 2 with one
 line when an input is not a trace, is cut short, or the files cannot be one
-job's ranks (a file without a rank among others, a rank twice, two world sizes).
+job's ranks (a file without a rank among others, a rank twice, two world sizes),
+or ``--groups`` cannot be the job's layout.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from agentd.text import printable
+from tuiprof.analysis.parallel_groups import KNOWN_DIMENSIONS, parse_groups
 from tuiprof.analysis.trace_merge import MERGED_NAME, MergeResult, TraceHeader, TraceInput, merge_traces, trace_header
 from tuiprof.analysis.trace_diff import diff, diff_json, render_diff
 from tuiprof.analysis.trace_summary import STEP_MODES, RankResult, render_text, summarize, summary_json
@@ -55,6 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help=f"also write the merged timeline here (a folder: FILE/{MERGED_NAME}); "
                              "open it in ui.perfetto.dev")
     add_summary_arguments(parser)
+    add_layout_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document (as `tuiprof trace --json`)")
     parser.set_defaults(func=run)
 
@@ -73,10 +76,36 @@ def add_summary_arguments(parser: argparse.ArgumentParser) -> None:
                              "a collective library's kernel)")
 
 
+def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--groups`` and ``--link-matmuls``: how the merged timeline lays the ranks out and what else it links."""
+    parser.add_argument("--groups", metavar="LAYOUT",
+                        help="lay the merged timeline's ranks out by parallel group, as xpu-timer's --groups: e.g. "
+                             "tp4-cp2-dp4-pp2, first dimension fastest-varying (Megatron's order; dimensions "
+                             f"{', '.join(KNOWN_DIMENSIONS)}; the sizes multiply to the world size). Default: the "
+                             "process groups the traces list (distributedInfo.pg_config), else by rank")
+    parser.add_argument("--link-matmuls", metavar="DIM",
+                        help="also link the n-th matmul of each shape across the ranks of each DIM group (a "
+                             "dimension of the layout, e.g. tp; needs traces recorded with shapes)")
+
+
+def check_layout_arguments(args: argparse.Namespace) -> None:
+    """A ``--groups`` that is not a layout is refused before anything is read or captured."""
+    if args.groups is not None:
+        parse_groups(args.groups)
+
+
 def merged_json(merged: MergeResult) -> dict:
     """The ``merged`` part of the ``--json`` document (and ``tuiprof trace``'s)."""
     return {"path": str(merged.output), "events": merged.events, "base_time_ns": merged.base_time_ns,
-            "linked_collectives": merged.linked_collectives}
+            "linked_collectives": merged.linked_collectives,
+            "groups": merged.layout.describe() if merged.layout is not None else None,
+            "linked_matmuls": merged.linked_matmuls}
+
+
+def merged_line(merged: MergeResult) -> str:
+    """The merged timeline in one line of text (``tuiprof analyze`` and ``tuiprof trace``)."""
+    laid_out = f"; ranks laid out by {merged.layout.describe()}" if merged.layout is not None else ""
+    return f"merged trace: {merged.output} ({merged.events} events{laid_out}; open in ui.perfetto.dev)"
 
 
 def trace_files(paths: list[pathlib.Path]) -> list[pathlib.Path]:
@@ -126,22 +155,23 @@ def check_one_job(files: list[_File]) -> None:
         raise AnalyzeInputError(f"mixed jobs: {described}; analyse one job's files at a time")
 
 
-def _merge(files: list[_File], output: pathlib.Path | None, steps: str, like_hta: bool) -> MergeResult:
+def _merge(files: list[_File], output: pathlib.Path | None, args: argparse.Namespace) -> MergeResult:
     inputs = [TraceInput(f.path, rank=f.rank, header=f.header) for f in files]
     if output is not None:
         if output.is_dir():
             output = output / MERGED_NAME
-        return merge_traces(inputs, output, steps=steps, like_hta=like_hta)
+        return merge_traces(inputs, output, steps=args.steps, like_hta=args.like_hta, groups=args.groups,
+                            link_matmuls=args.link_matmuls)
     with tempfile.TemporaryDirectory(prefix="tuiprof-analyze-") as scratch:  # the summary only
-        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=steps, timeline=False,
-                            like_hta=like_hta)
+        return merge_traces(inputs, pathlib.Path(scratch) / MERGED_NAME, steps=args.steps, timeline=False,
+                            like_hta=args.like_hta, groups=args.groups, link_matmuls=args.link_matmuls)
 
 
-def _capture(paths: list[pathlib.Path], output: pathlib.Path | None, steps: str, like_hta: bool
+def _capture(paths: list[pathlib.Path], output: pathlib.Path | None, args: argparse.Namespace
              ) -> tuple[list[_File], MergeResult]:
     files = [_identify(path) for path in trace_files(paths)]
     check_one_job(files)
-    return files, _merge(files, output, steps, like_hta)
+    return files, _merge(files, output, args)
 
 
 def _warn_unavailable(results: list[RankResult]) -> None:
@@ -159,6 +189,10 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise AnalyzeInputError("--output writes one capture's merged timeline; it does not go with --diff")
     if not args.diff and not args.paths:
         raise AnalyzeInputError("give trace files or folders (PATH…), or --diff A B")
+    if args.diff and (args.groups is not None or args.link_matmuls is not None):
+        raise AnalyzeInputError("--groups and --link-matmuls lay out one capture's merged timeline; "
+                                "they do not go with --diff")
+    check_layout_arguments(args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_diff(args)
     started = time.monotonic()
     try:
-        files, merged = _capture(args.paths, args.output, args.steps, args.like_hta)
+        files, merged = _capture(args.paths, args.output, args)
     except OSError as exc:
         raise AnalyzeInputError(f"cannot write --output {args.output}: {exc.strerror}") from exc
     summary = summarize(merged.ranks)
@@ -182,14 +216,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(printable(render_text(summary), keep_lines=True))  # kernel names are the job's text
     if kept:
-        sys.stdout.write(f"merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)\n")
+        sys.stdout.write(merged_line(merged) + "\n")
     return 0
 
 
 def _run_diff(args: argparse.Namespace) -> int:
     sides = []
     for side in args.diff:
-        files, merged = _capture([side], None, args.steps, args.like_hta)
+        files, merged = _capture([side], None, args)
         summarize(merged.ranks)  # fills each rank's compute against the job's median
         sides.append((files, merged.ranks))
     (files_a, ranks_a), (files_b, ranks_b) = sides

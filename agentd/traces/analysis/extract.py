@@ -60,6 +60,7 @@ class Event(msgspec.Struct, omit_defaults=True):
 
 class Distributed(msgspec.Struct):
     rank: int | None = None
+    pg_config: msgspec.Raw = msgspec.Raw(b"[]")  # the rank's process groups, read by the console's merge
 
 
 class TraceFile(msgspec.Struct):
