@@ -206,3 +206,12 @@ class RasWatch:
         with self._lock:
             if job in self._asked_at:  # still suspect
                 self._readings[job] = reading
+
+
+def read_local(job: JobKey, pids: frozenset[int]) -> RasReading:
+    """The agent's reading: RAS where this agent's ``NCCL_RAS_ADDR`` says, else 127.0.0.1:28028."""
+    try:
+        address = ras_address()
+    except RasUnavailable as exc:
+        return RasReading(None, str(exc), "")
+    return read_ras(address, job.uid, pids)

@@ -31,8 +31,9 @@ import grpc
 from google.protobuf import json_format
 
 from agentd.auth import Caller
-from agentd.hang import pyspy
+from agentd.hang import nccl_ras, pyspy, ras_reader
 from agentd.hang.detector import HUNG, HangDetector, Thresholds, hide_exception_text
+from agentd.hang.detector import SUSPECT
 from agentd.hang.stacks import DumpTarget, StackTaker, merged_reply
 from agentd.proto import tuiprof_agent_pb2 as pb
 
@@ -106,6 +107,7 @@ class HangService:
         # other owners does not take it away from them.
         self._incident_parts: dict[int | None, pb.StacksReply] = {}
         self._lock = threading.Lock()
+        self._ras = ras_reader.RasWatch(ras_reader.read_local)
 
     def _locate_pyspy(self) -> None:
         """Find py-spy; without it stacks are refused with the reason until a later look finds it."""
@@ -125,6 +127,7 @@ class HangService:
         self._pin_targets(snapshot.ranks)
         self._ranks = {r.pid: r for r in snapshot.ranks}
         status = self.detector.observe(snapshot.ranks)
+        self._add_ras(status)
         snapshot.hang.CopyFrom(status)
         snapshot.collectors.append(pb.CollectorStatus(
             name="stacks", available=self._taker is not None, reason=self._no_stacks_reason))
@@ -139,6 +142,31 @@ class HangService:
                                  name="hang-incident", daemon=True).start()
         self._hung = hung
         self._level, self._explanation = status.level, status.explanation
+
+    def _add_ras(self, status: pb.HangStatus) -> None:
+        """Add to the explanation what NCCL's RAS says of each suspect or hung job, or why it says nothing.
+
+        RAS is read on a thread (``ras_reader.RasWatch``): the first snapshot of a suspicion has
+        no RAS part yet, the next ones carry the latest reading."""
+        def job_of(pid: int) -> ras_reader.JobKey:
+            target = self._targets.get(pid)
+            return ras_reader.JobKey(self._ranks[pid].job_id, target.uid if target is not None else None)
+
+        suspects = {job_of(v.pid) for v in status.ranks if v.level in (SUSPECT, HUNG) and v.pid in self._ranks}
+        self._ras.keep_only(suspects)
+        parts = []
+        for job in suspects:
+            pids = frozenset(pid for pid in self._ranks if job_of(pid) == job)
+            reading = self._ras.reading(job, pids)
+            if reading is None:
+                continue
+            if reading.report is None:
+                parts.append(f"NCCL RAS unavailable: {reading.unavailable}")
+            else:
+                head, *found = nccl_ras.evidence(reading.report, pids)
+                parts.append(" ".join([head, "; ".join(found)]) if found else head)
+        if parts:
+            status.explanation = ". ".join([status.explanation, *parts])
 
     def _pin_targets(self, ranks: Sequence[pb.RankStats]) -> None:
         """Remember each reported rank's process (start time, owner) when first reported.

@@ -11,6 +11,7 @@ import os
 import pathlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -41,7 +42,10 @@ class ReplayServer:
         self._thread.start()
 
     def _serve(self) -> None:
-        conn, _ = self.listener.accept()
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:  # closed by the test without a client (a listener the agent did not ask)
+            return
         with conn, conn.makefile("rb") as lines:
             for line in lines:
                 self.commands.append(line)
@@ -214,3 +218,50 @@ def test_watch_reads_once_per_period() -> None:
     now[0] = 29.0
     watch.reading(job, frozenset({1}))
     assert calls == [job]
+
+
+# ------------------------------------------------------------------ the hang verdict
+
+def test_suspect_job_verdict_carries_what_ras_says(serve: type[ReplayServer]) -> None:
+    from agentd.hang.detector import SUSPECT, Thresholds
+    from agentd.hang.service import HangService
+    from agentd.proto import tuiprof_agent_pb2 as pb
+
+    server = serve(status_body("two-rank-json").replace(b'"pid": 537', f'"pid": {os.getpid()}'.encode()))
+    service = HangService(Thresholds(1, 2), None, "node-a")
+    service._ras = ras_reader.RasWatch(lambda job, pids: ras_reader.read_ras(server.address, job.uid, pids))
+    service._ranks = {os.getpid(): pb.RankStats(pid=os.getpid(), rank=1, job_id="job")}
+    status = pb.HangStatus(ranks=[pb.RankVerdict(pid=os.getpid(), rank=1, level=SUSPECT)],
+                           explanation="suspect: rank 1: no optimizer step for 70 s")
+    service._add_ras(status)  # starts the reading
+    for _ in range(100):  # the reading is taken on a thread
+        if service._ras.reading(ras_reader.JobKey("job", None), frozenset({os.getpid()})) is not None:
+            break
+        time.sleep(0.05)
+    service._add_ras(status)
+    assert status.explanation == (
+        "suspect: rank 1: no optimizer step for 70 s. NCCL RAS (2.28.9, json): communicator 6eec62eb (2 ranks): "
+        "AllReduce counts differ: rank 0 launched 12, behind: rank 1 at 11 (1 behind at most)")
+
+
+def test_verdict_says_why_ras_is_unavailable() -> None:
+    from agentd.hang.detector import HUNG, Thresholds
+    from agentd.hang.service import HangService
+    from agentd.proto import tuiprof_agent_pb2 as pb
+
+    service = HangService(Thresholds(1, 2), None, "node-a")
+    done = threading.Event()
+
+    def refused(job: ras_reader.JobKey, pids: frozenset[int]) -> ras_reader.RasReading:
+        done.set()
+        return ras_reader.RasReading(None, "nothing listens on 127.0.0.1:28028 (no NCCL >= 2.24 job on this "
+                                           "host, or NCCL_RAS_ENABLE=0)", "")
+
+    service._ras = ras_reader.RasWatch(refused)
+    service._ranks = {7: pb.RankStats(pid=7, rank=0, job_id="job")}
+    status = pb.HangStatus(ranks=[pb.RankVerdict(pid=7, rank=0, level=HUNG)], explanation="hung: rank 0: x")
+    service._add_ras(status)
+    assert status.explanation == "hung: rank 0: x" and done.wait(5)
+    service._add_ras(status)
+    assert status.explanation == ("hung: rank 0: x. NCCL RAS unavailable: nothing listens on 127.0.0.1:28028 "
+                                  "(no NCCL >= 2.24 job on this host, or NCCL_RAS_ENABLE=0)")
