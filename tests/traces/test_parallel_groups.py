@@ -138,3 +138,13 @@ def test_worker_threads_are_given_a_communicator_only_when_their_runs_match_the_
     assert thread_groups([101, 100, 120, 121], groups) == {100: "0", 101: "0", 120: "2", 121: "2"}
     assert thread_groups([100, 120, 140], groups) == {}  # three runs, two groups: which is which is not known
     assert thread_groups([100, 120], groups[:1]) == {100: "0", 120: "0"}  # one group: every thread serves it
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (("--merge", "--groups", "tp2-zz2"), "unknown dimension 'zz'"),
+    (("--groups", "tp2-dp2"), "--groups and --link-matmuls lay out the merged timeline; give --merge too"),
+])
+def test_trace_refuses_a_bad_layout_before_capturing(tmp_path, options, message):
+    done = run_cli("trace", "127.0.0.1:1", "--duration-ms", "100", "--output", str(tmp_path / "out"), *options)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()  # nothing was captured

@@ -36,7 +36,9 @@ from tuiprof.client.capture import (DEFAULT_START_DELAY_MS, REGISTRATION_WAIT_SE
 from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.local import local_agent
 from tuiprof.client.targets import add_target_arguments, addresses, connection
-from tuiprof.commands.analyze import add_summary_arguments, merged_json
+from tuiprof.commands.analyze import (
+    add_layout_arguments, add_summary_arguments, check_layout_arguments, merged_json, merged_line,
+)
 from tuiprof.errors import BadInputError, TuiprofError
 from tuiprof.model.capture import ClusterCapture, HostProgress
 
@@ -73,6 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "files go when the command ends)")
     parser.add_argument("--merge", action="store_true",
                         help="fetch every file and write --output/merged.trace.json.gz (for ui.perfetto.dev)")
+    add_layout_arguments(parser)
     parser.add_argument("--record-shapes", action="store_true", help="record operator input shapes")
     parser.add_argument("--with-stack", action="store_true", help="record Python stacks")
     parser.add_argument("--profile-memory", action="store_true", help="record memory allocations")
@@ -232,6 +235,9 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"--output {output} exists and is not a directory")
     if args.merge and args.fetch not in (None, "all"):
         raise BadInputError(f"--merge fetches every file; it does not go with --fetch {args.fetch}")
+    if not args.merge and (args.groups is not None or args.link_matmuls is not None):
+        raise BadInputError("--groups and --link-matmuls lay out the merged timeline; give --merge too")
+    check_layout_arguments(args)
     try:
         run_ = asyncio.run(_trace(args, spec, output))
     except OSError as exc:
@@ -242,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
     if args.merge and capture.files:
         merging = time.monotonic()
         try:
-            merged, merged_summary = merge_capture(capture, output, args.steps, args.like_hta)
+            merged, merged_summary = merge_capture(capture, output, args.steps, args.like_hta, args.groups,
+                                                   args.link_matmuls)
         except TraceFormatError as exc:
             raise UnmergeableCaptureError(str(exc)) from exc
         run_.seconds["merge"] = round(time.monotonic() - merging, 3)
@@ -306,5 +313,5 @@ def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None, summa
     if run.fetch == "stragglers" and fetched:
         text.append(f"analyse them: tuiprof analyze {' '.join(str(p) for p in fetched.values())}")
     if merged is not None:
-        text.append(f"merged trace: {merged.output} ({merged.events} events; open in ui.perfetto.dev)")
+        text.append(merged_line(merged))
     return text
