@@ -99,9 +99,9 @@ def test_real_one_rank_json_answer_parses() -> None:
 
 def test_json_answer_names_the_rank_behind() -> None:
     report = nccl_ras.parse_json(status_body("two-rank-json"))
-    assert nccl_ras.evidence(report, {537}) == [
+    assert nccl_ras.evidence(report, {514}) == [
         "NCCL RAS (2.28.9, json):",
-        "communicator 6eec62eb (2 ranks): AllReduce counts differ: rank 0 launched 12, behind: rank 1 at 11 "
+        "communicator 16d6c3a6 (2 ranks): AllReduce counts differ: rank 0 launched 12, behind: rank 1 at 11 "
         "(1 behind at most)"]
 
 
@@ -121,7 +121,7 @@ def test_real_text_answer_parses_and_never_claims_agreement() -> None:
 def test_text_mismatch_block_parses() -> None:
     report = nccl_ras.parse_text(status_body("two-rank-text"))
     (communicator,) = report.communicators
-    assert communicator.comm_hash == "30d5fccb6eec62eb"
+    assert communicator.comm_hash == "0425112616d6c3a6"
     assert communicator.splits == (nccl_ras.CountSplit("AllReduce", (
         nccl_ras.CountGroup(12, 1, (0,)), nccl_ras.CountGroup(11, 1, (1,)))),)
 
@@ -227,7 +227,7 @@ def test_suspect_job_verdict_carries_what_ras_says(serve: type[ReplayServer]) ->
     from agentd.hang.service import HangService
     from agentd.proto import tuiprof_agent_pb2 as pb
 
-    server = serve(status_body("two-rank-json").replace(b'"pid": 537', f'"pid": {os.getpid()}'.encode()))
+    server = serve(status_body("two-rank-json").replace(b'"pid": 514', f'"pid": {os.getpid()}'.encode()))
     service = HangService(Thresholds(1, 2), None, "node-a")
     service._ras = ras_reader.RasWatch(lambda job, pids: ras_reader.read_ras(server.address, job.uid, pids))
     service._ranks = {os.getpid(): pb.RankStats(pid=os.getpid(), rank=1, job_id="job")}
@@ -240,7 +240,7 @@ def test_suspect_job_verdict_carries_what_ras_says(serve: type[ReplayServer]) ->
         time.sleep(0.05)
     service._add_ras(status)
     assert status.explanation == (
-        "suspect: rank 1: no optimizer step for 70 s. NCCL RAS (2.28.9, json): communicator 6eec62eb (2 ranks): "
+        "suspect: rank 1: no optimizer step for 70 s. NCCL RAS (2.28.9, json): communicator 16d6c3a6 (2 ranks): "
         "AllReduce counts differ: rank 0 launched 12, behind: rank 1 at 11 (1 behind at most)")
 
 
