@@ -32,7 +32,7 @@ SETTLE_SECONDS = 10.0
 # The agent reports an exited rank for 30 s after it notices the exit (an interval or so after it),
 # then removes its files (agentd.collectors.ranks.RanksCollector, exited_keep_seconds).
 GRACE_SECONDS = 35.0
-SIDECAR_SUFFIXES = (".exception", ".flight", ".functions")  # beside a segment, removed with it
+SIDECAR_SUFFIXES = (".exception", ".flight", ".functions", ".functions-request")  # beside a segment, removed with it
 
 
 def wait_for_exit(pidfd: int) -> None:

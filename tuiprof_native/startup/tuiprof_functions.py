@@ -19,20 +19,35 @@ once), and timed from then on:
   ``python -c``).
 
 Per function: calls, total and longest time in ns (``time.perf_counter_ns``), counted as a call
-returns or raises; a recursive function's inner calls count too, their time inside the outer one's.
-The totals go, once a second, to ``<segment>.functions`` beside the rank's segment (JSON, replaced
-whole): ``{"written_ns": <time.time_ns()>, "functions": [{"name": "torch:cuda.synchronize",
-"calls": 3, "ns": 1200, "max_ns": 800}]}``, at most ``MAX_FUNCTIONS`` functions. A name that cannot be
-timed gets one line on stderr (the others are timed); nothing here ever raises into the job.
+returns or raises; a recursive function's inner calls count too, their time inside the outer one's;
+and its newest ``RECENT_CALLS`` calls (start and end), for timeline dumps. The totals go, once a
+second, to ``<segment>.functions`` beside the rank's segment (JSON, replaced whole):
+``{"written_ns": <time.time_ns()>, "functions": [{"name": "torch:cuda.synchronize", "calls": 3,
+"ns": 1200, "max_ns": 800, "recent": [[<start, time.time_ns() clock>, <duration ns>], ...]}],
+"waiting": ["m:f"], "request": {"serial": 7, "problems": ["cannot time m:g: ..."]}}``, at most
+``MAX_FUNCTIONS`` functions; ``waiting``: names the user gave whose module is not imported yet.
+A name that cannot be timed gets one line on stderr (the others are timed); nothing here ever raises
+into the job.
+
+**Switched at run time** (agentd's SetFunctionTiming): the agent writes ``<segment>.functions-request``
+(``{"serial": <n>, "start": [names], "stop": [names]}``) and the publisher thread, waking once a second,
+applies it when its serial is new: stops first (a wrapper's attribute is restored; a code object is no
+longer monitored; a name waiting for its module is forgotten), then starts (looked up now, or when its
+module is imported). It answers in the next publication: the serial and one line per name it could not
+start or stop. The folder is every user's, so a request is read only when it is a regular file (opened
+without following a link, without blocking), owned by root or this process's user, writable by no one
+else, and at most ``MAX_REQUEST_BYTES``; any other file there is left alone.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib.abc
 import json
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +58,9 @@ NAMES_ENV = "TUIPROF_TIME_FUNCTIONS"
 XPU_TIMER_ENV = "XPU_TIMER_HOST_TRACING_FUNC"
 DEFAULTS_ENV = "TUIPROF_TIME_FUNCTIONS_DEFAULTS"  # "0": the built-in list is off
 SUFFIX = ".functions"  # agentd.collectors.rank_functions.FUNCTIONS_SUFFIX reads it
+REQUEST_SUFFIX = ".functions-request"  # agentd.collectors.rank_function_requests writes it
+MAX_REQUEST_BYTES = 16 * 1024
+RECENT_CALLS = 32  # per function, for timeline dumps: 64 functions' fill about 70 KB of the file at most
 MAX_FUNCTIONS = 64
 MAX_NAME = 200
 PUBLISH_EVERY_S = 1.0
@@ -83,21 +101,26 @@ class Target(NamedTuple):
 
 
 class Timing:
-    """One function's totals, updated by its timer on every call (under the GIL)."""
+    """One function's totals and newest calls, updated by its timer on every call (under the GIL), and
+    how to stop timing it."""
 
-    __slots__ = ("name", "calls", "ns", "max_ns")
+    __slots__ = ("name", "calls", "ns", "max_ns", "recent", "stop")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.calls = 0
         self.ns = 0
         self.max_ns = 0
+        self.recent: collections.deque[tuple[int, int]] = collections.deque(maxlen=RECENT_CALLS)  # perf_counter ns
+        self.stop: Callable[[], None] = lambda: None  # raises NotTimedError when it cannot
 
-    def add(self, elapsed: int) -> None:
+    def add(self, start: int, end: int) -> None:
+        elapsed = end - start
         self.calls += 1
         self.ns += elapsed
         if elapsed > self.max_ns:
             self.max_ns = elapsed
+        self.recent.append((start, end))
 
 
 def parse_names(text: str, named_by_user: bool = True) -> tuple[list[Target], list[str]]:
@@ -182,7 +205,7 @@ def _wrapper(function: Any, timing: Timing) -> Callable[..., Any]:
         try:
             return function(*args, **kwargs)
         finally:
-            timing.add(clock() - start)
+            timing.add(start, clock())
 
     timed.__tuiprof_timing__ = timing  # type: ignore[attr-defined]
     return timed
@@ -214,6 +237,16 @@ class _Monitor:
     def add(self, code: CodeType, timing: Timing) -> None:
         self._timings[code] = timing
         self._set_local(self._tool, code, self._events.PY_START | self._events.PY_RETURN)
+        timing.stop = lambda: self._remove(code)
+
+    def timed(self, code: CodeType) -> bool:
+        return code in self._timings
+
+    def _remove(self, code: CodeType) -> None:
+        self._set_local(self._tool, code, 0)
+        del self._timings[code]
+        for key in [key for key in self._starts if key[0] is code]:
+            del self._starts[key]
 
     def _start(self, code: CodeType, offset: int) -> None:
         key = (code, self._thread())
@@ -228,7 +261,7 @@ class _Monitor:
             return
         starts = self._starts.get((code, self._thread()))
         if starts:  # none: a call already running when timing began
-            timing.add(self._clock() - starts.pop())
+            timing.add(starts.pop(), self._clock())
 
 
 Write = Callable[[str, str], None]  # tuiprof_startup._write_whole: replace a file of ours whole
@@ -252,6 +285,10 @@ class FunctionTimer:
         self._main_code: CodeType | None = None
         self._main_pending: dict[str, Target] = {}
         self._publisher_started = False
+        self._problems: list[str] | None = None  # while a request is applied: its problems, else printed
+        self._request_seen: tuple[int, int, int] | None = None  # (inode, mtime ns, size) of the file last judged
+        self._request_serial: int | None = None
+        self._answer: dict[str, Any] | None = None  # the last request's serial and problems
 
     def install(self, after_exec: AfterExec) -> None:
         """Look up the targets of modules already imported and watch for the others' imports."""
@@ -260,6 +297,7 @@ class FunctionTimer:
         for module in [name for name in self._waiting if name in sys.modules]:
             self.module_imported(sys.modules[module])
         sys.meta_path.insert(0, _ImportWatcher(self, after_exec))
+        self._start_publisher()  # also when nothing is timed yet: it reads the agent's requests
 
     def waits_for(self, module: str) -> bool:
         return module in self._waiting
@@ -299,15 +337,18 @@ class FunctionTimer:
             timing = Timing(target.name)
             code = getattr(function, "__code__", None)
             if sys.version_info >= (3, 12) and isinstance(code, CodeType):
+                if self._monitored().timed(code):
+                    return
                 self._monitored().add(code, timing)
             else:
                 timed = _wrapper(function, timing)
-                setattr(owner, attribute, type(stored)(timed) if stored is not function else timed)
+                replacement = type(stored)(timed) if stored is not function else timed
+                setattr(owner, attribute, replacement)
+                timing.stop = _restorer(owner, attribute, stored, replacement, target.name)
         except (NotTimedError, TypeError, AttributeError) as exc:  # a read-only attribute (a C type's)
             self._problem(target, str(exc))
             return
         self._timings.append(timing)
-        self._start_publisher()
 
     def _monitored(self) -> _Monitor:
         if self._monitor is None:
@@ -315,10 +356,108 @@ class FunctionTimer:
         return self._monitor
 
     def _problem(self, target: Target, why: str) -> None:
-        if target.named_by_user:
+        if self._problems is not None:
+            self._problems.append(f"cannot time {target.name}: {why}")
+        elif target.named_by_user:
             self._report(f"cannot time {target.name}: {why}; the other functions are timed")
         else:
             log.debug("tuiprof default function %s not timed: %s", target.name, why)
+
+    # -------------------------------------------------------------- switched at run time
+
+    def apply_request(self, serial: int, start: list[str], stop: list[str]) -> list[str]:
+        """Stop, then start timing the functions named; one problem line per name that could not be."""
+        problems: list[str] = []
+        self._problems = problems
+        try:
+            for text in stop:
+                targets, wrong = parse_names(text)
+                problems += wrong
+                for target in targets:
+                    self._stop(target)
+            for text in start:
+                targets, wrong = parse_names(text)
+                problems += wrong
+                for target in targets:
+                    self._start(target)
+        finally:
+            self._problems = None
+        self._request_serial = serial
+        self._answer = {"serial": serial, "problems": problems}
+        return problems
+
+    def _start(self, target: Target) -> None:
+        if target.name in {timing.name for timing in self._timings} | set(self._waiting_names()):
+            return  # timed already, or waiting for its module
+        if len(self._timings) + sum(map(len, self._waiting.values())) >= MAX_FUNCTIONS:
+            self._problem(target, f"{MAX_FUNCTIONS} functions are timed or waiting already; stop one first")
+        elif target.module in sys.modules:
+            self._find(target, sys.modules[target.module])
+        else:
+            self._waiting.setdefault(target.module, []).append(target)
+
+    def _stop(self, target: Target) -> None:
+        waiting = [(module, t) for module, targets in self._waiting.items() for t in targets if t.name == target.name]
+        waiting += [(MAIN, t) for t in self._main_pending.values() if t.name == target.name]
+        timed = [timing for timing in self._timings if timing.name == target.name]
+        for module, found in waiting:
+            if module == MAIN and found in self._main_pending.values():
+                del self._main_pending[".".join(found.path)]
+            else:
+                self._waiting[module].remove(found)
+        for timing in timed:
+            try:
+                timing.stop()
+            except NotTimedError as exc:
+                self._problems_or_report(f"cannot stop timing {target.name}: {exc}")
+                continue
+            self._timings.remove(timing)
+        if not waiting and not timed:
+            self._problems_or_report(f"cannot stop timing {target.name}: it is not timed in this process")
+
+    def _problems_or_report(self, line: str) -> None:
+        if self._problems is not None:
+            self._problems.append(line)
+        else:
+            self._report(line)
+
+    def read_request(self, path: str) -> None:
+        """Apply the agent's request at ``path`` when it is new and may be believed (see the module's
+        docstring); anything else there is left alone."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        except OSError as exc:  # ELOOP: a link; EACCES: another user's
+            log.debug("tuiprof function timing request %s not read: %s", path, exc)
+            return
+        try:
+            st = os.fstat(fd)
+            seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if seen == self._request_seen:
+                return
+            self._request_seen = seen
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.getuid()) or st.st_mode & 0o022
+                    or st.st_size > MAX_REQUEST_BYTES):
+                log.debug("tuiprof function timing request %s ignored: not a regular file of root or uid %d, "
+                          "writable by no one else, of at most %d bytes", path, os.getuid(), MAX_REQUEST_BYTES)
+                return
+            text = os.read(fd, MAX_REQUEST_BYTES + 1)
+        finally:
+            os.close(fd)
+        try:
+            request = json.loads(text)
+            serial, start, stop = request["serial"], request.get("start", []), request.get("stop", [])
+            if not isinstance(serial, int) or not all(
+                    isinstance(names, list) and len(names) <= MAX_FUNCTIONS and all(isinstance(n, str) for n in names)
+                    for names in (start, stop)):
+                raise TypeError(f"a request is {{serial: int, start: [names], stop: [names]}}, at most "
+                                f"{MAX_FUNCTIONS} names each, not {text[:100]!r}")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            log.debug("tuiprof function timing request %s malformed: %r", path, exc)
+            return
+        if serial != self._request_serial:
+            self.apply_request(serial, start, stop)
 
     # -------------------------------------------------------------- the entry file
 
@@ -367,7 +506,6 @@ class FunctionTimer:
             self._problem(target, str(exc))
             return
         self._timings.append(timing)
-        self._start_publisher()
 
     def _entry_call(self, frame: Any, event: str, arg: Any) -> Any:
         return self._entry_line if frame.f_code is self._main_code else None
@@ -408,15 +546,30 @@ class FunctionTimer:
             while True:
                 time.sleep(PUBLISH_EVERY_S)
                 segment = path_of()
-                if segment:
+                if not segment:
+                    continue
+                self.read_request(segment + REQUEST_SUFFIX)
+                if self._timings or self._answer is not None or self._waiting_names():
                     self._write(segment + SUFFIX, self.document())
         except Exception:  # telemetry never breaks the job (NotOwnFileError: someone else's file is there)
             log.debug("tuiprof function timing publisher stopped", exc_info=True)
 
+    def _waiting_names(self) -> list[str]:
+        return [t.name for targets in list(self._waiting.values()) for t in targets if t.named_by_user]
+
     def document(self) -> str:
-        """What the file says now."""
-        return json.dumps({"written_ns": time.time_ns(), "functions": [
-            {"name": t.name, "calls": t.calls, "ns": t.ns, "max_ns": t.max_ns} for t in list(self._timings)]})
+        """What the file says now (calls' starts on the time.time_ns() clock)."""
+        written_ns = time.time_ns()
+        to_wall = written_ns - time.perf_counter_ns()
+        document: dict[str, Any] = {"written_ns": written_ns, "functions": [
+            {"name": t.name, "calls": t.calls, "ns": t.ns, "max_ns": t.max_ns,
+             "recent": [[start + to_wall, end - start] for start, end in list(t.recent)]} for t in list(self._timings)]}
+        waiting = self._waiting_names()
+        if waiting:
+            document["waiting"] = waiting
+        if self._answer is not None:
+            document["request"] = self._answer
+        return json.dumps(document, separators=(",", ":"))
 
 
 class _Namespace:
@@ -433,6 +586,26 @@ class _Namespace:
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._namespace[name] = value
+
+
+def _restorer(owner: Any, attribute: str, stored: Any, replacement: Any, name: str) -> Callable[[], None]:
+    """How to put ``stored`` back where its timing wrapper ``replacement`` is (a class's inherited
+    method: the subclass's attribute goes, so the base's shows again)."""
+    own = not isinstance(owner, type) or attribute in owner.__dict__
+
+    def restore() -> None:
+        try:
+            current = _lookup(owner, attribute)
+        except AttributeError:
+            current = None
+        if current is not replacement:
+            raise NotTimedError(f"{name} was replaced since its timing began (the job assigned it): left as it is")
+        if own:
+            setattr(owner, attribute, stored)
+        else:
+            delattr(owner, attribute)
+
+    return restore
 
 
 def _defines(head: Any, rest: tuple[str, ...]) -> bool:
@@ -489,15 +662,13 @@ class _ImportWatcher(importlib.abc.MetaPathFinder):
 
 
 def install(segment_path: Callable[[], Callable[[], str] | None], write: Write,
-            after_exec: AfterExec) -> FunctionTimer | None:
-    """Time the functions the environment names. ``segment_path`` gives, once and off the job's
+            after_exec: AfterExec) -> FunctionTimer:
+    """Time the functions the environment names, and those the agent's requests name later. ``segment_path`` gives, once and off the job's
     thread, the reader of this process's segment path ("" until it has one; None: no hook library);
     ``write`` replaces a file whole; ``after_exec`` wraps a loader to call back once its module ran."""
     targets, problems = names_from_environment(os.environ)
     for line in problems:
         print(f"tuiprof: {line}", file=sys.stderr)
-    if not targets:
-        return None
     global installed
     installed = FunctionTimer(targets, segment_path, write, lambda line: print(f"tuiprof: {line}", file=sys.stderr))
     installed.install(after_exec)
