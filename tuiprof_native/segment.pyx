@@ -269,6 +269,7 @@ INERT_SUFFIX = TP_INERT_SUFFIX.decode()
 LAYOUT_VERSION = TP_LAYOUT_VERSION
 SEGMENT_SIZE = sizeof(tp_segment)
 HEADER_SIZE = sizeof(tp_header)
+SLOTS_OFFSET = TP_OFF_SLOTS  # where the slot table starts (after the header and the device memory block)
 HIST_BUCKETS = TP_HIST_BUCKETS
 FINE_OCTAVES = TP_FINE_OCTAVES
 FINE_SUB_BITS = TP_FINE_SUB_BITS

@@ -32,10 +32,10 @@ def with_ops(data: bytes, ops: int, op: bytes = b"cublasGemmEx") -> bytes:
     of its own shape (m = 1, 2, ...), called once; the rest of the segment is left out (a hole)."""
     assert 0 < ops <= MAX_OPS_PER_SEGMENT, ops
     slot_size = struct.unpack_from("<I", data, SLOT_SIZE_OFFSET)[0]
-    out = bytearray(data[:segment.HEADER_SIZE + MAX_SLOTS * slot_size])
+    out = bytearray(data[:segment.SLOTS_OFFSET + MAX_SLOTS * slot_size])
     struct.pack_into("<I", out, SLOTS_USED_OFFSET, ops)
     for i in range(ops):
-        slot = segment.HEADER_SIZE + i * slot_size
+        slot = segment.SLOTS_OFFSET + i * slot_size
         struct.pack_into("<I", out, slot + SLOT_KIND, KIND_GEMM)
         struct.pack_into("32s", out, slot + SLOT_OP, op)
         struct.pack_into("16s", out, slot + SLOT_DTYPE, b"fp32")
