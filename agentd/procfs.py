@@ -157,14 +157,86 @@ def state_of(pid: int) -> str:
 
 def real_uid(pid: int) -> int | None:
     """The real uid of ``pid`` (first field of ``Uid:`` in /proc/<pid>/status), None when gone."""
+    status = _read_status(pid)
+    return None if status is None else status.uids[0]
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    """What ``/proc/<pid>/status`` says of a process's state and identity."""
+
+    state: str
+    uids: tuple[int, ...]  # real, effective, saved, filesystem
+    gids: tuple[int, ...]
+
+
+def parse_status(raw: bytes) -> ProcessStatus:
+    """``State:``, ``Uid:`` and ``Gid:`` of a status file (they come in that order, within its first lines)."""
+    state = ""
+    uids: tuple[int, ...] = ()
+    for line in raw.split(b"\n"):
+        if line.startswith(b"State:"):
+            letter = line.split()[1].decode()
+            state = _STATES.get(letter, f"unknown ({letter})")
+        elif line.startswith(b"Uid:"):
+            uids = tuple(int(v) for v in line.split()[1:5])
+        elif line.startswith(b"Gid:"):
+            return ProcessStatus(state, uids, tuple(int(v) for v in line.split()[1:5]))
+    raise ValueError("no State:, Uid: and Gid: lines in a /proc/<pid>/status")
+
+
+def _read_status(pid: int) -> ProcessStatus | None:
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Uid:"):
-                    return int(line.split()[1])
+        return parse_status(read_whole(f"/proc/{pid}/status"))
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
-    return None
+
+
+# State:, Uid: and Gid: are within a status file's first dozen lines (the longest before them, Name:,
+# is at most 64 characters).
+_STATUS_HEAD = 4096
+
+
+class StatusFile:
+    """``/proc/<pid>/status`` of one process, opened once and read again each interval with one ``pread``.
+
+    The descriptor stays bound to the process it was opened for: once that process is reaped, reading
+    it fails with ESRCH (``read`` says None), also when its pid already belongs to a newer process. So
+    the start time is checked once, when it is opened, and never needs reading again.
+    """
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid = pid
+        self._fd = fd
+
+    @classmethod
+    def open(cls, pid: int, claimed_start_ns: int) -> StatusFile | None:
+        """The status file of ``pid`` when it is the process that claims to have started at
+        ``claimed_start_ns`` (``ProcessStat.started_by``); None when it is gone or a later one."""
+        try:
+            fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+            return None
+        held = cls(pid, fd)
+        stat = read_stat(pid)  # after the open: the process the descriptor holds started no later
+        if stat is None or not stat.started_by(claimed_start_ns) or held.read() is None:
+            held.close()
+            return None
+        return held
+
+    def read(self) -> ProcessStatus | None:
+        """The process's status now; None once it is gone (reaped)."""
+        if self._fd < 0:
+            return None
+        try:
+            return parse_status(os.pread(self._fd, _STATUS_HEAD, 0))
+        except ProcessLookupError:
+            return None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def ns_pids(pid: int) -> tuple[int, ...] | None:
@@ -224,14 +296,21 @@ class Credentials:
 
 def credentials(pid: int, owner_uid: int) -> Credentials | None:
     """``pid``'s credentials to hold it to from now on (None when it is gone)."""
-    ids = _status_ids(pid)
-    if ids is None:
+    status = _read_status(pid)
+    if status is None:
         return None
-    return Credentials(owner_uid, ids[1][0], _exe_identity(pid))
+    return Credentials(owner_uid, status.gids[0], _exe_identity(pid))
 
 
 def ineligible_reason(pid: int, confirmed: Credentials) -> str:
-    """Why ``pid`` may no longer be counted or ptraced on its owner's behalf; "" when it may.
+    """Why ``pid`` may no longer be counted or ptraced on its owner's behalf; "" when it may
+    (``ineligible_reason_given`` with its status read now)."""
+    return ineligible_reason_given(pid, confirmed, _read_status(pid))
+
+
+def ineligible_reason_given(pid: int, confirmed: Credentials, status: ProcessStatus | None) -> str:
+    """Why ``pid``, whose ``/proc/<pid>/status`` was just read as ``status`` (None: gone), may no longer
+    be counted or ptraced on its owner's behalf; "" when it may.
 
     A rank that execs a set-user-ID or set-group-ID program keeps its pid and start time,
     so those do not tell. It stays eligible only while every uid and gid the kernel lists
@@ -239,12 +318,13 @@ def ineligible_reason(pid: int, confirmed: Credentials) -> str:
     owner (the kernel gives it to root when the process turns non-dumpable, as on such an
     exec) and it still runs the program it ran when confirmed. A process that is gone (or a
     zombie, whose program the kernel no longer names) did nothing since: "" (its final
-    counter reading stands; there is nothing left to ptrace)."""
-    ids = _status_ids(pid)
-    if ids is None:
+    counter reading stands; there is nothing left to ptrace). Should the pid change hands between
+    the status read and the two looks by path below, a newer process passes them only as the same
+    owner running the same program."""
+    if status is None:
         return ""
-    for kind, values, expected in (("uid", ids[0], confirmed.uid), ("gid", ids[1], confirmed.gid)):
-        if any(value != expected for value in values):
+    for kind, values, expected in (("uid", status.uids, confirmed.uid), ("gid", status.gids, confirmed.gid)):
+        if len(values) != 4 or any(value != expected for value in values):
             listed = "/".join(str(v) for v in values)
             return (f"process {pid} no longer acts only as its owner: its {kind}s (real/effective/saved/filesystem) "
                     f"are {listed}, not all {expected} (a set-user-ID or set-group-ID program?)")
@@ -259,23 +339,6 @@ def ineligible_reason(pid: int, confirmed: Credentials) -> str:
     if program is not None and program != confirmed.exe:
         return f"process {pid} runs another program than when it was confirmed as a rank (it exec'd)"
     return ""
-
-
-def _status_ids(pid: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(uids, gids) from ``/proc/<pid>/status``: real, effective, saved, filesystem; None when gone."""
-    uids: tuple[int, ...] = ()
-    gids: tuple[int, ...] = ()
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Uid:"):
-                    uids = tuple(int(v) for v in line.split()[1:5])
-                elif line.startswith(b"Gid:"):
-                    gids = tuple(int(v) for v in line.split()[1:5])
-                    break  # Gid: follows Uid:
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
-    return (uids, gids) if len(uids) == len(gids) == 4 else None
 
 
 def _exe_identity(pid: int) -> tuple[int, int] | None:

@@ -173,22 +173,44 @@ def check_header_pid(candidate: Candidate, header_pid: int) -> None:
                                   f"{header_pid}")
 
 
-def live_process(pid: int, uid: int, claimed_start_ns: int, path: str) -> procfs.ProcessStat | None:
-    """The claimant process if it is alive, None when it is gone (also when its pid now belongs
-    to a process started after the claim). Raises Refused when it runs as another user."""
-    stat_ = procfs.read_stat(pid)
-    if stat_ is None or not stat_.started_by(claimed_start_ns):
+def live_process(pid: int, uid: int, claimed_start_ns: int, path: str) -> procfs.ProcessStatus | None:
+    """The claimant process's status if it is alive, None when it is gone (also when its pid now
+    belongs to a process started after the claim). Raises Refused when it runs as another user."""
+    process = watch_process(pid, uid, claimed_start_ns, path)
+    if process is None:
         return None
-    real_uid = procfs.real_uid(pid)
-    if real_uid is None:
-        return None
-    if real_uid != uid:
-        raise Refused(PROCESS_UID, f"{path} claims pid {pid} runs as uid {uid}, but it runs as uid {real_uid}")
-    return stat_
+    try:
+        return owned_status(process, uid, path)
+    finally:
+        process.close()
+
+
+def watch_process(pid: int, uid: int, claimed_start_ns: int, path: str) -> procfs.StatusFile | None:
+    """The claimant process's status file held open (``procfs.StatusFile``: bound to that process, so
+    its start time is checked this once), None when it is gone or a later process has its pid. Raises
+    Refused when it runs as another user."""
+    process = procfs.StatusFile.open(pid, claimed_start_ns)
+    if process is not None:
+        try:
+            owned_status(process, uid, path)
+        except Refused:
+            process.close()
+            raise
+    return process
+
+
+def owned_status(process: procfs.StatusFile, uid: int, path: str) -> procfs.ProcessStatus | None:
+    """The claimant process's status now (one read), None once it is gone. Raises Refused when it runs
+    as another user than ``uid``."""
+    status = process.read()
+    if status is not None and status.uids[0] != uid:
+        raise Refused(PROCESS_UID, f"{path} claims pid {process.pid} runs as uid {uid}, but it runs as uid "
+                                   f"{status.uids[0]}")
+    return status
 
 
 def open_verified(candidate: Candidate, layout: Any, folders: SegmentFolders
-                  ) -> tuple[Any, int, Claimant, procfs.ProcessStat | None]:
+                  ) -> tuple[Any, int, Claimant, procfs.ProcessStatus | None]:
     """Open a segment and check its claim: (the open ``layout.Segment``, its verified start, the
     process it is of, that process when alive or None when gone). Raises Refused, or
     ``layout.SegmentError`` (not ready yet, replaced, not a segment). ``layout`` is

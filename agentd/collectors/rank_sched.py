@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from agentd.collectors.readings import FIRST_SAMPLE, NO_TIME_ELAPSED, Unavailable, counter_rate
+from agentd.procfs import read_whole
 
 NO_SCHEDSTAT = "/proc/<pid>/task/*/schedstat is not readable (kernel without CONFIG_SCHED_INFO, or the process is gone)"
 NO_CGROUP_V2 = "the process's cgroup has no cgroup v2 cpu.stat (cgroup v1 host, or no cpu controller)"
@@ -74,8 +75,7 @@ def _task_delays(task_dir: str) -> dict[int, int]:
         return {}
     for tid in tids:
         try:
-            with open(f"{task_dir}/{tid}/schedstat", "rb") as f:
-                delays[int(tid)] = int(f.read().split()[1])
+            delays[int(tid)] = int(read_whole(f"{task_dir}/{tid}/schedstat").split()[1])
         except (OSError, ValueError, IndexError):
             continue  # the thread exited between the listing and the read
     return delays

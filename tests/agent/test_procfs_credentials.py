@@ -39,3 +39,25 @@ def test_a_process_that_execs_another_program_is_no_longer_eligible():
         proc.kill()
         proc.wait(10)
     assert procfs.ineligible_reason(proc.pid, confirmed) == ""  # gone: its final reading stands
+
+
+def test_a_held_status_file_follows_its_process_until_it_is_reaped():
+    """``procfs.StatusFile``: state and ids by one read of the descriptor opened once; refused for a
+    process that started after the claim; None once the process is reaped (a later process under the
+    same pid is never read through it)."""
+    claimed_before = time.time_ns()
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)
+        assert procfs.StatusFile.open(proc.pid, claimed_before - 2 * procfs.START_SLACK_NS) is None
+        held = procfs.StatusFile.open(proc.pid, time.time_ns())
+        assert held is not None
+        status = held.read()
+        assert status == procfs.ProcessStatus(procfs.SLEEPING, (os.getuid(),) * 4, (os.getgid(),) * 4)
+        proc.kill()
+        proc.wait(10)
+        assert held.read() is None
+        held.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
