@@ -22,6 +22,7 @@ from agentd.agent import Agent
 from agentd.auth import BearerTokenInterceptor, CallerIdentifier, check_exposure, load_token
 from agentd.config import AgentConfig
 from agentd.errors import BindError, ConfigError, TlsError
+from agentd.function_timing import FunctionTimingService
 from agentd.hang.service import HangService
 from agentd.slowdown.verdict import SlowdownJudge
 from agentd.metrics_http import MetricsServer
@@ -29,7 +30,7 @@ from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
 from agentd.registry import COLLECTORS
 from agentd.runner import CollectorRunner, load_collectors
-from agentd.server import AgentServicer, StacksService, TraceService, agent_info, static_info
+from agentd.server import AgentServicer, FunctionTimingSwitch, StacksService, TraceService, agent_info, static_info
 from agentd.sinks import JsonLinesSink
 from agentd.traces.service import CaptureService
 from agentd.address import AgentAddress, listen_hosts
@@ -43,10 +44,12 @@ STOP_GRACE_SECONDS = 1.0
 MAX_REQUEST_BYTES = 256 * 1024
 
 
-def build_services(config: AgentConfig, agent: Agent) -> tuple[TraceService | None, StacksService | None]:
-    """The trace and stacks services the gRPC servicer delegates to (None: not wired in yet); the slowdown
-    verdict judges every snapshot after the hang verdict."""
-    services = CaptureService.attach(config, agent), HangService.attach(config, agent)
+def build_services(config: AgentConfig, agent: Agent
+                   ) -> tuple[TraceService | None, StacksService | None, FunctionTimingSwitch | None]:
+    """The trace, stacks and function timing services the gRPC servicer delegates to (None: not wired
+    in); the slowdown verdict judges every snapshot after the hang verdict."""
+    services = (CaptureService.attach(config, agent), HangService.attach(config, agent),
+                FunctionTimingService.attach(agent))
     agent.post_processors.append(SlowdownJudge().fill)
     return services
 
@@ -248,9 +251,9 @@ class Daemon:
                    for c in load_collectors(self._collector_entries, config.interval_seconds)]
         agent = self.agent = Agent(runners, config.interval_seconds)
         static = self._static = static_info(agent, str(config.trace_dir))
-        traces, stacks = build_services(config, agent)
+        traces, stacks, functions = build_services(config, agent)
         callers = CallerIdentifier(token_required=token is not None, port=grpc_port)
-        self._servicer = AgentServicer(agent, static, callers, traces, stacks)
+        self._servicer = AgentServicer(agent, static, callers, traces, stacks, functions)
 
         agent.start_collectors()
         self._on_start(agent)

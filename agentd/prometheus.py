@@ -65,7 +65,7 @@ from collections.abc import Callable
 from agentd.collectors import rank_claims
 from agentd.containers import short_id
 from agentd.proto import tuiprof_agent_pb2 as pb
-from agentd.slowdown.verdict import CAUSES
+from agentd.proto.words import hang_level, rank_state, slowdown_cause
 from agentd.runner import CollectRun
 from agentd.sinks import dynolog_record
 
@@ -508,7 +508,7 @@ def _ranks(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: L
     for rank in snapshot.ranks:
         labels = _rank_labels(host, rank.pid, rank)
         out("rank_info", "gauge", "A rank's process (value 1); state: running, exited, stopped, zombie, disk-sleep.").add(
-            {**labels, "job_id": rank.job_id, "state": rank.state}, 1)
+            {**labels, "job_id": rank.job_id, "state": rank_state(rank.state)}, 1)
         if rank.HasField("container") or rank.HasField("pid_in_container"):
             out("rank_container_info", "gauge",
                 "Where a rank runs (value 1): its pid in its container, the container, pod and SLURM job.").add(
@@ -587,18 +587,18 @@ def _rank_ops_dropped(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentIn
         dropped.add({**host, "uid": str(entry.uid)}, entry.ops)
 
 
-HANG_LEVELS = ("ok", "suspect", "hung")
-RANK_HANG_LEVELS = (*HANG_LEVELS, "exited")
+HANG_LEVELS = (pb.HANG_LEVEL_OK, pb.HANG_LEVEL_SUSPECT, pb.HANG_LEVEL_HUNG)
+RANK_HANG_LEVELS = (*HANG_LEVELS, pb.HANG_LEVEL_EXITED)
 
 
 def _hang(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
     """The hang detector's verdicts, one series per level (1 for the current one); none when detection is off."""
     hang = snapshot.hang
-    if not hang.level:
+    if hang.level == pb.HANG_LEVEL_UNSPECIFIED:
         return
     status = out("hang_status", "gauge", "1 for the host's current hang level (ok, suspect, hung), 0 for the others.")
     for level in HANG_LEVELS:
-        status.add({**host, "level": level}, int(hang.level == level))
+        status.add({**host, "level": hang_level(level)}, int(hang.level == level))
     if hang.since_unix_ns:
         out("hang_since_timestamp_seconds", "gauge", "When the host entered its current hang level (Unix time).").add(
             host, hang.since_unix_ns / 1e9)
@@ -608,16 +608,15 @@ def _hang(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: La
     for verdict in hang.ranks:
         labels = _rank_labels(host, verdict.pid, ranks.get(verdict.pid, verdict))
         for level in RANK_HANG_LEVELS:
-            per_rank.add({**labels, "level": level}, int(verdict.level == level))
+            per_rank.add({**labels, "level": hang_level(level)}, int(verdict.level == level))
 
 
 def _slowdowns(out: Families, snapshot: pb.HostSnapshot, info: pb.AgentInfo, host: Labels) -> None:
     """The slowdown verdict of each job with ranks here: every rank's cost, and the job's state and cause."""
     ranks = {rank.pid: rank for rank in snapshot.ranks}
     for job in snapshot.slowdowns:
-        cause = job.cause if job.cause in CAUSES else ""  # a label value from the closed list only
         out("job_slow", "gauge", "1 while the job is judged slow (cause: the verdict's cause), 0 while healthy.").add(
-            {**host, "job_id": job.job_id, "cause": cause}, int(job.slow))
+            {**host, "job_id": job.job_id, "cause": slowdown_cause(job.cause)}, int(job.slow))
         for cost in job.ranks:
             out("rank_slowdown_cost_seconds", "gauge",
                 "Time per step the rank's peers waited for it at collectives over the verdict's window: how much "

@@ -1,15 +1,15 @@
-"""The gRPC ``Agent`` service: GetInfo and Watch here; traces and stacks by delegation.
+"""The gRPC ``Agent`` service: GetInfo and Watch here; traces, stacks and function timing by delegation.
 
-Delegation seam (for the trace and hang areas): ``AgentServicer`` takes a
-``traces`` object implementing ``TraceService`` and a ``stacks`` object
-implementing ``StacksService``. ``agentd.daemon.build_services`` constructs them;
+Delegation seam (for the trace, hang and function timing areas): ``AgentServicer`` takes a
+``traces`` object implementing ``TraceService``, a ``stacks`` object
+implementing ``StacksService`` and a ``functions`` one implementing ``FunctionTimingSwitch``. ``agentd.daemon.build_services`` constructs them;
 wiring one in is a one-line edit there. While one is None its RPCs answer
 UNIMPLEMENTED with a message saying so. The token interceptor (``agentd.auth``)
 refuses calls with a wrong token before they get here; every RPC starts by
 identifying its caller, which refuses calls from other hosts without the token.
 
 Per call the servicer works out the ``Caller`` (``agentd.auth.CallerIdentifier``):
-the stacks service gets it as an argument; the trace service reads it with
+the stacks and function timing services get it as an argument; the trace service reads it with
 ``agentd.auth.current_caller()``. Watch sends every caller the metrics of
 every rank (as node_exporter would) but a rank's exception text only to its
 owner, root or the token holder.
@@ -113,6 +113,14 @@ def _owner(rank: pb.RankStats) -> int | None:
     return rank.uid if rank.HasField("uid") else None
 
 
+class FunctionTimingSwitch(Protocol):
+    """What the function timing area provides: starting and stopping it in a running rank."""
+
+    async def set_function_timing(
+        self, request: pb.SetFunctionTimingRequest, context: grpc.aio.ServicerContext, caller: Caller
+    ) -> pb.FunctionTimingOutcome: ...
+
+
 def static_info(agent: Agent, trace_dir: str) -> pb.AgentInfo:
     """The parts of GetInfo that do not change while the agent runs."""
     return pb.AgentInfo(
@@ -144,12 +152,14 @@ class AgentServicer(pb_grpc.AgentServicer):
         callers: CallerIdentifier,
         traces: TraceService | None = None,
         stacks: StacksService | None = None,
+        functions: FunctionTimingSwitch | None = None,
     ) -> None:
         self._agent = agent
         self._callers = callers
         self._static = static
         self._traces = traces
         self._stacks = stacks
+        self._functions = functions
         self._hidepid = procfs.proc_hides_processes()  # the node admin's choice, read once at start
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.AgentInfo:
@@ -212,6 +222,12 @@ class AgentServicer(pb_grpc.AgentServicer):
         caller = await self._callers.identify(context)
         stacks = await self._require(self._stacks, "stack dumps", "hang", context)
         return await stacks.get_stacks(request, context, caller)
+
+    async def SetFunctionTiming(self, request: pb.SetFunctionTimingRequest,
+                                context: grpc.aio.ServicerContext) -> pb.FunctionTimingOutcome:
+        caller = await self._callers.identify(context)
+        functions = await self._require(self._functions, "function timing", "ranks collector", context)
+        return await functions.set_function_timing(request, context, caller)
 
     @staticmethod
     async def _require(service: S | None, feature: str, area: str, context: grpc.aio.ServicerContext) -> S:

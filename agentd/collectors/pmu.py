@@ -162,10 +162,11 @@ class RankCounters:
     confirmed: procfs.Credentials
     counters: Counters
 
-    def stats(self) -> pb.PmuStats:
-        """This interval's PmuStats; raises ProcessLeftItsOwner (read nothing) once the process
-        no longer acts only as its owner: the caller closes them."""
-        reason = procfs.ineligible_reason(self.pid, self.confirmed)
+    def stats(self, status: procfs.ProcessStatus | None) -> pb.PmuStats:
+        """This interval's PmuStats, ``status`` being the process's /proc status just read (None: gone);
+        raises ProcessLeftItsOwner (read nothing) once the process no longer acts only as its owner:
+        the caller closes them."""
+        reason = procfs.ineligible_reason_given(self.pid, self.confirmed, status)
         if reason:
             raise ProcessLeftItsOwner(f"CPU counters of pid {self.pid} closed: {reason}")
         return self.counters.stats()

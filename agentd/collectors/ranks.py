@@ -64,6 +64,7 @@ from agentd.collectors import (
     rank_device_memory,
     rank_exit,
     rank_flight,
+    rank_function_requests,
     rank_functions,
     rank_rates,
 )
@@ -100,8 +101,12 @@ MAX_OPS_PER_OWNER = 4096
 _SLOTS_AT_MOST = 512
 _OPS_BASELINE = ("its ops were left out of the previous interval (over the per-owner budget): this reading is "
                  "their new baseline, their figures come from the next interval")
-# A rank's state as the console shows it: sleeping and idle ranks are running a job.
-_RANK_STATES = {procfs.SLEEPING: "running", "idle": "running", procfs.DEAD: "exited", "tracing-stop": "stopped"}
+# A rank's state from its process's: sleeping and idle ranks are running a job.
+_RANK_STATES = {
+    procfs.RUNNING: pb.RANK_STATE_RUNNING, procfs.SLEEPING: pb.RANK_STATE_RUNNING, "idle": pb.RANK_STATE_RUNNING,
+    procfs.DISK_SLEEP: pb.RANK_STATE_DISK_SLEEP, procfs.STOPPED: pb.RANK_STATE_STOPPED,
+    "tracing-stop": pb.RANK_STATE_STOPPED, procfs.ZOMBIE: pb.RANK_STATE_ZOMBIE, procfs.DEAD: pb.RANK_STATE_EXITED,
+}
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
 # The most communicators one rank reports arrivals of per interval (each at most about MAX_ARRIVALS_PER_COMM
 # collectives): an honest job has a few; any local user can fill a ring with made-up ones.
@@ -117,6 +122,11 @@ _NCCL_NO_PLUGIN = ("NCCL has not loaded the tuiprof profiler plugin in this proc
                    "or an NCCL without the profiler plugin interface)")
 
 
+def rank_state(process_state: str) -> pb.RankState:
+    """A rank's state from its process's (``procfs`` words); UNSPECIFIED for one no rank shows."""
+    return _RANK_STATES.get(process_state, pb.RANK_STATE_UNSPECIFIED)
+
+
 @dataclasses.dataclass
 class _Rank:
     """One verified segment being followed, and its previous reading."""
@@ -125,6 +135,7 @@ class _Rank:
     claimant: Claimant  # its process as the host sees it (host pid and uid)
     seg: native.Segment
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
+    process: procfs.StatusFile | None  # its process's /proc status, held open (None: gone when verified)
     read_ns: int = 0
     slots: dict | None = dataclasses.field(default_factory=dict)  # None: not read last time (over the ops budget)
     counters: native.Counters | None = None
@@ -165,9 +176,11 @@ class _Rank:
         return candidate.identity[:2] == self.candidate.identity[:2]  # (device, inode)
 
     def close(self) -> None:
-        """Close the segment and release the counters' file descriptors."""
+        """Close the segment and release the counters' and the status file's descriptors."""
         self.close_counters()
         self.seg.close()
+        if self.process is not None:
+            self.process.close()
 
     def close_counters(self) -> None:
         if self.cpu_counters is not None:
@@ -196,7 +209,9 @@ class RanksCollector(Collector):
         self._ops_dropped: list[pb.RankOpsDropped] = []
         self._over_budget: set[int] = set()  # owners whose ops were left out in the last interval
         self._latest: list[pb.RankStats] = []
+        self._live_owners: dict[int, int] = {}  # pid → uid of the live ranks last read
         self._lock = threading.Lock()
+        self.function_requests = rank_function_requests.RequestQueue()  # SetFunctionTiming's, written at collect()
         # An agent that is not root reads its own user's ranks only: the others' segments are 0600, theirs
         # and root's (their owners did nothing wrong: no warning for them, the collector's status says so).
         self._own_uid = os.geteuid()
@@ -223,7 +238,13 @@ class RanksCollector(Collector):
         with self._lock:
             return dict(self._refused)
 
+    def live_rank_owner(self, pid: int) -> int | None:
+        """The owner of ``pid`` when it is a live rank as last read (any thread), else None."""
+        with self._lock:
+            return self._live_owners.get(pid)
+
     def collect(self) -> None:
+        self._send_function_requests()
         now_ns = time.time_ns()
         mono = time.monotonic()
         folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()})
@@ -263,6 +284,7 @@ class RanksCollector(Collector):
         self._log_budget({entry.uid: entry for entry in ops_dropped})
         with self._lock:
             self._latest = latest
+            self._live_owners = {r.pid: r.uid for r in _one_per_process(self._ranks) if r.exited_at is None}
             self._refused = dict(self._refusals.counts)
             self._ops_dropped = ops_dropped
 
@@ -281,6 +303,25 @@ class RanksCollector(Collector):
         self._folders.close()
 
     # ---------------------------------------------------------------- internals
+
+    def _send_function_requests(self) -> None:
+        """Write the requests SetFunctionTiming handed over beside their ranks' segments, through the
+        folders this collector holds (``rank_function_requests``)."""
+        live = {rank.pid: rank for rank in _one_per_process(self._ranks) if rank.exited_at is None}
+        for request in self.function_requests.take():
+            rank = live.get(request.pid)
+            try:
+                if rank is None:
+                    raise rank_function_requests.RequestNotWrittenError(
+                        f"pid {request.pid} is no longer a live rank on this host")
+                folder = rank.candidate.folder
+                rank_function_requests.write_request(folder.fd, folder.path, os.path.basename(rank.path), rank.uid,
+                                                     request)
+            except rank_function_requests.RequestNotWrittenError as exc:
+                request.written.set_exception(exc)
+                continue
+            rank.functions.sent = request
+            request.written.set_result(None)
 
     def _log_budget(self, over: dict[int, pb.RankOpsDropped]) -> None:
         """One line when an owner goes over the ops budget, one when they are back under it."""
@@ -317,7 +358,12 @@ class RanksCollector(Collector):
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
         seg, start_ns, claimant, alive = rank_claims.open_verified(candidate, native, self._folders)
-        rank = _Rank(candidate, claimant, seg, start_ns)
+        try:
+            process = rank_claims.watch_process(claimant.pid, claimant.uid, start_ns, candidate.path) if alive else None
+        except BaseException:
+            seg.close()
+            raise
+        rank = _Rank(candidate, claimant, seg, start_ns, process)
         rank.read_ns = start_ns  # first rates are since the segment's creation
         if alive is None:
             rank.cpu_counters_reason = (f"CPU counters for pid {rank.pid} could not be opened: no such process "
@@ -345,6 +391,7 @@ class RanksCollector(Collector):
         rank.exception.remove()
         rank.flight.remove()
         rank.functions.file.remove()
+        rank_function_requests.remove_request(rank.path)
         if delete:
             _unlink(rank.path)
 
@@ -352,7 +399,7 @@ class RanksCollector(Collector):
         """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
-        alive = rank_claims.live_process(rank.pid, rank.uid, rank.start_ns, rank.path)
+        alive = None if rank.process is None else rank_claims.owned_status(rank.process, rank.uid, rank.path)
         try:
             header = rank.seg.header()
         except native.SegmentBusyError:
@@ -362,7 +409,7 @@ class RanksCollector(Collector):
             return False
         rank_claims.check_header_pid(rank.candidate, header.pid)
         stats, left_out = self._rates(rank, header, now_ns, budget)
-        self._cpu_counters(rank, stats)
+        self._cpu_counters(rank, stats, alive)
         stats.exception = printable(rank.exception.refresh(), keep_lines=True)
         flight_left_out, flight_arrivals = self._flight(rank, stats, now_ns, budget)
         left_out += flight_left_out
@@ -376,10 +423,10 @@ class RanksCollector(Collector):
         if alive is None:
             rank.exited_at = mono
             rank.close_counters()
-            stats.state = "exited"
+            stats.state = pb.RANK_STATE_EXITED
             rank_exit.fill_exit_status(header, stats, native.FLAG_EXITED)
         else:
-            stats.state = _RANK_STATES.get(alive.state, alive.state)
+            stats.state = rank_state(alive.state)
         rank.stats = stats
         return True
 
@@ -406,7 +453,7 @@ class RanksCollector(Collector):
     def _exited_mid_update(self, rank: _Rank, mono: float) -> None:
         """A rank whose process died while writing its counters: exited, its last reading kept."""
         stats = rank.stats or pb.RankStats(pid=rank.pid, uid=rank.uid)
-        stats.state = "exited"
+        stats.state = pb.RANK_STATE_EXITED
         rank_exit.fill_exit_unknown(stats, "the process died while writing its segment (its counters are left "
                                            "mid-update), so how it ended is unknown")
         rank.exited_at = mono
@@ -423,7 +470,7 @@ class RanksCollector(Collector):
             return []
         reason = rank_claims.read_note(candidate) or rank_claims.no_segment_reason(
             os.path.dirname(candidate.path), native.SEGMENT_SIZE)
-        stats = pb.RankStats(pid=claimant.pid, uid=claimant.uid, state=_RANK_STATES.get(alive.state, alive.state))
+        stats = pb.RankStats(pid=claimant.pid, uid=claimant.uid, state=rank_state(alive.state))
         _place(stats, claimant)
         stats.hook.inactive_reason = reason
         rank = procfs.rank_from_environ(procfs.read_environ(claimant.pid))
@@ -436,13 +483,14 @@ class RanksCollector(Collector):
         return [stats]
 
     @staticmethod
-    def _cpu_counters(rank: _Rank, stats: pb.RankStats) -> None:
-        """This interval's CPU counters of the rank (one read of its counter groups)."""
+    def _cpu_counters(rank: _Rank, stats: pb.RankStats, status: procfs.ProcessStatus | None) -> None:
+        """This interval's CPU counters of the rank (one read of its counter groups); ``status``: its
+        process's, read this interval (None: gone)."""
         if rank.cpu_counters is None:
             stats.unavailable["pmu"] = rank.cpu_counters_reason
             return
         try:
-            stats.pmu.CopyFrom(rank.cpu_counters.stats())
+            stats.pmu.CopyFrom(rank.cpu_counters.stats(status))
         except pmu.ProcessLeftItsOwner as exc:  # a set-user-ID exec, another program: closed for good
             log.warning("rank CPU counters closed", extra={"pid": rank.pid, "reason": str(exc)})
             rank.close_counters()

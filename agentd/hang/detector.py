@@ -28,12 +28,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import rank_state
 from agentd.stacks.verdicts import summarize, who as rank_label
 from agentd.stacks.collectives import findings, short_comm
 from agentd.stacks.wire import COLLECTIVE_KINDS, collectives_from_ranks
 
-OK, SUSPECT, HUNG, EXITED = "ok", "suspect", "hung", "exited"
+OK, SUSPECT, HUNG, EXITED = pb.HANG_LEVEL_OK, pb.HANG_LEVEL_SUSPECT, pb.HANG_LEVEL_HUNG, pb.HANG_LEVEL_EXITED
 _SEVERITY = {OK: 0, EXITED: 1, SUSPECT: 2, HUNG: 3}
+_GONE = (pb.RANK_STATE_EXITED, pb.RANK_STATE_ZOMBIE)
+_HELD = (pb.RANK_STATE_STOPPED, pb.RANK_STATE_DISK_SLEEP)  # not running, and not by its own choice
 STALL_FACTOR = 5.0        # NVRx's safety factor on observed step intervals
 STEP_HISTORY = 20
 PUBLISH_ALLOWANCE_S = 3.0
@@ -142,16 +145,16 @@ class HangDetector:
         if rank.HasField("rank"):
             verdict.rank = rank.rank
         who = rank_label(rank)  # the prefix stacks_verdicts.finding strips
-        state = rank.state
-        if state in ("exited", "zombie"):
+        state = rank_state(rank.state)
+        if rank.state in _GONE:
             verdict.level, verdict.explanation = EXITED, f"{who}: {_exit_text(rank, state)}"
             return verdict
         self._track_steps(rank, track, now)
-        reasons: list[tuple[str, str]] = []
-        if state in ("stopped", "disk-sleep"):
+        reasons: list[tuple[pb.HangLevel, str]] = []
+        if rank.state in _HELD:
             track.bad_state_since = track.bad_state_since or now
             held = now - track.bad_state_since
-            what = ("in D state (uninterruptible I/O wait)" if state == "disk-sleep"
+            what = ("in D state (uninterruptible I/O wait)" if rank.state == pb.RANK_STATE_DISK_SLEEP
                     else f"{state} (SIGSTOP or a debugger)")
             reasons.append((self._level_for(held, immediate=True), f"{what} for {held:.0f} s"))
         else:
@@ -195,7 +198,7 @@ class HangDetector:
         median = statistics.median(track.step_intervals) if track.step_intervals else 0.0
         return now - track.last_step_at, STALL_FACTOR * median
 
-    def _level_for(self, seconds: float, immediate: bool = False, at_least: float = 0.0) -> str:
+    def _level_for(self, seconds: float, immediate: bool = False, at_least: float = 0.0) -> pb.HangLevel:
         """The level ``seconds`` of no progress reach; ``at_least`` raises both limits (slow jobs)."""
         if seconds >= max(self.thresholds.hang_s, at_least):
             return HUNG

@@ -32,7 +32,7 @@ from google.protobuf import json_format
 
 from agentd.auth import Caller
 from agentd.hang import nccl_ras, pyspy, ras_reader
-from agentd.hang.detector import HUNG, HangDetector, Thresholds, hide_exception_text
+from agentd.hang.detector import HUNG, OK, HangDetector, Thresholds, hide_exception_text
 from agentd.hang.detector import SUSPECT
 from agentd.hang.stacks import DumpTarget, StackTaker, merged_reply
 from agentd.proto import tuiprof_agent_pb2 as pb
@@ -100,7 +100,8 @@ class HangService:
         self._locate_pyspy()
         self._ranks: dict[int, pb.RankStats] = {}
         self._targets: dict[int, DumpTarget] = {}
-        self._level, self._explanation = "", ""
+        self._level: pb.HangLevel = pb.HANG_LEVEL_UNSPECIFIED
+        self._explanation = ""
         self._hung: set[int] = set()
         self._incident: pb.StacksReply | None = None  # the latest incident, whole (for admins)
         # Each owner's ranks of the latest incident that involved them: a later incident of
@@ -193,7 +194,7 @@ class HangService:
         """The hung ranks and the live ranks of the same job and owner (their stacks explain the hang)."""
         jobs = {(self._ranks[pid].job_id, self._targets[pid].uid) for pid in hung if pid in self._targets}
         return [t for pid, t in self._targets.items()
-                if self._ranks[pid].state != "exited"
+                if self._ranks[pid].state != pb.RANK_STATE_EXITED
                 and (pid in hung or (self._ranks[pid].job_id, t.uid) in jobs)]
 
     def _record_incident(self, involved: list[DumpTarget], within: set[int | None], explanation: str) -> None:
@@ -252,13 +253,13 @@ class HangService:
         targets = await self._requested_targets(request, caller, context)
         # A rank in its quiet gap after a dump is answered at once with that dump, marked cached.
         reply = await asyncio.to_thread(self._take, targets, request.native)
-        if self._level != "ok":
+        if self._level != OK:
             reply.incident = self._explanation_for(caller, self._explanation)
         return reply
 
     async def _requested_targets(self, request: pb.GetStacksRequest, caller: Caller,
                                  context: grpc.aio.ServicerContext) -> list[DumpTarget]:
-        live = [t for pid, t in self._targets.items() if self._ranks[pid].state != "exited"]
+        live = [t for pid, t in self._targets.items() if self._ranks[pid].state != pb.RANK_STATE_EXITED]
         if not request.pids:
             return [t for t in live if caller.owns(t.uid)]
         asked = set(request.pids)

@@ -18,12 +18,15 @@ STUBS = ("tuiprof_agent_pb2.py", "tuiprof_agent_pb2.pyi", "tuiprof_agent_pb2_grp
 
 def generate(out_dir: pathlib.Path) -> list[pathlib.Path]:
     """Write the stubs for the proto under ``out_dir`` (mirroring agentd/proto/)."""
-    from grpc_tools import protoc  # imported here: only developers need grpcio-tools
+    import grpc_tools  # imported here: only developers need grpcio-tools
+    from grpc_tools import protoc
 
     relative = PROTO.relative_to(ROOT)
+    well_known = pathlib.Path(grpc_tools.__file__).with_name("_proto")  # google/protobuf/descriptor.proto
     args = [
         "protoc",
         f"-I{ROOT}",
+        f"-I{well_known}",
         f"--python_out={out_dir}",
         f"--pyi_out={out_dir}",
         f"--grpc_python_out={out_dir}",

@@ -1,3 +1,4 @@
+from google.protobuf import descriptor_pb2 as _descriptor_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -6,6 +7,74 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class RankState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RANK_STATE_UNSPECIFIED: _ClassVar[RankState]
+    RANK_STATE_RUNNING: _ClassVar[RankState]
+    RANK_STATE_EXITED: _ClassVar[RankState]
+    RANK_STATE_STOPPED: _ClassVar[RankState]
+    RANK_STATE_ZOMBIE: _ClassVar[RankState]
+    RANK_STATE_DISK_SLEEP: _ClassVar[RankState]
+
+class HangLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HANG_LEVEL_UNSPECIFIED: _ClassVar[HangLevel]
+    HANG_LEVEL_OK: _ClassVar[HangLevel]
+    HANG_LEVEL_SUSPECT: _ClassVar[HangLevel]
+    HANG_LEVEL_HUNG: _ClassVar[HangLevel]
+    HANG_LEVEL_EXITED: _ClassVar[HangLevel]
+
+class SlowdownCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SLOWDOWN_CAUSE_UNSPECIFIED: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_GPU_SLOWER: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_GPU_CONTENTION: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_INPUT_PIPELINE: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_CPU_STARVED: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_GC_PAUSES: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_SLOW_COMMUNICATION: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_STOPPED: _ClassVar[SlowdownCause]
+    SLOWDOWN_CAUSE_UNKNOWN: _ClassVar[SlowdownCause]
+
+class TraceTargetState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRACE_TARGET_STATE_UNSPECIFIED: _ClassVar[TraceTargetState]
+    TRACE_TARGET_STATE_WAITING: _ClassVar[TraceTargetState]
+    TRACE_TARGET_STATE_SENT: _ClassVar[TraceTargetState]
+    TRACE_TARGET_STATE_WRITTEN: _ClassVar[TraceTargetState]
+    TRACE_TARGET_STATE_BUSY: _ClassVar[TraceTargetState]
+    TRACE_TARGET_STATE_REFUSED: _ClassVar[TraceTargetState]
+    TRACE_TARGET_STATE_FAILED: _ClassVar[TraceTargetState]
+RANK_STATE_UNSPECIFIED: RankState
+RANK_STATE_RUNNING: RankState
+RANK_STATE_EXITED: RankState
+RANK_STATE_STOPPED: RankState
+RANK_STATE_ZOMBIE: RankState
+RANK_STATE_DISK_SLEEP: RankState
+HANG_LEVEL_UNSPECIFIED: HangLevel
+HANG_LEVEL_OK: HangLevel
+HANG_LEVEL_SUSPECT: HangLevel
+HANG_LEVEL_HUNG: HangLevel
+HANG_LEVEL_EXITED: HangLevel
+SLOWDOWN_CAUSE_UNSPECIFIED: SlowdownCause
+SLOWDOWN_CAUSE_GPU_SLOWER: SlowdownCause
+SLOWDOWN_CAUSE_GPU_CONTENTION: SlowdownCause
+SLOWDOWN_CAUSE_INPUT_PIPELINE: SlowdownCause
+SLOWDOWN_CAUSE_CPU_STARVED: SlowdownCause
+SLOWDOWN_CAUSE_GC_PAUSES: SlowdownCause
+SLOWDOWN_CAUSE_SLOW_COMMUNICATION: SlowdownCause
+SLOWDOWN_CAUSE_STOPPED: SlowdownCause
+SLOWDOWN_CAUSE_UNKNOWN: SlowdownCause
+TRACE_TARGET_STATE_UNSPECIFIED: TraceTargetState
+TRACE_TARGET_STATE_WAITING: TraceTargetState
+TRACE_TARGET_STATE_SENT: TraceTargetState
+TRACE_TARGET_STATE_WRITTEN: TraceTargetState
+TRACE_TARGET_STATE_BUSY: TraceTargetState
+TRACE_TARGET_STATE_REFUSED: TraceTargetState
+TRACE_TARGET_STATE_FAILED: TraceTargetState
+WORD_FIELD_NUMBER: _ClassVar[int]
+word: _descriptor.FieldDescriptor
 
 class GetInfoRequest(_message.Message):
     __slots__ = ("kineto_socket_dir",)
@@ -677,7 +746,7 @@ class InflightOp(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., op: _Optional[str] = ..., comm_hash: _Optional[str] = ..., sequence: _Optional[int] = ..., age_seconds: _Optional[float] = ..., stream: _Optional[int] = ...) -> None: ...
 
 class RankStats(_message.Message):
-    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "pid_in_container", "container", "functions", "unavailable", "device_memory")
+    __slots__ = ("pid", "rank", "local_rank", "world_size", "job_id", "state", "exit_code", "exit_signal", "heartbeat_age_seconds", "step_count", "step_time_seconds", "gemm_tflops", "gemm", "nccl", "inflight", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu", "exception", "process_groups", "hook", "uid", "interval_seconds", "arrivals", "step_ends_unix_ns", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s", "pid_in_container", "container", "functions", "unavailable", "device_memory", "function_request", "functions_waiting")
     class UnavailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -717,12 +786,14 @@ class RankStats(_message.Message):
     FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    FUNCTIONS_WAITING_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
     local_rank: int
     world_size: int
     job_id: str
-    state: str
+    state: RankState
     exit_code: int
     exit_signal: int
     heartbeat_age_seconds: float
@@ -749,7 +820,9 @@ class RankStats(_message.Message):
     functions: _containers.RepeatedCompositeFieldContainer[FunctionTiming]
     unavailable: _containers.ScalarMap[str, str]
     device_memory: DeviceMemoryStats
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., functions: _Optional[_Iterable[_Union[FunctionTiming, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ..., device_memory: _Optional[_Union[DeviceMemoryStats, _Mapping]] = ...) -> None: ...
+    function_request: FunctionTimingOutcome
+    functions_waiting: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[RankState, str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[int] = ..., heartbeat_age_seconds: _Optional[float] = ..., step_count: _Optional[int] = ..., step_time_seconds: _Optional[float] = ..., gemm_tflops: _Optional[float] = ..., gemm: _Optional[_Iterable[_Union[GemmOpStats, _Mapping]]] = ..., nccl: _Optional[_Iterable[_Union[NcclOpStats, _Mapping]]] = ..., inflight: _Optional[_Iterable[_Union[InflightOp, _Mapping]]] = ..., gc_pause_seconds_per_s: _Optional[float] = ..., dataloader_wait_seconds_per_s: _Optional[float] = ..., pmu: _Optional[_Union[PmuStats, _Mapping]] = ..., exception: _Optional[str] = ..., process_groups: _Optional[_Iterable[_Union[ProcessGroupProgress, _Mapping]]] = ..., hook: _Optional[_Union[HookHealth, _Mapping]] = ..., uid: _Optional[int] = ..., interval_seconds: _Optional[float] = ..., arrivals: _Optional[_Iterable[_Union[CollectiveArrivals, _Mapping]]] = ..., step_ends_unix_ns: _Optional[_Iterable[int]] = ..., run_delay_seconds_per_s: _Optional[float] = ..., cpu_throttled_seconds_per_s: _Optional[float] = ..., pid_in_container: _Optional[int] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., functions: _Optional[_Iterable[_Union[FunctionTiming, _Mapping]]] = ..., unavailable: _Optional[_Mapping[str, str]] = ..., device_memory: _Optional[_Union[DeviceMemoryStats, _Mapping]] = ..., function_request: _Optional[_Union[FunctionTimingOutcome, _Mapping]] = ..., functions_waiting: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeviceMemoryStats(_message.Message):
     __slots__ = ("malloc", "malloc_async", "copies", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "alloc_retries_total", "ooms_total", "allocator_age_seconds", "unavailable")
@@ -920,9 +993,9 @@ class RankVerdict(_message.Message):
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     pid: int
     rank: int
-    level: str
+    level: HangLevel
     explanation: str
-    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., level: _Optional[str] = ..., explanation: _Optional[str] = ...) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., rank: _Optional[int] = ..., level: _Optional[_Union[HangLevel, str]] = ..., explanation: _Optional[str] = ...) -> None: ...
 
 class HangStatus(_message.Message):
     __slots__ = ("level", "since_unix_ns", "explanation", "ranks")
@@ -930,11 +1003,11 @@ class HangStatus(_message.Message):
     SINCE_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
-    level: str
+    level: HangLevel
     since_unix_ns: int
     explanation: str
     ranks: _containers.RepeatedCompositeFieldContainer[RankVerdict]
-    def __init__(self, level: _Optional[str] = ..., since_unix_ns: _Optional[int] = ..., explanation: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankVerdict, _Mapping]]] = ...) -> None: ...
+    def __init__(self, level: _Optional[_Union[HangLevel, str]] = ..., since_unix_ns: _Optional[int] = ..., explanation: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankVerdict, _Mapping]]] = ...) -> None: ...
 
 class RankCost(_message.Message):
     __slots__ = ("pid", "rank", "host", "gpu", "cost_seconds", "cost_percent")
@@ -976,7 +1049,7 @@ class JobSlowdown(_message.Message):
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     slow: bool
-    cause: str
+    cause: SlowdownCause
     culprits: _containers.RepeatedCompositeFieldContainer[RankCost]
     ranks: _containers.RepeatedCompositeFieldContainer[RankCost]
     evidence: _containers.RepeatedScalarFieldContainer[str]
@@ -987,7 +1060,7 @@ class JobSlowdown(_message.Message):
     cost_percent: float
     since_unix_ns: int
     unavailable: _containers.ScalarMap[str, str]
-    def __init__(self, job_id: _Optional[str] = ..., slow: _Optional[bool] = ..., cause: _Optional[str] = ..., culprits: _Optional[_Iterable[_Union[RankCost, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankCost, _Mapping]]] = ..., evidence: _Optional[_Iterable[str]] = ..., unchecked: _Optional[_Iterable[str]] = ..., step_seconds: _Optional[float] = ..., baseline_step_seconds: _Optional[float] = ..., cost_seconds: _Optional[float] = ..., cost_percent: _Optional[float] = ..., since_unix_ns: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., slow: _Optional[bool] = ..., cause: _Optional[_Union[SlowdownCause, str]] = ..., culprits: _Optional[_Iterable[_Union[RankCost, _Mapping]]] = ..., ranks: _Optional[_Iterable[_Union[RankCost, _Mapping]]] = ..., evidence: _Optional[_Iterable[str]] = ..., unchecked: _Optional[_Iterable[str]] = ..., step_seconds: _Optional[float] = ..., baseline_step_seconds: _Optional[float] = ..., cost_seconds: _Optional[float] = ..., cost_percent: _Optional[float] = ..., since_unix_ns: _Optional[int] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TraceOptions(_message.Message):
     __slots__ = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
@@ -1055,11 +1128,11 @@ class TraceTarget(_message.Message):
     host: str
     pid: int
     rank: int
-    state: str
+    state: TraceTargetState
     file: str
     reason: str
     summary: RankTraceSummary
-    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[str] = ..., file: _Optional[str] = ..., reason: _Optional[str] = ..., summary: _Optional[_Union[RankTraceSummary, _Mapping]] = ...) -> None: ...
+    def __init__(self, host: _Optional[str] = ..., pid: _Optional[int] = ..., rank: _Optional[int] = ..., state: _Optional[_Union[TraceTargetState, str]] = ..., file: _Optional[str] = ..., reason: _Optional[str] = ..., summary: _Optional[_Union[RankTraceSummary, _Mapping]] = ...) -> None: ...
 
 class RankTraceSummary(_message.Message):
     __slots__ = ("result_json", "base_time_ns", "collectives", "error", "seconds")
@@ -1208,3 +1281,25 @@ class StacksReply(_message.Message):
     merged: StackNode
     incident: str
     def __init__(self, hostname: _Optional[str] = ..., taken_unix_ns: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankStacks, _Mapping]]] = ..., merged: _Optional[_Union[StackNode, _Mapping]] = ..., incident: _Optional[str] = ...) -> None: ...
+
+class SetFunctionTimingRequest(_message.Message):
+    __slots__ = ("pid", "start", "stop")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    start: _containers.RepeatedScalarFieldContainer[str]
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pid: _Optional[int] = ..., start: _Optional[_Iterable[str]] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FunctionTimingOutcome(_message.Message):
+    __slots__ = ("serial", "acknowledged", "problems", "reason")
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    serial: int
+    acknowledged: bool
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    def __init__(self, serial: _Optional[int] = ..., acknowledged: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...

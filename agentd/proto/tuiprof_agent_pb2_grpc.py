@@ -64,6 +64,11 @@ class AgentStub:
                 request_serializer=agentd_dot_proto_dot_tuiprof__agent__pb2.GetStacksRequest.SerializeToString,
                 response_deserializer=agentd_dot_proto_dot_tuiprof__agent__pb2.StacksReply.FromString,
                 _registered_method=True)
+        self.SetFunctionTiming = channel.unary_unary(
+                '/tuiprof.v1.Agent/SetFunctionTiming',
+                request_serializer=agentd_dot_proto_dot_tuiprof__agent__pb2.SetFunctionTimingRequest.SerializeToString,
+                response_deserializer=agentd_dot_proto_dot_tuiprof__agent__pb2.FunctionTimingOutcome.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -112,6 +117,15 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetFunctionTiming(self, request, context):
+        """Start or stop timing Python functions in a running rank (one started with `tuiprof run`): a
+        local caller only in their own processes, root and the token holder in any. Answers once the rank
+        applied it (within about two seconds), else with the request unanswered and why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +158,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.GetStacks,
                     request_deserializer=agentd_dot_proto_dot_tuiprof__agent__pb2.GetStacksRequest.FromString,
                     response_serializer=agentd_dot_proto_dot_tuiprof__agent__pb2.StacksReply.SerializeToString,
+            ),
+            'SetFunctionTiming': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFunctionTiming,
+                    request_deserializer=agentd_dot_proto_dot_tuiprof__agent__pb2.SetFunctionTimingRequest.FromString,
+                    response_serializer=agentd_dot_proto_dot_tuiprof__agent__pb2.FunctionTimingOutcome.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +327,33 @@ class Agent:
             '/tuiprof.v1.Agent/GetStacks',
             agentd_dot_proto_dot_tuiprof__agent__pb2.GetStacksRequest.SerializeToString,
             agentd_dot_proto_dot_tuiprof__agent__pb2.StacksReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFunctionTiming(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tuiprof.v1.Agent/SetFunctionTiming',
+            agentd_dot_proto_dot_tuiprof__agent__pb2.SetFunctionTimingRequest.SerializeToString,
+            agentd_dot_proto_dot_tuiprof__agent__pb2.FunctionTimingOutcome.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,7 +41,7 @@ class RankFeed:
     rank: int | None
     host: str
     job_id: str
-    state: str
+    state: pb.RankState
     step_count: int
     at: float | None = None  # when its host took the snapshot (Unix s); None: when the judge is fed
     arrivals: Sequence[pb.CollectiveArrivals] = ()  # one per communicator, as ``rank_arrivals`` takes them

@@ -42,8 +42,6 @@ from agentd.slowdown.feeds import SIGNALS, GpuFeed, RankFeed, RankKey, from_snap
 from agentd.slowdown.waits import arrivals
 from agentd.stacks.verdicts import rank_or_pid
 
-CAUSES = ("gpu_slower", "gpu_contention", "input_pipeline", "cpu_starved", "gc_pauses", "slow_communication",
-          "stopped", "unknown")
 WINDOW_S = 6.0
 SETTLE_S = 4.0            # a collective not reported by all its ranks by then is dropped
 COST_MIN_FRACTION = 0.10
@@ -59,10 +57,10 @@ SIGNAL_SHARE = 0.3        # a signal explains the cost when its excess over the 
 GEMM_SLOWER = 1.05        # the culprit's mean GEMM time at a shape its peers run, over theirs
 
 _SIGNAL_CAUSES = (  # (signal, cause, what the rank was doing)
-    ("gc_pause_seconds_per_s", "gc_pauses", "paused for garbage collection"),
-    ("dataloader_wait_seconds_per_s", "input_pipeline", "waited for its DataLoader"),
-    ("run_delay_seconds_per_s", "cpu_starved", "had threads waiting for a CPU (run-queue delay)"),
-    ("cpu_throttled_seconds_per_s", "cpu_starved", "was throttled by its cgroup's CPU quota"),
+    ("gc_pause_seconds_per_s", pb.SLOWDOWN_CAUSE_GC_PAUSES, "paused for garbage collection"),
+    ("dataloader_wait_seconds_per_s", pb.SLOWDOWN_CAUSE_INPUT_PIPELINE, "waited for its DataLoader"),
+    ("run_delay_seconds_per_s", pb.SLOWDOWN_CAUSE_CPU_STARVED, "had threads waiting for a CPU (run-queue delay)"),
+    ("cpu_throttled_seconds_per_s", pb.SLOWDOWN_CAUSE_CPU_STARVED, "was throttled by its cgroup's CPU quota"),
 )
 
 
@@ -115,7 +113,7 @@ class SlowdownJudge:
         now = self._clock()
         by_job: dict[str, list[RankFeed]] = {}
         for feed in feeds:
-            if feed.state != "exited":
+            if feed.state != pb.RANK_STATE_EXITED:
                 by_job.setdefault(feed.job_id, []).append(feed)
         self._jobs = {job_id: self._jobs.get(job_id) or _Job() for job_id in by_job}
         verdicts = []
@@ -185,7 +183,7 @@ def _remember(rank: _Rank | None, feed: RankFeed, now: float) -> _Rank:
         rank.step_ends.extend(feed.step_ends)
         rank.step_ends.sort()
         del rank.step_ends[:bisect.bisect_left(rank.step_ends, rank.step_ends[-1] - 2 * WINDOW_S * 1e9)]
-    if feed.state == "stopped":
+    if feed.state == pb.RANK_STATE_STOPPED:
         rank.stopped.append(now)
     while rank.stopped and now - rank.stopped[0] > STOPPED_MEMORY_S:
         rank.stopped.popleft()
@@ -391,7 +389,7 @@ def _explain(verdict: pb.JobSlowdown, job: _Job, culprits: list[pb.RankCost], co
     verdict.cause = _job_cause(verdict, job, step, baseline)
 
 
-def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.RankCost, step: float | None) -> str:
+def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.RankCost, step: float | None) -> pb.SlowdownCause:
     who = rank_or_pid(culprit.feed.rank, culprit.feed.pid)
     peers = [r for key, r in job.ranks.items() if key != culprit.feed.key]
     cost_per_s = cost.cost_seconds / step if step else 0.0
@@ -402,7 +400,7 @@ def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.Ran
     if culprit.stopped:
         verdict.evidence.append(f"{who}'s process was seen stopped (SIGSTOP, a debugger or job control) in "
                                 f"{len(culprit.stopped)} snapshot(s) in the last {STOPPED_MEMORY_S:g} s")
-        return "stopped"
+        return pb.SLOWDOWN_CAUSE_STOPPED
     for signal, cause, doing in _SIGNAL_CAUSES:
         own, others = _mean_signal(culprit, signal), _median([_mean_signal(p, signal) for p in peers])
         if own is None:
@@ -423,32 +421,34 @@ def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.Ran
             shares = ", ".join(f"pid {pid}" + (f" ({share:.0f} % SM)" if share is not None else "")
                                for pid, share in intruders)
             verdict.evidence.append(f"GPU {gpu.index} of {who} also runs {shares}")
-            return "gpu_contention"
+            return pb.SLOWDOWN_CAUSE_GPU_CONTENTION
         slower = _slower_gemm(culprit, peers)
         if slower:
             verdict.evidence.append(slower)
             verdict.evidence.extend(_gpu_facts(gpu, [p.feed.gpu for p in peers if p.feed.gpu is not None]))
-            return "gpu_slower"
+            return pb.SLOWDOWN_CAUSE_GPU_SLOWER
     verdict.evidence.append("checked, and like its peers in each: " + ", ".join(
         f"{s} {_fmt(_mean_signal(culprit, s))}" for s in SIGNALS))
-    return "unknown"
+    return pb.SLOWDOWN_CAUSE_UNKNOWN
 
 
-def _job_cause(verdict: pb.JobSlowdown, job: _Job, step: float | None, baseline: float | None) -> str:
+def _job_cause(
+    verdict: pb.JobSlowdown, job: _Job, step: float | None, baseline: float | None
+) -> pb.SlowdownCause:
     if step is None or baseline is None:
         verdict.evidence.append("the step time rose, and no rank held the others up")
-        return "unknown"
+        return pb.SLOWDOWN_CAUSE_UNKNOWN
     verdict.evidence.append(f"the step takes {step * 1e3:.1f} ms against {baseline * 1e3:.1f} ms before, and no "
                             f"rank held the others up at collectives ({_joined_count(job)} joined in {WINDOW_S:g} s)")
     comm = _median([r.feed.comm_seconds_per_s for r in job.ranks.values()])
     comm_baseline = statistics.median(job.comm_baseline) if job.comm_baseline else None
     if comm is None or comm_baseline is None:
         verdict.unchecked.append("time in NCCL kernels: no NCCL figures (no hook plugin, or not an NCCL job)")
-        return "unknown"
+        return pb.SLOWDOWN_CAUSE_UNKNOWN
     grew = comm * step - comm_baseline
     verdict.evidence.append(f"time in NCCL kernels per step {comm * step * 1e3:.1f} ms against "
                             f"{comm_baseline * 1e3:.1f} ms before")
-    return "slow_communication" if grew >= 0.5 * (step - baseline) else "unknown"
+    return pb.SLOWDOWN_CAUSE_SLOW_COMMUNICATION if grew >= 0.5 * (step - baseline) else pb.SLOWDOWN_CAUSE_UNKNOWN
 
 
 def _slower_gemm(culprit: _Rank, peers: list[_Rank]) -> str:

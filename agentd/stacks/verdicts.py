@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import hang_level
 from agentd.stacks import ranksets
 
-LEVELS = ("hung", "suspect", "exited")
+LEVELS = (pb.HANG_LEVEL_HUNG, pb.HANG_LEVEL_SUSPECT, pb.HANG_LEVEL_EXITED)
+"""The levels a summary names, worst first."""
 
 
 def who(verdict: pb.RankVerdict | pb.RankStats | pb.RankStacks | pb.TraceTarget) -> str:
@@ -31,7 +33,7 @@ def finding(verdict: pb.RankVerdict) -> str:
     return verdict.explanation.removeprefix(f"{who(verdict)}: ")
 
 
-def summarize(verdicts: Iterable[pb.RankVerdict], levels: Sequence[str] = LEVELS) -> str:
+def summarize(verdicts: Iterable[pb.RankVerdict], levels: Sequence[pb.HangLevel] = LEVELS) -> str:
     """``hung: ranks 0-3: no optimizer step for 7 s; suspect: rank 5: …`` (worst level first)."""
     verdicts = list(verdicts)
     parts = []
@@ -41,7 +43,7 @@ def summarize(verdicts: Iterable[pb.RankVerdict], levels: Sequence[str] = LEVELS
             if verdict.level == level:
                 groups.setdefault(finding(verdict), []).append(verdict)
         if groups:
-            parts.append(f"{level}: " + " | ".join(_group(text, members) for text, members in groups.items()))
+            parts.append(f"{hang_level(level)}: " + " | ".join(_group(text, members) for text, members in groups.items()))
     return "; ".join(parts)
 
 

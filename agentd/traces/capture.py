@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import FINAL_TRACE_TARGET_STATES
 from agentd.procfs import process_facts
 
-if TYPE_CHECKING:  # types only: the console imports this module for its states and starts without them
+if TYPE_CHECKING:  # types only: loading them starts nothing, but imports the Kineto endpoint
     from agentd.kineto.registry import PendingConfig, Registrant, Registry
     from agentd.traces.container_traces import ContainerTrace
     from agentd.traces.paths import TraceDir
 
-WAITING, SENT, WRITTEN, BUSY, REFUSED, FAILED = "waiting", "sent", "written", "busy", "refused", "failed"
-FINAL_STATES = frozenset({WRITTEN, BUSY, REFUSED, FAILED})
+WAITING, SENT, WRITTEN = pb.TRACE_TARGET_STATE_WAITING, pb.TRACE_TARGET_STATE_SENT, pb.TRACE_TARGET_STATE_WRITTEN
+BUSY, REFUSED, FAILED = pb.TRACE_TARGET_STATE_BUSY, pb.TRACE_TARGET_STATE_REFUSED, pb.TRACE_TARGET_STATE_FAILED
+FINAL_STATES = FINAL_TRACE_TARGET_STATES
 # After the traced span ends Kineto still has to process and write the trace.
 WRITE_GRACE_SECONDS = 60.0
 # Iteration-based traces end when the loop has stepped; give slow loops this long.
@@ -35,13 +37,13 @@ class Target:
     pid: int  # in the agent's pid namespace
     rank: int | None
     file: str  # relative to the trace dir
-    state: str
+    state: pb.TraceTargetState
     reason: str = ""
     registrant: Registrant | None = None
     pending: PendingConfig | None = None
     copy: ContainerTrace | None = None  # a trainer in a container: its trace, copied out to ``file``
 
-    def fail(self, state: str, reason: str) -> None:
+    def fail(self, state: pb.TraceTargetState, reason: str) -> None:
         self.state, self.reason = state, reason
 
     def to_proto(self, host: str) -> pb.TraceTarget:

@@ -345,7 +345,7 @@ class CaptureService:
         waiting on it only ends in a failure that blames the wrong thing.
         """
         stats = self._ranks.get(registrant.host_pid)
-        if stats is not None and stats.state == "exited":
+        if stats is not None and stats.state == pb.RANK_STATE_EXITED:
             return False
         stat = read_stat(registrant.host_pid)
         if stat is None or not stat.alive:
@@ -388,7 +388,7 @@ def _some(values: Sequence[int]) -> str:
     return text + (f" (and {len(items) - SHOWN_IN_MESSAGES} more)" if len(items) > SHOWN_IN_MESSAGES else "")
 
 
-def _refusal(registrant: Registrant, uid: int | None, caller: Caller) -> tuple[str, str] | None:
+def _refusal(registrant: Registrant, uid: int | None, caller: Caller) -> tuple[pb.TraceTargetState, str] | None:
     """Why ``registrant`` (running as ``uid`` now, per /proc) gets no config from this caller; None: it may."""
     if uid is None:
         return FAILED, "the process exited before its config was queued"

@@ -18,6 +18,14 @@ to ``sample_max``); the rest are counted in the rank's figures, not here. Files 
 ``timeline/<uid>/`` for the uid the kernel gives for the rank's process, and are
 written whole or not at all (``TraceDir.write_file``).
 
+Timed Python functions (xpu-timer's host events, its bit 2) come from the rank's ``.functions`` file
+(``agentd.collectors.rank_functions``), which keeps each function's newest
+``rank_functions.MAX_RECENT_CALLS`` calls and is renewed once a second: they are ``python_function``
+slices on the host lane (tid 0, with the steps), the calls that overlap the dump's span (a duration
+dump waits up to ``FUNCTIONS_WAIT_S`` for the publication that covers its end; a last-events dump takes
+the newest publication, calls since the first event dumped). A function called more often than that
+in the span has its older calls left out; ``tuiprof.functions`` in the file says how many are kept.
+
 A segment is a claim any local user can make: only those the kernel confirms
 (``agentd.collectors.rank_claims``, the ranks collector's checks) are dumped,
 each through the file opened when it was verified, and a caller who is not an
@@ -38,6 +46,8 @@ from typing import Any
 from agentd.auth import Caller
 from agentd.collectors import rank_claims
 from agentd.collectors.rank_claims import Candidate, Refused
+from agentd.collectors.rank_files import READ_LIMIT, read_owned_text
+from agentd.collectors.rank_functions import FUNCTIONS_SUFFIX, MAX_RECENT_CALLS, MalformedFunctionsError, parse
 from agentd.collectors.rank_places import Claimant, SegmentFolders
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.capture import FAILED, REFUSED, SENT, WRITE_GRACE_SECONDS, WRITTEN, Capture, Target
@@ -49,6 +59,8 @@ MAX_TARGETS = 4096
 COLLECTIVES_TID = 1
 FIRST_GEMM_STREAM_TID = 2  # then one lane per CUDA stream, in the order the streams first appear
 FIRST_CALL = "first call (includes loading)"
+HOST_TID = 0  # the steps' lane, and the timed Python functions'
+FUNCTIONS_WAIT_S = 2.5  # the rank publishes its function calls once a second
 
 
 @dataclass
@@ -60,6 +72,8 @@ class TimelineCapture(Capture):
     last_events: int = 0
     segments: dict[int, Any] = field(default_factory=dict)  # pid → its verified segment, open until ``run`` ends
     named_pids: dict[int, int] = field(default_factory=dict)  # pid → the pid its segment names (its container's)
+    # pid → (its segment's folder, opened for ``run``; the segment's name; its owner): where its function calls are
+    function_files: dict[int, tuple[int, str, int]] = field(default_factory=dict)
     hostname: str = ""
 
     def refresh(self, registry: object) -> None:
@@ -99,6 +113,8 @@ def start(request: pb.CaptureTraceRequest, span: str, capture_id: str, label: st
                 seg.close()
                 continue
             capture.targets.append(_plan(capture, trace_dir, label, claimant, header.rank, seg, caller))
+            if capture.targets[-1].state == SENT:
+                _keep_folder(capture, claimant, candidate)
     finally:
         folders.close()
     if refused:
@@ -148,6 +164,18 @@ def _open_verified(candidate: Candidate, segment: Any, folders: SegmentFolders, 
         return None
 
 
+def _keep_folder(capture: TimelineCapture, claimant: Claimant, candidate: Candidate) -> None:
+    """Hold the segment's folder open for ``run`` (a container's is closed when ``start`` ends), to read
+    the rank's function calls beside the segment; without it the dump has none, and says why."""
+    try:
+        folder = os.open(candidate.folder.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        log.info("segment folder not reopened: no function calls in the timeline", extra={"pid": claimant.pid,
+                                                                                         "reason": str(exc)})
+        return
+    capture.function_files[claimant.pid] = (folder, os.path.basename(candidate.path), claimant.uid)
+
+
 def _plan(capture: TimelineCapture, trace_dir: TraceDir, label: str, claimant: Claimant, rank: int | None,
           seg: Any, caller: Caller) -> Target:
     """The target for one rank: its file in ``timeline/<uid>/``, or refused when the caller may not see it.
@@ -178,6 +206,8 @@ async def run(capture: TimelineCapture) -> None:
     finally:
         for seg in capture.segments.values():
             seg.close()
+        for folder, _, _ in capture.function_files.values():
+            os.close(folder)
 
 
 async def _dump_all(capture: TimelineCapture) -> None:
@@ -214,21 +244,63 @@ def _dump(capture: TimelineCapture, target: Target, since: int, window: tuple[in
     events = seg.events(since=since)
     if window is None:
         events = events[-capture.last_events:]
+        span = (min((e.start_ns for e in events), default=0), time.time_ns())
     else:
         begin, end = window
         events = [e for e in events if e.start_ns <= end and (e.end_ns or e.start_ns) >= begin]
-    document = chrome_trace(events, header, capture.hostname)
+        span = window
+    calls, functions_note = _function_calls(capture.function_files.get(target.pid), span, wait=window is not None)
+    document = chrome_trace(events, header, capture.hostname, calls)
+    document["tuiprof"]["functions"] = functions_note
     *folder, name = target.file.split("/")
     capture.trace_dir.write_file(folder, name, json.dumps(document).encode())
 
 
-def chrome_trace(events: list[Any], header: Any, hostname: str) -> dict[str, Any]:
-    """Kineto-shaped Chrome JSON for one rank's ring events (times relative to a whole-second base)."""
-    base_ns = (min((e.start_ns for e in events), default=header.start_ns) // 1_000_000_000) * 1_000_000_000
+FunctionCall = tuple[str, int, int]  # a timed Python function's name, start (unix ns) and duration (ns)
+
+
+def _function_calls(place: tuple[int, str, int] | None, span: tuple[int, int], wait: bool
+                    ) -> tuple[list[FunctionCall], dict[str, Any]]:
+    """The rank's timed function calls that overlap ``span`` (``wait``: for a publication written after its
+    end), and what the file says of them (how many calls a function keeps; why there are none)."""
+    note: dict[str, Any] = {"recent_calls_kept": MAX_RECENT_CALLS}
+    if place is None:
+        return [], {**note, "unavailable": "the segment's folder could not be reopened"}
+    folder, segment_name, owner = place
+    begin, end = span
+    deadline = time.monotonic() + (FUNCTIONS_WAIT_S if wait else 0)
+    while True:
+        text = read_owned_text(f"/proc/self/fd/{folder}/{segment_name}{FUNCTIONS_SUFFIX}", owner, READ_LIMIT)
+        if not text:
+            return [], {**note, "unavailable": "no timed Python functions published by the rank (not a Python job "
+                                               "under tuiprof run, or none timed)"}
+        try:
+            publication = parse(text)
+        except MalformedFunctionsError as exc:
+            return [], {**note, "unavailable": str(exc)}
+        if publication.written_ns >= end or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    note["published_unix_ns"] = publication.written_ns
+    calls = [(name, start, duration) for name, recent in publication.recent.items() for start, duration in recent
+             if start <= end and start + duration >= begin]
+    return calls, note
+
+
+def chrome_trace(events: list[Any], header: Any, hostname: str,
+                 function_calls: list[FunctionCall] | None = None) -> dict[str, Any]:
+    """Kineto-shaped Chrome JSON for one rank's ring events and timed Python function calls (times
+    relative to a whole-second base)."""
+    calls = function_calls or []
+    starts = [*(e.start_ns for e in events), *(start for _, start, _ in calls)]
+    base_ns = (min(starts, default=header.start_ns) // 1_000_000_000) * 1_000_000_000
     pid = header.pid
     trace_events: list[dict[str, Any]] = [
         {"ph": "M", "name": "thread_name", "pid": pid, "tid": COLLECTIVES_TID, "args": {"name": "collectives"}},
     ]
+    trace_events += [{"ph": "X", "cat": "python_function", "name": name, "pid": pid, "tid": HOST_TID,
+                      "ts": (start - base_ns) / 1000, "dur": duration / 1000, "args": {"timed function": True}}
+                     for name, start, duration in sorted(calls, key=lambda call: call[1])]
     stream_tids: dict[int, int] = {}
     steps = 0
     for event in events:
@@ -246,7 +318,7 @@ def chrome_trace(events: list[Any], header: Any, hostname: str) -> dict[str, Any
         elif event.kind == "step":
             steps += 1
             trace_events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{event.op_seq or steps}",
-                                 "pid": pid, "tid": 0, "ts": ts, "dur": dur, "args": {}})
+                                 "pid": pid, "tid": HOST_TID, "ts": ts, "dur": dur, "args": {}})
     document: dict[str, Any] = {
         "schemaVersion": 1, "baseTimeNanoseconds": base_ns, "traceEvents": trace_events,
         "tuiprof": {"kind": "timeline", "host": hostname, "job_id": header.job_id,

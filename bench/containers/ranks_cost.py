@@ -153,7 +153,7 @@ def others_ranks(snapshot: pb.HostSnapshot, sleepers: dict[int, int], containers
     (containers) or unset (one folder)."""
     reported = {rank.pid: rank for rank in snapshot.ranks}
     missing = sleepers.keys() - reported.keys()
-    wrong = [pid for pid in sleepers.keys() & reported.keys() if reported[pid].state != "running" or (
+    wrong = [pid for pid in sleepers.keys() & reported.keys() if reported[pid].state != pb.RANK_STATE_RUNNING or (
         reported[pid].pid_in_container if reported[pid].HasField("pid_in_container") else None)
         != (sleepers[pid] if containers else None)]
     if missing or wrong:

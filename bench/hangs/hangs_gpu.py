@@ -85,7 +85,7 @@ async def watch_until_hung(address: AgentAddress, skipped: pathlib.Path, job: su
         async for snapshot in call:
             now_ns = time.time_ns()
             pids = family(job)
-            live = [r for r in snapshot.ranks if r.pid in pids and r.state != "exited"]
+            live = [r for r in snapshot.ranks if r.pid in pids and r.state != pb.RANK_STATE_EXITED]
             verdicts = [v for v in snapshot.hang.ranks if v.pid in pids]
             if not skipped.exists() or len(live) < 2 or not verdicts:
                 continue
@@ -141,7 +141,7 @@ async def watch_crash(address: AgentAddress, job: subprocess.Popen, timeout: flo
             pids |= family(job)  # remembered: the ranks are gone when they are reported exited
             mine = [r for r in snapshot.ranks if r.pid in pids]
             verdicts = {v.pid: v.explanation for v in snapshot.hang.ranks}
-            if len(mine) == 2 and all(r.state == "exited" and r.pid in verdicts for r in mine):
+            if len(mine) == 2 and all(r.state == pb.RANK_STATE_EXITED and r.pid in verdicts for r in mine):
                 call.cancel()
                 return [{"rank": r.rank, "exit_code": r.exit_code if r.HasField("exit_code") else None,
                          "exit_signal": r.exit_signal if r.HasField("exit_signal") else None,

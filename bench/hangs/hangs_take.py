@@ -58,8 +58,8 @@ async def hung_snapshot(address: AgentAddress, job_id: str, ranks: int, timeout:
         await asyncio.wait_for(channel.channel_ready(), 60)  # agentd is still starting
         call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=timeout)
         async for snapshot in call:
-            mine = {r.pid for r in snapshot.ranks if r.job_id == job_id and r.state != "exited"}
-            if len(mine) == ranks and all(v.level == "hung" for v in snapshot.hang.ranks if v.pid in mine):
+            mine = {r.pid for r in snapshot.ranks if r.job_id == job_id and r.state != pb.RANK_STATE_EXITED}
+            if len(mine) == ranks and all(v.level == pb.HANG_LEVEL_HUNG for v in snapshot.hang.ranks if v.pid in mine):
                 call.cancel()
                 return snapshot
     raise RuntimeError("no hang seen")

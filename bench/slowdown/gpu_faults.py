@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from agentd.address import AgentAddress  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2 as pb  # noqa: E402
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc  # noqa: E402
+from agentd.proto.words import slowdown_cause  # noqa: E402
 from tuiprof.client.channel import open_channel  # noqa: E402
 
 JOB = pathlib.Path(__file__).with_name("gpu_job.py")
@@ -204,8 +205,8 @@ async def run_fault(fault: Fault, verdicts: Verdicts, step_log: str) -> dict:
             if at >= injected and verdict is not None and verdict.slow and verdict.culprits:
                 if result.get("first_named") is None:
                     result["first_named"] = {"after_s": round(at - injected, 2), "rank": verdict.culprits[0].rank,
-                                             "cause": verdict.cause}
-                if verdict.culprits[0].rank == fault.rank and verdict.cause == EXPECTED[fault.kind]:
+                                             "cause": slowdown_cause(verdict.cause)}
+                if verdict.culprits[0].rank == fault.rank and slowdown_cause(verdict.cause) == EXPECTED[fault.kind]:
                     named_at = at
                     break
     result["named_after_s"] = None if named_at is None else round(named_at - injected, 2)
@@ -214,7 +215,7 @@ async def run_fault(fault: Fault, verdicts: Verdicts, step_log: str) -> dict:
     truth = step_seconds(step_log, time.time() - 8, time.time()) - step_seconds(step_log, before - 15, before)
     result["truth_slowdown_ms"] = round(truth * 1e3, 2)
     if verdict is not None:
-        result["verdict"] = {"slow": verdict.slow, "cause": verdict.cause,
+        result["verdict"] = {"slow": verdict.slow, "cause": slowdown_cause(verdict.cause),
                              "culprits": [(c.rank, round(c.cost_seconds * 1e3, 2), round(c.cost_percent, 1))
                                           for c in verdict.culprits],
                              "cost_ms": round(verdict.cost_seconds * 1e3, 2), "evidence": list(verdict.evidence),
@@ -265,7 +266,7 @@ async def bench(args, address: AgentAddress, job: subprocess.Popen, control: pat
     await asyncio.sleep(args.healthy_s)
     healthy = [v for at, v in verdicts.seen if at >= healthy_from and v is not None]
     summary["healthy"] = {"seconds": round(time.time() - healthy_from, 1), "snapshots": len(healthy),
-                          "false_verdicts": [(round(at - healthy_from, 1), v.cause, [c.rank for c in v.culprits])
+                          "false_verdicts": [(round(at - healthy_from, 1), slowdown_cause(v.cause), [c.rank for c in v.culprits])
                                              for at, v in verdicts.seen if at >= healthy_from and v is not None and v.slow],
                           "max_rank_cost_percent": round(max((c.cost_percent for v in healthy for c in v.ranks),
                                                              default=0.0), 2),

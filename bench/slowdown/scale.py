@@ -19,6 +19,7 @@ import time
 
 from agentd.collectors.rank_arrivals import ArrivalTracker
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import slowdown_cause
 from tuiprof.analysis.slowdown import ClusterSlowdowns
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import SnapshotReceived
@@ -60,7 +61,7 @@ def main() -> None:
                                        sequence=second + 1)
             for local in range(args.ranks_per_host):
                 r = host * args.ranks_per_host + local
-                rank = snapshot.ranks.add(pid=1000 + local, rank=r, job_id="bench", state="running",
+                rank = snapshot.ranks.add(pid=1000 + local, rank=r, job_id="bench", state=pb.RANK_STATE_RUNNING,
                                           step_count=int((second + 1) / STEP_S))
                 rank.arrivals.extend(trackers[r].take(starts[r], ranks))
                 rank.step_ends_unix_ns.extend(ends)
@@ -78,7 +79,7 @@ def main() -> None:
           f"max {ordered[-1] * 1e3:.1f} ms (round {times.index(ordered[-1]) + 1}) over {len(times)} rounds")
     assert verdict is not None
     print(f"verdict: slow={verdict.slow} culprits={[(c.rank, c.host) for c in verdict.culprits]} "
-          f"cost={verdict.cost_seconds * 1e3:.1f} ms/step (truth {LATE_S * 1e3:.1f}) cause={verdict.cause}")
+          f"cost={verdict.cost_seconds * 1e3:.1f} ms/step (truth {LATE_S * 1e3:.1f}) cause={slowdown_cause(verdict.cause)}")
 
 
 if __name__ == "__main__":

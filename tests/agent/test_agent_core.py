@@ -200,12 +200,12 @@ def test_a_failing_post_processor_is_logged_once_and_snapshots_go_on(caplog):
         calls.append(snapshot.sequence)
         if snapshot.sequence <= 2:
             raise KeyError("rank 3")
-        snapshot.hang.level = "ok"
+        snapshot.hang.level = pb.HANG_LEVEL_OK
 
     agent.post_processors.append(judge)
     snapshots = [agent.snapshot() for _ in range(3)]
     assert calls == [1, 2, 3]
-    assert snapshots[2].hang.level == "ok"
+    assert snapshots[2].hang.level == pb.HANG_LEVEL_OK
     failures = [r for r in caplog.records if r.message == "snapshot post-processor failed"]
     assert len(failures) == 1 and failures[0].exc_info[0] is KeyError
 

@@ -161,13 +161,13 @@ def test_label_values_are_escaped() -> None:
 @needs_promtool
 def test_rank_pmu_families_pass_promtool_and_leave_out_unavailable() -> None:
     snapshot = pb.HostSnapshot(hostname="h")
-    rank = snapshot.ranks.add(pid=42, rank=3, local_rank=1, state="running")
+    rank = snapshot.ranks.add(pid=42, rank=3, local_rank=1, state=pb.RANK_STATE_RUNNING)
     rank.pmu.scope = "process"
     rank.pmu.hardware_reason = "ENOENT: no PMU"
     rank.pmu.task_clock_cpus = 0.97
     rank.pmu.context_switches_per_s = 0.0  # a real zero stays
     rank.pmu.unavailable["ipc"] = "hardware counters unavailable: ENOENT: no PMU"
-    snapshot.ranks.add(pid=43, state="running").unavailable["pmu"] = "CPU counters for pid 43 could not be opened"
+    snapshot.ranks.add(pid=43, state=pb.RANK_STATE_RUNNING).unavailable["pmu"] = "CPU counters for pid 43 could not be opened"
     text = render_metrics(snapshot, pb.AgentInfo())
     result = promtool_check(text)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -182,13 +182,13 @@ def test_rank_pmu_families_pass_promtool_and_leave_out_unavailable() -> None:
 
 def test_hook_health_per_rank_and_an_inert_hook_exports_only_that_it_is_inert() -> None:
     snapshot = pb.HostSnapshot(hostname="h")
-    active = snapshot.ranks.add(pid=42, rank=3, local_rank=1, state="running")
+    active = snapshot.ranks.add(pid=42, rank=3, local_rank=1, state=pb.RANK_STATE_RUNNING)
     active.hook.cuda_timing = True
     active.hook.gemm_untimed_total = 7
     active.hook.pending = 2
-    inert = snapshot.ranks.add(pid=43, rank=4, local_rank=2, state="running")
+    inert = snapshot.ranks.add(pid=43, rank=4, local_rank=2, state=pb.RANK_STATE_RUNNING)
     inert.hook.inactive_reason = "shared memory full: /dev/shm/tuiprof-1000-43: ENOSPC"
-    snapshot.ranks.add(pid=44, state="running")  # no hook message: no hook series
+    snapshot.ranks.add(pid=44, state=pb.RANK_STATE_RUNNING)  # no hook message: no hook series
     text = render_metrics(snapshot, pb.AgentInfo())
     samples = parse(text)
     hook = {(name, labels["pid"]): value for name, labels, value in samples if name.startswith("tuiprof_rank_hook_")}
@@ -206,9 +206,9 @@ def test_hang_levels_are_one_series_per_level_and_absent_when_detection_is_off()
     off = parse(render_metrics(pb.HostSnapshot(hostname="h"), pb.AgentInfo()))
     assert not [name for name, _, _ in off if "hang" in name]
     snapshot = pb.HostSnapshot(hostname="h")
-    snapshot.ranks.add(pid=42, rank=3, local_rank=1, state="running")
-    snapshot.hang.level = "hung"
-    snapshot.hang.ranks.add(pid=42, rank=3, level="hung", explanation="AllReduce #9 for 300 s")
+    snapshot.ranks.add(pid=42, rank=3, local_rank=1, state=pb.RANK_STATE_RUNNING)
+    snapshot.hang.level = pb.HANG_LEVEL_HUNG
+    snapshot.hang.ranks.add(pid=42, rank=3, level=pb.HANG_LEVEL_HUNG, explanation="AllReduce #9 for 300 s")
     samples = parse(render_metrics(snapshot, pb.AgentInfo()))
     host = {labels["level"]: value for name, labels, value in samples if name == "tuiprof_hang_status"}
     assert host == {"ok": 0, "suspect": 0, "hung": 1}

@@ -73,7 +73,7 @@ def join_charges(rounds: list[list[Arrival]]) -> list[set[Charge]]:
         by_rank: dict[int, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
         for rank, comm, seq, start in arrivals:
             by_rank[rank][comm].append((seq, start))
-        feeds = [RankFeed(pid=rank, rank=rank, host="node", job_id="job", state="running", step_count=0,
+        feeds = [RankFeed(pid=rank, rank=rank, host="node", job_id="job", state=pb.RANK_STATE_RUNNING, step_count=0,
                           arrivals=[pb.CollectiveArrivals(comm=comm, sequence=[seq for seq, _ in reported],
                                                           start_unix_ns=[start for _, start in reported])
                                     for comm, reported in sorted(by_rank[rank].items())])

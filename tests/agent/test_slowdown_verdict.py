@@ -13,6 +13,8 @@ import random
 import pytest
 
 from agentd.collectors.rank_arrivals import ArrivalTracker
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import slowdown_cause, words
 from agentd.slowdown import verdict as v
 from agentd.slowdown.feeds import GpuFeed, RankFeed
 
@@ -30,7 +32,7 @@ class Job:
         self.late: dict[int, float] = {}
         self.extra_step_s = 0.0
         self.signals: dict[int, dict[str, float]] = {}
-        self.states: dict[int, str] = {}
+        self.states: dict[int, pb.RankState] = {}
         self.comm_s_per_s = 0.2
         self.gpus: dict[int, GpuFeed] = {}
         self.gemm: dict[int, float] = {}
@@ -62,7 +64,7 @@ class Job:
             signals = dict.fromkeys(v.SIGNALS, 0.0)
             signals.update(self.signals.get(rank, {}))
             feeds.append(RankFeed(
-                pid=1000 + rank, rank=rank, host="node1", job_id=self.job_id, state=self.states.get(rank, "running"),
+                pid=1000 + rank, rank=rank, host="node1", job_id=self.job_id, state=self.states.get(rank, pb.RANK_STATE_RUNNING),
                 step_count=self.steps,
                 arrivals=sample, step_ends=ends,
                 signals=signals, gemm_seconds={"gemm bf16 m=4096": self.gemm.get(rank, 0.001)},
@@ -89,7 +91,7 @@ def test_a_healthy_job_with_jittery_arrivals_is_not_slow(judged):
     job = Job()
     for _ in range(120):
         (verdict,) = run(judge, clock, job, 1)
-        assert not verdict.slow and not verdict.culprits and verdict.cause == ""
+        assert not verdict.slow and not verdict.culprits and slowdown_cause(verdict.cause) == ""
     assert len(verdict.ranks) == 4 and verdict.step_seconds == pytest.approx(STEP_S, rel=0.1)
 
 
@@ -107,7 +109,7 @@ def test_the_late_rank_is_named_with_its_cost_within_seconds(judged):
     assert verdict.culprits[0].cost_seconds == pytest.approx(0.03, rel=0.25)
     assert verdict.cost_percent == pytest.approx(100 * 0.03 / (STEP_S + 0.03), rel=0.25)
     assert verdict.step_seconds == pytest.approx(STEP_S + 0.03, rel=0.1)
-    assert verdict.cause == "unknown" and "checked, and like its peers in each" in verdict.evidence[-1]
+    assert slowdown_cause(verdict.cause) == "unknown" and "checked, and like its peers in each" in verdict.evidence[-1]
     job.late.clear()
     (verdict,) = run(judge, clock, job, int(v.WINDOW_S) + v.CLEAR_SNAPSHOTS + 1)
     assert not verdict.slow
@@ -126,7 +128,7 @@ def test_the_cause_is_the_signal_that_sets_the_rank_apart(judged, signal, cause)
     job.late[1] = 0.03
     job.signals[1] = {signal: 0.2}
     (verdict,) = run(judge, clock, job, 5)
-    assert verdict.slow and verdict.cause == cause and verdict.culprits[0].rank == 1
+    assert verdict.slow and slowdown_cause(verdict.cause) == cause and verdict.culprits[0].rank == 1
     assert any("200 ms per second against 0 ms" in line for line in verdict.evidence)
 
 
@@ -135,11 +137,11 @@ def test_a_stopped_rank_is_named_stopped(judged):
     job = Job()
     run(judge, clock, job, 10)
     job.late[3] = 0.03
-    job.states[3] = "stopped"
+    job.states[3] = pb.RANK_STATE_STOPPED
     run(judge, clock, job, 1)
-    job.states[3] = "running"
+    job.states[3] = pb.RANK_STATE_RUNNING
     (verdict,) = run(judge, clock, job, 4)
-    assert verdict.cause == "stopped" and verdict.culprits[0].rank == 3
+    assert slowdown_cause(verdict.cause) == "stopped" and verdict.culprits[0].rank == 3
 
 
 def test_another_process_on_its_gpu_then_slower_gemms(judged):
@@ -150,12 +152,12 @@ def test_another_process_on_its_gpu_then_slower_gemms(judged):
     job.late[0] = 0.03
     job.gpus[0] = GpuFeed(index=0, sm_clock_hz=1.98e9, processes=((1000, 50.0), (4242, 45.0)))
     (verdict,) = run(judge, clock, job, 5)
-    assert verdict.cause == "gpu_contention" and "pid 4242 (45 % SM)" in " ".join(verdict.evidence)
+    assert slowdown_cause(verdict.cause) == "gpu_contention" and "pid 4242 (45 % SM)" in " ".join(verdict.evidence)
     assert verdict.culprits[0].gpu == 0
     job.gpus[0] = GpuFeed(index=0, sm_clock_hz=1.2e9, power_limit_watts=300.0, processes=((1000, 99.0),))
     job.gemm[0] = 0.0016
     (verdict,) = run(judge, clock, job, 3)
-    assert verdict.cause == "gpu_slower"
+    assert slowdown_cause(verdict.cause) == "gpu_slower"
     text = " ".join(verdict.evidence)
     assert "1600 µs against 1000 µs" in text and "1200 MHz against 1980 MHz" in text
 
@@ -167,7 +169,7 @@ def test_a_step_that_grows_with_nccl_time_and_no_late_rank_is_slow_communication
     job.extra_step_s = 0.05
     job.comm_s_per_s = 0.5
     (verdict,) = run(judge, clock, job, 8)
-    assert verdict.slow and verdict.cause == "slow_communication" and not verdict.culprits
+    assert verdict.slow and slowdown_cause(verdict.cause) == "slow_communication" and not verdict.culprits
     assert verdict.cost_seconds == pytest.approx(0.05, rel=0.2)
 
 
@@ -207,7 +209,7 @@ def test_collectives_enqueued_back_to_back_count_the_late_rank_once(judged, miss
             steps += 1
             ends.append(int(t * 1e9))
         clock[0] += 1.0
-        feeds = [RankFeed(pid=1000 + r, rank=r, host="node1", job_id="job", state="running", step_count=steps,
+        feeds = [RankFeed(pid=1000 + r, rank=r, host="node1", job_id="job", state=pb.RANK_STATE_RUNNING, step_count=steps,
                           arrivals=trackers[r].take(starts[r], 2), step_ends=ends)
                  for r in range(2)]
         (verdict,) = judge.observe(feeds)
@@ -235,4 +237,5 @@ def test_the_readme_documents_every_cause_and_only_those():
     section = readme[readme.index("## Why is my job slow?"):]
     table = section[section.index("| cause | evidence |"):section.index("\n\n", section.index("| cause | evidence |"))]
     documented = [line.split("`")[1] for line in table.splitlines()[2:]]
-    assert sorted(documented) == sorted(v.CAUSES)
+    causes = [word for word in words(pb.SlowdownCause.DESCRIPTOR).values() if word]  # UNSPECIFIED: healthy
+    assert sorted(documented) == sorted(causes)

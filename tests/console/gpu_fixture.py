@@ -106,7 +106,7 @@ def gpu_snapshot(hostname: str, host_index: int, sequence: int, *, idle: bool = 
     for local in range(RANKS):
         global_rank = host_index * RANKS + local
         rank = snap.ranks.add(pid=41000 + local, rank=global_rank, local_rank=local,
-                              world_size=32, job_id="4242", state="running",
+                              world_size=32, job_id="4242", state=pb.RANK_STATE_RUNNING,
                               heartbeat_age_seconds=0.2, step_count=1200 + sequence)
         slow = 1.0 if slow_rank != global_rank else 2.7
         if idle:
@@ -151,7 +151,7 @@ def gpu_snapshot(hostname: str, host_index: int, sequence: int, *, idle: bool = 
         hang.level, hang.since_unix_ns = "hung", int((START_UNIX - 60) * 1e9)
         hang.explanation = "AllReduce #88120 on comm 9f3c1a in flight for 61 s on every local rank"
     else:
-        hang.level = "ok"
+        hang.level = pb.HANG_LEVEL_OK
     return snap
 
 

@@ -44,7 +44,7 @@ def two_gpus() -> pb.HostSnapshot:
     busy.unavailable["processes[6300].sm_percent"] = "NVML gave no utilization sample of this process in the interval"
     busy.unavailable["processes[6300].pid_in_container"] = SAME_PID_NAMESPACE
     message.gpus.add(index=1, name="NVIDIA H100", memory_total_bytes=80 * GIB)
-    message.ranks.add(pid=4100, rank=3, job_id="77", state="running")
+    message.ranks.add(pid=4100, rank=3, job_id="77", state=pb.RANK_STATE_RUNNING)
     return message
 
 

@@ -12,7 +12,7 @@ from tuiprof.tui.app import TuiprofApp
 def one_rank() -> pb.HostSnapshot:
     message = pb.HostSnapshot(hostname="n1", sequence=2)
     message.collectors.add(name="ranks", available=True)
-    rank = message.ranks.add(pid=4242, rank=0, job_id="j", state="running")
+    rank = message.ranks.add(pid=4242, rank=0, job_id="j", state=pb.RANK_STATE_RUNNING)
     rank.hook.gemm_timed_first_calls, rank.hook.gemm_sample_every = 100, 16
     timed = rank.gemm.add(op="cublasGemmEx", dtype="bf16", shape="b=1 m=8 n=8 k=8", count_total=9,
                           first_call_seconds=0.25, timed_count_interval=7)

@@ -21,7 +21,7 @@ from tuiprof.model.values import Unavailable
 
 
 def snapshot_pb(hostname: str = "n1", utils: tuple[float, ...] = (50.0, 70.0), idle: float | None = 60.0,
-                gpu_collector: bool = True, hang: str = "ok") -> pb.HostSnapshot:
+                gpu_collector: bool = True, hang: pb.HangLevel = pb.HANG_LEVEL_OK) -> pb.HostSnapshot:
     msg = pb.HostSnapshot(hostname=hostname, sequence=3, timestamp_unix_ns=10**18)
     msg.collectors.add(name="host", available=True, interval_seconds=1.0)
     msg.collectors.add(name="gpu", available=gpu_collector,
@@ -134,7 +134,7 @@ def test_worst_host_first() -> None:
     cluster = ClusterState(["busy", "idle", "hung", "down"])
     cluster.apply(SnapshotReceived("busy", 1.0, (snapshot_pb(utils=(90.0, 95.0)))))
     cluster.apply(SnapshotReceived("idle", 1.0, (snapshot_pb(utils=(90.0, 3.0)))))
-    cluster.apply(SnapshotReceived("hung", 1.0, (snapshot_pb(hang="hung"))))
+    cluster.apply(SnapshotReceived("hung", 1.0, (snapshot_pb(hang=pb.HANG_LEVEL_HUNG))))
     cluster.apply(HostUnreachable("down", 1.0, "refused"))
     assert [h.address for h in sorted(cluster.hosts(), key=worst_first)] == ["down", "hung", "idle", "busy"]
 

@@ -10,6 +10,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import word
 from tuiprof.model import generate, messages
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.events import SnapshotReceived
@@ -64,8 +65,9 @@ def _filled(message: Message, depth: int = 0) -> Message:
             _filled(target, depth + 1)
             continue
         value = {FieldDescriptor.CPPTYPE_STRING: f"{field.name}-text", FieldDescriptor.CPPTYPE_BOOL: True,
-                 FieldDescriptor.CPPTYPE_DOUBLE: field.number + 0.5,
-                 FieldDescriptor.CPPTYPE_FLOAT: field.number + 0.5}.get(field.cpp_type, field.number + depth)
+                 FieldDescriptor.CPPTYPE_DOUBLE: field.number + 0.5, FieldDescriptor.CPPTYPE_FLOAT: field.number + 0.5,
+                 FieldDescriptor.CPPTYPE_ENUM: field.enum_type and field.enum_type.values[-1].number,
+                 }.get(field.cpp_type, field.number + depth)
         if field.is_repeated:
             getattr(message, field.name).append(value)
         else:
@@ -74,7 +76,7 @@ def _filled(message: Message, depth: int = 0) -> Message:
 
 
 def _paths(message: Message, prefix: str = "") -> dict[str, object]:
-    """Every scalar of ``message`` by its JSON path (``ranks.0.hook.pending``)."""
+    """Every scalar of ``message`` by its JSON path (``ranks.0.hook.pending``); an enum's value as its word."""
     out: dict[str, object] = {}
     for field, value in message.ListFields():
         if _is_map(field):
@@ -83,7 +85,10 @@ def _paths(message: Message, prefix: str = "") -> dict[str, object]:
         items = list(value) if field.is_repeated else [value]
         for index, item in enumerate(items):
             where = f"{path}.{index}" if field.is_repeated else path
-            out |= _paths(item, where + ".") if field.message_type is not None else {where: item}
+            if field.message_type is not None:
+                out |= _paths(item, where + ".")
+            else:
+                out[where] = word(field.enum_type, item) if field.enum_type is not None else item
     return out
 
 
@@ -102,6 +107,7 @@ def test_status_json_carries_every_field_of_a_full_snapshot() -> None:
     document = json.loads(json.dumps(cluster_document(cluster)))["hosts"][0]
     expected = _paths(message)
     assert "ranks.0.hook.dropped_records_total" in expected and "ranks.0.process_groups.0.last_completed" in expected
+    assert expected["ranks.0.state"] == "disk-sleep" and expected["hang.level"] == "exited"
     for path, value in expected.items():
         assert _lookup(document, path) == value, path
 

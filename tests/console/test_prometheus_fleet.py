@@ -161,7 +161,7 @@ def test_a_suspect_host_has_its_verdict_from_its_hang_series(fleet: Fleet) -> No
     so no rank is named (the banner names only ranks at the host's level or worse)."""
     view, _ = fetch(fleet)
     hang = fleet.frozen.hang
-    assert hang.level == "suspect" and {v.level for v in hang.ranks} == {"ok", "exited"}
+    assert hang.level == pb.HANG_LEVEL_SUSPECT and {v.level for v in hang.ranks} == {pb.HANG_LEVEL_OK, pb.HANG_LEVEL_EXITED}
     assert view.hangs == {FROZEN: HangStatus("suspect", hang.since_unix_ns, "", ())}
     assert view.rows[FROZEN].summary.hang_level == "suspect"
 

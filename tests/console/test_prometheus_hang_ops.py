@@ -84,7 +84,7 @@ async def hung_snapshot(address: AgentAddress) -> pb.HostSnapshot:
     async with open_channel(address) as channel:
         call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=TIMEOUT_S)
         async for snapshot in call:
-            if snapshot.hang.level == "hung":
+            if snapshot.hang.level == pb.HANG_LEVEL_HUNG:
                 call.cancel()
                 return snapshot
     raise AssertionError(f"{address} never said hung")
@@ -133,7 +133,7 @@ def test_the_hung_rank_comes_from_its_hang_series_in_one_more_query(hung_job: Hu
     # the same verdict as the agent's own, over gRPC (since when to the exposition's precision)
     snapshot = asyncio.run(hung_snapshot(AgentAddress(NODE, hung_job.agent_port)))
     assert abs(status.since_unix_ns - snapshot.hang.since_unix_ns) < 10**6
-    assert {(v.pid, v.rank) for v in snapshot.hang.ranks if v.level == "hung"} >= {(hung_job.pid, STUCK_RANK)}
+    assert {(v.pid, v.rank) for v in snapshot.hang.ranks if v.level == pb.HANG_LEVEL_HUNG} >= {(hung_job.pid, STUCK_RANK)}
 
 
 def test_a_whole_job_in_trouble_is_read_through_the_views_own_matcher(hung_job: HungJob) -> None:
@@ -190,10 +190,10 @@ async def test_banner_from_prometheus_then_the_hung_host_over_grpc(hung_job: Hun
         screen.grid.move_cursor(screen.grid.keys.index(hung))
         await pilot.press("enter")
         assert isinstance(app.screen, HostScreen)
-        while (message := app.cluster.host(hung).message) is None or message.hang.level != "hung":
+        while (message := app.cluster.host(hung).message) is None or message.hang.level != pb.HANG_LEVEL_HUNG:
             assert time.monotonic() < deadline + 30, app.cluster.host(hung)
             await pilot.pause(0.2)
-        assert any(v.pid == hung_job.pid and v.level == "hung" for v in message.hang.ranks)
+        assert any(v.pid == hung_job.pid and v.level == pb.HANG_LEVEL_HUNG for v in message.hang.ranks)
         assert source.attended() == [hung]
 
 

@@ -26,7 +26,7 @@ def two_ranks() -> pb.HostSnapshot:
     for name in ("host", "ranks"):
         message.collectors.add(name=name, available=True)
     message.cpu.idle_percent = 50.0
-    timed = message.ranks.add(pid=100, rank=0, state="running", step_count=5)
+    timed = message.ranks.add(pid=100, rank=0, state=pb.RANK_STATE_RUNNING, step_count=5)
     timed.hook.nccl_plugin = True
     timed.hook.gemm_untimed_total, timed.hook.dropped_records_total = 640, 12
     timed.gemm.add(op="cublasGemmEx", dtype="fp32", count_total=640)
@@ -37,7 +37,7 @@ def two_ranks() -> pb.HostSnapshot:
                         calls_per_s=2.0, seconds_per_s=0.5)
     timed.functions.add(name="torch:cuda.synchronize", calls_total=50, seconds_total=4.0, max_seconds=0.25,
                         calls_per_s=20.0, seconds_per_s=0.125)
-    inert = message.ranks.add(pid=101, rank=1, state="running", step_count=5, pid_in_container=1)
+    inert = message.ranks.add(pid=101, rank=1, state=pb.RANK_STATE_RUNNING, step_count=5, pid_in_container=1)
     inert.hook.inactive_reason = INERT
     inert.container.CopyFrom(pb.Container(runtime="docker", id="5dace3de0735" + "0" * 52, slurm_job_id="42",
                                           slurm_step="0", own_mount_namespace=True))
@@ -98,8 +98,8 @@ def two_jobs_one_rank_number() -> pb.HostSnapshot:
     message = pb.HostSnapshot(hostname="n1", sequence=2)
     for name in ("host", "ranks"):
         message.collectors.add(name=name, available=True)
-    message.ranks.add(pid=18916, rank=0, job_id="a", state="running", step_count=3)
-    other = message.ranks.add(pid=18918, rank=0, job_id="b", state="running", step_count=9)
+    message.ranks.add(pid=18916, rank=0, job_id="a", state=pb.RANK_STATE_RUNNING, step_count=3)
+    other = message.ranks.add(pid=18918, rank=0, job_id="b", state=pb.RANK_STATE_RUNNING, step_count=9)
     other.gemm.add(op="cublasLtMatmul", dtype="bf16", count_total=90)
     return message
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from agentd.proto import tuiprof_agent_pb2 as pb
 from testkit.agents import running_agent
 from tuiprof.client.sources import ReplaySource
 from tuiprof.model import record
@@ -64,3 +65,25 @@ def test_record_and_console_bad_input(tmp_path) -> None:
     assert result.returncode == 2 and "--interval -2.0" in result.stderr
     result = tuiprof("connect", "127.0.0.1")  # stdout is a pipe here, not a terminal
     assert result.returncode == 2 and "stdout is not a terminal" in result.stderr
+
+
+def test_a_recording_from_before_the_vocabularies_were_enums_replays_with_its_words():
+    """Issue 26 turned hang levels, rank states, trace target states and slowdown causes from strings
+    into enums under the same field names: a recording made before holds the words."""
+    old = ('{"t": 1.0, "host": "n1:1779", "event": "snapshot", "snapshot": {"hostname": "n1", '
+           '"ranks": [{"pid": 7, "state": "disk-sleep"}], "hang": {"level": "hung", "ranks": '
+           '[{"pid": 7, "level": "hung"}]}, "slowdowns": [{"job_id": "j", "slow": true, "cause": "gpu_slower"}]}}')
+    event = record.decode(old)
+    assert isinstance(event, SnapshotReceived)
+    message = event.message
+    assert message.ranks[0].state == pb.RANK_STATE_DISK_SLEEP and message.hang.level == pb.HANG_LEVEL_HUNG
+    assert message.hang.ranks[0].level == pb.HANG_LEVEL_HUNG
+    assert message.slowdowns[0].cause == pb.SLOWDOWN_CAUSE_GPU_SLOWER
+    assert record.decode(record.encode(event)).message == message  # written with the value names, read back
+    assert '"HANG_LEVEL_HUNG"' in record.encode(event)
+
+
+def test_a_word_no_vocabulary_has_is_a_bad_recording_line():
+    line = '{"t": 1.0, "host": "n1", "event": "snapshot", "snapshot": {"hang": {"level": "frozen"}}}'
+    with pytest.raises(ValueError, match="frozen"):
+        record.decode(line)

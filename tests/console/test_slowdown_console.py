@@ -52,7 +52,7 @@ def snapshots(seconds: int, late_from: int) -> list[SnapshotReceived]:
             snapshot = pb.HostSnapshot(hostname=host, timestamp_unix_ns=int((T0 + second + 1) * 1e9),
                                        sequence=second + 1)
             for rank in ranks:
-                stats = snapshot.ranks.add(pid=100 + rank, rank=rank, job_id="4242", state="running",
+                stats = snapshot.ranks.add(pid=100 + rank, rank=rank, job_id="4242", state=pb.RANK_STATE_RUNNING,
                                            step_count=steps, gc_pause_seconds_per_s=0.0)
                 stats.arrivals.extend(trackers[rank].take(starts[rank], 4))
                 stats.step_ends_unix_ns.extend(ends)
@@ -68,7 +68,7 @@ def test_each_agent_alone_names_nobody_the_console_joined_names_rank_3():
     for event in events:
         agents[event.message.hostname]._clock = lambda at=event.at: at
         for verdict in agents[event.message.hostname].observe(from_snapshot(event.message)):
-            assert not verdict.culprits and verdict.cause in ("", "unknown"), verdict
+            assert not verdict.culprits and verdict.cause in (pb.SLOWDOWN_CAUSE_UNSPECIFIED, pb.SLOWDOWN_CAUSE_UNKNOWN), verdict
         cluster.apply(event)
         if event.host.startswith("node-b"):  # both hosts' snapshots of this second are in
             joined.observe(cluster.hosts(), cluster.now)

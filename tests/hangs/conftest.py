@@ -10,6 +10,7 @@ import pytest
 
 from agentd.agent import Agent
 from agentd.auth import CallerIdentifier
+from agentd.collectors.ranks import rank_state
 from agentd.collectors.base import Collector
 from agentd.hang import pyspy
 from agentd.hang.detector import Thresholds
@@ -84,7 +85,7 @@ class KnownRanks(Collector):
     def fill(self, snapshot):
         for job, rank, pid in self.ranks:
             size = sum(1 for j, _, _ in self.ranks if j == job)
-            snapshot.ranks.add(pid=pid, rank=rank, world_size=size, job_id=job, state=procfs.state_of(pid))
+            snapshot.ranks.add(pid=pid, rank=rank, world_size=size, job_id=job, state=rank_state(procfs.state_of(pid)))
 
 
 @contextlib.asynccontextmanager

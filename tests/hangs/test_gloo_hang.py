@@ -77,8 +77,8 @@ async def wait_for_hang(agent, job: Job, timeout: float = 150) -> pb.HostSnapsho
         try:
             async for snapshot in call:
                 assert job.process.poll() is None, f"the job ended with {job.process.returncode} before hanging"
-                pids = {r.pid for r in snapshot.ranks if r.job_id == job.id and r.state != "exited"}
-                hung = [v for v in snapshot.hang.ranks if v.pid in pids and v.level == "hung"]
+                pids = {r.pid for r in snapshot.ranks if r.job_id == job.id and r.state != pb.RANK_STATE_EXITED}
+                hung = [v for v in snapshot.hang.ranks if v.pid in pids and v.level == pb.HANG_LEVEL_HUNG]
                 if len(pids) == 4 and len(hung) == 4:
                     return snapshot
         finally:
@@ -111,7 +111,7 @@ async def test_the_rank_that_stops_joining_is_the_suspect(agent, start_job):
     assert all(r.step_count >= 30 for r in ranks)
     verdicts = {v.rank: v.explanation for v in snapshot.hang.ranks if v.pid in {r.pid for r in ranks}}
     assert all("no optimizer step for" in text for text in verdicts.values()), verdicts
-    assert snapshot.hang.level == "hung"
+    assert snapshot.hang.level == pb.HANG_LEVEL_HUNG
     # Flight Recorder: 30 steps x 4 gradients = 120 all_reduces done; #121 launched by all but the stuck rank
     progress = {r.rank: [(g.id, g.last_enqueued, g.last_completed) for g in r.process_groups] for r in ranks}
     assert progress == {r: [("0", 120 if r == STUCK_RANK else 121, 120)] for r in range(4)}, progress

@@ -31,9 +31,9 @@ class AbortingContext:
 
 async def test_service_without_pyspy_judges_but_refuses_dumps(no_pyspy):
     service = HangService(Thresholds(1, 2), None, "node-a")
-    snapshot = pb.HostSnapshot(ranks=[pb.RankStats(pid=1, rank=0, state="running")])
+    snapshot = pb.HostSnapshot(ranks=[pb.RankStats(pid=1, rank=0, state=pb.RANK_STATE_RUNNING)])
     service.process(snapshot)
-    assert snapshot.hang.level == "ok"
+    assert snapshot.hang.level == pb.HANG_LEVEL_OK
     (status,) = [c for c in snapshot.collectors if c.name == "stacks"]
     assert not status.available and "pip install py-spy" in status.reason
     with pytest.raises(grpc.aio.AbortError, match="FAILED_PRECONDITION: cannot take stacks: py-spy unusable"):

@@ -26,6 +26,7 @@ import pytest
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.proto import tuiprof_agent_pb2_grpc as pb_grpc
+from agentd.proto.words import slowdown_cause
 from testkit.agents import running_agent
 from testkit.jobs import stop_job
 from testkit.ports import free_port
@@ -126,7 +127,7 @@ async def healthy_for(agent, job: Job, seconds: float) -> pb.HostSnapshot:
 async def named(agent, job: Job, cause: str, fault_at: float) -> pb.JobSlowdown:
     """The verdict naming SLOW_RANK, once its cause is ``cause``; checks it came within VERDICT_WITHIN_S."""
     def until(snapshot, verdict):
-        return verdict is not None and verdict.slow and verdict.cause == cause
+        return verdict is not None and verdict.slow and slowdown_cause(verdict.cause) == cause
     _, verdict = await watch(agent, job, until, 90)
     took = time.time() - fault_at
     assert verdict is not None

@@ -1,5 +1,5 @@
 from tuiprof.analysis.stacks_banner import hang_banner
-from tuiprof.model.messages import HangStatus, RankVerdict
+from tuiprof.model.messages import HangLevel, HangStatus, RankVerdict
 from tuiprof.model.values import Unavailable
 
 S = 1_000_000_000
@@ -20,7 +20,7 @@ def test_the_worst_level_wins_and_names_ranks_since_and_explanation():
                    [(6, "hung"), (7, "ok")])),
         ("c", hang("hung", 40 * S, "rank 9: stopped", [(9, "hung")])),
     ], 412 * S)
-    assert banner.level == "hung"
+    assert banner.level == HangLevel.HUNG
     assert banner.text == (
         "HUNG on 2 hosts for 6 min 12 s — ranks 6,9 — b: rank 6: all_reduce #1042 on comm 3fa1… "
         "launched 312 s ago, not finished — press s for merged stacks")

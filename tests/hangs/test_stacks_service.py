@@ -78,7 +78,7 @@ async def test_a_stopped_rank_becomes_a_hang_incident_with_stacks(agent_with_ran
             call.cancel()
     finally:
         os.kill(procs[2].pid, signal.SIGCONT)
-    assert snapshot.hang.level == "hung"
+    assert snapshot.hang.level == pb.HANG_LEVEL_HUNG
     assert "rank 2: stopped (SIGSTOP or a debugger)" in snapshot.hang.explanation
     assert "rank 2: stopped" in incident.incident
     assert {r.rank for r in incident.ranks} == {0, 1, 2, 3}

@@ -5,6 +5,7 @@ Run as root or as the hostile user (tests/testkit/namespaces.py), e.g.
     python tests/hostile/client.py --port 1779 stacks --pids 123
     python tests/hostile/client.py --port 1779 snapshot --rank-pid 123 --with-exception
     python tests/hostile/client.py --port 1779 fetch-race --path 1001/real/shadow --seconds 2
+    python tests/hostile/client.py --port 1779 function-timing --pid 123 --start json@dumps
 
 gRPC errors are part of the answer (``{"code": "PERMISSION_DENIED", "details": ...}``),
 so a test asserts on a refusal the same way as on a reply.
@@ -68,6 +69,11 @@ def gpu_processes(stub, args) -> dict:
 def stacks(stub, args) -> dict:
     request = pb.GetStacksRequest(take_now=not args.incident, native=args.native, pids=args.pids)
     return _call(stub.GetStacks, request, timeout=args.timeout)
+
+
+def function_timing(stub, args) -> dict:
+    request = pb.SetFunctionTimingRequest(pid=args.pid, start=args.start, stop=args.stop)
+    return _call(stub.SetFunctionTiming, request, timeout=args.timeout)
 
 
 def many_pids(stub, args) -> dict:
@@ -177,10 +183,15 @@ def main() -> int:
     health.add_argument("--metrics-port", type=int, required=True)
     commands.add_parser("listener-owner")
     commands.add_parser("gpu-processes")
+    functions = commands.add_parser("function-timing")
+    functions.add_argument("--pid", type=int, required=True)
+    functions.add_argument("--start", nargs="*", default=[])
+    functions.add_argument("--stop", nargs="*", default=[])
     args = parser.parse_args()
     actions = {"info": info, "snapshot": snapshot, "stacks": stacks, "many-pids": many_pids,
                "capture": capture, "fetch": fetch, "fetch-race": fetch_race, "healthz": healthz,
-               "listener-owner": listener_owner, "gpu-processes": gpu_processes}
+               "listener-owner": listener_owner, "gpu-processes": gpu_processes,
+               "function-timing": function_timing}
     with grpc.insecure_channel(f"{args.host}:{args.port}",
                                options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
         if args.token:

@@ -61,7 +61,7 @@ with grpc.insecure_channel(f"127.0.0.1:{sys.argv[1]}") as channel:
         time.sleep(0.1)
         reply = stub.GetCaptureStatus(pb.CaptureStatusRequest(capture_id=reply.capture_id), timeout=20)
 print(json.dumps({"seconds": time.monotonic() - started, "done": reply.done, "targets": [
-    {"state": t.state, "reason": t.reason, "file": t.file, "error": t.summary.error,
+    {"state": pb.TraceTargetState.Name(t.state), "reason": t.reason, "file": t.file, "error": t.summary.error,
      "summarised": bool(t.summary.result_json)} for t in reply.targets]}))
 """
 
@@ -104,7 +104,7 @@ def test_a_users_gzip_bomb_is_refused_and_roots_capture_is_summarised_meanwhile(
             for trainer in (theirs, roots):
                 stop_process(trainer)
     [root_target] = root_result["targets"]
-    assert root_result["done"] and root_target["state"] == "written" and root_target["summarised"], root_result
+    assert root_result["done"] and root_target["state"] == "TRACE_TARGET_STATE_WRITTEN" and root_target["summarised"], root_result
     assert root_result["seconds"] < ROOT_DONE_WITHIN_SECONDS, root_result
     [their_target] = their_result["targets"]
     assert their_result["done"] and not their_target["summarised"], their_result

@@ -45,7 +45,7 @@ def test_a_user_who_squats_roots_next_names_does_not_hide_its_ranks(agent_in_nam
     seen = agent.client("snapshot", "--rank-pid", str(roots.pid))
     assert seen["code"] == "OK", (seen, agent.log())
     (rank,) = [r for r in seen["reply"]["ranks"] if r["pid"] == roots.pid]
-    assert rank["uid"] == 0 and rank["state"] == "running", rank
+    assert rank["uid"] == 0 and rank["state"] == "RANK_STATE_RUNNING", rank
     assert int(rank["stepCount"]) >= 1 and not rank.get("hook", {}).get("inactiveReason"), rank
     # The other user sees the rank too (metrics of every rank are every local user's to see).
     theirs = agent.client("snapshot", "--rank-pid", str(roots.pid), user=hostile_user)

@@ -206,7 +206,7 @@ def test_a_user_fetches_their_own_files_only_and_cannot_trace_roots_processes(tr
     assert refused["code"] == "OK", refused
     [target] = refused["reply"]["targets"]
     assert (target["state"], target["reason"]) == (
-        "refused", f"the process belongs to uid 0; you (uid {uid}) may trace only your own processes"), target
+        "TRACE_TARGET_STATE_REFUSED", f"the process belongs to uid 0; you (uid {uid}) may trace only your own processes"), target
     agent.assert_healthy(user=hostile_user)
 
 

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agentd.collectors import rank_device_memory  # noqa: E402
+from agentd.proto import tuiprof_agent_pb2 as pb  # noqa: E402
 from native.support import segment_path, tuiprof_run, wait_for, watch_rank  # noqa: E402
 from testkit.agents import running_agent  # noqa: E402
 from tuiprof_native import segment  # noqa: E402
@@ -69,7 +70,7 @@ async def test_an_out_of_memory_error_is_a_crash_report_with_the_allocator_figur
     assert proc.returncode == 1  # the job ends as it would without tuiprof
     assert stderr.rstrip().endswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB")
     with running_agent(tmp_path) as agent:
-        rank = await watch_rank(agent, proc.pid, lambda r: r.state == "exited")
+        rank = await watch_rank(agent, proc.pid, lambda r: r.state == pb.RANK_STATE_EXITED)
     assert rank.exit_code == 1
     assert 'in grow_activations\n    raise torch.cuda.OutOfMemoryError("CUDA out of memory.' in rank.exception
     assert rank.exception.rstrip().endswith(

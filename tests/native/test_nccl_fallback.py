@@ -202,7 +202,7 @@ def test_timed_on_the_stream_with_nccl_fallback(libs, cleanup_segments):
         snapshot = pb.HostSnapshot()
         collector.fill(snapshot)
         status = detector.observe([r for r in snapshot.ranks if r.pid == proc.pid])
-        assert status.level == "hung", status
+        assert status.level == pb.HANG_LEVEL_HUNG, status
         assert "AllReduce #6 on comm" in status.explanation and "not finished" in status.explanation, status
     finally:
         collector.close()

@@ -49,7 +49,7 @@ async def test_dead_ranks_report_their_exit_code_signal_and_exception(tmp_path, 
     assert not early.exists() and not early.with_name(early.name + segment.EXCEPTION_SUFFIX).exists()
     pids = {p.pid: m for m, p in procs.items()}
     with running_agent(tmp_path) as agent:
-        snapshot = await watch_snapshot(agent, lambda s: {r.pid for r in s.ranks if r.state == "exited"} >= set(pids)
+        snapshot = await watch_snapshot(agent, lambda s: {r.pid for r in s.ranks if r.state == pb.RANK_STATE_EXITED} >= set(pids)
                                         and set(pids) <= {v.pid for v in s.hang.ranks})
         status = subprocess.run([sys.executable, "-m", "tuiprof.cli", "status", f"127.0.0.1:{agent.port}", "--json"],
                                 capture_output=True, text=True, timeout=60)
@@ -82,7 +82,7 @@ async def test_a_thread_that_dies_is_reported_while_the_rank_lives(tmp_path, cle
         assert proc.stdout.readline().strip() == "alive"
         with running_agent(tmp_path) as agent:
             rank = await watch_rank(agent, proc.pid, lambda r: bool(r.exception))
-        assert rank.state == "running"
+        assert rank.state == pb.RANK_STATE_RUNNING
         assert rank.exception.startswith("Exception in thread prefetcher:\nTraceback")
         assert rank.exception.rstrip().endswith("ValueError: bad sample in prefetcher")
     finally:
@@ -99,7 +99,7 @@ async def test_a_sigterm_the_program_handles_is_handled_and_not_reported_as_its_
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "SIGTERM handled, exiting cleanly" in out
     with running_agent(tmp_path) as agent:
-        rank = await watch_rank(agent, proc.pid, lambda r: r.state == "exited")
+        rank = await watch_rank(agent, proc.pid, lambda r: r.state == pb.RANK_STATE_EXITED)
     assert rank.exit_code == 0 and not rank.HasField("exit_signal")
 
 
@@ -116,7 +116,7 @@ def test_the_exception_file_goes_with_its_segment(tmp_path, cleanup_segments):
         snapshot = pb.HostSnapshot()
         collector.fill(snapshot)
         (rank,) = snapshot.ranks
-        assert rank.state == "exited" and "RuntimeError: boom" in rank.exception
+        assert rank.state == pb.RANK_STATE_EXITED and "RuntimeError: boom" in rank.exception
         time.sleep(0.25)
         collector.collect()
         assert sorted(os.listdir(tmp_path)) == []

@@ -135,7 +135,7 @@ def test_exited_rank_counters_are_released(busy_rank, shm_dir):
         busy_rank.wait(timeout=10)
         collector.collect()
         rank = rank_of(collector, busy_rank.pid)
-        assert rank.state == "exited"
+        assert rank.state == pb.RANK_STATE_EXITED
         assert rank.HasField("pmu")  # the final reading, taken before closing
         assert perf_fds() == before
     finally:
@@ -154,7 +154,7 @@ def test_rank_whose_counters_cannot_open_says_why(cleanup_segments, shm_dir):
         rank = rank_of(collector, proc.pid)
     finally:
         collector.close()
-    assert rank.state == "exited" and not rank.HasField("pmu")
+    assert rank.state == pb.RANK_STATE_EXITED and not rank.HasField("pmu")
     assert f"pid {proc.pid} could not be opened" in rank.unavailable["pmu"]
     assert "ESRCH" in rank.unavailable["pmu"]
 

@@ -86,7 +86,7 @@ async def test_agent_reports_stand_in_job_over_grpc_and_metrics(tmp_path, stand_
     pid = stand_in_job.pid
     with running_agent(tmp_path) as agent:
         rank = await watch_rank(agent, pid, lambda r: len(r.nccl) == 4)
-        assert rank.state == "running" and rank.heartbeat_age_seconds < 5
+        assert rank.state == pb.RANK_STATE_RUNNING and rank.heartbeat_age_seconds < 5
         gemm = {(g.op, g.shape): g for g in rank.gemm}
         gemm_ex = gemm[("cublasGemmEx", "b=1 m=64 n=32 k=16")]
         assert gemm_ex.count_total == 5
@@ -148,11 +148,11 @@ def stepped_sleeper(cleanup_segments: list[int], env: dict[str, str] | None = No
 async def test_agent_reports_a_killed_rank_as_exited(tmp_path, cleanup_segments):
     proc = stepped_sleeper(cleanup_segments, env={"RANK": "3", "LOCAL_RANK": "1"})
     with running_agent(tmp_path) as agent:
-        rank = await watch_rank(agent, proc.pid, lambda r: r.state == "running")
+        rank = await watch_rank(agent, proc.pid, lambda r: r.state == pb.RANK_STATE_RUNNING)
         assert (rank.rank, rank.local_rank, rank.step_count) == (3, 1, 1)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        rank = await watch_rank(agent, proc.pid, lambda r: r.state == "exited")
+        rank = await watch_rank(agent, proc.pid, lambda r: r.state == pb.RANK_STATE_EXITED)
         assert "killed by SIGKILL" in rank.unavailable["exit_signal"]  # the one signal no handler sees
         assert not rank.HasField("exit_signal") and not rank.HasField("exit_code")
 
@@ -168,12 +168,12 @@ def test_exited_rank_segment_is_cleaned_up(cleanup_segments):
         snapshot = pb.HostSnapshot()
         collector.fill(snapshot)
         [final] = [r for r in snapshot.ranks if r.pid == proc.pid]
-        assert final.state == "exited" and final.HasField("interval_seconds")  # its final reading
+        assert final.state == pb.RANK_STATE_EXITED and final.HasField("interval_seconds")  # its final reading
         collector.collect()
         snapshot = pb.HostSnapshot()
         collector.fill(snapshot)
         [after] = [r for r in snapshot.ranks if r.pid == proc.pid]
-        assert after.state == "exited" and after.step_count == 1
+        assert after.state == pb.RANK_STATE_EXITED and after.step_count == 1
         assert not after.HasField("interval_seconds")  # nothing read: the final interval is not published again
         assert after.unavailable["gc_pause_seconds_per_s"] == "the process has exited: its work was counted in its final reading"
         time.sleep(0.35)

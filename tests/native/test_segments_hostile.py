@@ -127,7 +127,7 @@ def test_a_copy_claiming_roots_process_is_refused(collector, shm_dir, good_rank,
     ranks = reported(collector)
     assert set(ranks) == {good_rank.pid}  # root's process is not a rank: GetStacks cannot reach it
     assert collector.refused() == {rank_claims.PROCESS_UID: 1, rank_claims.OWNER: 1, rank_claims.HEADER_PID: 1}
-    assert ranks[good_rank.pid].state == "running" and ranks[good_rank.pid].step_count == 1
+    assert ranks[good_rank.pid].state == pb.RANK_STATE_RUNNING and ranks[good_rank.pid].step_count == 1
 
 
 def test_refusals_per_reason_reach_the_snapshot_and_metrics(collector, shm_dir, valid_bytes, hostile, processes):
@@ -150,7 +150,7 @@ def test_the_users_own_process_is_a_rank(collector, shm_dir, good_rank, valid_by
     plant(shm_dir, f"tuiprof-{hostile[0]}-{mine.pid}", forged(valid_bytes, mine.pid), hostile)
     ranks = reported(collector)
     assert set(ranks) == {good_rank.pid, mine.pid} and collector.refused() == {}
-    assert ranks[mine.pid].state == "running"
+    assert ranks[mine.pid].state == pb.RANK_STATE_RUNNING
     assert (ranks[mine.pid].uid, ranks[good_rank.pid].uid) == (hostile[0], 0)  # whose private fields they are
 
 
@@ -159,7 +159,7 @@ def test_a_process_started_after_the_segment_is_not_its_writer(collector, shm_di
     later = processes()  # a pid reused by a process born after the segment claims to have started
     plant(shm_dir, f"tuiprof-{ME}-{later.pid}", forged(valid_bytes, later.pid, start_ns=time.time_ns() - 3600 * 10**9))
     ranks = reported(collector)
-    assert ranks[later.pid].state == "exited"  # the claim is about a process that is gone: never a target
+    assert ranks[later.pid].state == pb.RANK_STATE_EXITED  # the claim is about a process that is gone: never a target
     assert not ranks[later.pid].HasField("pmu") and "ESRCH" in ranks[later.pid].unavailable["pmu"]
     assert good_rank.pid in ranks
 
@@ -236,10 +236,10 @@ def test_an_odd_sequence_left_by_a_dead_writer(collector, shm_dir, good_rank, va
     ranks = reported(collector)
     assert time.monotonic() - started < 2, "a record stuck mid-update must cost a bounded wait"
     assert good_rank.pid in ranks and live.pid not in ranks  # unreadable this interval, not an error for all
-    assert ranks[dead.pid].state == "exited"
+    assert ranks[dead.pid].state == pb.RANK_STATE_EXITED
     assert "died while writing its segment" in ranks[dead.pid].unavailable["exit_code"]
     stuck.write_bytes(forged(valid_bytes, live.pid, counters_seq=2))  # the writer finished its update
-    assert reported(collector)[live.pid].state == "running"
+    assert reported(collector)[live.pid].state == pb.RANK_STATE_RUNNING
 
 
 def test_a_blank_exception_file_is_no_exception(collector, shm_dir, good_rank):
@@ -247,7 +247,7 @@ def test_a_blank_exception_file_is_no_exception(collector, shm_dir, good_rank):
     (shm_dir / f"{name}{segment.EXCEPTION_SUFFIX}").write_text(" \n\t\n")
     rank = reported(collector)[good_rank.pid]
     assert rank.exception == ""
-    exited = pb.RankStats(pid=good_rank.pid, rank=0, state="exited", exception=rank.exception)
+    exited = pb.RankStats(pid=good_rank.pid, rank=0, state=pb.RANK_STATE_EXITED, exception=rank.exception)
     detector = HangDetector(Thresholds(1.0, 2.0))
     assert detector.observe([exited]).ranks[0].explanation  # the detector judges it (a blank text crashed it)
 
@@ -311,7 +311,7 @@ def test_inert_hook_notes_are_claims_too(collector, shm_dir, good_rank, hostile,
     ranks = reported(collector)
     assert set(ranks) == {good_rank.pid, quiet.pid}
     assert ranks[quiet.pid].hook.inactive_reason == "a file is in the way at the segment path"
-    assert (ranks[quiet.pid].state, ranks[quiet.pid].uid) == ("running", 0)
+    assert (ranks[quiet.pid].state, ranks[quiet.pid].uid) == (pb.RANK_STATE_RUNNING, 0)
     assert "inert" in ranks[quiet.pid].unavailable["step_time_seconds"]
     assert not stale.exists()  # its process is gone: the note means nothing any more
     assert collector.refused() == {rank_claims.OWNER: 1}
@@ -352,7 +352,7 @@ def test_a_job_whose_hook_stayed_inert_is_reported_with_the_reason(standins, fil
     assert done.returncode == 0, done.stderr
     run = json.loads(done.stdout)
     ((pid, state, reason),) = run["ranks"]
-    assert (pid, state) == (run["pid"], "running")
+    assert (pid, state) == (run["pid"], pb.RANK_STATE_RUNNING)
     if fill:  # the hook could not even write its reason: the agent works it out
         assert reason.startswith("the hook could not create its segment (")
         assert reason.endswith(" MiB): /dev/shm has 0 B free of 64 KiB")

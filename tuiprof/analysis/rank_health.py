@@ -63,7 +63,23 @@ def flight_recorder(rank: RankStats) -> str | None:
     return "Flight Recorder: " + " · ".join(groups)
 
 
+def function_timing(rank: RankStats) -> list[str]:
+    """The last run-time request to start or stop timing functions (the ranks tab's `f`) and what came of
+    it, and the functions waiting for their module's import."""
+    lines = []
+    request = rank.function_request
+    if request.serial:  # 0: no request since the agent found the rank
+        if not request.acknowledged:
+            lines.append(f"function timing request not applied yet: {request.reason}")
+        else:
+            lines += [f"function timing request: {problem}" for problem in request.problems] or [
+                "function timing request: applied"]
+    if rank.functions_waiting:
+        lines.append(f"functions timed once their module is imported: {', '.join(rank.functions_waiting)}")
+    return lines
+
+
 def rank_notes(rank: RankStats) -> list[str]:
-    """The rank's detail lines: hook health first, then its Flight Recorder progress."""
+    """The rank's detail lines: hook health first, then its Flight Recorder progress, then function timing."""
     progress = flight_recorder(rank)
-    return hook_reasons(rank.hook) + ([progress] if progress else [])
+    return hook_reasons(rank.hook) + ([progress] if progress else []) + function_timing(rank)

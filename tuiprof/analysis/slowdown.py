@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import slowdown_cause
 from agentd.slowdown.feeds import RankFeed, from_snapshot
 from agentd.slowdown.verdict import SlowdownJudge
 from agentd.stacks import ranksets
@@ -58,7 +59,7 @@ def slow_banner(verdicts: Iterable[pb.JobSlowdown]) -> SlowBanner | None:
     if not slow:
         return None
     worst = slow[0]
-    parts = [f"SLOW job {worst.job_id or '(no job id)'}: {worst.cause.replace('_', ' ')}"]
+    parts = [f"SLOW job {worst.job_id or '(no job id)'}: {slowdown_cause(worst.cause).replace('_', ' ')}"]
     if worst.culprits:
         parts.append(f"waits for {culprits_text(worst.culprits)}")
     parts.append(f"costs {worst.cost_seconds * 1e3:.1f} ms a step ({worst.cost_percent:.0f} %)")
@@ -109,7 +110,7 @@ def slowdown_json(verdict: pb.JobSlowdown | None) -> dict[str, Any] | None:
         "hosts": sorted({c.host for c in verdict.culprits}),
         "cost_ms": round(verdict.cost_seconds * 1e3, 3),
         "cost_percent": round(verdict.cost_percent, 2),
-        "cause": verdict.cause,
+        "cause": slowdown_cause(verdict.cause),
         "evidence": list(verdict.evidence),
         "unchecked": list(verdict.unchecked),
         "step_ms": round(verdict.step_seconds * 1e3, 3) if verdict.HasField("step_seconds") else None,

@@ -10,14 +10,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentd.stacks import ranksets
-from tuiprof.model.messages import HangStatus
+from tuiprof.model.messages import HangLevel, HangStatus
 
-_SEVERITY = {"hung": 2, "suspect": 1}
+_SEVERITY = {HangLevel.HUNG: 2, HangLevel.SUSPECT: 1}
 
 
 @dataclass(frozen=True)
 class HangBanner:
-    level: str          # "hung" or "suspect"
+    level: HangLevel    # HUNG or SUSPECT
     text: str
 
 

@@ -22,7 +22,7 @@ from agentd.traces.analysis.wire import SummaryWireError, decode_result
 from tuiprof.analysis.trace_collectives import CallColumns, Span, linked_occurrences, rank_span
 from tuiprof.analysis.trace_summary import CollectiveStarts, TraceSummary, summarize
 from tuiprof.model.capture import ClusterCapture
-from tuiprof.model.messages import RankTraceSummary
+from tuiprof.model.messages import RankTraceSummary, TraceTargetState
 
 NO_SUMMARY = ("the agent sent no summary of it: you may not fetch this file (a local user sees only their own "
               "ranks' files), or the agent predates summaries")
@@ -53,7 +53,7 @@ class ReducedSummary:
 def remote_ranks(capture: ClusterCapture) -> list[RemoteRank]:
     """Every written file of the capture."""
     return [RemoteRank(host.host, target.pid, target.rank_number, target.file, target.summary)
-            for host in capture.hosts for target in host.targets if target.state == "written"]
+            for host in capture.hosts for target in host.targets if target.state == TraceTargetState.WRITTEN]
 
 
 def reduce_summaries(ranks: list[RemoteRank]) -> ReducedSummary:

@@ -36,7 +36,7 @@ from tuiprof.client.channel import ConnectionOptions
 from tuiprof.client.errors import describe_rpc_error
 from tuiprof.model import convert
 from tuiprof.model.capture import ClusterCapture, FetchedFile, HostProgress
-from tuiprof.model.messages import TraceTarget
+from tuiprof.model.messages import TraceTarget, TraceTargetState
 
 KINDS = {"kineto": pb.CaptureTraceRequest.KINETO, "timeline": pb.CaptureTraceRequest.TIMELINE}
 SUMMARY_STEPS = {"all": pb.CaptureTraceRequest.ALL_STEPS, "complete": pb.CaptureTraceRequest.COMPLETE_STEPS}
@@ -126,7 +126,7 @@ async def _capture_host(address: AgentAddress, progress: HostProgress, spec: Cap
                     seen = list(reply.targets)
                 if output is not None:
                     for target in progress.targets:
-                        if target.state == "written" and target.file not in fetched:
+                        if target.state == TraceTargetState.WRITTEN and target.file not in fetched:
                             fetched.add(target.file)
                             progress.files.append(await _fetch(stub, progress.host, target, output))
                 on_progress(progress)
@@ -190,7 +190,7 @@ async def fetch_files(addresses: Iterable[AgentAddress], capture: ClusterCapture
     jobs = []
     for host in capture.hosts:
         have = {f.remote for f in host.files}
-        picked = [t for t in host.targets if t.state == "written" and t.file not in have and wanted(host, t)]
+        picked = [t for t in host.targets if t.state == TraceTargetState.WRITTEN and t.file not in have and wanted(host, t)]
         if picked:
             jobs.append(_fetch_host(by_host[host.host], host, picked, output, options, gate))
     return [error for errors in await asyncio.gather(*jobs) for error in errors]

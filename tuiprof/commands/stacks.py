@@ -18,7 +18,8 @@ import asyncio
 import json
 import sys
 
-from agentd.hang.detector import HUNG, SUSPECT
+from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import hang_level
 from agentd.stacks import ranksets
 from agentd.stacks.verdicts import summarize, who
 from agentd.text import printable
@@ -92,12 +93,12 @@ def _host_json(host: HostStacks) -> dict:
                 for r in reply.ranks
             ],
         )
-    if host.snapshot is not None and host.snapshot.hang.level:
+    if host.snapshot is not None and host.snapshot.hang.level != pb.HANG_LEVEL_UNSPECIFIED:
         hang = host.snapshot.hang
         mine = job_verdicts(host)
         out["hang"] = {
-            "level": hang.level, "since_unix_ns": hang.since_unix_ns, "explanation": hang.explanation,
-            "ranks": [{"rank": v.rank if v.HasField("rank") else None, "pid": v.pid, "level": v.level,
+            "level": hang_level(hang.level), "since_unix_ns": hang.since_unix_ns, "explanation": hang.explanation,
+            "ranks": [{"rank": v.rank if v.HasField("rank") else None, "pid": v.pid, "level": hang_level(v.level),
                        "explanation": v.explanation} for v in mine],
         }
     return out
@@ -145,7 +146,7 @@ HANG_EXIT_STATUS = 3
 
 def exit_status(hosts: list[HostStacks]) -> int:
     """3: a hang is reported (what scripts wait for); else 1: a host did not answer; else 0."""
-    if any(v.level in (SUSPECT, HUNG) for h in hosts for v in job_verdicts(h)):
+    if any(v.level in (pb.HANG_LEVEL_SUSPECT, pb.HANG_LEVEL_HUNG) for h in hosts for v in job_verdicts(h)):
         return HANG_EXIT_STATUS
     return 0 if all(h.error is None for h in hosts) else 1
 

@@ -39,7 +39,7 @@ from tuiprof.model import convert, units
 from tuiprof.model.cluster import ClusterState
 from tuiprof.model.export import cluster_document
 from tuiprof.model.behaviour import has_rates
-from tuiprof.model.messages import HangStatus
+from tuiprof.model.messages import HangLevel, HangStatus
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
 from tuiprof.tui.text import pair, reading
@@ -92,11 +92,11 @@ ONLY_TROUBLED = ("read from Prometheus only for hung or suspect hosts (the agent
                  "`tuiprof status HOST` without --prometheus)")
 
 
-def prometheus_hang(level: str, status: HangStatus | None) -> dict[str, Any]:
+def prometheus_hang(level: HangLevel, status: HangStatus | None) -> dict[str, Any]:
     """A host's ``hang`` section of the JSON document from Prometheus: the keys the agent's
     snapshot gives, what Prometheus does not have null with its reason in ``unavailable``;
     ``ranks`` of a troubled host are its hung or suspect ones (those the banner reads)."""
-    if not level:
+    if level == HangLevel.UNSPECIFIED:
         return {"level": None, "since_unix_ns": None, "explanation": None, "ranks": None,
                 "unavailable": dict.fromkeys(("level", "since_unix_ns", "explanation", "ranks"), NO_HANG_SERIES)}
     if status is None:

@@ -41,6 +41,7 @@ from tuiprof.commands.analyze import (
 )
 from tuiprof.errors import BadInputError, TuiprofError
 from tuiprof.model.capture import ClusterCapture, HostProgress
+from tuiprof.model.messages import TraceTargetState
 
 
 class UnmergeableCaptureError(TuiprofError):
@@ -152,7 +153,7 @@ class TraceRun:
         """Every matched rank wrote its file, and every file asked for is here."""
         capture = self.capture
         written = capture.matched > 0 and not any(h.error for h in capture.hosts) and all(
-            t.state == "written" for h in capture.hosts for t in h.targets)
+            t.state == TraceTargetState.WRITTEN for h in capture.hosts for t in h.targets)
         return written and not self.fetch_errors
 
 
@@ -288,7 +289,7 @@ def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None, summa
         text += [f"  {h.host}: {h.message}" for h in capture.hosts]
     for host in capture.hosts:
         for target in host.targets:
-            if target.state != "written":
+            if target.state != TraceTargetState.WRITTEN:
                 text.append(f"{host.host} {target.label}: {target.state}: {target.reason}")
         if host.error:
             text.append(f"{host.host}: {host.error}")
@@ -303,7 +304,7 @@ def _text(run: TraceRun, output: pathlib.Path, merged: MergeResult | None, summa
         text.append("no rank stands out as a straggler: nothing fetched (--fetch all fetches every file)")
     text += [f"cannot fetch {error}" for error in run.fetch_errors]
     fetched = {(f.host, f.remote): f.local for f in capture.files}
-    written = [(h.host, t) for h in capture.hosts for t in h.targets if t.state == "written"]
+    written = [(h.host, t) for h in capture.hosts for t in h.targets if t.state == TraceTargetState.WRITTEN]
     if written:
         text.append("trace files" + (f" (fetched into {output})" if fetched else
                                      " (on their nodes: --fetch stragglers|all or --merge to fetch)") + ":")

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pathlib
 from dataclasses import dataclass, field
 
-from agentd.traces.capture import FINAL_STATES
-from tuiprof.model.messages import TraceTarget
+from agentd.proto.words import FINAL_TRACE_TARGET_STATES, trace_target_state
+from tuiprof.model.messages import TraceTarget, TraceTargetState
+
+FINAL_STATES = frozenset(TraceTargetState(trace_target_state(state)) for state in FINAL_TRACE_TARGET_STATES)
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class HostProgress:
 
     def states_text(self) -> str:
         """How many targets are in each state, e.g. ``"1 capturing, 3 written"``."""
-        states: dict[str, int] = {}
+        states: dict[TraceTargetState, int] = {}
         for target in self.targets:
             states[target.state] = states.get(target.state, 0) + 1
         return ", ".join(f"{n} {state}" for state, n in sorted(states.items()))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from agentd.proto import tuiprof_agent_pb2 as pb
 from tuiprof.model.events import HostEvent, HostUnreachable, InfoReceived, SnapshotReceived, SummaryReceived
 from tuiprof.model.history import DEFAULT_CAPACITY, History
-from tuiprof.model.messages import AgentInfo, HostSnapshot
+from tuiprof.model.messages import AgentInfo, HangLevel, HostSnapshot
 from tuiprof.model.summary import HostSummary, summarize
 from tuiprof.model.values import Reading, Unavailable
 
@@ -145,7 +145,7 @@ class ClusterState:
         return None if state.last_contact is None else self.now - state.last_contact
 
 
-_HANG_RANK = {"hung": 1, "suspect": 2}
+_HANG_RANK = {HangLevel.HUNG: 1, HangLevel.SUSPECT: 2}
 
 
 def worst_first(state: HostState) -> tuple[int, float, float]:

@@ -1,7 +1,9 @@
 """Generic conversion of the frozen snapshot dataclasses from protobuf and to JSON.
 
 A dataclass mirrors a proto message by field name; ``NESTED`` (a class variable)
-names the fields that hold other dataclasses. Optional proto scalars become a
+names the fields that hold other dataclasses, ``ENUMS`` the fields that hold a closed
+vocabulary's ``StrEnum`` (a value the console does not know, a newer agent's, reads as
+UNSPECIFIED). Optional proto scalars become a
 number or an Unavailable whose reason comes from the message's ``unavailable`` map.
 In JSON an unavailable reading is ``null`` and its reason sits in the object's
 ``"unavailable"`` map (present only when some reading is null), as in the proto.
@@ -14,22 +16,38 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from enum import StrEnum
 from typing import Any, ClassVar, TypeVar, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from agentd.proto.words import words
 from agentd.text import printable
 from tuiprof.model.values import NOT_REPORTED, Unavailable
 
 D = TypeVar("D")
+E = TypeVar("E", bound=StrEnum)
+
+
+def from_word(enum: type[E], word: str) -> E:
+    """A closed vocabulary's word received outside the proto (a Prometheus label value) as its
+    member; UNSPECIFIED (``""``) when it names none."""
+    try:
+        return enum(word)
+    except ValueError:
+        return enum("")
 
 
 def _nested(cls: type) -> dict[str, type]:
     return getattr(cls, "NESTED", {})
 
 
-_REPEATED, _OPTIONAL, _PLAIN, _TEXT = range(4)
+def _enums(cls: type) -> dict[str, type[StrEnum]]:
+    return getattr(cls, "ENUMS", {})
+
+
+_REPEATED, _OPTIONAL, _PLAIN, _TEXT, _ENUM = range(5)
 
 
 @functools.cache
@@ -42,7 +60,10 @@ def _plan(cls: type, descriptor: Descriptor) -> tuple[tuple[str, int, Any], ...]
         proto_field = descriptor.fields_by_name[field.name]
         if field.name in nested:
             continue  # NestedOnFirstRead converts it when it is read
-        if proto_field.is_repeated:
+        if field.name in _enums(cls) and proto_field.enum_type is not None:
+            members = {number: _enums(cls)[field.name](word) for number, word in words(proto_field.enum_type).items()}
+            steps.append((field.name, _ENUM, members))
+        elif proto_field.is_repeated:
             steps.append((field.name, _REPEATED, ()))
         elif proto_field.has_presence:
             steps.append((field.name, _OPTIONAL, None))
@@ -81,6 +102,8 @@ def from_proto(
             value = printable(present.get(name, extra), keep_lines=True)  # a traceback keeps its lines
         elif kind == _PLAIN:
             value = present.get(name, extra)
+        elif kind == _ENUM:
+            value = extra.get(present.get(name, 0), extra[0])
         else:
             value = tuple(present.get(name, extra))
         object.__setattr__(obj, name, value)

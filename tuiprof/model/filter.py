@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tuiprof.errors import BadInputError
 from tuiprof.model.cluster import HostState
+from tuiprof.model.messages import HangLevel
 from tuiprof.model.values import Unavailable
 
 FIELDS: dict[str, tuple[str, float, str]] = {
@@ -38,7 +39,7 @@ _OPERATORS: dict[str, Callable[[float, float], bool]] = {
 }
 _TERM = re.compile(r"^([a-z]+)(<=|>=|!=|<|>|=)(.+)$", re.IGNORECASE)
 _OPERATOR_CHARS = set("<>=!")  # never in a host name: a term holding one is meant as a comparison
-HANG_LEVELS = ("ok", "suspect", "hung")
+HANG_LEVELS = (HangLevel.OK, HangLevel.SUSPECT, HangLevel.HUNG)
 
 
 class FilterError(BadInputError):
@@ -68,11 +69,11 @@ class NameContains:
 
 @dataclass(frozen=True, slots=True)
 class HangIs:
-    level: str
+    level: HangLevel
     negate: bool
 
     def matches(self, host: HostState) -> bool:
-        level = host.summary.hang_level if host.summary else ""
+        level = host.summary.hang_level if host.summary else HangLevel.UNSPECIFIED
         return (level == self.level) != self.negate
 
 
@@ -92,7 +93,7 @@ def _parse_term(text: str) -> Term:
             raise FilterError(f"{text!r}: hang compares with = or != (e.g. hang=hung)")
         if value.lower() not in HANG_LEVELS:
             raise FilterError(f"{text!r}: unknown hang level {value!r}; levels: {', '.join(HANG_LEVELS)}")
-        return HangIs(value.lower(), negate=op == "!=")
+        return HangIs(HangLevel(value.lower()), negate=op == "!=")
     if key not in FIELDS:
         known = ", ".join([*FIELDS, "hang"])
         raise FilterError(f"{text!r}: unknown field {key!r}; known fields: {known}")

@@ -13,9 +13,13 @@ as in the proto, with one field per proto field:
 - a message field is the nested dataclass (listed in ``NESTED`` for
   ``convert.from_proto``); a class with such fields derives from
   ``convert.NestedOnFirstRead``, so they are converted when first read;
+- an enum field (a closed vocabulary) is a ``StrEnum`` generated beside the classes, one
+  member per value, named without the enum's prefix (``HangLevel.HUNG``) and valued by its
+  ``word`` option (``"hung"``; UNSPECIFIED ``""``), so the words users see are the model's;
+  listed in ``ENUMS`` for ``convert.from_proto``;
 - the ``unavailable`` map itself has no field: its reasons live in the Readings.
 
-Anything else (another map, an enum, a oneof) has no place yet and stops the
+Anything else (another map, bytes, a oneof) has no place yet and stops the
 generator with the field's name. Hand-written behaviour (``RankStats.label``,
 ``CpuStats.busy_percent``, …) comes from ``<Message>Mixin`` classes in
 ``tuiprof.model.behaviour``, which the generated classes derive from.
@@ -23,14 +27,17 @@ generator with the field's name. Hand-written behaviour (``RankStats.label``,
 
 from __future__ import annotations
 
+import json
 import pathlib
+import re
 import sys
 from collections.abc import Iterator
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import value_word
 from tuiprof.errors import TuiprofError
 from tuiprof.model import behaviour
 from tuiprof.model.values import REASONS_FIELD
@@ -65,6 +72,7 @@ Made by ``python -m tuiprof.model.generate`` from agentd/proto/tuiprof_agent.pro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from tuiprof.model import behaviour
@@ -108,10 +116,12 @@ def field_type(field: FieldDescriptor) -> str:
         if field.message_type.GetOptions().map_entry:
             raise NoPlaceError(f"{where}: only the '{REASONS_FIELD}' map has a place (as the Readings' reasons)")
         inner = field.message_type.name
+    elif field.enum_type is not None:
+        inner = field.enum_type.name
     elif field.cpp_type in _SCALARS:
         inner = _SCALARS[field.cpp_type]
     else:
-        raise NoPlaceError(f"{where}: {field.type} fields (enums, bytes) have no place in the console model")
+        raise NoPlaceError(f"{where}: {field.type} fields (bytes) have no place in the console model")
     if field.is_repeated:
         return f"tuple[{inner}, ...]"
     if field.message_type is None and field.has_presence:
@@ -129,9 +139,31 @@ def _fields(message: Descriptor) -> Iterator[FieldDescriptor]:
     return (f for f in message.fields if not _is_reasons(f))
 
 
+def enums(messages: list[Descriptor]) -> list[EnumDescriptor]:
+    """The enums the fields of ``messages`` hold, in order of first use."""
+    used = [f.enum_type for message in messages for f in _fields(message) if f.enum_type is not None]
+    return list(dict.fromkeys(used))
+
+
+def member_name(enum: EnumDescriptor, value_name: str) -> str:
+    """``HANG_LEVEL_HUNG`` of ``HangLevel`` is ``HUNG``: the proto's value names carry their enum's name."""
+    prefix = re.sub(r"(?<!^)(?=[A-Z])", "_", enum.name).upper() + "_"
+    if not value_name.startswith(prefix):
+        raise NoPlaceError(f"{enum.full_name}.{value_name}: a value's name must start with {prefix}")
+    return value_name.removeprefix(prefix)
+
+
+def render_enum(enum: EnumDescriptor) -> str:
+    lines = ["", "", f"class {enum.name}(StrEnum):",
+             f'    """``{enum.full_name}``, each value as its word."""', ""]
+    lines += [f"    {member_name(enum, value.name)} = {json.dumps(value_word(value))}" for value in enum.values]
+    return "\n".join(lines) + "\n"
+
+
 def render_class(message: Descriptor) -> str:
     mixin = f"{message.name}Mixin"
     nested = {f.name: f.message_type.name for f in _fields(message) if f.message_type is not None}
+    enum_fields = {f.name: f.enum_type.name for f in _fields(message) if f.enum_type is not None}
     bases = [f"behaviour.{mixin}"] * hasattr(behaviour, mixin) + ["NestedOnFirstRead"] * bool(nested)
     base = f"({', '.join(bases)})" if bases else ""
     lines = ["", "", "@dataclass(frozen=True, slots=True)", f"class {message.name}{base}:",
@@ -140,12 +172,16 @@ def render_class(message: Descriptor) -> str:
     if nested:
         entries = ", ".join(f'"{name}": {type_name}' for name, type_name in nested.items())
         lines.append(f"    NESTED: ClassVar[dict[str, type]] = {{{entries}}}")
+    if enum_fields:
+        entries = ", ".join(f'"{name}": {type_name}' for name, type_name in enum_fields.items())
+        lines.append(f"    ENUMS: ClassVar[dict[str, type[StrEnum]]] = {{{entries}}}")
     return "\n".join(lines) + "\n"
 
 
 def render() -> str:
     """The whole generated module."""
-    return HEADER + "".join(render_class(message) for message in reachable())
+    messages = reachable()
+    return HEADER + "".join(map(render_enum, enums(messages))) + "".join(map(render_class, messages))
 
 
 def main() -> int:

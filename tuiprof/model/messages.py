@@ -7,11 +7,59 @@ Made by ``python -m tuiprof.model.generate`` from agentd/proto/tuiprof_agent.pro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from tuiprof.model import behaviour
 from tuiprof.model.convert import NestedOnFirstRead
 from tuiprof.model.values import Reading, Unavailable
+
+
+class RankState(StrEnum):
+    """``tuiprof.v1.RankState``, each value as its word."""
+
+    UNSPECIFIED = ""
+    RUNNING = "running"
+    EXITED = "exited"
+    STOPPED = "stopped"
+    ZOMBIE = "zombie"
+    DISK_SLEEP = "disk-sleep"
+
+
+class HangLevel(StrEnum):
+    """``tuiprof.v1.HangLevel``, each value as its word."""
+
+    UNSPECIFIED = ""
+    OK = "ok"
+    SUSPECT = "suspect"
+    HUNG = "hung"
+    EXITED = "exited"
+
+
+class SlowdownCause(StrEnum):
+    """``tuiprof.v1.SlowdownCause``, each value as its word."""
+
+    UNSPECIFIED = ""
+    GPU_SLOWER = "gpu_slower"
+    GPU_CONTENTION = "gpu_contention"
+    INPUT_PIPELINE = "input_pipeline"
+    CPU_STARVED = "cpu_starved"
+    GC_PAUSES = "gc_pauses"
+    SLOW_COMMUNICATION = "slow_communication"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+
+
+class TraceTargetState(StrEnum):
+    """``tuiprof.v1.TraceTargetState``, each value as its word."""
+
+    UNSPECIFIED = ""
+    WAITING = "waiting"
+    SENT = "sent"
+    WRITTEN = "written"
+    BUSY = "busy"
+    REFUSED = "refused"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +452,16 @@ class DeviceMemoryStats(NestedOnFirstRead):
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionTimingOutcome:
+    """``tuiprof.v1.FunctionTimingOutcome``."""
+
+    serial: int
+    acknowledged: bool
+    problems: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     """``tuiprof.v1.RankStats``."""
 
@@ -412,7 +470,7 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     local_rank: Reading
     world_size: Reading
     job_id: str
-    state: str
+    state: RankState
     exit_code: Reading
     exit_signal: Reading
     heartbeat_age_seconds: float
@@ -438,7 +496,10 @@ class RankStats(behaviour.RankStatsMixin, NestedOnFirstRead):
     container: Container
     functions: tuple[FunctionTiming, ...]
     device_memory: DeviceMemoryStats
-    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals, "container": Container, "functions": FunctionTiming, "device_memory": DeviceMemoryStats}
+    function_request: FunctionTimingOutcome
+    functions_waiting: tuple[str, ...]
+    NESTED: ClassVar[dict[str, type]] = {"gemm": GemmOpStats, "nccl": NcclOpStats, "inflight": InflightOp, "pmu": PmuStats, "process_groups": ProcessGroupProgress, "hook": HookHealth, "arrivals": CollectiveArrivals, "container": Container, "functions": FunctionTiming, "device_memory": DeviceMemoryStats, "function_request": FunctionTimingOutcome}
+    ENUMS: ClassVar[dict[str, type[StrEnum]]] = {"state": RankState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,19 +508,21 @@ class RankVerdict(behaviour.RankVerdictMixin):
 
     pid: int
     rank: Reading
-    level: str
+    level: HangLevel
     explanation: str
+    ENUMS: ClassVar[dict[str, type[StrEnum]]] = {"level": HangLevel}
 
 
 @dataclass(frozen=True, slots=True)
 class HangStatus(NestedOnFirstRead):
     """``tuiprof.v1.HangStatus``."""
 
-    level: str
+    level: HangLevel
     since_unix_ns: int
     explanation: str
     ranks: tuple[RankVerdict, ...]
     NESTED: ClassVar[dict[str, type]] = {"ranks": RankVerdict}
+    ENUMS: ClassVar[dict[str, type[StrEnum]]] = {"level": HangLevel}
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,7 +581,7 @@ class JobSlowdown(NestedOnFirstRead):
 
     job_id: str
     slow: bool
-    cause: str
+    cause: SlowdownCause
     culprits: tuple[RankCost, ...]
     ranks: tuple[RankCost, ...]
     evidence: tuple[str, ...]
@@ -529,6 +592,7 @@ class JobSlowdown(NestedOnFirstRead):
     cost_percent: float
     since_unix_ns: int
     NESTED: ClassVar[dict[str, type]] = {"culprits": RankCost, "ranks": RankCost}
+    ENUMS: ClassVar[dict[str, type[StrEnum]]] = {"cause": SlowdownCause}
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,8 +694,9 @@ class TraceTarget(behaviour.TraceTargetMixin, NestedOnFirstRead):
     host: str
     pid: int
     rank: Reading
-    state: str
+    state: TraceTargetState
     file: str
     reason: str
     summary: RankTraceSummary
     NESTED: ClassVar[dict[str, type]] = {"summary": RankTraceSummary}
+    ENUMS: ClassVar[dict[str, type[StrEnum]]] = {"state": TraceTargetState}

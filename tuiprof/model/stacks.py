@@ -23,7 +23,7 @@ class HostStacks:
 
     def live_ranks(self) -> list[pb.RankStats]:
         """The ranks of the host's snapshot that have not exited."""
-        return [r for r in self.snapshot.ranks if r.state != "exited"] if self.snapshot is not None else []
+        return [r for r in self.snapshot.ranks if r.state != pb.RANK_STATE_EXITED] if self.snapshot is not None else []
 
 
 class JobChoiceError(BadInputError):

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import hang_level
 from tuiprof.model.behaviour import collector_gap, ratio_percent
+from tuiprof.model.convert import from_word
+from tuiprof.model.messages import HangLevel, SlowdownCause
 from tuiprof.model.values import NOT_REPORTED, REASONS_FIELD, Reading, Unavailable, available, first_reason
 
 
@@ -32,7 +35,7 @@ class HostSummary:
     gpu_memory_total_bytes: Reading
     nccl_busbw_bytes_per_s: Reading
     step_time_seconds: Reading
-    hang_level: str
+    hang_level: HangLevel
 
 
 def reading(message: Message, field: str, default_reason: str = NOT_REPORTED) -> Reading:
@@ -97,7 +100,7 @@ def summarize(message: pb.HostSnapshot) -> HostSummary:
             busbw, no_ranks if not ranks else Unavailable("no NCCL collectives seen")
         ),
         step_time_seconds=_median(_field(ranks, "step_time_seconds", no_ranks.reason), no_ranks),
-        hang_level=message.hang.level,
+        hang_level=from_word(HangLevel, hang_level(message.hang.level)),
     )
 
 
@@ -107,5 +110,5 @@ class SlowJob:
     rank's cost per step (``tuiprof_job_slow``, ``tuiprof_rank_slowdown_cost_seconds``)."""
 
     job_id: str
-    cause: str
+    cause: SlowdownCause
     cost_seconds: float

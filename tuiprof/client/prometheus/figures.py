@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from tuiprof.errors import BadInputError
+from tuiprof.model.messages import HangLevel
 
 
 class BadPatternError(BadInputError):
@@ -250,7 +251,7 @@ SCRAPE_FAILURES = "max by (instance, job) (up == 0)"
 # ---------------------------------------------------------------- hangs
 
 
-HANG_SHOWN = ("suspect", "hung")
+HANG_SHOWN = (HangLevel.SUSPECT, HangLevel.HUNG)
 """The levels the cluster view's banner reports."""
 
 

@@ -24,7 +24,8 @@ from tuiprof.client.prometheus.figures import (
 )
 from tuiprof.client.prometheus.http import PrometheusClient, QueryResult
 from tuiprof.model.behaviour import ratio_percent
-from tuiprof.model.messages import HangStatus, RankVerdict
+from tuiprof.model.convert import from_word
+from tuiprof.model.messages import HangLevel, HangStatus, RankVerdict, SlowdownCause
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Reading, Unavailable
 
@@ -77,7 +78,7 @@ def slow_jobs(result: QueryResult) -> list[SlowJob]:
     causes = {printable(s.metric.job_id): printable(s.metric.cause) for s in result.samples
               if s.metric.kind == "verdict"}
     costs = {printable(s.metric.job_id): float(s.value[1]) for s in result.samples if s.metric.kind != "verdict"}
-    return sorted((SlowJob(job, causes.get(job, ""), cost) for job, cost in costs.items()),
+    return sorted((SlowJob(job, from_word(SlowdownCause, causes.get(job, "")), cost) for job, cost in costs.items()),
                   key=lambda job: -job.cost_seconds)
 
 
@@ -95,8 +96,8 @@ def _collector_gaps(result: QueryResult) -> dict[str, dict[str, str]]:
     return gaps
 
 
-def _levels_by_host(result: QueryResult) -> dict[str, str]:
-    return {s.metric.hostname: s.metric.level for s in result.samples}
+def _levels_by_host(result: QueryResult) -> dict[str, HangLevel]:
+    return {s.metric.hostname: from_word(HangLevel, s.metric.level) for s in result.samples}
 
 
 def _count(text: str) -> int:
@@ -119,7 +120,7 @@ class _Columns:
 
     def __init__(self, results: Mapping[str, QueryResult], recorded: bool) -> None:
         self.figures: dict[str, dict[str, str]] = {}
-        self.hang: dict[str, str] = {}
+        self.hang: dict[str, HangLevel] = {}
         self.gaps: dict[str, dict[str, str]] = {}
         self.evaluated_at = 0.0
         """When the server evaluated the ``sampled_at`` column (its clock)."""
@@ -156,7 +157,7 @@ class _Columns:
                     for i, figure in enumerate(ROW_FIGURES)}
         memory = [ratio_percent(used, total)
                   for used, total in zip(readings["memory_used_bytes"], readings["memory_total_bytes"], strict=True)]
-        columns: dict[str, list[Reading] | list[str]] = {**readings, "hang": [self.hang.get(host, "") for host in hosts]}
+        columns: dict[str, list[Reading] | list[HangLevel]] = {**readings, "hang": [self.hang.get(host, HangLevel.UNSPECIFIED) for host in hosts]}
         fields = {figure.fills: columns[figure.name] for figure in FIGURES.values() if figure.fills}
         fields["memory_percent"] = memory
         # positional in the summary's own field order, so no column lands in another's field (keyword
@@ -197,7 +198,7 @@ class _Columns:
         return why
 
 
-def hang_statuses(levels: Mapping[str, str], result: QueryResult) -> dict[str, HangStatus]:
+def hang_statuses(levels: Mapping[str, HangLevel], result: QueryResult) -> dict[str, HangStatus]:
     """Per hostname whose level (``levels``) is suspect or hung, its verdict from ``hang_query``'s
     answer, as a gRPC snapshot gives it but without the agent's free-text explanations
     (labels never carry free text: the host's own view has them)."""
@@ -211,7 +212,7 @@ def hang_statuses(levels: Mapping[str, str], result: QueryResult) -> dict[str, H
         rank: Reading = int(labels.rank) if labels.rank.isdigit() else _unavailable(
             "the process has no RANK in its environment")
         verdicts.setdefault(labels.hostname, []).append(
-            RankVerdict(pid=int(labels.pid or 0), rank=rank, level=labels.level, explanation=""))
+            RankVerdict(pid=int(labels.pid or 0), rank=rank, level=from_word(HangLevel, labels.level), explanation=""))
     return {host: HangStatus(level, round(since.get(host, 0.0) * 1e9), "", tuple(verdicts.get(host, ())))
             for host, level in levels.items() if level in HANG_SHOWN}
 

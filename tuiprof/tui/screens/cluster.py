@@ -16,7 +16,7 @@ from tuiprof.analysis.stacks_banner import hang_banner
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState, worst_first
 from tuiprof.model.filter import FilterError, HostFilter
-from tuiprof.model.messages import HangStatus
+from tuiprof.model.messages import HangLevel, HangStatus
 from tuiprof.model.settings import Settings
 from tuiprof.model.summary import HostSummary
 from tuiprof.model.values import Unavailable
@@ -57,10 +57,10 @@ def _state_cell(state: HostState, cluster: ClusterState) -> Text:
     if not state.reachable:
         since = cluster.since_contact(state)
         return Text("DOWN" if since is None else f"DOWN {_short_age(since)}", style="bold red")
-    level = state.summary.hang_level if state.summary else ""
-    if level == "hung":
+    level = state.summary.hang_level if state.summary else HangLevel.UNSPECIFIED
+    if level == HangLevel.HUNG:
         return Text("HUNG", style="bold red")
-    if level == "suspect":
+    if level == HangLevel.SUSPECT:
         return Text("suspect", style="bold yellow")
     return Text("up", style="green")
 
@@ -254,7 +254,7 @@ class ClusterScreen(ConsoleScreen):
         affected = [
             (h.name, hang)
             for h in self.cluster.hosts()
-            if h.summary is not None and h.summary.hang_level in ("hung", "suspect")
+            if h.summary is not None and h.summary.hang_level in (HangLevel.HUNG, HangLevel.SUSPECT)
             and (hang := self._hang_status(h)) is not None
         ]
         banner = hang_banner(affected, int(self.cluster.now * 1e9))

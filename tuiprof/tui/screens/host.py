@@ -8,16 +8,21 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Label, Static, TabbedContent, TabPane
 
+from agentd.address import AgentAddress
 from tuiprof.analysis.rank_health import rank_notes, telemetry_off
+from tuiprof.client.function_timing import outcome_text, parse_switch, switch_function_timing
+from tuiprof.errors import TuiprofError
 from tuiprof.model import units
 from tuiprof.model.cluster import ClusterState, HostState
-from tuiprof.model.messages import GpuProcess, GpuStats, HostSnapshot, PmuStats, RankStats
+from tuiprof.model.messages import GpuProcess, GpuStats, HostSnapshot, PmuStats, RankState, RankStats
 from tuiprof.model.values import Reading, Unavailable
+from tuiprof.tui.function_switch import FunctionSwitchScreen
 from tuiprof.tui.messages import PmuShown
 from tuiprof.tui.plots import MAX_LINES, WINDOW_NAMES, HistoryPlot, Line, busiest
 from tuiprof.tui.tables import FittedTable, TableColumn
@@ -293,7 +298,7 @@ def _swap(used: Reading, total: Reading) -> str:
 
 
 def _rank_state(rank: RankStats) -> Text:
-    style = "green" if rank.state == "running" else "bold red"
+    style = "green" if rank.state == RankState.RUNNING else "bold red"
     return Text(rank.state or "unknown", style=style)
 
 
@@ -382,6 +387,8 @@ class HostScreen(ConsoleScreen):
         Binding("C", "columns", "Columns", show=False),
         Binding("c", "columns(True)", "Lower table's columns", show=False,
                 tooltip="Columns of the table below (GPU processes, rank ops)"),
+        Binding("f", "time_functions", "Time functions",
+                tooltip="Start (name) or stop (-name) timing Python functions in the highlighted rank"),
         Binding("j", "cursor(1)", "Down", show=False),
         Binding("k", "cursor(-1)", "Up", show=False),
         Binding("h", "next_tab(-1)", "Prev tab", show=False),
@@ -624,7 +631,37 @@ class HostScreen(ConsoleScreen):
         """`c` (the lower table's columns) only where the tab has a lower table."""
         if action == "columns" and parameters == (True,):
             return self.is_mounted and self.active_tab() in LOWER_TABLES
+        if action == "time_functions":
+            return self.is_mounted and self.active_tab() == "ranks"
         return True
+
+    def action_time_functions(self) -> None:
+        """Ask for names, then send them to the highlighted rank's agent; the outcome as a notification
+        (and in the rank's detail lines, from its next snapshot)."""
+        snapshot = self.cluster.host(self.address).snapshot
+        rank = self._highlighted_rank(snapshot) if snapshot is not None else None
+        if rank is None:
+            self.notify("highlight a rank first", severity="warning")
+            return
+        pid = rank.pid
+
+        def send(text: str | None) -> None:
+            if text:
+                self._switch_functions(pid, text)
+
+        self.app.push_screen(FunctionSwitchScreen(f"pid {pid} on {self.address}"), send)
+
+    @work(group="function-timing", exit_on_error=False)
+    async def _switch_functions(self, pid: int, text: str) -> None:
+        try:
+            start, stop = parse_switch(text)
+            outcome = await switch_function_timing(AgentAddress.parse(self.address), self.console.connection, pid,
+                                                   start, stop)
+        except TuiprofError as exc:
+            self.notify(str(exc), title="Time functions", severity="error", markup=False)
+            return
+        self.notify(outcome_text(outcome, start, stop), title="Time functions", markup=False,
+                    severity="information" if outcome.acknowledged and not outcome.problems else "warning")
 
     def action_columns(self, lower: bool = False) -> None:
         """The column chooser over the current tab's table, or the one below it (``lower``);

@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
 from agentd.proto import tuiprof_agent_pb2 as pb
+from agentd.proto.words import slowdown_cause
 from tuiprof.analysis.job_ops import Extreme, OpRow, job_ops
 from tuiprof.analysis.slowdown import slow_banner
 from tuiprof.model import units
@@ -69,7 +70,7 @@ def _detail(row: OpRow, slow: dict[tuple[str, int], pb.JobSlowdown]) -> str:
         named["first call"] = row.first_call_seconds
     timing = [row.timing.describe()] if row.timing is not None else []
     verdict = slow.get((row.job, row.pid))
-    evidence = [f"SLOW ({verdict.cause.replace('_', ' ')}): " + "; ".join(verdict.evidence)] if verdict else []
+    evidence = [f"SLOW ({slowdown_cause(verdict.cause).replace('_', ' ')}): " + "; ".join(verdict.evidence)] if verdict else []
     return " · ".join([f"{row.host} {row.rank} pid {row.pid} job {row.job or 'none'}", *evidence, *timing,
                        *reasons(named)])
 

@@ -29,7 +29,6 @@ from textual.worker import Worker, WorkerState
 
 from agentd.address import AgentAddress
 from agentd.stacks import ranksets
-from agentd.traces.capture import WRITTEN
 from tuiprof.analysis.stragglers import trace_stragglers
 from tuiprof.analysis.trace_merge import merge_capture
 from tuiprof.analysis.trace_reduce import reduce_summaries, remote_ranks
@@ -37,6 +36,7 @@ from tuiprof.analysis.trace_summary import STEP_MODES, TraceSummary, render_text
 from tuiprof.client.capture import DEFAULT_START_DELAY_MS, CaptureSpec, capture_cluster, fetch_files
 from tuiprof.errors import BadInputError
 from tuiprof.model.capture import ClusterCapture, HostProgress
+from tuiprof.model.messages import TraceTargetState
 from tuiprof.tui.screens.base import ConsoleScreen
 
 SPANS = (("milliseconds", "duration_ms"), ("iterations", "iterations"), ("last events (timeline)", "last_events"))
@@ -163,7 +163,7 @@ class TracesScreen(ConsoleScreen):
         self.capture, self.addresses, self.output, self.merged_path = capture, addresses, output, None
         problems = [f"{h.host}: {h.error or h.message}" for h in capture.hosts if h.error or not h.targets]
         problems += [f"{h.host} {t.label}: {t.state}: {t.reason}"
-                     for h in capture.hosts for t in h.targets if t.state != "written"]
+                     for h in capture.hosts for t in h.targets if t.state != TraceTargetState.WRITTEN]
         if capture.matched == 0:
             problems.insert(0, "No processes matched on any host.")
         reduced = await asyncio.to_thread(reduce_summaries, remote_ranks(capture))
@@ -175,7 +175,7 @@ class TracesScreen(ConsoleScreen):
             lines += ["", render_text(reduced.summary)]
             lines += [f"straggler: rank {s.rank} on {s.host}: {s.why}" for s in trace_stragglers(reduced.summary)]
         self.query_one("#traces-summary", Static).update("\n".join(lines))
-        written = sum(t.state == "written" for h in capture.hosts for t in h.targets)
+        written = sum(t.state == TraceTargetState.WRITTEN for h in capture.hosts for t in h.targets)
         verdict = "every rank wrote its file" if written == capture.matched > 0 and not any(
             h.error for h in capture.hosts) else "not every rank wrote its file"
         self._status(f"Done in {time.monotonic() - started:.1f} s: {verdict}; the files stay on their nodes "
@@ -185,7 +185,7 @@ class TracesScreen(ConsoleScreen):
     def action_merge(self) -> None:
         """Fetch every file of the last capture and merge them (``tuiprof trace --merge``)."""
         if self.capture is None or self.output is None or not any(
-                t.state == "written" for h in self.capture.hosts for t in h.targets):
+                t.state == TraceTargetState.WRITTEN for h in self.capture.hosts for t in h.targets):
             self._status("No capture with files yet: Capture first (ctrl+r).")
             return
         self._status(f"Fetching every file into {self.output} and merging…")
@@ -256,5 +256,5 @@ def _targets_text(host: HostProgress) -> str:
 
 def _files_text(host: HostProgress) -> str:
     """Files written where the targets run, and those fetched here."""
-    written = sum(t.state == WRITTEN for t in host.targets)
+    written = sum(t.state == TraceTargetState.WRITTEN for t in host.targets)
     return f"{written} on node" + (f", {len(host.files)} here" if host.files else "")
