@@ -33,6 +33,17 @@ async def test_the_app_has_its_driver_once_running() -> None:
         assert compat.app_driver(app) is not None
 
 
+async def test_a_drivers_writes_go_through_the_replacement() -> None:
+    app = OneTable()
+    async with app.run_test():
+        driver = compat.app_driver(app)
+        assert driver is not None
+        written: list[str] = []
+        compat.replace_driver_write(driver, written.append)
+        driver.write("frame")
+        assert written == ["frame"]
+
+
 async def test_the_input_parser_and_clock_are_textuals_own() -> None:
     assert compat.input_parser_as_expected()
     driver = LinuxDriver(OneTable())

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from rich.cells import get_character_cell_size
 from textual.app import App
 
-from tuiprof.tui.textual_compat import app_driver
+from tuiprof.tui.textual_compat import app_driver, replace_driver_write
 
 # Escape sequences as Textual writes them: CSI (cursor moves, styles, modes), charset
 # selection, OSC (title, clipboard), and any other two-byte escape.
@@ -207,4 +207,4 @@ def send_only_changes(app: App) -> None:
             write("".join(frame))
             frame.clear()
 
-    driver.write = write_changes  # type: ignore[method-assign]
+    replace_driver_write(driver, write_changes)

@@ -14,7 +14,7 @@ test), and ``driver._InputWaitingDriver`` replaces ``LinuxDriver.run_input_threa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.segment import Segment
@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - only with a Textual this was not writt
 __all__ = [
     "XTermParser", "app_driver", "cell_at", "cell_keys", "cell_render_cache", "cell_render_key", "cell_styles",
     "escape_due", "input_parser_as_expected", "key_parser", "key_thread_running", "replace_cells",
-    "row_label_width", "textual_clock",
+    "replace_driver_write", "row_label_width", "textual_clock",
 ]
 
 CellLines = list[list[Segment]]
@@ -132,3 +132,9 @@ def cell_styles(table: DataTable[Any], row_index: int, column_index: int, cursor
         False, False, fixed, hover, cursor, table.show_cursor, table._show_hover_cursor,
         table.cursor_foreground_priority == "css", table.cursor_background_priority == "css")
     return styles
+
+
+def replace_driver_write(driver: Driver, write: Callable[[str], None]) -> None:
+    """Every write of ``driver`` (its output thread's hand-off) goes through ``write`` from now on: an
+    attribute of this driver object that shadows the class's method (Textual calls ``self.write``)."""
+    vars(driver)["write"] = write
