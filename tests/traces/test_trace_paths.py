@@ -3,6 +3,8 @@ into a file name or a Kineto config, are refused with INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
+import os
+
 import grpc
 import pytest
 
@@ -25,17 +27,21 @@ async def test_capture_output_subdir_that_is_not_a_plain_name_is_refused(agent, 
     assert "\n" not in raised.value.details()
 
 
-@pytest.mark.parametrize("path", ["../agentd.log", "/etc/passwd", "link-out/secret", "x.pt.trace.json.tmp",
+# "{own}": the caller's own folder (uid/), where a user may fetch at all: the link and the unfinished file
+# are refused for what they are, not for being another user's.
+@pytest.mark.parametrize("path", ["../agentd.log", "/etc/passwd", "{own}/link-out/secret", "{own}/x.pt.trace.json.tmp",
                                   "d/" * 300 + "x.json", "x" * 5000, "a\nb"])
 async def test_fetch_outside_trace_dir_or_unfinished_is_refused(agent, tmp_path, path):
+    own = agent.trace_dir / str(os.getuid())
+    own.mkdir(exist_ok=True)
     (tmp_path / "secret").write_text("not for clients")
-    (agent.trace_dir / "link-out").unlink(missing_ok=True)
-    (agent.trace_dir / "link-out").symlink_to(tmp_path)
-    (agent.trace_dir / "x.pt.trace.json.tmp").write_text("{")
+    (own / "link-out").unlink(missing_ok=True)
+    (own / "link-out").symlink_to(tmp_path)
+    (own / "x.pt.trace.json.tmp").write_text("{")
     async with open_channel(agent.address) as channel:
         stub = pb_grpc.AgentStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            async for _ in stub.FetchFile(pb.FetchFileRequest(path=path)):
+            async for _ in stub.FetchFile(pb.FetchFileRequest(path=path.replace("{own}", str(os.getuid())))):
                 pass
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     details = raised.value.details()
@@ -44,12 +50,14 @@ async def test_fetch_outside_trace_dir_or_unfinished_is_refused(agent, tmp_path,
 
 async def test_fetch_streams_a_finished_file_from_an_offset(agent):
     payload = bytes(range(256)) * 9000  # > 2 chunks
-    (agent.trace_dir / "done.json").write_bytes(payload)
+    own = str(os.getuid())  # the caller's own folder: root's as a user's
+    (agent.trace_dir / own).mkdir(exist_ok=True)
+    (agent.trace_dir / own / "done.json").write_bytes(payload)
     async with open_channel(agent.address) as channel:
         stub = pb_grpc.AgentStub(channel)
-        chunks = [c async for c in stub.FetchFile(pb.FetchFileRequest(path="done.json", offset=10))]
+        chunks = [c async for c in stub.FetchFile(pb.FetchFileRequest(path=f"{own}/done.json", offset=10))]
         with pytest.raises(grpc.aio.AioRpcError) as missing:
-            async for _ in stub.FetchFile(pb.FetchFileRequest(path="nope.json")):
+            async for _ in stub.FetchFile(pb.FetchFileRequest(path=f"{own}/nope.json")):
                 pass
     assert b"".join(c.data for c in chunks) == payload[10:]
     assert {c.total_size for c in chunks} == {len(payload)}
