@@ -21,7 +21,8 @@ import pytest
 
 from hostile.conftest import PYTHON, wait_ready
 from testkit.agents import stop_process
-from testkit.namespaces import Namespace, User
+from testkit.containers import private_tmp_steps
+from testkit.namespaces import NEEDED_BY_OTHERS, Namespace, User
 from testkit.traces import TRAINER, wait_registered
 
 pytestmark = pytest.mark.slow
@@ -88,9 +89,10 @@ class Console:
 
 @pytest.fixture
 def inside(namespace: Namespace) -> Callable[[str], pathlib.Path]:
-    """Fresh /tmp and /run in the namespace; a path in there, as this process (root, outside) reaches it."""
-    for folder, mode in (("/tmp", "1777"), ("/run", "0755")):
-        done = namespace.run(["mount", "-t", "tmpfs", "-o", f"mode={mode}", "tmpfs", folder])
+    """Fresh /tmp and /run in the namespace (this checkout and interpreter kept at their paths when they are
+    under /tmp, as a clone in /tmp is); a path in there, as this process (root, outside) reaches it."""
+    for steps in (private_tmp_steps(NEEDED_BY_OTHERS), ["mount -t tmpfs -o mode=0755 tmpfs /run"]):
+        done = namespace.run(["sh", "-c", " && ".join(steps)])
         assert done.returncode == 0, done.stderr
     return lambda path: pathlib.Path(f"/proc/{namespace.holder.pid}/root") / path.lstrip("/")
 

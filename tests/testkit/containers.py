@@ -70,7 +70,7 @@ class Container:
             container = [*rootless_as.become(), "unshare", "--user", "--map-root-user", *container[1:]]
         # An outer mount namespace, as root: the private /tmp, and this checkout and interpreter made reachable
         # to the other user; the container's own mount namespace starts as a copy of it.
-        outer = [*(_private_tmp(NEEDED_BY_OTHERS) if private_tmp else []),
+        outer = [*(private_tmp_steps(NEEDED_BY_OTHERS) if private_tmp else []),
                  *(traversal_view(NEEDED_BY_OTHERS) if rootless_as is not None else []),
                  f"exec {shlex.join(container)}"]
         container_id = secrets.token_hex(32)
@@ -138,7 +138,7 @@ class Container:
         return int(line.split()[-1])
 
 
-def _private_tmp(needed: Sequence[pathlib.Path]) -> list[str]:
+def private_tmp_steps(needed: Sequence[pathlib.Path]) -> list[str]:
     """Shell steps that put a private tmpfs on /tmp, the ``needed`` folders under it (a checkout or
     interpreter in /tmp) held across and bound back at their own paths."""
     under_tmp = [path for path in dict.fromkeys(needed) if pathlib.Path("/tmp") in path.parents]
