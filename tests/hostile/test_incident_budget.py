@@ -81,7 +81,7 @@ def test_a_spent_budget_does_not_veto_another_owners_hang(agent_in_namespace, st
 
     # Root sees the incident; the second user still sees their own last one, not root's stacks.
     seen_by_root = agent.client("stacks", "--incident")["reply"]
-    assert {r["pid"] for r in seen_by_root["ranks"]} == {roots.pid, theirs.pid}
+    assert {roots.pid, theirs.pid} <= {r["pid"] for r in seen_by_root["ranks"]}  # and any other ranks of the host
     seen_by_them = agent.client("stacks", "--incident", user=hostile_user)["reply"]
     assert [r["pid"] for r in seen_by_them["ranks"]] == [theirs.pid]
     agent.assert_healthy(user=hostile_user)
