@@ -6,18 +6,22 @@
 # and timed modes, per-size event time beside nccl-tests' time; then the plugin set: the fallback
 # must record nothing; then the host cost per real ncclAllReduce (bench/native/nccl_fallback_callcost.sh).
 # Results in $OUT (log.txt, *.txt).
+# Given NCCL_HOME (a folder with include/nccl.h and lib/libnccl.so.2, e.g. a real NCCL 2.18 or 2.21 from
+# its PyPI wheel, slimmed by bench/gpu/slim_libnccl.py: issue 29 item 9), nccl-tests is built against it
+# and PyTorch loads it first (LD_PRELOAD after the hook), instead of the NCCL PyTorch ships.
 set -u
-OUT=${OUT:-bench/.work/nccl_fallback}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/log.txt") 2>&1
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+. bench/gpu/device_env.sh bench/.work/nccl_fallback
 unset NCCL_PROFILER_PLUGIN TUIPROF_NCCL_FALLBACK
 nvidia-smi -L
-NCCL_HOME=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')
-python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
+TORCH_NCCL=""  # what PyTorch preloads besides the hook: nothing, or the NCCL given
+if [ -n "${NCCL_HOME:-}" ]; then TORCH_NCCL=$NCCL_HOME/lib/libnccl.so.2; else
+  NCCL_HOME=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])'); fi
+LD_PRELOAD=$TORCH_NCCL python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
 [ -e "$NCCL_HOME/lib/libnccl.so" ] || ln -s libnccl.so.2 "$NCCL_HOME/lib/libnccl.so"
-[ -x /tmp/nccl-tests/all_reduce_perf ] || make -s -C "${NCCL_TESTS_SRC:-.carry/nccl-tests}/src" -j16 \
-  BUILDDIR=/tmp/nccl-tests NCCL_HOME="$NCCL_HOME" NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
+TESTS=/tmp/nccl-tests-$(grep -h -m3 -E '#define NCCL_(MAJOR|MINOR|PATCH) ' "$NCCL_HOME/include/nccl.h" | awk '{printf "%s.", $3}')
+echo "nccl-tests in $TESTS, against $NCCL_HOME"
+[ -x "$TESTS/all_reduce_perf" ] || make -s -C "${NCCL_TESTS_SRC:-.carry/nccl-tests}/src" -j16 \
+  BUILDDIR="$TESTS" NCCL_HOME="$NCCL_HOME" NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
   BIN_FILES_LIST="all_reduce" build 2>&1 | grep -v -i warning | tail -5
 export LD_LIBRARY_PATH="$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}"
 python3 setup.py -q build_ext --inplace 2>&1 | grep -v -i warning | tail -3
@@ -27,11 +31,11 @@ ARGS=(-b 1K -e 1M -f 4 -w 5 -n 20 -c 1 -d float -g 1)
 # nccl-tests' loops (src/common.cu TimeTest/BenchTime): warm-up over every size doubling from -b to
 # -e (11 sizes x 5), then per size out-of-place and in-place, each 1 sync op + 20 timed + 1 check
 EXPECTED=$((11 * 5 + 6 * 2 * (1 + 20 + 1)))
-/tmp/nccl-tests/all_reduce_perf "${ARGS[@]}" > "$OUT/plain.txt" 2>&1; tail -12 "$OUT/plain.txt"
+$TESTS/all_reduce_perf "${ARGS[@]}" > "$OUT/plain.txt" 2>&1; tail -12 "$OUT/plain.txt"
 hooked() {  # name, env...: all_reduce_perf under the hook; prints the pid (names its segment)
   local name=$1; shift
   bash -c 'echo $$ > "$0"; exec env "$@"' "$OUT/$name.pid" "$@" LD_PRELOAD="$HOOK" \
-    /tmp/nccl-tests/all_reduce_perf "${ARGS[@]}" > "$OUT/$name.txt" 2>&1
+    $TESTS/all_reduce_perf "${ARGS[@]}" > "$OUT/$name.txt" 2>&1
   echo "$name: exit $?"; tail -12 "$OUT/$name.txt"
 }
 hooked counted TUIPROF_NCCL_FALLBACK=0
@@ -39,7 +43,7 @@ hooked timed TUIPROF_NCCL_FALLBACK=1
 hooked plugin NCCL_PROFILER_PLUGIN="$HOOK" TUIPROF_NCCL_FALLBACK=1
 # PyTorch's own path (libtorch_cuda -> libnccl, communicator from ncclCommInitRankConfig): one rank,
 # 10 all-reduces of 1 Mi fp32, timed fallback
-bash -c 'echo $$ > "$0"; exec env "$@"' "$OUT/torch.pid" TUIPROF_NCCL_FALLBACK=1 LD_PRELOAD="$HOOK" python3 -c '
+bash -c 'echo $$ > "$0"; exec env "$@"' "$OUT/torch.pid" TUIPROF_NCCL_FALLBACK=1 LD_PRELOAD="$HOOK $TORCH_NCCL" python3 -c '
 import os, torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
 dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
@@ -85,4 +89,4 @@ for name in ("counted", "timed", "plugin", "torch"):
             print(f"{size:>8} {len(xs):>4} {statistics.median(xs):>10.2f} {statistics.mean(xs):>10.2f} | "
                   f"{tests_time.get(size, ('-', '-'))}")
 PY
-REAL_NCCL=1 PYTHON=python3 bash bench/native/nccl_fallback_callcost.sh 20000 3
+[ -n "$TORCH_NCCL" ] || REAL_NCCL=1 PYTHON=python3 bash bench/native/nccl_fallback_callcost.sh 20000 3
