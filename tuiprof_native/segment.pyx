@@ -68,6 +68,7 @@ cdef extern from "<time.h>" nogil:
 cdef extern from "tuiprof_segment.h":
     uint64_t TP_MAGIC
     uint32_t TP_LAYOUT_VERSION
+    uint32_t TP_LAYOUT_VERSION_NO_DATA_SEQ
     uint32_t TP_MAX_SLOTS
     uint32_t TP_MAX_INFLIGHT
     uint32_t TP_RING_CAPACITY
@@ -158,6 +159,7 @@ cdef extern from "tuiprof_segment.h":
         uint32_t gemm_timed_first
         uint32_t gemm_sample_every
         uint32_t gemm_sample_max
+        uint64_t data_seq
 
     ctypedef struct tp_copy_stats:
         uint64_t calls
@@ -267,6 +269,8 @@ EXCEPTION_SUFFIX = TP_EXCEPTION_SUFFIX.decode()
 FLIGHT_SUFFIX = TP_FLIGHT_SUFFIX.decode()
 INERT_SUFFIX = TP_INERT_SUFFIX.decode()
 LAYOUT_VERSION = TP_LAYOUT_VERSION
+# The earlier layout still read: the same but for the header's data_seq (Pulse.data_seq is None).
+LAYOUT_VERSION_NO_DATA_SEQ = TP_LAYOUT_VERSION_NO_DATA_SEQ
 SEGMENT_SIZE = sizeof(tp_segment)
 HEADER_SIZE = sizeof(tp_header)
 SLOTS_OFFSET = TP_OFF_SLOTS  # where the slot table starts (after the header and the device memory block)
@@ -384,6 +388,19 @@ class Header:
     gemm_timed_first: int = 0
     gemm_sample_every: int = 1
     gemm_sample_max: int = 0
+
+
+cdef class Pulse:
+    """What the header says every interval, read in one go without its counters: the pid it
+    claims, the writer's last heartbeat and ``data_seq``, which the writer bumps after a pass that
+    changed any figure (None for a layout without it: every reading may hold changes)."""
+
+    cdef readonly int pid
+    cdef readonly object heartbeat_ns
+    cdef readonly object data_seq
+
+    def __repr__(self):
+        return f"Pulse(pid={self.pid}, heartbeat_ns={self.heartbeat_ns}, data_seq={self.data_seq})"
 
 
 @dataclass(frozen=True)
@@ -653,6 +670,7 @@ cdef class Segment:
     cdef readonly object owner_uid  # the file's owner, as the kernel reports it
     cdef readonly object device
     cdef readonly object inode
+    cdef readonly bint tells_changes  # its header has data_seq (layout 10 on)
 
     def __cinit__(self, path):
         self.fd = -1
@@ -699,10 +717,12 @@ cdef class Segment:
         if h.magic != TP_MAGIC:
             raise SegmentFormatError(
                 f"{self.path} is not a tuiprof segment (magic {h.magic:#018x}, expected {TP_MAGIC:#018x})")
-        if h.layout_version != TP_LAYOUT_VERSION:
+        if h.layout_version not in (TP_LAYOUT_VERSION, TP_LAYOUT_VERSION_NO_DATA_SEQ):
             raise SegmentFormatError(
                 f"{self.path} has layout version {h.layout_version}, this reader understands "
-                f"{TP_LAYOUT_VERSION}: run an agent built from the same tuiprof as the training job")
+                f"{TP_LAYOUT_VERSION_NO_DATA_SEQ} and {TP_LAYOUT_VERSION}: run an agent built from the same "
+                "tuiprof as the training job")
+        self.tells_changes = h.layout_version != TP_LAYOUT_VERSION_NO_DATA_SEQ
         if h.header_size != sizeof(tp_header) or h.segment_size != sizeof(tp_segment):
             raise SegmentFormatError(
                 f"{self.path} declares header/segment sizes {h.header_size}/{h.segment_size}, expected "
@@ -808,6 +828,17 @@ cdef class Segment:
         cdef tp_header h
         self._read_plain_header(&h)
         return h.heartbeat_ns
+
+    def pulse(self) -> Pulse:
+        """The header's pid, heartbeat and data_seq: plain words, never mid-update (no seqlock).
+        Read before the figures it vouches for, so a change made since shows in a later pulse."""
+        cdef tp_header h
+        self._read_plain_header(&h)
+        cdef Pulse pulse = Pulse.__new__(Pulse)
+        pulse.pid = h.pid
+        pulse.heartbeat_ns = h.heartbeat_ns
+        pulse.data_seq = h.data_seq if self.tells_changes else None
+        return pulse
 
     def slots(self) -> list:
         """Every aggregate slot in use, in creation order (overflow slot last, if used)."""

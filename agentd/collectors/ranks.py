@@ -38,6 +38,17 @@ read this interval (a writer mid-update, or exited after its final reading) is
 reported without the previous interval's figures, with the reason; what it did
 is counted in the next reading, never twice.
 
+A rank at rest is not read again: the hook bumps its header's ``data_seq`` after every pass that
+changed a figure (heartbeats do not), so when it is what it was before the last full reading, the rank
+did nothing since, and its report is that reading's with the per-interval figures of a reading with
+no change (zero rates, no latency; ``_at_rest_report``) and the figures that move with time brought up to
+date (interval, heartbeat and in-flight ages). What the kernel is asked every interval stays: the
+process's real uid and state, and the header's pid. Its CPU counters, scheduler figures and the files
+beside its segment (exception, Flight Recorder) are read every ``REST_LOOK_SECONDS`` while it rests,
+over the span since the last look; in between they are unavailable, with the reason. A rank that did
+work is read in full in the interval it shows it in, as every rank of a segment layout without
+``data_seq``.
+
 What one owner's ranks put into a snapshot is bounded: at most
 ``MAX_OPS_PER_OWNER`` ops (GEMM and NCCL aggregates, in-flight entries, Flight
 Recorder process groups, timed Python functions: ``rank_functions``) per owner and interval, taken in the order the ranks are read. The rest are left
@@ -118,6 +129,11 @@ _PER_INTERVAL_FIELDS = ("gemm_tflops", "gc_pause_seconds_per_s", "dataloader_wai
 _NOT_READ_BUSY = "the segment was mid-update when read: this interval's work is counted in the next one"
 _NOT_READ_EXITED = "the process has exited: its work was counted in its final reading"
 _NCCL_SINGLE_RANK = "world size 1: NCCL does no communication"
+_NO_TIMED_GEMM = "no timed GEMM finished in the interval"
+# A rank at rest (its segment unchanged) has its CPU counters, run-queue delay, CPU throttling and side files
+# read this often, not every interval: they cost most of what an unchanged rank still costs.
+REST_LOOK_SECONDS = 5.0
+_KERNEL_FIGURES = ("pmu", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s")
 _NCCL_NO_PLUGIN = ("NCCL has not loaded the tuiprof profiler plugin in this process (no communicator created yet, "
                    "or an NCCL without the profiler plugin interface)")
 
@@ -137,6 +153,10 @@ class _Rank:
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     process: procfs.StatusFile | None  # its process's /proc status, held open (None: gone when verified)
     read_ns: int = 0
+    looked_ns: int = 0  # when its CPU counters, scheduler figures and side files were last read
+    data_seq: int | None = None  # the header's data_seq before its last full reading (None: not known)
+    at_rest: pb.RankStats | None = None  # its figures as an unchanged segment gives them; None: read it in full
+    inflight: list = dataclasses.field(default_factory=list)  # the segment's in-flight entries as last read
     slots: dict | None = dataclasses.field(default_factory=dict)  # None: not read last time (over the ops budget)
     counters: native.Counters | None = None
     device_memory: native.DeviceMemory | None = None
@@ -364,7 +384,7 @@ class RanksCollector(Collector):
             seg.close()
             raise
         rank = _Rank(candidate, claimant, seg, start_ns, process)
-        rank.read_ns = start_ns  # first rates are since the segment's creation
+        rank.read_ns = rank.looked_ns = start_ns  # first rates are since the segment's creation
         if alive is None:
             rank.cpu_counters_reason = (f"CPU counters for pid {rank.pid} could not be opened: no such process "
                                         "(ESRCH): it exited before the agent found its segment")
@@ -400,27 +420,48 @@ class RanksCollector(Collector):
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
         alive = None if rank.process is None else rank_claims.owned_status(rank.process, rank.uid, rank.path)
-        try:
-            header = rank.seg.header()
-        except native.SegmentBusyError:
-            if alive is not None:
-                raise  # a live writer mid-update: the last report stands, the next interval reads again
-            self._exited_mid_update(rank, mono)
-            return False
-        rank_claims.check_header_pid(rank.candidate, header.pid)
-        stats, left_out = self._rates(rank, header, now_ns, budget)
-        self._cpu_counters(rank, stats, alive)
-        stats.exception = printable(rank.exception.refresh(), keep_lines=True)
-        flight_left_out, flight_arrivals = self._flight(rank, stats, now_ns, budget)
+        pulse = rank.seg.pulse()
+        rank_claims.check_header_pid(rank.candidate, pulse.pid)
+        resting = alive is not None and _rests(rank, pulse, budget)
+        header = None
+        new_events: tuple[list, list[int]] = ([], [])  # none at rest: its ring did not move
+        if resting:
+            stats, left_out = _rested(rank, pulse, now_ns), 0
+        else:
+            try:
+                header = rank.seg.header()
+            except native.SegmentBusyError:
+                if alive is not None:
+                    raise  # a live writer mid-update: the last report stands, the next interval reads again
+                self._exited_mid_update(rank, mono)
+                return False
+            rank_claims.check_header_pid(rank.candidate, header.pid)
+            stats, left_out = self._rates(rank, header, now_ns, budget)
+            rank.data_seq = pulse.data_seq
+            rank.at_rest = _at_rest_report(stats) if left_out == 0 and alive is not None and pulse.data_seq is not None \
+                and stats.unavailable.get("gemm_tflops") != _OPS_BASELINE else None
+            new_events = _new_events(rank, header)
+        if resting and now_ns - rank.looked_ns < REST_LOOK_SECONDS * 1e9:
+            why = (f"not read this interval: the rank is at rest (nothing changed in its segment since it was read "
+                   f"in full), and its CPU counters and scheduler figures are read every {REST_LOOK_SECONDS:.0f} s "
+                   "while it is")
+            put_unavailable(stats, _KERNEL_FIGURES, why)
+            exception, flight = rank.exception.text, rank.flight.text
+        else:
+            self._kernel_figures(rank, stats, alive, now_ns)
+            exception, flight = rank.exception.refresh(), rank.flight.refresh()
+        stats.exception = printable(exception, keep_lines=True)
+        flight_left_out, flight_arrivals = self._flight(rank, stats, flight, now_ns, budget)
         left_out += flight_left_out
         rank.functions.fill(stats, now_ns)
         functions = budget.take(rank.uid, len(stats.functions))
         left_out += len(stats.functions) - functions
         del stats.functions[functions:]
-        _arrivals(rank, header, stats, flight_arrivals)
+        _arrivals(rank, stats, *new_events, flight_arrivals)
         if left_out:
             stats.unavailable["ops"] = budget.reason(rank.uid, left_out)
         if alive is None:
+            assert header is not None  # only a live rank rests
             rank.exited_at = mono
             rank.close_counters()
             stats.state = pb.RANK_STATE_EXITED
@@ -430,10 +471,20 @@ class RanksCollector(Collector):
         rank.stats = stats
         return True
 
+    def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, alive: procfs.ProcessStatus | None,
+                        now_ns: int) -> None:
+        """The rank's CPU counters, run-queue delay and CPU throttling, over the span since they were last read."""
+        seconds = max((now_ns - rank.looked_ns) * 1e-9, 1e-9)
+        rank.looked_ns = now_ns
+        self._cpu_counters(rank, stats, alive)
+        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds))
+        put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))
+
     @staticmethod
-    def _flight(rank: _Rank, stats: pb.RankStats, now_ns: int, budget: OpsBudget) -> tuple[int, list[Arrival]]:
-        """The rank's Flight Recorder process groups and in-flight collectives, as many as its owner's budget
-        allows: how many were left out, and the arrivals the file lists. With no budget left the file is
+    def _flight(rank: _Rank, stats: pb.RankStats, text: str, now_ns: int,
+                budget: OpsBudget) -> tuple[int, list[Arrival]]:
+        """The rank's Flight Recorder process groups and in-flight collectives from its file's ``text``, as many
+        as its owner's budget allows: how many were left out, and the arrivals the file lists. With no budget left the file is
         not even parsed (up to 96 KiB of JSON per rank and interval)."""
         uid = rank.uid
         if not budget.left(uid):
@@ -441,7 +492,7 @@ class RanksCollector(Collector):
                                                    f"agent's per-owner budget of {budget.per_owner}")
             return 0, []
         inflight_before = len(stats.inflight)
-        arrivals = rank_flight.fill_flight(rank.flight.refresh(), stats, now_ns)
+        arrivals = rank_flight.fill_flight(text, stats, now_ns)
         groups = budget.take(uid, len(stats.process_groups))
         added = len(stats.inflight) - inflight_before
         collectives = budget.take(uid, added)
@@ -517,17 +568,11 @@ class RanksCollector(Collector):
         inflight = rank.seg.inflight()
         reported_inflight = budget.take(uid, len(inflight))
         left_out += len(inflight) - reported_inflight
-        for entry in inflight[:reported_inflight]:
-            stats.inflight.append(pb.InflightOp(
-                kind=entry.kind, op=printable(entry.op), sequence=entry.op_seq,
-                comm_hash=f"{entry.key:x}" if entry.kind == "nccl" else "",
-                stream=entry.key if entry.kind in ("gemm", "memcpy") else 0,
-                age_seconds=max(0.0, (now_ns - entry.launched_ns) * 1e-9)))
+        stats.inflight.extend(_inflight_ops(inflight[:reported_inflight], now_ns))
+        rank.inflight = inflight
         stats.hook.CopyFrom(hook_health(header, inflight))
         _nccl_reason(stats)
         self._host_rates(rank, header, stats, seconds)
-        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds))
-        put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))
         stats.device_memory.CopyFrom(rank_device_memory.device_memory_stats(
             device_memory, rank.device_memory, seconds, now_ns, native))
         rank.device_memory = device_memory
@@ -567,7 +612,7 @@ class RanksCollector(Collector):
         if reported < len(ops):
             stats.unavailable["gemm_tflops"] = over_budget
         elif tflops is None:
-            stats.unavailable["gemm_tflops"] = "no timed GEMM finished in the interval"
+            stats.unavailable["gemm_tflops"] = _NO_TIMED_GEMM
         else:
             stats.gemm_tflops = tflops
         return len(ops) - reported
@@ -591,16 +636,22 @@ class RanksCollector(Collector):
             before.dataloader_wait_total_ns if before else 0, now.dataloader_wait_total_ns, seconds), 1e-9))
 
 
-def _arrivals(rank: _Rank, header: native.Header, stats: pb.RankStats, flight_arrivals: list[Arrival]) -> None:
-    """The rank's new collective arrivals (``rank_arrivals``): its NCCL events since the last reading and
-    what its Flight Recorder file lists, of at most MAX_COMMS_PER_RANK communicators; and when its steps
-    of the interval ended."""
+def _new_events(rank: _Rank, header: native.Header) -> tuple[list, list[int]]:
+    """The rank's NCCL events since its last reading, and when its steps since then ended."""
     head = header.ring_head
     events = [e for e in rank.seg.events(since=rank.ring_read, kind="nccl") if e.index < head]
     steps = [e.end_ns for e in rank.seg.events(since=rank.ring_read, kind="step") if e.index < head and e.end_ns]
     rank.ring_read = head
+    return events, steps
+
+
+def _arrivals(rank: _Rank, stats: pb.RankStats, events: list, step_ends: list[int],
+              flight_arrivals: list[Arrival]) -> None:
+    """The rank's new collective arrivals (``rank_arrivals``): its NCCL ``events`` since the last reading and
+    what its Flight Recorder file lists, of at most MAX_COMMS_PER_RANK communicators; and when its steps
+    of the interval ended."""
     _drop_stale_inflight(rank, stats, events)
-    stats.step_ends_unix_ns.extend(steps[-MAX_STEP_ENDS:])
+    stats.step_ends_unix_ns.extend(step_ends[-MAX_STEP_ENDS:])
     comms = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals,
                                stats.world_size if stats.HasField("world_size") else None)
     if len(comms) > MAX_COMMS_PER_RANK:
@@ -627,6 +678,71 @@ def _drop_stale_inflight(rank: _Rank, stats: pb.RankStats, events: list) -> None
         del stats.inflight[:]
         stats.inflight.extend(kept)
     stats.hook.stale_inflight_total = len(rank.stale)
+
+
+def _inflight_ops(entries: list[native.Inflight], now_ns: int) -> list[pb.InflightOp]:
+    """The segment's in-flight entries as reported, aged at ``now_ns``."""
+    return [pb.InflightOp(kind=entry.kind, op=printable(entry.op), sequence=entry.op_seq,
+                          comm_hash=f"{entry.key:x}" if entry.kind == "nccl" else "",
+                          stream=entry.key if entry.kind in ("gemm", "memcpy") else 0,
+                          age_seconds=max(0.0, (now_ns - entry.launched_ns) * 1e-9))
+            for entry in entries]
+
+
+def _rests(rank: _Rank, pulse: native.Pulse, budget: OpsBudget) -> bool:
+    """Whether ``rank`` did nothing since its last full reading (its header's data_seq is still what it was
+    before it) and can be reported from it; takes its segment's ops from its owner's budget when so."""
+    if rank.at_rest is None or pulse.data_seq is None or pulse.data_seq != rank.data_seq:
+        return False
+    ops = len(rank.at_rest.gemm) + len(rank.at_rest.nccl) + len(rank.inflight)
+    if budget.left(rank.uid) < ops:
+        return False  # the budget would cut it: a full reading says which ops are left out
+    budget.take(rank.uid, ops)
+    return True
+
+
+def _at_rest_report(stats: pb.RankStats) -> pb.RankStats:
+    """The segment's part of ``stats`` (a full reading's) as the next reading gives it when nothing changed:
+    the same totals, zero rates, no latency, no timed GEMM; without what moves with time (interval,
+    heartbeat and in-flight ages: ``_rested`` sets them) and without what is read beside the segment."""
+    out = pb.RankStats()
+    out.CopyFrom(stats)
+    out.ClearField("interval_seconds")
+    out.ClearField("heartbeat_age_seconds")
+    del out.inflight[:]
+    for gemm in out.gemm:
+        gemm.count_per_s = 0.0
+        gemm.timed_count_interval = 0
+        gemm.ClearField("tflops")
+        gemm.latency.CopyFrom(pb.LatencyStats())  # as a slot with no timed call in the interval gives it
+    for nccl in out.nccl:
+        nccl.count_per_s = 0.0
+        nccl.ClearField("algbw_bytes_per_s")
+        nccl.ClearField("busbw_bytes_per_s")
+        nccl.latency.CopyFrom(pb.LatencyStats())
+    out.ClearField("gemm_tflops")
+    out.unavailable["gemm_tflops"] = _NO_TIMED_GEMM
+    for field in ("gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s"):
+        if out.HasField(field):
+            setattr(out, field, 0.0)
+    for copies in out.device_memory.copies:
+        copies.calls_per_s = copies.bytes_per_s = 0.0
+    return out
+
+
+def _rested(rank: _Rank, pulse: native.Pulse, now_ns: int) -> pb.RankStats:
+    """The report of a rank at rest (``_rests``): its last full reading's, as ``_at_rest_report`` left it,
+    with the interval, the heartbeat's age and the in-flight entries' ages of now."""
+    assert rank.at_rest is not None
+    stats = pb.RankStats()
+    stats.CopyFrom(rank.at_rest)
+    stats.interval_seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
+    stats.heartbeat_age_seconds = max(0.0, (now_ns - pulse.heartbeat_ns) * 1e-9)
+    stats.inflight.extend(_inflight_ops(rank.inflight, now_ns))
+    if stats.device_memory.HasField("allocator_age_seconds") and rank.device_memory is not None:
+        stats.device_memory.allocator_age_seconds = max(0.0, (now_ns - rank.device_memory.allocator_read_ns) * 1e-9)
+    rank.read_ns = now_ns
+    return stats
 
 
 def _place(stats: pb.RankStats, claimant: Claimant) -> None:

@@ -162,3 +162,47 @@ def test_reads_are_consistent_while_the_writer_is_busy(cleanup_segments):
     finally:
         seg.close()
         proc.communicate("\n", timeout=10)
+
+
+STEP_ON_EACH_LINE = textwrap.dedent("""
+    import ctypes, os, sys
+    lib = ctypes.CDLL(os.environ["TUIPROF_HOOK_LIBRARY"])
+    for line in sys.stdin:
+        lib.tuiprof_record_step()
+        lib.tuiprof_flush(1000)
+        print("stepped", flush=True)
+""")
+
+
+def test_data_seq_moves_with_the_figures_and_not_with_heartbeats(cleanup_segments):
+    """The hook bumps the header's data_seq after a pass that wrote (a step here), never for a heartbeat
+    alone: what lets the agent leave a rank that did nothing unread (agentd.collectors.ranks)."""
+    proc = tuiprof_run(sys.executable, "-c", STEP_ON_EACH_LINE, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    cleanup_segments.append(proc.pid)
+    try:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "stepped\n"
+        with segment.Segment(segment_path(proc.pid)) as seg:
+            assert seg.tells_changes
+            time.sleep(0.2)  # the writer's last pass after the step is done
+            before = seg.pulse()
+            time.sleep(0.3)  # heartbeats, nothing else
+            idle = seg.pulse()
+            assert idle.heartbeat_ns > before.heartbeat_ns and idle.data_seq == before.data_seq
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "stepped\n"
+            after = seg.pulse()
+            assert after.data_seq > idle.data_seq and seg.header().counters.step_count == 2
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+
+
+def test_a_segment_of_the_layout_before_data_seq_reads_without_it(tmp_path, valid_bytes):
+    data = bytearray(valid_bytes)
+    struct.pack_into("<I", data, 8, segment.LAYOUT_VERSION_NO_DATA_SEQ)
+    with segment.Segment(write_copy(tmp_path, "tuiprof-0-9", bytes(data))) as seg:
+        assert not seg.tells_changes and seg.pulse().data_seq is None
+        assert seg.header().counters.step_count == 1

@@ -24,6 +24,9 @@ static uint8_t g_first_seen[TP_MAX_SLOTS];     /* a GEMM slot's first call was f
 /* Per slot, the current block of TP_FINE_BLOCK timed calls: how many so far, how many outside the window. */
 static uint8_t g_fine_block_calls[TP_MAX_SLOTS];
 static uint8_t g_fine_block_outside[TP_MAX_SLOTS];
+/* Slot writes so far, and the data digest (data_digest) the header's data_seq last stood for. */
+static uint64_t g_slot_writes;
+static uint64_t g_published_digest;
 
 tp_segment *tp_segment_get(void) { return g_seg; }
 
@@ -151,6 +154,8 @@ int tp_segment_create(char *why, size_t cap)
     init_header(&s->header);
     memset(g_slot_index, 0, sizeof(g_slot_index));
     memset(g_first_seen, 0, sizeof(g_first_seen));
+    g_slot_writes = 0;
+    g_published_digest = 0; /* a fresh file: every counter below is zero */
     __atomic_store_n(&s->header.magic, TP_MAGIC, __ATOMIC_RELEASE);
     g_seg = s;
     return 0;
@@ -172,9 +177,29 @@ void tp_segment_remove(void)
     tp_segment_detach();
 }
 
+/* Every record a reader's figures come from changes only under its seqlock, whose counter
+ * grows by 2 a write and never goes down, and so do the slot writes and the ring head: their
+ * sum changes exactly when one of them did.  The in-flight table is written by the worker and
+ * the device memory block by memory_hooks.c, so they are looked at here, not counted where
+ * written.  Flags only gain bits; summed in too. */
+static uint64_t data_digest(const tp_segment *s)
+{
+    uint64_t d = g_slot_writes + __atomic_load_n(&s->header.ring_head, __ATOMIC_RELAXED) +
+                 __atomic_load_n(&s->header.counters.seq, __ATOMIC_RELAXED) +
+                 __atomic_load_n(&s->device_memory.seq, __ATOMIC_RELAXED) +
+                 __atomic_load_n(&s->header.flags, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < TP_MAX_INFLIGHT; i++) d += __atomic_load_n(&s->inflight[i].seq, __ATOMIC_RELAXED);
+    return d;
+}
+
 void tp_segment_heartbeat(void)
 {
     tp_header *h = &g_seg->header;
+    uint64_t digest = data_digest(g_seg);
+    if (digest != g_published_digest) { /* after this pass's writes: a reader that sees it sees them */
+        __atomic_store_n(&h->data_seq, h->data_seq + 1, __ATOMIC_RELEASE);
+        g_published_digest = digest;
+    }
     __atomic_store_n(&h->heartbeat_ns, tp_now_ns(), __ATOMIC_RELEASE);
     __atomic_store_n(&h->writer_seq, h->writer_seq + 1, __ATOMIC_RELEASE);
 }
@@ -228,6 +253,7 @@ static tp_slot *slot_for(const tp_record *r, uint32_t kind)
             s->comm_hash = comm;
             s->min_ns = UINT64_MAX;
             tp_write_end(&s->seq);
+            g_slot_writes++;
             g_slot_index[i] = n + 1;
             __atomic_store_n(&h->slots_used, n + 1, __ATOMIC_RELEASE);
             return s;
@@ -241,6 +267,7 @@ static tp_slot *slot_for(const tp_record *r, uint32_t kind)
         tp_copy_name(o->op, sizeof(o->op), "other");
         o->min_ns = UINT64_MAX;
         tp_write_end(&o->seq);
+        g_slot_writes++;
     }
     tp_counters_begin();
     h->counters.slot_overflow++;
@@ -282,6 +309,7 @@ void tp_segment_count(const tp_record *r, uint32_t kind, uint64_t calls)
     s->bytes += calls * r->bytes;
     s->flops += calls * r->flops;
     tp_write_end(&s->seq);
+    g_slot_writes++;
 }
 
 /* Puts slot n's fine window around `ns` (inside the slot's write section). */
@@ -341,5 +369,6 @@ void tp_segment_fold(const tp_record *r, uint32_t kind)
         add_fine(s, n, r->dur_ns);
     }
     tp_write_end(&s->seq);
+    g_slot_writes++;
     write_event(r, kind, first ? TP_EVENT_FIRST_CALL : 0);
 }

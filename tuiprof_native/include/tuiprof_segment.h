@@ -22,7 +22,10 @@
 #include <stdint.h>
 
 #define TP_MAGIC 0x3146525049555454ULL /* "TTUIPRF1" little-endian */
-#define TP_LAYOUT_VERSION 9u
+#define TP_LAYOUT_VERSION 10u
+/* Layout 9 is layout 10 without tp_header.data_seq (its bytes were reserved, zero): a
+ * reader takes it as a segment whose changes it cannot tell, read in full every time. */
+#define TP_LAYOUT_VERSION_NO_DATA_SEQ 9u
 
 #define TP_SEGMENT_DIR "/dev/shm"
 /* TP_SEGMENT_DIR/tuiprof-<uid>-<pid>-<random>, the "stem": <random> is 16
@@ -153,7 +156,13 @@ typedef struct tp_header {
     uint32_t gemm_timed_first;
     uint32_t gemm_sample_every;
     uint32_t gemm_sample_max;
-    uint8_t reserved[112];
+    /* Bumped by the writer thread, after its writes, at the end of every pass that changed
+     * anything a reader's figures come from: slots, counters, device memory, the in-flight
+     * table, the event ring or the flags.  Heartbeats alone leave it as it is, so a reader
+     * that finds it equal to what it was before its previous reading knows the rank did
+     * nothing since (a change made by a pass still under way shows at that pass's end). */
+    uint64_t data_seq;
+    uint8_t reserved[104];
 } tp_header;
 
 /* Directions of a CUDA copy: cudaMemcpyKind's values, which index tp_device_memory.copies.

@@ -1,0 +1,153 @@
+"""A rank at rest (issue 28's cost): its segment's ``data_seq`` unchanged since the last full reading.
+
+Root's own ``sleep`` processes with real segments of 4 GEMM ops (tests/testkit/op_segments.py) in a
+private folder on /dev/shm. A rank whose segment did not change is served from its last full reading
+with the figures a reading with no change gives; one whose segment changed (its ``data_seq`` bumped,
+as the hook does after a pass that wrote) is read again in that interval; a segment of the layout
+before ``data_seq`` is read in full every interval.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from agentd.collectors import ranks
+from agentd.collectors.ranks import RanksCollector
+from agentd.proto import tuiprof_agent_pb2 as pb
+from native.segment_forge import PID_OFFSET, START_NS_OFFSET, recorded_segment
+from testkit.op_segments import SLOT_COUNT, check_ops, with_ops
+from tuiprof_native import segment
+
+OPS = 4
+LAYOUT_VERSION_OFFSET = 8  # tp_header.layout_version
+DATA_SEQ_OFFSET = 384      # tp_header.data_seq
+AT_REST = "not read this interval: the rank is at rest"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the collector checks segment owners as root")
+
+
+@pytest.fixture
+def one_rank() -> Iterator[tuple[pathlib.Path, subprocess.Popen]]:
+    """A sleeper and its segment of OPS GEMM ops, each called once, in a private folder."""
+    prefix = with_ops(recorded_segment(), OPS)
+    check_ops(prefix, OPS)
+    folder = pathlib.Path(tempfile.mkdtemp(dir=segment.SEGMENT_DIR))
+    sleeper = subprocess.Popen(["sleep", "300"])
+    time.sleep(0.05)  # started before its segment
+    data = bytearray(prefix)
+    struct.pack_into("<i", data, PID_OFFSET, sleeper.pid)
+    struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
+    path = folder / f"{segment.SEGMENT_PREFIX}{os.getuid()}-{sleeper.pid}"
+    with path.open("wb") as out:
+        out.write(data)
+        out.truncate(segment.SEGMENT_SIZE)
+    path.chmod(0o600)
+    yield path, sleeper
+    sleeper.kill()
+    sleeper.wait(10)
+    shutil.rmtree(folder)
+
+
+def read(collector: RanksCollector, pid: int) -> pb.RankStats:
+    collector.collect()
+    snapshot = pb.HostSnapshot()
+    collector.fill(snapshot)
+    [rank] = [rank for rank in snapshot.ranks if rank.pid == pid]
+    return rank
+
+
+def call_first_op_again(path: pathlib.Path, calls: int, bump_data_seq: bool) -> None:
+    """What the hook does when the first GEMM shape is called ``calls`` more times: its slot's count, and
+    (``bump_data_seq``) the header's data_seq at the end of the writer's pass."""
+    with path.open("r+b") as f:
+        slot_count = segment.SLOTS_OFFSET + SLOT_COUNT
+        count = struct.unpack("<Q", os.pread(f.fileno(), 8, slot_count))[0]
+        os.pwrite(f.fileno(), struct.pack("<Q", count + calls), slot_count)
+        if bump_data_seq:
+            data_seq = struct.unpack("<Q", os.pread(f.fileno(), 8, DATA_SEQ_OFFSET))[0]
+            os.pwrite(f.fileno(), struct.pack("<Q", data_seq + 1), DATA_SEQ_OFFSET)
+
+
+def without_time(stats: pb.RankStats) -> pb.RankStats:
+    """``stats`` less what differs between two readings of an unchanged segment: the interval's length, the
+    heartbeat's age, and the kernel's figures (read every interval or every REST_LOOK_SECONDS)."""
+    out = pb.RankStats()
+    out.CopyFrom(stats)
+    for field in ("interval_seconds", "heartbeat_age_seconds", *ranks._KERNEL_FIGURES):
+        out.ClearField(field)
+        out.unavailable.pop(field, None)
+    return out
+
+
+def test_an_unchanged_rank_is_served_at_rest_as_a_full_reading_reports_it(one_rank, monkeypatch):
+    path, sleeper = one_rank
+    collector = RanksCollector(1.0, directory=str(path.parent))
+    try:
+        first = read(collector, sleeper.pid)  # since the segment's creation: every op called once
+        assert [op.count_per_s > 0 for op in first.gemm] == [True] * OPS
+        time.sleep(0.05)
+        rested = read(collector, sleeper.pid)
+        assert rested.unavailable["pmu"].startswith(AT_REST)  # served at rest: its counters not read
+        assert rested.state == pb.RANK_STATE_RUNNING and rested.interval_seconds > 0.04
+        assert [(op.count_total, op.count_per_s) for op in rested.gemm] == [(1, 0.0)] * OPS
+        monkeypatch.setattr(ranks, "_rests", lambda *_: False)  # the same segment read in full
+        time.sleep(0.05)
+        full = read(collector, sleeper.pid)
+        assert "pmu" not in full.unavailable or not full.unavailable["pmu"].startswith(AT_REST)
+        assert without_time(rested) == without_time(full)
+    finally:
+        collector.close()
+
+
+def test_a_rank_whose_segment_changed_is_read_again_in_that_interval(one_rank):
+    path, sleeper = one_rank
+    collector = RanksCollector(1.0, directory=str(path.parent))
+    try:
+        read(collector, sleeper.pid)
+        assert read(collector, sleeper.pid).unavailable["pmu"].startswith(AT_REST)
+        call_first_op_again(path, calls=5, bump_data_seq=True)
+        changed = read(collector, sleeper.pid)
+        assert not changed.unavailable.get("pmu", "").startswith(AT_REST)
+        assert [op.count_total for op in changed.gemm] == [6] + [1] * (OPS - 1)
+        assert changed.gemm[0].count_per_s * changed.interval_seconds == pytest.approx(5)
+        assert read(collector, sleeper.pid).gemm[0].count_per_s == 0.0  # at rest again: nothing new
+    finally:
+        collector.close()
+
+
+def test_a_resting_ranks_kernel_figures_are_read_every_rest_look(one_rank, monkeypatch):
+    path, sleeper = one_rank
+    monkeypatch.setattr(ranks, "REST_LOOK_SECONDS", 0.1)
+    collector = RanksCollector(1.0, directory=str(path.parent))
+    try:
+        read(collector, sleeper.pid)
+        assert read(collector, sleeper.pid).unavailable["run_delay_seconds_per_s"].startswith(AT_REST)
+        time.sleep(0.15)
+        looked = read(collector, sleeper.pid)
+        assert looked.gemm[0].count_per_s == 0.0  # still at rest: its segment is not read
+        assert looked.run_delay_seconds_per_s == 0.0  # a sleeper never waits for a CPU; read over 0.15 s
+    finally:
+        collector.close()
+
+
+def test_a_segment_without_data_seq_is_read_in_full_every_interval(one_rank):
+    path, sleeper = one_rank
+    with path.open("r+b") as f:
+        os.pwrite(f.fileno(), struct.pack("<I", segment.LAYOUT_VERSION_NO_DATA_SEQ), LAYOUT_VERSION_OFFSET)
+    collector = RanksCollector(1.0, directory=str(path.parent))
+    try:
+        read(collector, sleeper.pid)
+        assert not read(collector, sleeper.pid).unavailable.get("pmu", "").startswith(AT_REST)
+        call_first_op_again(path, calls=3, bump_data_seq=False)  # an earlier hook: no data_seq to bump
+        assert read(collector, sleeper.pid).gemm[0].count_total == 4
+    finally:
+        collector.close()
