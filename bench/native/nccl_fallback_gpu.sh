@@ -29,8 +29,11 @@ HOOK=$PWD/tuiprof_native/libtuiprof_hook.so
 # 1 KiB .. 1 MiB by 4 (6 sizes), 5 warm-up and 20 timed iterations, data check on
 ARGS=(-b 1K -e 1M -f 4 -w 5 -n 20 -c 1 -d float -g 1)
 # nccl-tests' loops (src/common.cu TimeTest/BenchTime): warm-up over every size doubling from -b to
-# -e (11 sizes x 5), then per size out-of-place and in-place, each 1 sync op + 20 timed + 1 check
-EXPECTED=$((11 * 5 + 6 * 2 * (1 + 20 + 1)))
+# -e (11 sizes x 5; before nccl-tests 2.14, at the largest and the smallest size only: 2 x 5), then per
+# size out-of-place and in-place, each 1 sync op + 20 timed + 1 check
+WARMUP_OPS=$((11 * 5))
+grep -q "Warm-up for large size" "${NCCL_TESTS_SRC:-.carry/nccl-tests}/src/common.cu" && WARMUP_OPS=$((2 * 5))
+EXPECTED=$((WARMUP_OPS + 6 * 2 * (1 + 20 + 1)))
 $TESTS/all_reduce_perf "${ARGS[@]}" > "$OUT/plain.txt" 2>&1; tail -12 "$OUT/plain.txt"
 hooked() {  # name, env...: all_reduce_perf under the hook; prints the pid (names its segment)
   local name=$1; shift
@@ -55,12 +58,14 @@ dist.destroy_process_group()
 print("torch: 10 all_reduce done")' > "$OUT/torch.txt" 2>&1
 echo "torch: exit $?"; tail -3 "$OUT/torch.txt"
 python3 - "$OUT" "$EXPECTED" <<'PY'
-import os, re, statistics, sys
+import glob, os, re, statistics, sys
 from tuiprof_native import segment
 out, expected = sys.argv[1], int(sys.argv[2])
 def seg(name):
     pid = open(f"{out}/{name}.pid").read().strip()
-    return segment.Segment(f"{segment.SEGMENT_DIR}/tuiprof-{os.getuid()}-{pid}")
+    (path,) = [p for p in glob.glob(f"{segment.SEGMENT_DIR}/tuiprof-{os.getuid()}-{pid}-*")
+               if "." not in os.path.basename(p)]  # not its side files (.exception, .flight)
+    return segment.Segment(path)
 def flags(h):
     return [n for n in ("CUDA_TIMING", "NCCL_PLUGIN", "NCCL_GPU_TIME", "NCCL_API", "NCCL_API_EVENTS")
             if h.flags & getattr(segment, "FLAG_" + n)]
