@@ -16,7 +16,7 @@ nvidia-smi -L
 TORCH_NCCL=""  # what PyTorch preloads besides the hook: nothing, or the NCCL given
 if [ -n "${NCCL_HOME:-}" ]; then TORCH_NCCL=$NCCL_HOME/lib/libnccl.so.2; else
   NCCL_HOME=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])'); fi
-LD_PRELOAD=$TORCH_NCCL python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
+python3 -c 'import torch; print("torch", torch.__version__, "built with nccl", torch.cuda.nccl.version())'
 [ -e "$NCCL_HOME/lib/libnccl.so" ] || ln -s libnccl.so.2 "$NCCL_HOME/lib/libnccl.so"
 TESTS=/tmp/nccl-tests-$(grep -h -m3 -E '#define NCCL_(MAJOR|MINOR|PATCH) ' "$NCCL_HOME/include/nccl.h" | awk '{printf "%s.", $3}')
 echo "nccl-tests in $TESTS, against $NCCL_HOME"
@@ -46,6 +46,17 @@ hooked timed TUIPROF_NCCL_FALLBACK=1
 hooked plugin NCCL_PROFILER_PLUGIN="$HOOK" TUIPROF_NCCL_FALLBACK=1
 # PyTorch's own path (libtorch_cuda -> libnccl, communicator from ncclCommInitRankConfig): one rank,
 # 10 all-reduces of 1 Mi fp32, timed fallback
+if [ -n "$TORCH_NCCL" ]; then
+  # This PyTorch binds NCCL's newer functions at load (ncclCommWindowRegister, ...): an older NCCL lacks
+  # them, so each one it lacks gets a stub that answers ncclInvalidUsage (5). None is called by this job.
+  TORCH_LIB=$(python3 -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("torch").origin).parent / "lib")')
+  comm -23 <(nm -D --undefined-only "$TORCH_LIB"/libtorch_cuda.so | awk '$2 ~ /^nccl/ {print $2}' | sort -u) \
+           <(nm -D --defined-only "$TORCH_NCCL" | awk '{print $3}' | sort -u) \
+    | awk '{print "int " $1 "(void) { return 5; }"}' > "$OUT/newer_nccl_stubs.c"
+  echo "stubbed for PyTorch: $(awk '{print $2}' "$OUT/newer_nccl_stubs.c" | tr '\n' ' ')"
+  gcc -shared -fPIC -o /tmp/newer_nccl_stubs.so "$OUT/newer_nccl_stubs.c"
+  TORCH_NCCL="$TORCH_NCCL /tmp/newer_nccl_stubs.so"
+fi
 bash -c 'echo $$ > "$0"; exec env "$@"' "$OUT/torch.pid" TUIPROF_NCCL_FALLBACK=1 LD_PRELOAD="$HOOK $TORCH_NCCL" python3 -c '
 import os, torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
@@ -55,7 +66,7 @@ for _ in range(10):
     dist.all_reduce(x)
 torch.cuda.synchronize()
 dist.destroy_process_group()
-print("torch: 10 all_reduce done")' > "$OUT/torch.txt" 2>&1
+print("torch: 10 all_reduce done with nccl", torch.cuda.nccl.version())' > "$OUT/torch.txt" 2>&1
 echo "torch: exit $?"; tail -3 "$OUT/torch.txt"
 python3 - "$OUT" "$EXPECTED" <<'PY'
 import glob, os, re, statistics, sys
