@@ -3,7 +3,11 @@
 Sets, for CMD and everything it starts (torchrun workers, srun tasks):
 - LD_PRELOAD: libtuiprof_hook.so first, what was there kept after it
   (times cuBLAS / cuBLASLt GEMMs);
-- NCCL_PROFILER_PLUGIN: the same library (NCCL's profiler plugin API);
+- NCCL_PROFILER_PLUGIN: the same library (NCCL's profiler plugin API, v1 to
+  v6); a plugin the user named there (NCCL's Inspector, Google's CoMMA) moves
+  to TUIPROF_NCCL_CHAINED_PLUGIN and the hook chains to it (it gets every
+  event it asks for); NCCL_PROFILER_PLUGIN=none stays (no plugin: the hook
+  counts collectives at NCCL's API);
 - KINETO_USE_DAEMON=1 and KINETO_IPC_SOCKET_DIR (unless KINETO_USE_DAEMON is
   set): PyTorch polls an agent for on-demand traces over file sockets in your
   own Kineto folder (0700, yours: no other user can find or reach the job's
@@ -73,6 +77,7 @@ SOCKET_DIR_ENV = "KINETO_IPC_SOCKET_DIR"
 SAMPLE_EVERY_ENV = "TUIPROF_GEMM_SAMPLE_EVERY"
 SAMPLE_EVERY_MAX = 1_000_000  # TP_GEMM_SAMPLE_EVERY_MAX in the hook
 NCCL_FALLBACK_ENV = "TUIPROF_NCCL_FALLBACK"
+CHAINED_PLUGIN_ENV = "TUIPROF_NCCL_CHAINED_PLUGIN"  # read by the hook (tuiprof_native/hook/nccl_chain.c)
 TIME_FUNCTIONS_ENV = "TUIPROF_TIME_FUNCTIONS"  # read by tuiprof_native/startup/tuiprof_functions.py
 DEFAULT_FUNCTIONS_ENV = "TUIPROF_TIME_FUNCTIONS_DEFAULTS"
 AGENT_LOOKUP_TIMEOUT_S = 2.0
@@ -122,10 +127,14 @@ def launch_environment(env: Mapping[str, str], kineto_daemon: bool = True, kinet
     lib = str(library)
     out["LD_PRELOAD"] = _prepend(lib, env.get("LD_PRELOAD"), ":")
     plugin = env.get("NCCL_PROFILER_PLUGIN")
-    if plugin and plugin != lib:
-        print(f"tuiprof run: keeping NCCL_PROFILER_PLUGIN={plugin}; NCCL collectives will not be timed",
-              file=sys.stderr)
+    if plugin and plugin.lower() == "none":  # NCCL's word for no profiler plugin
+        print("tuiprof run: keeping NCCL_PROFILER_PLUGIN=none; NCCL collectives will be counted at its API, "
+              "not timed", file=sys.stderr)
     else:
+        if plugin and plugin != lib:
+            out[CHAINED_PLUGIN_ENV] = plugin
+            print(f"tuiprof run: NCCL gets tuiprof's profiler plugin, which chains to NCCL_PROFILER_PLUGIN={plugin} "
+                  "(passes it NCCL's events)", file=sys.stderr)
         out["NCCL_PROFILER_PLUGIN"] = lib
     if kineto_daemon:
         if kineto_socket_dir and DAEMON_ENV not in env:  # an explicit choice of the user stands

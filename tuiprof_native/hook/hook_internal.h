@@ -205,7 +205,14 @@ void tp_memory_allocator(uint32_t state, uint64_t read_ns, const uint64_t figure
 void tp_memory_publish(void); /* writer: the counts into the segment, when they changed */
 void tp_memory_fork_child(void);
 
-/* ---- NCCL plugin (nccl_plugin.c) --------------------------------------- */
+/* ---- NCCL plugin (nccl_plugin.c; its ABI and the chained plugin: nccl_profiler.h) */
+/* ncclDataType_t in its order: NCCL's name ("ncclFloat32"), ours ("fp32"), the element size. */
+typedef struct tp_nccl_dtype {
+    const char *nccl_name, *name;
+    uint64_t size;
+} tp_nccl_dtype;
+#define TP_NCCL_DTYPES 12
+extern const tp_nccl_dtype tp_nccl_dtypes[TP_NCCL_DTYPES];
 /* Finish collectives whose channels all stopped but fewer than announced
  * reported (called by the writer every few ms). */
 void tp_nccl_sweep(uint64_t now_ns);
@@ -239,6 +246,10 @@ void tp_exit_notes_install(void);
 #define TP_NCCL_FALLBACK_OPS 4095u
 #define TP_NCCL_UNTRACKED_TOKEN (TP_NCCL_FALLBACK_TOKEN0 + TP_NCCL_FALLBACK_OPS) /* a counted op's DONE */
 #define TP_NCCL_TOKENS (TP_NCCL_UNTRACKED_TOKEN + 1u)
+/* The size ncclCommInitRank[Config] was given for the communicator NCCL
+ * hashes to `hash` (profiler API v1-v3 name no communicator at init); 0 when
+ * no such init was seen (ncclCommSplit, ncclCommInitAll). */
+uint32_t tp_nccl_comm_size(uint64_t hash);
 /* writer side: a TP_REC_NCCL_SPAN record's span, then polled each pass */
 void tp_nccl_fallback_track(uint32_t span);
 int tp_nccl_fallback_poll(void); /* spans finished (their ops' DONE records submitted) */

@@ -1,6 +1,6 @@
 /* NCCL collectives seen at the API, for an NCCL that did not accept the
- * profiler plugin (NCCL 2.18-2.26 have no ncclProfiler_v4/v5; a 2.27+ run
- * with NCCL_PROFILER_PLUGIN pointing elsewhere, or "none").
+ * profiler plugin (NCCL 2.18-2.22 have no profiler plugin API; a run with
+ * NCCL_PROFILER_PLUGIN=none, or where NCCL could not load this library).
  *
  * The rule: an op is recorded here only while no communicator in this
  * process has initialised the profiler plugin (TP_FLAG_NCCL_PLUGIN unset).
@@ -121,14 +121,28 @@ static comm_entry *comm_slot(void *comm)
     return NULL;
 }
 
-/* A new communicator at a (possibly reused) address: forget what was there. */
-static void comm_created(void *comm, uint64_t hash)
+/* A new communicator at a (possibly reused) address: forget what was there.
+ * Its rank and size when the caller knows them (nranks 0: read at first use). */
+static void comm_created(void *comm, uint64_t hash, int rank, int nranks)
 {
     comm_entry *e = comm_slot(comm);
     if (!e) return;
     atomic_store(&e->info_read, 0);
     for (int k = 0; k < OP_KINDS; k++) atomic_store(&e->seq[k], 0);
     atomic_store(&e->hash, hash ? hash : 1);
+    if (nranks <= 0) return;
+    e->rank = rank, e->nranks = nranks;
+    atomic_store_explicit(&e->info_read, 1, memory_order_release);
+}
+
+uint32_t tp_nccl_comm_size(uint64_t hash)
+{
+    for (uint32_t i = 0; i < COMM_TABLE; i++) {
+        comm_entry *e = &g_comms[i];
+        if (!atomic_load_explicit(&e->comm, memory_order_acquire) || atomic_load(&e->hash) != hash) continue;
+        if (atomic_load_explicit(&e->info_read, memory_order_acquire) && e->nranks > 0) return (uint32_t)e->nranks;
+    }
+    return 0;
 }
 
 typedef int (*user_rank_fn)(void *comm, int *rank);
@@ -159,7 +173,8 @@ TP_EXPORT int ncclCommInitRank(void **comm, int nranks, unique_id id, int rank)
     init_rank_fn real = TP_REAL(init_rank_fn, "ncclCommInitRank");
     if (TP_UNLIKELY(!real)) return NCCL_INTERNAL_ERROR;
     int status = real(comm, nranks, id, rank);
-    if ((status == NCCL_SUCCESS || status == NCCL_IN_PROGRESS) && comm && *comm) comm_created(*comm, id_hash(&id));
+    if ((status == NCCL_SUCCESS || status == NCCL_IN_PROGRESS) && comm && *comm)
+        comm_created(*comm, id_hash(&id), rank, nranks);
     return status;
 }
 
@@ -168,7 +183,8 @@ TP_EXPORT int ncclCommInitRankConfig(void **comm, int nranks, unique_id id, int 
     init_rank_config_fn real = TP_REAL(init_rank_config_fn, "ncclCommInitRankConfig");
     if (TP_UNLIKELY(!real)) return NCCL_INTERNAL_ERROR;
     int status = real(comm, nranks, id, rank, config);
-    if ((status == NCCL_SUCCESS || status == NCCL_IN_PROGRESS) && comm && *comm) comm_created(*comm, id_hash(&id));
+    if ((status == NCCL_SUCCESS || status == NCCL_IN_PROGRESS) && comm && *comm)
+        comm_created(*comm, id_hash(&id), rank, nranks);
     return status;
 }
 
@@ -180,7 +196,7 @@ TP_EXPORT int ncclCommSplit(void *comm, int color, int key, void **newcomm, void
     if ((status == NCCL_SUCCESS || status == NCCL_IN_PROGRESS) && comm && newcomm && *newcomm) {
         comm_entry *parent = comm_info(comm);
         uint64_t base = parent ? atomic_load(&parent->hash) : mix((uint64_t)(uintptr_t)comm);
-        comm_created(*newcomm, mix(base ^ mix((uint64_t)(uint32_t)color + 1)));
+        comm_created(*newcomm, mix(base ^ mix((uint64_t)(uint32_t)color + 1)), -1, 0);
     }
     return status;
 }
@@ -227,14 +243,6 @@ static int fallback_active(void)
 
 /* ---- records ----------------------------------------------------------- */
 
-static const struct {
-    const char *name;
-    uint64_t size;
-} dtypes[] = {
-    {"int8", 1}, {"uint8", 1}, {"int32", 4}, {"uint32", 4}, {"int64", 8},   {"uint64", 8},
-    {"fp16", 2}, {"fp32", 4},  {"fp64", 8},  {"bf16", 2},   {"fp8e4m3", 1}, {"fp8e5m2", 1},
-};
-
 /* The record of one successful call: everything but timing. */
 static int describe(tp_record *r, enum op_kind kind, size_t count, int dtype, void *comm)
 {
@@ -243,9 +251,9 @@ static int describe(tp_record *r, enum op_kind kind, size_t count, int dtype, vo
     memset(r, 0, sizeof(*r));
     tp_copy_name(r->op, sizeof(r->op), op_names[kind]);
     uint64_t size = 0;
-    if (dtype >= 0 && (size_t)dtype < sizeof(dtypes) / sizeof(dtypes[0])) {
-        tp_copy_name(r->dtype, sizeof(r->dtype), dtypes[dtype].name);
-        size = dtypes[dtype].size;
+    if (dtype >= 0 && dtype < TP_NCCL_DTYPES) {
+        tp_copy_name(r->dtype, sizeof(r->dtype), tp_nccl_dtypes[dtype].name);
+        size = tp_nccl_dtypes[dtype].size;
     } else {
         tp_copy_name(r->dtype, sizeof(r->dtype), "unknown");
     }

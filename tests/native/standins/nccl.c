@@ -6,7 +6,8 @@
  * timer stamps (start, KernelChStop state, stop).  Its own copy of the v5
  * structs, written from NCCL's header, checks the plugin's ABI.  Built with
  * -DSTANDIN_V4 it is NCCL 2.27 instead: ncclProfiler_v4, a one-byte event
- * type, the older init signature, and no API-level events. */
+ * type, the older init signature, no API-level events, and an op's events
+ * only under a Group event that got a handle. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -117,6 +118,9 @@ static void *offer(comm *c, int wanted_by, int type, descr_v5 *d)
     d->type = (EVENT_TYPE)type;
     if (plugin && (c->mask & wanted_by)) {
         plugin->startEvent(c->ctx, &h, d);
+#ifdef STANDIN_V4
+        if (type == GROUP) return h; /* every plugin must give one (below) */
+#endif
         if (h && !(c->mask & type)) unexpected_handles++;
     }
     return h;
@@ -182,8 +186,16 @@ int standin_nccl_op(void *handle, const char *func, size_t count, const char *dt
     descr_v5 t = {0};
     t.rank = c->rank;
     t.parentObj = coll_api;
-    void *task;
-    if (peer < 0) {
+    void *task = NULL;
+#ifdef STANDIN_V4
+    t.parentObj = group;
+    int task_events = group != NULL; /* NCCL 2.27 starts an op's events only under a group that got a handle */
+#else
+    int task_events = 1;
+#endif
+    if (!task_events) {
+        /* the op runs unseen */
+    } else if (peer < 0) {
         t.coll.seqNumber = c->seq[func_index(func)]++;
         t.coll.func = func, t.coll.count = count, t.coll.datatype = dtype, t.coll.nChannels = (uint8_t)channels;
         t.coll.algo = algo, t.coll.proto = proto;
