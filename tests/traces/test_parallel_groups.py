@@ -1,26 +1,37 @@
 """Timelines by parallel group (issue 30 item 3): a real four-rank gloo job with two families of process groups,
-merged by `tuiprof analyze`, laid out by the groups the traces list or by --groups; collectives linked only within
-their communicator; same-shape matmuls linked across one dimension's groups on request."""
+merged by `tuiprof analyze`, laid out by the groups the traces list or by --groups; every collective linked within
+its communicator, and no link across communicators, in the merge and in the agents' summaries; same-shape matmuls
+linked across one dimension's groups on request."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
 
+import msgspec
 import pytest
 
+from agentd.traces.analysis.process_groups import ProcessGroup, gloo_thread_groups, process_groups
+from agentd.traces.analysis.summarise import summarise_file
 from testkit.ports import free_port
 from testkit.traces import run_cli
-from tuiprof.analysis.parallel_groups import (
-    GroupsSpecError, ProcessGroup, layout_from_process_groups, layout_from_spec, parse_groups, thread_groups,
-)
+from tuiprof.analysis.parallel_groups import GroupsSpecError, layout_from_process_groups, layout_from_spec, parse_groups
+from tuiprof.analysis.trace_merge import TraceInput, merge_traces
+from tuiprof.analysis.trace_reduce import RemoteRank, reduce_summaries
+from tuiprof.analysis.trace_summary import summarize, summary_json
+from tuiprof.model import convert
+from tuiprof.model.messages import RankTraceSummary
 
 JOB = pathlib.Path(__file__).parent / "gloo_groups_job.py"
+# The same job traced once and checked in (its README: how; rank 0's worker thread ids are not consecutive).
+TRACED = pathlib.Path(__file__).parent / "data" / "gloo_groups"
 TEARDOWN_ABORT = "terminate called without an active exception"  # as in test_trace_diff: run once more
 # The job's groups by the name PyTorch gives them (a counter, in the order they are made).
 COMMUNICATORS = {"0": {0, 1, 2, 3}, "1": {0, 1}, "2": {2, 3}, "3": {0, 2}, "4": {1, 3}}
@@ -63,26 +74,52 @@ def ranks_of(chain: list[dict], names: dict[int, str]) -> set[int]:
     return {int(RANK_IN_NAME.search(names[hop["pid"]]).group(1)) for hop in chain}
 
 
-def test_the_traces_process_groups_lay_the_ranks_out_and_link_each_collective_within_its_communicator(
-        traces, tmp_path):
-    document, merged = analyze(traces, tmp_path / "m.json.gz")
+def assert_every_collective_linked_within_its_communicator(traces: pathlib.Path, output: pathlib.Path) -> None:
+    document, merged = analyze(traces, output)
     assert document["merged"]["groups"] == "group1(2)-group2(2) (from process groups)"
     names = track_names(merged)
     cpu = sorted(name for name in names.values() if "CPU pid" in name)
     assert [name.split(" ·")[0] for name in cpu] == ["group1=0 group2=0 (rank 0)", "group1=0 group2=1 (rank 2)",
                                                      "group1=1 group2=0 (rank 1)", "group1=1 group2=1 (rank 3)"]
-    flows = chains(merged, "collective")
-    complete = defaultdict(int)
-    for chain in flows.values():
-        group = re.search(r" on group (\d+)$", chain[0]["name"]).group(1)
-        # Never across communicators. gloo's spans do not name their group: a rank whose worker threads
-        # cannot be told apart (their ids interleave with the other ranks' threads, made at the same moment:
-        # the four ranks make each group together, which happens often) has its calls linked to nothing,
-        # so a chain may lack it, or there may be none for a communicator, or none at all.
-        assert ranks_of(chain, names) <= COMMUNICATORS[group], chain[0]["name"]
-        complete[group] += ranks_of(chain, names) == COMMUNICATORS[group]
-    assert set(complete) <= set(COMMUNICATORS), complete  # (on a busy machine there may be no link at all)
-    assert document["merged"]["linked_collectives"] == len(flows) <= len(COMMUNICATORS) * RECORDED_STEPS
+    linked: dict[str, list[set[int]]] = defaultdict(list)
+    for chain in chains(merged, "collective").values():
+        linked[re.search(r" on group (\S+)$", chain[0]["name"]).group(1)].append(ranks_of(chain, names))
+    # Each step all-reduces once on each group: every call is linked, each chain through its group's ranks only.
+    assert linked == {group: [ranks] * RECORDED_STEPS for group, ranks in COMMUNICATORS.items()}
+    assert document["merged"]["linked_collectives"] == len(COMMUNICATORS) * RECORDED_STEPS
+
+
+def test_a_fresh_jobs_process_groups_lay_the_ranks_out_and_link_each_collective_within_its_communicator(
+        traces, tmp_path):
+    assert_every_collective_linked_within_its_communicator(traces, tmp_path / "m.json.gz")
+
+
+def test_the_checked_in_jobs_collectives_are_all_linked_though_its_worker_thread_ids_interleave(tmp_path):
+    assert_every_collective_linked_within_its_communicator(TRACED, tmp_path / "m.json.gz")
+
+
+def test_agents_summaries_pair_gloo_collectives_within_their_communicator(trace_dir, tmp_path):
+    # Each rank summarised where it was written, as its agent does; the console pairs the calls from the columns.
+    folder = trace_dir.user_folder(os.getuid())
+    ranks = []
+    for rank in range(4):
+        name = f"rank{rank}.json.gz"
+        shutil.copy(TRACED / name, trace_dir.path / folder / name)
+        summary = summarise_file(trace_dir, f"{folder}/{name}", "node", 100 + rank, None)
+        assert {(c.group, len(c.start_us)) for c in summary.collectives} == {
+            (group, RECORDED_STEPS) for group, members in COMMUNICATORS.items() if rank in members}
+        ranks.append(RemoteRank("node", 100 + rank, None, f"{folder}/{name}",
+                                convert.from_proto(RankTraceSummary, summary)))
+    reduced = summary_json(reduce_summaries(ranks).summary)
+    assert reduced["collectives_compared"] == len(COMMUNICATORS) * RECORDED_STEPS
+    assert {skew["group"] for skew in reduced["worst_collectives"]} == set(COMMUNICATORS)
+    merged = merge_traces([TraceInput(TRACED / f"rank{rank}.json.gz", "node", None, 100 + rank) for rank in range(4)],
+                          tmp_path / "m.json.gz", workers=1, timeline=False)
+    from_files = summary_json(summarize(merged.ranks))
+    for document in (reduced, from_files):
+        for rank in document["ranks"]:
+            rank.pop("file")
+    assert reduced == from_files  # the same figures as the merge of the files
 
 
 def test_groups_option_names_and_orders_the_ranks_by_their_coordinates(traces, tmp_path):
@@ -137,11 +174,26 @@ def test_groups_spec_is_megatrons_order_first_dimension_fastest():
         parse_groups("tp4x")
 
 
-def test_worker_threads_are_given_a_communicator_only_when_their_runs_match_the_groups():
-    groups = [ProcessGroup("0", "default_pg", (0, 1, 2, 3)), ProcessGroup("2", "", (2, 3))]
-    assert thread_groups([101, 100, 120, 121], groups) == {100: "0", 101: "0", 120: "2", 121: "2"}
-    assert thread_groups([100, 120, 140], groups) == {}  # three runs, two groups: which is which is not known
-    assert thread_groups([100, 120], groups[:1]) == {100: "0", 120: "0"}  # one group: every thread serves it
+def test_worker_threads_serve_the_groups_in_the_order_made_when_every_group_shows_its_threads():
+    groups = [ProcessGroup("0", "default_pg", (0, 1, 2, 3)), ProcessGroup("2", "", (2, 3)),
+              ProcessGroup("5", "", (1, 2), gloo=False), ProcessGroup("7", "", (0, 2))]  # 5: NCCL's alone
+    # Ids need not be consecutive: other processes make threads at the same moments.
+    assert gloo_thread_groups([141, 101, 100, 120, 123, 140], groups) == {
+        100: "0", 101: "0", 120: "2", 123: "2", 140: "7", 141: "7"}
+    # Four a group: two network devices.
+    assert gloo_thread_groups(range(12), groups) == {t: ("0", "2", "7")[t // 4] for t in range(12)}
+    # A thread that ran nothing: where each group's threads begin is not known.
+    assert gloo_thread_groups([100, 101, 120, 140, 141], groups) == {}
+    assert gloo_thread_groups([100, 120, 140], groups[:1]) == {100: "0", 120: "0", 140: "0"}  # one group: all its
+
+
+def test_process_groups_say_which_gloo_serves():
+    listed = msgspec.Raw(json.dumps([
+        {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo,cuda:nccl", "ranks": [1, 0]},
+        {"pg_name": "1", "pg_desc": "", "backend_config": "cuda:nccl", "ranks": [0, 1]},
+        {"pg_name": "2", "pg_desc": "", "ranks": "0,1"}]).encode())
+    assert process_groups(listed) == [ProcessGroup("0", "default_pg", (0, 1)), ProcessGroup("1", "", (0, 1), gloo=False),
+                                      ProcessGroup("2", "", ())]  # no backend said: gloo may serve it
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-import msgspec
-
+from agentd.traces.analysis.process_groups import ProcessGroup
 from tuiprof.errors import BadInputError
 
 KNOWN_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")  # also the order dimensions found in process groups take
@@ -40,15 +39,6 @@ _UNINFORMATIVE_DESCRIPTIONS = frozenset({"", "undefined", "default_pg"})
 
 class GroupsSpecError(BadInputError):
     """A ``--groups`` layout that cannot be this job's: the message says what is wrong and what is expected."""
-
-
-@dataclass(frozen=True)
-class ProcessGroup:
-    """One process group as a rank reports it: its name (the communicator's id), description and ranks."""
-
-    name: str
-    description: str
-    ranks: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -129,26 +119,6 @@ def layout_from_spec(dimensions: tuple[Dimension, ...], world_size: int, spec: s
     return GroupLayout(dimensions, coordinates, f"--groups {spec}")
 
 
-class _ReportedGroup(msgspec.Struct):
-    pg_name: str = ""
-    pg_desc: str = ""
-    ranks: list[int] | str = []  # some PyTorch versions write a string; such a group is left out
-
-
-_decode_groups = msgspec.json.Decoder(list[_ReportedGroup]).decode
-
-
-def process_groups(pg_config: msgspec.Raw) -> list[ProcessGroup]:
-    """A trace's ``distributedInfo.pg_config``, the groups it lists in the order the rank made them ([]: none, or
-    not in a form this reads)."""
-    try:
-        reported = _decode_groups(pg_config)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return []
-    return [ProcessGroup(g.pg_name, g.pg_desc, tuple(sorted(g.ranks))) for g in reported
-            if isinstance(g.ranks, list)]
-
-
 def layout_from_process_groups(groups_by_rank: Mapping[int, list[ProcessGroup]], world_size: int
                                ) -> GroupLayout | None:
     """The dimensions the ranks' process groups make (None: they make none: only the world, or no groups)."""
@@ -197,26 +167,3 @@ def _dimension_name(description: str) -> str:
         return ""
     stripped = _DESCRIPTION_NOISE.sub("", lowered)
     return _DESCRIPTION_NAMES.get(stripped, re.sub(r"\W+", "_", lowered))
-
-
-def thread_groups(threads: Iterable[int], groups: list[ProcessGroup]) -> dict[int, str]:
-    """Which process group each gloo worker thread serves (empty: it cannot be told).
-
-    gloo's spans (``gloo:all_reduce``) do not name their group, but each group runs its own worker threads,
-    started together when the group is made: their thread ids are consecutive, and groups made later get higher
-    ids. When a rank's worker threads fall into as many runs of consecutive ids as it has groups (``pg_config``,
-    in the order they were made), the k-th run serves the k-th group; otherwise (a group that ran nothing in the
-    window, ids not consecutive) nothing is said.
-    """
-    threads = set(threads)
-    runs: list[list[int]] = []
-    for thread in sorted(threads):
-        if runs and thread == runs[-1][-1] + 1:
-            runs[-1].append(thread)
-        else:
-            runs.append([thread])
-    if len(groups) == 1:  # every worker thread serves the one group, whatever their ids
-        return dict.fromkeys(threads, groups[0].name)
-    if not groups or len(runs) != len(groups):
-        return {}
-    return {thread: group.name for run, group in zip(runs, groups, strict=True) for thread in run}

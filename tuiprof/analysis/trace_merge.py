@@ -20,8 +20,9 @@ extracts the summary needs. Per rank:
 Across ranks, each collective (matched by ``trace_collectives`` within its
 communicator) is linked with one flow chain (``s`` → ``t`` … → ``f``) in the
 order the ranks started it. gloo's spans do not name their communicator: it
-is read from the worker thread that ran them (``parallel_groups.thread_groups``),
-and a call whose communicator cannot be told is linked to nothing. On request
+is read from the worker thread that ran them
+(``agentd.traces.analysis.process_groups``, as the agent does), and a call
+whose communicator cannot be told is linked to nothing. On request
 (``link_matmuls``: a dimension), the n-th matmul of one shape is linked across
 the ranks of each group of that dimension too (PyTorch's matmul CPU ops with
 their input shapes: the trace needs ``record_shapes``).
@@ -45,9 +46,9 @@ from agentd.traces.analysis.extract import (
     DROPPED_METADATA, CollectiveCall, Event, FirstPass, RankExtractor, TraceFile, first_pass, rank_result, track,
 )
 from agentd.traces.analysis.summary import RankExtract, RankResult, hta_times
+from agentd.traces.analysis.process_groups import ProcessGroup, name_gloo_calls, process_groups
 from tuiprof.analysis.parallel_groups import (
-    GroupLayout, GroupsSpecError, ProcessGroup, layout_from_process_groups, layout_from_spec, parse_groups,
-    process_groups, thread_groups,
+    GroupLayout, GroupsSpecError, layout_from_process_groups, layout_from_spec, parse_groups,
 )
 from tuiprof.analysis.trace_collectives import match_calls
 from tuiprof.analysis.trace_gzip import GzipPieces, Piece, compress_piece
@@ -290,7 +291,8 @@ def merge_traces(inputs: Iterable[TraceInput], output: pathlib.Path, workers: in
         ranks = [r.summary.rank for r in result.ranks]
         result.layout = spec_layout or layout_from_process_groups(
             {rank: f.groups for rank, f in zip(ranks, facts, strict=True) if rank is not None}, world_size)
-        calls = [_with_communicators(f.calls, f.groups, index) for index, f in enumerate(facts)]
+        # A gloo call whose communicator cannot be told gets one of its rank's own: it is linked to nothing.
+        calls = [name_gloo_calls(f.calls, f.groups, unknown=f"?@{index}") for index, f in enumerate(facts)]
         for rank_index, (rank_calls, keys) in enumerate(zip(calls, match_calls(calls), strict=True)):
             result.ranks[rank_index].collectives = [(key, call.ts) for key, call in zip(keys, rank_calls, strict=True)]
             for key, call in zip(keys, rank_calls, strict=True):
@@ -329,25 +331,6 @@ def _layout_with(layout: GroupLayout | None, dimension: str) -> GroupLayout:
         raise GroupsSpecError(f"--link-matmuls {dimension}: the layout {layout.describe()} has no {dimension} "
                               f"dimension; give one of {', '.join(d.name for d in layout.dimensions)}")
     return layout
-
-
-def _with_communicators(calls: list[CollectiveCall], groups: list[ProcessGroup], rank_index: int
-                        ) -> list[CollectiveCall]:
-    """The rank's calls, each gloo call (no group of its own) given the communicator its worker thread serves.
-
-    A call whose communicator cannot be told gets one of its own rank (``?@<rank index>``), as an unmatched
-    call gets an occurrence of its own: it is linked to nothing, rather than to another communicator's call
-    that happens to be numbered alike. Traces that list no groups keep today's one unnamed communicator.
-    """
-    def unnamed(call: CollectiveCall) -> bool:
-        return not call.group and not call.on_gpu
-
-    if not groups or not any(map(unnamed, calls)):
-        return calls
-    served = thread_groups((call.tid for call in calls if unnamed(call) and isinstance(call.tid, int)), groups)
-    unknown = f"?@{rank_index}"
-    return [replace(call, group=served.get(call.tid, unknown) if isinstance(call.tid, int) else unknown)
-            if unnamed(call) else call for call in calls]
 
 
 def _start_resource_tracker() -> None:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
 from agentd.traces.analysis.extract import Event, TraceFile
+from agentd.traces.analysis.process_groups import ProcessGroup, process_groups
 
 BATCH_BYTES = 4 << 20
 # Bytes before the event array (metadata, distributedInfo with its process groups) we look through.
@@ -53,6 +54,7 @@ class TraceFacts:
 
     base_time_ns: int = 0
     rank: int | None = None
+    groups: list[ProcessGroup] = field(default_factory=list)  # its process groups, in the order it made them
 
 
 def event_batches(chunks: Iterable[bytes], facts: TraceFacts) -> Iterator[list[Event]]:
@@ -95,8 +97,10 @@ def event_batches(chunks: Iterable[bytes], facts: TraceFacts) -> Iterator[list[E
     yield tail.traceEvents
     facts.base_time_ns = head.baseTimeNanoseconds or tail.baseTimeNanoseconds
     for part in (head, tail):
-        if part.distributedInfo is not None and part.distributedInfo.rank is not None:
-            facts.rank = part.distributedInfo.rank
+        if part.distributedInfo is not None:
+            if part.distributedInfo.rank is not None:
+                facts.rank = part.distributedInfo.rank
+            facts.groups = process_groups(part.distributedInfo.pg_config) or facts.groups
 
 
 def _cut(buffer: bytes) -> tuple[list[Event], bytes]:

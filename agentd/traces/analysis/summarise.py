@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.traces.analysis.extract import Event, extract_rank, rank_result
+from agentd.traces.analysis.process_groups import name_gloo_calls
 from agentd.traces.analysis.stream import TraceFacts, TraceStreamError, event_batches
 from agentd.traces.analysis.summary import RankExtract
 from agentd.traces.analysis.wire import to_proto
@@ -132,6 +133,9 @@ def summarise_file(trace_dir: TraceDir, file: str, host: str, pid: int, rank: in
         return pb.RankTraceSummary(error=f"cannot read it: {reason(exc)}")
     if extract.rank is None:
         extract.rank = facts.rank
+    # gloo's calls named with their group here, so the console pairs them within it; a call whose group cannot
+    # be told gets one of this rank's own (ranks are host and pid: pids repeat across hosts).
+    calls = name_gloo_calls(calls, facts.groups, unknown=f"?@{host}:{pid}")
     result = rank_result(extract, calls)
     return to_proto(result, calls, facts.base_time_ns, time.monotonic() - started)
 
