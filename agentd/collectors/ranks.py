@@ -42,12 +42,10 @@ A rank at rest is not read again: the hook bumps its header's ``data_seq`` after
 changed a figure (heartbeats do not), so when it is what it was before the last full reading, the rank
 did nothing since, and its report is that reading's with the per-interval figures of a reading with
 no change (zero rates, no latency; ``_at_rest_report``) and the figures that move with time brought up to
-date (interval, heartbeat and in-flight ages). What the kernel is asked every interval stays: the
-process's real uid and state, and the header's pid. Its CPU counters, scheduler figures and the files
-beside its segment (exception, Flight Recorder) are read every ``REST_LOOK_SECONDS`` while it rests,
-over the span since the last look; in between they are unavailable, with the reason. A rank that did
-work is read in full in the interval it shows it in, as every rank of a segment layout without
-``data_seq``.
+date (interval, heartbeat and in-flight ages). Everything else is read every interval as before: the
+process's real uid and state, the header's pid, its CPU counters and scheduler figures (a rank at rest
+may still spin a CPU) and the files beside its segment. A rank that did work is read in full in the
+interval it shows it in, as every rank of a segment layout without ``data_seq``.
 
 What one owner's ranks put into a snapshot is bounded: at most
 ``MAX_OPS_PER_OWNER`` ops (GEMM and NCCL aggregates, in-flight entries, Flight
@@ -130,10 +128,6 @@ _NOT_READ_BUSY = "the segment was mid-update when read: this interval's work is 
 _NOT_READ_EXITED = "the process has exited: its work was counted in its final reading"
 _NCCL_SINGLE_RANK = "world size 1: NCCL does no communication"
 _NO_TIMED_GEMM = "no timed GEMM finished in the interval"
-# A rank at rest (its segment unchanged) has its CPU counters, run-queue delay, CPU throttling and side files
-# read this often, not every interval: they cost most of what an unchanged rank still costs.
-REST_LOOK_SECONDS = 5.0
-_KERNEL_FIGURES = ("pmu", "run_delay_seconds_per_s", "cpu_throttled_seconds_per_s")
 _NCCL_NO_PLUGIN = ("NCCL has not loaded the tuiprof profiler plugin in this process (no communicator created yet, "
                    "or an NCCL without the profiler plugin interface)")
 
@@ -153,7 +147,6 @@ class _Rank:
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     process: procfs.StatusFile | None  # its process's /proc status, held open (None: gone when verified)
     read_ns: int = 0
-    looked_ns: int = 0  # when its CPU counters, scheduler figures and side files were last read
     data_seq: int | None = None  # the header's data_seq before its last full reading (None: not known)
     at_rest: pb.RankStats | None = None  # its figures as an unchanged segment gives them; None: read it in full
     inflight: list = dataclasses.field(default_factory=list)  # the segment's in-flight entries as last read
@@ -384,7 +377,7 @@ class RanksCollector(Collector):
             seg.close()
             raise
         rank = _Rank(candidate, claimant, seg, start_ns, process)
-        rank.read_ns = rank.looked_ns = start_ns  # first rates are since the segment's creation
+        rank.read_ns = start_ns  # first rates are since the segment's creation
         if alive is None:
             rank.cpu_counters_reason = (f"CPU counters for pid {rank.pid} could not be opened: no such process "
                                         "(ESRCH): it exited before the agent found its segment")
@@ -441,17 +434,10 @@ class RanksCollector(Collector):
             rank.at_rest = _at_rest_report(stats) if left_out == 0 and alive is not None and pulse.data_seq is not None \
                 and stats.unavailable.get("gemm_tflops") != _OPS_BASELINE else None
             new_events = _new_events(rank, header)
-        if resting and now_ns - rank.looked_ns < REST_LOOK_SECONDS * 1e9:
-            why = (f"not read this interval: the rank is at rest (nothing changed in its segment since it was read "
-                   f"in full), and its CPU counters and scheduler figures are read every {REST_LOOK_SECONDS:.0f} s "
-                   "while it is")
-            put_unavailable(stats, _KERNEL_FIGURES, why)
-            exception, flight = rank.exception.text, rank.flight.text
-        else:
-            self._kernel_figures(rank, stats, alive, now_ns)
-            exception, flight = rank.exception.refresh(), rank.flight.refresh()
-        stats.exception = printable(exception, keep_lines=True)
-        flight_left_out, flight_arrivals = self._flight(rank, stats, flight, now_ns, budget)
+        # a rank at rest may still use CPU, wait for one or write its side files: read every interval
+        self._kernel_figures(rank, stats, alive)
+        stats.exception = printable(rank.exception.refresh(), keep_lines=True)
+        flight_left_out, flight_arrivals = self._flight(rank, stats, rank.flight.refresh(), now_ns, budget)
         left_out += flight_left_out
         rank.functions.fill(stats, now_ns)
         functions = budget.take(rank.uid, len(stats.functions))
@@ -471,11 +457,9 @@ class RanksCollector(Collector):
         rank.stats = stats
         return True
 
-    def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, alive: procfs.ProcessStatus | None,
-                        now_ns: int) -> None:
-        """The rank's CPU counters, run-queue delay and CPU throttling, over the span since they were last read."""
-        seconds = max((now_ns - rank.looked_ns) * 1e-9, 1e-9)
-        rank.looked_ns = now_ns
+    def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, alive: procfs.ProcessStatus | None) -> None:
+        """The rank's CPU counters, run-queue delay and CPU throttling over the interval (``stats``')."""
+        seconds = stats.interval_seconds
         self._cpu_counters(rank, stats, alive)
         put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds))
         put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))

@@ -30,7 +30,6 @@ from tuiprof_native import segment
 OPS = 4
 LAYOUT_VERSION_OFFSET = 8  # tp_header.layout_version
 DATA_SEQ_OFFSET = 384      # tp_header.data_seq
-AT_REST = "not read this interval: the rank is at rest"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the collector checks segment owners as root")
 
@@ -77,46 +76,62 @@ def call_first_op_again(path: pathlib.Path, calls: int, bump_data_seq: bool) -> 
             os.pwrite(f.fileno(), struct.pack("<Q", data_seq + 1), DATA_SEQ_OFFSET)
 
 
+@pytest.fixture
+def rested(monkeypatch) -> list[int]:
+    """The pids of the ranks served at rest, one entry per interval each was."""
+    pids: list[int] = []
+    serve = ranks._rested
+
+    def counted(rank, pulse, now_ns):
+        pids.append(rank.pid)
+        return serve(rank, pulse, now_ns)
+
+    monkeypatch.setattr(ranks, "_rested", counted)
+    return pids
+
+
 def without_time(stats: pb.RankStats) -> pb.RankStats:
     """``stats`` less what differs between two readings of an unchanged segment: the interval's length, the
-    heartbeat's age, and the kernel's figures (read every interval or every REST_LOOK_SECONDS)."""
+    heartbeat's age, and the kernel's figures of the interval."""
     out = pb.RankStats()
     out.CopyFrom(stats)
-    for field in ("interval_seconds", "heartbeat_age_seconds", *ranks._KERNEL_FIGURES):
+    for field in ("interval_seconds", "heartbeat_age_seconds", "pmu", "run_delay_seconds_per_s",
+                  "cpu_throttled_seconds_per_s"):
         out.ClearField(field)
         out.unavailable.pop(field, None)
     return out
 
 
-def test_an_unchanged_rank_is_served_at_rest_as_a_full_reading_reports_it(one_rank, monkeypatch):
+def test_an_unchanged_rank_is_served_at_rest_as_a_full_reading_reports_it(one_rank, rested, monkeypatch):
     path, sleeper = one_rank
     collector = RanksCollector(1.0, directory=str(path.parent))
     try:
         first = read(collector, sleeper.pid)  # since the segment's creation: every op called once
         assert [op.count_per_s > 0 for op in first.gemm] == [True] * OPS
         time.sleep(0.05)
-        rested = read(collector, sleeper.pid)
-        assert rested.unavailable["pmu"].startswith(AT_REST)  # served at rest: its counters not read
-        assert rested.state == pb.RANK_STATE_RUNNING and rested.interval_seconds > 0.04
-        assert [(op.count_total, op.count_per_s) for op in rested.gemm] == [(1, 0.0)] * OPS
+        at_rest = read(collector, sleeper.pid)
+        assert rested == [sleeper.pid]
+        assert at_rest.pmu.scope == "process" and at_rest.state == pb.RANK_STATE_RUNNING and at_rest.interval_seconds > 0.04
+        assert [(op.count_total, op.count_per_s) for op in at_rest.gemm] == [(1, 0.0)] * OPS
         monkeypatch.setattr(ranks, "_rests", lambda *_: False)  # the same segment read in full
         time.sleep(0.05)
         full = read(collector, sleeper.pid)
-        assert "pmu" not in full.unavailable or not full.unavailable["pmu"].startswith(AT_REST)
-        assert without_time(rested) == without_time(full)
+        assert rested == [sleeper.pid]
+        assert without_time(at_rest) == without_time(full)
     finally:
         collector.close()
 
 
-def test_a_rank_whose_segment_changed_is_read_again_in_that_interval(one_rank):
+def test_a_rank_whose_segment_changed_is_read_again_in_that_interval(one_rank, rested):
     path, sleeper = one_rank
     collector = RanksCollector(1.0, directory=str(path.parent))
     try:
         read(collector, sleeper.pid)
-        assert read(collector, sleeper.pid).unavailable["pmu"].startswith(AT_REST)
+        read(collector, sleeper.pid)
+        assert rested == [sleeper.pid]
         call_first_op_again(path, calls=5, bump_data_seq=True)
         changed = read(collector, sleeper.pid)
-        assert not changed.unavailable.get("pmu", "").startswith(AT_REST)
+        assert rested == [sleeper.pid]  # read in full
         assert [op.count_total for op in changed.gemm] == [6] + [1] * (OPS - 1)
         assert changed.gemm[0].count_per_s * changed.interval_seconds == pytest.approx(5)
         assert read(collector, sleeper.pid).gemm[0].count_per_s == 0.0  # at rest again: nothing new
@@ -124,29 +139,15 @@ def test_a_rank_whose_segment_changed_is_read_again_in_that_interval(one_rank):
         collector.close()
 
 
-def test_a_resting_ranks_kernel_figures_are_read_every_rest_look(one_rank, monkeypatch):
-    path, sleeper = one_rank
-    monkeypatch.setattr(ranks, "REST_LOOK_SECONDS", 0.1)
-    collector = RanksCollector(1.0, directory=str(path.parent))
-    try:
-        read(collector, sleeper.pid)
-        assert read(collector, sleeper.pid).unavailable["run_delay_seconds_per_s"].startswith(AT_REST)
-        time.sleep(0.15)
-        looked = read(collector, sleeper.pid)
-        assert looked.gemm[0].count_per_s == 0.0  # still at rest: its segment is not read
-        assert looked.run_delay_seconds_per_s == 0.0  # a sleeper never waits for a CPU; read over 0.15 s
-    finally:
-        collector.close()
-
-
-def test_a_segment_without_data_seq_is_read_in_full_every_interval(one_rank):
+def test_a_segment_without_data_seq_is_read_in_full_every_interval(one_rank, rested):
     path, sleeper = one_rank
     with path.open("r+b") as f:
         os.pwrite(f.fileno(), struct.pack("<I", segment.LAYOUT_VERSION_NO_DATA_SEQ), LAYOUT_VERSION_OFFSET)
     collector = RanksCollector(1.0, directory=str(path.parent))
     try:
         read(collector, sleeper.pid)
-        assert not read(collector, sleeper.pid).unavailable.get("pmu", "").startswith(AT_REST)
+        read(collector, sleeper.pid)
+        assert not rested
         call_first_op_again(path, calls=3, bump_data_seq=False)  # an earlier hook: no data_seq to bump
         assert read(collector, sleeper.pid).gemm[0].count_total == 4
     finally:
