@@ -17,7 +17,8 @@ import subprocess
 
 import pytest
 
-from native.support import STANDINS, gcc, remove_rank_files, segment_path, tuiprof_run, wait_for
+from native.support import HOOK, STANDINS, gcc, remove_rank_files, segment_path, tuiprof_run, wait_for
+from tuiprof.commands.run import CHAINED_PLUGIN_ENV, launch_environment
 from tuiprof_native import segment
 
 HEADERS = pathlib.Path(__file__).parent / "nccl_profiler_headers"
@@ -165,3 +166,13 @@ def test_a_bare_plugin_name_is_found_as_nccl_finds_it(built, tmp_path):
     finally:
         finish(proc)
     assert json.loads(counts.read_text())["inits"] == 1
+
+
+def test_tuiprof_run_moves_the_users_plugin_to_the_chain_and_keeps_none(capsys):
+    env = launch_environment({"NCCL_PROFILER_PLUGIN": "inspector"}, kineto_daemon=False)
+    assert (env["NCCL_PROFILER_PLUGIN"], env[CHAINED_PLUGIN_ENV]) == (str(HOOK), "inspector")
+    assert "chains to NCCL_PROFILER_PLUGIN=inspector" in capsys.readouterr().err
+    mine = launch_environment({"NCCL_PROFILER_PLUGIN": str(HOOK)}, kineto_daemon=False)  # a nested tuiprof run
+    assert CHAINED_PLUGIN_ENV not in mine
+    none = launch_environment({"NCCL_PROFILER_PLUGIN": "None"}, kineto_daemon=False)  # NCCL: no plugin at all
+    assert none["NCCL_PROFILER_PLUGIN"] == "None" and CHAINED_PLUGIN_ENV not in none

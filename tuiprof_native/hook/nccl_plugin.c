@@ -660,6 +660,8 @@ static void *channel_started(nccl_op *op, const event *e, void *chained)
 static void *pass_on(const nccl_comm *comm, const event *e, void *descr)
 {
     if (!comm->chained || !tp_chain_wants(comm->chained_mask, e->type)) return NULL;
+    if ((e->type & (PROFILE_COLL | PROFILE_P2P)) && e->parent == &g_group_sentinel)
+        return NULL; /* its group got no handle from it: NCCL alone would not start these (v1-v4) */
     nccl_descr_head *head = descr;
     void *parent = head->parent;
     head->parent = chained_handle(parent);
