@@ -69,7 +69,7 @@ dist.destroy_process_group()
 print("torch: 10 all_reduce done with nccl", torch.cuda.nccl.version())' > "$OUT/torch.txt" 2>&1
 echo "torch: exit $?"; tail -3 "$OUT/torch.txt"
 python3 - "$OUT" "$EXPECTED" <<'PY'
-import glob, os, re, statistics, sys
+import collections, glob, os, re, statistics, sys
 from tuiprof_native import segment
 out, expected = sys.argv[1], int(sys.argv[2])
 def seg(name):
@@ -95,6 +95,10 @@ for name in ("counted", "timed", "plugin", "torch"):
           f"untimed {h.counters.nccl_untimed}, dropped {h.counters.dropped_records}; expected ops {expected}: "
           f"{'EQUAL' if sum(x.count for x in slots) == expected else 'DIFFERENT'}")
     if name == "timed":
+        ring = s.events()
+        print(f"event ring: {len(ring)} events, by kind {collections.Counter(e.kind for e in ring)}; "
+              f"timed slot mean {[round(x.total_ns / x.timed_count / 1e3, 2) for x in slots if x.timed_count]} us, "
+              f"min {[x.min_ns / 1e3 for x in slots]} us, max {[x.max_ns / 1e3 for x in slots]} us")
         by_size = {}
         for e in s.events():
             if e.kind == "nccl" and e.end_ns:
