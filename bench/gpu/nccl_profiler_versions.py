@@ -24,6 +24,8 @@ import pathlib
 import subprocess
 import sys
 
+from nccl_stubs import build_stubs
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # One rank: argv = rank, world, port, report path. Counts are per NCCL op the program launched.
@@ -85,8 +87,9 @@ if (path := own_segment()) is not None:
         h = seg.header()
         header = {"flags": h.flags, "nccl_untimed": h.counters.nccl_untimed,
                   "shortfall": h.counters.nccl_channel_shortfall, "late": h.counters.nccl_late_channels}
+mapped = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libnccl" in line})
 report.write_text(json.dumps({
-    "rank": rank, "nccl_version": version.value, "profiler_api": hook.tuiprof_nccl_profiler_version(),
+    "rank": rank, "mapped": mapped, "nccl_version": version.value, "profiler_api": hook.tuiprof_nccl_profiler_version(),
     "chain": hook.tuiprof_nccl_chain().decode(), "program": program, "segment": dict(seen),
     "segment_extra": {op: n for op, n in seen.items() if op not in program}, "header": header,
 }))
@@ -102,7 +105,9 @@ def nccl_libraries(folder: pathlib.Path) -> list[pathlib.Path]:
 def run_job(lib: pathlib.Path, out: pathlib.Path, port: int, chain: str | None) -> list[dict[str, object]]:
     """The two ranks under `tuiprof run` with `lib` preloaded: their reports (or why there is none)."""
     env = dict(os.environ)
-    env.update({"LD_PRELOAD": str(lib), "BENCH_LIBNCCL": str(lib), "NCCL_SOCKET_IFNAME": "lo",
+    stubs = build_stubs(lib, out / "stubs")  # an NCCL older than this PyTorch's lacks functions it binds
+    env.update({"LD_PRELOAD": " ".join(map(str, filter(None, (lib, stubs)))), "BENCH_LIBNCCL": str(lib),
+                "NCCL_SOCKET_IFNAME": "lo",
                 "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
                 "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV",
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))})

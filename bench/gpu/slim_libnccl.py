@@ -79,6 +79,8 @@ def unpack(folder: Path, to: Path) -> None:
     for packed in sorted(folder.glob("libnccl-*.so.xz")):
         version = packed.name.removeprefix("libnccl-").removesuffix(".so.xz")
         lib = to / version / "lib"
+        if (lib / "libnccl.so.2").exists():  # an earlier call's
+            continue
         lib.mkdir(parents=True, exist_ok=True)
         with lzma.open(packed) as source, open(lib / "libnccl.so.2", "wb") as target:
             shutil.copyfileobj(source, target, 1 << 24)

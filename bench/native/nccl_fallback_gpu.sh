@@ -46,17 +46,8 @@ hooked timed TUIPROF_NCCL_FALLBACK=1
 hooked plugin NCCL_PROFILER_PLUGIN="$HOOK" TUIPROF_NCCL_FALLBACK=1
 # PyTorch's own path (libtorch_cuda -> libnccl, communicator from ncclCommInitRankConfig): one rank,
 # 10 all-reduces of 1 Mi fp32, timed fallback
-if [ -n "$TORCH_NCCL" ]; then
-  # This PyTorch binds NCCL's newer functions at load (ncclCommWindowRegister, ...): an older NCCL lacks
-  # them, so each one it lacks gets a stub that answers ncclInvalidUsage (5). None is called by this job.
-  TORCH_LIB=$(python3 -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("torch").origin).parent / "lib")')
-  comm -23 <(nm -D --undefined-only "$TORCH_LIB"/libtorch_cuda.so | awk '$2 ~ /^nccl/ {print $2}' | sort -u) \
-           <(nm -D --defined-only "$TORCH_NCCL" | awk '{print $3}' | sort -u) \
-    | awk '{print "int " $1 "(void) { return 5; }"}' > "$OUT/newer_nccl_stubs.c"
-  echo "stubbed for PyTorch: $(awk '{print $2}' "$OUT/newer_nccl_stubs.c" | tr '\n' ' ')"
-  gcc -shared -fPIC -o /tmp/newer_nccl_stubs.so "$OUT/newer_nccl_stubs.c"
-  TORCH_NCCL="$TORCH_NCCL /tmp/newer_nccl_stubs.so"
-fi
+# This PyTorch binds NCCL's newer functions at load: stubs for those an older NCCL lacks (nccl_stubs.py).
+[ -n "$TORCH_NCCL" ] && TORCH_NCCL="$TORCH_NCCL $(python3 bench/gpu/nccl_stubs.py "$TORCH_NCCL" /tmp/nccl_stubs)"
 bash -c 'echo $$ > "$0"; exec env "$@"' "$OUT/torch.pid" TUIPROF_NCCL_FALLBACK=1 LD_PRELOAD="$HOOK $TORCH_NCCL" python3 -c '
 import os, torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
