@@ -28,7 +28,10 @@ INSPECTOR=$(find .carry/nccl-profiler/inspector -name 'libnccl-profiler-inspecto
 mkdir -p /tmp/nccl-chain/2.28.9 /tmp/nccl-chain/2.30.7
 cp -l /tmp/nccl/2.28.9/lib/libnccl.so.2 /tmp/nccl-chain/2.28.9/ && cp -l /tmp/nccl/2.30.7/lib/libnccl.so.2 /tmp/nccl-chain/2.30.7/
 mkdir -p /tmp/example-dump
-NCCL_PROFILE_EVENT_MASK=6 NCCL_PROFILE_DUMP_FILE=/tmp/example-dump/trace \
+# its default pools keep the last 8 events of a kind: room for the whole job; CollApi (512) too
+POOLS=(NCCL_PROFILE_COLL_POOL_SIZE=4096 NCCL_PROFILE_P2P_POOL_SIZE=4096 NCCL_PROFILE_COLL_API_POOL_SIZE=4096
+       NCCL_PROFILE_P2P_API_POOL_SIZE=4096 NCCL_PROFILE_GROUP_POOL_SIZE=4096 NCCL_PROFILE_GROUP_API_POOL_SIZE=4096)
+env "${POOLS[@]}" NCCL_PROFILE_EVENT_MASK=518 NCCL_PROFILE_DUMP_FILE=/tmp/example-dump/trace \
   python3 bench/gpu/nccl_profiler_versions.py --nccl-dir /tmp/nccl-chain --out "$OUT/chain-example" \
   --chain /tmp/libnccl-profiler-example.so --port 29600
 python3 - /tmp/example-dump <<'PY'
@@ -36,7 +39,8 @@ import collections, json, pathlib, sys
 for dump in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     text = dump.read_text().rstrip().rstrip(",")
     events = json.loads(text + ("" if text.endswith("]") else "]"))
-    begun = collections.Counter(e["name"] for e in events if e.get("ph") == "b" and e.get("cat") in ("COLL", "P2P"))
+    begun = collections.Counter(f'{e["cat"]} {e["name"]}' for e in events
+                                if e.get("ph") == "b" and e.get("cat") in ("COLL", "P2P", "COLL_API"))
     print(f"example plugin dump {dump.name}: {dict(sorted(begun.items()))}")
 PY
 if [ -n "$INSPECTOR" ]; then

@@ -30,6 +30,7 @@ PROGRAM = [
     ("Send", "int8", "", "", 2, 100, 1, 5_000),
 ]
 CE_OP = ("AlltoAll", "fp32", "CE", "", 1, 64 * 4)  # v6: on copy engines, untimed
+BROADCAST_OP = ("Broadcast", "fp32", "", "", 2, 128 * 4)  # v6: from its API event (once with a Coll event too), untimed
 OPS = sum(p[4] for p in PROGRAM)
 CHANNELS = sum(p[4] * p[6] for p in PROGRAM)
 
@@ -66,7 +67,7 @@ def finish(proc: subprocess.Popen) -> None:
 
 
 def expected_ops(version: int) -> list[tuple]:
-    return [p[:6] for p in PROGRAM] + ([CE_OP] if version >= 6 else [])
+    return [p[:6] for p in PROGRAM] + ([CE_OP, BROADCAST_OP] if version >= 6 else [])
 
 
 def check_segment(seg: segment.Segment, version: int, comm_hash: int) -> None:
@@ -79,7 +80,7 @@ def check_segment(seg: segment.Segment, version: int, comm_hash: int) -> None:
     assert bool(header.flags & segment.FLAG_NCCL_GPU_TIME) == (version >= 4)  # v3's times are the host's
     counters = header.counters
     assert (counters.nccl_channel_shortfall, counters.nccl_late_channels) == (0, 0)
-    untimed = sum(o[4] for o in ops) if version <= 2 else (CE_OP[4] if version >= 6 else 0)
+    untimed = sum(o[4] for o in ops) if version <= 2 else (CE_OP[4] + BROADCAST_OP[4] if version >= 6 else 0)
     assert counters.nccl_untimed == untimed
     slots = {s.op: s for s in seg.slots() if s.kind == "nccl"}
     assert sorted(slots) == sorted(o[0] for o in ops)
@@ -98,6 +99,8 @@ def check_segment(seg: segment.Segment, version: int, comm_hash: int) -> None:
     allreduce = [e for e in seg.events() if e.op == "AllReduce"]
     assert [e.op_seq for e in allreduce] == [0, 1, 2]
     assert all(e.rank == RANK for e in allreduce)
+    if version >= 6:  # numbered as NCCL numbers them, though counted from the API event
+        assert [e.op_seq for e in seg.events() if e.op == "Broadcast"] == [0, 1]
 
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
@@ -117,8 +120,10 @@ def chained_expectation(version: int) -> dict[str, int]:
     kernel = CHANNELS if version >= 3 else 0
     starts = {"1": OPS, "2": OPS - 2, "4": 2, "8": CHANNELS, "64": kernel}  # Group, Coll, P2p, ProxyOp, KernelCh
     if version >= 5:  # the API events; a v6 NCCL's copy-engine op has them too, its CeColl is not passed on
-        ce = 1 if version >= 6 else 0
-        starts.update({"256": OPS + ce, "512": OPS - 2 + ce, "1024": 2})
+        # a v6 NCCL's two Broadcasts: their API events, and one Coll event (the other has none)
+        extra = 1 + BROADCAST_OP[4] if version >= 6 else 0
+        starts.update({"256": OPS + extra, "512": OPS - 2 + extra, "1024": 2})
+        starts["2"] += 1 if version >= 6 else 0
     return starts
 
 

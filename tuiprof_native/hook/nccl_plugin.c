@@ -15,7 +15,12 @@
  *   channels all stopped and none started for CHANNEL_BOUND_QUIET_NS;
  * - v1, v2: no kernel events: ops are counted, untimed;
  * - v6 also runs some collectives on copy engines (CeColl events): counted,
- *   untimed (timing them would take CUDA events on NCCL's stream).
+ *   untimed (timing them would take CUDA events on NCCL's stream);
+ * - v6: NCCL 2.29 and 2.30 send no Coll event for a Broadcast (with
+ *   NCCL_ALLGATHERV_ENABLE, their default, enqueue.cc makes it a broadcast task
+ *   whose later collective task has no activation mask), only its CollApi
+ *   event: a v6 Broadcast is counted from that API event, untimed, and a
+ *   Broadcast Coll event (NCCL_ALLGATHERV_ENABLE=0) is not counted again.
  * No CUDA event is ever put on an NCCL stream.  Up to v4 NCCL starts an op's
  * events only under a Group event that got a handle, so a Group gets one (a
  * sentinel, when the chained plugin gives none).  Up to v3 init names no
@@ -196,6 +201,12 @@ typedef struct descr_v6 { /* NCCL 2.28 (v5) and 2.29+ (v6, adds copy-engine coll
             int root;
             const char *datatype;
         } ce_coll;
+        struct {
+            const char *func;
+            size_t count;
+            const char *datatype;
+            int root;
+        } coll_api; /* then the stream and graphCaptured, not read */
     };
 } descr_v6;
 
@@ -228,6 +239,7 @@ typedef struct nccl_comm { /* one per communicator; never freed: ops in flight a
     int rank, nnodes;
     void *chained;          /* the chained plugin's context for this communicator; NULL: none */
     int chained_mask;
+    _Atomic uint64_t broadcasts; /* v6: Broadcasts counted from their API event, NCCL's sequence numbers */
 } nccl_comm;
 
 typedef struct nccl_op {
@@ -427,6 +439,8 @@ static void read_v6(const descr_v6 *d, event *e) /* and v5 */
     if (e->type == PROFILE_CE_COLL) {
         e->func = d->ce_coll.func, e->datatype = d->ce_coll.datatype, e->algo = "CE";
         e->count = d->ce_coll.count, e->seq = d->ce_coll.seq, e->has_seq = 1;
+    } else if (e->type == PROFILE_COLL_API) {
+        e->func = d->coll_api.func, e->datatype = d->coll_api.datatype, e->count = d->coll_api.count;
     }
 }
 
@@ -435,7 +449,7 @@ static int our_mask(int version)
 {
     int mask = PROFILE_COLL | PROFILE_P2P;
     if (version >= 3) mask |= PROFILE_KERNEL_CH;
-    if (version >= 6) mask |= PROFILE_CE_COLL;
+    if (version >= 6) mask |= PROFILE_CE_COLL | PROFILE_COLL_API; /* the API event: for Broadcast only */
     return mask;
 }
 
@@ -670,9 +684,20 @@ static void *pass_on(const nccl_comm *comm, const event *e, void *descr)
     return handle;
 }
 
-static void *record_start(nccl_comm *comm, const event *e, void *chained)
+/* v6: a Broadcast is its API event (see the top); every other op its Coll/P2p/CeColl event. */
+static int counted_elsewhere(nccl_comm *comm, event *e)
 {
-    if (!comm->recording || !(e->type & (uint32_t)our_mask(comm->version))) return NULL;
+    if (comm->version < 6 || (e->type != PROFILE_COLL_API && e->type != PROFILE_COLL)) return 0;
+    int broadcast = e->func && !strcmp(e->func, "Broadcast");
+    if (e->type == PROFILE_COLL) return broadcast;
+    if (!broadcast) return 1;
+    e->seq = atomic_fetch_add(&comm->broadcasts, 1), e->has_seq = 1;
+    return 0;
+}
+
+static void *record_start(nccl_comm *comm, event *e, void *chained)
+{
+    if (!comm->recording || !(e->type & (uint32_t)our_mask(comm->version)) || counted_elsewhere(comm, e)) return NULL;
     if (e->type == PROFILE_KERNEL_CH) {
         int channel;
         nccl_op *op = our_op(e->parent, &channel);
@@ -683,7 +708,7 @@ static void *record_start(nccl_comm *comm, const event *e, void *chained)
     return op;
 }
 
-static int start_event(void *context, void **handle, const event *e, void *descr)
+static int start_event(void *context, void **handle, event *e, void *descr)
 {
     *handle = NULL;
     nccl_comm *comm = context;

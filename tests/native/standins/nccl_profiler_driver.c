@@ -8,6 +8,9 @@
  *   AllGather fp32 x256, RING/LL, 1 channel, 20 us, 2 times
  *   Send int8 x100 to rank 2, 1 channel, 5 us, 2 times
  *   v6: AlltoAll fp32 x64 on copy engines, once
+ *   v6: Broadcast fp32 x128 twice, as NCCL 2.29/2.30 report it: its CollApi
+ *       event alone (their default), then with a Coll event too
+ *       (NCCL_ALLGATHERV_ENABLE=0)
  *
  * Per op as NCCL does: (v5+) GroupApi and CollApi/P2pApi events, a Group
  * event (up to v4 the op's events start only when it got a handle), the
@@ -258,6 +261,23 @@ static void run_ce_coll(void)
     stop(group_api_handle);
 }
 
+static void run_broadcasts(void)
+{
+    for (int with_coll = 0; with_coll < 2; with_coll++) {
+        any_descr group_api = {0}, api = {0}, task = {0};
+        void *group_api_handle = start(ncclProfileGroupApi, NULL, &group_api);
+        api.v6.collApi.func = "Broadcast", api.v6.collApi.count = 128, api.v6.collApi.datatype = "ncclFloat32";
+        void *api_handle = start(ncclProfileCollApi, group_api_handle, &api);
+        if (with_coll) {
+            task.v6.coll.seqNumber = 0, task.v6.coll.func = "Broadcast", task.v6.coll.count = 128;
+            task.v6.coll.datatype = "ncclFloat32", task.v6.coll.algo = "RING", task.v6.coll.proto = "SIMPLE";
+            stop(start(ncclProfileColl, api_handle, &task)); /* no channels: NCCL would send them, we need none */
+        }
+        stop(api_handle);
+        stop(group_api_handle);
+    }
+}
+
 static uint64_t djb2a(const unique_id *id)
 {
     uint64_t h = 5381;
@@ -306,7 +326,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof(program) / sizeof(program[0]); i++)
         for (int n = 0; n < program[i].times; n++) run_op(&program[i]);
-    if (version >= 6) run_ce_coll();
+    if (version >= 6) run_ce_coll(), run_broadcasts();
 
     int (*chosen)(void) = (int (*)(void))dlsym(lib, "tuiprof_nccl_profiler_version");
     const char *(*chain)(void) = (const char *(*)(void))dlsym(lib, "tuiprof_nccl_chain");
