@@ -78,6 +78,7 @@ cdef extern from "tuiprof_segment.h":
     enum: TP_ALGO_LEN
     enum: TP_PROTO_LEN
     enum: TP_JOB_ID_LEN
+    enum: TP_NCCL_CHAIN_LEN
     enum: TP_HOSTNAME_LEN
     enum: TP_HIST_BUCKETS_N "TP_HIST_BUCKETS"
     enum: TP_FINE_BUCKETS_N "TP_FINE_BUCKETS"
@@ -160,6 +161,8 @@ cdef extern from "tuiprof_segment.h":
         uint32_t gemm_sample_every
         uint32_t gemm_sample_max
         uint64_t data_seq
+        uint32_t nccl_profiler_api
+        char nccl_chain[TP_NCCL_CHAIN_LEN]
 
     ctypedef struct tp_copy_stats:
         uint64_t calls
@@ -388,6 +391,10 @@ class Header:
     gemm_timed_first: int = 0
     gemm_sample_every: int = 1
     gemm_sample_max: int = 0
+    # ncclProfiler_vN NCCL initialised the hook with (0: none), and what became of a profiler plugin the
+    # user had named ("chains to ... (ncclProfiler_vN)", "not chained to ...: why", "" when none)
+    nccl_profiler_api: int = 0
+    nccl_chain: str = ""
 
 
 cdef class Pulse:
@@ -803,7 +810,8 @@ cdef class Segment:
                       _text(h.hostname, sizeof(h.hostname)), h.start_ns, h.heartbeat_ns, h.writer_seq, h.flags,
                       h.slots_used, h.ring_head, counters, h.fatal_signal or None,
                       h.exit_status if h.flags & TP_FLAG_EXIT_STATUS else None, h.gemm_timed_first,
-                      h.gemm_sample_every, h.gemm_sample_max)
+                      h.gemm_sample_every, h.gemm_sample_max, h.nccl_profiler_api,
+                      _text(h.nccl_chain, sizeof(h.nccl_chain)) if h.nccl_profiler_api else "")
 
     def device_memory(self) -> DeviceMemory:
         """CUDA allocations and copies, and PyTorch's allocator figures (read consistently)."""

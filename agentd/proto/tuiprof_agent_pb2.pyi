@@ -938,7 +938,7 @@ class CollectiveArrivals(_message.Message):
     def __init__(self, comm: _Optional[str] = ..., sequence: _Optional[_Iterable[int]] = ..., start_unix_ns: _Optional[_Iterable[int]] = ..., enqueued: _Optional[bool] = ...) -> None: ...
 
 class HookHealth(_message.Message):
-    __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason", "gemm_timed_first_calls", "gemm_sample_every", "nccl_api_fallback", "nccl_api_events", "gemm_sample_max", "stale_inflight_total")
+    __slots__ = ("cuda_timing", "nccl_plugin", "nccl_gpu_timers", "gemm_untimed_total", "nccl_untimed_total", "dropped_records_total", "slot_overflow_total", "nccl_channel_shortfall_total", "nccl_late_channels_total", "pending", "inactive_reason", "gemm_timed_first_calls", "gemm_sample_every", "nccl_api_fallback", "nccl_api_events", "gemm_sample_max", "stale_inflight_total", "nccl_profiler_api", "nccl_profiler_chain")
     CUDA_TIMING_FIELD_NUMBER: _ClassVar[int]
     NCCL_PLUGIN_FIELD_NUMBER: _ClassVar[int]
     NCCL_GPU_TIMERS_FIELD_NUMBER: _ClassVar[int]
@@ -956,6 +956,8 @@ class HookHealth(_message.Message):
     NCCL_API_EVENTS_FIELD_NUMBER: _ClassVar[int]
     GEMM_SAMPLE_MAX_FIELD_NUMBER: _ClassVar[int]
     STALE_INFLIGHT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NCCL_PROFILER_API_FIELD_NUMBER: _ClassVar[int]
+    NCCL_PROFILER_CHAIN_FIELD_NUMBER: _ClassVar[int]
     cuda_timing: bool
     nccl_plugin: bool
     nccl_gpu_timers: bool
@@ -973,7 +975,9 @@ class HookHealth(_message.Message):
     nccl_api_events: bool
     gemm_sample_max: int
     stale_inflight_total: int
-    def __init__(self, cuda_timing: _Optional[bool] = ..., nccl_plugin: _Optional[bool] = ..., nccl_gpu_timers: _Optional[bool] = ..., gemm_untimed_total: _Optional[int] = ..., nccl_untimed_total: _Optional[int] = ..., dropped_records_total: _Optional[int] = ..., slot_overflow_total: _Optional[int] = ..., nccl_channel_shortfall_total: _Optional[int] = ..., nccl_late_channels_total: _Optional[int] = ..., pending: _Optional[int] = ..., inactive_reason: _Optional[str] = ..., gemm_timed_first_calls: _Optional[int] = ..., gemm_sample_every: _Optional[int] = ..., nccl_api_fallback: _Optional[bool] = ..., nccl_api_events: _Optional[bool] = ..., gemm_sample_max: _Optional[int] = ..., stale_inflight_total: _Optional[int] = ...) -> None: ...
+    nccl_profiler_api: int
+    nccl_profiler_chain: str
+    def __init__(self, cuda_timing: _Optional[bool] = ..., nccl_plugin: _Optional[bool] = ..., nccl_gpu_timers: _Optional[bool] = ..., gemm_untimed_total: _Optional[int] = ..., nccl_untimed_total: _Optional[int] = ..., dropped_records_total: _Optional[int] = ..., slot_overflow_total: _Optional[int] = ..., nccl_channel_shortfall_total: _Optional[int] = ..., nccl_late_channels_total: _Optional[int] = ..., pending: _Optional[int] = ..., inactive_reason: _Optional[str] = ..., gemm_timed_first_calls: _Optional[int] = ..., gemm_sample_every: _Optional[int] = ..., nccl_api_fallback: _Optional[bool] = ..., nccl_api_events: _Optional[bool] = ..., gemm_sample_max: _Optional[int] = ..., stale_inflight_total: _Optional[int] = ..., nccl_profiler_api: _Optional[int] = ..., nccl_profiler_chain: _Optional[str] = ...) -> None: ...
 
 class ProcessGroupProgress(_message.Message):
     __slots__ = ("id", "last_enqueued", "last_completed")

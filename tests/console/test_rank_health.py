@@ -56,6 +56,18 @@ def test_hook_health_becomes_reasons() -> None:
     assert rank_notes(healthy) == []
 
 
+def test_a_chained_nccl_profiler_plugin_is_said_first() -> None:
+    chained = pb.RankStats(pid=5, hook=pb.HookHealth(
+        nccl_plugin=True, nccl_profiler_api=5, nccl_profiler_chain="chains to /opt/inspector.so (ncclProfiler_v5)",
+        dropped_records_total=1))
+    rank = HostSnapshot.from_proto(pb.HostSnapshot(ranks=[chained])).ranks[0]
+    assert hook_reasons(rank.hook) == ["NCCL profiler plugin chains to /opt/inspector.so (ncclProfiler_v5)",
+                                       "1 records dropped: ring full"]
+    plain = HostSnapshot.from_proto(pb.HostSnapshot(ranks=[pb.RankStats(pid=6, hook=pb.HookHealth(
+        nccl_plugin=True, nccl_profiler_api=6))])).ranks[0]
+    assert rank_notes(plain) == []  # the API NCCL took is in status --json, not a note
+
+
 def test_status_json_has_the_hook_the_process_groups_and_where_ranks_run() -> None:
     cluster = ClusterState(["n1"])
     cluster.apply(SnapshotReceived("n1", 1.0, two_ranks()))

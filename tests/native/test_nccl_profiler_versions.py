@@ -77,6 +77,7 @@ def check_segment(seg: segment.Segment, version: int, comm_hash: int) -> None:
         seg.slots()
     header = seg.header()
     assert header.flags & segment.FLAG_NCCL_PLUGIN
+    assert header.nccl_profiler_api == version  # the hook's health says which API NCCL took
     assert bool(header.flags & segment.FLAG_NCCL_GPU_TIME) == (version >= 4)  # v3's times are the host's
     counters = header.counters
     assert (counters.nccl_channel_shortfall, counters.nccl_late_channels) == (0, 0)
@@ -115,6 +116,16 @@ def test_every_profiler_api_version_counts_the_program_exactly(built, version):
         finish(proc)
 
 
+def check_header_chain(in_header: str, status: str) -> None:
+    """The segment header's copy of the chain status: whole, or (longer than its 95 characters) with the
+    middle of the path elided and the verdict at its end kept."""
+    if len(status) <= 95:
+        assert in_header == status
+    else:
+        head, tail = in_header.split("...")
+        assert len(in_header) == 95 and status.startswith(head) and status.endswith(tail), in_header
+
+
 def chained_expectation(version: int) -> dict[str, int]:
     """What the counting plugin receives from the program, by event type (NCCL's mask bits)."""
     kernel = CHANNELS if version >= 3 else 0
@@ -137,6 +148,7 @@ def test_a_plugin_named_before_is_chained_and_gets_its_events(built, tmp_path, v
         assert result["chain"] == f"chains to {plugin} (ncclProfiler_v{chained})"
         with segment.Segment(segment_path(proc.pid)) as seg:
             check_segment(seg, version, result["comm_hash"])
+            check_header_chain(seg.header().nccl_chain, result["chain"])
     finally:
         finish(proc)
     (received,) = [json.loads(line) for line in counts.read_text().splitlines()]
@@ -156,6 +168,7 @@ def test_a_plugin_without_the_version_nccl_speaks_is_not_chained_and_says_why(bu
         assert result["chain"] == f"not chained to {plugin}: it has no ncclProfiler_v5, the version NCCL speaks here"
         with segment.Segment(segment_path(proc.pid)) as seg:
             check_segment(seg, 5, result["comm_hash"])
+            check_header_chain(seg.header().nccl_chain, result["chain"])
     finally:
         finish(proc)
     assert not counts.exists()  # never initialised

@@ -16,10 +16,11 @@ def telemetry_off(rank: RankStats) -> str | None:
 
 
 def hook_reasons(hook: HookHealth) -> list[str]:
-    """Why some GEMM/NCCL figures are missing or partial, one sentence per cause (none when all is well)."""
+    """Why some GEMM/NCCL figures are missing or partial, one sentence per cause (none when all is well);
+    first, when the user had named another NCCL profiler plugin, whether the hook passes it NCCL's events."""
     if hook.inactive_reason:
         return [f"telemetry off: {hook.inactive_reason}"]
-    lines = []
+    lines = [f"NCCL profiler plugin {hook.nccl_profiler_chain}"] if hook.nccl_profiler_chain else []
     if hook.gemm_untimed_total:
         cause = "no CUDA event free" if hook.cuda_timing else "no CUDA events"
         lines.append(f"{hook.gemm_untimed_total} GEMMs counted but not timed: {cause}")

@@ -385,6 +385,8 @@ class HookHealth:
     nccl_api_events: bool
     gemm_sample_max: int
     stale_inflight_total: int
+    nccl_profiler_api: int
+    nccl_profiler_chain: str
 
 
 @dataclass(frozen=True, slots=True)

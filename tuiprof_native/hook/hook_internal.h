@@ -218,6 +218,11 @@ extern const tp_nccl_dtype tp_nccl_dtypes[TP_NCCL_DTYPES];
 void tp_nccl_sweep(uint64_t now_ns);
 /* Channel-accounting anomalies so far (shortfall: finished by the sweep). */
 void tp_nccl_anomalies(uint64_t *shortfall, uint64_t *late);
+uint32_t tp_nccl_profiler_api(void);                  /* ncclProfiler_vN NCCL took; 0: none yet */
+/* nccl_chain.c: what became of the plugin named to chain to, one line: "" when none was named;
+ * "chains to <path> (ncclProfiler_v<N>)"; or why it is not chained. */
+void tp_chain_status(char *buf, size_t cap);  /* too long for cap: the middle elided with "..." */
+int tp_chain_init_failures(void);             /* communicators whose init the chained plugin failed */
 void tp_nccl_fork_child(void);
 
 /* ---- segment writer (segment_writer.c; writer thread only) ------------- */

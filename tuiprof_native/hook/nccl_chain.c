@@ -176,15 +176,29 @@ void tp_chain_record(void *handle, int state, void *args) { g_record(handle, sta
 
 void tp_chain_finalize(void *context) { g_finalize(context); }
 
+int tp_chain_init_failures(void) { return atomic_load(&g_init_failures); }
+
 void tp_chain_status(char *buf, size_t cap)
 {
+    char full[STATUS_MAX + 128];
     pthread_mutex_lock(&g_load_lock);
     int failures = atomic_load(&g_init_failures);
     if (failures && g_table) {
-        snprintf(buf, cap, "%s; its init failed (error %d) for %d communicator%s, whose events it does not see",
+        snprintf(full, sizeof(full), "%s; its init failed (error %d) for %d communicator%s, whose events it does not see",
                  g_status, atomic_load(&g_last_init_error), failures, failures == 1 ? "" : "s");
     } else {
-        snprintf(buf, cap, "%s", g_status);
+        snprintf(full, sizeof(full), "%s", g_status);
     }
     pthread_mutex_unlock(&g_load_lock);
+    size_t len = strlen(full);
+    if (cap == 0) return;
+    if (len < cap) {
+        memcpy(buf, full, len + 1);
+        return;
+    }
+    /* Too long (the segment header's field): the middle of the path goes, the verdict at the end stays. */
+    size_t head = (cap - 4) / 3, tail = cap - 4 - head;
+    memcpy(buf, full, head);
+    memcpy(buf + head, "...", 3);
+    memcpy(buf + head + 3, full + len - tail, tail + 1);
 }

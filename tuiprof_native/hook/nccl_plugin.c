@@ -538,10 +538,10 @@ static int plugin_init(int version, void **context, int *mask, const tp_comm_arg
 {
     *context = NULL;
     *mask = 0;
-    atomic_store(&g_version, version);
     void *chained;
     int chained_mask;
     int chaining = tp_chain_init(version, args, &chained, &chained_mask);
+    atomic_store(&g_version, version); /* after the chain's status: the writer copies that once it sees this */
     int recording = tp_ensure_started() && ops_ready();
     if (!recording && !chaining) return NCCL_SUCCESS; /* inert: NCCL runs without us */
     nccl_comm *c = calloc(1, sizeof(*c));
@@ -808,6 +808,8 @@ TP_EXPORT const nccl_profiler_v1 ncclProfiler_v1 = {"tuiprof", init_v1, start_v1
  * segment carries it: the profiler API version NCCL initialised this library
  * with (0: none yet), and what became of the plugin it chains to ("": none
  * was named). */
+uint32_t tp_nccl_profiler_api(void) { return (uint32_t)atomic_load(&g_version); }
+
 TP_EXPORT int tuiprof_nccl_profiler_version(void) { return atomic_load(&g_version); }
 
 TP_EXPORT const char *tuiprof_nccl_chain(void)

@@ -104,8 +104,7 @@ void *tp_chain_start(void *context, void *descr);
 void tp_chain_stop(void *handle);
 void tp_chain_record(void *handle, int state, void *args);
 void tp_chain_finalize(void *context);
-/* What became of the plugin named to chain to, one line: "" when none was
- * named; "chains to <path> (ncclProfiler_v<N>)"; or why it is not chained. */
-void tp_chain_status(char *buf, size_t cap);
+/* tp_chain_status (what became of the plugin named to chain to) is in
+ * hook_internal.h: the writer copies it into the segment's header. */
 
 #endif

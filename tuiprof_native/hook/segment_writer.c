@@ -181,13 +181,15 @@ void tp_segment_remove(void)
  * grows by 2 a write and never goes down, and so do the slot writes and the ring head: their
  * sum changes exactly when one of them did.  The in-flight table is written by the worker and
  * the device memory block by memory_hooks.c, so they are looked at here, not counted where
- * written.  Flags only gain bits; summed in too. */
+ * written.  Flags only gain bits, the profiler API is set once and the chain's failures only grow
+ * (the header's NCCL profiler lines): summed in too. */
 static uint64_t data_digest(const tp_segment *s)
 {
     uint64_t d = g_slot_writes + __atomic_load_n(&s->header.ring_head, __ATOMIC_RELAXED) +
                  __atomic_load_n(&s->header.counters.seq, __ATOMIC_RELAXED) +
                  __atomic_load_n(&s->device_memory.seq, __ATOMIC_RELAXED) +
-                 __atomic_load_n(&s->header.flags, __ATOMIC_RELAXED);
+                 __atomic_load_n(&s->header.flags, __ATOMIC_RELAXED) +
+                 __atomic_load_n(&s->header.nccl_profiler_api, __ATOMIC_RELAXED) + (uint64_t)tp_chain_init_failures();
     for (uint32_t i = 0; i < TP_MAX_INFLIGHT; i++) d += __atomic_load_n(&s->inflight[i].seq, __ATOMIC_RELAXED);
     return d;
 }

@@ -298,6 +298,16 @@ static void sync_header(void)
     tp_header *h = &tp_segment_get()->header;
     uint32_t flags = atomic_load(&g_flags);
     if (h->flags != flags) __atomic_store_n(&h->flags, flags, __ATOMIC_RELEASE);
+    static int chain_failures_shown;
+    uint32_t api = tp_nccl_profiler_api();
+    int chain_failures = tp_chain_init_failures();
+    /* The status is set once NCCL initialises the plugin (then the version is set); it changes
+     * only when the chained plugin fails a later communicator's init. */
+    if (h->nccl_profiler_api != api || chain_failures != chain_failures_shown) {
+        tp_chain_status(h->nccl_chain, sizeof(h->nccl_chain));
+        __atomic_store_n(&h->nccl_profiler_api, api, __ATOMIC_RELEASE);
+        chain_failures_shown = chain_failures;
+    }
     uint64_t drops = atomic_load(&g_drops), shortfall, late;
     tp_nccl_anomalies(&shortfall, &late);
     tp_counters *c = &h->counters;

@@ -52,6 +52,7 @@
 #define TP_MAX_SLOTS 512u      /* aggregate slots; the last one collects overflow */
 #define TP_MAX_INFLIGHT 128u   /* one entry per stream / communicator with unfinished work */
 #define TP_RING_CAPACITY 8192u /* last N events */
+#define TP_NCCL_CHAIN_LEN 96u
 #define TP_HIST_BUCKETS 40u    /* bucket i counts latencies in [2^i, 2^(i+1)) ns; 0 also holds 0 ns */
 /* Each slot's fine window: TP_FINE_OCTAVES consecutive octaves [2^a, 2^(a+TP_FINE_OCTAVES)) ns,
  * a = the slot's fine_octave, each cut into 2^TP_FINE_SUB_BITS equal sub-buckets.  A sub-bucket
@@ -162,7 +163,13 @@ typedef struct tp_header {
      * that finds it equal to what it was before its previous reading knows the rank did
      * nothing since (a change made by a pass still under way shows at that pass's end). */
     uint64_t data_seq;
-    uint8_t reserved[104];
+    /* NCCL's profiler plugin API version NCCL initialised the hook with (0: none, yet or at all),
+     * and, once it is set, what became of a plugin the user had named (nccl_chain.c): "chains to
+     * <path> (ncclProfiler_vN)", "not chained to <path>: <why>", or "" when none was named.
+     * Written by the writer thread: the text first, then the version. */
+    uint32_t nccl_profiler_api;
+    char nccl_chain[TP_NCCL_CHAIN_LEN];
+    uint8_t reserved[4];
 } tp_header;
 
 /* Directions of a CUDA copy: cudaMemcpyKind's values, which index tp_device_memory.copies.
