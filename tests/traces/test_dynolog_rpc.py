@@ -72,7 +72,7 @@ def test_dyno_style_on_demand_requests_trace_a_real_trainer_into_the_trace_dir_o
     assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [pid],
                      "eventProfilersBusy": 0, "eventProfilersTriggered": [],
                      "processesMatched": [pid]}
-    named = wait_for_file(f"dyno-*-pid{pid}_{pid}.pt.trace.json", agent.trace_dir / "0")
+    named = wait_for_file(f"dyno-*-pid{pid}_{pid}.pt.trace.json", agent.trace_dir / str(os.getuid()))
     assert any(e.get("name") == "aten::mm" for e in json.loads(named.read_text())["traceEvents"])
     # A folder of the user's own outside the trace dir: the trainer writes there itself, Kineto's _<pid> added.
     own = tmp_path / "own"
@@ -105,7 +105,7 @@ def with_log_file(body: bytes, log_file: pathlib.Path | str, **fields: object) -
 
 @pytest.fixture
 def rpc(tmp_path):
-    """The RPC over a registry where this (root) process polls as job 0, as if in a container where it is pid 1234:
+    """The RPC over a registry where this process polls as job 0, as if in a container where it is pid 1234:
     the registry and the replies name it by its host pid."""
     registry = Registry()
     registry.poll(0, (os.getpid(),), os.getpid(), os.getuid(), True, pid_in_namespace=1234)
@@ -130,12 +130,17 @@ def test_captured_status_version_and_dcgm_calls_get_dynologs_answers(rpc):
 
 
 def test_captured_gputrace_log_file_outside_the_trace_dir_is_handed_to_the_trainer_as_dyno_gave_it(rpc):
-    # dynolog's own example, --log-file /tmp/trace.json: the trainer (root's, as this caller) writes it itself
+    # dynolog's own example, --log-file /tmp/trace.json: the trainer (this caller's) writes it itself
     reply = rpc.answer(captured("gputrace-iterations"), os.getuid())
     assert reply == {"activityProfilersBusy": 0, "activityProfilersTriggered": [os.getpid()], "eventProfilersBusy": 0,
                      "eventProfilersTriggered": [], "processesMatched": [os.getpid()]}
     pending = rpc.registry.entries()[0].pending
-    assert pending is not None and pending.acting_as is None  # a root trainer: no rights to hold it to
+    assert pending is not None
+    if os.getuid() == 0:
+        assert pending.acting_as is None  # a root trainer: no rights to hold it to
+    else:  # a user's trainer takes it only while it still acts exactly as its owner, as now
+        program = os.stat("/proc/self/exe")
+        assert pending.acting_as == procfs.Credentials(os.getuid(), os.getgid(), (program.st_dev, program.st_ino))
     # In the trainer's own file system, even from a container (pid 1234 there): nothing is copied out of it.
     assert pending_lines(rpc)[0] == "ACTIVITIES_LOG_FILE=/tmp/trace.json"
 
