@@ -414,6 +414,8 @@ def plot_text(screen, selector: str) -> str:
 
 
 async def test_history_plots_have_a_time_axis_units_and_a_window_z_cycles(gpu_app) -> None:
+    from tuiprof.tui.plots import HistoryPlot
+
     async with gpu_app.run_test(size=(120, 50)) as pilot:
         await settle(pilot, gpu_app)
         await pilot.press("enter", "6")
@@ -425,6 +427,10 @@ async def test_history_plots_have_a_time_axis_units_and_a_window_z_cycles(gpu_ap
         per_gpu = plot_text(screen, "#plot-each-util")
         assert "GPU utilization per GPU (%)" in per_gpu and "gpu0" in per_gpu and "gpu7" in per_gpu
         assert "core0" in plot_text(screen, "#plot-each-busy")
+        graphs = screen.query_one("#history-graphs")
+        scrollbar_at = graphs.region.right - graphs.scrollbar_size_vertical
+        assert graphs.scrollbar_size_vertical and all(  # a blank column between a plot's frame and the scrollbar
+            plot.region.right < scrollbar_at for plot in screen.query(HistoryPlot) if plot.display)
         for window in ("15 min", "all", "1 min", "5 min"):
             await pilot.press("z")
             await pilot.pause(0.05)
