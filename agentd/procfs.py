@@ -171,18 +171,19 @@ class ProcessStatus:
 
 
 def parse_status(raw: bytes) -> ProcessStatus:
-    """``State:``, ``Uid:`` and ``Gid:`` of a status file (they come in that order, within its first lines)."""
-    state = ""
-    uids: tuple[int, ...] = ()
-    for line in raw.split(b"\n"):
-        if line.startswith(b"State:"):
-            letter = line.split()[1].decode()
-            state = _STATES.get(letter, f"unknown ({letter})")
-        elif line.startswith(b"Uid:"):
-            uids = tuple(int(v) for v in line.split()[1:5])
-        elif line.startswith(b"Gid:"):
-            return ProcessStatus(state, uids, tuple(int(v) for v in line.split()[1:5]))
-    raise ValueError("no State:, Uid: and Gid: lines in a /proc/<pid>/status")
+    """``State:``, ``Uid:`` and ``Gid:`` of a status file (they come in that order, within its first lines).
+
+    Each is found by its line's start, not by splitting the whole file into lines: the ranks collector
+    parses one status file per rank every interval, and the rest of the file (memory, signals, CPU lists)
+    is most of it. No process can forge such a line: the kernel escapes a newline in the ``Name:`` it
+    prints first."""
+    state_at, uid_at, gid_at = raw.find(b"\nState:\t"), raw.find(b"\nUid:\t"), raw.find(b"\nGid:\t")
+    if min(state_at, uid_at, gid_at) < 0:
+        raise ValueError("no State:, Uid: and Gid: lines in a /proc/<pid>/status")
+    letter = raw[state_at + 8:state_at + 9].decode()
+    uids = tuple(map(int, raw[uid_at + 6:raw.find(b"\n", uid_at + 6)].split()[:4]))
+    gids = tuple(map(int, raw[gid_at + 6:raw.find(b"\n", gid_at + 6)].split()[:4]))
+    return ProcessStatus(_STATES.get(letter, f"unknown ({letter})"), uids, gids)
 
 
 def _read_status(pid: int) -> ProcessStatus | None:
@@ -323,11 +324,9 @@ def ineligible_reason_given(pid: int, confirmed: Credentials, status: ProcessSta
     owner running the same program."""
     if status is None:
         return ""
-    for kind, values, expected in (("uid", status.uids, confirmed.uid), ("gid", status.gids, confirmed.gid)):
-        if len(values) != 4 or any(value != expected for value in values):
-            listed = "/".join(str(v) for v in values)
-            return (f"process {pid} no longer acts only as its owner: its {kind}s (real/effective/saved/filesystem) "
-                    f"are {listed}, not all {expected} (a set-user-ID or set-group-ID program?)")
+    reason = ids_changed_reason(pid, confirmed, status)
+    if reason:
+        return reason
     try:
         directory_owner = os.stat(f"/proc/{pid}").st_uid
     except FileNotFoundError:
@@ -338,6 +337,17 @@ def ineligible_reason_given(pid: int, confirmed: Credentials, status: ProcessSta
     program = _exe_identity(pid)
     if program is not None and program != confirmed.exe:
         return f"process {pid} runs another program than when it was confirmed as a rank (it exec'd)"
+    return ""
+
+
+def ids_changed_reason(pid: int, confirmed: Credentials, status: ProcessStatus) -> str:
+    """The part of ``ineligible_reason_given`` that ``status`` alone tells: why the uids and gids it lists
+    (real, effective, saved, filesystem) are not all the confirmed owner's; "" when they are."""
+    for kind, values, expected in (("uid", status.uids, confirmed.uid), ("gid", status.gids, confirmed.gid)):
+        if len(values) != 4 or values.count(expected) != 4:
+            listed = "/".join(str(v) for v in values)
+            return (f"process {pid} no longer acts only as its owner: its {kind}s (real/effective/saved/filesystem) "
+                    f"are {listed}, not all {expected} (a set-user-ID or set-group-ID program?)")
     return ""
 
 

@@ -85,29 +85,56 @@ class Counters:
     hardware: native.CounterSet | None
     hardware_reason: str
     previous: list = dataclasses.field(default_factory=list)
+    # Whether the last interval() counted anything. A process's counters (and their times enabled and
+    # running) move only while one of its counted threads or children is on a CPU, so False says none was.
+    moved: bool = True
+    _still: pb.PmuStats | None = None  # the stats of an interval in which nothing moved, once built
 
     def sets(self) -> list:
         return [s for s in (self.software, self.hardware) if s is not None]
 
     def interval(self) -> native.IntervalCounts | None:
         """Counts since the previous call (None on the first call)."""
+        previous, current = self._sample()
+        return self._counts(previous, current) if previous else None
+
+    def stats(self, scope: str = "process") -> pb.PmuStats:
+        """PmuStats for the interval since the previous call (the first call: "first sample"). The same
+        message for every interval in which nothing moved: its figures (zero counts, no ratio) do not
+        depend on the interval's length. The caller copies it."""
+        previous, current = self._sample()
+        if not previous:
+            return pmu_stats(scope, None, self.hardware_reason)
+        if not self.moved and self._still is not None:
+            return self._still
+        stats = pmu_stats(scope, self._counts(previous, current), self.hardware_reason)
+        if not self.moved:
+            self._still = stats
+        return stats
+
+    def _sample(self) -> tuple[list, list]:
+        """Read every set: (the previous samples, [] the first time; the new ones); sets ``moved``."""
         current = [counter_set.sample() for counter_set in self.sets()]
         previous, self.previous = self.previous, current
-        if not previous:
-            return None
+        self.moved = not previous or not all(map(_same_readings, previous, current))
+        return previous, current
+
+    def _counts(self, previous: list, current: list) -> native.IntervalCounts:
         interval = native.IntervalCounts.combined(
             native.interval_counts(before, after, counter_set.events)
             for before, after, counter_set in zip(previous, current, self.sets(), strict=True)
         )
         return _without_kernel_mode(interval) if self.software.user_space_only else interval
 
-    def stats(self, scope: str = "process") -> pb.PmuStats:
-        """PmuStats for the interval since the previous call (the first call: "first sample")."""
-        return pmu_stats(scope, self.interval(), self.hardware_reason)
-
     def close(self) -> None:
         for counter_set in self.sets():
             counter_set.close()
+
+
+def _same_readings(before: native.CounterSample, after: native.CounterSample) -> bool:
+    """Whether every group of a counter set read the same (times enabled and running, and counts) twice."""
+    return all(a.values == b.values and a.time_enabled_ns == b.time_enabled_ns and a.time_running_ns == b.time_running_ns
+               for a, b in zip(before.readings, after.readings, strict=True))
 
 
 def _open(scope: str, pid: int = -1) -> Counters:
@@ -164,12 +191,31 @@ class RankCounters:
 
     def stats(self, status: procfs.ProcessStatus | None) -> pb.PmuStats:
         """This interval's PmuStats, ``status`` being the process's /proc status just read (None: gone);
-        raises ProcessLeftItsOwner (read nothing) once the process no longer acts only as its owner:
-        the caller closes them."""
-        reason = procfs.ineligible_reason_given(self.pid, self.confirmed, status)
+        raises ProcessLeftItsOwner (returns nothing read) once the process no longer acts only as its
+        owner: the caller closes them.
+
+        The counters are read first. When they did not move (``ran`` is False) the process was never on
+        a CPU since the last read, so it cannot have exec'd a program or turned non-dumpable: only the
+        uids and gids ``status`` lists are checked then, without the looks at ``/proc/<pid>`` and its
+        ``exe`` (``procfs.ineligible_reason_given``) that a process that ran gets."""
+        stats = self.counters.stats()
+        if status is None:
+            reason = ""
+        elif self.ran:
+            reason = procfs.ineligible_reason_given(self.pid, self.confirmed, status)
+        else:
+            reason = procfs.ids_changed_reason(self.pid, self.confirmed, status)
         if reason:
             raise ProcessLeftItsOwner(f"CPU counters of pid {self.pid} closed: {reason}")
-        return self.counters.stats()
+        return stats
+
+    @property
+    def ran(self) -> bool:
+        """Whether the process may have run in the interval ``stats`` last read: False only when its counters
+        did not move, task clock included, counted in kernel mode too (not at perf_event_paranoid 2 without
+        CAP_PERFMON). Then none of its threads, nor a child they started since the counters were opened, was
+        on a CPU."""
+        return self.counters.moved or self.counters.software.user_space_only
 
     def close(self) -> None:
         self.counters.close()

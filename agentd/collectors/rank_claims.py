@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from agentd import procfs
 from agentd.collectors.rank_files import read_owned_text
+from agentd.collectors.rank_function_requests import REQUEST_SUFFIX
+from agentd.collectors.rank_functions import FUNCTIONS_SUFFIX
 from agentd.text import printable
 
 if TYPE_CHECKING:  # rank_places raises this module's Refused
@@ -100,6 +102,9 @@ class Scan:
     candidates: list[Candidate]
     refused: collections.Counter[str]  # refusals decided from names and counts alone
     over_cap: dict[int, int]  # owner → files beyond MAX_FILES_PER_OWNER (summed over folders)
+    # The paths named as files beside a segment (``_beside_a_segment``), whatever they are: the ranks
+    # collector looks at such a file (``rank_files.SidecarFile``) only when the listing holds it.
+    side_files: set[str] = dataclasses.field(default_factory=set)
 
 
 def scan(folders: list[SegmentFolder], layout: Any, followed: set[str]) -> Scan:
@@ -131,6 +136,9 @@ def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Sca
             if not entry.name.startswith(layout.SEGMENT_PREFIX):
                 continue
             parsed = layout.parse_name(entry.name)
+            if parsed is None and _beside_a_segment(entry.name, layout):
+                result.side_files.add(entry.path)
+                continue
             if parsed is None or parsed[1] >= pid_limit:
                 if _claims_a_pid(entry.name, layout):
                     result.refused[BAD_NAME] += 1
@@ -143,6 +151,16 @@ def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Sca
             by_owner[folder.path, st.st_uid].append(Candidate(
                 folder, entry.path, uid, pid, inert, st.st_uid, stat.S_ISREG(st.st_mode),
                 (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), st.st_ctime_ns))
+
+
+def _beside_a_segment(name: str, layout: Any) -> bool:
+    """Whether ``name`` is a segment's name (not a note's) with the suffix of a file put beside it: its last
+    exception, its Flight Recorder progress, its timed functions (the startup hook's), or the agent's
+    request to time others."""
+    stem, dot, suffix = name.rpartition(".")
+    side = (layout.EXCEPTION_SUFFIX, layout.FLIGHT_SUFFIX, FUNCTIONS_SUFFIX, REQUEST_SUFFIX)
+    parsed = layout.parse_name(stem) if dot and f".{suffix}" in side else None
+    return parsed is not None and not parsed[2]
 
 
 def _claims_a_pid(name: str, layout: Any) -> bool:

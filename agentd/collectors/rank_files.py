@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Container
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,12 @@ class SidecarFile:
         self._seen: tuple[int, int] | None = None  # (mtime ns, size) of the text held
         self.text = ""
 
-    def refresh(self) -> str:
-        """The file's text, "" while there is none."""
+    def refresh(self, listed: Container[str]) -> str:
+        """The file's text, "" while there is none. ``listed``: the side files the listing of its folder this
+        interval holds (``rank_claims.Scan.side_files``); one it does not hold is not looked at (a rank without
+        such files costs no ``stat``), and a file made since is read in the next interval."""
+        if self.path not in listed:
+            return self.text
         try:
             st = os.stat(self.path, follow_symlinks=False)
         except FileNotFoundError:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Container
 
 from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.rank_function_requests import FunctionRequest
@@ -105,10 +106,11 @@ class FunctionTimings:
         self._problem = ""
         self.sent: FunctionRequest | None = None  # the last request written to the rank
 
-    def fill(self, stats: pb.RankStats, now_ns: int) -> None:
+    def fill(self, stats: pb.RankStats, now_ns: int, listed: Container[str]) -> None:
         """``stats.functions`` from the newest publication, rates over the span since the one before;
-        the last request's outcome (settling its caller's wait once the rank answered it)."""
-        text = self.file.refresh()
+        the last request's outcome (settling its caller's wait once the rank answered it). ``listed``: the
+        side files its folder's listing holds (``SidecarFile.refresh``)."""
+        text = self.file.refresh(listed)
         if text is not self._text:
             self._text = text
             self._take(text)

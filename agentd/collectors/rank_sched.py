@@ -31,7 +31,14 @@ class SchedReader:
         self._throttled_us: int | None = None
         self._cpu_stat: str | None = None  # its path once looked up ("" when there is none)
 
-    def run_delay_seconds_per_s(self, seconds: float) -> float | Unavailable:
+    def run_delay_seconds_per_s(self, seconds: float, ran: bool) -> float | Unavailable:
+        """The threads' run-queue delay over the interval; ``ran``: whether any of them may have had a CPU in
+        it (``pmu.RankCounters.ran``). When none did, 0 without reading, once a reading stands: the kernel
+        adds a thread's wait to its delay when the thread gets the CPU, so a thread that never ran added
+        nothing. (Its wait also ends when it leaves a queue without the CPU, moved to another CPU's queue;
+        such a wait is counted in the next interval the process runs in, from the last reading, never lost.)"""
+        if not ran and self._delays and seconds > 0:
+            return 0.0
         delays = _task_delays(f"{self.proc}/{self.pid}/task")
         if not delays:
             return Unavailable(NO_SCHEDSTAT)

@@ -45,7 +45,10 @@ no change (zero rates, no latency; ``_at_rest_report``) and the figures that mov
 date (interval, heartbeat and in-flight ages). Everything else is read every interval as before: the
 process's real uid and state, the header's pid, its CPU counters and scheduler figures (a rank at rest
 may still spin a CPU) and the files beside its segment. A rank that did work is read in full in the
-interval it shows it in, as every rank of a segment layout without ``data_seq``.
+interval it shows it in, as every rank of a segment layout without ``data_seq``. What did not move costs
+little: counters that read as before give cached figures and spare the threads' schedstat files
+(``pmu.RankCounters.ran``), and a file beside the segment is looked at only when the folder's listing
+holds it (``rank_claims.Scan.side_files``).
 
 What one owner's ranks put into a snapshot is bounded: at most
 ``MAX_OPS_PER_OWNER`` ops (GEMM and NCCL aggregates, in-flight entries, Flight
@@ -164,6 +167,7 @@ class _Rank:
     arrivals: ArrivalTracker = dataclasses.field(default_factory=ArrivalTracker)
     exception: SidecarFile = dataclasses.field(init=False)
     flight: SidecarFile = dataclasses.field(init=False)
+    flight_progress: rank_flight.FlightProgress = dataclasses.field(default_factory=rank_flight.FlightProgress)
     functions: rank_functions.FunctionTimings = dataclasses.field(init=False)
     sched: SchedReader = dataclasses.field(init=False)
 
@@ -274,7 +278,7 @@ class RanksCollector(Collector):
                     continue
                 if candidate.inert:
                     inert.extend(self._inert_rank(candidate))
-                elif self._follow(candidate, now_ns, mono, budget):
+                elif self._follow(candidate, now_ns, mono, budget, found.side_files):
                     read.add(candidate.path)
             except Refused as refusal:
                 self._refuse(candidate, refusal)
@@ -289,15 +293,16 @@ class RanksCollector(Collector):
         self._refusals.forget_missing(present)
         self._unreadable = {p: r for p, r in self._unreadable.items() if p in present}
         followed = {r.pid for r in self._ranks.values()}
+        newest = _one_per_process(self._ranks)
         latest = [r.stats if r.path in read else budget.trim(_not_read(r.stats, exited=r.exited_at is not None))
-                  for r in _one_per_process(self._ranks) if r.stats is not None]
+                  for r in newest if r.stats is not None]
         # a segment beats a stale note; one note per process
         latest += {r.pid: r for r in inert if r.pid not in followed}.values()
         ops_dropped = budget.dropped_entries()
         self._log_budget({entry.uid: entry for entry in ops_dropped})
         with self._lock:
             self._latest = latest
-            self._live_owners = {r.pid: r.uid for r in _one_per_process(self._ranks) if r.exited_at is None}
+            self._live_owners = {r.pid: r.uid for r in newest if r.exited_at is None}
             self._refused = dict(self._refusals.counts)
             self._ops_dropped = ops_dropped
 
@@ -320,8 +325,9 @@ class RanksCollector(Collector):
     def _send_function_requests(self) -> None:
         """Write the requests SetFunctionTiming handed over beside their ranks' segments, through the
         folders this collector holds (``rank_function_requests``)."""
-        live = {rank.pid: rank for rank in _one_per_process(self._ranks) if rank.exited_at is None}
-        for request in self.function_requests.take():
+        requests = self.function_requests.take()
+        live = {rank.pid: rank for rank in _one_per_process(self._ranks) if rank.exited_at is None} if requests else {}
+        for request in requests:
             rank = live.get(request.pid)
             try:
                 if rank is None:
@@ -358,15 +364,16 @@ class RanksCollector(Collector):
                         extra={"path": path, "reason": str(exc)})
         self._unreadable[path] = str(exc)
 
-    def _follow(self, candidate: Candidate, now_ns: int, mono: float, budget: OpsBudget) -> bool:
-        """Open (the first time) and read one rank; whether its counters were read."""
+    def _follow(self, candidate: Candidate, now_ns: int, mono: float, budget: OpsBudget, side_files: set[str]) -> bool:
+        """Open (the first time) and read one rank; whether its counters were read. ``side_files``: those its
+        folder's listing holds (``rank_claims.Scan.side_files``)."""
         rank = self._ranks.get(candidate.path)
         if rank is not None and not rank.same_file(candidate):  # replaced under the same name: a new claim
             self._forget(rank, delete=False)
             rank = None
         if rank is None:
             rank = self._open(candidate)
-        return self._sample(rank, now_ns, mono, budget)
+        return self._sample(rank, now_ns, mono, budget, side_files)
 
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
@@ -408,7 +415,7 @@ class RanksCollector(Collector):
         if delete:
             _unlink(rank.path)
 
-    def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: OpsBudget) -> bool:
+    def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: OpsBudget, side_files: set[str]) -> bool:
         """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
@@ -436,13 +443,16 @@ class RanksCollector(Collector):
             new_events = _new_events(rank, header)
         # a rank at rest may still use CPU, wait for one or write its side files: read every interval
         self._kernel_figures(rank, stats, alive)
-        stats.exception = printable(rank.exception.refresh(), keep_lines=True)
-        flight_left_out, flight_arrivals = self._flight(rank, stats, rank.flight.refresh(), now_ns, budget)
+        exception = rank.exception.refresh(side_files)
+        if exception:
+            stats.exception = printable(exception, keep_lines=True)
+        flight_left_out, flight_arrivals = self._flight(rank, stats, rank.flight.refresh(side_files), now_ns, budget)
         left_out += flight_left_out
-        rank.functions.fill(stats, now_ns)
-        functions = budget.take(rank.uid, len(stats.functions))
-        left_out += len(stats.functions) - functions
-        del stats.functions[functions:]
+        rank.functions.fill(stats, now_ns, side_files)
+        if stats.functions:
+            functions = budget.take(rank.uid, len(stats.functions))
+            left_out += len(stats.functions) - functions
+            del stats.functions[functions:]
         _arrivals(rank, stats, *new_events, flight_arrivals)
         if left_out:
             stats.unavailable["ops"] = budget.reason(rank.uid, left_out)
@@ -460,8 +470,8 @@ class RanksCollector(Collector):
     def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, alive: procfs.ProcessStatus | None) -> None:
         """The rank's CPU counters, run-queue delay and CPU throttling over the interval (``stats``')."""
         seconds = stats.interval_seconds
-        self._cpu_counters(rank, stats, alive)
-        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds))
+        ran = self._cpu_counters(rank, stats, alive)
+        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds, ran))
         put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))
 
     @staticmethod
@@ -476,9 +486,11 @@ class RanksCollector(Collector):
                                                    f"agent's per-owner budget of {budget.per_owner}")
             return 0, []
         inflight_before = len(stats.inflight)
-        arrivals = rank_flight.fill_flight(text, stats, now_ns)
-        groups = budget.take(uid, len(stats.process_groups))
+        arrivals = rank.flight_progress.fill(text, stats, now_ns)
         added = len(stats.inflight) - inflight_before
+        if not stats.process_groups and not added:
+            return 0, arrivals
+        groups = budget.take(uid, len(stats.process_groups))
         collectives = budget.take(uid, added)
         left_out = len(stats.process_groups) - groups + added - collectives
         del stats.process_groups[groups:]
@@ -518,20 +530,24 @@ class RanksCollector(Collector):
         return [stats]
 
     @staticmethod
-    def _cpu_counters(rank: _Rank, stats: pb.RankStats, status: procfs.ProcessStatus | None) -> None:
+    def _cpu_counters(rank: _Rank, stats: pb.RankStats, status: procfs.ProcessStatus | None) -> bool:
         """This interval's CPU counters of the rank (one read of its counter groups); ``status``: its
-        process's, read this interval (None: gone)."""
+        process's, read this interval (None: gone). Whether it may have had a CPU in the interval: False
+        only when its counters say none of its threads did (``pmu.RankCounters.ran``)."""
         if rank.cpu_counters is None:
             stats.unavailable["pmu"] = rank.cpu_counters_reason
-            return
+            return True
         try:
             stats.pmu.CopyFrom(rank.cpu_counters.stats(status))
         except pmu.ProcessLeftItsOwner as exc:  # a set-user-ID exec, another program: closed for good
             log.warning("rank CPU counters closed", extra={"pid": rank.pid, "reason": str(exc)})
             rank.close_counters()
             rank.cpu_counters_reason = stats.unavailable["pmu"] = str(exc)
+            return True
         except OSError as exc:  # a read that fails says why; the next interval tries again
             stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
+            return True
+        return rank.cpu_counters.ran
 
     def _rates(self, rank: _Rank, header: native.Header, now_ns: int, budget: OpsBudget) -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
@@ -635,7 +651,10 @@ def _arrivals(rank: _Rank, stats: pb.RankStats, events: list, step_ends: list[in
     what its Flight Recorder file lists, of at most MAX_COMMS_PER_RANK communicators; and when its steps
     of the interval ended."""
     _drop_stale_inflight(rank, stats, events)
-    stats.step_ends_unix_ns.extend(step_ends[-MAX_STEP_ENDS:])
+    if step_ends:
+        stats.step_ends_unix_ns.extend(step_ends[-MAX_STEP_ENDS:])
+    if not events and not flight_arrivals:
+        return  # nothing new (a rank at rest, a Flight Recorder file read before)
     comms = rank.arrivals.take(rank_arrivals.from_nccl_events(events) + flight_arrivals,
                                stats.world_size if stats.HasField("world_size") else None)
     if len(comms) > MAX_COMMS_PER_RANK:
@@ -722,7 +741,8 @@ def _rested(rank: _Rank, pulse: native.Pulse, now_ns: int) -> pb.RankStats:
     stats.CopyFrom(rank.at_rest)
     stats.interval_seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
     stats.heartbeat_age_seconds = max(0.0, (now_ns - pulse.heartbeat_ns) * 1e-9)
-    stats.inflight.extend(_inflight_ops(rank.inflight, now_ns))
+    if rank.inflight:
+        stats.inflight.extend(_inflight_ops(rank.inflight, now_ns))
     if stats.device_memory.HasField("allocator_age_seconds") and rank.device_memory is not None:
         stats.device_memory.allocator_age_seconds = max(0.0, (now_ns - rank.device_memory.allocator_read_ns) * 1e-9)
     rank.read_ns = now_ns

@@ -61,3 +61,19 @@ def test_a_held_status_file_follows_its_process_until_it_is_reaped():
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_status_file_gives_state_uids_and_gids_whatever_the_name_holds():
+    # The kernel prints a newline in a process's name as "\\n": no name starts a line of its own.
+    raw = (b"Name:\tUid:\\nGid:\tx\nUmask:\t0022\nState:\tD (disk sleep)\nTgid:\t7\nPid:\t7\nPPid:\t1\n"
+           b"TracerPid:\t0\nUid:\t1000\t0\t1000\t1000\nGid:\t100\t100\t100\t101\nFDSize:\t64\nVmRSS:\t 10 kB\n")
+    assert procfs.parse_status(raw) == procfs.ProcessStatus(procfs.DISK_SLEEP, (1000, 0, 1000, 1000), (100, 100, 100, 101))
+    with open("/proc/self/status", "rb") as f:
+        mine = procfs.parse_status(f.read())
+    assert mine.state == procfs.RUNNING and mine.uids[0] == os.getuid() and mine.gids[0] == os.getgid()
+    try:
+        procfs.parse_status(raw.replace(b"\nGid:", b"\nGroups:"))
+    except ValueError as exc:
+        assert "Gid:" in str(exc)
+    else:
+        raise AssertionError("a status file without Gid: parsed")

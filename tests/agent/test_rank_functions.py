@@ -26,7 +26,7 @@ def publish(path: str, written_ns: int, *functions: tuple[str, int, int, int]) -
 
 def read(timings: FunctionTimings, now_ns: int) -> pb.RankStats:
     stats = pb.RankStats()
-    timings.fill(stats, now_ns)
+    timings.fill(stats, now_ns, {timings.file.path})  # as if the folder's listing held the file
     return stats
 
 

@@ -9,18 +9,20 @@ before ``data_seq`` is read in full every interval.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from agentd.collectors import ranks
+from agentd.collectors import rank_sched, ranks
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.segment_forge import PID_OFFSET, START_NS_OFFSET, recorded_segment
@@ -35,25 +37,40 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the colle
 
 
 @pytest.fixture
-def one_rank() -> Iterator[tuple[pathlib.Path, subprocess.Popen]]:
-    """A sleeper and its segment of OPS GEMM ops, each called once, in a private folder."""
+def folder() -> Iterator[pathlib.Path]:
+    """A private folder on the segments' tmpfs."""
+    path = pathlib.Path(tempfile.mkdtemp(dir=segment.SEGMENT_DIR))
+    yield path
+    shutil.rmtree(path)
+
+
+@contextlib.contextmanager
+def rank_running(folder: pathlib.Path, *command: str) -> Iterator[tuple[pathlib.Path, subprocess.Popen]]:
+    """``command`` running, with a segment of OPS GEMM ops (each called once) claiming it in ``folder``."""
     prefix = with_ops(recorded_segment(), OPS)
     check_ops(prefix, OPS)
-    folder = pathlib.Path(tempfile.mkdtemp(dir=segment.SEGMENT_DIR))
-    sleeper = subprocess.Popen(["sleep", "300"])
-    time.sleep(0.05)  # started before its segment
-    data = bytearray(prefix)
-    struct.pack_into("<i", data, PID_OFFSET, sleeper.pid)
-    struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
-    path = folder / f"{segment.SEGMENT_PREFIX}{os.getuid()}-{sleeper.pid}"
-    with path.open("wb") as out:
-        out.write(data)
-        out.truncate(segment.SEGMENT_SIZE)
-    path.chmod(0o600)
-    yield path, sleeper
-    sleeper.kill()
-    sleeper.wait(10)
-    shutil.rmtree(folder)
+    process = subprocess.Popen(command)
+    try:
+        time.sleep(0.05)  # started before its segment
+        data = bytearray(prefix)
+        struct.pack_into("<i", data, PID_OFFSET, process.pid)
+        struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
+        path = folder / f"{segment.SEGMENT_PREFIX}{os.getuid()}-{process.pid}"
+        with path.open("wb") as out:
+            out.write(data)
+            out.truncate(segment.SEGMENT_SIZE)
+        path.chmod(0o600)
+        yield path, process
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+@pytest.fixture
+def one_rank(folder) -> Iterator[tuple[pathlib.Path, subprocess.Popen]]:
+    """A sleeper and its segment, in a private folder."""
+    with rank_running(folder, "sleep", "300") as rank:
+        yield rank
 
 
 def read(collector: RanksCollector, pid: int) -> pb.RankStats:
@@ -152,3 +169,39 @@ def test_a_segment_without_data_seq_is_read_in_full_every_interval(one_rank, res
         assert read(collector, sleeper.pid).gemm[0].count_total == 4
     finally:
         collector.close()
+
+
+def test_a_rank_that_did_not_run_has_its_scheduler_figures_without_reading_them(folder, monkeypatch):
+    """A process none of whose threads had a CPU since the last interval (its CPU counters, task clock
+    included, did not move) waited on no run queue either: its run-queue delay is 0 without reading its
+    threads' schedstat files. One that spins a CPU without touching its segment (at rest) has them read
+    every interval, and its CPU figures show the spinning."""
+    read_tasks: list[str] = []
+    task_delays = rank_sched._task_delays
+
+    def counted(task_dir):
+        read_tasks.append(task_dir)
+        return task_delays(task_dir)
+
+    monkeypatch.setattr(rank_sched, "_task_delays", counted)
+    spin = (sys.executable, "-c", "while True: pass")
+    with rank_running(folder, "sleep", "300") as (_, sleeper), rank_running(folder, *spin) as (_, spinner):
+        collector = RanksCollector(1.0, directory=str(folder))
+        try:
+            for _ in range(2):  # discovery, then the first interval with rates
+                collector.collect()
+                time.sleep(0.3)
+            del read_tasks[:]
+            collector.collect()
+            snapshot = pb.HostSnapshot()
+            collector.fill(snapshot)
+        finally:
+            collector.close()
+    at_rest = {rank.pid: rank for rank in snapshot.ranks}
+    assert read_tasks == [f"/proc/{spinner.pid}/task"]
+    resting, spinning = at_rest[sleeper.pid], at_rest[spinner.pid]
+    assert resting.run_delay_seconds_per_s == 0.0 and resting.pmu.task_clock_cpus == 0.0
+    assert [op.count_per_s for op in resting.gemm] == [0.0] * OPS  # served at rest, as the spinner is
+    assert spinning.HasField("run_delay_seconds_per_s")
+    assert spinning.pmu.task_clock_cpus > 0.3, "the spinner hardly ran; the machine is overloaded"
+    assert [op.count_per_s for op in spinning.gemm] == [0.0] * OPS

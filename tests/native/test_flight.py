@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agentd.collectors.rank_flight import NO_FLIGHT, NO_GROUPS, fill_flight
+from agentd.collectors.rank_flight import NO_FLIGHT, NO_GROUPS, FlightProgress
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[2] / "tuiprof_native" / "startup"))
@@ -126,7 +126,7 @@ def test_agent_reads_groups_and_in_flight_collectives():
     text = json.dumps({"groups": [{"id": "0", "last_enqueued": 121, "last_completed": 120}],
                        "active": [{"pg": "0", "seq": 121, "op": "gloo:all_reduce", "enqueued_ns": 1_000_000_000}]})
     stats = pb.RankStats()
-    fill_flight(text, stats, now_ns=31_000_000_000)
+    FlightProgress().fill(text, stats, now_ns=31_000_000_000)
     assert [(g.id, g.last_enqueued, g.last_completed) for g in stats.process_groups] == [("0", 121, 120)]
     (op,) = stats.inflight
     assert (op.kind, op.op, op.comm_hash, op.sequence) == ("fr", "gloo:all_reduce", "pg0", 121)
@@ -135,12 +135,28 @@ def test_agent_reads_groups_and_in_flight_collectives():
 
 def test_no_file_or_a_malformed_one_is_unavailable_with_the_reason():
     stats = pb.RankStats()
-    fill_flight("", stats, now_ns=0)
+    FlightProgress().fill("", stats, now_ns=0)
     assert stats.unavailable["process_groups"] == NO_FLIGHT
     stats = pb.RankStats()
-    fill_flight('{"groups": [], "active": []}', stats, now_ns=0)  # an NCCL-only job: its groups are elsewhere
+    FlightProgress().fill('{"groups": [], "active": []}', stats, now_ns=0)  # an NCCL-only job: its groups are elsewhere
     assert stats.unavailable["process_groups"] == NO_GROUPS
     stats = pb.RankStats()
-    fill_flight('{"groups": [{"id": "0"}]}', stats, now_ns=0)
+    FlightProgress().fill('{"groups": [{"id": "0"}]}', stats, now_ns=0)
     assert "malformed" in stats.unavailable["process_groups"] and "last_enqueued" in stats.unavailable["process_groups"]
     assert not stats.process_groups
+
+
+def test_the_same_text_gives_its_arrivals_once_and_its_figures_every_interval():
+    text = json.dumps({"groups": [{"id": "0", "last_enqueued": 5, "last_completed": 4}],
+                       "active": [{"pg": "0", "seq": 5, "op": "gloo:broadcast", "enqueued_ns": 1_000_000_000}],
+                       "recent": [{"pg": "0", "seq": 5, "enqueued_ns": 1_000_000_000}]})
+    progress = FlightProgress()
+    readings = []
+    for now_s in (2, 3):
+        stats = pb.RankStats()
+        readings.append((progress.fill(text, stats, now_ns=now_s * 1_000_000_000), stats))
+    (first_arrivals, first), (second_arrivals, second) = readings
+    assert first_arrivals == [("pg0", 5, 1_000_000_000, True)] and second_arrivals == []
+    assert first.process_groups == second.process_groups and len(second.process_groups) == 1
+    assert [op.age_seconds for op in first.inflight] == [pytest.approx(1.0)]
+    assert [op.age_seconds for op in second.inflight] == [pytest.approx(2.0)]

@@ -131,12 +131,12 @@ def test_an_exception_file_that_is_a_link_or_a_fifo_is_not_read(tmp_path, caplog
     secret.write_text("not for the agent")
     exception = SidecarFile(str(seg), ".exception")
     os.symlink(secret, exception.path)
-    assert exception.refresh() == ""
+    assert exception.refresh({exception.path}) == ""
     os.unlink(exception.path)
     os.mkfifo(exception.path)
-    assert exception.refresh() == ""  # opened non-blocking, then refused: not a regular file
+    assert exception.refresh({exception.path}) == ""  # opened non-blocking, then refused: not a regular file
     assert "not a regular file" in caplog.text
     os.unlink(exception.path)
     with open(exception.path, "w") as f:
         f.write("Traceback (most recent call last):\nKeyError: 'x'\n")
-    assert exception.refresh().endswith("KeyError: 'x'\n")
+    assert exception.refresh({exception.path}).endswith("KeyError: 'x'\n")

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agentd import procfs
-from agentd.collectors import rank_claims
+from agentd.collectors import rank_claims, rank_function_requests, rank_functions
 from agentd.collectors.ranks import RanksCollector
 from agentd.hang.detector import HangDetector, Thresholds
 from agentd.prometheus import render_metrics
@@ -250,6 +250,25 @@ def test_a_blank_exception_file_is_no_exception(collector, shm_dir, good_rank):
     exited = pb.RankStats(pid=good_rank.pid, rank=0, state=pb.RANK_STATE_EXITED, exception=rank.exception)
     detector = HangDetector(Thresholds(1.0, 2.0))
     assert detector.observe([exited]).ranks[0].explanation  # the detector judges it (a blank text crashed it)
+
+
+def test_the_files_beside_a_segment_are_read_and_not_refused_as_names(collector, shm_dir, good_rank):
+    """A segment's name with a side file's suffix is no claim of a pid: not counted as a bad name (the
+    agent used to count each, every interval), and what it says is reported."""
+    name = segment_path(good_rank.pid).name
+    beside = {segment.EXCEPTION_SUFFIX: "Traceback (most recent call last):\nKeyError: 'x'\n",
+              segment.FLIGHT_SUFFIX: json.dumps({"groups": [{"id": "0", "last_enqueued": 3, "last_completed": 3}],
+                                                 "active": []}),
+              rank_functions.FUNCTIONS_SUFFIX: json.dumps({"written_ns": 1, "functions": []}),
+              rank_function_requests.REQUEST_SUFFIX: "{}"}
+    for suffix, text in beside.items():
+        (shm_dir / f"{name}{suffix}").write_text(text)
+    rank = reported(collector)[good_rank.pid]
+    assert collector.refused() == {}
+    assert rank.exception.endswith("KeyError: 'x'\n")
+    assert [(group.id, group.last_completed) for group in rank.process_groups] == [("0", 3)]
+    (shm_dir / f"{name}{segment.EXCEPTION_SUFFIX}").write_text("Traceback (most recent call last):\nOSError\n")
+    assert reported(collector)[good_rank.pid].exception.endswith("OSError\n")  # changed: read again
 
 
 def test_a_segment_that_never_gets_its_magic_is_refused_once(collector, shm_dir, good_rank, hostile, monkeypatch):
