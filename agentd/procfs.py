@@ -245,13 +245,13 @@ def ns_pids(pid: int) -> tuple[int, ...] | None:
     /proc/<pid>/status): first the pid as the agent sees it, last the one the process itself sees
     (getpid() in a container). One entry when it shares the agent's pid namespace; None when gone."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"NSpid:"):
-                    return tuple(int(v) for v in line.split()[1:])
+        raw = read_whole(f"/proc/{pid}/status")
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
-    return (pid,)  # a kernel older than 4.1 lists no NSpid: one pid namespace as far as it tells
+    at = raw.find(b"\nNSpid:")  # a line's start (the kernel escapes a newline in the Name: before it)
+    if at < 0:
+        return (pid,)  # a kernel older than 4.1 lists no NSpid: one pid namespace as far as it tells
+    return tuple(map(int, raw[at + 7:raw.find(b"\n", at + 7)].split()))
 
 
 def namespace_inode(pid: int, kind: str) -> int | None:
