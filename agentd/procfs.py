@@ -111,7 +111,8 @@ class OpenProcFile:
 
 
 def read_attribute(path: str) -> bytes:
-    """A sysfs attribute file: the kernel hands all of it (at most a page) to the first read(2)."""
+    """A sysfs attribute file, or a /proc file of one short line (a thread's ``schedstat``): the kernel
+    hands all of it (at most a page) to the first read(2), so no second read looks for the end."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return os.read(fd, _READ_CHUNK)
@@ -181,9 +182,15 @@ def parse_status(raw: bytes) -> ProcessStatus:
     if min(state_at, uid_at, gid_at) < 0:
         raise ValueError("no State:, Uid: and Gid: lines in a /proc/<pid>/status")
     letter = raw[state_at + 8:state_at + 9].decode()
-    uids = tuple(map(int, raw[uid_at + 6:raw.find(b"\n", uid_at + 6)].split()[:4]))
-    gids = tuple(map(int, raw[gid_at + 6:raw.find(b"\n", gid_at + 6)].split()[:4]))
+    uids = tuple(map(int, line_from(raw, uid_at + 6).split()[:4]))
+    gids = tuple(map(int, line_from(raw, gid_at + 6).split()[:4]))
     return ProcessStatus(_STATES.get(letter, f"unknown ({letter})"), uids, gids)
+
+
+def line_from(raw: bytes, start: int) -> bytes:
+    """``raw`` from ``start`` to the end of that line (its newline left out; the end of ``raw`` when none)."""
+    end = raw.find(b"\n", start)
+    return raw[start:end if end >= 0 else None]
 
 
 def _read_status(pid: int) -> ProcessStatus | None:
@@ -251,7 +258,7 @@ def ns_pids(pid: int) -> tuple[int, ...] | None:
     at = raw.find(b"\nNSpid:")  # a line's start (the kernel escapes a newline in the Name: before it)
     if at < 0:
         return (pid,)  # a kernel older than 4.1 lists no NSpid: one pid namespace as far as it tells
-    return tuple(map(int, raw[at + 7:raw.find(b"\n", at + 7)].split()))
+    return tuple(map(int, line_from(raw, at + 7).split()))
 
 
 def namespace_inode(pid: int, kind: str) -> int | None:

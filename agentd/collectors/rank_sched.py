@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from agentd.collectors.readings import FIRST_SAMPLE, NO_TIME_ELAPSED, Unavailable, counter_rate
-from agentd.procfs import read_whole
+from agentd.procfs import line_from, read_attribute
 
 NO_SCHEDSTAT = "/proc/<pid>/task/*/schedstat is not readable (kernel without CONFIG_SCHED_INFO, or the process is gone)"
 NO_CGROUP_V2 = "the process's cgroup has no cgroup v2 cpu.stat (cgroup v1 host, or no cpu controller)"
@@ -63,14 +63,16 @@ class SchedReader:
         if not self._cpu_stat:
             return None
         try:
-            with open(self._cpu_stat) as f:
-                for line in f:
-                    name, _, value = line.partition(" ")
-                    if name == "throttled_usec":
-                        return int(value)
-        except (OSError, ValueError):
+            raw = read_attribute(self._cpu_stat)  # a dozen short lines
+        except OSError:
             return None
-        return None
+        at = raw.find(b"\nthrottled_usec ")  # never the first line (usage_usec is)
+        if at < 0:
+            return None
+        try:
+            return int(line_from(raw, at + 16))
+        except ValueError:
+            return None
 
 
 def _task_delays(task_dir: str) -> dict[int, int]:
@@ -82,7 +84,7 @@ def _task_delays(task_dir: str) -> dict[int, int]:
         return {}
     for tid in tids:
         try:
-            delays[int(tid)] = int(read_whole(f"{task_dir}/{tid}/schedstat").split()[1])
+            delays[int(tid)] = int(read_attribute(f"{task_dir}/{tid}/schedstat").split()[1])
         except (OSError, ValueError, IndexError):
             continue  # the thread exited between the listing and the read
     return delays

@@ -1,0 +1,66 @@
+"""``rank_sched.SchedReader`` over a /proc and cgroup tree made in a folder: a rank's threads' run-queue delay
+and its cgroup's CPU throttling as rates, and the run delay of an interval in which none of its threads ran."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from agentd.collectors.readings import FIRST_SAMPLE, Unavailable
+from agentd.collectors.rank_sched import NO_CGROUP_V2, SchedReader
+
+PID = 4242
+
+
+def threads(proc: pathlib.Path, delays_ns: dict[int, int]) -> None:
+    """The process's threads (by id) with their run-queue delays, as schedstat writes them (run ns, wait ns,
+    timeslices); a thread not named has exited."""
+    task = proc / str(PID) / "task"
+    for gone in task.glob("*"):
+        (gone / "schedstat").unlink()
+        gone.rmdir()
+    for tid, delay in delays_ns.items():
+        (task / str(tid)).mkdir(parents=True)
+        (task / str(tid) / "schedstat").write_text(f"123456 {delay} 7\n")
+
+
+def throttled(cgroup: pathlib.Path, usec: int) -> None:
+    (cgroup / "job" / "cpu.stat").write_text(f"usage_usec 900\nuser_usec 800\nsystem_usec 100\nnr_periods 10\n"
+                                             f"nr_throttled 2\nthrottled_usec {usec}\nnr_bursts 0\nburst_usec 0\n")
+
+
+@pytest.fixture
+def reader(tmp_path) -> tuple[SchedReader, pathlib.Path, pathlib.Path]:
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / str(PID)).mkdir(parents=True)
+    (proc / str(PID) / "cgroup").write_text("0::/job\n")
+    (cgroup / "job").mkdir(parents=True)
+    return SchedReader(PID, proc=str(proc), cgroup_root=str(cgroup)), proc, cgroup
+
+
+def test_run_delay_and_throttling_are_rates_between_two_readings(reader):
+    sched, proc, cgroup = reader
+    threads(proc, {PID: 1_000_000, PID + 1: 0})
+    throttled(cgroup, 5_000)
+    assert sched.run_delay_seconds_per_s(1.0, ran=True) == Unavailable(FIRST_SAMPLE)
+    assert isinstance(sched.cpu_throttled_seconds_per_s(1.0), Unavailable)
+    threads(proc, {PID: 201_000_000, PID + 2: 100_000_000})  # thread PID + 1 exited, PID + 2 started
+    throttled(cgroup, 505_000)
+    assert sched.run_delay_seconds_per_s(2.0, ran=True) == pytest.approx(0.15)
+    assert sched.cpu_throttled_seconds_per_s(2.0) == pytest.approx(0.25)
+
+
+def test_an_interval_in_which_no_thread_ran_has_no_delay_and_reads_nothing(reader):
+    sched, proc, cgroup = reader
+    threads(proc, {PID: 1_000_000})
+    assert sched.run_delay_seconds_per_s(1.0, ran=False) == Unavailable(FIRST_SAMPLE)  # no reading yet: read
+    threads(proc, {})  # nothing left to read: a read would say so
+    assert sched.run_delay_seconds_per_s(1.0, ran=False) == 0.0
+    threads(proc, {PID: 301_000_000})  # it runs again: its wait counts from the last reading
+    assert sched.run_delay_seconds_per_s(1.0, ran=True) == pytest.approx(0.3)
+
+
+def test_no_cgroup_v2_cpu_stat_is_unavailable_with_the_reason(reader):
+    sched, proc, cgroup = reader
+    assert sched.cpu_throttled_seconds_per_s(1.0) == Unavailable(NO_CGROUP_V2)
