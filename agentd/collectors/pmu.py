@@ -85,8 +85,9 @@ class Counters:
     hardware: native.CounterSet | None
     hardware_reason: str
     previous: list = dataclasses.field(default_factory=list)
-    # Whether the last interval() counted anything. A process's counters (and their times enabled and
-    # running) move only while one of its counted threads or children is on a CPU, so False says none was.
+    # Whether the last read (interval() or stats()) saw anything counted since the one before. A process's
+    # counters (and their times enabled and running) move only while one of its counted threads or children
+    # is on a CPU, so False says none was.
     moved: bool = True
     _still: pb.PmuStats | None = None  # the stats of an interval in which nothing moved, once built
 
