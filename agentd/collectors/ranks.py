@@ -879,7 +879,9 @@ def hook_health(header: native.Header, inflight: list[native.Inflight]) -> pb.Ho
         gemm_timed_first_calls=header.gemm_timed_first, gemm_sample_every=header.gemm_sample_every,
         gemm_sample_max=header.gemm_sample_max,
         nccl_api_fallback=bool(header.flags & native.FLAG_NCCL_API),
-        nccl_api_events=bool(header.flags & native.FLAG_NCCL_API_EVENTS))
+        nccl_api_events=bool(header.flags & native.FLAG_NCCL_API_EVENTS),
+        nccl_profiler_api=header.nccl_profiler_api,
+        nccl_profiler_chain=printable(header.nccl_chain))  # the job wrote it: shown on terminals
 
 
 def _unlink(path: str) -> None:

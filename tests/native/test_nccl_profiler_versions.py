@@ -17,6 +17,8 @@ import subprocess
 
 import pytest
 
+from agentd.collectors.ranks import RanksCollector
+from agentd.proto import tuiprof_agent_pb2 as pb
 from native.support import HOOK, STANDINS, gcc, remove_rank_files, segment_path, tuiprof_run, wait_for
 from tuiprof.commands.run import CHAINED_PLUGIN_ENV, launch_environment
 from tuiprof_native import segment
@@ -116,6 +118,18 @@ def test_every_profiler_api_version_counts_the_program_exactly(built, version):
         finish(proc)
 
 
+def agents_hook_health(pid: int) -> pb.HookHealth:
+    collector = RanksCollector(0.1)
+    try:
+        collector.collect()
+        snapshot = pb.HostSnapshot()
+        collector.fill(snapshot)
+    finally:
+        collector.close()
+    [rank] = [r for r in snapshot.ranks if r.pid == pid]
+    return rank.hook
+
+
 def check_header_chain(in_header: str, status: str) -> None:
     """The segment header's copy of the chain status: whole, or (longer than its 95 characters) with the
     middle of the path elided and the verdict at its end kept."""
@@ -149,6 +163,9 @@ def test_a_plugin_named_before_is_chained_and_gets_its_events(built, tmp_path, v
         with segment.Segment(segment_path(proc.pid)) as seg:
             check_segment(seg, version, result["comm_hash"])
             check_header_chain(seg.header().nccl_chain, result["chain"])
+        hook = agents_hook_health(proc.pid)  # what status --json and the ranks tab show
+        assert hook.nccl_profiler_api == version
+        check_header_chain(hook.nccl_profiler_chain, result["chain"])
     finally:
         finish(proc)
     (received,) = [json.loads(line) for line in counts.read_text().splitlines()]
