@@ -89,6 +89,11 @@ class Counters:
     # counters (and their times enabled and running) move only while one of its counted threads or children
     # is on a CPU, so False says none was.
     moved: bool = True
+    # The threads (ids) whose own group (software events: one a thread the process had when the counters
+    # were opened) read as before in the last read: none of them, nor a thread they started since, was on a
+    # CPU in between. Empty after a read in which nothing moved (``moved`` says all of it then) and for
+    # system-wide counters.
+    idle_threads: frozenset[int] = frozenset()
     _still: pb.PmuStats | None = None  # the stats of an interval in which nothing moved, once built
 
     def sets(self) -> list:
@@ -118,6 +123,10 @@ class Counters:
         current = [counter_set.sample() for counter_set in self.sets()]
         previous, self.previous = self.previous, current
         self.moved = not previous or not all(map(_same_readings, previous, current))
+        self.idle_threads = frozenset(
+            group.pid for group, before, after in zip(self.software.groups, previous[0].readings,
+                                                      current[0].readings, strict=True)
+            if group.pid > 0 and _same_reading(before, after)) if previous and self.moved else frozenset()
         return previous, current
 
     def _counts(self, previous: list, current: list) -> native.IntervalCounts:
@@ -133,9 +142,14 @@ class Counters:
 
 
 def _same_readings(before: native.CounterSample, after: native.CounterSample) -> bool:
-    """Whether every group of a counter set read the same (times enabled and running, and counts) twice."""
-    return all(a.values == b.values and a.time_enabled_ns == b.time_enabled_ns and a.time_running_ns == b.time_running_ns
-               for a, b in zip(before.readings, after.readings, strict=True))
+    """Whether every group of a counter set read the same twice."""
+    return all(map(_same_reading, before.readings, after.readings))
+
+
+def _same_reading(before: native.GroupReading, after: native.GroupReading) -> bool:
+    """Whether one group read the same (times enabled and running, and counts) twice."""
+    return (before.values == after.values and before.time_enabled_ns == after.time_enabled_ns
+            and before.time_running_ns == after.time_running_ns)
 
 
 def _open(scope: str, pid: int = -1) -> Counters:
@@ -217,6 +231,12 @@ class RankCounters:
         CAP_PERFMON). Then none of its threads, nor a child they started since the counters were opened, was
         on a CPU."""
         return self.counters.moved or self.counters.software.user_space_only
+
+    @property
+    def idle_threads(self) -> frozenset[int]:
+        """The threads that had no CPU in the interval ``stats`` last read, by their own counter groups
+        (``Counters.idle_threads``; none where kernel mode is not counted)."""
+        return frozenset() if self.counters.software.user_space_only else self.counters.idle_threads
 
     def close(self) -> None:
         self.counters.close()

@@ -14,6 +14,7 @@ the sum go down.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Set as AbstractSet
 
 from agentd.collectors.readings import FIRST_SAMPLE, NO_TIME_ELAPSED, Unavailable, counter_rate
 from agentd.procfs import line_from, read_attribute
@@ -31,19 +32,26 @@ class SchedReader:
         self._throttled_us: int | None = None
         self._cpu_stat: str | None = None  # its path once looked up ("" when there is none)
 
-    def run_delay_seconds_per_s(self, seconds: float, ran: bool) -> float | Unavailable:
-        """The threads' run-queue delay over the interval; ``ran``: whether any of them may have had a CPU in
-        it (``pmu.RankCounters.ran``). When none did, 0 without reading, once a reading stands: the kernel
-        adds a thread's wait to its delay when the thread gets the CPU, so a thread that never ran added
-        nothing. (Its wait also ends when it leaves a queue without the CPU, moved to another CPU's queue;
-        such a wait is counted in the next interval the process runs in, from the last reading, never lost.)"""
+    def run_delay_seconds_per_s(self, seconds: float, ran: bool, idle_threads: AbstractSet[int]) -> float | Unavailable:
+        """The threads' run-queue delay over the interval. ``ran``: whether any of them may have had a CPU in
+        it (``pmu.RankCounters.ran``); ``idle_threads``: those that surely had none (``idle_threads`` there).
+
+        The kernel adds a thread's wait to its delay when the thread gets the CPU, so a thread that never ran
+        added nothing: its delay is taken as last read, without reading its file, and when no thread ran the
+        delay is 0 without even listing them (once a reading stands). A wait also ends when the thread
+        leaves a queue without the CPU, moved to another CPU's queue; such a wait is counted in the next
+        interval its file is read in, from the last reading, never lost. A thread id is trusted as idle only
+        while it was listed at the last reading too (an id the kernel gave to a new thread since would need
+        every pid to be handed out within one interval)."""
         if not ran and self._delays and seconds > 0:
             return 0.0
-        delays = _task_delays(f"{self.proc}/{self.pid}/task")
+        before = self._delays or {}
+        delays = _task_delays(f"{self.proc}/{self.pid}/task",
+                              {tid: before[tid] for tid in idle_threads if tid in before})
         if not delays:
             return Unavailable(NO_SCHEDSTAT)
-        before, self._delays = self._delays, delays
-        if before is None:
+        self._delays = delays
+        if not before:
             return Unavailable(FIRST_SAMPLE)
         if seconds <= 0:
             return Unavailable(NO_TIME_ELAPSED)
@@ -75,16 +83,19 @@ class SchedReader:
             return None
 
 
-def _task_delays(task_dir: str) -> dict[int, int]:
-    """Each thread's run-queue delay (ns), by thread id; {} when none could be read."""
+def _task_delays(task_dir: str, unchanged: Mapping[int, int]) -> dict[int, int]:
+    """Each listed thread's run-queue delay (ns), by thread id; {} when none could be read. ``unchanged``: the
+    delays of threads known not to have run since they were read, taken as they are."""
     delays = {}
     try:
         tids = os.listdir(task_dir)
     except OSError:
         return {}
-    for tid in tids:
+    for name in tids:
         try:
-            delays[int(tid)] = int(read_attribute(f"{task_dir}/{tid}/schedstat").split()[1])
+            tid = int(name)
+            delay = unchanged.get(tid)
+            delays[tid] = int(read_attribute(f"{task_dir}/{name}/schedstat").split()[1]) if delay is None else delay
         except (OSError, ValueError, IndexError):
             continue  # the thread exited between the listing and the read
     return delays

@@ -470,8 +470,8 @@ class RanksCollector(Collector):
     def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, alive: procfs.ProcessStatus | None) -> None:
         """The rank's CPU counters, run-queue delay and CPU throttling over the interval (``stats``')."""
         seconds = stats.interval_seconds
-        ran = self._cpu_counters(rank, stats, alive)
-        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds, ran))
+        ran, idle_threads = self._cpu_counters(rank, stats, alive)
+        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds, ran, idle_threads))
         put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))
 
     @staticmethod
@@ -530,24 +530,26 @@ class RanksCollector(Collector):
         return [stats]
 
     @staticmethod
-    def _cpu_counters(rank: _Rank, stats: pb.RankStats, status: procfs.ProcessStatus | None) -> bool:
+    def _cpu_counters(rank: _Rank, stats: pb.RankStats,
+                      status: procfs.ProcessStatus | None) -> tuple[bool, frozenset[int]]:
         """This interval's CPU counters of the rank (one read of its counter groups); ``status``: its
-        process's, read this interval (None: gone). Whether it may have had a CPU in the interval: False
-        only when its counters say none of its threads did (``pmu.RankCounters.ran``)."""
+        process's, read this interval (None: gone). Whether it may have had a CPU in the interval (False
+        only when its counters say none of its threads did: ``pmu.RankCounters.ran``), and the threads
+        that surely had none (``pmu.RankCounters.idle_threads``)."""
         if rank.cpu_counters is None:
             stats.unavailable["pmu"] = rank.cpu_counters_reason
-            return True
+            return True, frozenset()
         try:
             stats.pmu.CopyFrom(rank.cpu_counters.stats(status))
         except pmu.ProcessLeftItsOwner as exc:  # a set-user-ID exec, another program: closed for good
             log.warning("rank CPU counters closed", extra={"pid": rank.pid, "reason": str(exc)})
             rank.close_counters()
             rank.cpu_counters_reason = stats.unavailable["pmu"] = str(exc)
-            return True
+            return True, frozenset()
         except OSError as exc:  # a read that fails says why; the next interval tries again
             stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
-            return True
-        return rank.cpu_counters.ran
+            return True, frozenset()
+        return rank.cpu_counters.ran, rank.cpu_counters.idle_threads
 
     def _rates(self, rank: _Rank, header: native.Header, now_ns: int, budget: OpsBudget) -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""

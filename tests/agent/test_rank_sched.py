@@ -1,5 +1,5 @@
 """``rank_sched.SchedReader`` over a /proc and cgroup tree made in a folder: a rank's threads' run-queue delay
-and its cgroup's CPU throttling as rates, and the run delay of an interval in which none of its threads ran."""
+and its cgroup's CPU throttling as rates, and what is not read for threads that did not run."""
 
 from __future__ import annotations
 
@@ -43,24 +43,36 @@ def test_run_delay_and_throttling_are_rates_between_two_readings(reader):
     sched, proc, cgroup = reader
     threads(proc, {PID: 1_000_000, PID + 1: 0})
     throttled(cgroup, 5_000)
-    assert sched.run_delay_seconds_per_s(1.0, ran=True) == Unavailable(FIRST_SAMPLE)
+    assert sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset()) == Unavailable(FIRST_SAMPLE)
     assert isinstance(sched.cpu_throttled_seconds_per_s(1.0), Unavailable)
     threads(proc, {PID: 201_000_000, PID + 2: 100_000_000})  # thread PID + 1 exited, PID + 2 started
     throttled(cgroup, 505_000)
-    assert sched.run_delay_seconds_per_s(2.0, ran=True) == pytest.approx(0.15)
+    assert sched.run_delay_seconds_per_s(2.0, ran=True, idle_threads=frozenset()) == pytest.approx(0.15)
     assert sched.cpu_throttled_seconds_per_s(2.0) == pytest.approx(0.25)
 
 
 def test_an_interval_in_which_no_thread_ran_has_no_delay_and_reads_nothing(reader):
     sched, proc, cgroup = reader
     threads(proc, {PID: 1_000_000})
-    assert sched.run_delay_seconds_per_s(1.0, ran=False) == Unavailable(FIRST_SAMPLE)  # no reading yet: read
+    assert sched.run_delay_seconds_per_s(1.0, ran=False, idle_threads=frozenset()) == Unavailable(FIRST_SAMPLE)  # no reading yet: read
     threads(proc, {})  # nothing left to read: a read would say so
-    assert sched.run_delay_seconds_per_s(1.0, ran=False) == 0.0
+    assert sched.run_delay_seconds_per_s(1.0, ran=False, idle_threads=frozenset()) == 0.0
     threads(proc, {PID: 301_000_000})  # it runs again: its wait counts from the last reading
-    assert sched.run_delay_seconds_per_s(1.0, ran=True) == pytest.approx(0.3)
+    assert sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset()) == pytest.approx(0.3)
 
 
 def test_no_cgroup_v2_cpu_stat_is_unavailable_with_the_reason(reader):
     sched, proc, cgroup = reader
     assert sched.cpu_throttled_seconds_per_s(1.0) == Unavailable(NO_CGROUP_V2)
+
+
+def test_a_thread_that_did_not_run_keeps_its_delay_without_a_read(reader):
+    sched, proc, cgroup = reader
+    threads(proc, {PID: 1_000_000, PID + 1: 2_000_000})
+    sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset())
+    # PID + 1 did not run: its file is not read (what it says here would add 0.9 s), its delay stands
+    threads(proc, {PID: 101_000_000, PID + 1: 902_000_000})
+    assert sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset({PID + 1})) == pytest.approx(0.1)
+    # a thread said idle but not listed at the last reading (new, or an id given again) is read
+    threads(proc, {PID: 101_000_000, PID + 1: 2_000_000, PID + 2: 500_000_000})
+    assert sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset({PID + 2})) == pytest.approx(0.5)

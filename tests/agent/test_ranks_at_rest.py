@@ -179,9 +179,9 @@ def test_a_rank_that_did_not_run_has_its_scheduler_figures_without_reading_them(
     read_tasks: list[str] = []
     task_delays = rank_sched._task_delays
 
-    def counted(task_dir):
+    def counted(task_dir, unchanged):
         read_tasks.append(task_dir)
-        return task_delays(task_dir)
+        return task_delays(task_dir, unchanged)
 
     monkeypatch.setattr(rank_sched, "_task_delays", counted)
     spin = (sys.executable, "-c", "while True: pass")
@@ -205,3 +205,36 @@ def test_a_rank_that_did_not_run_has_its_scheduler_figures_without_reading_them(
     assert spinning.HasField("run_delay_seconds_per_s")
     assert spinning.pmu.task_clock_cpus > 0.3, "the spinner hardly ran; the machine is overloaded"
     assert [op.count_per_s for op in spinning.gemm] == [0.0] * OPS
+
+
+def test_a_thread_that_did_not_run_has_its_schedstat_file_left_unread(folder, monkeypatch):
+    """A rank whose main thread spins while its other thread sleeps: its counters move, so its threads are
+    listed, but only the spinning thread's schedstat file is read (the sleeper's own counter group did not
+    move)."""
+    two_threads = "import threading, time\nthreading.Thread(target=time.sleep, args=(300,)).start()\nwhile True: pass"
+    read_files: list[str] = []
+    read_attribute = rank_sched.read_attribute
+
+    def counted(path):
+        read_files.append(path)
+        return read_attribute(path)
+
+    monkeypatch.setattr(rank_sched, "read_attribute", counted)
+    with rank_running(folder, sys.executable, "-c", two_threads) as (_, process):
+        task = f"/proc/{process.pid}/task"
+        deadline = time.monotonic() + 10
+        while len(os.listdir(task)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sleeper_tid = max(int(tid) for tid in os.listdir(task))
+        collector = RanksCollector(1.0, directory=str(folder))
+        try:
+            for _ in range(2):  # discovery opens a counter group per thread, then the first rates
+                collector.collect()
+                time.sleep(0.3)
+            del read_files[:]
+            rank = read(collector, process.pid)
+        finally:
+            collector.close()
+    assert [path for path in read_files if path.endswith("/schedstat")] == [f"{task}/{process.pid}/schedstat"]
+    assert rank.pmu.task_clock_cpus > 0.3, "the spinner hardly ran; the machine is overloaded"
+    assert rank.HasField("run_delay_seconds_per_s") and sleeper_tid != process.pid
