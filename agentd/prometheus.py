@@ -17,10 +17,11 @@ Per-rank series carry ``pid``, ``rank`` and ``local_rank``. The hook library's
 health per rank (``RankStats.hook``): its counters as ``tuiprof_rank_hook_*_total``,
 its flags as 0/1 gauges (``_cuda_timing``, ``_nccl_plugin``, ``_nccl_gpu_timers``,
 ``_nccl_api_fallback``, ``_nccl_api_events``),
-``tuiprof_rank_hook_pending_ops``, and ``tuiprof_rank_hook_active`` (0 when the
-hook stays inert in the process). The inert reason is NOT a label: it is free
-text the training process itself writes (a path, an errno text), so as a label
-it would be unbounded and user-controlled; it is in the gRPC snapshot and the
+``tuiprof_rank_hook_pending_ops``, ``tuiprof_rank_hook_nccl_profiler_api`` (the NCCL profiler
+plugin API NCCL took, 0: none), and ``tuiprof_rank_hook_active`` (0 when the
+hook stays inert in the process). The inert reason and a chained profiler plugin's status are NOT
+labels: they are free text the training process itself writes (a path, an errno text), so as labels
+they would be unbounded and user-controlled; they are in the gRPC snapshot and the
 console. For an inert hook only ``_active`` is written: its counters and flags
 were never measured.
 
@@ -431,6 +432,9 @@ def _rank_hook(out: Families, labels: Labels, hook: pb.HookHealth) -> None:
         out(f"rank_hook_{counter}", "counter", help).add(labels, getattr(hook, counter))
     out("rank_hook_pending_ops", "gauge", "Operations launched and not yet finished, all streams.").add(
         labels, hook.pending)
+    out("rank_hook_nccl_profiler_api", "gauge",
+        "The NCCL profiler plugin API version NCCL took from the hook (1-6: NCCL 2.23-2.30; 0: none).").add(
+        labels, hook.nccl_profiler_api)
 
 
 def _rank_process_groups(out: Families, labels: Labels, rank: pb.RankStats) -> None:
