@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentd.collectors import rank_rates
-from native.support import gcc, segment_path, tuiprof_run, wait_for
+from native.support import gcc, remove_rank_files, segment_path, tuiprof_run, wait_for
 from tuiprof_native import segment
 
 INCLUDE = pathlib.Path(segment.__file__).parent / "include"
@@ -229,7 +229,7 @@ def latency_job(standins, tmp_path_factory):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        segment_path(proc.pid).unlink(missing_ok=True)
+        remove_rank_files(proc.pid)  # the segment and the files beside it
     yield readings, measured
 
 
