@@ -115,8 +115,9 @@ def test_oversized_requests_are_refused_before_they_cost_memory(agent_in_namespa
     over = agent.client("many-pids", "--count", str(MAX_REQUEST_PIDS + 1), user=hostile_user)
     assert over["codes"] == {"INVALID_ARGUMENT": 1}, over
     before = _rss_bytes(agent.process.pid)
-    huge = agent.client("many-pids", "--count", "500000", "--requests", "150", user=hostile_user, timeout=240)
-    assert huge["codes"] == {"RESOURCE_EXHAUSTED": 150}, huge
+    # 50 requests of about 2.5 MB each (125 MB in all): an agent that kept what it refused would pass 32 MiB
+    huge = agent.client("many-pids", "--count", "500000", "--requests", "50", user=hostile_user, timeout=240)
+    assert huge["codes"] == {"RESOURCE_EXHAUSTED": 50}, huge
     grown = _rss_bytes(agent.process.pid) - before
     assert grown < 32 * 1024 * 1024, f"agentd grew by {grown / 2**20:.0f} MiB"
     agent.assert_healthy(user=hostile_user)
