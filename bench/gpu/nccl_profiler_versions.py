@@ -86,7 +86,8 @@ if (path := own_segment()) is not None:
     with segment.Segment(path) as seg:
         h = seg.header()
         header = {"flags": h.flags, "nccl_untimed": h.counters.nccl_untimed,
-                  "shortfall": h.counters.nccl_channel_shortfall, "late": h.counters.nccl_late_channels}
+                  "shortfall": h.counters.nccl_channel_shortfall, "late": h.counters.nccl_late_channels,
+                  "nccl_profiler_api": h.nccl_profiler_api, "nccl_chain": h.nccl_chain}
 mapped = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libnccl" in line})
 report.write_text(json.dumps({
     "rank": rank, "mapped": mapped, "nccl_version": version.value, "profiler_api": hook.tuiprof_nccl_profiler_version(),
@@ -164,6 +165,10 @@ def table(rows: list[tuple[str, list[dict[str, object]]]]) -> str:
                              f"{r['rank']!s:<4} {op:<14} {want:>7} {got:>7}  {'yes' if want == got else 'NO'}")
             if r.get("chain"):
                 lines.append(f"{'':<40} chain: {r['chain']}")
+            header = r.get("header")
+            if isinstance(header, dict):  # what the agent reads: the segment header's copy
+                lines.append(f"{'':<40} segment header: API {header['nccl_profiler_api']}, "
+                             f"chain {header['nccl_chain']!r}")
     return "\n".join(lines)
 
 
