@@ -721,40 +721,19 @@ static int start_event(void *context, void **handle, event *e, void *descr)
     return NCCL_SUCCESS;
 }
 
-static int start_v1(void *context, void **handle, void *descr)
-{
-    event e;
-    read_v1(descr, &e);
-    return start_event(context, handle, &e, descr);
-}
-
-static int start_v2(void *context, void **handle, void *descr)
-{
-    event e;
-    read_v2(descr, &e);
-    return start_event(context, handle, &e, descr);
-}
-
-static int start_v3(void *context, void **handle, void *descr)
-{
-    event e;
-    read_v3(descr, &e);
-    return start_event(context, handle, &e, descr);
-}
-
-static int start_v4(void *context, void **handle, void *descr)
-{
-    event e;
-    read_v4(descr, &e);
-    return start_event(context, handle, &e, descr);
-}
-
-static int start_v6(void *context, void **handle, void *descr) /* and v5 */
-{
-    event e;
-    read_v6(descr, &e);
-    return start_event(context, handle, &e, descr);
-}
+/* NCCL's startEvent for one version: its descriptor read into an event, then the one start_event. */
+#define START_EVENT_OF(version)                                           \
+    static int start_##version(void *context, void **handle, void *descr) \
+    {                                                                     \
+        event e;                                                          \
+        read_##version(descr, &e);                                        \
+        return start_event(context, handle, &e, descr);                   \
+    }
+START_EVENT_OF(v1)
+START_EVENT_OF(v2)
+START_EVENT_OF(v3)
+START_EVENT_OF(v4)
+START_EVENT_OF(v6) /* and v5 */
 
 static int stop_event(void *handle)
 {
