@@ -685,19 +685,18 @@ static void *pass_on(const nccl_comm *comm, const event *e, void *descr)
 }
 
 /* v6: a Broadcast is its API event (see the top); every other op its Coll/P2p/CeColl event. */
-static int counted_elsewhere(nccl_comm *comm, event *e)
+static int counted_elsewhere(const nccl_comm *comm, const event *e)
 {
     if (comm->version < 6 || (e->type != PROFILE_COLL_API && e->type != PROFILE_COLL)) return 0;
     int broadcast = e->func && !strcmp(e->func, "Broadcast");
-    if (e->type == PROFILE_COLL) return broadcast;
-    if (!broadcast) return 1;
-    e->seq = atomic_fetch_add(&comm->broadcasts, 1), e->has_seq = 1;
-    return 0;
+    return e->type == PROFILE_COLL ? broadcast : !broadcast;
 }
 
 static void *record_start(nccl_comm *comm, event *e, void *chained)
 {
     if (!comm->recording || !(e->type & (uint32_t)our_mask(comm->version)) || counted_elsewhere(comm, e)) return NULL;
+    if (e->type == PROFILE_COLL_API) /* a v6 Broadcast: numbered as NCCL numbers its collectives */
+        e->seq = atomic_fetch_add(&comm->broadcasts, 1), e->has_seq = 1;
     if (e->type == PROFILE_KERNEL_CH) {
         int channel;
         nccl_op *op = our_op(e->parent, &channel);
