@@ -1,11 +1,11 @@
-"""A real NCCL hang on 2 GPUs, seen through agentd and `tuiprof stacks` / `tuiprof status`.
+"""A real NCCL hang on 2 (or --ranks) GPUs, seen through agentd and `tuiprof stacks` / `tuiprof status`.
 
 Run on the GPU machine from the repository root, after building the package
 (bench/hangs/hangs_gpu.sh does both):
     python3 bench/hangs/hangs_gpu.py --out DIR
 
 Starts agentd (real collectors, --hang-timeout-s 8, --hang-suspect-s 4) and
-bench/hangs/hangs_gpu_job.py under `tuiprof run -- torchrun --nproc-per-node 2`;
+bench/hangs/hangs_gpu_job.py under `tuiprof run -- torchrun --nproc-per-node RANKS` (--ranks, 2);
 rank 1 skips its all_reduce calls at step 30 and sleeps in
 ``skip_allreduce_and_sleep``, rank 0 launches the all_reduce and waits in the
 next CUDA sync. From the agent's Watch stream it times the verdict levels from
@@ -76,7 +76,7 @@ def family(job: subprocess.Popen) -> set[int]:
 
 
 async def watch_until_hung(address: AgentAddress, skipped: pathlib.Path, job: subprocess.Popen,
-                           timeout: float) -> dict:
+                           ranks: int, timeout: float) -> dict:
     """Follow Watch until the job's ranks are judged hung; when each level was first seen."""
     seen: dict = {"levels": {}}
     async with open_channel(address) as channel:
@@ -87,7 +87,7 @@ async def watch_until_hung(address: AgentAddress, skipped: pathlib.Path, job: su
             pids = family(job)
             live = [r for r in snapshot.ranks if r.pid in pids and r.state != pb.RANK_STATE_EXITED]
             verdicts = [v for v in snapshot.hang.ranks if v.pid in pids]
-            if not skipped.exists() or len(live) < 2 or not verdicts:
+            if not skipped.exists() or len(live) < ranks or not verdicts:
                 continue
             skip_ns = int(skipped.read_text())
             level = max((v.level for v in verdicts), key=SEVERITY.__getitem__)
@@ -132,8 +132,8 @@ def pyspy_costs(ranks: list[pb.RankStats], repeat: int) -> dict:
     return costs
 
 
-async def watch_crash(address: AgentAddress, job: subprocess.Popen, timeout: float) -> list[dict]:
-    """The job's ranks once both are reported exited, with their verdicts."""
+async def watch_crash(address: AgentAddress, job: subprocess.Popen, ranks: int, timeout: float) -> list[dict]:
+    """The job's ranks once all are reported exited, with their verdicts."""
     pids: set[int] = set()
     async with open_channel(address) as channel:
         call = pb_grpc.AgentStub(channel).Watch(pb.WatchRequest(), timeout=timeout)
@@ -141,19 +141,19 @@ async def watch_crash(address: AgentAddress, job: subprocess.Popen, timeout: flo
             pids |= family(job)  # remembered: the ranks are gone when they are reported exited
             mine = [r for r in snapshot.ranks if r.pid in pids]
             verdicts = {v.pid: v.explanation for v in snapshot.hang.ranks}
-            if len(mine) == 2 and all(r.state == pb.RANK_STATE_EXITED and r.pid in verdicts for r in mine):
+            if len(mine) == ranks and all(r.state == pb.RANK_STATE_EXITED and r.pid in verdicts for r in mine):
                 call.cancel()
                 return [{"rank": r.rank, "exit_code": r.exit_code if r.HasField("exit_code") else None,
                          "exit_signal": r.exit_signal if r.HasField("exit_signal") else None,
                          "unavailable": dict(r.unavailable), "exception": r.exception,
                          "verdict": verdicts[r.pid]} for r in sorted(mine, key=lambda r: r.rank)]
-    raise RuntimeError("the crashed job's ranks were never both reported exited")
+    raise RuntimeError("the crashed job's ranks were never all reported exited")
 
 
-def start_job(out: pathlib.Path, log: str, work: pathlib.Path, env: dict, *extra: str) -> subprocess.Popen:
+def start_job(out: pathlib.Path, log: str, work: pathlib.Path, env: dict, ranks: int, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, __file__, "cli", "run", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
-         "--nproc-per-node", "2", str(JOB), "--skip-rank", "1", "--skip-at", "30", "--marker-dir", str(work), *extra],
+         "--nproc-per-node", str(ranks), str(JOB), "--skip-rank", "1", "--skip-at", "30", "--marker-dir", str(work), *extra],
         stdout=open(out / log, "wb"), stderr=subprocess.STDOUT, env=env)
 
 
@@ -177,6 +177,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--ranks", type=int, default=2, help="one GPU each; rank 1 skips")
     args = parser.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -190,11 +191,11 @@ def main() -> None:
              "--interval-ms", str(INTERVAL_MS), "--trace-dir", str(work / "traces"),
              "--hang-timeout-s", str(HANG_TIMEOUT_S), "--hang-suspect-s", str(SUSPECT_S)],
             stderr=log, env=env)
-    job = start_job(out, "job.log", work, env)
+    job = start_job(out, "job.log", work, env, args.ranks)
     address = f"127.0.0.1:{port}"
-    summary: dict = {"hang_timeout_s": HANG_TIMEOUT_S, "suspect_s": SUSPECT_S, "interval_ms": INTERVAL_MS}
+    summary: dict = {"ranks": args.ranks, "hang_timeout_s": HANG_TIMEOUT_S, "suspect_s": SUSPECT_S, "interval_ms": INTERVAL_MS}
     try:
-        seen = asyncio.run(watch_until_hung(AgentAddress("127.0.0.1", port), work / "skipped", job, timeout=240))
+        seen = asyncio.run(watch_until_hung(AgentAddress("127.0.0.1", port), work / "skipped", job, args.ranks, timeout=240))
         summary["levels"] = seen["levels"]
         ranks = seen["ranks"]
         job_id = ranks[0].job_id
@@ -213,9 +214,9 @@ def main() -> None:
             summary[f"{name}: classes"] = [(c["ranks"], c["leaf"]) for c in doc["classes"]]
             summary[f"{name}: dumps"] = [p for h in doc["hosts"] for p in h.get("processes", [])]
         stop(job, None)
-        crash = start_job(out, "crash_job.log", work, env, "--crash")
+        crash = start_job(out, "crash_job.log", work, env, args.ranks, "--crash")
         try:
-            summary["crash"] = asyncio.run(watch_crash(AgentAddress("127.0.0.1", port), crash, 180))
+            summary["crash"] = asyncio.run(watch_crash(AgentAddress("127.0.0.1", port), crash, args.ranks, 180))
         finally:
             stop(crash, None)
     finally:
