@@ -43,8 +43,11 @@ changed a figure (heartbeats do not), so when it is what it was before the last 
 did nothing since, and its report is that reading's with the per-interval figures of a reading with
 no change (zero rates, no latency; ``_at_rest_report``) and the figures that move with time brought up to
 date (interval, heartbeat and in-flight ages). Everything else is read every interval as before: the
-process's real uid and state, the header's pid, its CPU counters and scheduler figures (a rank at rest
-may still spin a CPU) and the files beside its segment. A rank that did work is read in full in the
+header's pid, its CPU counters and scheduler figures (a rank at rest may still spin a CPU) and the files
+beside its segment. The process's status (real uid, ids, state) is read again when it may have changed:
+the kernel's process events (``agentd.proc_events``) named the process (ids, exec, exit) or were lost,
+or its main thread ran (only it can stop, wait on a disk or exit itself), or its state was another than
+running or sleeping (``_process_now``); without the events, every interval. A rank that did work is read in full in the
 interval it shows it in, as every rank of a segment layout without ``data_seq``. What did not move costs
 little: counters that read as before give cached figures and spare the threads' schedstat files
 (``pmu.RankCounters.ran``), and a file beside the segment is looked at only when the folder's listing
@@ -68,7 +71,7 @@ import statistics
 import threading
 import time
 
-from agentd import containers, procfs
+from agentd import containers, procfs, proc_events
 from agentd.collectors import (
     pmu,
     rank_arrivals,
@@ -119,6 +122,8 @@ _RANK_STATES = {
     procfs.DISK_SLEEP: pb.RANK_STATE_DISK_SLEEP, procfs.STOPPED: pb.RANK_STATE_STOPPED,
     "tracing-stop": pb.RANK_STATE_STOPPED, procfs.ZOMBIE: pb.RANK_STATE_ZOMBIE, procfs.DEAD: pb.RANK_STATE_EXITED,
 }
+# The states a process leaves only by running (its main thread stops, waits on a disk or exits itself).
+_LEFT_ONLY_BY_RUNNING = frozenset((procfs.RUNNING, procfs.SLEEPING, "idle"))
 _NO_PYTHON_HOOK = "no Python startup hook data (not a Python job, or torch was never imported)"
 # The most communicators one rank reports arrivals of per interval (each at most about MAX_ARRIVALS_PER_COMM
 # collectives): an honest job has a few; any local user can fill a ring with made-up ones.
@@ -149,6 +154,9 @@ class _Rank:
     seg: native.Segment
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     process: procfs.StatusFile | None  # its process's /proc status, held open (None: gone when verified)
+    status: procfs.ProcessStatus | None = None  # what ``process`` said when last read (None: not read yet)
+    main_thread_unknown: bool = False  # it exec'd since it was verified: its main thread may be another one
+    quiet: bool = False  # its last report was of a rank at rest that did nothing at all (``_quiet``): kept as is
     read_ns: int = 0
     data_seq: int | None = None  # the header's data_seq before its last full reading (None: not known)
     at_rest: pb.RankStats | None = None  # its figures as an unchanged segment gives them; None: read it in full
@@ -205,6 +213,26 @@ class _Rank:
             self.cpu_counters = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _CpuReading:
+    """A rank's CPU counters as read this interval."""
+
+    pmu: pb.PmuStats | None  # None: unavailable, ``reason`` says why
+    reason: str
+    ran: bool  # whether any of its threads may have had a CPU in the interval (``pmu.RankCounters.ran``)
+    idle_threads: frozenset[int]  # the threads that surely had none (``pmu.RankCounters.idle_threads``)
+
+
+def _listen_to_process_events() -> proc_events.ProcessEvents | None:
+    """The kernel's process events, or None (every rank's status is then read every interval)."""
+    try:
+        return proc_events.ProcessEvents.subscribe()
+    except proc_events.ProcessEventsUnavailable as exc:
+        log.info("process events unavailable: each rank's /proc status is read every interval",
+                 extra={"reason": str(exc)})
+        return None
+
+
 class RanksCollector(Collector):
     """Discovers rank segments, believes those the kernel confirms, reports per-rank rates."""
 
@@ -233,6 +261,8 @@ class RanksCollector(Collector):
         # and root's (their owners did nothing wrong: no warning for them, the collector's status says so).
         self._own_uid = os.geteuid()
         pmu.raise_fd_limit()  # each rank's counters take one fd per event per thread
+        self._events = _listen_to_process_events()
+        self._heard: set[int] | None = None  # the pids the process events named this interval; None: any may have changed
 
     def status(self) -> pb.CollectorStatus:
         if _IMPORT_ERROR:
@@ -262,6 +292,7 @@ class RanksCollector(Collector):
 
     def collect(self) -> None:
         self._send_function_requests()
+        self._heard = self._hear_process_events()  # before any rank is read: what changed up to now is known
         now_ns = time.time_ns()
         mono = time.monotonic()
         folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()})
@@ -319,6 +350,8 @@ class RanksCollector(Collector):
             rank.close()
         self._ranks.clear()
         self._folders.close()
+        if self._events is not None:
+            self._events.close()
 
     # ---------------------------------------------------------------- internals
 
@@ -419,10 +452,16 @@ class RanksCollector(Collector):
         """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
-        alive = None if rank.process is None else rank_claims.owned_status(rank.process, rank.uid, rank.path)
+        alive, cpu = self._process_now(rank)
         pulse = rank.seg.pulse()
         rank_claims.check_header_pid(rank.candidate, pulse.pid)
         resting = alive is not None and _rests(rank, pulse, budget)
+        if resting and rank.quiet and _quiet(rank, cpu, side_files):
+            assert rank.stats is not None and alive is not None
+            _retime(rank, rank.stats, pulse, now_ns)  # the rest of its last report is what this one would be
+            _throttling(rank, rank.stats)
+            rank.stats.state = rank_state(alive.state)
+            return True
         header = None
         new_events: tuple[list, list[int]] = ([], [])  # none at rest: its ring did not move
         if resting:
@@ -442,7 +481,7 @@ class RanksCollector(Collector):
                 and stats.unavailable.get("gemm_tflops") != _OPS_BASELINE else None
             new_events = _new_events(rank, header)
         # a rank at rest may still use CPU, wait for one or write its side files: read every interval
-        self._kernel_figures(rank, stats, alive)
+        self._kernel_figures(rank, stats, cpu)
         exception = rank.exception.refresh(side_files)
         if exception:
             stats.exception = printable(exception, keep_lines=True)
@@ -465,14 +504,60 @@ class RanksCollector(Collector):
         else:
             stats.state = rank_state(alive.state)
         rank.stats = stats
+        # Kept as its next report while it stays so: all but its times (and CPU throttling) come out the same.
+        rank.quiet = (resting and _quiet(rank, cpu, side_files) and "ops" not in stats.unavailable
+                      and stats.HasField("run_delay_seconds_per_s"))
         return True
 
-    def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, alive: procfs.ProcessStatus | None) -> None:
-        """The rank's CPU counters, run-queue delay and CPU throttling over the interval (``stats``')."""
+    def _process_now(self, rank: _Rank) -> tuple[procfs.ProcessStatus | None, _CpuReading]:
+        """The rank's process status (None: gone) and its CPU counters' reading of this interval.
+
+        The status (real uid, uids and gids, state, life) is read again unless nothing in it can have changed
+        since it was last read: the process events (``agentd.proc_events``) named no change of ids, exec or
+        exit of the process, and lost none; and its state was one the process leaves only by running
+        (running, sleeping, idle: stopping, a disk wait or exiting happen in its main thread) while its main
+        thread's counter group says it did not run (read first, for that). Without the events, or counters,
+        it is read every interval."""
+        if rank.process is None:
+            return None, self._cpu_counters(rank, None)
+        stands = self._status_stands(rank)
+        if not stands:
+            rank.status = rank_claims.owned_status(rank.process, rank.uid, rank.path)
+        # Its ids are the status's still (no event said otherwise): the counters' eligibility check holds.
+        cpu = self._cpu_counters(rank, rank.status)
+        if stands and (rank.main_thread_unknown or cpu.ran and rank.pid not in cpu.idle_threads):
+            rank.status = rank_claims.owned_status(rank.process, rank.uid, rank.path)
+        return rank.status, cpu
+
+    def _status_stands(self, rank: _Rank) -> bool:
+        """Whether the process events vouch that ``rank``'s process did not change its ids, exec or exit
+        since its status was last read, and that status's state only the process itself can leave."""
+        return (self._heard is not None and rank.pid not in self._heard and rank.status is not None
+                and rank.status.state in _LEFT_ONLY_BY_RUNNING)
+
+    def _hear_process_events(self) -> set[int] | None:
+        """The pids the process events named since the last interval; None when any process may have changed
+        unheard (no listener, or the kernel dropped events: every rank's status is read). A process that
+        exec'd may have a new main thread (one of its other threads exec'd): its main thread's counter
+        group no longer tells whether it ran, so its status is read every interval from then on."""
+        if self._events is None:
+            return None
+        changes = self._events.drain()
+        for rank in self._ranks.values():
+            if rank.pid in changes.execs:
+                rank.main_thread_unknown = True
+        return None if changes.lost else changes.pids
+
+    def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, cpu: _CpuReading) -> None:
+        """The rank's CPU counters (``cpu``, read this interval), run-queue delay and CPU throttling over the
+        interval (``stats``')."""
         seconds = stats.interval_seconds
-        ran, idle_threads = self._cpu_counters(rank, stats, alive)
-        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds, ran, idle_threads))
-        put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(seconds))
+        if cpu.pmu is None:
+            stats.unavailable["pmu"] = cpu.reason
+        else:
+            stats.pmu.CopyFrom(cpu.pmu)
+        put(stats, "run_delay_seconds_per_s", rank.sched.run_delay_seconds_per_s(seconds, cpu.ran, cpu.idle_threads))
+        _throttling(rank, stats)
 
     @staticmethod
     def _flight(rank: _Rank, stats: pb.RankStats, text: str, now_ns: int,
@@ -530,26 +615,21 @@ class RanksCollector(Collector):
         return [stats]
 
     @staticmethod
-    def _cpu_counters(rank: _Rank, stats: pb.RankStats,
-                      status: procfs.ProcessStatus | None) -> tuple[bool, frozenset[int]]:
+    def _cpu_counters(rank: _Rank, status: procfs.ProcessStatus | None) -> _CpuReading:
         """This interval's CPU counters of the rank (one read of its counter groups); ``status``: its
-        process's, read this interval (None: gone). Whether it may have had a CPU in the interval (False
-        only when its counters say none of its threads did: ``pmu.RankCounters.ran``), and the threads
-        that surely had none (``pmu.RankCounters.idle_threads``)."""
+        process's ids as last read (None: gone), for their check that it still acts only as its owner."""
         if rank.cpu_counters is None:
-            stats.unavailable["pmu"] = rank.cpu_counters_reason
-            return True, frozenset()
+            return _CpuReading(None, rank.cpu_counters_reason, True, frozenset())
         try:
-            stats.pmu.CopyFrom(rank.cpu_counters.stats(status))
+            stats = rank.cpu_counters.stats(status)
         except pmu.ProcessLeftItsOwner as exc:  # a set-user-ID exec, another program: closed for good
             log.warning("rank CPU counters closed", extra={"pid": rank.pid, "reason": str(exc)})
             rank.close_counters()
-            rank.cpu_counters_reason = stats.unavailable["pmu"] = str(exc)
-            return True, frozenset()
+            rank.cpu_counters_reason = str(exc)
+            return _CpuReading(None, str(exc), True, frozenset())
         except OSError as exc:  # a read that fails says why; the next interval tries again
-            stats.unavailable["pmu"] = f"reading the CPU counters of pid {rank.pid} failed: {exc}"
-            return True, frozenset()
-        return rank.cpu_counters.ran, rank.cpu_counters.idle_threads
+            return _CpuReading(None, f"reading the CPU counters of pid {rank.pid} failed: {exc}", True, frozenset())
+        return _CpuReading(stats, "", rank.cpu_counters.ran, rank.cpu_counters.idle_threads)
 
     def _rates(self, rank: _Rank, header: native.Header, now_ns: int, budget: OpsBudget) -> tuple[pb.RankStats, int]:
         """The rank's figures for the interval, and how many of its ops its owner's budget left out."""
@@ -741,14 +821,36 @@ def _rested(rank: _Rank, pulse: native.Pulse, now_ns: int) -> pb.RankStats:
     assert rank.at_rest is not None
     stats = pb.RankStats()
     stats.CopyFrom(rank.at_rest)
-    stats.interval_seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
-    stats.heartbeat_age_seconds = max(0.0, (now_ns - pulse.heartbeat_ns) * 1e-9)
     if rank.inflight:
         stats.inflight.extend(_inflight_ops(rank.inflight, now_ns))
+    _retime(rank, stats, pulse, now_ns)
+    return stats
+
+
+def _retime(rank: _Rank, stats: pb.RankStats, pulse: native.Pulse, now_ns: int) -> None:
+    """A rank at rest's report given the interval, the heartbeat's age and the allocator figures' age of now."""
+    stats.interval_seconds = max((now_ns - rank.read_ns) * 1e-9, 1e-9)
+    stats.heartbeat_age_seconds = max(0.0, (now_ns - pulse.heartbeat_ns) * 1e-9)
     if stats.device_memory.HasField("allocator_age_seconds") and rank.device_memory is not None:
         stats.device_memory.allocator_age_seconds = max(0.0, (now_ns - rank.device_memory.allocator_read_ns) * 1e-9)
     rank.read_ns = now_ns
-    return stats
+
+
+def _throttling(rank: _Rank, stats: pb.RankStats) -> None:
+    """The rank's cgroup's CPU throttling over the interval into ``stats`` (a kept report's replaced)."""
+    stats.ClearField("cpu_throttled_seconds_per_s")
+    stats.unavailable.pop("cpu_throttled_seconds_per_s", None)
+    put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(stats.interval_seconds))
+
+
+def _quiet(rank: _Rank, cpu: _CpuReading, side_files: set[str]) -> bool:
+    """Whether a rank at rest gives, this interval, the report it gave when it was last so, but for its times
+    and its cgroup's CPU throttling: none of its threads ran (the same no-change CPU figures, no run-queue
+    delay), it has no in-flight entries to age, no file beside its segment (nothing of them listed this
+    interval nor kept from before) and no function timing request outstanding."""
+    return (not cpu.ran and not rank.inflight and rank.functions.sent is None
+            and not (rank.exception.text or rank.flight.text or rank.functions.file.text)
+            and not side_files.intersection((rank.exception.path, rank.flight.path, rank.functions.file.path)))
 
 
 def _place(stats: pb.RankStats, claimant: Claimant) -> None:

@@ -238,3 +238,27 @@ def test_a_thread_that_did_not_run_has_its_schedstat_file_left_unread(folder, mo
     assert [path for path in read_files if path.endswith("/schedstat")] == [f"{task}/{process.pid}/schedstat"]
     assert rank.pmu.task_clock_cpus > 0.3, "the spinner hardly ran; the machine is overloaded"
     assert rank.HasField("run_delay_seconds_per_s") and sleeper_tid != process.pid
+
+
+def test_a_rank_that_did_nothing_keeps_its_report_as_a_reading_gives_it(one_rank, rested, monkeypatch):
+    """A rank at rest whose threads did not run and that has no side files keeps its last report, its times
+    brought up to date: the same report as one built anew for the interval."""
+    path, sleeper = one_rank
+    collector = RanksCollector(1.0, directory=str(path.parent))
+    try:
+        for _ in range(2):  # in full, then served at rest
+            read(collector, sleeper.pid)
+            time.sleep(0.05)
+        kept = read(collector, sleeper.pid)
+        assert rested == [sleeper.pid]  # not built again
+        monkeypatch.setattr(ranks, "_quiet", lambda *_: False)
+        time.sleep(0.05)
+        built = read(collector, sleeper.pid)
+        assert rested == [sleeper.pid] * 2
+        assert kept.interval_seconds > 0.04 and kept.heartbeat_age_seconds > built.heartbeat_age_seconds - 0.5
+        for report in (kept, built):
+            report.ClearField("interval_seconds")
+            report.ClearField("heartbeat_age_seconds")
+        assert kept == built
+    finally:
+        collector.close()
