@@ -52,8 +52,12 @@ VARIANTS = {  # name: (options of `tuiprof run`, or None for a plain job; extra 
     "tuiprof": ([], {}),
     "no_plugin": ([], {"NCCL_PROFILER_PLUGIN": "none"}),
     "no_kineto": (["--no-kineto-daemon"], {}),
+    "disabled": ([], {"TUIPROF_DISABLE": "1"}),  # the hook loaded but inert: no segment, nothing timed
+    "sample_rare": (["--gemm-sample-every", "1000000"], {}),  # a GEMM shape's first 32 calls timed, then next to none
+    "no_functions": (["--no-default-functions"], {}),
     "plain_b": (None, {}),
 }
+DEFAULT_VARIANTS = "plain,tuiprof,no_plugin,no_kineto,plain_b"
 
 
 # ---- one rank of a job -------------------------------------------------------------------------
@@ -206,7 +210,7 @@ def drive(args: argparse.Namespace) -> dict:
                                   str(metrics_port), "--interval-ms", "1000"], stderr=log, env=env)
     args.agent_port = port
     time.sleep(5)
-    jobs = [Job(name, work, args, env) for name in VARIANTS]
+    jobs = [Job(name, work, args, env) for name in args.variants]
     result: dict = {"chunk_steps": args.steps, "ranks": args.ranks, "job_args": args.job_args, "rounds": []}
     try:
         for j in jobs:  # warm up one at a time: first chunks carry NCCL set-up, cuBLAS heuristics, the allocator
@@ -226,9 +230,10 @@ def drive(args: argparse.Namespace) -> dict:
         agent.terminate()
         agent.wait(30)
     rounds = result["rounds"]
-    result["step_ms_median"] = {name: round(statistics.median(r[name] for r in rounds) / args.steps, 3) for name in VARIANTS}
+    result["step_ms_median"] = {name: round(statistics.median(r[name] for r in rounds) / args.steps, 3)
+                                for name in args.variants}
     result["against_plain"] = {name: interval([100 * (r[name] - r["plain"]) / r["plain"] for r in rounds])
-                               for name in VARIANTS if name != "plain"}
+                               for name in args.variants if name != "plain"}
     return result
 
 
@@ -238,6 +243,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=420, help="measured rounds stop once this has passed")
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--steps", type=int, default=CHUNK_STEPS, help="steps a chunk")
+    parser.add_argument("--variants", type=lambda text: text.split(","), default=DEFAULT_VARIANTS.split(","),
+                        help=f"jobs, from {', '.join(VARIANTS)} (plain first; default {DEFAULT_VARIANTS})")
     parser.add_argument("job_args", nargs="*", help="passed to each rank (e.g. --cpu --width 64 --seq 16)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
