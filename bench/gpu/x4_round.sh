@@ -18,7 +18,7 @@ case $1 in
 faults)
   timeout $((590 - SECONDS)) python3 bench/slowdown/gpu_faults.py --out "$OUT/faults" --warmup-s 20 --healthy-s "${HEALTHY_S:-120}" ;;
 overhead)
-  timeout $((590 - SECONDS)) python3 bench/gpu/overhead_4gpu.py --out "$OUT/overhead" --seconds $((${MEASURE_UNTIL:-450} - SECONDS)) --variants "${VARIANTS:-plain,tuiprof,no_plugin,no_kineto,plain_b}" ;;
+  timeout $((590 - SECONDS)) python3 bench/gpu/overhead_4gpu.py --out "$OUT/overhead" --seconds $((${MEASURE_UNTIL:-450} - SECONDS)) --ranks "${RANKS:-4}" --variants "${VARIANTS:-plain,tuiprof,no_plugin,no_kineto,plain_b}" ;;
 hangs-agent)
   echo "== hang, 4 ranks $(date -u +%T)"; timeout 200 python3 bench/hangs/hangs_gpu.py --out "$OUT/hang4" --ranks 4 --repeat 2
   echo "== overlap $(date -u +%T)"; OUT=$OUT/overlap timeout 150 bash bench/gpu/native_gpu.sh overhead
