@@ -36,6 +36,8 @@ import logging
 import os
 import stat
 import time
+import types
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd import procfs
@@ -58,6 +60,7 @@ NOTE_LIMIT = 4096  # an inert note is one line
 NOT_READY_LIMIT_NS = 2_000_000_000
 # A refused file is judged again when it changes, and at least this often anyway.
 REJUDGE_SECONDS = 60.0
+_NONE_KNOWN: Mapping[str, Candidate] = types.MappingProxyType({})
 REFUSAL_LOGS_PER_MINUTE = 20
 
 # Why a file was refused (the keys refusals are counted under).
@@ -107,16 +110,18 @@ class Scan:
     side_files: set[str] = dataclasses.field(default_factory=set)
 
 
-def scan(folders: list[SegmentFolder], layout: Any, followed: set[str]) -> Scan:
+def scan(folders: list[SegmentFolder], layout: Any, followed: Collection[str],
+         known: Mapping[str, Candidate] = _NONE_KNOWN) -> Scan:
     """Every segment or note name in the ``folders`` with its file's facts, at most
     ``MAX_FILES_PER_OWNER`` per owner and folder (those already ``followed`` first, then by pid).
-    ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``)."""
+    ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``). A file of ``known``
+    (by path) that ``lstat`` shows unchanged is that Candidate again."""
     result = Scan([], collections.Counter(), {})
     pid_limit = procfs.pid_max()
     by_owner: dict[tuple[str, int], list[Candidate]] = collections.defaultdict(list)  # (folder, owner) → files
     for folder in folders:
         try:
-            _scan_folder(folder, layout, pid_limit, result, by_owner)
+            _scan_folder(folder, layout, pid_limit, result, by_owner, known)
         except FileNotFoundError:
             if folder.own:
                 raise
@@ -130,11 +135,21 @@ def scan(folders: list[SegmentFolder], layout: Any, followed: set[str]) -> Scan:
 
 
 def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Scan,
-                 by_owner: dict[tuple[str, int], list[Candidate]]) -> None:
+                 by_owner: dict[tuple[str, int], list[Candidate]], known: Mapping[str, Candidate]) -> None:
     with os.scandir(folder.path) as entries:
         for entry in entries:
             if not entry.name.startswith(layout.SEGMENT_PREFIX):
                 continue
+            kept = known.get(entry.path)
+            if kept is not None and kept.folder is folder:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if kept.identity == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
+                        and kept.owner == st.st_uid and kept.regular == stat.S_ISREG(st.st_mode):
+                    by_owner[folder.path, st.st_uid].append(kept)  # the name parsed, and the file is as it was
+                    continue
             parsed = layout.parse_name(entry.name)
             if parsed is None and _beside_a_segment(entry.name, layout):
                 result.side_files.add(entry.path)

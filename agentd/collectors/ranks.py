@@ -89,7 +89,7 @@ from agentd.collectors.base import Collector
 from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.rank_places import Claimant, SegmentFolders
-from agentd.collectors.readings import counter_rate, put, put_unavailable, scaled
+from agentd.collectors.readings import Unavailable, counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.text import printable
 
@@ -131,6 +131,7 @@ MAX_COMMS_PER_RANK = 16
 MAX_STEP_ENDS = 256  # step ends one rank reports per interval (a step under 4 ms at the 1 s default is rare)
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
+_THROTTLED = "cpu_throttled_seconds_per_s"
 _PER_INTERVAL_FIELDS = ("gemm_tflops", "gc_pause_seconds_per_s", "dataloader_wait_seconds_per_s", "pmu")
 _NOT_READ_BUSY = "the segment was mid-update when read: this interval's work is counted in the next one"
 _NOT_READ_EXITED = "the process has exited: its work was counted in its final reading"
@@ -263,6 +264,7 @@ class RanksCollector(Collector):
         pmu.raise_fd_limit()  # each rank's counters take one fd per event per thread
         self._events = _listen_to_process_events()
         self._heard: set[int] | None = None  # the pids the process events named this interval; None: any may have changed
+        self._execs: set[int] = set()  # those of them that exec'd (a rank is read every interval from then on)
 
     def status(self) -> pb.CollectorStatus:
         if _IMPORT_ERROR:
@@ -296,7 +298,8 @@ class RanksCollector(Collector):
         now_ns = time.time_ns()
         mono = time.monotonic()
         folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()})
-        found = rank_claims.scan(folders, native, set(self._ranks))
+        known = {path: rank.candidate for path, rank in self._ranks.items()}
+        found = rank_claims.scan(folders, native, known.keys(), known)
         self._refusals.start_interval(found)
         budget = OpsBudget(MAX_OPS_PER_OWNER)
         inert: list[pb.RankStats] = []
@@ -520,6 +523,8 @@ class RanksCollector(Collector):
         it is read every interval."""
         if rank.process is None:
             return None, self._cpu_counters(rank, None)
+        if rank.pid in self._execs:
+            rank.main_thread_unknown = True
         stands = self._status_stands(rank)
         if not stands:
             rank.status = rank_claims.owned_status(rank.process, rank.uid, rank.path)
@@ -539,14 +544,17 @@ class RanksCollector(Collector):
         """The pids the process events named since the last interval; None when any process may have changed
         unheard (no listener, or the kernel dropped events: every rank's status is read). A process that
         exec'd may have a new main thread (one of its other threads exec'd): its main thread's counter
-        group no longer tells whether it ran, so its status is read every interval from then on."""
+        group no longer tells whether it ran, so its status is read every interval from then on; after lost
+        events, that of every rank followed then (any of them may have exec'd unheard)."""
         if self._events is None:
             return None
         changes = self._events.drain()
-        for rank in self._ranks.values():
-            if rank.pid in changes.execs:
+        self._execs = changes.execs
+        if changes.lost:
+            for rank in self._ranks.values():
                 rank.main_thread_unknown = True
-        return None if changes.lost else changes.pids
+            return None
+        return changes.pids
 
     def _kernel_figures(self, rank: _Rank, stats: pb.RankStats, cpu: _CpuReading) -> None:
         """The rank's CPU counters (``cpu``, read this interval), run-queue delay and CPU throttling over the
@@ -838,9 +846,14 @@ def _retime(rank: _Rank, stats: pb.RankStats, pulse: native.Pulse, now_ns: int) 
 
 def _throttling(rank: _Rank, stats: pb.RankStats) -> None:
     """The rank's cgroup's CPU throttling over the interval into ``stats`` (a kept report's replaced)."""
-    stats.ClearField("cpu_throttled_seconds_per_s")
-    stats.unavailable.pop("cpu_throttled_seconds_per_s", None)
-    put(stats, "cpu_throttled_seconds_per_s", rank.sched.cpu_throttled_seconds_per_s(stats.interval_seconds))
+    throttled = rank.sched.cpu_throttled_seconds_per_s(stats.interval_seconds)
+    if isinstance(throttled, Unavailable):
+        stats.ClearField(_THROTTLED)
+        stats.unavailable[_THROTTLED] = throttled.reason
+    else:
+        if _THROTTLED in stats.unavailable:
+            del stats.unavailable[_THROTTLED]
+        stats.cpu_throttled_seconds_per_s = throttled
 
 
 def _quiet(rank: _Rank, cpu: _CpuReading, side_files: set[str]) -> bool:
