@@ -53,6 +53,8 @@ VARIANTS = {  # name: (options of `tuiprof run`, or None for a plain job; extra 
     "no_plugin": ([], {"NCCL_PROFILER_PLUGIN": "none"}),
     "no_kineto": (["--no-kineto-daemon"], {}),
     "disabled": ([], {"TUIPROF_DISABLE": "1"}),  # the hook loaded but inert: no segment, nothing timed
+    "sample_64": (["--gemm-sample-every", "64"], {}),  # a GEMM shape's first 32 calls timed, then one in 64
+    "sample_256": (["--gemm-sample-every", "256"], {}),
     "sample_rare": (["--gemm-sample-every", "1000000"], {}),  # a GEMM shape's first 32 calls timed, then next to none
     "no_functions": (["--no-default-functions"], {}),
     "plain_b": (None, {}),
