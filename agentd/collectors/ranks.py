@@ -47,7 +47,9 @@ header's pid, its CPU counters and scheduler figures (a rank at rest may still s
 beside its segment. The process's status (real uid, ids, state) is read again when it may have changed:
 the kernel's process events (``agentd.proc_events``) named the process (ids, exec, exit) or were lost,
 or its main thread ran (only it can stop, wait on a disk or exit itself), or its state was another than
-running or sleeping (``_process_now``); without the events, every interval. A rank that did work is read in full in the
+running or sleeping (``_process_now``); without the events, every interval. A rank at rest that did
+nothing at all (``_quiet``: no thread ran, no side files, no in-flight entries) keeps its report, and while
+its file's ``lstat`` stays as it was its header is not read either (only its own threads write it). A rank that did work is read in full in the
 interval it shows it in, as every rank of a segment layout without ``data_seq``. What did not move costs
 little: counters that read as before give cached figures and spare the threads' schedstat files
 (``pmu.RankCounters.ran``), and a file beside the segment is looked at only when the folder's listing
@@ -158,6 +160,7 @@ class _Rank:
     status: procfs.ProcessStatus | None = None  # what ``process`` said when last read (None: not read yet)
     main_thread_unknown: bool = False  # it exec'd since it was verified: its main thread may be another one
     quiet: bool = False  # its last report was of a rank at rest that did nothing at all (``_quiet``): kept as is
+    pulse: native.Pulse | None = None  # its header's words as last read
     read_ns: int = 0
     data_seq: int | None = None  # the header's data_seq before its last full reading (None: not known)
     at_rest: pb.RankStats | None = None  # its figures as an unchanged segment gives them; None: read it in full
@@ -409,7 +412,9 @@ class RanksCollector(Collector):
             rank = None
         if rank is None:
             rank = self._open(candidate)
-        return self._sample(rank, now_ns, mono, budget, side_files)
+        file_unchanged = candidate is rank.candidate  # the scan kept it: lstat says what it said last interval
+        rank.candidate = candidate
+        return self._sample(rank, now_ns, mono, budget, side_files, file_unchanged)
 
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
@@ -451,15 +456,26 @@ class RanksCollector(Collector):
         if delete:
             _unlink(rank.path)
 
-    def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: OpsBudget, side_files: set[str]) -> bool:
-        """Read one rank's segment into ``rank.stats``; False when its counters were not read."""
+    def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: OpsBudget, side_files: set[str],
+                file_unchanged: bool) -> bool:
+        """Read one rank's segment into ``rank.stats``; False when its counters were not read.
+        ``file_unchanged``: its file's ``lstat`` says what it said in the last interval.
+
+        A rank that was quiet (``_quiet``) last interval and still is, none of whose threads ran since, whose
+        file ``lstat`` shows as it was, is not even looked at: only its own threads write its segment (the
+        hook's; a forked child lets go of it), so its header is what it was, pid and data_seq included."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
         alive, cpu = self._process_now(rank)
-        pulse = rank.seg.pulse()
-        rank_claims.check_header_pid(rank.candidate, pulse.pid)
+        still_quiet = alive is not None and rank.quiet and _quiet(rank, cpu, side_files)
+        if still_quiet and file_unchanged and rank.pulse is not None:
+            pulse = rank.pulse
+        else:
+            pulse = rank.seg.pulse()
+            rank_claims.check_header_pid(rank.candidate, pulse.pid)
+            rank.pulse = pulse
         resting = alive is not None and _rests(rank, pulse, budget)
-        if resting and rank.quiet and _quiet(rank, cpu, side_files):
+        if resting and still_quiet:
             assert rank.stats is not None and alive is not None
             _retime(rank, rank.stats, pulse, now_ns)  # the rest of its last report is what this one would be
             _throttling(rank, rank.stats)

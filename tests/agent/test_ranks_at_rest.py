@@ -19,10 +19,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from agentd.collectors import rank_sched, ranks
+from agentd.collectors import rank_claims, rank_sched, ranks
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
 from native.segment_forge import PID_OFFSET, START_NS_OFFSET, recorded_segment
@@ -45,11 +46,12 @@ def folder() -> Iterator[pathlib.Path]:
 
 
 @contextlib.contextmanager
-def rank_running(folder: pathlib.Path, *command: str) -> Iterator[tuple[pathlib.Path, subprocess.Popen]]:
-    """``command`` running, with a segment of OPS GEMM ops (each called once) claiming it in ``folder``."""
+def rank_running(folder: pathlib.Path, *command: str, **popen: Any) -> Iterator[tuple[pathlib.Path, subprocess.Popen]]:
+    """``command`` running (``popen``: subprocess.Popen's options), with a segment of OPS GEMM ops (each
+    called once) claiming it in ``folder``."""
     prefix = with_ops(recorded_segment(), OPS)
     check_ops(prefix, OPS)
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, **popen)
     try:
         time.sleep(0.05)  # started before its segment
         data = bytearray(prefix)
@@ -260,5 +262,67 @@ def test_a_rank_that_did_nothing_keeps_its_report_as_a_reading_gives_it(one_rank
             report.ClearField("interval_seconds")
             report.ClearField("heartbeat_age_seconds")
         assert kept == built
+    finally:
+        collector.close()
+
+
+# A rank that writes its own segment as the hook does, through a shared mapping (which leaves the file's
+# times as they were), on cue: "map" maps it and rewrites a word with its own value (the mapping's first
+# write done before the rank rests), "bump" calls the first op 5 times more and bumps data_seq.
+WRITES_ITS_SEGMENT = f"""
+import mmap, os, struct, sys
+for line in sys.stdin:
+    cue, path = line.split()
+    if cue == "map":
+        segment = mmap.mmap(os.open(path, os.O_RDWR), {segment.SLOTS_OFFSET + 4096})
+        segment[{DATA_SEQ_OFFSET}:{DATA_SEQ_OFFSET + 8}] = segment[{DATA_SEQ_OFFSET}:{DATA_SEQ_OFFSET + 8}]
+    else:
+        count_at, seq_at = {segment.SLOTS_OFFSET + SLOT_COUNT}, {DATA_SEQ_OFFSET}
+        count, seq = struct.unpack_from("<Q", segment, count_at)[0], struct.unpack_from("<Q", segment, seq_at)[0]
+        struct.pack_into("<Q", segment, count_at, count + 5)
+        struct.pack_into("<Q", segment, seq_at, seq + 1)
+    print("done", flush=True)
+"""
+
+
+def test_a_quiet_rank_that_writes_its_segment_shows_it_in_that_interval(folder, rested):
+    """A rank whose threads did not run is not looked at (its file's lstat as before): only its own threads
+    write its segment. One that writes it through its mapping ran, and is read in full in that interval."""
+    with rank_running(folder, sys.executable, "-c", WRITES_ITS_SEGMENT, stdin=subprocess.PIPE,
+                      stdout=subprocess.PIPE, text=True) as (path, process):
+        def cue(word: str) -> None:
+            process.stdin.write(f"{word} {path}\n")
+            process.stdin.flush()
+            assert process.stdout.readline() == "done\n"
+
+        cue("map")
+        mtime = path.stat().st_mtime_ns
+        collector = RanksCollector(1.0, directory=str(path.parent))
+        try:
+            for _ in range(4):  # in full, at rest, then quiet: its report kept, its header not read
+                read(collector, process.pid)
+                time.sleep(0.05)
+            assert rested == [process.pid]
+            cue("bump")
+            assert path.stat().st_mtime_ns == mtime  # nothing but its having run tells
+            changed = read(collector, process.pid)
+            assert [op.count_total for op in changed.gemm] == [6] + [1] * (OPS - 1)
+            assert changed.gemm[0].count_per_s * changed.interval_seconds == pytest.approx(5)
+        finally:
+            collector.close()
+
+
+def test_a_quiet_ranks_segment_rewritten_by_another_process_is_judged_again(one_rank):
+    """Another process's write changes the file's times (lstat): its header is read again, its pid checked."""
+    path, sleeper = one_rank
+    collector = RanksCollector(1.0, directory=str(path.parent))
+    try:
+        for _ in range(4):  # in full, at rest, then quiet
+            read(collector, sleeper.pid)
+            time.sleep(0.05)
+        with path.open("r+b") as f:
+            os.pwrite(f.fileno(), struct.pack("<i", os.getpid()), PID_OFFSET)
+        collector.collect()
+        assert collector.refused()[rank_claims.HEADER_PID] == 1
     finally:
         collector.close()
