@@ -57,6 +57,9 @@ VARIANTS = {  # name: (options of `tuiprof run`, or None for a plain job; extra 
     "sample_256": (["--gemm-sample-every", "256"], {}),
     "sample_rare": (["--gemm-sample-every", "1000000"], {}),  # a GEMM shape's first 32 calls timed, then next to none
     "no_functions": (["--no-default-functions"], {}),
+    # PyTorch's Flight Recorder off (TORCH_FR_BUFFER_SIZE=0): the startup hook's publisher then reads nothing
+    "plain_fr_off": (None, {"TORCH_FR_BUFFER_SIZE": "0"}),
+    "tuiprof_fr_off": ([], {"TORCH_FR_BUFFER_SIZE": "0"}),
     "plain_b": (None, {}),
 }
 DEFAULT_VARIANTS = "plain,tuiprof,no_plugin,no_kineto,plain_b"
