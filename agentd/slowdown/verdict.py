@@ -10,7 +10,12 @@ runner-up's (``waits.arrivals``).
 
 Cost. Per step of the late rank, what it held the others up in that step (``_costs``),
 averaged over the last ``WINDOW_S``: had it arrived with the others, the step would be
-that much shorter.
+that much shorter. Once the job has a healthy baseline, no rank's cost is more than the
+step's rise over it (``_bound``): had that rank worked as before, the job could at best be
+back at its baseline. The bound matters with kernel starts and several collectives a step
+(DDP's buckets): after the others waited for the late rank at one, they start the next as
+soon as it can begin, while the late rank starts it when its own backward pass has produced
+it; that gap, which the healthy schedule has too, is charged to the late rank.
 
 Detect. A job is slow while one rank's cost is at least ``COST_MIN_FRACTION`` of the
 step and ``DOMINANCE`` times the next rank's, or while the step time is
@@ -133,18 +138,19 @@ class SlowdownJudge:
         _join(job, feeds, now)
         _expire(job, now)
         step = _job_step_seconds(job)
+        baseline = statistics.median(job.baseline) if job.baseline else None
         costs = _costs(job, step)
+        culprits = _culprits(costs, step) if _joined_count(job) >= MIN_COLLECTIVES else []
+        waited = _bound(costs, step, baseline)
         verdict = pb.JobSlowdown(job_id=job_id, ranks=costs)
         if step is None:
             verdict.unavailable["step_seconds"] = "no rank finished two optimizer steps in the window"
         else:
             verdict.step_seconds = step
-        baseline = statistics.median(job.baseline) if job.baseline else None
         if baseline is not None:
             verdict.baseline_step_seconds = baseline
         else:
             verdict.unavailable["baseline_step_seconds"] = "no healthy window seen yet"
-        culprits = _culprits(costs, step) if _joined_count(job) >= MIN_COLLECTIVES else []
         rose = step is not None and baseline is not None and step > baseline * (1 + STEP_RISE)
         slow_now = bool(culprits) or rose
         job.slow_streak = job.slow_streak + 1 if slow_now else 0
@@ -161,7 +167,7 @@ class SlowdownJudge:
         else:
             if not job.since_ns:
                 job.since_ns = self._wall_ns()
-            _explain(verdict, job, culprits or _culprits_of_last(job), costs, step, baseline)
+            _explain(verdict, job, culprits or _culprits_of_last(job), costs, waited, step, baseline)
             verdict.slow = True
             verdict.since_unix_ns = job.since_ns
         job.verdict = verdict
@@ -337,6 +343,24 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
     return [cost for _, cost in costs]
 
 
+def _bound(costs: list[pb.RankCost], step: float | None, baseline: float | None) -> dict[RankKey, float]:
+    """Each rank's cost at most the step's rise over the healthy baseline, once the step rose by
+    COST_MIN_FRACTION of itself: a smaller rise bounds nothing a verdict needs, and a baseline taken
+    while a rank was already late (before its collectives could be joined) would bound its cost to
+    nothing. The step time counts whole steps in the window, so the rise is known to one step in it
+    (step² / WINDOW_S) and the bound allows that. The ranks whose cost that lowered, with what the
+    others waited for them per step."""
+    if step is None or baseline is None or step - baseline < COST_MIN_FRACTION * step:
+        return {}
+    rise = step - baseline + step * step / WINDOW_S
+    waited = {}
+    for cost in costs:
+        if cost.cost_seconds > rise:
+            waited[cost.host, cost.pid] = cost.cost_seconds
+            cost.cost_seconds, cost.cost_percent = rise, 100 * rise / step
+    return waited
+
+
 def _steps_joined(job: _Job, ref_ends: list[int], enqueued: bool) -> float:
     """The steps the window's joined collectives of one kind cover. Enqueue times: the steps with one
     joined (any of a step's collectives carries the step's lateness). Kernel starts: the steps' worth
@@ -373,7 +397,7 @@ def _culprits_of_last(job: _Job) -> list[pb.RankCost]:
 # ---------------------------------------------------------------- cause
 
 def _explain(verdict: pb.JobSlowdown, job: _Job, culprits: list[pb.RankCost], costs: list[pb.RankCost],
-             step: float | None, baseline: float | None) -> None:
+             waited: dict[RankKey, float], step: float | None, baseline: float | None) -> None:
     by_rank = {(c.host, c.pid): c for c in costs}  # a culprit named last time carries this window's cost
     verdict.culprits.extend(by_rank.get((c.host, c.pid), c) for c in culprits)
     if culprits:
@@ -381,7 +405,7 @@ def _explain(verdict: pb.JobSlowdown, job: _Job, culprits: list[pb.RankCost], co
         verdict.cost_percent = sum(c.cost_percent for c in verdict.culprits)
         culprit = job.ranks.get((verdict.culprits[0].host, verdict.culprits[0].pid))
         if culprit is not None:
-            verdict.cause = _rank_cause(verdict, job, culprit, verdict.culprits[0], step)
+            verdict.cause = _rank_cause(verdict, job, culprit, verdict.culprits[0], waited, step, baseline)
             return
     if step is not None and baseline is not None:
         verdict.cost_seconds = max(0.0, step - baseline)
@@ -389,14 +413,21 @@ def _explain(verdict: pb.JobSlowdown, job: _Job, culprits: list[pb.RankCost], co
     verdict.cause = _job_cause(verdict, job, step, baseline)
 
 
-def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.RankCost, step: float | None) -> pb.SlowdownCause:
+def _rank_cause(verdict: pb.JobSlowdown, job: _Job, culprit: _Rank, cost: pb.RankCost, waited: dict[RankKey, float],
+                step: float | None, baseline: float | None) -> pb.SlowdownCause:
     who = rank_or_pid(culprit.feed.rank, culprit.feed.pid)
     peers = [r for key, r in job.ranks.items() if key != culprit.feed.key]
     cost_per_s = cost.cost_seconds / step if step else 0.0
+    held = waited.get(culprit.feed.key, cost.cost_seconds)
     verdict.evidence.append(
-        f"the others waited for {who} ({culprit.feed.host}) at collectives: {cost.cost_seconds * 1e3:.1f} ms "
-        f"per step ({cost.cost_percent:.0f} % of a {(step or 0) * 1e3:.1f} ms step), over "
+        f"the others waited for {who} ({culprit.feed.host}) at collectives: {held * 1e3:.1f} ms "
+        f"per step ({100 * held / step if step else 0.0:.0f} % of a {(step or 0) * 1e3:.1f} ms step), over "
         f"{_joined_count(job)} collectives joined in the last {WINDOW_S:g} s")
+    if culprit.feed.key in waited and baseline is not None and step is not None:
+        verdict.evidence.append(
+            f"the step grew {(step - baseline) * 1e3:.1f} ms over its healthy {baseline * 1e3:.1f} ms: {who}'s cost "
+            f"is at most that ({cost.cost_seconds * 1e3:.1f} ms, to one step in the window); the rest of the wait "
+            f"is gaps between its collectives that the healthy step has too")
     if culprit.stopped:
         verdict.evidence.append(f"{who}'s process was seen stopped (SIGSTOP, a debugger or job control) in "
                                 f"{len(culprit.stopped)} snapshot(s) in the last {STOPPED_MEMORY_S:g} s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import random
+import re
 
 import pytest
 
@@ -30,6 +31,7 @@ class Job:
         self.random = random.Random(seed)
         self.seconds, self.steps, self.seq = 0, 0, 0
         self.late: dict[int, float] = {}
+        self.gap_after_wait: dict[int, float] = {}  # rank → how much later than the others it starts the rest
         self.extra_step_s = 0.0
         self.signals: dict[int, dict[str, float]] = {}
         self.states: dict[int, pb.RankState] = {}
@@ -50,7 +52,7 @@ class Job:
             for collective in range(COLLECTIVES_PER_STEP):
                 self.seq += 1
                 for rank in range(self.ranks):
-                    late = self.late.get(rank, 0.0) if collective == 0 else 0.0
+                    late = self.late.get(rank, 0.0) if collective == 0 else self.gap_after_wait.get(rank, 0.0)
                     jitter = self.random.uniform(0, 0.0005)
                     starts[rank].append(("c0ffee", self.seq, int(t + (late + jitter) * 1e9), False))
                 t += step_s / COLLECTIVES_PER_STEP * 1e9
@@ -113,6 +115,31 @@ def test_the_late_rank_is_named_with_its_cost_within_seconds(judged):
     job.late.clear()
     (verdict,) = run(judge, clock, job, int(v.WINDOW_S) + v.CLEAR_SNAPSHOTS + 1)
     assert not verdict.slow
+
+
+def test_a_late_ranks_cost_is_at_most_the_steps_rise_over_its_healthy_baseline(judged):
+    """DDP's buckets: once the others waited for the late rank at the step's first all-reduce, they start
+    each later one as soon as it can begin, while the late rank starts it when its backward pass has
+    produced it. Those gaps are in the healthy step too; summed they would charge the late rank twice
+    its real cost (30 ms + 3 × 10 ms). With a healthy baseline the cost is the step's rise; a job late
+    from its start has no baseline to bound it."""
+    judge, clock = judged
+    job = Job()
+    run(judge, clock, job, 10)
+    job.late[2], job.gap_after_wait[2] = 0.03, 0.01
+    (verdict,) = run(judge, clock, job, int(v.WINDOW_S) + 1)
+    assert verdict.slow and [c.rank for c in verdict.culprits] == [2]
+    assert verdict.culprits[0].cost_seconds == pytest.approx(0.03, rel=0.15)
+    waited_ms = float(re.search(r"at collectives: ([0-9.]+) ms per step", verdict.evidence[0]).group(1))
+    assert waited_ms == pytest.approx(60, rel=0.15) and verdict.evidence[1].startswith("the step grew ")
+
+    judge, clock = v.SlowdownJudge(clock=lambda: clock[0], wall_clock_ns=lambda: int(clock[0] * 1e9)), clock
+    late_from_the_start = Job(job_id="other")
+    late_from_the_start.late[2], late_from_the_start.gap_after_wait[2] = 0.03, 0.01
+    (verdict,) = run(judge, clock, late_from_the_start, int(v.WINDOW_S) + 1)
+    assert verdict.slow and not verdict.HasField("baseline_step_seconds")
+    assert verdict.culprits[0].cost_seconds == pytest.approx(0.06, rel=0.15)
+    assert not any("the step grew" in line for line in verdict.evidence)
 
 
 @pytest.mark.parametrize(("signal", "cause"), [
