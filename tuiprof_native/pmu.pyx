@@ -28,7 +28,7 @@ import time
 
 from libc.errno cimport errno
 from libc.stdint cimport uint32_t, uint64_t
-from libc.string cimport memset
+from libc.string cimport memcmp, memcpy, memset
 from posix.ioctl cimport ioctl
 from posix.unistd cimport close, read
 
@@ -177,9 +177,12 @@ cdef class CounterGroup:
     cdef readonly int cpu
     cdef readonly bint inherit
     cdef readonly bint exclude_kernel
+    cdef uint64_t _last[3 + MAX_GROUP_EVENTS]  # the last read's buffer (``moved`` compares with it)
+    cdef long _last_size  # its bytes; 0 before the first read
 
     def __cinit__(self):
         self._fds = []
+        self._last_size = 0
 
     def __init__(self, events, int pid=-1, int cpu=-1, bint inherit=False, bint exclude_kernel=False):
         self.events = tuple(events)
@@ -220,7 +223,22 @@ cdef class CounterGroup:
         cdef uint64_t count = buf[0]
         if got < <long>((3 + count) * sizeof(uint64_t)) or count != <uint64_t>len(self.events):
             raise OSError(_errno.EIO, f"short perf_event group read ({got} bytes for {len(self.events)} events)")
+        memcpy(self._last, buf, got)
+        self._last_size = got
         return GroupReading(buf[1], buf[2], tuple([buf[3 + i] for i in range(count)]))
+
+    def moved(self):
+        """Whether the group reads otherwise now (counts, times enabled and running) than at its last
+        ``read``, without building a reading: one read(2) and a comparison. True before any ``read`` and
+        when this read fails (``read`` says why)."""
+        if not self._fds or self._last_size == 0:
+            return True
+        cdef uint64_t buf[3 + MAX_GROUP_EVENTS]
+        cdef int fd = self._fds[0]
+        cdef long got
+        with nogil:
+            got = read(fd, buf, sizeof(buf))
+        return got != self._last_size or memcmp(buf, self._last, got) != 0
 
     def close(self):
         """Close every fd of the group (idempotent)."""
@@ -317,6 +335,10 @@ class CounterSet:
     def sample(self):
         """Read every group now."""
         return CounterSample(time.monotonic_ns(), [group.read() for group in self.groups])
+
+    def moved(self):
+        """Whether any group reads otherwise than at the last ``sample`` (``CounterGroup.moved``)."""
+        return any(group.moved() for group in self.groups)
 
     def close(self):
         for group in self.groups:

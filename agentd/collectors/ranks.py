@@ -644,6 +644,9 @@ class RanksCollector(Collector):
         process's ids as last read (None: gone), for their check that it still acts only as its owner."""
         if rank.cpu_counters is None:
             return _CpuReading(None, rank.cpu_counters_reason, True, frozenset())
+        if rank.quiet and _counters_still(rank.cpu_counters):
+            assert rank.stats is not None  # a quiet rank's report holds the figures of counters that did not move
+            return _CpuReading(rank.stats.pmu, "", False, frozenset())
         try:
             stats = rank.cpu_counters.stats(status)
         except pmu.ProcessLeftItsOwner as exc:  # a set-user-ID exec, another program: closed for good
@@ -858,6 +861,16 @@ def _retime(rank: _Rank, stats: pb.RankStats, pulse: native.Pulse, now_ns: int) 
     if stats.device_memory.HasField("allocator_age_seconds") and rank.device_memory is not None:
         stats.device_memory.allocator_age_seconds = max(0.0, (now_ns - rank.device_memory.allocator_read_ns) * 1e-9)
     rank.read_ns = now_ns
+
+
+def _counters_still(counters: pmu.RankCounters) -> bool:
+    """Whether a quiet rank's counter groups (``_quiet``: they did not move last interval) read as they did,
+    told by one read and a comparison each (``CounterGroup.moved``). Then none of its threads ran: nor did
+    they exec or change their ids, so the check that it acts as its owner alone holds as it did.
+    Counters of user space only cannot tell."""
+    sets = counters.counters
+    return not sets.software.user_space_only and not sets.software.moved() and \
+        (sets.hardware is None or not sets.hardware.moved())
 
 
 def _throttling(rank: _Rank, stats: pb.RankStats) -> None:

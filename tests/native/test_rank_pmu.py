@@ -174,3 +174,31 @@ async def test_agent_serves_rank_counters_over_grpc_and_metrics(tmp_path, busy_r
     assert hardware.endswith(f" {int(rank.pmu.hardware_available)}")
     if not rank.pmu.hardware_available:
         assert not any(line.startswith("tuiprof_rank_pmu_instructions_per_second{") for line in lines)
+
+
+def test_a_counter_group_tells_whether_it_moved_since_its_last_read():
+    """``CounterGroup.moved``: one read compared with the last ``read`` (counts and times), the quiet rank's
+    check that none of its threads ran. A stopped process's group stays; one that ran moved."""
+    from tuiprof_native import pmu
+
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); sum(range(10**6))"],
+                               stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.2)  # started, waiting on stdin
+        counters = pmu.CounterSet.for_process(process.pid, ["task_clock"])
+        try:
+            assert counters.moved()  # never read: nothing to compare with
+            counters.sample()
+            time.sleep(0.1)
+            assert not counters.moved() and not counters.moved()
+            process.stdin.write(b"go\n")
+            process.stdin.flush()
+            process.wait(10)  # it ran, then exited
+            assert counters.moved()
+            counters.sample()
+            assert not counters.moved()
+        finally:
+            counters.close()
+    finally:
+        process.kill()
+        process.wait(10)
