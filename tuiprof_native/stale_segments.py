@@ -12,8 +12,11 @@ ranks as exited and removes their files itself (30 s after it notices an exit), 
 Whether a segment still has a writer is asked of the kernel, not of /proc (whose pids would be another pid
 namespace's for a container sharing this /dev/shm): the hook holds a shared flock(2) on its segment for as
 long as its process lives (``FLAG_LOCKED`` says so), and the kernel drops it however the process ends. A
-segment this watcher can lock exclusively has no writer; any other file is left alone. Segments of processes
-that outlive the command (orphans still running) are left to the agent, or to the next job's watcher.
+segment this watcher can lock exclusively has no writer; any other file is left alone. Another job's watcher
+takes the same exclusive lock for the moment it looks, and the watchers of ranks that ended together look
+together: a lock is a writer's only when it is still held after ``LOCK_TRIES`` looks a few tens of
+milliseconds apart. Segments of processes that outlive the command (orphans still running) are left to the
+agent, or to the next job's watcher.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import select
 import stat
 import sys
@@ -33,6 +37,8 @@ SETTLE_SECONDS = 10.0
 # then removes its files (agentd.collectors.ranks.RanksCollector, exited_keep_seconds).
 GRACE_SECONDS = 35.0
 SIDECAR_SUFFIXES = (".exception", ".flight", ".functions", ".functions-request")  # beside a segment, removed with it
+LOCK_TRIES = 5
+LOCK_RETRY_SECONDS = 0.05  # the most a look waits before the next (drawn at random: watchers fall out of step)
 
 
 def wait_for_exit(pidfd: int) -> None:
@@ -64,9 +70,7 @@ def _without_writer(directory: str, name: str, uid: int) -> bool:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _lock_exclusively(fd):
             return False  # its writer lives
         with segment.Segment(path) as seg:
             return (seg.device, seg.inode) == (info.st_dev, info.st_ino) and bool(seg.header().flags
@@ -75,6 +79,19 @@ def _without_writer(directory: str, name: str, uid: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _lock_exclusively(fd: int) -> bool:
+    """Whether ``fd``'s file could be locked exclusively in LOCK_TRIES looks (another watcher's look holds
+    it for a moment; a writer, for as long as its process lives)."""
+    for look in range(LOCK_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if look + 1 < LOCK_TRIES:
+                time.sleep(random.uniform(0.0, LOCK_RETRY_SECONDS))
+    return False
 
 
 def remove(directory: str, name: str) -> None:

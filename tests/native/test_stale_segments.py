@@ -9,18 +9,20 @@ stays. (A job that exits normally releases its segment the same way: its process
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
 from testkit.namespaces import Namespace, unavailable_reason, wait_ready
-from tuiprof_native import segment
+from tuiprof_native import segment, stale_segments
 from tuiprof_native.stale_segments import GRACE_SECONDS, SETTLE_SECONDS, SIDECAR_SUFFIXES
 
 pytestmark = pytest.mark.slow
@@ -75,6 +77,31 @@ def test_ended_jobs_segments_go_after_the_grace_and_a_running_jobs_stays(namespa
                 assert all(path.exists() for path in ended_paths), "removed before the grace ended"
         assert not [path for path in ended_paths + sidecars if path.exists()]
         assert paths[running.pid].exists()  # its writer lives: not touched by the others' watchers
+    finally:
+        running.kill()
+        running.wait(30)
+
+
+def test_another_watchers_look_is_not_taken_for_a_writer(namespace):
+    """Ranks killed together start their watchers together, and each watcher locks every segment of its user
+    exclusively for the moment it looks: a lock held that briefly must not read as a live writer's (the
+    segment would then be left in /dev/shm for good), while a running job's lock always does."""
+    shm = pathlib.Path(f"/proc/{namespace.holder.pid}/root/dev/shm")
+    running, killed = start_job(namespace), start_job(namespace)
+    ended, live = segment_of(shm, killed.pid), segment_of(shm, running.pid)
+    try:
+        killed.kill()
+        killed.wait(30)
+        fd = os.open(ended, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another watcher looking, for 30 ms
+        release = threading.Timer(0.03, fcntl.flock, (fd, fcntl.LOCK_UN))
+        release.start()
+        try:
+            assert stale_segments.unwritten(str(shm), os.getuid()) == {ended.name}
+        finally:
+            release.join()
+            os.close(fd)
+        assert live.exists() and live.name not in stale_segments.unwritten(str(shm), os.getuid())
     finally:
         running.kill()
         running.wait(30)
