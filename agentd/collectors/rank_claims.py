@@ -36,8 +36,7 @@ import logging
 import os
 import stat
 import time
-import types
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd import procfs
@@ -60,7 +59,6 @@ NOTE_LIMIT = 4096  # an inert note is one line
 NOT_READY_LIMIT_NS = 2_000_000_000
 # A refused file is judged again when it changes, and at least this often anyway.
 REJUDGE_SECONDS = 60.0
-_NONE_KNOWN: Mapping[str, Candidate] = types.MappingProxyType({})
 REFUSAL_LOGS_PER_MINUTE = 20
 
 # Why a file was refused (the keys refusals are counted under).
@@ -110,18 +108,17 @@ class Scan:
     side_files: set[str] = dataclasses.field(default_factory=set)
 
 
-def scan(folders: list[SegmentFolder], layout: Any, followed: Collection[str],
-         known: Mapping[str, Candidate] = _NONE_KNOWN) -> Scan:
+def scan(folders: list[SegmentFolder], layout: Any, followed: Mapping[str, Candidate]) -> Scan:
     """Every segment or note name in the ``folders`` with its file's facts, at most
     ``MAX_FILES_PER_OWNER`` per owner and folder (those already ``followed`` first, then by pid).
-    ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``). A file of ``known``
-    (by path) that ``lstat`` shows unchanged is that Candidate again."""
+    ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``). A ``followed``
+    file (by path) that ``lstat`` shows unchanged is its Candidate again."""
     result = Scan([], collections.Counter(), {})
     pid_limit = procfs.pid_max()
     by_owner: dict[tuple[str, int], list[Candidate]] = collections.defaultdict(list)  # (folder, owner) → files
     for folder in folders:
         try:
-            _scan_folder(folder, layout, pid_limit, result, by_owner, known)
+            _scan_folder(folder, layout, pid_limit, result, by_owner, followed)
         except FileNotFoundError:
             if folder.own:
                 raise
@@ -135,12 +132,12 @@ def scan(folders: list[SegmentFolder], layout: Any, followed: Collection[str],
 
 
 def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Scan,
-                 by_owner: dict[tuple[str, int], list[Candidate]], known: Mapping[str, Candidate]) -> None:
+                 by_owner: dict[tuple[str, int], list[Candidate]], followed: Mapping[str, Candidate]) -> None:
     with os.scandir(folder.path) as entries:
         for entry in entries:
             if not entry.name.startswith(layout.SEGMENT_PREFIX):
                 continue
-            kept = known.get(entry.path)
+            kept = followed.get(entry.path)
             if kept is not None and kept.folder is folder:
                 try:
                     st = entry.stat(follow_symlinks=False)

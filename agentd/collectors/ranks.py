@@ -91,7 +91,7 @@ from agentd.collectors.base import Collector
 from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.rank_places import Claimant, SegmentFolders
-from agentd.collectors.readings import Unavailable, counter_rate, put, put_unavailable, scaled
+from agentd.collectors.readings import counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.text import printable
 
@@ -301,8 +301,7 @@ class RanksCollector(Collector):
         now_ns = time.time_ns()
         mono = time.monotonic()
         folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()})
-        known = {path: rank.candidate for path, rank in self._ranks.items()}
-        found = rank_claims.scan(folders, native, known.keys(), known)
+        found = rank_claims.scan(folders, native, {path: rank.candidate for path, rank in self._ranks.items()})
         self._refusals.start_interval(found)
         budget = OpsBudget(MAX_OPS_PER_OWNER)
         inert: list[pb.RankStats] = []
@@ -875,14 +874,9 @@ def _counters_still(counters: pmu.RankCounters) -> bool:
 
 def _throttling(rank: _Rank, stats: pb.RankStats) -> None:
     """The rank's cgroup's CPU throttling over the interval into ``stats`` (a kept report's replaced)."""
-    throttled = rank.sched.cpu_throttled_seconds_per_s(stats.interval_seconds)
-    if isinstance(throttled, Unavailable):
-        stats.ClearField(_THROTTLED)
-        stats.unavailable[_THROTTLED] = throttled.reason
-    else:
-        if _THROTTLED in stats.unavailable:
-            del stats.unavailable[_THROTTLED]
-        stats.cpu_throttled_seconds_per_s = throttled
+    stats.ClearField(_THROTTLED)
+    stats.unavailable.pop(_THROTTLED, None)
+    put(stats, _THROTTLED, rank.sched.cpu_throttled_seconds_per_s(stats.interval_seconds))
 
 
 def _quiet(rank: _Rank, cpu: _CpuReading, side_files: set[str]) -> bool:
