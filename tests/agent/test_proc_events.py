@@ -13,7 +13,6 @@ import os
 import pathlib
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -26,8 +25,8 @@ from agentd import procfs, proc_events
 from agentd.collectors import rank_claims
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.segment_forge import PID_OFFSET, START_NS_OFFSET, recorded_segment
-from testkit.op_segments import with_ops
+from native.segment_forge import recorded_segment
+from testkit.op_segments import with_ops, write_claim
 from tuiprof_native import segment
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: processes that change their uid, root's ranks")
@@ -129,14 +128,7 @@ def folder() -> Iterator[pathlib.Path]:
 
 def claim(folder: pathlib.Path, pid: int) -> None:
     """A valid segment (4 GEMM ops) claiming root's process ``pid``."""
-    data = bytearray(with_ops(recorded_segment(), 4))
-    struct.pack_into("<i", data, PID_OFFSET, pid)
-    struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
-    path = folder / f"{segment.SEGMENT_PREFIX}0-{pid}"
-    with path.open("wb") as out:
-        out.write(data)
-        out.truncate(segment.SEGMENT_SIZE)
-    path.chmod(0o600)
+    write_claim(folder / f"{segment.SEGMENT_PREFIX}0-{pid}", with_ops(recorded_segment(), 4), pid)
 
 
 def ranks_now(collector: RanksCollector) -> dict[int, pb.RankStats]:

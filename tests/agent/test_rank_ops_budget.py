@@ -13,7 +13,6 @@ import json
 import os
 import pathlib
 import shutil
-import struct
 import subprocess
 import tempfile
 import time
@@ -24,8 +23,8 @@ import pytest
 from agentd.collectors import ranks
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.segment_forge import PID_OFFSET, START_NS_OFFSET, recorded_segment
-from testkit.op_segments import MAX_OPS_PER_SEGMENT, check_ops, with_ops
+from native.segment_forge import recorded_segment
+from testkit.op_segments import MAX_OPS_PER_SEGMENT, check_ops, with_ops, write_claim
 from tuiprof_native import segment
 
 BUDGET = MAX_OPS_PER_SEGMENT + 89
@@ -41,14 +40,7 @@ def three_segments() -> Iterator[tuple[pathlib.Path, list[subprocess.Popen]]]:
     sleepers = [subprocess.Popen(["sleep", "300"]) for _ in range(3)]
     time.sleep(0.05)  # started before their segments
     for proc in sorted(sleepers, key=lambda p: p.pid):
-        data = bytearray(prefix)
-        struct.pack_into("<i", data, PID_OFFSET, proc.pid)
-        struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
-        path = folder / f"{segment.SEGMENT_PREFIX}{os.getuid()}-{proc.pid}"
-        with path.open("wb") as out:
-            out.write(data)
-            out.truncate(segment.SEGMENT_SIZE)
-        path.chmod(0o600)
+        write_claim(folder / f"{segment.SEGMENT_PREFIX}{os.getuid()}-{proc.pid}", prefix, proc.pid)
     yield folder, sorted(sleepers, key=lambda p: p.pid)
     for proc in sleepers:
         proc.kill()

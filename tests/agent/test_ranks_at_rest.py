@@ -26,8 +26,8 @@ import pytest
 from agentd.collectors import rank_claims, rank_sched, ranks
 from agentd.collectors.ranks import RanksCollector
 from agentd.proto import tuiprof_agent_pb2 as pb
-from native.segment_forge import PID_OFFSET, START_NS_OFFSET, recorded_segment
-from testkit.op_segments import SLOT_COUNT, check_ops, with_ops
+from native.segment_forge import PID_OFFSET, recorded_segment
+from testkit.op_segments import SLOT_COUNT, check_ops, with_ops, write_claim
 from tuiprof_native import segment
 
 OPS = 4
@@ -54,14 +54,8 @@ def rank_running(folder: pathlib.Path, *command: str, **popen: Any) -> Iterator[
     process = subprocess.Popen(command, **popen)
     try:
         time.sleep(0.05)  # started before its segment
-        data = bytearray(prefix)
-        struct.pack_into("<i", data, PID_OFFSET, process.pid)
-        struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
         path = folder / f"{segment.SEGMENT_PREFIX}{os.getuid()}-{process.pid}"
-        with path.open("wb") as out:
-            out.write(data)
-            out.truncate(segment.SEGMENT_SIZE)
-        path.chmod(0o600)
+        write_claim(path, prefix, process.pid)
         yield path, process
     finally:
         process.kill()
@@ -296,6 +290,7 @@ def test_a_quiet_rank_that_writes_its_segment_shows_it_in_that_interval(folder, 
             assert process.stdout.readline() == "done\n"
 
         cue("map")
+        time.sleep(0.2)  # it has answered; let it be back in its read of stdin before the first interval
         mtime = path.stat().st_mtime_ns
         collector = RanksCollector(1.0, directory=str(path.parent))
         try:

@@ -12,8 +12,10 @@ change fails there first.
 from __future__ import annotations
 
 import os
+import pathlib
 import struct
 import tempfile
+import time
 
 from native.segment_forge import PID_OFFSET, START_NS_OFFSET
 from tuiprof_native import segment
@@ -25,6 +27,18 @@ KIND_GEMM = 1
 # Inside one tp_slot:
 SLOT_KIND, SLOT_OP, SLOT_DTYPE, SLOT_M, SLOT_COUNT = 8, 16, 48, 96, 128
 MAX_OPS_PER_SEGMENT = MAX_SLOTS - 1
+
+
+def write_claim(path: pathlib.Path, prefix: bytes, pid: int) -> None:
+    """A segment at ``path`` made of ``prefix`` (``with_ops``' bytes) claiming process ``pid``, started now
+    (after the process: start it first), readable by its owner only; the rest of the segment a hole."""
+    data = bytearray(prefix)
+    struct.pack_into("<i", data, PID_OFFSET, pid)
+    struct.pack_into("<Q", data, START_NS_OFFSET, time.time_ns())
+    with path.open("wb") as out:
+        out.write(data)
+        out.truncate(segment.SEGMENT_SIZE)
+    path.chmod(0o600)
 
 
 def with_ops(data: bytes, ops: int, op: bytes = b"cublasGemmEx") -> bytes:
