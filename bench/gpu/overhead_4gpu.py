@@ -44,6 +44,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench" / "agent"))
 
+import agentd_cpu_gpu as agent_cost  # noqa: E402  (agentd's CPU, memory and NVML calls, read as that bench reads them)
+
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 CHUNK_STEPS = 80
 WARMUP_CHUNKS = 2
@@ -184,32 +186,26 @@ def interval(diffs: list[float]) -> dict:
 
 
 def agent_figures(pid: int, metrics_port: int, since: dict) -> dict:
-    import agentd_cpu_gpu as a
-
     elapsed = time.monotonic() - since["at"]
-    _, collector_cpu = a.scrape(metrics_port)
-    return {"cpu_percent_of_a_core": round(100 * (a.cpu_seconds(pid) - since["cpu"]) / elapsed, 3),
+    _, collector_cpu = agent_cost.scrape(metrics_port)
+    return {"cpu_percent_of_a_core": round(100 * (agent_cost.cpu_seconds(pid) - since["cpu"]) / elapsed, 3),
             "collector_cpu_percent": {n: round(100 * (v - since["collectors"].get(n, 0.0)) / elapsed, 3)
                                       for n, v in collector_cpu.items()},
             "nvml_calls_per_s": {f: round((n - since["nvml"].get(f, 0.0)) / elapsed, 3)
-                                 for f, n in a.nvml_calls(metrics_port).items()},
-            "memory_kib": a.memory_kib(pid), "seconds": round(elapsed, 1)}
+                                 for f, n in agent_cost.nvml_calls(metrics_port).items()},
+            "memory_kib": agent_cost.memory_kib(pid), "seconds": round(elapsed, 1)}
 
 
 def agent_start(pid: int, metrics_port: int) -> dict:
-    import agentd_cpu_gpu as a
-
-    return {"at": time.monotonic(), "cpu": a.cpu_seconds(pid), "collectors": a.scrape(metrics_port)[1],
-            "nvml": a.nvml_calls(metrics_port)}
+    return {"at": time.monotonic(), "cpu": agent_cost.cpu_seconds(pid), "collectors": agent_cost.scrape(metrics_port)[1],
+            "nvml": agent_cost.nvml_calls(metrics_port)}
 
 
 def drive(args: argparse.Namespace) -> dict:
-    import agentd_cpu_gpu as a
-
     work = pathlib.Path(tempfile.mkdtemp(prefix="overhead-4gpu-"))
     env = {**os.environ, **NO_MULTICAST,
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    port, metrics_port = a.free_port(), a.free_port()
+    port, metrics_port = agent_cost.free_port(), agent_cost.free_port()
     with open(args.out / "agentd.log", "wb") as log:
         agent = subprocess.Popen([sys.executable, "-m", "agentd.cli", "--port", str(port), "--metrics-port",
                                   str(metrics_port), "--interval-ms", "1000"], stderr=log, env=env)
@@ -228,7 +224,7 @@ def drive(args: argparse.Namespace) -> dict:
             result["rounds"].append(chunk)
             order.reverse()
         result["agentd"] = agent_figures(agent.pid, metrics_port, since)
-        result["agentd"]["rss_kib_by_mapping"] = a.rss_by_mapping(agent.pid)
+        result["agentd"]["rss_kib_by_mapping"] = agent_cost.rss_by_mapping(agent.pid)
     finally:
         for j in jobs:
             j.stop()
