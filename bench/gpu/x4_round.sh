@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 4-GPU figures issues 27 and 29 owe, in three device calls on one warm nvidia-h200-x4 (carry [".whl",
+# The 4-GPU figures issues 27 and 29 owe (RANKS=2 runs the first two on nvidia-h200-x2), in three device calls on one warm nvidia-h200-x4 (carry [".whl",
 # ".clean"] in the first: a `git archive` of the commit, run from there; the machine keeps both between calls):
 #   bash bench/gpu/x4_round.sh faults      # issue 27: the slowdown faults (a)-(e) on a 4-rank DDP job, then
 #                                          #   a healthy stretch (bench/slowdown/gpu_faults.py)
@@ -16,7 +16,7 @@ python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.n
 ls tuiprof_native/*.so || exit 1
 case $1 in
 faults)
-  timeout $((590 - SECONDS)) python3 bench/slowdown/gpu_faults.py --out "$OUT/faults" --warmup-s 20 --healthy-s "${HEALTHY_S:-120}" ;;
+  timeout $((590 - SECONDS)) python3 bench/slowdown/gpu_faults.py --out "$OUT/faults" --ranks "${RANKS:-4}" --warmup-s 20 --healthy-s "${HEALTHY_S:-120}" ;;
 overhead)
   timeout $((590 - SECONDS)) python3 bench/gpu/overhead_4gpu.py --out "$OUT/overhead" --seconds $((${MEASURE_UNTIL:-450} - SECONDS)) --ranks "${RANKS:-4}" --variants "${VARIANTS:-plain,tuiprof,no_plugin,no_kineto,plain_b}" ;;
 hangs-agent)
