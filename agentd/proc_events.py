@@ -9,7 +9,10 @@ from ``commit_creds``, so also a set-user-ID exec) or gids (``PROC_EVENT_GID``) 
 (``PROC_EVENT_EXEC``) and when it exits (``PROC_EVENT_EXIT``). The event is queued on the listener's
 socket before the system call that caused it returns, so once ``drain`` has read the socket, every such
 change completed before it is known by the process's pid (its thread group id, as the initial pid
-namespace numbers it).
+namespace numbers it). The exit event is sent for every thread (``struct exit_proc_event``: the thread's
+pid, its thread group id, ...): a process is said to have exited (``Changes.exits``) when its main
+thread did, the thread whose pid is the group's id (its other threads may outlive it a while, but
+``/proc/<pid>/ns/mnt``, the main thread's, is gone with it).
 
 The kernel drops events when the socket's queue is full; the next read then fails with ENOBUFS and
 ``drain`` says so (``Changes.lost``): the caller must then check every process it holds as if it had
@@ -46,7 +49,7 @@ _NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
 _CN_MSG = struct.Struct("=IIIIHH")  # id (index, value), sequence, acknowledgement, data length, flags
 _EVENT_AT = _NLMSGHDR.size + _CN_MSG.size  # struct proc_event: what, cpu, timestamp, then the event's data
 _EVENT_HEAD = struct.Struct("=IIQ")
-_TASK_AT = _EVENT_AT + _EVENT_HEAD.size  # every watched event's data starts with (pid, tgid)
+_TASK_AT = _EVENT_AT + _EVENT_HEAD.size  # every watched event's data starts with the thread's (pid, tgid)
 _TASK = struct.Struct("=ii")
 _ACK = struct.Struct("=I")  # ack.err, where the event's data starts
 _ACK_FIELD_AT = _NLMSGHDR.size + 12  # cn_msg.ack: the kernel answers with the request's ack + 1
@@ -63,10 +66,12 @@ class ProcessEventsUnavailable(OSError):
 @dataclasses.dataclass
 class Changes:
     """What ``drain`` heard: the processes (thread group ids) a watched event named, those of them that
-    exec'd, and whether any events were lost."""
+    exec'd, those whose main thread exited (the process, unless its other threads outlive it a while),
+    and whether any events were lost."""
 
     pids: set[int]
     execs: set[int]
+    exits: set[int]
     lost: bool
 
 
@@ -105,7 +110,7 @@ class ProcessEvents:
     def drain(self) -> Changes:
         """Every event queued since the last drain: the processes named by a watched one, and whether the
         kernel dropped any since (the queue was full)."""
-        changes = Changes(set(), set(), False)
+        changes = Changes(set(), set(), set(), False)
         while True:
             try:
                 data = self._socket.recv(4096)
@@ -120,10 +125,12 @@ class ProcessEvents:
                 continue
             what = _EVENT_HEAD.unpack_from(data, _EVENT_AT)[0]
             if what & WATCHED:
-                tgid = _TASK.unpack_from(data, _TASK_AT)[1]
+                pid, tgid = _TASK.unpack_from(data, _TASK_AT)
                 changes.pids.add(tgid)
                 if what == PROC_EVENT_EXEC:
                     changes.execs.add(tgid)
+                elif what == PROC_EVENT_EXIT and pid == tgid:
+                    changes.exits.add(tgid)
 
     def fileno(self) -> int:
         return self._socket.fileno()

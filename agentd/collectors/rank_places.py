@@ -5,13 +5,25 @@ A rank in a container (its own mount namespace, usually a private tmpfs on ``/de
 its segment into the container's ``/dev/shm``, names it with the pid and uid it sees (its own pid
 and user namespaces), and the agent on the host must find the file and the host's process for it.
 
-- **Finding the folders.** Every ``SCAN_SECONDS`` (sooner when a name cannot be placed) the agent
-  lists /proc once, groups processes by mount namespace, and opens each namespace's ``/dev/shm``
-  once, through one of its processes: ``/proc/<pid>/root``, then ``dev`` and ``shm`` with
+- **Finding the folders.** The agent groups processes by mount namespace and opens each namespace's
+  ``/dev/shm`` through one of its processes: ``/proc/<pid>/root``, then ``dev`` and ``shm`` with
   ``O_NOFOLLOW|O_DIRECTORY``, so a container that made either a link gets nothing followed. Folders
   are told apart by (device, inode): a ``--ipc=host`` container shares the host's and is read once.
   The folder stays open; its files are opened through ``/proc/self/fd/<fd>/<name>`` (the folder
   the agent checked, whatever the container does to its path since).
+- **When.** Listing /proc and reading each process's namespaces costs about 85 ms of CPU on a node of
+  2000 processes (issue 28). Without the kernel's process events (``agentd.proc_events``: an agent
+  outside the initial namespaces hears none) it is done every ``SCAN_SECONDS``. With them, it is done
+  on the first call, after events were lost and every ``FULL_SCAN_SECONDS``; in between only the
+  processes that exec'd or exited since the last call are looked at again, each as the listing looks
+  at it. A new container is found at its first process's exec: runtimes (runc, enroot, apptainer,
+  unshare(1)) make its namespaces, then exec its entrypoint. Each exec in another mount namespace
+  opens that namespace's ``/dev/shm`` again, so a tmpfs mounted over it after the namespace's first
+  exec (``unshare --mount sh -c 'mount ... /dev/shm; exec rank'``) is found at the next one. A process
+  that exited leaves its folder's processes at once: its pid may be reused. Either way /proc is also
+  listed (at most once an interval) when a name cannot be placed. A folder no process holds any more
+  is closed by the next listing, unless a followed rank's file is in it: no event tells that a
+  namespace lost its last process (a child forked without exec is never heard of).
 - **Placing a claim.** A name ``tuiprof-<uid>-<pid>-…`` in a folder can only be about a process
   whose ``/dev/shm`` that folder is: among those, the one whose innermost pid (``NSpid``: the pid it
   sees itself) is ``<pid>``. Its host pid is what the agent reports, ptraces and counts; its uid is
@@ -35,13 +47,16 @@ import stat
 import time
 from typing import NamedTuple
 
-from agentd import containers, procfs
+from agentd import containers, proc_events, procfs
 from agentd.collectors.rank_claims import AMBIGUOUS_PID, OWNER, PID_NAMESPACE, Refused
 from agentd.proto import tuiprof_agent_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-SCAN_SECONDS = 5.0  # how often /proc is listed for new mount namespaces (at most once an interval sooner)
+SCAN_SECONDS = 5.0  # without process events: how often /proc is listed for new mount namespaces
+# With them: how often /proc is listed all the same. A process that entered another mount namespace with
+# unshare(2) or setns(2) and did not exec is named by no event; the listing also closes dead containers' folders.
+FULL_SCAN_SECONDS = 60.0
 MAX_FOLDERS = 1024  # mount namespaces' /dev/shm folders followed at once (a node runs a few hundred containers)
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OWN_PID_NAMESPACE = procfs.namespace_inode(os.getpid(), "pid")
@@ -65,7 +80,6 @@ class SegmentFolder:
     label: str  # for people: "/dev/shm", or "/dev/shm of mount namespace 4026532177 (pid 4242)"
     own: bool  # the agent's own /dev/shm
     fd: int | None = None
-    namespaces: set[int] = dataclasses.field(default_factory=set)  # mount namespaces whose /dev/shm this is
     members: set[int] = dataclasses.field(default_factory=set)  # host pids in them, in the agent's pid namespace
     foreign: dict[int, int] = dataclasses.field(default_factory=dict)  # host pid → innermost pid, other pid namespaces
 
@@ -89,14 +103,22 @@ class SegmentFolders:
         self.own = SegmentFolder(own_directory, own_directory, own=True)
         self.containers = containers
         self._folders: dict[tuple[int, int], SegmentFolder] = {}  # (device, inode) → a container's folder
-        self._scanned_at = -SCAN_SECONDS
+        self._scanned_at = -SCAN_SECONDS  # when /proc was last listed
+        self._heard_since_scan = False  # every process event since then was heard and applied
         self._rescan_asked = False
 
-    def current(self, in_use: set[str]) -> list[SegmentFolder]:
+    def current(self, in_use: set[str], heard: proc_events.Changes | None = None) -> list[SegmentFolder]:
         """The folders to scan this interval (the own one first). ``in_use``: folder paths whose
-        files are still followed: kept open while any is."""
-        if self.containers and (self._rescan_asked or time.monotonic() - self._scanned_at >= SCAN_SECONDS):
-            self._scan(in_use)
+        files are still followed: kept open while any is. ``heard``: the process events drained since
+        the last call, just before this one (None: none are heard, /proc is listed every SCAN_SECONDS)."""
+        if self.containers:
+            if self._rescan_asked or self._scan_due(heard):
+                self._scan(in_use)
+            elif heard is not None:
+                for pid in heard.execs | heard.exits:
+                    self._look_again(pid)
+            # Events missed while none were passed: the next call that passes some lists /proc first.
+            self._heard_since_scan = heard is not None
         return [self.own, *self._folders.values()]
 
     def claimant(self, folder: SegmentFolder, claimed_pid: int, claimed_uid: int,
@@ -133,10 +155,18 @@ class SegmentFolders:
             folder.close()
         self._folders.clear()
 
+    def _scan_due(self, heard: proc_events.Changes | None) -> bool:
+        """Whether /proc is to be listed now (besides when asked)."""
+        age = time.monotonic() - self._scanned_at
+        if heard is None:
+            return age >= SCAN_SECONDS
+        return heard.lost or not self._heard_since_scan or age >= FULL_SCAN_SECONDS
+
     def _scan(self, in_use: set[str]) -> None:
+        """Every process looked at: each mount namespace's folder opened through one of its processes, and
+        its processes placed in it; the folders no process holds closed, unless in ``in_use``."""
         self._scanned_at, self._rescan_asked = time.monotonic(), False
         by_namespace: dict[int, list[int]] = {}
-        pid_namespace: dict[int, int | None] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -145,26 +175,13 @@ class SegmentFolders:
             if mount is None:
                 continue  # gone, or a kernel thread
             by_namespace.setdefault(mount, []).append(pid)
-            pid_namespace[pid] = procfs.namespace_inode(pid, "pid")
-        own = self.own
-        own.members, own.foreign, own.namespaces = set(), {}, {_OWN_MOUNT_NAMESPACE or 0}
+        self.own.members, self.own.foreign = set(), {}
         kept: dict[tuple[int, int], SegmentFolder] = {}
-        own_key = _folder_key(own.path)
         for mount, pids in by_namespace.items():
-            if mount == _OWN_MOUNT_NAMESPACE:
-                folder: SegmentFolder | None = own
-            else:
-                folder = self._folder_of(mount, pids, kept, own_key)
-            if folder is None:
-                continue
-            folder.namespaces.add(mount)
-            for pid in pids:
-                if pid_namespace.get(pid) == _OWN_PID_NAMESPACE:
-                    folder.members.add(pid)
-                else:
-                    inner = procfs.ns_pids(pid)
-                    if inner:
-                        folder.foreign[pid] = inner[-1]
+            folder = self._folder_of(mount, pids, kept)
+            if folder is not None:
+                for pid in pids:
+                    _place(pid, folder)
         for key, folder in self._folders.items():
             if key not in kept and folder.path in in_use:
                 kept[key] = folder  # its namespace is gone, its exited ranks are still reported
@@ -172,9 +189,25 @@ class SegmentFolders:
                 folder.close()
         self._folders = kept
 
-    def _folder_of(self, mount: int, pids: list[int], kept: dict[tuple[int, int], SegmentFolder],
-                   own_key: tuple[int, int] | None) -> SegmentFolder | None:
-        """The /dev/shm of a mount namespace, opened through one of its processes (None: none could)."""
+    def _look_again(self, pid: int) -> None:
+        """A process the events named (it exec'd or exited) taken out of its folder, and placed where it is
+        now when it is there (its pid may be reused already); its namespace's folder opened through it."""
+        for folder in (self.own, *self._folders.values()):
+            folder.members.discard(pid)
+            folder.foreign.pop(pid, None)
+        mount = procfs.namespace_inode(pid, "mnt")
+        now_in = self._folder_of(mount, [pid], self._folders) if mount is not None else None
+        if now_in is not None:
+            _place(pid, now_in)
+
+    def _folder_of(self, mount: int, pids: list[int],
+                   kept: dict[tuple[int, int], SegmentFolder]) -> SegmentFolder | None:
+        """The /dev/shm of a mount namespace, opened through the first of its processes ``pids`` that lets
+        it, from ``kept`` (the folders found so far) or added to it (None: none could, or MAX_FOLDERS are).
+        A listing's ``kept`` starts empty: a folder already open is reused, its processes listed anew."""
+        if mount == _OWN_MOUNT_NAMESPACE:
+            return self.own
+        own_key = _folder_key(self.own.path)
         for pid in pids:
             try:
                 fd = _open_shm(pid)
@@ -189,7 +222,7 @@ class SegmentFolders:
             if folder is not None:
                 os.close(fd)
                 if key not in kept:  # first seen in this scan: its processes are listed anew
-                    folder.members, folder.foreign, folder.namespaces = set(), {}, set()
+                    folder.members, folder.foreign = set(), {}
                 kept[key] = folder
                 return folder
             if len(kept) >= MAX_FOLDERS:
@@ -200,6 +233,17 @@ class SegmentFolders:
             kept[key] = folder
             return folder
         return None
+
+
+def _place(pid: int, folder: SegmentFolder) -> None:
+    """``pid`` among ``folder``'s processes: by its own pid in the agent's pid namespace, else by its innermost
+    (``NSpid``; nowhere when it is gone)."""
+    if procfs.namespace_inode(pid, "pid") == _OWN_PID_NAMESPACE:
+        folder.members.add(pid)
+        return
+    inner = procfs.ns_pids(pid)
+    if inner:
+        folder.foreign[pid] = inner[-1]
 
 
 def _open_shm(pid: int) -> int:

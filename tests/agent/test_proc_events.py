@@ -31,15 +31,20 @@ from tuiprof_native import segment
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: processes that change their uid, root's ranks")
 
-# Waits for a line on stdin before each step it is given: "uid" (setresuid to nobody's), "exec" (becomes
-# sleep), anything else: exit. Says "ready" once started and "done" after each step.
+# Waits for a line on stdin before each step it is given: "uid" (setresuid to nobody's), "thread" (a thread
+# started and ended), "exec" (becomes sleep), anything else: exit. Says "ready" once started and "done" after
+# each step.
 ON_CUE = """
-import os, sys
+import os, sys, threading
 print("ready", flush=True)
 for step in sys.stdin:
     step = step.strip()
     if step == "uid":
         os.setresuid(65534, 65534, 65534)
+    elif step == "thread":
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        thread.join()
     elif step == "exec":
         os.execv("/bin/sleep", ["sleep", "300"])
     else:
@@ -71,7 +76,7 @@ def cue(process: subprocess.Popen[str], step: str) -> None:
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(step + "\n")
     process.stdin.flush()
-    if step == "uid":
+    if step in ("uid", "thread"):
         assert process.stdout.readline() == "done\n"
 
 
@@ -102,7 +107,28 @@ def test_a_process_that_exits_is_named(events):
         events.drain()
         cue(process, "exit")
         process.wait(10)
-        assert process.pid in events.drain().pids
+        exits: set[int] = set()
+        deadline = time.monotonic() + 10  # told after its parent could wait for it
+        while process.pid not in exits and time.monotonic() < deadline:
+            time.sleep(0.01)
+            exits |= events.drain().exits
+        assert process.pid in exits
+
+
+def test_a_thread_that_exits_is_no_process_exit(events):
+    """The kernel tells every thread's exit: one of a process's threads names the process, not as exited."""
+    with on_cue() as process:
+        events.drain()
+        cue(process, "thread")
+        named: set[int] = set()
+        exits: set[int] = set()
+        deadline = time.monotonic() + 10  # join() may return before the thread is quite gone
+        while process.pid not in named and time.monotonic() < deadline:
+            time.sleep(0.01)
+            changes = events.drain()
+            named |= changes.pids
+            exits |= changes.exits
+        assert process.pid in named and process.pid not in exits
 
 
 def test_a_full_queue_is_reported_as_lost_events(events):
