@@ -26,6 +26,19 @@ The directory is scanned with one ``lstat`` per name; at most
 ``MAX_FILES_PER_OWNER`` files of one owner in one folder are considered (each container's
 ``/dev/shm`` is a folder: pods commonly all run as root), so one user's junk
 costs a bounded amount of work and never crowds out another user's ranks.
+
+A folder is listed again only when it may have changed (``FolderListings``: issue 28's cost, 200
+containers' folders every interval): its own ``stat`` (device, inode, modification and change
+times) is taken before the listing, and while it is what it was then, the last listing stands,
+its Candidates the very same objects (the ranks collector reads that as "the file is as it was").
+Creating, removing or renaming a name changes the folder's times; a listing taken within
+``RACY_MARGIN_NS`` of the folder's last change is not reused (git's racy index entries), so a name
+made later in the same clock tick is not missed. The trade-off: a listed file's own ``lstat``
+(a ``write(2)``, ``chmod`` or truncation of that file) is not taken again while its folder is
+unchanged. Only the file's owner (or root) can do that, and the owner can change the same bytes
+through a shared mapping, which on tmpfs changes no time at all, so the ``lstat`` never proved the
+bytes unchanged; a refused file is judged again when its folder changes or ``REJUDGE_SECONDS``
+pass (``Refusals.still_refused``).
 """
 
 from __future__ import annotations
@@ -36,7 +49,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd import procfs
@@ -60,6 +73,13 @@ NOT_READY_LIMIT_NS = 2_000_000_000
 # A refused file is judged again when it changes, and at least this often anyway.
 REJUDGE_SECONDS = 60.0
 REFUSAL_LOGS_PER_MINUTE = 20
+# A folder's times come from the kernel's coarse clock (one tick: 1 to 10 ms), so a name made in the
+# same tick as the folder's last change leaves its times as they were. A listing is reused only when
+# the folder last changed longer than this before the listing: any later change falls in a later tick
+# and shows. Several ticks at any kernel's HZ; a clock set back makes every listing look too recent,
+# and so listed again, which is safe.
+RACY_MARGIN_NS = 50_000_000
+_SECOND_NS = 1_000_000_000
 
 # Why a file was refused (the keys refusals are counted under).
 BAD_NAME = "name"                # numbers out of range, pid at or above pid_max
@@ -108,31 +128,76 @@ class Scan:
     side_files: set[str] = dataclasses.field(default_factory=set)
 
 
+@dataclasses.dataclass
+class _Listing:
+    """What one listing of a folder found, and the folder's ``stat`` taken just before it."""
+
+    folder_times: tuple[int, int, int, int]  # the folder's (dev, ino, mtime, ctime)
+    settled: bool  # the folder had not changed for RACY_MARGIN_NS when it was listed: reusable
+    pid_limit: int  # the kernel's pid_max names were judged against
+    by_owner: dict[int, list[Candidate]] = dataclasses.field(default_factory=dict)  # owner → its files here
+    side_files: set[str] = dataclasses.field(default_factory=set)
+    bad_names: int = 0  # names refused as BAD_NAME
+
+
+class FolderListings:
+    """The segment folders' last listings, each reused while its folder's ``stat`` shows it unchanged
+    (the module's docstring says why that is enough). Held by the ranks collector across intervals; a
+    folder no longer scanned is forgotten."""
+
+    def __init__(self) -> None:
+        self._last: dict[SegmentFolder, _Listing] = {}
+
+    def scan(self, folders: list[SegmentFolder], layout: Any, followed: Mapping[str, Candidate]) -> Scan:
+        """Every segment or note name in the ``folders`` with its file's facts, at most
+        ``MAX_FILES_PER_OWNER`` per owner and folder (those already ``followed`` first, then by pid).
+        ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``). A folder that
+        changed is listed with one ``lstat`` per name, and a ``followed`` file (by path) that ``lstat``
+        shows unchanged is its Candidate again."""
+        pid_limit = procfs.pid_max()
+        now_ns = time.time_ns()  # before any folder's stat: a listing is racy against this time
+        listings: dict[SegmentFolder, _Listing] = {}
+        for folder in folders:
+            try:
+                listings[folder] = self._listing(folder, layout, pid_limit, followed, now_ns)
+            except FileNotFoundError:
+                if folder.own:
+                    raise
+        self._last = listings
+        return _merged(listings.values(), followed)
+
+    def _listing(self, folder: SegmentFolder, layout: Any, pid_limit: int, followed: Mapping[str, Candidate],
+                 now_ns: int) -> _Listing:
+        times = _folder_times(folder)
+        last = self._last.get(folder)
+        if last is not None and last.settled and last.folder_times == times and last.pid_limit == pid_limit:
+            return last
+        return _list(folder, layout, pid_limit, followed, times, _settled(times, now_ns))
+
+
 def scan(folders: list[SegmentFolder], layout: Any, followed: Mapping[str, Candidate]) -> Scan:
-    """Every segment or note name in the ``folders`` with its file's facts, at most
-    ``MAX_FILES_PER_OWNER`` per owner and folder (those already ``followed`` first, then by pid).
-    ``layout`` is ``tuiprof_native.segment`` (its prefix, suffix and ``parse_name``). A ``followed``
-    file (by path) that ``lstat`` shows unchanged is its Candidate again."""
-    result = Scan([], collections.Counter(), {})
-    pid_limit = procfs.pid_max()
-    by_owner: dict[tuple[str, int], list[Candidate]] = collections.defaultdict(list)  # (folder, owner) → files
-    for folder in folders:
-        try:
-            _scan_folder(folder, layout, pid_limit, result, by_owner, followed)
-        except FileNotFoundError:
-            if folder.own:
-                raise
-    for (_, owner), files in by_owner.items():
-        files.sort(key=lambda c: (c.path not in followed, c.pid))
-        result.candidates.extend(files[:MAX_FILES_PER_OWNER])
-        if len(files) > MAX_FILES_PER_OWNER:
-            result.over_cap[owner] = result.over_cap.get(owner, 0) + len(files) - MAX_FILES_PER_OWNER
-            result.refused[OVER_CAP] += len(files) - MAX_FILES_PER_OWNER
-    return result
+    """``FolderListings.scan`` once, every folder listed (a timeline capture's one look)."""
+    return FolderListings().scan(folders, layout, followed)
 
 
-def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Scan,
-                 by_owner: dict[tuple[str, int], list[Candidate]], followed: Mapping[str, Candidate]) -> None:
+def _folder_times(folder: SegmentFolder) -> tuple[int, int, int, int]:
+    """The folder's (device, inode, mtime, ctime): through its open descriptor when it has one (a
+    container's)."""
+    st = os.stat(folder.path) if folder.fd is None else os.fstat(folder.fd)
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _settled(folder_times: tuple[int, int, int, int], now_ns: int) -> bool:
+    """Whether a listing of a folder with these times, taken after ``now_ns``, may be reused while they
+    stay so: its last change is older than RACY_MARGIN_NS. Times in whole seconds (a file system that
+    keeps no finer ones: its tick is a second or more) never settle."""
+    _, _, mtime, ctime = folder_times
+    return max(mtime, ctime) < now_ns - RACY_MARGIN_NS and mtime % _SECOND_NS != 0 and ctime % _SECOND_NS != 0
+
+
+def _list(folder: SegmentFolder, layout: Any, pid_limit: int, followed: Mapping[str, Candidate],
+          folder_times: tuple[int, int, int, int], settled: bool) -> _Listing:
+    listing = _Listing(folder_times, settled, pid_limit)
     with os.scandir(folder.path) as entries:
         for entry in entries:
             if not entry.name.startswith(layout.SEGMENT_PREFIX):
@@ -145,24 +210,42 @@ def _scan_folder(folder: SegmentFolder, layout: Any, pid_limit: int, result: Sca
                     continue
                 if kept.identity == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
                         and kept.owner == st.st_uid and kept.regular == stat.S_ISREG(st.st_mode):
-                    by_owner[folder.path, st.st_uid].append(kept)  # the name parsed, and the file is as it was
+                    listing.by_owner.setdefault(st.st_uid, []).append(kept)  # the name parsed, the file is as it was
                     continue
             parsed = layout.parse_name(entry.name)
             if parsed is None and _beside_a_segment(entry.name, layout):
-                result.side_files.add(entry.path)
+                listing.side_files.add(entry.path)
                 continue
             if parsed is None or parsed[1] >= pid_limit:
                 if _claims_a_pid(entry.name, layout):
-                    result.refused[BAD_NAME] += 1
+                    listing.bad_names += 1
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
             uid, pid, inert = parsed
-            by_owner[folder.path, st.st_uid].append(Candidate(
+            listing.by_owner.setdefault(st.st_uid, []).append(Candidate(
                 folder, entry.path, uid, pid, inert, st.st_uid, stat.S_ISREG(st.st_mode),
                 (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), st.st_ctime_ns))
+    return listing
+
+
+def _merged(listings: Iterable[_Listing], followed: Mapping[str, Candidate]) -> Scan:
+    """The folders' listings as one Scan: each owner's files of each folder capped at
+    MAX_FILES_PER_OWNER, those ``followed`` first (the listings themselves are left as they are)."""
+    result = Scan([], collections.Counter(), {})
+    for listing in listings:
+        result.side_files |= listing.side_files
+        if listing.bad_names:
+            result.refused[BAD_NAME] += listing.bad_names
+        for owner, files in listing.by_owner.items():
+            ordered = sorted(files, key=lambda c: (c.path not in followed, c.pid))
+            result.candidates.extend(ordered[:MAX_FILES_PER_OWNER])
+            if len(ordered) > MAX_FILES_PER_OWNER:
+                result.over_cap[owner] = result.over_cap.get(owner, 0) + len(ordered) - MAX_FILES_PER_OWNER
+                result.refused[OVER_CAP] += len(ordered) - MAX_FILES_PER_OWNER
+    return result
 
 
 def _beside_a_segment(name: str, layout: Any) -> bool:
