@@ -8,7 +8,8 @@ throttled as a whole: ``cpu.stat``'s ``throttled_usec`` in cgroup v2. Both are
 counters: the collector turns them into rates between two readings of one rank.
 Threads come and go: each thread's delay counts from its previous reading, a new
 thread's from zero (it started in the interval), so an exiting thread never makes
-the sum go down.
+the sum go down. A container's ranks share one cgroup: its ``cpu.stat`` is read once
+an interval however many of them there are (``CpuStatReads``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,30 @@ NO_SCHEDSTAT = "/proc/<pid>/task/*/schedstat is not readable (kernel without CON
 NO_CGROUP_V2 = "the process's cgroup has no cgroup v2 cpu.stat (cgroup v1 host, or no cpu controller)"
 
 
-class SchedReader:
-    """One rank process's run-queue delay and CPU throttling, read each interval."""
+class CpuStatReads:
+    """The cgroup v2 ``cpu.stat`` files' ``throttled_usec`` as read this interval, each file once: the ranks
+    of one container (one cgroup) share it. ``next_interval`` forgets them."""
 
-    def __init__(self, pid: int, proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> None:
-        self.pid, self.proc, self.cgroup_root = pid, proc, cgroup_root
+    def __init__(self) -> None:
+        self._read: dict[str, int | None] = {}
+
+    def next_interval(self) -> None:
+        self._read.clear()
+
+    def throttled_us(self, cpu_stat: str) -> int | None:
+        """The file's ``throttled_usec`` (None: gone, unreadable, or no such line)."""
+        if cpu_stat not in self._read:
+            self._read[cpu_stat] = _read_throttled_us(cpu_stat)
+        return self._read[cpu_stat]
+
+
+class SchedReader:
+    """One rank process's run-queue delay and CPU throttling, read each interval; its cgroup's ``cpu.stat``
+    through ``cpu_stats``, shared with the other ranks' readers."""
+
+    def __init__(self, pid: int, cpu_stats: CpuStatReads, proc: str = "/proc",
+                 cgroup_root: str = "/sys/fs/cgroup") -> None:
+        self.pid, self.proc, self.cgroup_root, self._cpu_stats = pid, proc, cgroup_root, cpu_stats
         self._delays: dict[int, int] | None = None
         self._throttled_us: int | None = None
         self._cpu_stat: str | None = None  # its path once looked up ("" when there is none)
@@ -68,19 +88,21 @@ class SchedReader:
     def _read_throttled_us(self) -> int | None:
         if self._cpu_stat is None:
             self._cpu_stat = _cpu_stat_path(self.proc, self.pid, self.cgroup_root) or ""
-        if not self._cpu_stat:
-            return None
-        try:
-            raw = read_attribute(self._cpu_stat)  # a dozen short lines
-        except OSError:
-            return None
-        at = raw.find(b"\nthrottled_usec ")  # never the first line (usage_usec is)
-        if at < 0:
-            return None
-        try:
-            return int(line_from(raw, at + 16))
-        except ValueError:
-            return None
+        return self._cpu_stats.throttled_us(self._cpu_stat) if self._cpu_stat else None
+
+
+def _read_throttled_us(cpu_stat: str) -> int | None:
+    try:
+        raw = read_attribute(cpu_stat)  # a dozen short lines
+    except OSError:
+        return None
+    at = raw.find(b"\nthrottled_usec ")  # never the first line (usage_usec is)
+    if at < 0:
+        return None
+    try:
+        return int(line_from(raw, at + 16))
+    except ValueError:
+        return None
 
 
 def _task_delays(task_dir: str, unchanged: Mapping[int, int]) -> dict[int, int]:

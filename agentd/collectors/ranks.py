@@ -49,8 +49,9 @@ the kernel's process events (``agentd.proc_events``) named the process (ids, exe
 or its main thread ran (only it can stop, wait on a disk or exit itself), or its state was another than
 running or sleeping (``_process_now``); without the events, every interval. A rank at rest that did
 nothing at all (``_quiet``: no thread ran, no side files, no in-flight entries) keeps its report, and while
-its file's ``lstat`` stays as it was its header is not read either (only its own threads write it). A rank that did work is read in full in the
-interval it shows it in, as every rank of a segment layout without ``data_seq``. What did not move costs
+its file is as its folder's last listing took it (``rank_claims.FolderListings``) its header is not read either
+(only its own threads write it); when the process events vouch for its status too, it costs one read of its
+counters (``_stays_quiet``). A rank that did work is read in full in the interval it shows it in, as every rank of a segment layout without ``data_seq``. What did not move costs
 little: counters that read as before give cached figures and spare the threads' schedstat files
 (``pmu.RankCounters.ran``), and a file beside the segment is looked at only when the folder's listing
 holds it (``rank_claims.Scan.side_files``).
@@ -86,7 +87,7 @@ from agentd.collectors import (
     rank_rates,
 )
 from agentd.collectors.rank_arrivals import Arrival, ArrivalTracker
-from agentd.collectors.rank_sched import SchedReader
+from agentd.collectors.rank_sched import CpuStatReads, SchedReader
 from agentd.collectors.base import Collector
 from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.collectors.rank_files import SidecarFile
@@ -157,6 +158,7 @@ class _Rank:
     seg: native.Segment
     start_ns: int  # the segment's start as verified against its process's; later header edits do not count
     process: procfs.StatusFile | None  # its process's /proc status, held open (None: gone when verified)
+    cpu_stats: CpuStatReads  # the collector's: its cgroup's cpu.stat is read once an interval for all its ranks
     status: procfs.ProcessStatus | None = None  # what ``process`` said when last read (None: not read yet)
     main_thread_unknown: bool = False  # it exec'd since it was verified: its main thread may be another one
     quiet: bool = False  # its last report was of a rank at rest that did nothing at all (``_quiet``): kept as is
@@ -187,7 +189,7 @@ class _Rank:
         self.exception = SidecarFile(self.path, native.EXCEPTION_SUFFIX)
         self.flight = SidecarFile(self.path, native.FLIGHT_SUFFIX)
         self.functions = rank_functions.FunctionTimings(self.path)
-        self.sched = SchedReader(self.pid)
+        self.sched = SchedReader(self.pid, self.cpu_stats)
 
     @property
     def path(self) -> str:
@@ -250,6 +252,7 @@ class RanksCollector(Collector):
         # Containers' /dev/shm folders too, for a root agent reading the default folder (a folder given
         # by name is the one place looked at).
         self._folders = SegmentFolders(self.directory, containers=directory is None and os.geteuid() == 0)
+        self._listings = rank_claims.FolderListings()  # each folder's last listing, reused while it is unchanged
         self.exited_keep_seconds = exited_keep_seconds
         self._ranks: dict[str, _Rank] = {}
         self._unreadable: dict[str, str] = {}  # path → the transient error last logged for it
@@ -268,6 +271,8 @@ class RanksCollector(Collector):
         self._events = _listen_to_process_events()
         self._heard: set[int] | None = None  # the pids the process events named this interval; None: any may have changed
         self._execs: set[int] = set()  # those of them that exec'd (a rank is read every interval from then on)
+        self._changes: proc_events.Changes | None = None  # all the process events told this interval (None: no listener)
+        self._cpu_stats = CpuStatReads()
 
     def status(self) -> pb.CollectorStatus:
         if _IMPORT_ERROR:
@@ -297,22 +302,26 @@ class RanksCollector(Collector):
 
     def collect(self) -> None:
         self._send_function_requests()
+        self._cpu_stats.next_interval()
         self._heard = self._hear_process_events()  # before any rank is read: what changed up to now is known
         now_ns = time.time_ns()
         mono = time.monotonic()
-        folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()})
-        found = rank_claims.scan(folders, native, {path: rank.candidate for path, rank in self._ranks.items()})
+        folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()}, self._changes)
+        found = self._listings.scan(folders, native, {path: rank.candidate for path, rank in self._ranks.items()})
         self._refusals.start_interval(found)
         budget = OpsBudget(MAX_OPS_PER_OWNER)
         inert: list[pb.RankStats] = []
         read: set[str] = set()  # ranks whose counters this interval's figures come from
+        beside = _with_side_files(found.side_files)
         for candidate in found.candidates:
             if self._own_uid not in (0, candidate.owner):
                 continue  # another user's: not readable by this agent, and not an anomaly
             try:
                 if self._refusals.still_refused(candidate):
                     continue
-                if candidate.inert:
+                if self._stays_quiet(candidate, now_ns, budget, beside):
+                    read.add(candidate.path)
+                elif candidate.inert:
                     inert.extend(self._inert_rank(candidate))
                 elif self._follow(candidate, now_ns, mono, budget, found.side_files):
                     read.add(candidate.path)
@@ -411,9 +420,27 @@ class RanksCollector(Collector):
             rank = None
         if rank is None:
             rank = self._open(candidate)
-        file_unchanged = candidate is rank.candidate  # the scan kept it: lstat says what it said last interval
+        file_unchanged = candidate is rank.candidate  # the scan kept it: the file is as its folder's last listing took it
         rank.candidate = candidate
         return self._sample(rank, now_ns, mono, budget, side_files, file_unchanged)
+
+    def _stays_quiet(self, candidate: Candidate, now_ns: int, budget: OpsBudget, beside: set[str]) -> bool:
+        """Whether ``candidate`` is a quiet rank (``_quiet``) that still is, told without reading its file or its
+        process's status: the scan kept its Candidate (``rank_claims.FolderListings``), the process events vouch
+        for its status (``_status_stands``), nothing is listed beside it (``beside``: the segments that have
+        files beside them) nor a function timing request outstanding, and its counter groups read as they did
+        (``_counters_still``). Its report is then kept, with the times of now and its cgroup's CPU throttling.
+        This is most ranks of a node at rest, each interval: the full reading (``_follow``) decides the rest."""
+        rank = self._ranks.get(candidate.path)
+        if rank is None or not rank.quiet or candidate is not rank.candidate or rank.main_thread_unknown \
+                or rank.functions.sent is not None or candidate.path in beside or not self._status_stands(rank):
+            return False
+        assert rank.stats is not None and rank.pulse is not None  # a quiet rank was read in full before
+        if rank.cpu_counters is None or not _counters_still(rank.cpu_counters) or not _rests(rank, rank.pulse, budget):
+            return False
+        _retime(rank, rank.stats, rank.pulse, now_ns)
+        _throttling(rank, rank.stats)
+        return True
 
     def _open(self, candidate: Candidate) -> _Rank:
         """Open a segment and check its claim; the rank, followed from now on. Raises Refused."""
@@ -423,7 +450,7 @@ class RanksCollector(Collector):
         except BaseException:
             seg.close()
             raise
-        rank = _Rank(candidate, claimant, seg, start_ns, process)
+        rank = _Rank(candidate, claimant, seg, start_ns, process, self._cpu_stats)
         rank.read_ns = start_ns  # first rates are since the segment's creation
         if alive is None:
             rank.cpu_counters_reason = (f"CPU counters for pid {rank.pid} could not be opened: no such process "
@@ -458,10 +485,10 @@ class RanksCollector(Collector):
     def _sample(self, rank: _Rank, now_ns: int, mono: float, budget: OpsBudget, side_files: set[str],
                 file_unchanged: bool) -> bool:
         """Read one rank's segment into ``rank.stats``; False when its counters were not read.
-        ``file_unchanged``: its file's ``lstat`` says what it said in the last interval.
+        ``file_unchanged``: the scan kept its Candidate (``rank_claims.FolderListings``: as its folder's last listing took it).
 
         A rank that was quiet (``_quiet``) last interval and still is, none of whose threads ran since, whose
-        file ``lstat`` shows as it was, is not even looked at: only its own threads write its segment (the
+        file is as the listing took it, is not even looked at: only its own threads write its segment (the
         hook's; a forked child lets go of it), so its header is what it was, pid and data_seq included."""
         if rank.exited_at is not None:
             return False  # its final reading was published; it is reported exited until cleaned up
@@ -565,6 +592,7 @@ class RanksCollector(Collector):
             return None
         changes = self._events.drain()
         self._execs = changes.execs
+        self._changes = changes
         if changes.lost:
             for rank in self._ranks.values():
                 rank.main_thread_unknown = True
@@ -887,6 +915,13 @@ def _quiet(rank: _Rank, cpu: _CpuReading, side_files: set[str]) -> bool:
     return (not cpu.ran and not rank.inflight and rank.functions.sent is None
             and not (rank.exception.text or rank.flight.text or rank.functions.file.text)
             and not side_files.intersection((rank.exception.path, rank.flight.path, rank.functions.file.path)))
+
+
+def _with_side_files(side_files: set[str]) -> set[str]:
+    """The segments (paths) that the listing shows a file beside: their last exception, Flight Recorder
+    progress or timed functions (``_quiet``; not the agent's own function timing request)."""
+    return {stem for stem, _, suffix in (path.rpartition(".") for path in side_files)
+            if f".{suffix}" != rank_function_requests.REQUEST_SUFFIX}
 
 
 def _place(stats: pb.RankStats, claimant: Claimant) -> None:

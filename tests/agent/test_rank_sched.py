@@ -7,8 +7,9 @@ import pathlib
 
 import pytest
 
+from agentd.collectors import rank_sched
 from agentd.collectors.readings import FIRST_SAMPLE, Unavailable
-from agentd.collectors.rank_sched import NO_CGROUP_V2, SchedReader
+from agentd.collectors.rank_sched import NO_CGROUP_V2, CpuStatReads, SchedReader
 
 PID = 4242
 
@@ -31,28 +32,32 @@ def throttled(cgroup: pathlib.Path, usec: int) -> None:
 
 
 @pytest.fixture
-def reader(tmp_path) -> tuple[SchedReader, pathlib.Path, pathlib.Path]:
+def reader(tmp_path) -> tuple[SchedReader, pathlib.Path, pathlib.Path, CpuStatReads]:
+    """A reader of process PID, whose cgroup is /job; its /proc and cgroup folders; the interval's cpu.stat reads."""
     proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
-    (proc / str(PID)).mkdir(parents=True)
-    (proc / str(PID) / "cgroup").write_text("0::/job\n")
+    for pid in (PID, PID + 100):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text("0::/job\n")
     (cgroup / "job").mkdir(parents=True)
-    return SchedReader(PID, proc=str(proc), cgroup_root=str(cgroup)), proc, cgroup
+    reads = CpuStatReads()
+    return SchedReader(PID, reads, proc=str(proc), cgroup_root=str(cgroup)), proc, cgroup, reads
 
 
 def test_run_delay_and_throttling_are_rates_between_two_readings(reader):
-    sched, proc, cgroup = reader
+    sched, proc, cgroup, reads = reader
     threads(proc, {PID: 1_000_000, PID + 1: 0})
     throttled(cgroup, 5_000)
     assert sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset()) == Unavailable(FIRST_SAMPLE)
     assert isinstance(sched.cpu_throttled_seconds_per_s(1.0), Unavailable)
     threads(proc, {PID: 201_000_000, PID + 2: 100_000_000})  # thread PID + 1 exited, PID + 2 started
     throttled(cgroup, 505_000)
+    reads.next_interval()
     assert sched.run_delay_seconds_per_s(2.0, ran=True, idle_threads=frozenset()) == pytest.approx(0.15)
     assert sched.cpu_throttled_seconds_per_s(2.0) == pytest.approx(0.25)
 
 
 def test_an_interval_in_which_no_thread_ran_has_no_delay_and_reads_nothing(reader):
-    sched, proc, cgroup = reader
+    sched, proc, cgroup, reads = reader
     threads(proc, {PID: 1_000_000})
     assert sched.run_delay_seconds_per_s(1.0, ran=False, idle_threads=frozenset()) == Unavailable(FIRST_SAMPLE)  # no reading yet: read
     threads(proc, {})  # nothing left to read: a read would say so
@@ -62,12 +67,12 @@ def test_an_interval_in_which_no_thread_ran_has_no_delay_and_reads_nothing(reade
 
 
 def test_no_cgroup_v2_cpu_stat_is_unavailable_with_the_reason(reader):
-    sched, proc, cgroup = reader
+    sched, proc, cgroup, reads = reader
     assert sched.cpu_throttled_seconds_per_s(1.0) == Unavailable(NO_CGROUP_V2)
 
 
 def test_a_thread_that_did_not_run_keeps_its_delay_without_a_read(reader):
-    sched, proc, cgroup = reader
+    sched, proc, cgroup, reads = reader
     threads(proc, {PID: 1_000_000, PID + 1: 2_000_000})
     sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset())
     # PID + 1 did not run: its file is not read (what it says here would add 0.9 s), its delay stands
@@ -76,3 +81,21 @@ def test_a_thread_that_did_not_run_keeps_its_delay_without_a_read(reader):
     # a thread said idle but not listed at the last reading (new, or an id given again) is read
     threads(proc, {PID: 101_000_000, PID + 1: 2_000_000, PID + 2: 500_000_000})
     assert sched.run_delay_seconds_per_s(1.0, ran=True, idle_threads=frozenset({PID + 2})) == pytest.approx(0.5)
+
+
+def test_the_ranks_of_one_cgroup_read_its_cpu_stat_once_an_interval(reader, monkeypatch):
+    """A container's ranks share a cgroup: its cpu.stat is read once an interval, each rank's rate from it."""
+    sched, proc, cgroup, reads = reader
+    other = SchedReader(PID + 100, reads, proc=str(proc), cgroup_root=str(cgroup))
+    opened: list[str] = []
+    read_attribute = rank_sched.read_attribute
+    monkeypatch.setattr(rank_sched, "read_attribute", lambda path: opened.append(path) or read_attribute(path))
+    throttled(cgroup, 5_000)
+    for reader_ in (sched, other):
+        assert reader_.cpu_throttled_seconds_per_s(1.0) == Unavailable(FIRST_SAMPLE)
+    assert opened == [str(cgroup / "job" / "cpu.stat")]
+    throttled(cgroup, 105_000)
+    assert sched.cpu_throttled_seconds_per_s(1.0) == 0.0  # the same interval: as read at its start
+    reads.next_interval()
+    assert [reader_.cpu_throttled_seconds_per_s(0.5) for reader_ in (sched, other)] == [pytest.approx(0.2)] * 2
+    assert len(opened) == 2
