@@ -135,7 +135,7 @@ class _Listing:
     folder_times: tuple[int, int, int, int]  # the folder's (dev, ino, mtime, ctime)
     settled: bool  # the folder had not changed for RACY_MARGIN_NS when it was listed: reusable
     pid_limit: int  # the kernel's pid_max names were judged against
-    by_owner: dict[int, list[Candidate]] = dataclasses.field(default_factory=dict)  # owner → its files here
+    by_owner: dict[int, list[Candidate]] = dataclasses.field(default_factory=dict)  # owner → its files here, by pid
     side_files: set[str] = dataclasses.field(default_factory=set)
     bad_names: int = 0  # names refused as BAD_NAME
 
@@ -228,6 +228,8 @@ def _list(folder: SegmentFolder, layout: Any, pid_limit: int, followed: Mapping[
             listing.by_owner.setdefault(st.st_uid, []).append(Candidate(
                 folder, entry.path, uid, pid, inert, st.st_uid, stat.S_ISREG(st.st_mode),
                 (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), st.st_ctime_ns))
+    for files in listing.by_owner.values():
+        files.sort(key=lambda c: c.pid)
     return listing
 
 
@@ -240,7 +242,8 @@ def _merged(listings: Iterable[_Listing], followed: Mapping[str, Candidate]) -> 
         if listing.bad_names:
             result.refused[BAD_NAME] += listing.bad_names
         for owner, files in listing.by_owner.items():
-            ordered = sorted(files, key=lambda c: (c.path not in followed, c.pid))
+            first = [c for c in files if c.path in followed]  # files are by pid (``_list``)
+            ordered = files if len(first) == len(files) else first + [c for c in files if c.path not in followed]
             result.candidates.extend(ordered[:MAX_FILES_PER_OWNER])
             if len(ordered) > MAX_FILES_PER_OWNER:
                 result.over_cap[owner] = result.over_cap.get(owner, 0) + len(ordered) - MAX_FILES_PER_OWNER

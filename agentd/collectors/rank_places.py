@@ -45,6 +45,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable, Collection
 from typing import NamedTuple
 
 from agentd import containers, proc_events, procfs
@@ -107,13 +108,14 @@ class SegmentFolders:
         self._heard_since_scan = False  # every process event since then was heard and applied
         self._rescan_asked = False
 
-    def current(self, in_use: set[str], heard: proc_events.Changes | None = None) -> list[SegmentFolder]:
-        """The folders to scan this interval (the own one first). ``in_use``: folder paths whose
-        files are still followed: kept open while any is. ``heard``: the process events drained since
+    def current(self, in_use: Callable[[], Collection[str]],
+                heard: proc_events.Changes | None = None) -> list[SegmentFolder]:
+        """The folders to scan this interval (the own one first). ``in_use``: gives the folder paths whose
+        files are still followed, kept open while any is (asked only when /proc is listed). ``heard``: the process events drained since
         the last call, just before this one (None: none are heard, /proc is listed every SCAN_SECONDS)."""
         if self.containers:
             if self._rescan_asked or self._scan_due(heard):
-                self._scan(in_use)
+                self._scan(in_use())
             elif heard is not None:
                 for pid in heard.execs | heard.exits:
                     self._look_again(pid)
@@ -162,7 +164,7 @@ class SegmentFolders:
             return age >= SCAN_SECONDS
         return heard.lost or not self._heard_since_scan or age >= FULL_SCAN_SECONDS
 
-    def _scan(self, in_use: set[str]) -> None:
+    def _scan(self, in_use: Collection[str]) -> None:
         """Every process looked at: each mount namespace's folder opened through one of its processes, and
         its processes placed in it; the folders no process holds closed, unless in ``in_use``."""
         self._scanned_at, self._rescan_asked = time.monotonic(), False

@@ -306,7 +306,7 @@ class RanksCollector(Collector):
         self._heard = self._hear_process_events()  # before any rank is read: what changed up to now is known
         now_ns = time.time_ns()
         mono = time.monotonic()
-        folders = self._folders.current({rank.candidate.folder.path for rank in self._ranks.values()}, self._changes)
+        folders = self._folders.current(lambda: {rank.candidate.folder.path for rank in self._ranks.values()}, self._changes)
         found = self._listings.scan(folders, native, {path: rank.candidate for path, rank in self._ranks.items()})
         self._refusals.start_interval(found)
         budget = OpsBudget(MAX_OPS_PER_OWNER)

@@ -130,7 +130,7 @@ def _candidates(segment: Any, folders: SegmentFolders, refused: collections.Coun
     """The segment files (not inert notes) in every folder; at most ``rank_claims.MAX_FILES_PER_OWNER``
     per owner, like the ranks collector's scan."""
     try:
-        found = rank_claims.scan(folders.current(set()), segment, {})
+        found = rank_claims.scan(folders.current(lambda: ()), segment, {})
     except FileNotFoundError:
         return []
     refused.update(found.refused)

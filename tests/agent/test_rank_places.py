@@ -80,14 +80,14 @@ def settled(folders: SegmentFolders, events: proc_events.ProcessEvents,
     """The folders once ``condition`` holds, asked again as events arrive: an exit is told after the exiting
     process's parent could wait for it, an exec after its new program shows in /proc."""
     deadline = time.monotonic() + 10
-    while not condition(found := folders.current(set(), events.drain())):
+    while not condition(found := folders.current(lambda: (), events.drain())):
         assert time.monotonic() < deadline, "the events never told"
         time.sleep(0.01)
     return found
 
 
 def test_a_container_started_after_the_listing_is_found_by_its_entrypoints_exec(events, folders, listings):
-    folders.current(set(), events.drain())
+    folders.current(lambda: (), events.drain())
     assert listings.count == 1  # the first call lists /proc
     with Container.create(docker_cgroup=False) as box:
         found = settled(folders, events, lambda found: folder_of(found, box.init_pid) is not None)
@@ -100,13 +100,13 @@ def test_a_container_started_after_the_listing_is_found_by_its_entrypoints_exec(
 
 def test_a_process_that_exits_leaves_its_folder_at_the_next_call(events, folders, listings):
     with Container.create(docker_cgroup=False) as box:
-        folders.current(set(), events.drain())
+        folders.current(lambda: (), events.drain())
         entered = box.popen(["sleep", "300"])  # as `docker exec` enters a container: heard by its exec
         host = subprocess.Popen(["sleep", "300"])
         try:
             sleeper = box.host_pid_of(entered, "sleep", "300")
             inside = Container.pid_inside(sleeper)
-            folder = folder_of(folders.current(set(), events.drain()), box.init_pid)
+            folder = folder_of(folders.current(lambda: (), events.drain()), box.init_pid)
             assert folder is not None
             settled(folders, events, lambda _: folder.candidates(inside) == [sleeper] and host.pid in folders.own.members)
             os.kill(sleeper, 9)
@@ -129,10 +129,10 @@ def test_a_tmpfs_mounted_on_dev_shm_after_the_first_exec_is_found_at_the_next(ev
     with subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", steps],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as process:
         try:
-            folders.current(set(), events.drain())
+            folders.current(lambda: (), events.drain())
             assert process.stdin is not None and process.stdout is not None
             assert process.stdout.readline() == "ready\n"  # sh's exec was told before it wrote
-            folders.current(set(), events.drain())
+            folders.current(lambda: (), events.drain())
             assert process.pid in folders.own.members  # its /dev/shm is the host's still
             process.stdin.write("go\n")
             process.stdin.flush()
@@ -150,54 +150,54 @@ def _is_own(folder: SegmentFolder | None) -> bool:
 
 
 def test_without_events_proc_is_listed_every_scan_seconds(folders, listings):
-    folders.current(set(), None)
+    folders.current(lambda: (), None)
     with Container.create(docker_cgroup=False) as box:
-        found = folders.current(set(), None)
+        found = folders.current(lambda: (), None)
         assert listings.count == 1 and folder_of(found, box.init_pid) is None  # not listed yet
         age(folders, rank_places.SCAN_SECONDS)
-        found = folders.current(set(), None)
+        found = folders.current(lambda: (), None)
         assert listings.count == 2
         folder = folder_of(found, box.init_pid)
         assert folder is not None and not folder.own and folder.candidates(1) == [box.init_pid]
 
 
 def test_events_list_proc_every_full_scan_seconds(folders, listings):
-    folders.current(set(), HEARD_NOTHING)
+    folders.current(lambda: (), HEARD_NOTHING)
     age(folders, rank_places.SCAN_SECONDS)
-    folders.current(set(), HEARD_NOTHING)
+    folders.current(lambda: (), HEARD_NOTHING)
     assert listings.count == 1
     age(folders, rank_places.FULL_SCAN_SECONDS)
-    folders.current(set(), HEARD_NOTHING)
+    folders.current(lambda: (), HEARD_NOTHING)
     assert listings.count == 2
 
 
 def test_lost_events_list_proc(folders, listings):
-    folders.current(set(), HEARD_NOTHING)
-    folders.current(set(), proc_events.Changes(set(), set(), set(), lost=True))
+    folders.current(lambda: (), HEARD_NOTHING)
+    folders.current(lambda: (), proc_events.Changes(set(), set(), set(), lost=True))
     assert listings.count == 2
-    folders.current(set(), HEARD_NOTHING)
+    folders.current(lambda: (), HEARD_NOTHING)
     assert listings.count == 2
 
 
 def test_events_after_a_call_without_them_list_proc_first(folders, listings):
     """What happened while no events were passed was not heard: the listing must see it."""
-    folders.current(set(), HEARD_NOTHING)
-    folders.current(set(), None)
+    folders.current(lambda: (), HEARD_NOTHING)
+    folders.current(lambda: (), None)
     assert listings.count == 1
-    folders.current(set(), HEARD_NOTHING)
+    folders.current(lambda: (), HEARD_NOTHING)
     assert listings.count == 2
 
 
 def test_a_name_no_process_holds_asks_for_a_listing(events, folders, listings):
-    folders.current(set(), events.drain())
+    folders.current(lambda: (), events.drain())
     folders.claimant(folders.own, 2**22 + 1, 0, (0, 0))  # above any pid_max: in its own folder, an exited rank
-    folders.current(set(), events.drain())
+    folders.current(lambda: (), events.drain())
     assert listings.count == 2
 
 
 def test_a_dead_containers_folder_is_closed_by_the_next_listing_unless_in_use(events, folders, listings):
     with Container.create(docker_cgroup=False) as box:
-        folders.current(set(), events.drain())
+        folders.current(lambda: (), events.drain())
         with Container.create(docker_cgroup=False) as kept_box, Container.create(docker_cgroup=False) as closed_box:
             found = settled(folders, events, lambda found: None not in (folder_of(found, kept_box.init_pid),
                                                                          folder_of(found, closed_box.init_pid)))
@@ -207,6 +207,6 @@ def test_a_dead_containers_folder_is_closed_by_the_next_listing_unless_in_use(ev
         found = settled(folders, events, lambda _: closed.candidates(1) == [])
         assert closed in found and listings.count == 1
         age(folders, rank_places.FULL_SCAN_SECONDS)
-        found = folders.current({kept.path}, events.drain())
+        found = folders.current(lambda: {kept.path}, events.drain())
         assert kept in found and closed not in found and closed.fd is None
         assert folder_of(found, box.init_pid) is not None
