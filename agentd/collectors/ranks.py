@@ -92,7 +92,7 @@ from agentd.collectors.base import Collector
 from agentd.collectors.rank_claims import Candidate, Refused
 from agentd.collectors.rank_files import SidecarFile
 from agentd.collectors.rank_places import Claimant, SegmentFolders
-from agentd.collectors.readings import counter_rate, put, put_unavailable, scaled
+from agentd.collectors.readings import Unavailable, counter_rate, put, put_unavailable, scaled
 from agentd.proto import tuiprof_agent_pb2 as pb
 from agentd.text import printable
 
@@ -901,10 +901,17 @@ def _counters_still(counters: pmu.RankCounters) -> bool:
 
 
 def _throttling(rank: _Rank, stats: pb.RankStats) -> None:
-    """The rank's cgroup's CPU throttling over the interval into ``stats`` (a kept report's replaced)."""
-    stats.ClearField(_THROTTLED)
-    stats.unavailable.pop(_THROTTLED, None)
-    put(stats, _THROTTLED, rank.sched.cpu_throttled_seconds_per_s(stats.interval_seconds))
+    """The rank's cgroup's CPU throttling over the interval into ``stats`` (a kept report's replaced; the
+    reason it is unavailable written only when it is another than the report's: most ranks' every interval)."""
+    throttled = rank.sched.cpu_throttled_seconds_per_s(stats.interval_seconds)
+    if isinstance(throttled, Unavailable):
+        stats.ClearField(_THROTTLED)
+        if stats.unavailable.get(_THROTTLED) != throttled.reason:
+            stats.unavailable[_THROTTLED] = throttled.reason
+    else:
+        if _THROTTLED in stats.unavailable:
+            del stats.unavailable[_THROTTLED]
+        stats.cpu_throttled_seconds_per_s = throttled
 
 
 def _quiet(rank: _Rank, cpu: _CpuReading, side_files: set[str]) -> bool:
@@ -994,24 +1001,25 @@ class OpsBudget:
 
     def __init__(self, per_owner: int) -> None:
         self.per_owner = per_owner
-        self._reported: collections.Counter[int] = collections.Counter()
-        self._dropped: collections.Counter[int] = collections.Counter()
+        self._reported: dict[int, int] = {}  # plain dicts: asked for every rank of the node every interval
+        self._dropped: dict[int, int] = {}
 
     def left(self, uid: int) -> int:
         """How many more ops ``uid``'s ranks may report this interval."""
-        return self.per_owner - self._reported[uid]
+        return self.per_owner - self._reported.get(uid, 0)
 
     def leave_out(self, uid: int, ops: int) -> int:
         """Count ``ops`` of ``uid``'s left out unread; returns ``ops``."""
-        self._dropped[uid] += ops
+        self._dropped[uid] = self._dropped.get(uid, 0) + ops
         return ops
 
     def take(self, uid: int, wanted: int) -> int:
         """How many of ``wanted`` ops of one of ``uid``'s ranks are reported; the rest count as left out."""
-        granted = max(0, min(wanted, self.per_owner - self._reported[uid]))
-        self._reported[uid] += granted
+        reported = self._reported.get(uid, 0)
+        granted = max(0, min(wanted, self.per_owner - reported))
+        self._reported[uid] = reported + granted
         if granted < wanted:
-            self._dropped[uid] += wanted - granted
+            self.leave_out(uid, wanted - granted)
         return granted
 
     def reason(self, uid: int, left_out: int) -> str:
@@ -1033,7 +1041,7 @@ class OpsBudget:
     def dropped_entries(self) -> list[pb.RankOpsDropped]:
         """One entry per owner whose ranks had ops left out."""
         return [pb.RankOpsDropped(uid=uid, ops=dropped, reason=(
-                    f"the ranks of uid {uid} published {self._reported[uid] + dropped} ops (GEMM and NCCL "
+                    f"the ranks of uid {uid} published {self._reported.get(uid, 0) + dropped} ops (GEMM and NCCL "
                     f"aggregates, in-flight entries, process groups, timed functions) this interval; the agent reports at most "
                     f"{self.per_owner} per owner (in the order it reads the ranks: those it already followed, then "
                     "by pid) and left the rest out"))
