@@ -16,7 +16,8 @@ python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.n
 ls tuiprof_native/*.so || exit 1
 case $1 in
 faults)
-  timeout $((590 - SECONDS)) python3 bench/slowdown/gpu_faults.py --out "$OUT/faults" --ranks "${RANKS:-4}" --warmup-s 20 --healthy-s "${HEALTHY_S:-120}" ;;
+  timeout $((590 - SECONDS)) python3 bench/slowdown/gpu_faults.py --out "$OUT/faults" --ranks "${RANKS:-4}" --warmup-s 20 \
+    --healthy-s "${HEALTHY_S:-120}" --faults "${FAULTS:-gemm,cpu,dataloader,gc,clocks}" ${RECORD:+--record "$OUT/faults/run.ndjson"} ;;
 overhead)
   timeout $((590 - SECONDS)) python3 bench/gpu/overhead_4gpu.py --out "$OUT/overhead" --seconds $((${MEASURE_UNTIL:-450} - SECONDS)) --ranks "${RANKS:-4}" --variants "${VARIANTS:-plain,tuiprof,no_plugin,no_kineto,plain_b}" ;;
 hangs-agent)

@@ -288,6 +288,8 @@ def main() -> None:
     parser.add_argument("--healthy-s", type=float, default=150)
     parser.add_argument("--faults", default="gemm,cpu,dataloader,gc,clocks",
                         help="which faults, in this order ('' for a healthy run only)")
+    parser.add_argument("--record", type=pathlib.Path,
+                        help="also write every snapshot of the run here (`tuiprof record`; open with `tuiprof replay`)")
     parser.add_argument("job_args", nargs="*", help="passed to gpu_job.py (e.g. --cpu --width 256)")
     args = parser.parse_args()
     out = args.out
@@ -307,10 +309,16 @@ def main() -> None:
             [sys.executable, __file__, "cli", "run", "--no-kineto-daemon", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
              "--nproc-per-node", str(args.ranks), str(JOB), "--control", str(control), "--step-log", step_log,
              *args.job_args], stdout=log, stderr=subprocess.STDOUT, env=env)
+    recorder = None if args.record is None else subprocess.Popen(
+        [sys.executable, __file__, "cli", "record", str(args.record), f"127.0.0.1:{port}"], env=env,
+        stdout=subprocess.DEVNULL)
     summary: dict = {}
     try:
         summary = asyncio.run(bench(args, AgentAddress("127.0.0.1", port), job, control, step_log, env))
     finally:
+        if recorder is not None:
+            recorder.terminate()
+            recorder.wait(timeout=30)
         for proc in [*psutil.Process(job.pid).children(recursive=True), psutil.Process(job.pid)]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
