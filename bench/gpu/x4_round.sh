@@ -17,7 +17,7 @@ ls tuiprof_native/*.so || exit 1
 case $1 in
 faults)
   timeout $((590 - SECONDS)) python3 bench/slowdown/gpu_faults.py --out "$OUT/faults" --ranks "${RANKS:-4}" --warmup-s 20 \
-    --healthy-s "${HEALTHY_S:-120}" --faults "${FAULTS:-gemm,cpu,dataloader,gc,clocks}" ${RECORD:+--record "$OUT/faults/run.ndjson"} ;;
+    --healthy-s "${HEALTHY_S:-120}" --faults "${FAULTS:-gemm,cpu,dataloader,gc,clocks}" ${RECORD:+--record "$OUT/faults/snapshots.bin.gz"} ;;
 overhead)
   timeout $((590 - SECONDS)) python3 bench/gpu/overhead_4gpu.py --out "$OUT/overhead" --seconds $((${MEASURE_UNTIL:-450} - SECONDS)) --ranks "${RANKS:-4}" --variants "${VARIANTS:-plain,tuiprof,no_plugin,no_kineto,plain_b}" ;;
 hangs-agent)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
 import os
 import pathlib
@@ -84,15 +85,20 @@ def free_port() -> int:
 class Verdicts:
     """Every snapshot's verdict of the job, as (Unix time, JobSlowdown or None), kept by a background watch."""
 
-    def __init__(self) -> None:
+    def __init__(self, record: pathlib.Path | None) -> None:
         self.seen: list[tuple[float, pb.JobSlowdown | None]] = []
         self.pids: dict[int, int] = {}  # rank → pid
         self.job_id = ""
+        self.record = record
 
     async def follow(self, address: AgentAddress, job_pids) -> None:
         async with open_channel(address) as channel:
             await asyncio.wait_for(channel.channel_ready(), 60)
             async for snapshot in pb_grpc.AgentStub(channel).Watch(pb.WatchRequest()):
+                if self.record is not None:  # gzip'd, each snapshot's bytes after their length (4 bytes, little-endian)
+                    with gzip.open(self.record, "ab") as record:
+                        data = snapshot.SerializeToString()
+                        record.write(len(data).to_bytes(4, "little") + data)
                 mine = [r for r in snapshot.ranks if r.pid in job_pids() and r.state != "exited"]
                 if mine:
                     self.job_id = mine[0].job_id
@@ -233,7 +239,7 @@ async def run_fault(fault: Fault, verdicts: Verdicts, step_log: str) -> dict:
 
 async def bench(args, address: AgentAddress, job: subprocess.Popen, control: pathlib.Path, step_log: str,
                 env: dict) -> dict:
-    verdicts = Verdicts()
+    verdicts = Verdicts(args.record)
 
     def job_pids() -> set[int]:
         try:
@@ -289,7 +295,7 @@ def main() -> None:
     parser.add_argument("--faults", default="gemm,cpu,dataloader,gc,clocks",
                         help="which faults, in this order ('' for a healthy run only)")
     parser.add_argument("--record", type=pathlib.Path,
-                        help="also write every snapshot of the run here (`tuiprof record`; open with `tuiprof replay`)")
+                        help="also write every snapshot of the run here (gzip'd, each after its length in 4 bytes)")
     parser.add_argument("job_args", nargs="*", help="passed to gpu_job.py (e.g. --cpu --width 256)")
     args = parser.parse_args()
     out = args.out
@@ -309,16 +315,10 @@ def main() -> None:
             [sys.executable, __file__, "cli", "run", "--no-kineto-daemon", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
              "--nproc-per-node", str(args.ranks), str(JOB), "--control", str(control), "--step-log", step_log,
              *args.job_args], stdout=log, stderr=subprocess.STDOUT, env=env)
-    recorder = None if args.record is None else subprocess.Popen(
-        [sys.executable, __file__, "cli", "record", str(args.record), f"127.0.0.1:{port}"], env=env,
-        stdout=subprocess.DEVNULL)
     summary: dict = {}
     try:
         summary = asyncio.run(bench(args, AgentAddress("127.0.0.1", port), job, control, step_log, env))
     finally:
-        if recorder is not None:
-            recorder.terminate()
-            recorder.wait(timeout=30)
         for proc in [*psutil.Process(job.pid).children(recursive=True), psutil.Process(job.pid)]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
