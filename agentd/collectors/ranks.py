@@ -353,7 +353,9 @@ class RanksCollector(Collector):
 
     def fill(self, snapshot: pb.HostSnapshot) -> None:
         with self._lock:
-            snapshot.ranks.extend(self._latest)
+            add = snapshot.ranks.add
+            for stats in self._latest:  # a copy each: half the time of ``extend``'s (upb), with 1600 ranks
+                add().CopyFrom(stats)
             snapshot.rank_segments_refused.extend(
                 pb.RankSegmentsRefused(reason=reason, files=self._refused.get(reason, 0))
                 for reason in rank_claims.REASONS)
