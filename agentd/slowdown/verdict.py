@@ -10,15 +10,18 @@ runner-up's (``waits.arrivals``).
 
 Cost. Per step of the late rank, what it held the others up in that step (``_costs``),
 averaged over the last ``WINDOW_S``: had it arrived with the others, the step would be
-that much shorter. Once the job has a healthy baseline, no rank's cost is more than the
-step's rise over it (``_bound``): had that rank worked as before, the job could at best be
-back at its baseline. The bound matters with kernel starts and several collectives a step
-(DDP's buckets): after the others waited for the late rank at one, they start the next as
-soon as it can begin, while the late rank starts it when its own backward pass has produced
-it; that gap, which the healthy schedule has too, is charged to the late rank.
+that much shorter. Once the job has a healthy baseline (judged over its collectives), no
+rank's cost is more than the step's rise over it (``_bound``): had that rank worked as
+before, the job could at best be back at its baseline. The bound matters with kernel starts
+and several collectives a step (DDP's buckets): after the others waited for the late rank at
+one, they start the next as soon as it can begin, while the late rank starts it when its own
+backward pass has produced it; that gap, which the healthy schedule has too, is charged to
+the late rank; and a rank whose compute keeps a constant phase behind its peers' is late at
+every collective without the step growing at all (a healthy 2-rank DDP job on 2 H200s).
 
 Detect. A job is slow while one rank's cost is at least ``COST_MIN_FRACTION`` of the
-step and ``DOMINANCE`` times the next rank's, or while the step time is
+step and ``DOMINANCE`` times the next rank's (chosen before the bound, which may level
+them, and still ``COST_MIN_FRACTION`` of the step after it), or while the step time is
 ``STEP_RISE`` above its baseline (the step time while the job was healthy). Noise a
 healthy job makes is spread over its ranks and small (bench/slowdown/README.md has
 the figures these thresholds were chosen against). It must hold for
@@ -140,8 +143,10 @@ class SlowdownJudge:
         step = _job_step_seconds(job)
         baseline = statistics.median(job.baseline) if job.baseline else None
         costs = _costs(job, step)
-        culprits = _culprits(costs, step) if _joined_count(job) >= MIN_COLLECTIVES else []
+        judged = _joined_count(job) >= MIN_COLLECTIVES
+        culprits = _culprits(costs, step) if judged else []
         waited = _bound(costs, step, baseline)
+        culprits = [c for c in culprits if step is not None and c.cost_seconds >= COST_MIN_FRACTION * step]
         verdict = pb.JobSlowdown(job_id=job_id, ranks=costs)
         if step is None:
             verdict.unavailable["step_seconds"] = "no rank finished two optimizer steps in the window"
@@ -159,7 +164,9 @@ class SlowdownJudge:
         slow = job.slow_streak >= CONFIRM_SNAPSHOTS or (was_slow and job.clear_streak < CLEAR_SNAPSHOTS)
         if not slow:
             job.since_ns = 0
-            if step is not None and not slow_now:
+            # healthy as judged over its collectives, when its ranks report any (a step taken while a rank was
+            # late but its collectives not yet joined would bound that rank's cost to nothing: ``_bound``)
+            if step is not None and not slow_now and (judged or not job.joined):
                 job.baseline.append(step)
                 comm = _median([r.feed.comm_seconds_per_s for r in job.ranks.values()])
                 if comm is not None:
@@ -344,15 +351,16 @@ def _costs(job: _Job, step: float | None) -> list[pb.RankCost]:
 
 
 def _bound(costs: list[pb.RankCost], step: float | None, baseline: float | None) -> dict[RankKey, float]:
-    """Each rank's cost at most the step's rise over the healthy baseline, once the step rose by
-    COST_MIN_FRACTION of itself: a smaller rise bounds nothing a verdict needs, and a baseline taken
-    while a rank was already late (before its collectives could be joined) would bound its cost to
-    nothing. The step time counts whole steps in the window, so the rise is known to one step in it
+    """Each rank's cost at most the step's rise over the healthy baseline (judged so over the job's
+    collectives: a rank late since before they could be joined has none to be bounded by). A rank the
+    others wait for at every collective while the step is what it was when healthy costs the job
+    nothing: its lateness is a phase its compute keeps, which the sum charges again at each collective.
+    The step time counts whole steps in the window, so the rise is known to one step in it
     (step² / WINDOW_S) and the bound allows that. The ranks whose cost that lowered, with what the
     others waited for them per step."""
-    if step is None or baseline is None or step - baseline < COST_MIN_FRACTION * step:
+    if step is None or baseline is None:
         return {}
-    rise = step - baseline + step * step / WINDOW_S
+    rise = max(0.0, step - baseline) + step * step / WINDOW_S
     waited = {}
     for cost in costs:
         if cost.cost_seconds > rise:

@@ -32,6 +32,7 @@ class Job:
         self.seconds, self.steps, self.seq = 0, 0, 0
         self.late: dict[int, float] = {}
         self.gap_after_wait: dict[int, float] = {}  # rank → how much later than the others it starts the rest
+        self.phase: dict[int, float] = {}  # rank → how much later it starts every collective, the step unchanged
         self.extra_step_s = 0.0
         self.signals: dict[int, dict[str, float]] = {}
         self.states: dict[int, pb.RankState] = {}
@@ -53,6 +54,7 @@ class Job:
                 self.seq += 1
                 for rank in range(self.ranks):
                     late = self.late.get(rank, 0.0) if collective == 0 else self.gap_after_wait.get(rank, 0.0)
+                    late += self.phase.get(rank, 0.0)
                     jitter = self.random.uniform(0, 0.0005)
                     starts[rank].append(("c0ffee", self.seq, int(t + (late + jitter) * 1e9), False))
                 t += step_s / COLLECTIVES_PER_STEP * 1e9
@@ -140,6 +142,30 @@ def test_a_late_ranks_cost_is_at_most_the_steps_rise_over_its_healthy_baseline(j
     assert verdict.slow and not verdict.HasField("baseline_step_seconds")
     assert verdict.culprits[0].cost_seconds == pytest.approx(0.06, rel=0.15)
     assert not any("the step grew" in line for line in verdict.evidence)
+
+
+def test_a_rank_late_at_every_collective_while_the_step_stays_as_when_healthy_costs_nothing(judged):
+    """A rank whose compute keeps a constant phase behind its peers' starts every collective late (DDP with
+    its step timer's sync, 2 ranks on 2 H200s: 36 of 40 snapshots of a healthy job named its rank 0 at 22 %);
+    the step is what it was when healthy, so it costs the job nothing: no verdict, its cost bounded to the
+    step's rise. A job with that phase from its start has no healthy baseline: named (the case above)."""
+    judge, clock = judged
+    job = Job()
+    run(judge, clock, job, 10)
+    job.phase[1] = 0.006  # 4 collectives a step: 24 ms of a 100 ms step by the sum
+    for _ in range(int(v.WINDOW_S) * 3):
+        (verdict,) = run(judge, clock, job, 1)
+        assert not verdict.slow, verdict.evidence
+    assert verdict.step_seconds == pytest.approx(STEP_S, rel=0.05) and verdict.HasField("baseline_step_seconds")
+    (costliest, *_) = verdict.ranks
+    assert costliest.rank == 1 and costliest.cost_percent < 100 * v.COST_MIN_FRACTION
+
+    judge, clock = v.SlowdownJudge(clock=lambda: clock[0], wall_clock_ns=lambda: int(clock[0] * 1e9)), clock
+    unbounded = Job(job_id="other")
+    unbounded.phase[1] = 0.006
+    (verdict,) = run(judge, clock, unbounded, int(v.WINDOW_S) + 1)
+    assert verdict.slow and [c.rank for c in verdict.culprits] == [1]
+    assert verdict.culprits[0].cost_seconds == pytest.approx(0.024, rel=0.2)
 
 
 @pytest.mark.parametrize(("signal", "cause"), [
