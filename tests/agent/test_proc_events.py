@@ -90,16 +90,22 @@ def test_a_process_that_changes_its_real_uid_is_named(events):
         assert procfs.real_uid(process.pid) == NOBODY
 
 
+def heard_of(events, pid: int, which) -> set[int]:
+    """The pids ``which`` takes from the events drained until it names ``pid``, or for 10 s."""
+    heard: set[int] = set()
+    deadline = time.monotonic() + 10
+    while pid not in heard and time.monotonic() < deadline:
+        time.sleep(0.01)
+        heard |= which(events.drain())
+    return heard
+
+
 def test_a_process_that_execs_is_named_as_such(events):
     with on_cue() as process:
         events.drain()
         cue(process, "exec")
-        execs: set[int] = set()
-        deadline = time.monotonic() + 10  # the kernel says so once the new program is loaded
-        while process.pid not in execs and time.monotonic() < deadline:
-            time.sleep(0.01)
-            execs |= events.drain().execs
-        assert process.pid in execs
+        # the kernel says so once the new program is loaded
+        assert process.pid in heard_of(events, process.pid, lambda changes: changes.execs)
 
 
 def test_a_process_that_exits_is_named(events):
@@ -107,12 +113,8 @@ def test_a_process_that_exits_is_named(events):
         events.drain()
         cue(process, "exit")
         process.wait(10)
-        exits: set[int] = set()
-        deadline = time.monotonic() + 10  # told after its parent could wait for it
-        while process.pid not in exits and time.monotonic() < deadline:
-            time.sleep(0.01)
-            exits |= events.drain().exits
-        assert process.pid in exits
+        # told after its parent could wait for it
+        assert process.pid in heard_of(events, process.pid, lambda changes: changes.exits)
 
 
 def test_a_thread_that_exits_is_no_process_exit(events):
